@@ -1,0 +1,118 @@
+//! The compiler's errors.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use nnc_formats::nn::ValidationError;
+
+/// Everything that can stop a compilation.
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("not a valid ONNX model: {0}")]
+    OnnxDecode(#[from] crate::onnx::proto::OnnxDecodeError),
+    #[error("{0}")]
+    OnnxTensor(#[from] crate::onnx::tensor::OnnxTensorError),
+    /// The model is malformed: it breaks its own format's rules.
+    #[error("invalid model: {location}: {message}")]
+    InvalidModel { location: String, message: String },
+    /// The model is well formed but uses what nnc cannot lower.
+    #[error("{0}")]
+    Unsupported(UnsupportedReport),
+    /// The lowered model breaks the NN operation set's rules (a compiler bug, or a
+    /// source model whose shapes contradict each other).
+    #[error("{0}")]
+    Validation(#[from] ValidationError),
+    /// A compiler pass failed.
+    #[error("pass {pass}: {message}")]
+    Pass { pass: &'static str, message: String },
+    /// The options given to the compiler are inconsistent.
+    #[error("{0}")]
+    Options(String),
+}
+
+impl CompileError {
+    pub fn invalid(location: impl Into<String>, message: impl Into<String>) -> CompileError {
+        CompileError::InvalidModel {
+            location: location.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Every operation of a source model that nnc cannot lower, grouped by operator type.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct UnsupportedReport {
+    /// The source format ("ONNX", "TFLite").
+    pub format: String,
+    /// Operator type -> the nodes of that type and why each failed.
+    pub operators: BTreeMap<String, Vec<UnsupportedNode>>,
+}
+
+/// One node that could not be lowered.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct UnsupportedNode {
+    pub node: String,
+    pub reason: String,
+}
+
+impl UnsupportedReport {
+    pub fn new(format: &str) -> UnsupportedReport {
+        UnsupportedReport {
+            format: format.to_string(),
+            operators: BTreeMap::new(),
+        }
+    }
+
+    pub fn add(&mut self, op_type: &str, node: &str, reason: impl Into<String>) {
+        self.operators.entry(op_type.to_string()).or_default().push(UnsupportedNode {
+            node: node.to_string(),
+            reason: reason.into(),
+        });
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.operators.is_empty()
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.operators.values().map(Vec::len).sum()
+    }
+}
+
+impl fmt::Display for UnsupportedReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let types = self.operators.len();
+        write!(
+            f,
+            "the {} model uses {} operator type{} ({} node{}) that nnc cannot lower:",
+            self.format,
+            types,
+            if types == 1 { "" } else { "s" },
+            self.node_count(),
+            if self.node_count() == 1 { "" } else { "s" }
+        )?;
+        for (op, nodes) in &self.operators {
+            write!(f, "\n  - {op} x{}:", nodes.len())?;
+            // Group nodes by reason so a model with 40 identical failures stays readable.
+            let mut by_reason: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+            for n in nodes {
+                by_reason.entry(n.reason.as_str()).or_default().push(n.node.as_str());
+            }
+            for (reason, names) in by_reason {
+                const SHOWN: usize = 8;
+                let mut list = names.iter().take(SHOWN).map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", ");
+                if names.len() > SHOWN {
+                    list.push_str(&format!(" and {} more", names.len() - SHOWN));
+                }
+                write!(f, "\n      {reason}: {list}")?;
+            }
+        }
+        Ok(())
+    }
+}

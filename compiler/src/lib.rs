@@ -1,0 +1,11 @@
+//! `nnc-compiler`: from ONNX and TFLite models to validated, optimized, encrypted `.nnc`
+//! files.
+//!
+//! The pipeline: a frontend ([`onnx`]) decodes and lowers a source model to the NN IR of
+//! `nnc-formats`; [`passes`] optimize it; later stages partition and emit it.
+
+pub mod error;
+pub mod onnx;
+pub mod passes;
+
+pub use error::{CompileError, UnsupportedReport};

@@ -1,0 +1,635 @@
+//! Compile-time values of the ONNX graph and the arithmetic on them.
+//!
+//! ONNX computes shapes at run time with int64 chains (`Shape -> Gather -> Concat ->
+//! Reshape`). The NN operation set has no int64, so such chains must be folded before
+//! lowering; this module evaluates them. Float arithmetic here rounds to f32 after every
+//! operation, as an f32 kernel would.
+
+use nnc_formats::tensor::{DataType, HostTensor, element_count};
+
+/// A tensor whose value is known at compile time (ONNX shape: `[]` is a scalar).
+pub type ConstTensor = HostTensor;
+
+/// Largest constant the evaluator will materialize, in elements (1 GiB of f32).
+pub const MAX_CONST_ELEMENTS: usize = 1 << 28;
+
+pub type EvalResult<T> = Result<T, String>;
+
+pub fn is_float(dtype: DataType) -> bool {
+    matches!(dtype, DataType::F32 | DataType::F64 | DataType::F16)
+}
+
+pub fn is_integer(dtype: DataType) -> bool {
+    matches!(
+        dtype,
+        DataType::I8 | DataType::U8 | DataType::I16 | DataType::U16 | DataType::I32 | DataType::U32 | DataType::I64 | DataType::U64
+    )
+}
+
+/// The elements as i64 (integers and bools; floats are truncated).
+pub fn to_i64s(t: &ConstTensor) -> Vec<i64> {
+    let d = &t.data;
+    match t.dtype {
+        DataType::I64 => d.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect(),
+        DataType::U64 => d
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])).min(i64::MAX as u64) as i64)
+            .collect(),
+        DataType::I32 => d.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes(c.try_into().unwrap_or([0; 4])))).collect(),
+        DataType::U32 => d.chunks_exact(4).map(|c| i64::from(u32::from_le_bytes(c.try_into().unwrap_or([0; 4])))).collect(),
+        DataType::I16 => d.chunks_exact(2).map(|c| i64::from(i16::from_le_bytes([c[0], c[1]]))).collect(),
+        DataType::U16 => d.chunks_exact(2).map(|c| i64::from(u16::from_le_bytes([c[0], c[1]]))).collect(),
+        DataType::I8 => d.iter().map(|&b| i64::from(b as i8)).collect(),
+        DataType::U8 | DataType::Bool => d.iter().map(|&b| i64::from(b)).collect(),
+        DataType::F32 | DataType::F64 | DataType::F16 => to_f64s(t).into_iter().map(|v| v as i64).collect(),
+    }
+}
+
+/// The elements as f64.
+pub fn to_f64s(t: &ConstTensor) -> Vec<f64> {
+    let d = &t.data;
+    match t.dtype {
+        DataType::F32 => d.chunks_exact(4).map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
+        DataType::F64 => d.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect(),
+        DataType::F16 => d
+            .chunks_exact(2)
+            .map(|c| f64::from(half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()))
+            .collect(),
+        _ => to_i64s(t).into_iter().map(|v| v as f64).collect(),
+    }
+}
+
+/// The elements as f32.
+pub fn to_f32s(t: &ConstTensor) -> Vec<f32> {
+    if t.dtype == DataType::F32 {
+        return t.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    }
+    to_f64s(t).into_iter().map(|v| v as f32).collect()
+}
+
+fn check_size(shape: &[usize]) -> EvalResult<usize> {
+    match element_count(shape) {
+        Some(n) if n <= MAX_CONST_ELEMENTS => Ok(n),
+        _ => Err(format!("constant of shape {shape:?} is too large to evaluate at compile time")),
+    }
+}
+
+/// Builds a tensor of `dtype` from f64 values (rounding/truncating as the type requires).
+pub fn from_f64s(dtype: DataType, shape: Vec<usize>, values: &[f64]) -> ConstTensor {
+    let mut data = Vec::with_capacity(values.len() * dtype.size());
+    for &v in values {
+        match dtype {
+            DataType::F32 => data.extend_from_slice(&(v as f32).to_le_bytes()),
+            DataType::F64 => data.extend_from_slice(&v.to_le_bytes()),
+            DataType::F16 => data.extend_from_slice(&half::f16::from_f64(v).to_bits().to_le_bytes()),
+            _ => push_int(&mut data, dtype, v as i64),
+        }
+    }
+    HostTensor { dtype, shape, data }
+}
+
+/// Builds a tensor of `dtype` from i64 values (wrapping as ONNX casts do).
+pub fn from_i64s(dtype: DataType, shape: Vec<usize>, values: &[i64]) -> ConstTensor {
+    if is_float(dtype) {
+        let f: Vec<f64> = values.iter().map(|&v| v as f64).collect();
+        return from_f64s(dtype, shape, &f);
+    }
+    let mut data = Vec::with_capacity(values.len() * dtype.size());
+    for &v in values {
+        push_int(&mut data, dtype, v);
+    }
+    HostTensor { dtype, shape, data }
+}
+
+fn push_int(data: &mut Vec<u8>, dtype: DataType, v: i64) {
+    match dtype {
+        DataType::I64 => data.extend_from_slice(&v.to_le_bytes()),
+        DataType::U64 => data.extend_from_slice(&(v as u64).to_le_bytes()),
+        DataType::I32 => data.extend_from_slice(&(v as i32).to_le_bytes()),
+        DataType::U32 => data.extend_from_slice(&(v as u32).to_le_bytes()),
+        DataType::I16 => data.extend_from_slice(&(v as i16).to_le_bytes()),
+        DataType::U16 => data.extend_from_slice(&(v as u16).to_le_bytes()),
+        DataType::I8 => data.push(v as i8 as u8),
+        DataType::U8 => data.push(v as u8),
+        DataType::Bool => data.push(u8::from(v != 0)),
+        DataType::F32 | DataType::F64 | DataType::F16 => {}
+    }
+}
+
+pub fn i64_tensor(shape: Vec<usize>, values: &[i64]) -> ConstTensor {
+    from_i64s(DataType::I64, shape, values)
+}
+
+pub fn f32_tensor(shape: Vec<usize>, values: &[f32]) -> ConstTensor {
+    HostTensor {
+        dtype: DataType::F32,
+        shape,
+        data: bytemuck::cast_slice(values).to_vec(),
+    }
+}
+
+/// NumPy broadcast of two shapes.
+pub fn broadcast_shape(a: &[usize], b: &[usize]) -> EvalResult<Vec<usize>> {
+    let n = a.len().max(b.len());
+    let mut out = vec![0; n];
+    for i in 0..n {
+        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
+        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        out[i] = match (da, db) {
+            (x, y) if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            (x, y) => return Err(format!("shapes {a:?} and {b:?} do not broadcast ({x} vs {y})")),
+        };
+    }
+    Ok(out)
+}
+
+/// For each output element of a broadcast, the index of the source element.
+fn broadcast_index_map(src: &[usize], out: &[usize]) -> Vec<usize> {
+    let n = out.len();
+    let total: usize = out.iter().product();
+    let mut strides = vec![0usize; n];
+    let mut s = 1;
+    for i in (0..src.len()).rev() {
+        let oi = i + n - src.len();
+        strides[oi] = if src[i] == 1 { 0 } else { s };
+        s *= src[i];
+    }
+    let mut map = Vec::with_capacity(total);
+    let mut idx = vec![0usize; n];
+    for _ in 0..total {
+        map.push(idx.iter().zip(&strides).map(|(i, s)| i * s).sum());
+        for d in (0..n).rev() {
+            idx[d] += 1;
+            if idx[d] < out[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    map
+}
+
+/// Expands `t` to `shape` by broadcasting.
+pub fn broadcast_to(t: &ConstTensor, shape: &[usize]) -> EvalResult<ConstTensor> {
+    let out_shape = broadcast_shape(&t.shape, shape)?;
+    check_size(&out_shape)?;
+    let size = t.dtype.size();
+    let map = broadcast_index_map(&t.shape, &out_shape);
+    let mut data = Vec::with_capacity(map.len() * size);
+    for i in map {
+        data.extend_from_slice(&t.data[i * size..(i + 1) * size]);
+    }
+    Ok(HostTensor {
+        dtype: t.dtype,
+        shape: out_shape,
+        data,
+    })
+}
+
+/// Elementwise binary arithmetic and comparison with broadcasting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Max,
+    Min,
+    Mod,
+    Equal,
+    Less,
+    Greater,
+    LessOrEqual,
+    GreaterOrEqual,
+    And,
+    Or,
+    Xor,
+}
+
+impl BinaryOp {
+    fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::Equal | BinaryOp::Less | BinaryOp::Greater | BinaryOp::LessOrEqual | BinaryOp::GreaterOrEqual
+        )
+    }
+}
+
+pub fn binary(op: BinaryOp, a: &ConstTensor, b: &ConstTensor) -> EvalResult<ConstTensor> {
+    let shape = broadcast_shape(&a.shape, &b.shape)?;
+    check_size(&shape)?;
+    let ma = broadcast_index_map(&a.shape, &shape);
+    let mb = broadcast_index_map(&b.shape, &shape);
+    let out_type = if op.is_comparison() || matches!(op, BinaryOp::And | BinaryOp::Or | BinaryOp::Xor) {
+        DataType::Bool
+    } else {
+        a.dtype
+    };
+    if is_float(a.dtype) {
+        let (va, vb) = (to_f64s(a), to_f64s(b));
+        let f32_math = a.dtype == DataType::F32;
+        let values: Vec<f64> = ma
+            .iter()
+            .zip(&mb)
+            .map(|(&i, &j)| {
+                let (x, y) = (va[i], vb[j]);
+                let r = match op {
+                    BinaryOp::Add => x + y,
+                    BinaryOp::Sub => x - y,
+                    BinaryOp::Mul => x * y,
+                    BinaryOp::Div => x / y,
+                    BinaryOp::Pow => x.powf(y),
+                    BinaryOp::Max => x.max(y),
+                    BinaryOp::Min => x.min(y),
+                    BinaryOp::Mod => x % y,
+                    BinaryOp::Equal => f64::from(u8::from(x == y)),
+                    BinaryOp::Less => f64::from(u8::from(x < y)),
+                    BinaryOp::Greater => f64::from(u8::from(x > y)),
+                    BinaryOp::LessOrEqual => f64::from(u8::from(x <= y)),
+                    BinaryOp::GreaterOrEqual => f64::from(u8::from(x >= y)),
+                    BinaryOp::And | BinaryOp::Or | BinaryOp::Xor => f64::NAN,
+                };
+                // Round like an f32 kernel would (each of + - * / is exactly rounded).
+                if f32_math { f64::from(r as f32) } else { r }
+            })
+            .collect();
+        if matches!(op, BinaryOp::And | BinaryOp::Or | BinaryOp::Xor) {
+            return Err("logical operations need boolean inputs".into());
+        }
+        return Ok(from_f64s(out_type, shape, &values));
+    }
+    let (va, vb) = (to_i64s(a), to_i64s(b));
+    let mut values = Vec::with_capacity(ma.len());
+    for (&i, &j) in ma.iter().zip(&mb) {
+        let (x, y) = (va[i], vb[j]);
+        let r = match op {
+            BinaryOp::Add => x.wrapping_add(y),
+            BinaryOp::Sub => x.wrapping_sub(y),
+            BinaryOp::Mul => x.wrapping_mul(y),
+            BinaryOp::Div => {
+                if y == 0 {
+                    return Err("integer division by zero in a constant expression".into());
+                }
+                x.wrapping_div(y)
+            }
+            BinaryOp::Mod => {
+                if y == 0 {
+                    return Err("integer modulo by zero in a constant expression".into());
+                }
+                x.wrapping_rem(y)
+            }
+            BinaryOp::Pow => {
+                if y < 0 {
+                    0
+                } else {
+                    x.wrapping_pow(y.min(u32::MAX as i64) as u32)
+                }
+            }
+            BinaryOp::Max => x.max(y),
+            BinaryOp::Min => x.min(y),
+            BinaryOp::Equal => i64::from(x == y),
+            BinaryOp::Less => i64::from(x < y),
+            BinaryOp::Greater => i64::from(x > y),
+            BinaryOp::LessOrEqual => i64::from(x <= y),
+            BinaryOp::GreaterOrEqual => i64::from(x >= y),
+            BinaryOp::And => i64::from(x != 0 && y != 0),
+            BinaryOp::Or => i64::from(x != 0 || y != 0),
+            BinaryOp::Xor => i64::from((x != 0) != (y != 0)),
+        };
+        values.push(r);
+    }
+    Ok(from_i64s(out_type, shape, &values))
+}
+
+/// Elementwise unary math on a constant.
+pub fn unary(t: &ConstTensor, f: impl Fn(f64) -> f64) -> ConstTensor {
+    let values: Vec<f64> = to_f64s(t).into_iter().map(f).collect();
+    from_f64s(t.dtype, t.shape.clone(), &values)
+}
+
+/// Casts a constant to another element type (float -> int truncates toward zero).
+pub fn cast(t: &ConstTensor, to: DataType) -> ConstTensor {
+    if is_float(to) || is_float(t.dtype) && !is_float(to) && to != DataType::Bool {
+        if is_float(to) {
+            return from_f64s(to, t.shape.clone(), &to_f64s(t));
+        }
+        let v: Vec<i64> = to_f64s(t).into_iter().map(|x| if x.is_nan() { 0 } else { x.trunc() as i64 }).collect();
+        return from_i64s(to, t.shape.clone(), &v);
+    }
+    if to == DataType::Bool && is_float(t.dtype) {
+        let v: Vec<i64> = to_f64s(t).into_iter().map(|x| i64::from(x != 0.0)).collect();
+        return from_i64s(to, t.shape.clone(), &v);
+    }
+    from_i64s(to, t.shape.clone(), &to_i64s(t))
+}
+
+fn strides_of(shape: &[usize]) -> Vec<usize> {
+    let mut strides = vec![1usize; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * shape[i + 1];
+    }
+    strides
+}
+
+/// Normalizes a possibly negative axis.
+pub fn norm_axis(axis: i64, rank: usize) -> EvalResult<usize> {
+    let r = rank as i64;
+    if axis < -r || axis >= r {
+        return Err(format!("axis {axis} is out of range for rank {rank}"));
+    }
+    Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
+}
+
+/// ONNX Gather along `axis` with (possibly negative) indices.
+pub fn gather(data: &ConstTensor, indices: &ConstTensor, axis: i64) -> EvalResult<ConstTensor> {
+    let r = data.shape.len();
+    if r == 0 {
+        return Err("Gather needs data of rank >= 1".into());
+    }
+    let axis = norm_axis(axis, r)?;
+    let dim = data.shape[axis] as i64;
+    let idx: Vec<usize> = to_i64s(indices)
+        .into_iter()
+        .map(|i| {
+            let j = if i < 0 { i + dim } else { i };
+            if j < 0 || j >= dim {
+                Err(format!("gather index {i} is out of range for a dimension of size {dim}"))
+            } else {
+                Ok(j as usize)
+            }
+        })
+        .collect::<EvalResult<_>>()?;
+    let outer: usize = data.shape[..axis].iter().product();
+    let inner: usize = data.shape[axis + 1..].iter().product();
+    let size = data.dtype.size();
+    let mut shape = data.shape[..axis].to_vec();
+    shape.extend_from_slice(&indices.shape);
+    shape.extend_from_slice(&data.shape[axis + 1..]);
+    check_size(&shape)?;
+    let mut out = Vec::new();
+    for o in 0..outer {
+        for &i in &idx {
+            let start = ((o * data.shape[axis] + i) * inner) * size;
+            out.extend_from_slice(&data.data[start..start + inner * size]);
+        }
+    }
+    Ok(HostTensor {
+        dtype: data.dtype,
+        shape,
+        data: out,
+    })
+}
+
+/// ONNX Concat along `axis`.
+pub fn concat(parts: &[&ConstTensor], axis: i64) -> EvalResult<ConstTensor> {
+    let first = parts.first().ok_or("Concat of nothing")?;
+    let r = first.shape.len();
+    if r == 0 {
+        return Err("Concat needs inputs of rank >= 1".into());
+    }
+    let axis = norm_axis(axis, r)?;
+    let mut shape = first.shape.clone();
+    shape[axis] = 0;
+    for p in parts {
+        if p.shape.len() != r || p.dtype != first.dtype {
+            return Err("Concat inputs differ in rank or type".into());
+        }
+        for d in 0..r {
+            if d != axis && p.shape[d] != first.shape[d] {
+                return Err(format!("Concat inputs differ in dimension {d}"));
+            }
+        }
+        shape[axis] += p.shape[axis];
+    }
+    check_size(&shape)?;
+    let outer: usize = first.shape[..axis].iter().product();
+    let size = first.dtype.size();
+    let mut out = Vec::new();
+    for o in 0..outer {
+        for p in parts {
+            let chunk: usize = p.shape[axis..].iter().product::<usize>() * size;
+            out.extend_from_slice(&p.data[o * chunk..(o + 1) * chunk]);
+        }
+    }
+    Ok(HostTensor {
+        dtype: first.dtype,
+        shape,
+        data: out,
+    })
+}
+
+/// Strided slice with already-normalized `(start, step, count)` per axis.
+pub fn slice(t: &ConstTensor, ranges: &[(i64, i64, usize)]) -> EvalResult<ConstTensor> {
+    let shape: Vec<usize> = ranges.iter().map(|r| r.2).collect();
+    check_size(&shape)?;
+    let strides = strides_of(&t.shape);
+    let size = t.dtype.size();
+    let total: usize = shape.iter().product();
+    let mut out = Vec::with_capacity(total * size);
+    let mut idx = vec![0usize; shape.len()];
+    for _ in 0..total {
+        let mut src = 0usize;
+        for (d, &(start, step, _)) in ranges.iter().enumerate() {
+            src += (start + step * idx[d] as i64) as usize * strides[d];
+        }
+        out.extend_from_slice(&t.data[src * size..(src + 1) * size]);
+        for d in (0..shape.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    Ok(HostTensor {
+        dtype: t.dtype,
+        shape,
+        data: out,
+    })
+}
+
+/// Permutes dimensions.
+pub fn transpose(t: &ConstTensor, perm: &[usize]) -> EvalResult<ConstTensor> {
+    let r = t.shape.len();
+    if perm.len() != r {
+        return Err(format!("perm {perm:?} does not match rank {r}"));
+    }
+    let mut seen = vec![false; r];
+    for &p in perm {
+        if p >= r || seen[p] {
+            return Err(format!("{perm:?} is not a permutation"));
+        }
+        seen[p] = true;
+    }
+    let shape: Vec<usize> = perm.iter().map(|&p| t.shape[p]).collect();
+    let in_strides = strides_of(&t.shape);
+    let size = t.dtype.size();
+    let total: usize = shape.iter().product();
+    let mut out = Vec::with_capacity(total * size);
+    let mut idx = vec![0usize; r];
+    for _ in 0..total {
+        let src: usize = (0..r).map(|d| idx[d] * in_strides[perm[d]]).sum();
+        out.extend_from_slice(&t.data[src * size..(src + 1) * size]);
+        for d in (0..r).rev() {
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    Ok(HostTensor {
+        dtype: t.dtype,
+        shape,
+        data: out,
+    })
+}
+
+/// Repeats along each axis.
+pub fn tile(t: &ConstTensor, repeats: &[usize]) -> EvalResult<ConstTensor> {
+    if repeats.len() != t.shape.len() {
+        return Err("Tile repeats do not match the rank".into());
+    }
+    let shape: Vec<usize> = t.shape.iter().zip(repeats).map(|(d, r)| d * r).collect();
+    check_size(&shape)?;
+    let in_strides = strides_of(&t.shape);
+    let size = t.dtype.size();
+    let total: usize = shape.iter().product();
+    let mut out = Vec::with_capacity(total * size);
+    let mut idx = vec![0usize; shape.len()];
+    for _ in 0..total {
+        let src: usize = (0..shape.len()).map(|d| (idx[d] % t.shape[d].max(1)) * in_strides[d]).sum();
+        out.extend_from_slice(&t.data[src * size..(src + 1) * size]);
+        for d in (0..shape.len()).rev() {
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    Ok(HostTensor {
+        dtype: t.dtype,
+        shape,
+        data: out,
+    })
+}
+
+/// A tensor of `shape` filled with the single element of `value`.
+pub fn fill(value: &ConstTensor, shape: Vec<usize>) -> EvalResult<ConstTensor> {
+    let n = check_size(&shape)?;
+    let size = value.dtype.size();
+    let elem = value.data.get(..size).ok_or("fill value is empty")?;
+    let mut data = Vec::with_capacity(n * size);
+    for _ in 0..n {
+        data.extend_from_slice(elem);
+    }
+    Ok(HostTensor {
+        dtype: value.dtype,
+        shape,
+        data,
+    })
+}
+
+/// Reduces along `axes` (sorted, normalized) with `f` over f64 values.
+pub fn reduce(t: &ConstTensor, axes: &[usize], keep: bool, f: impl Fn(&[f64]) -> f64) -> EvalResult<ConstTensor> {
+    let r = t.shape.len();
+    let values = to_f64s(t);
+    let out_full: Vec<usize> = (0..r).map(|d| if axes.contains(&d) { 1 } else { t.shape[d] }).collect();
+    let total: usize = out_full.iter().product();
+    let strides = strides_of(&t.shape);
+    let mut groups: Vec<Vec<f64>> = vec![Vec::new(); total];
+    let out_strides = strides_of(&out_full);
+    let mut idx = vec![0usize; r];
+    for v in values.iter() {
+        let o: usize = (0..r).map(|d| if axes.contains(&d) { 0 } else { idx[d] * out_strides[d] }).sum();
+        groups[o].push(*v);
+        for d in (0..r).rev() {
+            idx[d] += 1;
+            if idx[d] < t.shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    let _ = strides;
+    let reduced: Vec<f64> = groups.iter().map(|g| f(g)).collect();
+    let shape = if keep {
+        out_full
+    } else {
+        (0..r).filter(|d| !axes.contains(d)).map(|d| t.shape[d]).collect()
+    };
+    Ok(from_f64s(t.dtype, shape, &reduced))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shape_chain_folds() {
+        // Shape -> Gather(0) -> Unsqueeze -> Concat with [-1]
+        let shape = i64_tensor(vec![4], &[1, 3, 224, 224]);
+        let idx = i64_tensor(vec![], &[0]);
+        let batch = gather(&shape, &idx, 0).unwrap();
+        assert_eq!(batch.shape, Vec::<usize>::new());
+        let batch = HostTensor {
+            shape: vec![1],
+            ..batch
+        };
+        let minus_one = i64_tensor(vec![1], &[-1]);
+        let target = concat(&[&batch, &minus_one], 0).unwrap();
+        assert_eq!(to_i64s(&target), vec![1, -1]);
+    }
+
+    #[test]
+    fn binary_broadcasts_and_rounds_to_f32() {
+        let a = f32_tensor(vec![2, 1], &[1.0, 2.0]);
+        let b = f32_tensor(vec![3], &[0.1, 0.2, 0.3]);
+        let c = binary(BinaryOp::Add, &a, &b).unwrap();
+        assert_eq!(c.shape, vec![2, 3]);
+        assert_eq!(to_f32s(&c), vec![1.1, 1.2, 1.3, 2.1, 2.2, 2.3]);
+        let e = binary(BinaryOp::Less, &a, &b).unwrap();
+        assert_eq!(e.dtype, DataType::Bool);
+    }
+
+    #[test]
+    fn integer_division_by_zero_is_an_error() {
+        let a = i64_tensor(vec![1], &[1]);
+        let z = i64_tensor(vec![1], &[0]);
+        assert!(binary(BinaryOp::Div, &a, &z).is_err());
+    }
+
+    #[test]
+    fn transpose_and_slice() {
+        let t = i64_tensor(vec![2, 3], &[0, 1, 2, 3, 4, 5]);
+        let tt = transpose(&t, &[1, 0]).unwrap();
+        assert_eq!(to_i64s(&tt), vec![0, 3, 1, 4, 2, 5]);
+        let s = slice(&t, &[(1, 1, 1), (2, -1, 2)]).unwrap();
+        assert_eq!(to_i64s(&s), vec![5, 4]);
+    }
+
+    #[test]
+    fn gather_rejects_out_of_range() {
+        let t = i64_tensor(vec![3], &[1, 2, 3]);
+        assert!(gather(&t, &i64_tensor(vec![1], &[3]), 0).is_err());
+        assert_eq!(to_i64s(&gather(&t, &i64_tensor(vec![1], &[-1]), 0).unwrap()), vec![3]);
+    }
+
+    #[test]
+    fn oversized_constants_are_refused() {
+        let v = i64_tensor(vec![], &[0]);
+        assert!(fill(&v, vec![1 << 20, 1 << 20]).is_err());
+    }
+
+    #[test]
+    fn reduce_over_axes() {
+        let t = f32_tensor(vec![2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let s = reduce(&t, &[1], false, |g| g.iter().sum()).unwrap();
+        assert_eq!(to_f32s(&s), vec![3.0, 7.0]);
+        assert_eq!(s.shape, vec![2]);
+    }
+}

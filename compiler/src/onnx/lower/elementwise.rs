@@ -1,0 +1,318 @@
+//! Elementwise arithmetic, comparison, logic, unary math, Where and Cast.
+//!
+//! Broadcasting is the NN set's own (NumPy rules). A node whose inputs are all constants
+//! is evaluated at compile time instead.
+
+use std::rc::Rc;
+
+use nnc_formats::nn::{OperandType, OperationType};
+use nnc_formats::tensor::DataType;
+
+use super::super::constant::{self, BinaryOp, ConstTensor};
+use super::{Lowerer, NResult, Node, TensorValue, Value, unsupported};
+
+impl Lowerer<'_> {
+    /// All inputs as constants, when every one is.
+    fn all_const(&self, n: &Node) -> NResult<Option<Vec<Rc<ConstTensor>>>> {
+        let mut out = Vec::new();
+        for i in 0..n.proto.input.len() {
+            match self.input(n, i)? {
+                Some(Value::Const(c)) => out.push(c),
+                Some(Value::Tensor(_)) => return Ok(None),
+                None => {}
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// Operands for a binary operation: both materialized, with a constant converted to
+    /// the other side's element type (ONNX allows e.g. a float base with an int exponent).
+    fn binary_operands(&mut self, n: &Node, a: usize, b: usize) -> NResult<(TensorValue, TensorValue)> {
+        let va = self.required(n, a)?;
+        let vb = self.required(n, b)?;
+        let converted = |this: &mut Self, v: Value, other: &Value, idx: usize| -> NResult<TensorValue> {
+            let other_dtype = match other {
+                Value::Tensor(t) => Some(t.dtype),
+                Value::Const(_) => None,
+            };
+            match (&v, other_dtype) {
+                (Value::Const(c), Some(dt)) if c.dtype != dt && !(c.dtype == DataType::I64 && dt == DataType::I32) => {
+                    let cast = constant::cast(c, dt);
+                    this.const_operand(&cast)
+                }
+                _ => {
+                    let name = this.input_name(n, idx).unwrap_or("").to_string();
+                    this.materialize(&name, &v)
+                }
+            }
+        };
+        let ta = converted(self, va.clone(), &vb, a)?;
+        let tb = converted(self, vb, &va, b)?;
+        let (sa, sb) = (self.operand_type(ta), self.operand_type(tb));
+        if sa != sb {
+            return unsupported(format!("{} of {} and {} operands", n.op(), ta.dtype, tb.dtype));
+        }
+        Ok((ta, tb))
+    }
+
+    pub(super) fn binary(&mut self, n: &Node) -> NResult<()> {
+        let op = n.op();
+        let arity = n.proto.input.iter().filter(|i| !i.is_empty()).count();
+        let variadic = matches!(op, "Max" | "Min" | "Sum" | "Mean");
+        if arity == 0 || (!variadic && arity != 2) {
+            return Err(super::NodeError::Invalid(format!("{op} takes {} inputs, got {arity}", if variadic { "1 or more" } else { "2" })));
+        }
+        let const_op = match op {
+            "Add" | "Sum" | "Mean" => BinaryOp::Add,
+            "Sub" => BinaryOp::Sub,
+            "Mul" => BinaryOp::Mul,
+            "Div" => BinaryOp::Div,
+            "Pow" => BinaryOp::Pow,
+            "Max" => BinaryOp::Max,
+            "Min" => BinaryOp::Min,
+            "Equal" => BinaryOp::Equal,
+            "Less" => BinaryOp::Less,
+            "Greater" => BinaryOp::Greater,
+            "LessOrEqual" => BinaryOp::LessOrEqual,
+            "GreaterOrEqual" => BinaryOp::GreaterOrEqual,
+            "And" => BinaryOp::And,
+            "Or" => BinaryOp::Or,
+            _ => BinaryOp::Xor,
+        };
+        if let Some(consts) = self.all_const(n)? {
+            let mut acc = (*consts[0]).clone();
+            for c in &consts[1..] {
+                acc = constant::binary(const_op, &acc, c)?;
+            }
+            if op == "Mean" {
+                let count = constant::from_f64s(acc.dtype, vec![], &[consts.len() as f64]);
+                acc = constant::binary(BinaryOp::Div, &acc, &count)?;
+            }
+            self.set_const(n, 0, acc);
+            return Ok(());
+        }
+        if arity == 1 {
+            // Variadic over one input is the identity.
+            let v = self.required(n, 0)?;
+            self.set_output(n, 0, v);
+            return Ok(());
+        }
+        let mut acc = self.binary_step(n, op, 0, 1)?;
+        for i in 2..arity {
+            let next = self.tensor(n, i)?;
+            acc = self.binary_emit(n, op, acc, next)?;
+        }
+        if op == "Mean" {
+            let scale = self.scalar_tensor(OperandType::TensorFloat32, 1.0 / arity as f64);
+            let act = self.i32_const(0);
+            let out = self.emit(n, OperationType::Mul, vec![acc.operand, scale, act])?;
+            acc = TensorValue { operand: out, ..acc };
+        }
+        self.set_output(n, 0, Value::Tensor(acc));
+        Ok(())
+    }
+
+    fn binary_step(&mut self, n: &Node, op: &str, a: usize, b: usize) -> NResult<TensorValue> {
+        let (ta, tb) = self.binary_operands(n, a, b)?;
+        self.binary_emit(n, op, ta, tb)
+    }
+
+    /// Emits one binary operation of ONNX kind `op` on two operands.
+    pub(super) fn binary_emit(&mut self, n: &Node, op: &str, a: TensorValue, b: TensorValue) -> NResult<TensorValue> {
+        let t = self.operand_type(a);
+        let is_float = t == OperandType::TensorFloat32;
+        let is_int = t == OperandType::TensorInt32;
+        let is_bool = t == OperandType::TensorBool8;
+        let scalar = a.scalar && b.scalar;
+        let arith = |o: OperationType| (o, true);
+        let (nn_op, with_act) = match op {
+            "Add" | "Sum" | "Mean" if is_float || is_int => arith(OperationType::Add),
+            "Sub" if is_float || is_int => arith(OperationType::Sub),
+            "Mul" if is_float || is_int => arith(OperationType::Mul),
+            "Div" if is_float => arith(OperationType::Div),
+            "Div" if is_int => {
+                return unsupported("integer Div truncates in ONNX but rounds down in the NN set");
+            }
+            "Pow" if is_float => (OperationType::Pow, false),
+            "Max" if is_float || is_int => (OperationType::Maximum, false),
+            "Min" if is_float || is_int => (OperationType::Minimum, false),
+            "Equal" => (OperationType::Equal, false),
+            "Less" if !is_bool => (OperationType::Less, false),
+            "Greater" if !is_bool => (OperationType::Greater, false),
+            "LessOrEqual" if !is_bool => (OperationType::LessEqual, false),
+            "GreaterOrEqual" if !is_bool => (OperationType::GreaterEqual, false),
+            "And" if is_bool => (OperationType::LogicalAnd, false),
+            "Or" if is_bool => (OperationType::LogicalOr, false),
+            "Xor" if is_bool => (OperationType::NotEqual, false),
+            _ => return unsupported(format!("{op} on {} tensors is not supported", a.dtype)),
+        };
+        let mut inputs = vec![a.operand, b.operand];
+        if with_act {
+            inputs.push(self.i32_const(0));
+        }
+        let out = self.emit(n, nn_op, inputs)?;
+        let dtype = if self.operand_type(TensorValue { operand: out, ..a }) == OperandType::TensorBool8 {
+            DataType::Bool
+        } else {
+            a.dtype
+        };
+        Ok(TensorValue { operand: out, dtype, scalar })
+    }
+
+    /// Emits an arithmetic operation with one constant scalar operand (`x op c`).
+    pub(super) fn with_scalar(&mut self, n: &Node, op: OperationType, x: TensorValue, c: f64) -> NResult<TensorValue> {
+        let t = self.operand_type(x);
+        let k = self.scalar_tensor(t, c);
+        let mut inputs = vec![x.operand, k];
+        if matches!(op, OperationType::Add | OperationType::Sub | OperationType::Mul | OperationType::Div) {
+            inputs.push(self.i32_const(0));
+        }
+        let out = self.emit(n, op, inputs)?;
+        Ok(TensorValue { operand: out, ..x })
+    }
+
+    /// Emits a unary operation.
+    pub(super) fn unary_emit(&mut self, n: &Node, op: OperationType, x: TensorValue) -> NResult<TensorValue> {
+        let out = self.emit(n, op, vec![x.operand])?;
+        Ok(TensorValue { operand: out, ..x })
+    }
+
+    pub(super) fn unary(&mut self, n: &Node) -> NResult<()> {
+        let op = n.op();
+        if let Some(Value::Const(c)) = self.input(n, 0)? {
+            let folded = match op {
+                "Abs" => constant::unary(&c, f64::abs),
+                "Neg" => constant::unary(&c, |v| -v),
+                "Exp" => constant::unary(&c, f64::exp),
+                "Log" => constant::unary(&c, f64::ln),
+                "Sqrt" => constant::unary(&c, f64::sqrt),
+                "Reciprocal" => constant::unary(&c, |v| 1.0 / v),
+                "Floor" => constant::unary(&c, f64::floor),
+                "Ceil" => constant::unary(&c, f64::ceil),
+                "Sin" => constant::unary(&c, f64::sin),
+                "Cos" => constant::unary(&c, f64::cos),
+                "Sign" => constant::unary(&c, |v| if v > 0.0 { 1.0 } else if v < 0.0 { -1.0 } else { 0.0 }),
+                "Not" => constant::cast(&constant::unary(&c, |v| f64::from(u8::from(v == 0.0))), DataType::Bool),
+                _ => return unsupported(format!("no constant evaluation for {op}")),
+            };
+            self.set_const(n, 0, folded);
+            return Ok(());
+        }
+        let x = self.tensor(n, 0)?;
+        let t = self.operand_type(x);
+        let float = t == OperandType::TensorFloat32;
+        let int = t == OperandType::TensorInt32;
+        let y = match op {
+            "Abs" if float || int => self.unary_emit(n, OperationType::Abs, x)?,
+            "Neg" if float || int => self.unary_emit(n, OperationType::Neg, x)?,
+            "Exp" if float => self.unary_emit(n, OperationType::Exp, x)?,
+            "Log" if float => self.unary_emit(n, OperationType::Log, x)?,
+            "Sqrt" if float => self.unary_emit(n, OperationType::Sqrt, x)?,
+            "Floor" if float => self.unary_emit(n, OperationType::Floor, x)?,
+            "Sin" if float => self.unary_emit(n, OperationType::Sin, x)?,
+            "Reciprocal" if float => {
+                let one = self.scalar_tensor(t, 1.0);
+                let act = self.i32_const(0);
+                let out = self.emit(n, OperationType::Div, vec![one, x.operand, act])?;
+                TensorValue { operand: out, ..x }
+            }
+            "Ceil" if float => {
+                // ceil(x) = -floor(-x)
+                let neg = self.unary_emit(n, OperationType::Neg, x)?;
+                let fl = self.unary_emit(n, OperationType::Floor, neg)?;
+                self.unary_emit(n, OperationType::Neg, fl)?
+            }
+            "Cos" if float => {
+                // cos(x) = sin(x + pi/2); the f32 rounding of pi/2 adds < 4.4e-8 absolute error.
+                let shifted = self.with_scalar(n, OperationType::Add, x, std::f64::consts::FRAC_PI_2)?;
+                self.unary_emit(n, OperationType::Sin, shifted)?
+            }
+            "Sign" if float || int => {
+                let zero = self.scalar_tensor(t, 0.0);
+                let gt = self.emit(n, OperationType::Greater, vec![x.operand, zero])?;
+                let lt = self.emit(n, OperationType::Less, vec![x.operand, zero])?;
+                let gt = self.emit_raw(OperationType::Cast, vec![gt], vec![Some(nnc_formats::nn::Operand::new(t, vec![]))], &n.label)?[0];
+                let lt = self.emit_raw(OperationType::Cast, vec![lt], vec![Some(nnc_formats::nn::Operand::new(t, vec![]))], &n.label)?[0];
+                let act = self.i32_const(0);
+                let out = self.emit(n, OperationType::Sub, vec![gt, lt, act])?;
+                TensorValue { operand: out, ..x }
+            }
+            "Not" if t == OperandType::TensorBool8 => self.unary_emit(n, OperationType::LogicalNot, x)?,
+            _ => return unsupported(format!("{op} on {} tensors is not supported", x.dtype)),
+        };
+        self.set_output(n, 0, Value::Tensor(y));
+        Ok(())
+    }
+
+    pub(super) fn where_op(&mut self, n: &Node) -> NResult<()> {
+        if let Some(c) = self.all_const(n)?
+            && c.len() == 3
+        {
+            let cond = constant::to_i64s(&c[0]);
+            let shape = constant::broadcast_shape(&constant::broadcast_shape(&c[0].shape, &c[1].shape)?, &c[2].shape)?;
+            let (cb, xb, yb) = (
+                constant::broadcast_to(&c[0], &shape)?,
+                constant::broadcast_to(&c[1], &shape)?,
+                constant::broadcast_to(&c[2], &shape)?,
+            );
+            let _ = cond;
+            let size = xb.dtype.size();
+            let mut data = Vec::with_capacity(xb.data.len());
+            for (i, &flag) in cb.data.iter().enumerate() {
+                let src = if flag != 0 { &xb.data } else { &yb.data };
+                data.extend_from_slice(&src[i * size..(i + 1) * size]);
+            }
+            self.set_const(n, 0, ConstTensor { dtype: xb.dtype, shape, data });
+            return Ok(());
+        }
+        let cond = self.tensor(n, 0)?;
+        if cond.dtype != DataType::Bool {
+            return Err(super::NodeError::Invalid("Where's condition must be bool".into()));
+        }
+        let (x, y) = self.binary_operands(n, 1, 2)?;
+        let out = self.emit(n, OperationType::Select, vec![cond.operand, x.operand, y.operand])?;
+        let scalar = cond.scalar && x.scalar && y.scalar;
+        self.set_tensor(n, 0, out, x.dtype, scalar);
+        Ok(())
+    }
+
+    pub(super) fn cast(&mut self, n: &Node) -> NResult<()> {
+        let to = if n.op() == "CastLike" {
+            match self.required(n, 1)? {
+                Value::Const(c) => c.dtype,
+                Value::Tensor(t) => t.dtype,
+            }
+        } else {
+            let code = n
+                .attrs
+                .int("to")?
+                .ok_or_else(|| super::NodeError::Invalid("Cast needs 'to'".into()))?;
+            super::super::tensor::host_data_type(code as i32)
+                .ok_or_else(|| super::NodeError::Unsupported(format!("Cast to type code {code} is not supported")))?
+        };
+        match self.required(n, 0)? {
+            Value::Const(c) => {
+                self.set_const(n, 0, constant::cast(&c, to));
+                Ok(())
+            }
+            Value::Tensor(x) => {
+                let Some(target) = super::super::nn_type_for(to) else {
+                    return unsupported(format!("Cast to {to} is not supported"));
+                };
+                if target == self.operand_type(x) {
+                    // int64 <-> int32 both compute as TENSOR_INT32: only the label changes.
+                    self.set_tensor(n, 0, x.operand, to, x.scalar);
+                    return Ok(());
+                }
+                let out = self.emit_raw(
+                    OperationType::Cast,
+                    vec![x.operand],
+                    vec![Some(nnc_formats::nn::Operand::new(target, vec![]))],
+                    &n.label,
+                )?[0];
+                self.set_tensor(n, 0, out, to, x.scalar);
+                Ok(())
+            }
+        }
+    }
+}

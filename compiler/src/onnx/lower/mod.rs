@@ -1,0 +1,643 @@
+//! Lowering ONNX nodes to NN operations.
+//!
+//! The [`Lowerer`] keeps a table from ONNX value names to either a compile-time constant
+//! or an NN operand. Constants stay unmaterialized until an operation needs them as an
+//! operand, so shape arithmetic folds away and weights can be re-laid-out (OIHW -> OHWI)
+//! before they become operands. Every emitted operation gets its output shapes from
+//! [`nnc_formats::nn::signature::infer`], the same definition the validator and runtime
+//! use.
+//!
+//! Each submodule lowers one family of operators.
+
+mod activation;
+mod conv;
+mod elementwise;
+mod matmul;
+mod normalization;
+mod pool;
+mod reduce;
+mod resize;
+mod shape;
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use nnc_formats::nn::signature::{InputView, infer};
+use nnc_formats::nn::{IoInfo, Lifetime, Model, Operand, OperandType, OperationType};
+use nnc_formats::tensor::DataType;
+
+use super::attrs::Attrs;
+use super::constant::{self, ConstTensor};
+use super::proto::{GraphProto, NodeProto, tensor_proto};
+use super::tensor::{ExternalDataContext, tensor_to_host};
+use super::{ImportOptions, nn_type_for, node_label};
+use crate::error::CompileError;
+
+/// Every ONNX operator (default domain) that has a lowering.
+pub const SUPPORTED_OPS: &[&str] = &[
+    "Abs", "Add", "And", "ArgMax", "ArgMin", "AveragePool", "BatchNormalization", "Cast", "CastLike", "Ceil",
+    "Celu", "Clip", "Concat", "Constant", "ConstantOfShape", "Conv", "ConvTranspose", "Cos", "DepthToSpace", "Div",
+    "Dropout", "Elu", "Equal", "Exp", "Expand", "Flatten", "Floor", "Gather", "Gemm", "GlobalAveragePool",
+    "GlobalMaxPool", "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization",
+    "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "LRN", "MatMul", "Max", "MaxPool", "Mean", "Min", "Mish",
+    "Mul", "Neg", "Not", "Or", "Pad", "Pow", "PRelu", "Range", "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSum",
+    "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu",
+    "Reshape", "Resize", "Selu", "Shape", "Sigmoid", "Sign", "Sin", "Size", "Slice", "Softmax", "Softplus",
+    "Softsign", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "ThresholdedRelu", "Tile", "TopK",
+    "Transpose", "Unsqueeze", "Upsample", "Where", "Xor",
+];
+
+/// Why a node could not be lowered.
+#[derive(Debug)]
+pub enum NodeError {
+    /// Well-formed, but beyond what nnc lowers (listed in the unsupported report).
+    Unsupported(String),
+    /// The node breaks ONNX's rules (a malformed model).
+    Invalid(String),
+}
+
+pub type NResult<T> = Result<T, NodeError>;
+
+pub(crate) fn unsupported<T>(message: impl Into<String>) -> NResult<T> {
+    Err(NodeError::Unsupported(message.into()))
+}
+
+pub(crate) fn invalid<T>(message: impl Into<String>) -> NResult<T> {
+    Err(NodeError::Invalid(message.into()))
+}
+
+impl From<String> for NodeError {
+    /// Attribute and constant-evaluation errors describe malformed nodes.
+    fn from(message: String) -> NodeError {
+        NodeError::Invalid(message)
+    }
+}
+
+/// A value of the ONNX graph.
+#[derive(Clone, Debug)]
+pub enum Value {
+    /// Known at compile time.
+    Const(Rc<ConstTensor>),
+    /// Computed at run time into an NN operand.
+    Tensor(TensorValue),
+}
+
+/// A run-time value: its operand, its ONNX element type, and whether ONNX sees it as
+/// rank 0 (the NN operand then has dimensions `[1]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorValue {
+    pub operand: u32,
+    pub dtype: DataType,
+    pub scalar: bool,
+}
+
+/// The node being lowered.
+pub struct Node<'a> {
+    pub proto: &'a NodeProto,
+    pub attrs: Attrs<'a>,
+    pub label: String,
+}
+
+impl Node<'_> {
+    pub fn op(&self) -> &str {
+        &self.proto.op_type
+    }
+}
+
+pub struct Lowerer<'e> {
+    pub model: Model,
+    values: HashMap<String, Value>,
+    /// Constant name -> its materialized operand, so a shared constant becomes one operand.
+    materialized: HashMap<String, TensorValue>,
+    pub opset: i64,
+    ext: &'e ExternalDataContext,
+}
+
+impl<'e> Lowerer<'e> {
+    pub fn new(opset: i64, ext: &'e ExternalDataContext) -> Lowerer<'e> {
+        Lowerer {
+            model: Model::default(),
+            values: HashMap::new(),
+            materialized: HashMap::new(),
+            opset,
+            ext,
+        }
+    }
+
+    pub fn finish(self) -> Model {
+        self.model
+    }
+
+    pub fn add_initializers(&mut self, graph: &GraphProto) -> Result<(), CompileError> {
+        if let Some(sparse) = graph.sparse_initializer.first() {
+            let name = sparse.values.as_ref().map(|v| v.name.as_str()).unwrap_or("");
+            let mut report = crate::error::UnsupportedReport::new("ONNX");
+            report.add("sparse_initializer", name, "sparse initializers are not supported");
+            return Err(CompileError::Unsupported(report));
+        }
+        for t in &graph.initializer {
+            let host = tensor_to_host(t, self.ext)?;
+            self.values.insert(t.name.clone(), Value::Const(Rc::new(host)));
+        }
+        Ok(())
+    }
+
+    pub fn add_inputs(&mut self, graph: &GraphProto, options: &ImportOptions) -> Result<(), CompileError> {
+        let real_inputs: Vec<_> = graph
+            .input
+            .iter()
+            .filter(|i| !self.values.contains_key(&i.name))
+            .collect();
+        for name in options.input_shapes.keys() {
+            if !real_inputs.iter().any(|i| &i.name == name) {
+                let names: Vec<&str> = real_inputs.iter().map(|i| i.name.as_str()).collect();
+                return Err(CompileError::Options(format!(
+                    "--input-shape names '{name}', but the model's inputs are: {}",
+                    names.join(", ")
+                )));
+            }
+        }
+        for input in real_inputs {
+            let location = format!("graph input '{}'", input.name);
+            let Some(super::proto::type_proto::Value::TensorType(tt)) = input.r#type.as_ref().and_then(|t| t.value.as_ref())
+            else {
+                let mut report = crate::error::UnsupportedReport::new("ONNX");
+                report.add("input", &input.name, "only tensor-typed inputs are supported");
+                return Err(CompileError::Unsupported(report));
+            };
+            let dtype = super::tensor::host_data_type(tt.elem_type).ok_or_else(|| {
+                CompileError::invalid(
+                    location.clone(),
+                    format!("element type {} is not supported", tensor_proto::DataType::describe(tt.elem_type)),
+                )
+            })?;
+            let Some(operand_type) = nn_type_for(dtype) else {
+                let mut report = crate::error::UnsupportedReport::new("ONNX");
+                report.add("input", &input.name, format!("{dtype} inputs are not supported"));
+                return Err(CompileError::Unsupported(report));
+            };
+            let mut dims = Vec::new();
+            if let Some(shape) = &tt.shape {
+                for (k, d) in shape.dim.iter().enumerate() {
+                    use super::proto::tensor_shape_proto::dimension::Value as D;
+                    let v = match &d.value {
+                        Some(D::DimValue(v)) if *v >= 1 && *v <= i64::from(i32::MAX) => *v as u32,
+                        Some(D::DimValue(0)) => {
+                            let mut report = crate::error::UnsupportedReport::new("ONNX");
+                            report.add("input", &input.name, format!("dimension {k} has size 0 (empty tensors are not supported)"));
+                            return Err(CompileError::Unsupported(report));
+                        }
+                        Some(D::DimValue(v)) => {
+                            return Err(CompileError::invalid(
+                                location.clone(),
+                                format!("dimension {k} is {v}, outside 1..={}", i32::MAX),
+                            ));
+                        }
+                        _ => 0,
+                    };
+                    dims.push(v);
+                }
+            } else if !options.input_shapes.contains_key(&input.name) {
+                let mut report = crate::error::UnsupportedReport::new("ONNX");
+                report.add("input", &input.name, "inputs of unknown rank are not supported; pass --input-shape");
+                return Err(CompileError::Unsupported(report));
+            }
+            if let Some(fixed) = options.input_shapes.get(&input.name) {
+                if tt.shape.is_some() && fixed.len() != dims.len() {
+                    return Err(CompileError::Options(format!(
+                        "--input-shape {}: rank {} given, the model declares rank {}",
+                        input.name,
+                        fixed.len(),
+                        dims.len()
+                    )));
+                }
+                for (k, (&f, d)) in fixed.iter().zip(dims.iter_mut()).enumerate() {
+                    if *d != 0 && *d != f {
+                        return Err(CompileError::Options(format!(
+                            "--input-shape {}: dimension {k} is fixed to {} by the model, not {f}",
+                            input.name, *d
+                        )));
+                    }
+                }
+                dims = fixed.clone();
+            }
+            let scalar = dims.is_empty();
+            let mut operand = Operand::new(operand_type, if scalar { vec![1] } else { dims.clone() }).with_name(&input.name);
+            operand.lifetime = Lifetime::SubgraphInput;
+            let index = self.model.add_operand(operand);
+            self.model.main.inputs.push(index);
+            self.model.input_info.push(IoInfo {
+                name: input.name.clone(),
+                dtype,
+                dims,
+            });
+            self.values.insert(
+                input.name.clone(),
+                Value::Tensor(TensorValue {
+                    operand: index,
+                    dtype,
+                    scalar,
+                }),
+            );
+        }
+        Ok(())
+    }
+
+    pub fn add_outputs(&mut self, graph: &GraphProto) -> Result<(), CompileError> {
+        for output in &graph.output {
+            let location = format!("graph output '{}'", output.name);
+            let value = self
+                .values
+                .get(&output.name)
+                .cloned()
+                .ok_or_else(|| CompileError::invalid(location.clone(), "was never computed"))?;
+            let mut tv = self
+                .materialize(&output.name, &value)
+                .map_err(|e| node_error_to_compile(e, &location))?;
+            let operand = &self.model.main.operands[tv.operand as usize];
+            // An output must be written by an operation of its own: copy inputs,
+            // constants and values already listed as outputs.
+            if operand.lifetime != Lifetime::TemporaryVariable {
+                let dims = operand.dimensions.clone();
+                let shape = self.model.add_i32_vector(&dims.iter().map(|&d| d as i32).collect::<Vec<_>>());
+                let copy = self
+                    .emit_raw(OperationType::Reshape, vec![tv.operand, shape], vec![None], &output.name)
+                    .map_err(|e| node_error_to_compile(e, &location))?;
+                tv.operand = copy[0];
+            }
+            let operand = &mut self.model.main.operands[tv.operand as usize];
+            operand.lifetime = Lifetime::SubgraphOutput;
+            operand.name = output.name.clone();
+            let dims = if tv.scalar { Vec::new() } else { operand.dimensions.clone() };
+            self.model.main.outputs.push(tv.operand);
+            self.model.output_info.push(IoInfo {
+                name: output.name.clone(),
+                dtype: tv.dtype,
+                dims,
+            });
+        }
+        Ok(())
+    }
+
+    /// Lowers one node (whose op type is in [`SUPPORTED_OPS`]).
+    pub fn lower_node(&mut self, proto: &NodeProto) -> NResult<()> {
+        let node = Node {
+            proto,
+            attrs: Attrs::new(proto),
+            label: node_label(proto),
+        };
+        let n = &node;
+        match proto.op_type.as_str() {
+            "Conv" => self.conv(n),
+            "ConvTranspose" => self.conv_transpose(n),
+            "MaxPool" | "AveragePool" => self.pool(n),
+            "GlobalAveragePool" | "GlobalMaxPool" => self.global_pool(n),
+            "Gemm" => self.gemm(n),
+            "MatMul" => self.matmul(n),
+            "BatchNormalization" => self.batch_norm(n),
+            "InstanceNormalization" => self.instance_norm(n),
+            "LRN" => self.lrn(n),
+            "Softmax" | "LogSoftmax" => self.softmax(n),
+            "Relu" | "Sigmoid" | "Tanh" | "HardSwish" | "Clip" | "LeakyRelu" | "PRelu" | "Elu" | "Selu" | "Celu"
+            | "HardSigmoid" | "Softplus" | "Softsign" | "ThresholdedRelu" | "Mish" => self.activation(n),
+            "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Max" | "Min" | "Sum" | "Mean" | "Equal" | "Less" | "Greater"
+            | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor" => self.binary(n),
+            "Abs" | "Neg" | "Exp" | "Log" | "Sqrt" | "Reciprocal" | "Floor" | "Ceil" | "Sin" | "Cos" | "Not" | "Sign" => self.unary(n),
+            "Where" => self.where_op(n),
+            "Cast" | "CastLike" => self.cast(n),
+            "Identity" | "Dropout" => self.identity(n),
+            "Constant" => self.constant_node(n),
+            "Shape" | "Size" => self.shape_of(n),
+            "ConstantOfShape" => self.constant_of_shape(n),
+            "Range" => self.range(n),
+            "Reshape" => self.reshape(n),
+            "Flatten" => self.flatten(n),
+            "Transpose" => self.transpose(n),
+            "Squeeze" | "Unsqueeze" => self.squeeze_unsqueeze(n),
+            "Concat" => self.concat(n),
+            "Split" => self.split(n),
+            "Slice" => self.slice(n),
+            "Gather" => self.gather(n),
+            "Pad" => self.pad(n),
+            "Tile" => self.tile(n),
+            "Expand" => self.expand(n),
+            "DepthToSpace" | "SpaceToDepth" => self.depth_space(n),
+            "Resize" | "Upsample" => self.resize(n),
+            "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"
+            | "ReduceLogSum" | "ReduceLogSumExp" | "ReduceSumSquare" => self.reduce(n),
+            "ArgMax" | "ArgMin" => self.arg_reduce(n),
+            "TopK" => self.topk(n),
+            other => unsupported(format!("no lowering for {other}")),
+        }
+    }
+
+    // ---- value access -------------------------------------------------------------
+
+    /// The name of input `i`, or `None` when absent or omitted (empty name).
+    pub fn input_name<'n>(&self, n: &'n Node, i: usize) -> Option<&'n str> {
+        n.proto.input.get(i).map(String::as_str).filter(|s| !s.is_empty())
+    }
+
+    pub fn input(&self, n: &Node, i: usize) -> NResult<Option<Value>> {
+        match self.input_name(n, i) {
+            None => Ok(None),
+            Some(name) => match self.values.get(name) {
+                Some(v) => Ok(Some(v.clone())),
+                None => invalid(format!("input '{name}' has no value")),
+            },
+        }
+    }
+
+    pub fn required(&self, n: &Node, i: usize) -> NResult<Value> {
+        self.input(n, i)?
+            .map_or_else(|| invalid(format!("{} needs input {i}", n.op())), Ok)
+    }
+
+    /// Input `i` as a compile-time constant; run-time values are unsupported.
+    pub fn const_input(&self, n: &Node, i: usize) -> NResult<Option<Rc<ConstTensor>>> {
+        match self.input(n, i)? {
+            None => Ok(None),
+            Some(Value::Const(c)) => Ok(Some(c)),
+            Some(Value::Tensor(_)) => unsupported(format!(
+                "input {i} ('{}') must be known at compile time, but is computed at run time",
+                self.input_name(n, i).unwrap_or("")
+            )),
+        }
+    }
+
+    pub fn required_const(&self, n: &Node, i: usize) -> NResult<Rc<ConstTensor>> {
+        self.const_input(n, i)?
+            .map_or_else(|| invalid(format!("{} needs input {i}", n.op())), Ok)
+    }
+
+    /// Input `i` as an operand (constants are materialized).
+    pub fn tensor(&mut self, n: &Node, i: usize) -> NResult<TensorValue> {
+        let name = self
+            .input_name(n, i)
+            .ok_or_else(|| NodeError::Invalid(format!("{} needs input {i}", n.op())))?
+            .to_string();
+        let value = self.required(n, i)?;
+        self.materialize(&name, &value)
+    }
+
+    /// The operand holding `value` (materializing a constant once per name).
+    pub fn materialize(&mut self, name: &str, value: &Value) -> NResult<TensorValue> {
+        match value {
+            Value::Tensor(tv) => Ok(*tv),
+            Value::Const(c) => {
+                if let Some(tv) = self.materialized.get(name) {
+                    return Ok(*tv);
+                }
+                let tv = self.const_operand(c)?;
+                self.model.main.operands[tv.operand as usize].name = name.to_string();
+                self.materialized.insert(name.to_string(), tv);
+                Ok(tv)
+            }
+        }
+    }
+
+    /// A new constant operand holding `c` in its NN type.
+    pub fn const_operand(&mut self, c: &ConstTensor) -> NResult<TensorValue> {
+        let scalar = c.shape.is_empty();
+        let dims: Vec<u32> = if scalar {
+            vec![1]
+        } else {
+            c.shape
+                .iter()
+                .map(|&d| {
+                    if d == 0 {
+                        unsupported("empty (zero-sized) tensors are not supported")
+                    } else {
+                        u32::try_from(d).map_err(|_| NodeError::Invalid(format!("dimension {d} is too large")))
+                    }
+                })
+                .collect::<NResult<_>>()?
+        };
+        let (operand_type, bytes) = match c.dtype {
+            DataType::F32 => (OperandType::TensorFloat32, c.data.clone()),
+            DataType::F64 | DataType::F16 => (
+                OperandType::TensorFloat32,
+                bytemuck::cast_slice(&constant::to_f32s(c)).to_vec(),
+            ),
+            DataType::Bool => (OperandType::TensorBool8, c.data.clone()),
+            DataType::I64 | DataType::I32 | DataType::U32 | DataType::I16 | DataType::U16 | DataType::U64 => {
+                let values = constant::to_i64s(c);
+                let mut out = Vec::with_capacity(values.len() * 4);
+                for v in values {
+                    let v32 = i32::try_from(v).map_err(|_| {
+                        NodeError::Unsupported(format!("integer constant {v} does not fit the NN set's 32-bit integers"))
+                    })?;
+                    out.extend_from_slice(&v32.to_le_bytes());
+                }
+                (OperandType::TensorInt32, out)
+            }
+            other => return unsupported(format!("{other} tensors are not supported here")),
+        };
+        let dtype = match c.dtype {
+            DataType::F64 | DataType::F16 => DataType::F32,
+            DataType::I32 | DataType::U32 | DataType::I16 | DataType::U16 | DataType::U64 => DataType::I64,
+            other => other,
+        };
+        let operand = self.model.add_constant(Operand::new(operand_type, dims), &bytes);
+        Ok(TensorValue {
+            operand,
+            dtype: if c.dtype == DataType::I32 { DataType::I32 } else { dtype },
+            scalar,
+        })
+    }
+
+    /// The ONNX-level shape of a value (`0` for unknown dimensions, `[]` for scalars).
+    pub fn shape_of_value(&self, value: &Value) -> Vec<u32> {
+        match value {
+            Value::Const(c) => c.shape.iter().map(|&d| d as u32).collect(),
+            Value::Tensor(tv) => self.dims(*tv),
+        }
+    }
+
+    /// The ONNX-level shape of an operand value.
+    pub fn dims(&self, tv: TensorValue) -> Vec<u32> {
+        if tv.scalar {
+            Vec::new()
+        } else {
+            self.model.main.operands[tv.operand as usize].dimensions.clone()
+        }
+    }
+
+    /// The shape, which must be fully known.
+    pub fn known_dims(&self, tv: TensorValue) -> NResult<Vec<u32>> {
+        let dims = self.dims(tv);
+        if dims.contains(&0) {
+            return unsupported("needs the input dimensions at compile time; fix dynamic dimensions with --input-shape");
+        }
+        Ok(dims)
+    }
+
+    pub fn rank(&self, tv: TensorValue) -> usize {
+        if tv.scalar { 0 } else { self.model.main.operands[tv.operand as usize].dimensions.len() }
+    }
+
+    pub fn operand_type(&self, tv: TensorValue) -> OperandType {
+        self.model.main.operands[tv.operand as usize].operand_type
+    }
+
+    /// Binds output `i` of the node.
+    pub fn set_output(&mut self, n: &Node, i: usize, value: Value) {
+        if let Some(name) = n.proto.output.get(i).filter(|s| !s.is_empty()) {
+            if let Value::Tensor(tv) = &value {
+                let operand = &mut self.model.main.operands[tv.operand as usize];
+                if operand.name.is_empty() {
+                    operand.name = name.clone();
+                }
+            }
+            self.values.insert(name.clone(), value);
+        }
+    }
+
+    pub fn set_tensor(&mut self, n: &Node, i: usize, operand: u32, dtype: DataType, scalar: bool) {
+        self.set_output(n, i, Value::Tensor(TensorValue { operand, dtype, scalar }));
+    }
+
+    pub fn set_const(&mut self, n: &Node, i: usize, c: ConstTensor) {
+        self.set_output(n, i, Value::Const(Rc::new(c)));
+    }
+
+    /// True when output `i` is consumed (named).
+    pub fn output_used(&self, n: &Node, i: usize) -> bool {
+        n.proto.output.get(i).is_some_and(|s| !s.is_empty())
+    }
+
+    // ---- emission -----------------------------------------------------------------
+
+    /// Emits an operation; each output is described by a template operand (type and
+    /// quantization) or `None` (type inferred). Dimensions always come from inference.
+    pub fn emit_raw(
+        &mut self,
+        op: OperationType,
+        inputs: Vec<u32>,
+        outputs: Vec<Option<Operand>>,
+        source: &str,
+    ) -> NResult<Vec<u32>> {
+        let templates: Vec<Operand> = outputs
+            .into_iter()
+            .map(|t| t.unwrap_or_else(|| Operand::new(OperandType::TensorFloat32, vec![])))
+            .collect();
+        let inferred = {
+            let views: Vec<InputView> = inputs
+                .iter()
+                .map(|&i| InputView {
+                    operand: &self.model.main.operands[i as usize],
+                    value: self.model.constant_bytes(i),
+                })
+                .collect();
+            let declared: Vec<&Operand> = templates.iter().collect();
+            infer(op, &views, &declared).map_err(|e| {
+                NodeError::Invalid(format!("lowering produced an invalid {}: {e}", op.name()))
+            })?
+        };
+        let mut out = Vec::with_capacity(templates.len());
+        for (mut template, shape) in templates.into_iter().zip(inferred) {
+            template.operand_type = shape.operand_type;
+            template.dimensions = shape.dimensions;
+            template.lifetime = Lifetime::TemporaryVariable;
+            out.push(self.model.add_operand(template));
+        }
+        self.model.add_operation(op, inputs, out.clone(), source);
+        Ok(out)
+    }
+
+    /// Emits a single-output operation with an inferred output type.
+    pub fn emit(&mut self, n: &Node, op: OperationType, inputs: Vec<u32>) -> NResult<u32> {
+        Ok(self.emit_raw(op, inputs, vec![None], &n.label)?[0])
+    }
+
+    pub fn i32_const(&mut self, v: i32) -> u32 {
+        self.model.add_i32(v)
+    }
+
+    pub fn f32_const(&mut self, v: f32) -> u32 {
+        self.model.add_f32(v)
+    }
+
+    pub fn bool_const(&mut self, v: bool) -> u32 {
+        self.model.add_bool(v)
+    }
+
+    pub fn i32_vector(&mut self, v: &[i32]) -> u32 {
+        self.model.add_i32_vector(v)
+    }
+
+    /// A one-element tensor constant of the given type holding `v` (for broadcasting).
+    pub fn scalar_tensor(&mut self, operand_type: OperandType, v: f64) -> u32 {
+        match operand_type {
+            OperandType::TensorInt32 => self.model.add_constant(Operand::new(operand_type, vec![1]), &(v as i32).to_le_bytes()),
+            OperandType::TensorBool8 => self.model.add_constant(Operand::new(operand_type, vec![1]), &[u8::from(v != 0.0)]),
+            _ => self.model.add_f32_tensor(vec![1], &[v as f32]),
+        }
+    }
+
+    /// Emits `RESHAPE(x, dims)`.
+    pub fn reshape_to(&mut self, n: &Node, x: u32, dims: &[u32]) -> NResult<u32> {
+        let current = &self.model.main.operands[x as usize].dimensions;
+        if current.as_slice() == dims {
+            return Ok(x);
+        }
+        let shape: Vec<i32> = dims.iter().map(|&d| if d == 0 { -1 } else { d as i32 }).collect();
+        if shape.iter().filter(|&&d| d == -1).count() > 1 {
+            return unsupported("needs a reshape with more than one unknown dimension; fix dynamic dimensions with --input-shape");
+        }
+        let s = self.i32_vector(&shape);
+        self.emit(n, OperationType::Reshape, vec![x, s])
+    }
+
+    /// Emits `TRANSPOSE(x, perm)`.
+    pub fn transpose_op(&mut self, n: &Node, x: u32, perm: &[i32]) -> NResult<u32> {
+        let p = self.i32_vector(perm);
+        self.emit(n, OperationType::Transpose, vec![x, p])
+    }
+
+    /// NCHW -> NHWC for a rank-4 operand.
+    pub fn to_nhwc(&mut self, n: &Node, x: u32) -> NResult<u32> {
+        self.transpose_op(n, x, &[0, 2, 3, 1])
+    }
+
+    /// NHWC -> NCHW for a rank-4 operand.
+    pub fn to_nchw(&mut self, n: &Node, x: u32) -> NResult<u32> {
+        self.transpose_op(n, x, &[0, 3, 1, 2])
+    }
+
+    /// Requires a float32 run-time value.
+    pub fn require_float(&self, n: &Node, tv: TensorValue) -> NResult<()> {
+        if tv.dtype != DataType::F32 {
+            return unsupported(format!("{} on {} tensors is not supported", n.op(), tv.dtype));
+        }
+        Ok(())
+    }
+}
+
+fn node_error_to_compile(e: NodeError, location: &str) -> CompileError {
+    match e {
+        NodeError::Unsupported(m) => {
+            let mut report = crate::error::UnsupportedReport::new("ONNX");
+            report.add("output", location, m);
+            CompileError::Unsupported(report)
+        }
+        NodeError::Invalid(m) => CompileError::invalid(location, m),
+    }
+}
+
+/// Reads an integer list given as an attribute (older opsets) or as a constant input
+/// (newer ones).
+pub(crate) fn ints_from_attr_or_input(lowerer: &Lowerer, n: &Node, attr: &str, input: usize) -> NResult<Option<Vec<i64>>> {
+    if let Some(v) = n.attrs.ints(attr)? {
+        return Ok(Some(v));
+    }
+    match lowerer.const_input(n, input)? {
+        Some(c) => Ok(Some(constant::to_i64s(&c))),
+        None => Ok(None),
+    }
+}
+
+/// Normalizes an axis against `rank`, as a node error.
+pub(crate) fn axis(a: i64, rank: usize) -> NResult<usize> {
+    constant::norm_axis(a, rank).map_err(NodeError::Invalid)
+}

@@ -1,0 +1,259 @@
+//! The ONNX frontend: decode a model, order and check its graph, and lower every node to
+//! the NN operation set.
+//!
+//! Layout: ONNX is NCHW, the NN set NHWC-first. Layout-sensitive operations (convolutions,
+//! pools, resize, ...) are lowered as `TRANSPOSE -> op(NHWC) -> TRANSPOSE`, keeping every
+//! value in its ONNX layout between operations; the `transposes` pass then sinks and
+//! cancels the pairs, so a CNN ends with one transpose at its input. See ARCHITECTURE.md.
+
+pub mod attrs;
+pub mod constant;
+pub mod lower;
+pub mod proto;
+pub mod tensor;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use bytes::Bytes;
+use nnc_formats::nn;
+use nnc_formats::tensor::DataType;
+
+use crate::error::{CompileError, UnsupportedReport};
+use proto::{GraphProto, ModelProto, NodeProto};
+use tensor::ExternalDataContext;
+
+/// The default-domain opsets nnc understands.
+pub const SUPPORTED_OPSETS: std::ops::RangeInclusive<i64> = 7..=22;
+
+/// Options that change how a source model is read.
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    /// Fixed dimensions for inputs with dynamic ones (`--input-shape NAME=1x3x224x224`).
+    pub input_shapes: HashMap<String, Vec<u32>>,
+}
+
+/// What the importer learned about the source model, for `nnc inspect`.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct SourceSummary {
+    pub format: String,
+    pub ir_version: i64,
+    pub opset: i64,
+    pub producer: String,
+    pub node_count: usize,
+    /// Operator type -> node count.
+    pub operators: BTreeMap<String, usize>,
+}
+
+/// A lowered model and what its source looked like.
+pub struct Imported {
+    pub model: nn::Model,
+    pub source: SourceSummary,
+}
+
+/// Decodes and lowers an ONNX model held in memory.
+pub fn import_bytes(bytes: Bytes, options: &ImportOptions, ext: &ExternalDataContext) -> Result<Imported, CompileError> {
+    let model = proto::decode_model(bytes)?;
+    import_model(&model, options, ext)
+}
+
+/// Lowers a decoded ONNX model.
+pub fn import_model(model: &ModelProto, options: &ImportOptions, ext: &ExternalDataContext) -> Result<Imported, CompileError> {
+    let opset = default_opset(model)?;
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| CompileError::invalid("model", "has no graph"))?;
+    let order = topological_order(graph)?;
+    let mut operators = BTreeMap::new();
+    for node in &graph.node {
+        *operators.entry(op_key(node)).or_insert(0) += 1;
+    }
+    let source = SourceSummary {
+        format: "ONNX".into(),
+        ir_version: model.ir_version,
+        opset,
+        producer: format!("{} {}", model.producer_name, model.producer_version).trim().to_string(),
+        node_count: graph.node.len(),
+        operators,
+    };
+    let mut lowerer = lower::Lowerer::new(opset, ext);
+    lowerer.add_initializers(graph)?;
+    lowerer.add_inputs(graph, options)?;
+
+    // Lower every node we can, collecting everything unsupported in one report. Nodes
+    // that depend on an unsupported node are skipped (their own support is unknowable).
+    let mut report = UnsupportedReport::new("ONNX");
+    let mut poisoned: HashSet<&str> = HashSet::new();
+    for &i in &order {
+        let node = &graph.node[i];
+        if node.input.iter().any(|x| poisoned.contains(x.as_str())) {
+            poisoned.extend(node.output.iter().map(String::as_str));
+            continue;
+        }
+        let domain_ok = node.domain.is_empty() || node.domain == "ai.onnx";
+        let result = if !domain_ok {
+            Err(lower::NodeError::Unsupported(format!("operator domain '{}' is not supported", node.domain)))
+        } else if !lower::SUPPORTED_OPS.contains(&node.op_type.as_str()) {
+            Err(lower::NodeError::Unsupported("no lowering to the NN operation set".into()))
+        } else {
+            lowerer.lower_node(node)
+        };
+        match result {
+            Ok(()) => {}
+            Err(lower::NodeError::Unsupported(reason)) => {
+                report.add(&op_key(node), &node_label(node), reason);
+                poisoned.extend(node.output.iter().map(String::as_str));
+            }
+            Err(lower::NodeError::Invalid(message)) => {
+                return Err(CompileError::invalid(
+                    format!("node '{}' ({})", node_label(node), node.op_type),
+                    message,
+                ));
+            }
+        }
+    }
+    if !report.is_empty() {
+        return Err(CompileError::Unsupported(report));
+    }
+    lowerer.add_outputs(graph)?;
+    let model = lowerer.finish();
+    nn::validate(&model)?;
+    Ok(Imported { model, source })
+}
+
+fn op_key(node: &NodeProto) -> String {
+    if node.domain.is_empty() || node.domain == "ai.onnx" {
+        node.op_type.clone()
+    } else {
+        format!("{}::{}", node.domain, node.op_type)
+    }
+}
+
+/// A node's name for messages: its name, or its first output when unnamed.
+pub fn node_label(node: &NodeProto) -> String {
+    if !node.name.is_empty() {
+        node.name.clone()
+    } else {
+        node.output.first().map(|o| format!("<output {o}>")).unwrap_or_else(|| "<unnamed>".into())
+    }
+}
+
+fn default_opset(model: &ModelProto) -> Result<i64, CompileError> {
+    let found = model
+        .opset_import
+        .iter()
+        .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+        .map(|o| o.version);
+    match found {
+        None => Err(CompileError::invalid(
+            "opset_import",
+            "the model imports no default-domain (ai.onnx) operator set",
+        )),
+        Some(v) if !SUPPORTED_OPSETS.contains(&v) => {
+            let mut report = UnsupportedReport::new("ONNX");
+            report.add(
+                &format!("opset {v}"),
+                "opset_import",
+                format!(
+                    "default-domain opset {v} is outside the supported range {}..={}",
+                    SUPPORTED_OPSETS.start(),
+                    SUPPORTED_OPSETS.end()
+                ),
+            );
+            Err(CompileError::Unsupported(report))
+        }
+        Some(v) => Ok(v),
+    }
+}
+
+/// Orders the nodes so every value is produced before it is read, and checks that every
+/// read value exists. ONNX requires topological order already; sorting (stably) makes nnc
+/// robust to files that break the rule, and finds cycles.
+fn topological_order(graph: &GraphProto) -> Result<Vec<usize>, CompileError> {
+    let mut available: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
+    available.extend(graph.input.iter().map(|i| i.name.as_str()));
+    let mut producer: HashMap<&str, usize> = HashMap::new();
+    for (i, node) in graph.node.iter().enumerate() {
+        for out in node.output.iter().filter(|o| !o.is_empty()) {
+            if available.contains(out.as_str()) {
+                return Err(CompileError::invalid(
+                    format!("node '{}'", node_label(node)),
+                    format!("writes '{out}', which is already a graph input or initializer"),
+                ));
+            }
+            if let Some(&other) = producer.get(out.as_str()) {
+                return Err(CompileError::invalid(
+                    format!("node '{}'", node_label(node)),
+                    format!("writes '{out}', which node '{}' also writes", node_label(&graph.node[other])),
+                ));
+            }
+            producer.insert(out, i);
+        }
+    }
+    // Kahn's algorithm over node dependencies, taking ready nodes in file order.
+    let n = graph.node.len();
+    let mut pending = vec![0usize; n];
+    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, node) in graph.node.iter().enumerate() {
+        for input in node.input.iter().filter(|x| !x.is_empty()) {
+            if available.contains(input.as_str()) {
+                continue;
+            }
+            match producer.get(input.as_str()) {
+                Some(&p) => {
+                    pending[i] += 1;
+                    dependents[p].push(i);
+                }
+                None => {
+                    return Err(CompileError::invalid(
+                        format!("node '{}' ({})", node_label(node), node.op_type),
+                        format!(
+                            "reads '{input}', which no node produces and which is neither a graph input nor an initializer (a dangling input or a missing initializer)"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    let mut ready: std::collections::BTreeSet<usize> = (0..n).filter(|&i| pending[i] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(i) = ready.pop_first() {
+        order.push(i);
+        for &d in &dependents[i] {
+            pending[d] -= 1;
+            if pending[d] == 0 {
+                ready.insert(d);
+            }
+        }
+    }
+    if order.len() != n {
+        let stuck: Vec<String> = (0..n)
+            .filter(|&i| pending[i] > 0)
+            .take(8)
+            .map(|i| format!("'{}'", node_label(&graph.node[i])))
+            .collect();
+        return Err(CompileError::invalid(
+            "graph",
+            format!("the nodes {} form a cycle (or depend on one)", stuck.join(", ")),
+        ));
+    }
+    for output in &graph.output {
+        if !available.contains(output.name.as_str()) && !producer.contains_key(output.name.as_str()) {
+            return Err(CompileError::invalid(
+                format!("graph output '{}'", output.name),
+                "no node produces it and it is neither an input nor an initializer",
+            ));
+        }
+    }
+    Ok(order)
+}
+
+/// The NN operand type that computes an ONNX element type, if any.
+pub fn nn_type_for(dtype: DataType) -> Option<nn::OperandType> {
+    match dtype {
+        DataType::F32 => Some(nn::OperandType::TensorFloat32),
+        DataType::I64 | DataType::I32 => Some(nn::OperandType::TensorInt32),
+        DataType::Bool => Some(nn::OperandType::TensorBool8),
+        _ => None,
+    }
+}

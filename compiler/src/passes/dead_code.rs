@@ -1,0 +1,102 @@
+//! Dead-operation and dead-operand elimination, and compaction.
+//!
+//! Removes operations none of whose outputs is read or is a model output, then drops
+//! every operand no operation or model list refers to, renumbering the rest and
+//! re-packing constant storage so that unreferenced weights leave the model.
+
+use std::collections::BTreeMap;
+
+use nnc_formats::nn::{DataLocation, Lifetime, Model, Operand, OperandIndex, Pool};
+
+use super::graph::Uses;
+
+pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
+    let mut changes = BTreeMap::new();
+    // Dead operations, last to first so that chains die in one sweep.
+    let mut removed_ops = 0;
+    loop {
+        let uses = Uses::of(model);
+        let before = model.main.operations.len();
+        let mut keep = vec![true; before];
+        for (i, op) in model.main.operations.iter().enumerate().rev() {
+            let live = op.outputs.iter().any(|&o| uses.is_output[o as usize] || uses.count(o) > 0);
+            keep[i] = live;
+        }
+        let mut idx = 0;
+        model.main.operations.retain(|_| {
+            let k = keep[idx];
+            idx += 1;
+            k
+        });
+        let removed = before - model.main.operations.len();
+        removed_ops += removed;
+        if removed == 0 {
+            break;
+        }
+    }
+    if removed_ops > 0 {
+        changes.insert("dead operations removed".into(), removed_ops);
+    }
+    let before_operands = model.main.operands.len();
+    let before_bytes = model.constant_byte_count() + model.pools.iter().map(|p| p.size()).sum::<u64>();
+    compact(model);
+    let removed_operands = before_operands - model.main.operands.len();
+    if removed_operands > 0 {
+        changes.insert("dead operands removed".into(), removed_operands);
+    }
+    let after_bytes = model.constant_byte_count() + model.pools.iter().map(|p| p.size()).sum::<u64>();
+    if after_bytes < before_bytes {
+        changes.insert("constant bytes released".into(), (before_bytes - after_bytes) as usize);
+    }
+    Ok(changes)
+}
+
+/// Keeps only referenced operands (in their original order) and re-packs constants.
+pub fn compact(model: &mut Model) {
+    let n = model.main.operands.len();
+    let mut used = vec![false; n];
+    for op in &model.main.operations {
+        for &i in op.inputs.iter().chain(&op.outputs) {
+            used[i as usize] = true;
+        }
+    }
+    for &i in model.main.inputs.iter().chain(&model.main.outputs) {
+        used[i as usize] = true;
+    }
+    let mut remap = vec![u32::MAX; n];
+    let old_operands = std::mem::take(&mut model.main.operands);
+    let old_values = std::mem::take(&mut model.operand_values);
+    let old_pools = std::mem::take(&mut model.pools);
+    // Opaque pools (a compiled model without its key) cannot be re-packed: keep them.
+    let opaque = old_pools.iter().any(|p| matches!(p, Pool::Opaque { .. }));
+    if opaque {
+        model.pools = old_pools.clone();
+        model.operand_values = old_values.clone();
+    }
+    for (i, operand) in old_operands.into_iter().enumerate() {
+        if !used[i] {
+            continue;
+        }
+        let new_index = if operand.lifetime.is_constant() && !opaque {
+            let bytes = nnc_formats::nn::model::constant_bytes(&operand, &old_values, &old_pools)
+                .map(<[u8]>::to_vec)
+                .unwrap_or_default();
+            let fresh = Operand {
+                lifetime: Lifetime::TemporaryVariable,
+                location: DataLocation::default(),
+                ..operand
+            };
+            model.add_constant(fresh, &bytes)
+        } else {
+            model.add_operand(operand)
+        };
+        remap[i] = new_index;
+    }
+    let map = |i: &mut OperandIndex| *i = remap[*i as usize];
+    for op in &mut model.main.operations {
+        op.inputs.iter_mut().for_each(map);
+        op.outputs.iter_mut().for_each(map);
+    }
+    model.main.inputs.iter_mut().for_each(map);
+    model.main.outputs.iter_mut().for_each(map);
+}

@@ -1,0 +1,118 @@
+//! Folds per-channel affine transforms (what BatchNormalization lowers to: a MUL and an
+//! ADD by constants along the channel axis) into the convolution or fully-connected
+//! operation before them, by scaling its filter and bias.
+
+use std::collections::BTreeMap;
+
+use nnc_formats::nn::{FusedActivation, Lifetime, Model, OperandIndex, OperandType, OperationType};
+
+use super::graph::{self, Uses};
+
+pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
+    let mut changes = BTreeMap::new();
+    let mut i = 0;
+    while i < model.main.operations.len() {
+        match try_fold(model, i) {
+            Some(kind) => {
+                *changes.entry(format!("{kind} folded into the preceding layer")).or_insert(0) += 1;
+            }
+            None => i += 1,
+        }
+    }
+    Ok(changes)
+}
+
+/// The per-output-channel values of constant `c` for `channels` channels on the last
+/// axis (a scalar broadcasts), or `None` if `c` is not such a constant.
+fn per_channel(model: &Model, c: OperandIndex, channels: usize, out_rank: usize) -> Option<Vec<f32>> {
+    let operand = model.operand(c)?;
+    if operand.operand_type != OperandType::TensorFloat32 || operand.dimensions.len() > out_rank {
+        return None;
+    }
+    let values = graph::const_f32s(model, c)?;
+    let dims = &operand.dimensions;
+    // Every dimension but the last must be 1.
+    if dims.iter().rev().skip(1).any(|&d| d != 1) {
+        return None;
+    }
+    match values.len() {
+        1 => Some(vec![values[0]; channels]),
+        n if n == channels => Some(values),
+        _ => None,
+    }
+}
+
+fn try_fold(model: &mut Model, i: usize) -> Option<&'static str> {
+    use OperationType as O;
+    let op = model.main.operations[i].clone();
+    if !matches!(op.op_type, O::Mul | O::Add | O::Sub) {
+        return None;
+    }
+    let uses = Uses::of(model);
+    let (x, c) = (op.inputs[0], op.inputs[1]);
+    if model.main.operands[x as usize].lifetime != Lifetime::TemporaryVariable || uses.single_reader(x) != Some(i) {
+        return None;
+    }
+    let p = graph::producers(model)[x as usize]?;
+    let layer = model.main.operations[p].clone();
+    let filter_axis = match layer.op_type {
+        O::Conv2d | O::GroupedConv2d | O::FullyConnected => 0,
+        O::DepthwiseConv2d => 3,
+        _ => return None,
+    };
+    let act_k = graph::activation_input(&layer)?;
+    if graph::const_i32(model, layer.inputs[act_k]) != Some(FusedActivation::None as i32) {
+        return None;
+    }
+    let out_dims = model.main.operands[x as usize].dimensions.clone();
+    let channels = *out_dims.last()? as usize;
+    let values = per_channel(model, c, channels, out_dims.len())?;
+    let filter = model.operand(layer.inputs[1])?.clone();
+    if filter.operand_type != OperandType::TensorFloat32 {
+        return None;
+    }
+    let mut weights = graph::const_f32s(model, layer.inputs[1])?;
+    let mut bias = graph::const_f32s(model, layer.inputs[2])?;
+    if bias.len() != channels || filter.dimensions.get(filter_axis).copied()? as usize != channels {
+        return None;
+    }
+    let kind = match op.op_type {
+        O::Mul => {
+            // Scale output channel k of the filter: axis 0 (OHWI, [units, K]) or 3 (1HWO).
+            let inner: usize = filter.dimensions[filter_axis + 1..].iter().map(|&d| d as usize).product();
+            for (idx, w) in weights.iter_mut().enumerate() {
+                let k = (idx / inner) % channels;
+                *w *= values[k];
+            }
+            for (b, v) in bias.iter_mut().zip(&values) {
+                *b *= v;
+            }
+            "channel scale (MUL)"
+        }
+        O::Add => {
+            bias.iter_mut().zip(&values).for_each(|(b, v)| *b += v);
+            "channel shift (ADD)"
+        }
+        _ => {
+            bias.iter_mut().zip(&values).for_each(|(b, v)| *b -= v);
+            "channel shift (SUB)"
+        }
+    };
+    let new_filter = if op.op_type == O::Mul {
+        let mut f = filter.clone();
+        f.name.clear();
+        model.add_f32_tensor(f.dimensions.clone(), &weights)
+    } else {
+        layer.inputs[1]
+    };
+    let new_bias = model.add_f32_tensor(vec![channels as u32], &bias);
+    let y = op.outputs[0];
+    let activation = op.inputs[2];
+    let layer_mut = &mut model.main.operations[p];
+    layer_mut.inputs[1] = new_filter;
+    layer_mut.inputs[2] = new_bias;
+    layer_mut.inputs[act_k] = activation;
+    layer_mut.outputs[0] = y;
+    model.main.operations.remove(i);
+    Some(kind)
+}

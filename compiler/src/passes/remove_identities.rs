@@ -1,0 +1,98 @@
+//! Removes operations that compute their input unchanged: the explicit identities the
+//! frontends emit for ONNX Identity and Dropout, and no-op forms of RESHAPE, TRANSPOSE,
+//! SQUEEZE, EXPAND_DIMS, CONCATENATION, PAD, SLICE, STRIDED_SLICE, TILE and CAST, and
+//! arithmetic with a neutral constant (x + 0, x * 1, ...). Chains of reshapes collapse
+//! into one.
+
+use std::collections::BTreeMap;
+
+use nnc_formats::nn::{FusedActivation, Model, OperationType};
+
+use super::graph;
+
+/// Why operation `i` is an identity, if it is one.
+fn identity_reason(model: &Model, i: usize) -> Option<&'static str> {
+    use OperationType as O;
+    let op = &model.main.operations[i];
+    let first = op.inputs.first().copied()?;
+    let out = *op.outputs.first()?;
+    let din = &model.main.operands[first as usize];
+    let dout = &model.main.operands[out as usize];
+    let same_dims = din.is_fully_specified() && din.dimensions == dout.dimensions && din.operand_type == dout.operand_type;
+    let all = |operand: u32, pred: &dyn Fn(f32) -> bool| -> bool {
+        match graph::const_f32s(model, operand) {
+            Some(v) => !v.is_empty() && v.iter().all(|&x| pred(x)),
+            None => graph::const_i32s(model, operand).is_some_and(|v| !v.is_empty() && v.iter().all(|&x| pred(x as f32))),
+        }
+    };
+    let no_activation = || {
+        graph::activation_input(op)
+            .and_then(|k| graph::const_i32(model, op.inputs[k]))
+            .is_some_and(|a| a == FusedActivation::None as i32)
+    };
+    match op.op_type {
+        O::Reshape | O::Squeeze | O::ExpandDims if same_dims => Some("reshape to the same shape"),
+        O::Transpose if same_dims && graph::const_i32s(model, op.inputs[1]).is_some_and(|p| p.iter().enumerate().all(|(k, &v)| k as i32 == v)) => {
+            Some("identity transpose")
+        }
+        O::Concatenation if op.inputs.len() == 2 && same_dims => Some("concatenation of one tensor"),
+        O::Pad | O::PadV2 | O::MirrorPad if same_dims => Some("zero padding"),
+        O::Slice | O::StridedSlice | O::Tile if same_dims => Some("whole-tensor slice or tile"),
+        O::Cast if same_dims => Some("cast to the same type"),
+        O::Add | O::Sub if same_dims && no_activation() && all(op.inputs[1], &|x| x == 0.0) => Some("adding zero"),
+        O::Mul | O::Div if same_dims && no_activation() && all(op.inputs[1], &|x| x == 1.0) => Some("multiplying by one"),
+        _ => None,
+    }
+}
+
+pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
+    let mut changes: BTreeMap<String, usize> = BTreeMap::new();
+    loop {
+        let mut changed = false;
+        let mut i = 0;
+        while i < model.main.operations.len() {
+            if let Some(reason) = identity_reason(model, i)
+                && graph::bypass(model, i, 0)
+            {
+                *changes.entry(format!("removed: {reason}")).or_insert(0) += 1;
+                changed = true;
+                continue;
+            }
+            if collapse_reshape_chain(model, i) {
+                *changes.entry("reshape chains collapsed".into()).or_insert(0) += 1;
+                changed = true;
+            }
+            i += 1;
+        }
+        if !changed {
+            break;
+        }
+    }
+    Ok(changes)
+}
+
+/// `RESHAPE(RESHAPE(x))` reads `x` directly (the inner one dies if nothing else reads it).
+fn collapse_reshape_chain(model: &mut Model, i: usize) -> bool {
+    let op = &model.main.operations[i];
+    if !matches!(op.op_type, OperationType::Reshape | OperationType::Squeeze | OperationType::ExpandDims) {
+        return false;
+    }
+    let out = op.outputs[0];
+    if !model.main.operands[out as usize].is_fully_specified() {
+        return false;
+    }
+    let input = op.inputs[0];
+    let producers = graph::producers(model);
+    let Some(p) = producers[input as usize] else { return false };
+    let inner = &model.main.operations[p];
+    if !matches!(inner.op_type, OperationType::Reshape | OperationType::Squeeze | OperationType::ExpandDims) {
+        return false;
+    }
+    let source = inner.inputs[0];
+    let dims = model.main.operands[out as usize].dimensions.clone();
+    let shape = model.add_i32_vector(&dims.iter().map(|&d| d as i32).collect::<Vec<_>>());
+    let op = &mut model.main.operations[i];
+    op.op_type = OperationType::Reshape;
+    op.inputs = vec![source, shape];
+    true
+}

@@ -1,0 +1,321 @@
+//! Encryption and decryption for every (algorithm x mode) pair.
+//!
+//! One generic function per direction, monomorphised per cipher: the cipher is a type
+//! parameter, so nothing is boxed and the crates' parallel (AES-NI) block paths apply.
+//!
+//! The cipher crates wipe their expanded key schedules on drop only when their own
+//! `zeroize` features are enabled (`aes`, `sm4` and each mode crate); this module
+//! cannot do it for them without `unsafe`.
+
+use aes::{Aes128, Aes192, Aes256};
+use cipher::{
+    Block, BlockCipherDecrypt, BlockCipherEncrypt, BlockModeDecrypt, BlockModeEncrypt,
+    BlockSizeUser, InOutBuf, InvalidLength, KeyInit, KeyIvInit, StreamCipher, consts::U16,
+};
+use sm4::Sm4;
+use zeroize::Zeroize;
+
+use super::{Algorithm, BLOCK_LEN, CryptoError, Key, Mode, Padding};
+
+/// [`BLOCK_LEN`] for byte arithmetic.
+const BLOCK_LEN_U8: u8 = 16;
+
+/// Length of the ciphertext of `plaintext_len` bytes in `mode`: rounded up to the next
+/// whole block (always adding 1 to 16 bytes) for PKCS#7 modes, unchanged otherwise.
+pub fn ciphertext_len(mode: Mode, plaintext_len: usize) -> usize {
+    match mode.padding() {
+        Padding::Pkcs7 => (plaintext_len - plaintext_len % BLOCK_LEN).saturating_add(BLOCK_LEN),
+        Padding::None => plaintext_len,
+    }
+}
+
+/// Encrypts `plaintext` with `key` in `mode`. ECB ignores `iv`.
+///
+/// The IV must never repeat under one key for CBC/CFB/OFB/CTR; use
+/// [`super::random_bytes`] for a fresh one.
+///
+/// # Errors
+///
+/// None in practice: every [`Key`] has the right length for its algorithm, and any
+/// plaintext length is accepted.
+pub fn encrypt(
+    key: &Key,
+    mode: Mode,
+    iv: &[u8; 16],
+    plaintext: &[u8],
+) -> Result<Vec<u8>, CryptoError> {
+    let mut out = Vec::new();
+    encrypt_into(key, mode, iv, plaintext, &mut out)?;
+    Ok(out)
+}
+
+/// Like [`encrypt`], writing the ciphertext into `out` (replacing its contents and
+/// reusing its allocation when it is large enough).
+///
+/// # Errors
+///
+/// As [`encrypt`].
+pub fn encrypt_into(
+    key: &Key,
+    mode: Mode,
+    iv: &[u8; 16],
+    plaintext: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), CryptoError> {
+    prepare(out, ciphertext_len(mode, plaintext.len()));
+    let result = match key.algorithm() {
+        Algorithm::Sm4 => encrypt_with::<Sm4>(key.as_bytes(), mode, iv, plaintext, out),
+        Algorithm::Aes128 => encrypt_with::<Aes128>(key.as_bytes(), mode, iv, plaintext, out),
+        Algorithm::Aes192 => encrypt_with::<Aes192>(key.as_bytes(), mode, iv, plaintext, out),
+        Algorithm::Aes256 => encrypt_with::<Aes256>(key.as_bytes(), mode, iv, plaintext, out),
+    };
+    result.map_err(|InvalidLength| key_length_error(key))
+}
+
+/// Decrypts `ciphertext` with `key` in `mode`. ECB ignores `iv`.
+///
+/// Stream modes cannot detect a wrong key or tampering: authenticate before decrypting.
+///
+/// # Errors
+///
+/// For ECB/CBC, [`CryptoError::CiphertextLength`] if the ciphertext is not a non-zero
+/// whole number of blocks and [`CryptoError::Padding`] if the padding is malformed.
+/// Stream modes accept any ciphertext.
+pub fn decrypt(
+    key: &Key,
+    mode: Mode,
+    iv: &[u8; 16],
+    ciphertext: &[u8],
+) -> Result<Vec<u8>, CryptoError> {
+    let mut out = Vec::new();
+    decrypt_into(key, mode, iv, ciphertext, &mut out)?;
+    Ok(out)
+}
+
+/// Like [`decrypt`], writing the plaintext into `out`, which afterwards holds exactly
+/// the plaintext (empty on error).
+///
+/// Meant for buffers of secrets (a `Zeroizing<Vec<u8>>` deref-mutably): the buffer is
+/// reused when its capacity suffices; when it must grow, the old allocation is wiped
+/// before it is freed, so no stale plaintext is left in released memory.
+///
+/// # Errors
+///
+/// As [`decrypt`]; `out` is wiped and left empty.
+pub fn decrypt_into(
+    key: &Key,
+    mode: Mode,
+    iv: &[u8; 16],
+    ciphertext: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), CryptoError> {
+    if mode.padding() == Padding::Pkcs7
+        && (ciphertext.is_empty() || !ciphertext.len().is_multiple_of(BLOCK_LEN))
+    {
+        out.zeroize();
+        return Err(CryptoError::CiphertextLength {
+            mode,
+            len: ciphertext.len(),
+        });
+    }
+    prepare(out, ciphertext.len());
+    let result = match key.algorithm() {
+        Algorithm::Sm4 => decrypt_with::<Sm4>(key.as_bytes(), mode, iv, ciphertext, out),
+        Algorithm::Aes128 => decrypt_with::<Aes128>(key.as_bytes(), mode, iv, ciphertext, out),
+        Algorithm::Aes192 => decrypt_with::<Aes192>(key.as_bytes(), mode, iv, ciphertext, out),
+        Algorithm::Aes256 => decrypt_with::<Aes256>(key.as_bytes(), mode, iv, ciphertext, out),
+    };
+    let result = match result {
+        Ok(()) if mode.padding() == Padding::Pkcs7 => match pkcs7_len(out) {
+            Some(len) => {
+                out.truncate(len);
+                Ok(())
+            }
+            None => Err(CryptoError::Padding { mode }),
+        },
+        Ok(()) => Ok(()),
+        Err(InvalidLength) => Err(key_length_error(key)),
+    };
+    if result.is_err() {
+        // Whatever was decrypted is unauthenticated garbage at best: do not hand it out.
+        out.zeroize();
+    }
+    result
+}
+
+/// Makes `out` exactly `len` bytes long, wiping the old allocation if it must move.
+fn prepare(out: &mut Vec<u8>, len: usize) {
+    if out.capacity() < len {
+        let mut old = std::mem::replace(out, Vec::with_capacity(len));
+        old.zeroize();
+    }
+    out.truncate(len);
+    out.resize(len, 0);
+}
+
+/// Unreachable in practice (a [`Key`] is length-checked), but reported, not panicked.
+fn key_length_error(key: &Key) -> CryptoError {
+    let algorithm = key.algorithm();
+    CryptoError::KeyLength {
+        algorithm,
+        expected: algorithm.key_len(),
+        actual: key.as_bytes().len(),
+    }
+}
+
+/// Input and output of one operation. Every caller in this module sizes `out` to
+/// `input` first, so the lengths are equal by construction.
+fn in_out<'a>(input: &'a [u8], out: &'a mut [u8]) -> InOutBuf<'a, 'a, u8> {
+    InOutBuf::new(input, out).expect("callers size the output to the input")
+}
+
+/// A 128-bit block cipher usable in every mode, in both directions.
+trait Cipher128:
+    KeyInit + BlockCipherEncrypt + BlockCipherDecrypt + BlockSizeUser<BlockSize = U16>
+{
+}
+
+impl<C> Cipher128 for C where
+    C: KeyInit + BlockCipherEncrypt + BlockCipherDecrypt + BlockSizeUser<BlockSize = U16>
+{
+}
+
+/// `out` is `ciphertext_len(mode, pt.len())` bytes long.
+fn encrypt_with<C: Cipher128>(
+    key: &[u8],
+    mode: Mode,
+    iv: &[u8; 16],
+    pt: &[u8],
+    out: &mut [u8],
+) -> Result<(), InvalidLength> {
+    match mode {
+        Mode::Ecb => encrypt_pkcs7(ecb::Encryptor::<C>::new_from_slice(key)?, pt, out),
+        Mode::Cbc => encrypt_pkcs7(cbc::Encryptor::<C>::new_from_slices(key, iv)?, pt, out),
+        Mode::Cfb => {
+            cfb_mode::Encryptor::<C>::new_from_slices(key, iv)?.encrypt_inout(in_out(pt, out));
+        }
+        Mode::Ofb => apply_keystream(ofb::Ofb::<C>::new_from_slices(key, iv)?, pt, out),
+        Mode::Ctr => apply_keystream(ctr::Ctr128BE::<C>::new_from_slices(key, iv)?, pt, out),
+    }
+    Ok(())
+}
+
+/// `out` is `ct.len()` bytes long; for ECB/CBC, `ct` is a whole number of blocks and
+/// the padding is left in `out` for the caller to check.
+fn decrypt_with<C: Cipher128>(
+    key: &[u8],
+    mode: Mode,
+    iv: &[u8; 16],
+    ct: &[u8],
+    out: &mut [u8],
+) -> Result<(), InvalidLength> {
+    match mode {
+        Mode::Ecb => decrypt_blocks(ecb::Decryptor::<C>::new_from_slice(key)?, ct, out),
+        Mode::Cbc => decrypt_blocks(cbc::Decryptor::<C>::new_from_slices(key, iv)?, ct, out),
+        Mode::Cfb => {
+            cfb_mode::Decryptor::<C>::new_from_slices(key, iv)?.decrypt_inout(in_out(ct, out));
+        }
+        Mode::Ofb => apply_keystream(ofb::Ofb::<C>::new_from_slices(key, iv)?, ct, out),
+        Mode::Ctr => apply_keystream(ctr::Ctr128BE::<C>::new_from_slices(key, iv)?, ct, out),
+    }
+    Ok(())
+}
+
+/// Encrypts the whole blocks of `pt` straight into `out`, then the padded last block.
+fn encrypt_pkcs7<M: BlockModeEncrypt<BlockSize = U16>>(mut mode: M, pt: &[u8], out: &mut [u8]) {
+    let whole = pt.len() - pt.len() % BLOCK_LEN;
+    let (pt_blocks, pt_tail) = pt.split_at(whole);
+    let (out_blocks, out_last) = out.split_at_mut(whole);
+    let (blocks, _) = in_out(pt_blocks, out_blocks).into_chunks::<U16>();
+    mode.encrypt_blocks_inout(blocks);
+
+    // PKCS#7 pads with n bytes of value n, 1 <= n <= 16 (the tail is shorter than a
+    // block, so the cast is exact).
+    let pad = BLOCK_LEN_U8 - pt_tail.len() as u8;
+    let mut last = Block::<M>::default();
+    last[..pt_tail.len()].copy_from_slice(pt_tail);
+    last[pt_tail.len()..].fill(pad);
+    mode.encrypt_block(&mut last);
+    out_last.copy_from_slice(&last);
+}
+
+fn decrypt_blocks<M: BlockModeDecrypt<BlockSize = U16>>(mut mode: M, ct: &[u8], out: &mut [u8]) {
+    let (blocks, _) = in_out(ct, out).into_chunks::<U16>();
+    mode.decrypt_blocks_inout(blocks);
+}
+
+fn apply_keystream<S: StreamCipher>(mut stream: S, input: &[u8], out: &mut [u8]) {
+    // The checked variant only guards against keystream reuse after 2^128 blocks (CTR's
+    // counter wraps like OpenSSL's), which no slice can reach.
+    stream.unchecked_apply_keystream_inout(in_out(input, out));
+}
+
+/// Length of the message inside a PKCS#7-padded buffer, or `None` if the padding is
+/// malformed. Examines the whole last block without data-dependent branches, so the
+/// time taken does not reveal where the padding went wrong.
+fn pkcs7_len(buf: &[u8]) -> Option<usize> {
+    let last_block = buf
+        .len()
+        .checked_sub(BLOCK_LEN)
+        .map(|start| &buf[start..])?;
+    let n = last_block[BLOCK_LEN - 1];
+    // bad != 0 iff n == 0 or n > 16.
+    let mut bad = u8::from(n == 0) | u8::from(n > BLOCK_LEN_U8);
+    for (i, &b) in (0u8..).zip(last_block) {
+        // Byte i is padding iff its distance from the end (16 - i) is at most n.
+        let in_pad = u8::from(BLOCK_LEN_U8 - i <= n);
+        bad |= in_pad & u8::from(b != n);
+    }
+    (bad == 0).then(|| buf.len() - usize::from(n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pkcs7_len_accepts_only_well_formed_padding() {
+        let mut block = [0xaa_u8; 32];
+        block[31] = 1;
+        assert_eq!(pkcs7_len(&block), Some(31));
+        block[16..].fill(16);
+        assert_eq!(pkcs7_len(&block), Some(16));
+        block[29..].fill(3);
+        block[28] = 0x55;
+        assert_eq!(pkcs7_len(&block), Some(29));
+        block[30] = 2;
+        assert_eq!(pkcs7_len(&block), None, "inconsistent padding bytes");
+        block[31] = 0;
+        assert_eq!(pkcs7_len(&block), None, "zero padding length");
+        block[31] = 17;
+        assert_eq!(pkcs7_len(&block), None, "padding longer than a block");
+        assert_eq!(pkcs7_len(&[1; 15]), None, "shorter than a block");
+        assert_eq!(pkcs7_len(&[]), None);
+    }
+
+    #[test]
+    fn ciphertext_len_pads_to_next_block() {
+        assert_eq!(ciphertext_len(Mode::Cbc, 0), 16);
+        assert_eq!(ciphertext_len(Mode::Ecb, 15), 16);
+        assert_eq!(ciphertext_len(Mode::Ecb, 16), 32);
+        assert_eq!(ciphertext_len(Mode::Cbc, 17), 32);
+        assert_eq!(ciphertext_len(Mode::Ctr, 17), 17);
+        assert_eq!(ciphertext_len(Mode::Cfb, 0), 0);
+        assert_eq!(ciphertext_len(Mode::Ofb, 1000), 1000);
+        assert_eq!(ciphertext_len(Mode::Cbc, usize::MAX), usize::MAX);
+    }
+
+    #[test]
+    fn prepare_reuses_or_replaces() {
+        let mut buf = Vec::with_capacity(64);
+        buf.extend_from_slice(&[7; 40]);
+        let ptr = buf.as_ptr();
+        prepare(&mut buf, 20);
+        assert_eq!(buf, [7; 20]);
+        assert_eq!(buf.as_ptr(), ptr, "reused the allocation");
+        prepare(&mut buf, 30);
+        assert_eq!(&buf[20..], [0; 10]);
+        prepare(&mut buf, 1000);
+        assert_eq!(buf.len(), 1000);
+    }
+}

@@ -1,0 +1,18 @@
+//! The NN-operation-set IR: the Android NNAPI operations and operand types as nnc's
+//! compiler and runtime share them.
+//!
+//! - [`types`]: operation and operand types with their codes and HAL versions, lifetimes.
+//! - [`model`]: operands, operations, subgraphs, models, constant storage.
+//! - [`signature`]: per-operation signature checks and output shape inference.
+//! - [`validate`]: the model rules, reported all at once.
+//! - [`dump`]: text, JSON and Graphviz views.
+
+pub mod dump;
+pub mod model;
+pub mod signature;
+pub mod types;
+pub mod validate;
+
+pub use model::{ChannelQuant, DataLocation, IoInfo, Model, Operand, OperandIndex, Operation, Pool, Subgraph};
+pub use types::{FusedActivation, HalVersion, Lifetime, OperandType, OperationType, PaddingScheme};
+pub use validate::{ValidationError, validate};

@@ -1,0 +1,424 @@
+//! Operands, operations, subgraphs and models: the NN IR itself.
+//!
+//! The shape follows NNAPI HAL 1.3: a model is a main subgraph plus referenced subgraphs
+//! (IF/WHILE bodies), small constants inline in `operand_values` (CONSTANT_COPY) and
+//! large ones in memory pools (CONSTANT_REFERENCE). Dimensions use NNAPI's convention:
+//! `0` is an unknown dimension, and a tensor with no dimensions has unknown rank.
+
+use serde::Serialize;
+
+use super::types::{Lifetime, OperandType, OperationType};
+use crate::tensor::DataType;
+
+/// Constants of at most this many bytes are stored inline (CONSTANT_COPY).
+pub const MAX_INLINE_CONSTANT_BYTES: usize = 128;
+
+/// Index of an operand within its subgraph.
+pub type OperandIndex = u32;
+
+/// Where a constant's bytes live.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct DataLocation {
+    /// Pool index (CONSTANT_REFERENCE) or subgraph index (SUBGRAPH); unused for CONSTANT_COPY.
+    pub pool_index: u32,
+    pub offset: u64,
+    pub length: u64,
+}
+
+/// Per-channel quantization parameters (TENSOR_QUANT8_SYMM_PER_CHANNEL).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChannelQuant {
+    pub scales: Vec<f32>,
+    pub channel_dim: u32,
+}
+
+/// One operand: a typed value with a lifetime.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Operand {
+    #[serde(rename = "type")]
+    pub operand_type: OperandType,
+    /// Dimensions; `0` is unknown. Empty for scalars (and for tensors of unknown rank).
+    pub dimensions: Vec<u32>,
+    pub scale: f32,
+    pub zero_point: i32,
+    pub lifetime: Lifetime,
+    pub location: DataLocation,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel_quant: Option<ChannelQuant>,
+    /// The source tensor name, for messages and dumps; empty when there is none.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub name: String,
+}
+
+impl Operand {
+    /// A temporary of the given type and dimensions.
+    pub fn new(operand_type: OperandType, dimensions: Vec<u32>) -> Operand {
+        Operand {
+            operand_type,
+            dimensions,
+            scale: 0.0,
+            zero_point: 0,
+            lifetime: Lifetime::TemporaryVariable,
+            location: DataLocation::default(),
+            channel_quant: None,
+            name: String::new(),
+        }
+    }
+
+    pub fn with_quant(mut self, scale: f32, zero_point: i32) -> Operand {
+        self.scale = scale;
+        self.zero_point = zero_point;
+        self
+    }
+
+    pub fn with_name(mut self, name: impl Into<String>) -> Operand {
+        self.name = name.into();
+        self
+    }
+
+    /// True when every dimension is known (scalars are always fully specified).
+    pub fn is_fully_specified(&self) -> bool {
+        self.operand_type.is_scalar() || (!self.dimensions.is_empty() && self.dimensions.iter().all(|&d| d != 0))
+    }
+
+    /// Number of elements, when all dimensions are known; `None` also on overflow.
+    pub fn element_count(&self) -> Option<u64> {
+        if self.operand_type.is_scalar() {
+            return Some(1);
+        }
+        if !self.is_fully_specified() {
+            return None;
+        }
+        self.dimensions.iter().try_fold(1u64, |acc, &d| acc.checked_mul(u64::from(d)))
+    }
+
+    /// Bytes the value occupies, when known.
+    pub fn byte_size(&self) -> Option<u64> {
+        let size = self.operand_type.element_size()?;
+        self.element_count()?.checked_mul(size as u64)
+    }
+
+    /// Short type-and-shape description, e.g. `TF32 1x224x224x3`.
+    pub fn short_description(&self) -> String {
+        if self.operand_type.is_scalar() {
+            self.operand_type.short_name().to_string()
+        } else {
+            format!("{} {}", self.operand_type.short_name(), dims_to_string(&self.dimensions))
+        }
+    }
+}
+
+/// Formats dimensions as `1x3x224x224`, with `?` for unknown ones and `[]` for no dims.
+pub fn dims_to_string(dims: &[u32]) -> String {
+    if dims.is_empty() {
+        return "[]".to_string();
+    }
+    dims.iter()
+        .map(|&d| if d == 0 { "?".to_string() } else { d.to_string() })
+        .collect::<Vec<_>>()
+        .join("x")
+}
+
+/// One operation: a type applied to input operands, writing output operands.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Operation {
+    #[serde(rename = "type")]
+    pub op_type: OperationType,
+    pub inputs: Vec<OperandIndex>,
+    pub outputs: Vec<OperandIndex>,
+    /// Name of the source-model node this operation was lowered from; empty if none.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub source: String,
+}
+
+/// A graph of operations over operands.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Subgraph {
+    pub operands: Vec<Operand>,
+    pub operations: Vec<Operation>,
+    pub inputs: Vec<OperandIndex>,
+    pub outputs: Vec<OperandIndex>,
+}
+
+/// The bytes of a memory pool, or only its size when the bytes are not at hand (a
+/// compiled model inspected without its key).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Pool {
+    Bytes(Vec<u8>),
+    Opaque { size: u64 },
+}
+
+impl Pool {
+    pub fn size(&self) -> u64 {
+        match self {
+            Pool::Bytes(b) => b.len() as u64,
+            Pool::Opaque { size } => *size,
+        }
+    }
+
+    pub fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            Pool::Bytes(b) => Some(b),
+            Pool::Opaque { .. } => None,
+        }
+    }
+}
+
+impl Serialize for Pool {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Pool", 2)?;
+        st.serialize_field("size", &self.size())?;
+        st.serialize_field("available", &matches!(self, Pool::Bytes(_)))?;
+        st.end()
+    }
+}
+
+/// What the source model declared for a model input or output: the name users address
+/// it by, and the element type and dimensions they feed or receive. The NN operand may
+/// differ (int64 indices compute as TENSOR_INT32; a rank-0 value as a one-element tensor);
+/// the runtime converts at the boundary.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct IoInfo {
+    pub name: String,
+    pub dtype: DataType,
+    /// Source-level dimensions; `0` is a dimension known only at run time.
+    pub dims: Vec<u32>,
+}
+
+/// A model in the NN operation set.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Model {
+    pub main: Subgraph,
+    /// Subgraphs referenced by SUBGRAPH operands (IF/WHILE).
+    pub referenced: Vec<Subgraph>,
+    /// Inline constant bytes (CONSTANT_COPY).
+    #[serde(skip)]
+    pub operand_values: Vec<u8>,
+    pub pools: Vec<Pool>,
+    pub relax_computation_float32_to_float16: bool,
+    /// One entry per main-subgraph input, in order.
+    pub input_info: Vec<IoInfo>,
+    /// One entry per main-subgraph output, in order.
+    pub output_info: Vec<IoInfo>,
+}
+
+impl Model {
+    pub fn operand(&self, index: OperandIndex) -> Option<&Operand> {
+        self.main.operands.get(index as usize)
+    }
+
+    /// Adds an operand to the main subgraph and returns its index.
+    pub fn add_operand(&mut self, operand: Operand) -> OperandIndex {
+        self.main.operands.push(operand);
+        (self.main.operands.len() - 1) as OperandIndex
+    }
+
+    /// Adds a constant operand holding `bytes`: inline when small (CONSTANT_COPY), in
+    /// pool 0 otherwise (CONSTANT_REFERENCE). The caller guarantees that `bytes` matches
+    /// the type and dimensions; the validator checks it.
+    pub fn add_constant(&mut self, mut operand: Operand, bytes: &[u8]) -> OperandIndex {
+        if bytes.len() <= MAX_INLINE_CONSTANT_BYTES {
+            // Keep inline values 4-byte aligned so they can be read as words.
+            while self.operand_values.len() % 4 != 0 {
+                self.operand_values.push(0);
+            }
+            operand.lifetime = Lifetime::ConstantCopy;
+            operand.location = DataLocation {
+                pool_index: 0,
+                offset: self.operand_values.len() as u64,
+                length: bytes.len() as u64,
+            };
+            self.operand_values.extend_from_slice(bytes);
+        } else {
+            // Pooled constants go to the first pool whose bytes we hold; a model read
+            // from a compiled file has only opaque pools, so it gets a new one.
+            let pool_index = match self.pools.iter().position(|p| matches!(p, Pool::Bytes(_))) {
+                Some(i) => i,
+                None => {
+                    self.pools.push(Pool::Bytes(Vec::new()));
+                    self.pools.len() - 1
+                }
+            };
+            let Some(Pool::Bytes(pool)) = self.pools.get_mut(pool_index) else {
+                return self.add_operand(operand);
+            };
+            // 64-byte alignment keeps every weight tensor SIMD- and mmap-friendly.
+            while pool.len() % 64 != 0 {
+                pool.push(0);
+            }
+            operand.lifetime = Lifetime::ConstantReference;
+            operand.location = DataLocation {
+                pool_index: pool_index as u32,
+                offset: pool.len() as u64,
+                length: bytes.len() as u64,
+            };
+            pool.extend_from_slice(bytes);
+        }
+        self.add_operand(operand)
+    }
+
+    /// Adds a scalar INT32 constant.
+    pub fn add_i32(&mut self, value: i32) -> OperandIndex {
+        self.add_constant(Operand::new(OperandType::Int32, vec![]), &value.to_le_bytes())
+    }
+
+    /// Adds a scalar FLOAT32 constant.
+    pub fn add_f32(&mut self, value: f32) -> OperandIndex {
+        self.add_constant(Operand::new(OperandType::Float32, vec![]), &value.to_le_bytes())
+    }
+
+    /// Adds a scalar BOOL constant.
+    pub fn add_bool(&mut self, value: bool) -> OperandIndex {
+        self.add_constant(Operand::new(OperandType::Bool, vec![]), &[u8::from(value)])
+    }
+
+    /// Adds a 1-D TENSOR_INT32 constant.
+    pub fn add_i32_vector(&mut self, values: &[i32]) -> OperandIndex {
+        let operand = Operand::new(OperandType::TensorInt32, vec![values.len() as u32]);
+        self.add_constant(operand, bytemuck::cast_slice(values))
+    }
+
+    /// Adds a TENSOR_FLOAT32 constant.
+    pub fn add_f32_tensor(&mut self, dims: Vec<u32>, values: &[f32]) -> OperandIndex {
+        self.add_constant(Operand::new(OperandType::TensorFloat32, dims), bytemuck::cast_slice(values))
+    }
+
+    /// Adds an operand with no value (an omitted optional input).
+    pub fn add_no_value(&mut self, operand_type: OperandType) -> OperandIndex {
+        let mut operand = Operand::new(operand_type, vec![]);
+        operand.lifetime = Lifetime::NoValue;
+        self.add_operand(operand)
+    }
+
+    /// Appends an operation to the main subgraph and returns its index.
+    pub fn add_operation(
+        &mut self,
+        op_type: OperationType,
+        inputs: Vec<OperandIndex>,
+        outputs: Vec<OperandIndex>,
+        source: impl Into<String>,
+    ) -> usize {
+        self.main.operations.push(Operation {
+            op_type,
+            inputs,
+            outputs,
+            source: source.into(),
+        });
+        self.main.operations.len() - 1
+    }
+
+    /// The bytes of a constant operand of the main subgraph, when they are at hand and
+    /// the location is in range.
+    pub fn constant_bytes(&self, index: OperandIndex) -> Option<&[u8]> {
+        let operand = self.operand(index)?;
+        constant_bytes(operand, &self.operand_values, &self.pools)
+    }
+
+    /// Total bytes of constant data, inline and pooled, referenced by main operands.
+    pub fn constant_byte_count(&self) -> u64 {
+        self.main
+            .operands
+            .iter()
+            .filter(|o| o.lifetime.is_constant())
+            .map(|o| o.location.length)
+            .sum()
+    }
+
+    /// Number of constant tensor elements (the model's parameter count).
+    pub fn parameter_count(&self) -> u64 {
+        self.main
+            .operands
+            .iter()
+            .filter(|o| o.lifetime.is_constant() && o.operand_type.is_tensor())
+            .filter_map(|o| o.element_count())
+            .sum()
+    }
+
+    /// For every operand of the main subgraph, the operations that read it.
+    pub fn consumers(&self) -> Vec<Vec<usize>> {
+        let mut consumers = vec![Vec::new(); self.main.operands.len()];
+        for (i, op) in self.main.operations.iter().enumerate() {
+            for &input in &op.inputs {
+                if let Some(list) = consumers.get_mut(input as usize)
+                    && list.last() != Some(&i)
+                {
+                    list.push(i);
+                }
+            }
+        }
+        consumers
+    }
+
+    /// For every operand of the main subgraph, the operation that writes it, if any.
+    pub fn producers(&self) -> Vec<Option<usize>> {
+        let mut producers = vec![None; self.main.operands.len()];
+        for (i, op) in self.main.operations.iter().enumerate() {
+            for &output in &op.outputs {
+                if let Some(slot) = producers.get_mut(output as usize) {
+                    *slot = Some(i);
+                }
+            }
+        }
+        producers
+    }
+
+    /// Histogram of operation types in the main subgraph, sorted by name.
+    pub fn operation_histogram(&self) -> std::collections::BTreeMap<&'static str, usize> {
+        let mut histogram = std::collections::BTreeMap::new();
+        for op in &self.main.operations {
+            *histogram.entry(op.op_type.name()).or_insert(0) += 1;
+        }
+        histogram
+    }
+}
+
+/// The bytes of a constant operand, resolved against inline values and pools.
+pub fn constant_bytes<'a>(operand: &Operand, operand_values: &'a [u8], pools: &'a [Pool]) -> Option<&'a [u8]> {
+    let loc = operand.location;
+    let range = |len: usize| -> Option<std::ops::Range<usize>> {
+        let start = usize::try_from(loc.offset).ok()?;
+        let end = start.checked_add(usize::try_from(loc.length).ok()?)?;
+        (end <= len).then_some(start..end)
+    };
+    match operand.lifetime {
+        Lifetime::ConstantCopy => operand_values.get(range(operand_values.len())?),
+        Lifetime::ConstantReference => {
+            let pool = pools.get(loc.pool_index as usize)?.bytes()?;
+            pool.get(range(pool.len())?)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_constants_are_inline_and_large_ones_pooled() {
+        let mut model = Model::default();
+        let small = model.add_f32_tensor(vec![32], &[1.0; 32]);
+        let large = model.add_f32_tensor(vec![33], &[2.0; 33]);
+        assert_eq!(model.main.operands[small as usize].lifetime, Lifetime::ConstantCopy);
+        assert_eq!(model.main.operands[large as usize].lifetime, Lifetime::ConstantReference);
+        assert_eq!(model.constant_bytes(small).map(<[u8]>::len), Some(128));
+        assert_eq!(model.constant_bytes(large).map(<[u8]>::len), Some(132));
+        assert_eq!(&model.constant_bytes(large).unwrap()[..4], &2.0f32.to_le_bytes());
+        assert_eq!(model.parameter_count(), 65);
+    }
+
+    #[test]
+    fn out_of_range_locations_resolve_to_none() {
+        let mut model = Model::default();
+        let c = model.add_i32(7);
+        model.main.operands[c as usize].location.offset = u64::MAX - 1;
+        assert_eq!(model.constant_bytes(c), None);
+    }
+
+    #[test]
+    fn dims_format() {
+        assert_eq!(dims_to_string(&[1, 0, 3]), "1x?x3");
+        assert_eq!(dims_to_string(&[]), "[]");
+    }
+}
