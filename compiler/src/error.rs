@@ -31,6 +31,9 @@ pub enum CompileError {
     /// A compiler pass failed.
     #[error("pass {pass}: {message}")]
     Pass { pass: &'static str, message: String },
+    /// Writing the `.nnc` file failed.
+    #[error("{0}")]
+    Container(#[from] nnc_formats::container::ContainerError),
     /// The options given to the compiler are inconsistent.
     #[error("{0}")]
     Options(String),

@@ -4,8 +4,10 @@
 //! The pipeline: a frontend ([`onnx`]) decodes and lowers a source model to the NN IR of
 //! `nnc-formats`; [`passes`] optimize it; later stages partition and emit it.
 
+pub mod emit;
 pub mod error;
 pub mod onnx;
 pub mod passes;
+pub mod pipeline;
 
 pub use error::{CompileError, UnsupportedReport};

@@ -80,24 +80,36 @@ pub fn import_model(model: &ModelProto, options: &ImportOptions, ext: &ExternalD
     lowerer.add_initializers(graph)?;
     lowerer.add_inputs(graph, options)?;
 
-    // Lower every node we can, collecting everything unsupported in one report. Nodes
-    // that depend on an unsupported node are skipped (their own support is unknowable).
+    // Every node whose operator has no lowering at all is listed, wherever it is.
     let mut report = UnsupportedReport::new("ONNX");
     let mut poisoned: HashSet<&str> = HashSet::new();
+    let mut listed: HashSet<usize> = HashSet::new();
+    for (i, node) in graph.node.iter().enumerate() {
+        let domain_ok = node.domain.is_empty() || node.domain == "ai.onnx";
+        let reason = if !domain_ok {
+            format!("operator domain '{}' is not supported", node.domain)
+        } else if !lower::SUPPORTED_OPS.contains(&node.op_type.as_str()) {
+            "no lowering to the NN operation set".to_string()
+        } else {
+            continue;
+        };
+        report.add(&op_key(node), &node_label(node), reason);
+        poisoned.extend(node.output.iter().map(String::as_str));
+        listed.insert(i);
+    }
+    // Then lower every other node, adding those that fail on their particular
+    // attributes. A node that depends on an unsupported one is skipped: its own support
+    // cannot be decided without its inputs.
     for &i in &order {
         let node = &graph.node[i];
+        if listed.contains(&i) {
+            continue;
+        }
         if node.input.iter().any(|x| poisoned.contains(x.as_str())) {
             poisoned.extend(node.output.iter().map(String::as_str));
             continue;
         }
-        let domain_ok = node.domain.is_empty() || node.domain == "ai.onnx";
-        let result = if !domain_ok {
-            Err(lower::NodeError::Unsupported(format!("operator domain '{}' is not supported", node.domain)))
-        } else if !lower::SUPPORTED_OPS.contains(&node.op_type.as_str()) {
-            Err(lower::NodeError::Unsupported("no lowering to the NN operation set".into()))
-        } else {
-            lowerer.lower_node(node)
-        };
+        let result = lowerer.lower_node(node);
         match result {
             Ok(()) => {}
             Err(lower::NodeError::Unsupported(reason)) => {

@@ -220,7 +220,7 @@ impl Model {
     pub fn add_constant(&mut self, mut operand: Operand, bytes: &[u8]) -> OperandIndex {
         if bytes.len() <= MAX_INLINE_CONSTANT_BYTES {
             // Keep inline values 4-byte aligned so they can be read as words.
-            while self.operand_values.len() % 4 != 0 {
+            while !self.operand_values.len().is_multiple_of(4) {
                 self.operand_values.push(0);
             }
             operand.lifetime = Lifetime::ConstantCopy;
@@ -244,7 +244,7 @@ impl Model {
                 return self.add_operand(operand);
             };
             // 64-byte alignment keeps every weight tensor SIMD- and mmap-friendly.
-            while pool.len() % 64 != 0 {
+            while !pool.len().is_multiple_of(64) {
                 pool.push(0);
             }
             operand.lifetime = Lifetime::ConstantReference;

@@ -754,12 +754,11 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
                 if tr != r {
                     return Err(shape_err(format!("inputs have ranks {r} and {tr}")));
                 }
-                for d in 0..r {
+                for (d, (slot, &v)) in out.iter_mut().zip(&t.dimensions).enumerate() {
                     if d == axis {
-                        let v = t.dimensions[d];
                         total = if v == 0 { None } else { total.map(|s| s + u64::from(v)) };
                     } else {
-                        out[d] = merge_dim(out[d], t.dimensions[d], "non-axis dimensions")?;
+                        *slot = merge_dim(*slot, v, "non-axis dimensions")?;
                     }
                 }
             }
@@ -846,9 +845,7 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
             match op {
                 O::PadV2 => {
                     let t = ctx.operand(2).operand_type;
-                    if input.operand_type.is_quantized() {
-                        ctx.i32(2, "pad_value")?;
-                    } else if input.operand_type == OperandType::TensorInt32 {
+                    if input.operand_type.is_quantized() || input.operand_type == OperandType::TensorInt32 {
                         ctx.i32(2, "pad_value")?;
                     } else if t == OperandType::Float16 || t == OperandType::Float32 {
                         ctx.f32(2, "pad_value")?;
@@ -1558,7 +1555,7 @@ fn infer_conv(op: OperationType, ctx: &Ctx, output_count: usize) -> Result<Vec<O
                 }
             }
             _ => {
-                if in_channels != 0 && f[3] != 0 && (in_channels % groups != 0 || f[3] * groups != in_channels) {
+                if in_channels != 0 && f[3] != 0 && (!in_channels.is_multiple_of(groups) || f[3] * groups != in_channels) {
                     return Err(shape_err(format!(
                         "input channels {in_channels} != {groups} groups x filter depth {}",
                         f[3]

@@ -280,7 +280,7 @@ impl Validator<'_> {
                 if o.operand_type != OperandType::Subgraph {
                     self.report(loc.clone(), "SUBGRAPH lifetime requires the SUBGRAPH type");
                 }
-                if l.offset as usize >= self.model.referenced.len() + 1 || l.offset == 0 {
+                if l.offset as usize > self.model.referenced.len() || l.offset == 0 {
                     self.report(
                         loc,
                         format!("refers to subgraph {} which does not exist", l.offset),
@@ -314,7 +314,7 @@ impl Validator<'_> {
                             subgraph: s,
                             operand: i as usize,
                         },
-                        format!("listed as a {what} but its lifetime is {}", o.lifetime.name()),
+                        format!("listed as an {what} but its lifetime is {}", o.lifetime.name()),
                     ),
                     _ => {}
                 }

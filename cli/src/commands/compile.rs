@@ -1,0 +1,149 @@
+//! `nnc compile`: a source model in, an encrypted `.nnc` out.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use nnc_compiler::emit::{self, EmitOptions};
+use nnc_formats::container::Container;
+use nnc_formats::crypto::{Algorithm, Mode};
+use serde_json::json;
+
+use super::{EncryptArg, ModeArg};
+use crate::keys::KeyArgs;
+use crate::output;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The model: .onnx or .tflite.
+    pub model: PathBuf,
+    /// The .nnc file to write (atomically: a failed compile leaves nothing behind).
+    #[arg(short, long, value_name = "OUT.nnc")]
+    pub output: PathBuf,
+    /// Weight cipher. The default, AES-128, runs on AES-NI; SM4 is for deployments that
+    /// must use it. `none` writes plaintext weights (still integrity-checked).
+    #[arg(long, value_enum, default_value = "aes128")]
+    pub encrypt: EncryptArg,
+    /// Cipher mode. The default, CTR, needs no padding and decrypts in parallel; ECB
+    /// reveals repeated blocks and is offered only for compatibility.
+    #[arg(long, value_enum, default_value = "ctr")]
+    pub mode: ModeArg,
+    #[command(flatten)]
+    pub key: KeyArgs,
+    /// Byte-identical output for the same model, options and key (IVs from a keyed PRF).
+    #[arg(long)]
+    pub reproducible: bool,
+    /// Print a JSON summary on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Fix a dynamic input dimension: NAME=1x3x224x224 (repeatable).
+    #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = super::parse_input_shape)]
+    pub input_shapes: Vec<(String, Vec<u32>)>,
+}
+
+/// Stage messages on stderr, only when a person is watching.
+struct Progress {
+    on: bool,
+    start: Instant,
+}
+
+impl Progress {
+    fn stage(&self, what: &str) {
+        if self.on {
+            eprintln!("nnc: [{:>6.2}s] {what}", self.start.elapsed().as_secs_f64());
+        }
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let progress = Progress {
+        on: std::io::stderr().is_terminal() && !args.json,
+        start: Instant::now(),
+    };
+    let algorithm: Option<Algorithm> = args.encrypt.into();
+    let mode: Mode = args.mode.into();
+    let key = match algorithm {
+        Some(a) => match args.key.load(a)? {
+            Some(k) => Some(k),
+            None => bail!(
+                "nnc compile encrypts weights ({}-{} by default) and needs a key: pass --key-file FILE or --key-env VAR \
+                 (make one with `nnc keygen --algorithm {} -o FILE`), or --encrypt none",
+                a.name(),
+                mode.name(),
+                a.name()
+            ),
+        },
+        None => {
+            if args.key.given() {
+                bail!("--encrypt none takes no key");
+            }
+            None
+        }
+    };
+    if mode == Mode::Ecb && key.is_some() {
+        eprintln!("warning: ECB encrypts equal weight blocks to equal ciphertext blocks, revealing patterns; prefer ctr or cbc");
+    }
+    progress.stage(&format!("lowering {}", args.model.display()));
+    let options = super::lower_options(&args.input_shapes, false)?;
+    let started = Instant::now();
+    let lowered = super::lower(&args.model, &options)?;
+    let lower_ms = started.elapsed().as_secs_f64() * 1e3;
+    progress.stage(&format!(
+        "lowered to {} operations; encrypting weights",
+        lowered.model.main.operations.len()
+    ));
+    let started = Instant::now();
+    let bytes = emit::emit(
+        &lowered.model,
+        EmitOptions {
+            key: key.as_ref(),
+            mode,
+            reproducible: args.reproducible,
+            extra_sections: Vec::new(),
+        },
+    )
+    .with_context(|| format!("cannot compile {}", args.model.display()))?;
+    let emit_ms = started.elapsed().as_secs_f64() * 1e3;
+    progress.stage(&format!("writing {}", args.output.display()));
+    output::write_atomic(&args.output, &bytes)?;
+    let container = Container::parse(&bytes).context("internal error: the written file does not parse")?;
+    let fields: Vec<_> = container.fields.iter().flatten().collect();
+    let weight_bytes: u64 = fields.iter().map(|f| f.plaintext_length).sum();
+    let summary = json!({
+        "schema": "nnc.compile/1",
+        "model": args.model.display().to_string(),
+        "output": args.output.display().to_string(),
+        "bytes": bytes.len(),
+        "operations": container.model.main.operations.len(),
+        "weight_fields": fields.len(),
+        "weight_bytes": weight_bytes,
+        "encryption": {
+            "algorithm": algorithm.map_or("none", |a| a.name()),
+            "mode": if key.is_some() { mode.name() } else { "none" },
+            "padding": container.header.crypto.padding.name(),
+            "integrity": container.header.crypto.integrity.name(),
+            "key_id": key.as_ref().map(|_| hex::encode(container.header.key_id)),
+        },
+        "reproducible": args.reproducible,
+        "timing_ms": { "lower": lower_ms, "emit": emit_ms },
+    });
+    if args.json {
+        output::stdout(&format!("{}\n", serde_json::to_string_pretty(&summary)?))?;
+    } else {
+        eprintln!(
+            "wrote {} ({} bytes): {} operations, {} weight fields ({} bytes), {}",
+            args.output.display(),
+            bytes.len(),
+            container.model.main.operations.len(),
+            fields.len(),
+            weight_bytes,
+            match algorithm {
+                Some(a) => format!("{}-{} with {}", a.name(), mode.name(), container.header.crypto.integrity.name()),
+                None => "unencrypted (SHA-256 digests)".into(),
+            }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

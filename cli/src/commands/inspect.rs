@@ -1,0 +1,321 @@
+//! `nnc inspect`: what a model is and what nnc made of it.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use nnc_compiler::pipeline::Lowered;
+use nnc_formats::nn::Model;
+use serde_json::{Value, json};
+
+use crate::keys::KeyArgs;
+use crate::output;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The model: .onnx, .tflite or a compiled .nnc.
+    pub model: PathBuf,
+    /// Print one JSON object (a stable schema; see docs/CLI.md).
+    #[arg(long)]
+    pub json: bool,
+    /// Fix a dynamic input dimension: NAME=1x3x224x224 (repeatable).
+    #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = super::parse_input_shape)]
+    pub input_shapes: Vec<(String, Vec<u32>)>,
+    /// Show the model as the frontend lowered it, before optimization passes.
+    #[arg(long)]
+    pub no_optimize: bool,
+    /// For a .nnc: verify it with this key too.
+    #[command(flatten)]
+    pub key: KeyArgs,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if super::is_compiled(&args.model)? {
+        return run_compiled(args);
+    }
+    let options = super::lower_options(&args.input_shapes, args.no_optimize)?;
+    let lowered = super::lower(&args.model, &options)?;
+    let report = source_report(&args.model, &lowered);
+    if args.json {
+        output::stdout(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
+    } else {
+        output::stdout(&source_text(&report))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn io_entries(model: &Model, outputs: bool) -> Vec<Value> {
+    let (list, info) = if outputs {
+        (&model.main.outputs, &model.output_info)
+    } else {
+        (&model.main.inputs, &model.input_info)
+    };
+    list.iter()
+        .zip(info)
+        .map(|(&index, info)| {
+            let operand = &model.main.operands[index as usize];
+            json!({
+                "name": info.name,
+                "dtype": info.dtype.name(),
+                "shape": info.dims.iter().map(|&d| if d == 0 { Value::Null } else { json!(d) }).collect::<Vec<_>>(),
+                "nn_type": operand.operand_type.name(),
+                "nn_dimensions": operand.dimensions,
+                "operand": index,
+            })
+        })
+        .collect()
+}
+
+/// The inspect report of a source model, as JSON (the text form is rendered from it).
+pub fn source_report(path: &std::path::Path, lowered: &Lowered) -> Value {
+    let model = &lowered.model;
+    json!({
+        "schema": "nnc.inspect.source/1",
+        "path": path.display().to_string(),
+        "format": lowered.format.name(),
+        "ir_version": lowered.source.ir_version,
+        "opset": lowered.source.opset,
+        "producer": lowered.source.producer,
+        "inputs": io_entries(model, false),
+        "outputs": io_entries(model, true),
+        "source_node_count": lowered.source.node_count,
+        "source_operators": lowered.source.operators,
+        "lowered_operations": lowered.lowered_histogram,
+        "operations": model.operation_histogram(),
+        "operation_count": model.main.operations.len(),
+        "operand_count": model.main.operands.len(),
+        "parameter_count": model.parameter_count(),
+        "parameter_bytes": model.constant_byte_count(),
+        "passes": lowered.passes,
+    })
+}
+
+fn histogram_line(map: &Value) -> String {
+    let Some(obj) = map.as_object() else { return String::new() };
+    let mut entries: Vec<(&String, u64)> = obj.iter().map(|(k, v)| (k, v.as_u64().unwrap_or(0))).collect();
+    entries.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    entries.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
+}
+
+fn shape_text(v: &Value) -> String {
+    let dims: Vec<String> = v
+        .as_array()
+        .map(|a| a.iter().map(|d| d.as_u64().map(|x| x.to_string()).unwrap_or_else(|| "?".into())).collect())
+        .unwrap_or_default();
+    format!("[{}]", dims.join(", "))
+}
+
+fn source_text(r: &Value) -> String {
+    let mut s = String::new();
+    s.push_str(&format!(
+        "{}: {} model, IR version {}, opset {}{}\n",
+        r["path"].as_str().unwrap_or(""),
+        r["format"].as_str().unwrap_or(""),
+        r["ir_version"],
+        r["opset"],
+        match r["producer"].as_str() {
+            Some(p) if !p.is_empty() => format!(", produced by {p}"),
+            _ => String::new(),
+        }
+    ));
+    for (title, key) in [("inputs", "inputs"), ("outputs", "outputs")] {
+        s.push_str(&format!("{title}:\n"));
+        for e in r[key].as_array().into_iter().flatten() {
+            s.push_str(&format!(
+                "  {} {} {}  (NN: {} {})\n",
+                e["name"].as_str().unwrap_or(""),
+                e["dtype"].as_str().unwrap_or(""),
+                shape_text(&e["shape"]),
+                e["nn_type"].as_str().unwrap_or(""),
+                shape_text(&e["nn_dimensions"]),
+            ));
+        }
+    }
+    s.push_str(&format!(
+        "source operators ({} nodes): {}\n",
+        r["source_node_count"],
+        histogram_line(&r["source_operators"])
+    ));
+    s.push_str(&format!("lowered operations: {}\n", histogram_line(&r["lowered_operations"])));
+    s.push_str(&format!(
+        "optimized operations ({}): {}\n",
+        r["operation_count"],
+        histogram_line(&r["operations"])
+    ));
+    s.push_str(&format!(
+        "operands: {}\nparameters: {} ({} bytes)\n",
+        r["operand_count"], r["parameter_count"], r["parameter_bytes"]
+    ));
+    let passes = r["passes"].as_array().cloned().unwrap_or_default();
+    if !passes.is_empty() {
+        s.push_str("passes:\n");
+        for p in passes {
+            let changes = p["changes"].as_object().cloned().unwrap_or_default();
+            let what = if changes.is_empty() {
+                "no change".to_string()
+            } else {
+                changes.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join("; ")
+            };
+            s.push_str(&format!(
+                "  {:<18} {:>4} -> {:<4} operations  {what}\n",
+                p["pass"].as_str().unwrap_or(""),
+                p["operations_before"],
+                p["operations_after"]
+            ));
+        }
+    }
+    s
+}
+
+fn run_compiled(args: Args) -> anyhow::Result<ExitCode> {
+    use anyhow::Context;
+    use nnc_formats::container::Container;
+    let bytes = std::fs::read(&args.model).with_context(|| format!("cannot read {}", args.model.display()))?;
+    let container = Container::parse(&bytes).with_context(|| format!("{} is not a valid nnc model file", args.model.display()))?;
+    let verified = if args.key.given() || !container.is_encrypted() {
+        let key = match container.header.crypto.algorithm {
+            Some(a) => Some(args.key.require(a)?),
+            None => None,
+        };
+        container
+            .verify(key.as_ref())
+            .with_context(|| format!("{} failed verification", args.model.display()))?;
+        Value::Bool(true)
+    } else {
+        Value::Null
+    };
+    let report = compiled_report(&args.model, &container, verified);
+    if args.json {
+        output::stdout(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
+    } else {
+        output::stdout(&compiled_text(&report))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The inspect report of a compiled model.
+pub fn compiled_report(path: &std::path::Path, c: &nnc_formats::container::Container, verified: Value) -> Value {
+    use nnc_formats::container::FLAG_REPRODUCIBLE;
+    let h = &c.header;
+    let model = &c.model;
+    let units: Vec<Value> = model
+        .main
+        .operations
+        .iter()
+        .enumerate()
+        .map(|(i, op)| {
+            json!({
+                "index": i,
+                "type": op.op_type.name(),
+                "inputs": op.inputs,
+                "outputs": op.outputs,
+                "source": op.source,
+                "weights": c.fields[i],
+            })
+        })
+        .collect();
+    json!({
+        "schema": "nnc.inspect.compiled/1",
+        "path": path.display().to_string(),
+        "bytes": c.bytes().len(),
+        "format_version": format!("{}.{}", h.major, h.minor),
+        "producer": h.producer,
+        "crypto": {
+            "encrypted": h.crypto.is_encrypted(),
+            "algorithm": h.crypto.algorithm.map(|a| a.name()),
+            "mode": h.crypto.mode.map(|m| m.name()),
+            "padding": h.crypto.padding.name(),
+            "integrity": h.crypto.integrity.name(),
+            "key_id": h.crypto.is_encrypted().then(|| hex::encode(h.key_id)),
+        },
+        "reproducible": h.flags & FLAG_REPRODUCIBLE != 0,
+        "sections": c.sections.iter().map(|s| json!({"kind": s.kind_name(), "offset": s.offset, "length": s.length})).collect::<Vec<_>>(),
+        "inputs": io_entries(model, false),
+        "outputs": io_entries(model, true),
+        "operations": model.operation_histogram(),
+        "operation_count": model.main.operations.len(),
+        "operand_count": model.main.operands.len(),
+        "weight_fields": c.fields.iter().flatten().count(),
+        "weight_bytes": c.fields.iter().flatten().map(|f| f.plaintext_length).sum::<u64>(),
+        "arena_bytes": c.arena_size,
+        "units": units,
+        "verified": verified,
+    })
+}
+
+fn compiled_text(r: &Value) -> String {
+    let mut s = String::new();
+    let crypto = &r["crypto"];
+    s.push_str(&format!(
+        "{}: nnc model file, format {}, {} bytes, written by {}\n",
+        r["path"].as_str().unwrap_or(""),
+        r["format_version"].as_str().unwrap_or(""),
+        r["bytes"],
+        r["producer"].as_str().unwrap_or("")
+    ));
+    if crypto["encrypted"] == Value::Bool(true) {
+        s.push_str(&format!(
+            "encryption: {}-{} (padding {}), integrity {}, key id {}{}\n",
+            crypto["algorithm"].as_str().unwrap_or(""),
+            crypto["mode"].as_str().unwrap_or(""),
+            crypto["padding"].as_str().unwrap_or(""),
+            crypto["integrity"].as_str().unwrap_or(""),
+            crypto["key_id"].as_str().unwrap_or(""),
+            if r["reproducible"] == Value::Bool(true) { ", reproducible" } else { "" }
+        ));
+    } else {
+        s.push_str("encryption: none (weights in plaintext), integrity SHA-256\n");
+    }
+    s.push_str(match &r["verified"] {
+        Value::Bool(true) => "verified: yes\n",
+        _ => "verified: not checked (give --key-file or --key-env to verify)\n",
+    });
+    s.push_str("sections:\n");
+    for sec in r["sections"].as_array().into_iter().flatten() {
+        s.push_str(&format!(
+            "  {:<15} offset {:>10}  length {:>10}\n",
+            sec["kind"].as_str().unwrap_or(""),
+            sec["offset"],
+            sec["length"]
+        ));
+    }
+    for (title, key) in [("inputs", "inputs"), ("outputs", "outputs")] {
+        s.push_str(&format!("{title}:\n"));
+        for e in r[key].as_array().into_iter().flatten() {
+            s.push_str(&format!(
+                "  {} {} {}  (NN: {} {})\n",
+                e["name"].as_str().unwrap_or(""),
+                e["dtype"].as_str().unwrap_or(""),
+                shape_text(&e["shape"]),
+                e["nn_type"].as_str().unwrap_or(""),
+                shape_text(&e["nn_dimensions"]),
+            ));
+        }
+    }
+    s.push_str(&format!(
+        "operations ({}): {}\nweights: {} fields, {} bytes of plaintext\n",
+        r["operation_count"],
+        histogram_line(&r["operations"]),
+        r["weight_fields"],
+        r["weight_bytes"]
+    ));
+    s.push_str("operator-info units:\n");
+    for u in r["units"].as_array().into_iter().flatten() {
+        let w = &u["weights"];
+        let weights = if w.is_null() {
+            "no weights".to_string()
+        } else {
+            format!(
+                "field {} at {} ({} bytes, {} plaintext, iv {})",
+                w["index"], w["offset"], w["length"], w["plaintext_length"], w["iv"].as_str().unwrap_or("")
+            )
+        };
+        s.push_str(&format!(
+            "  {:>4} {:<22} in {:?} out {:?}  {weights}\n",
+            u["index"],
+            u["type"].as_str().unwrap_or(""),
+            u["inputs"].as_array().map(|a| a.len()).unwrap_or(0),
+            u["outputs"].as_array().map(|a| a.len()).unwrap_or(0),
+        ));
+    }
+    s
+}

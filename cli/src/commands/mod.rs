@@ -1,0 +1,127 @@
+//! One module per subcommand, plus the options they share.
+
+pub mod compile;
+pub mod dump;
+pub mod inspect;
+pub mod keygen;
+pub mod verify;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use nnc_compiler::pipeline::{self, LowerOptions, Lowered};
+
+/// `--input-shape NAME=1x3x224x224` (also `NAME=1,3,224,224`).
+pub fn parse_input_shape(text: &str) -> Result<(String, Vec<u32>), String> {
+    let (name, dims) = text
+        .rsplit_once('=')
+        .ok_or_else(|| format!("'{text}' is not NAME=DIMS (e.g. input=1x3x224x224)"))?;
+    if name.is_empty() {
+        return Err(format!("'{text}' has no input name"));
+    }
+    let dims = dims
+        .split(['x', ','])
+        .map(|d| match d.trim().parse::<u32>() {
+            Ok(v) if v >= 1 && v <= i32::MAX as u32 => Ok(v),
+            _ => Err(format!("'{d}' in '{text}' is not a dimension (a whole number from 1 to {})", i32::MAX)),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((name.to_string(), dims))
+}
+
+/// Lowering options from the shared command-line flags.
+pub fn lower_options(input_shapes: &[(String, Vec<u32>)], no_optimize: bool) -> anyhow::Result<LowerOptions> {
+    let mut shapes = HashMap::new();
+    for (name, dims) in input_shapes {
+        if shapes.insert(name.clone(), dims.clone()).is_some() {
+            bail!("--input-shape is given twice for '{name}'");
+        }
+    }
+    let mut options = LowerOptions {
+        no_optimize,
+        ..Default::default()
+    };
+    options.import.input_shapes = shapes;
+    Ok(options)
+}
+
+/// Lowers a source model, with the file named in errors.
+pub fn lower(path: &Path, options: &LowerOptions) -> anyhow::Result<Lowered> {
+    pipeline::lower_file(path, options).with_context(|| format!("cannot compile {}", path.display()))
+}
+
+/// `--algorithm` of keygen.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum AlgorithmArg {
+    Sm4,
+    Aes128,
+    Aes192,
+    Aes256,
+}
+
+impl From<AlgorithmArg> for nnc_formats::crypto::Algorithm {
+    fn from(a: AlgorithmArg) -> Self {
+        use nnc_formats::crypto::Algorithm as A;
+        match a {
+            AlgorithmArg::Sm4 => A::Sm4,
+            AlgorithmArg::Aes128 => A::Aes128,
+            AlgorithmArg::Aes192 => A::Aes192,
+            AlgorithmArg::Aes256 => A::Aes256,
+        }
+    }
+}
+
+/// `--encrypt` of compile.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum EncryptArg {
+    Sm4,
+    Aes128,
+    Aes192,
+    Aes256,
+    None,
+}
+
+impl From<EncryptArg> for Option<nnc_formats::crypto::Algorithm> {
+    fn from(a: EncryptArg) -> Self {
+        match a {
+            EncryptArg::Sm4 => Some(AlgorithmArg::Sm4.into()),
+            EncryptArg::Aes128 => Some(AlgorithmArg::Aes128.into()),
+            EncryptArg::Aes192 => Some(AlgorithmArg::Aes192.into()),
+            EncryptArg::Aes256 => Some(AlgorithmArg::Aes256.into()),
+            EncryptArg::None => None,
+        }
+    }
+}
+
+/// `--mode` of compile.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum ModeArg {
+    Ecb,
+    Cbc,
+    Cfb,
+    Ofb,
+    Ctr,
+}
+
+impl From<ModeArg> for nnc_formats::crypto::Mode {
+    fn from(m: ModeArg) -> Self {
+        use nnc_formats::crypto::Mode as M;
+        match m {
+            ModeArg::Ecb => M::Ecb,
+            ModeArg::Cbc => M::Cbc,
+            ModeArg::Cfb => M::Cfb,
+            ModeArg::Ofb => M::Ofb,
+            ModeArg::Ctr => M::Ctr,
+        }
+    }
+}
+
+/// True when the file starts with the `.nnc` magic.
+pub fn is_compiled(path: &Path) -> anyhow::Result<bool> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut magic = [0u8; 8];
+    let n = f.read(&mut magic).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(n == 8 && magic == nnc_formats::container::MAGIC)
+}

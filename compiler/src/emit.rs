@@ -1,0 +1,34 @@
+//! Emission: an optimized NN model becomes `.nnc` bytes.
+
+use nnc_formats::container::{self, SectionKind, WriteOptions};
+use nnc_formats::crypto::{Key, Mode};
+use nnc_formats::nn::Model;
+
+use crate::error::CompileError;
+
+/// How to emit a model.
+pub struct EmitOptions<'a> {
+    pub key: Option<&'a Key>,
+    pub mode: Mode,
+    pub reproducible: bool,
+    /// Further sections to embed (the execution plan).
+    pub extra_sections: Vec<(SectionKind, Vec<u8>)>,
+}
+
+/// The producer string recorded in every file.
+pub fn producer() -> String {
+    format!("nnc {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Serializes `model` into a `.nnc` file held in memory.
+pub fn emit(model: &Model, options: EmitOptions) -> Result<Vec<u8>, CompileError> {
+    let write_options = WriteOptions {
+        key: options.key,
+        mode: options.mode,
+        reproducible: options.reproducible,
+        producer: producer(),
+        arena: None,
+        extra_sections: options.extra_sections,
+    };
+    Ok(container::write(model, &write_options)?)
+}

@@ -1,0 +1,55 @@
+//! Errors of reading, verifying and writing `.nnc` files. Every variant names the field
+//! or region at fault.
+
+use crate::crypto::CryptoError;
+use crate::nn::ValidationError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ContainerError {
+    #[error("not an nnc model file: bad magic bytes (expected {expected:02x?})")]
+    BadMagic { expected: [u8; 8] },
+    #[error("file is truncated: {what} needs {needed} bytes, the file has {available}")]
+    Truncated { what: String, needed: u64, available: u64 },
+    #[error("unsupported format version {major}.{minor}: this nnc reads major version {supported}")]
+    UnsupportedVersion { major: u16, minor: u16, supported: u16 },
+    #[error("header field '{field}': {message}")]
+    HeaderField { field: &'static str, message: String },
+    #[error("section table entry {index} ({kind}): {message}")]
+    Section { index: usize, kind: String, message: String },
+    #[error("sections '{first}' and '{second}' overlap")]
+    SectionsOverlap { first: String, second: String },
+    #[error("the file has no '{0}' section")]
+    MissingSection(&'static str),
+    #[error("{section} section, byte {offset}: field '{field}' {message}")]
+    Malformed {
+        section: &'static str,
+        offset: u64,
+        field: String,
+        message: String,
+    },
+    #[error("operation {operation}: weight field {message}")]
+    WeightField { operation: usize, message: String },
+    #[error("the model graph stored in the file is invalid: {0}")]
+    Graph(#[from] ValidationError),
+    #[error("{region} holds non-zero bytes at offset {offset} where only zero padding may be")]
+    NonZeroPadding { region: &'static str, offset: u64 },
+    /// The one message for every integrity failure: nnc cannot tell a wrong key from an
+    /// altered file, and says so.
+    #[error("wrong key or tampered file: {what} does not authenticate")]
+    Integrity { what: String },
+    #[error("the file is encrypted ({algorithm}); a key is required (--key-file or --key-env)")]
+    KeyRequired { algorithm: &'static str },
+    #[error("the key is for {key} but the file is encrypted with {file}")]
+    KeyAlgorithm { key: &'static str, file: &'static str },
+    #[error("cannot write the model: {0}")]
+    Unwritable(String),
+    #[error(transparent)]
+    Crypto(#[from] CryptoError),
+}
+
+impl ContainerError {
+    /// True for failures that mean "wrong key or tampered file".
+    pub fn is_integrity(&self) -> bool {
+        matches!(self, ContainerError::Integrity { .. })
+    }
+}

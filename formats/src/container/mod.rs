@@ -1,0 +1,410 @@
+//! The `.nnc` file: a compiled model whose weights are ciphertext.
+//!
+//! Layout (byte-level specification in `docs/FORMAT.md`):
+//! - a 256-byte header: magic, version, producer, crypto configuration, key identifier,
+//!   salt, section table location, and the metadata authentication tag;
+//! - a section table;
+//! - the operator-info section: the operand table (with storage info), one unit per
+//!   operation (type, operands, and the storage info of that operation's weight field:
+//!   offset, length, IV, plaintext length, tag), model inputs/outputs, and the inline
+//!   (CONSTANT_COPY) values;
+//! - the weight section: one field per operation that owns weights, each encrypted on
+//!   its own so that it can be fetched and decrypted alone;
+//! - optional further sections (the execution plan).
+//!
+//! Integrity (encrypt-then-MAC): every field carries an HMAC-SHA-256 tag over its
+//! ciphertext, IV, index and position; the header carries a tag over the header, the
+//! section table and every non-weight section (which holds the field tags). Keys for
+//! encryption, authentication and IV derivation are derived from the master key with
+//! HKDF-SHA-256 and the file's salt. Unencrypted files carry SHA-256 digests in the same
+//! places. Every offset is 64-byte aligned so a file can be memory-mapped.
+
+mod binary;
+mod error;
+mod read;
+mod write;
+
+pub use error::ContainerError;
+pub use read::{ArenaSlot, Container, WeightField};
+pub use write::{WriteOptions, write};
+
+use zeroize::Zeroizing;
+
+use crate::crypto::{self, Algorithm, Key, Mode, Padding};
+
+/// The first eight bytes of every `.nnc` file (PNG-style: a non-ASCII byte, the name, and
+/// line-ending bytes that reveal text-mode corruption).
+pub const MAGIC: [u8; 8] = *b"\x89NNC\r\n\x1a\n";
+/// The format version this code writes; readers accept any minor of this major.
+pub const FORMAT_MAJOR: u16 = 1;
+pub const FORMAT_MINOR: u16 = 0;
+pub const HEADER_SIZE: usize = 256;
+/// Every section and weight field starts at a multiple of this.
+pub const ALIGNMENT: u64 = 64;
+/// Offset of the metadata tag within the header.
+pub const TAG_OFFSET: usize = 224;
+pub const SECTION_ENTRY_SIZE: usize = 32;
+/// More sections than this is not a file nnc wrote.
+pub const MAX_SECTIONS: usize = 64;
+
+/// Header flag: weights are encrypted.
+pub const FLAG_ENCRYPTED: u32 = 1;
+/// Header flag: the file was written with `--reproducible` (derived salt and IVs).
+pub const FLAG_REPRODUCIBLE: u32 = 2;
+const KNOWN_FLAGS: u32 = FLAG_ENCRYPTED | FLAG_REPRODUCIBLE;
+
+/// Section-table flag: a reader that does not know this section kind must refuse the file.
+pub const SECTION_REQUIRED: u32 = 1;
+
+/// Kinds of sections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[repr(u32)]
+pub enum SectionKind {
+    OperatorInfo = 1,
+    Weights = 2,
+    ExecutionPlan = 3,
+}
+
+impl SectionKind {
+    pub fn from_code(code: u32) -> Option<SectionKind> {
+        match code {
+            1 => Some(SectionKind::OperatorInfo),
+            2 => Some(SectionKind::Weights),
+            3 => Some(SectionKind::ExecutionPlan),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SectionKind::OperatorInfo => "operator-info",
+            SectionKind::Weights => "weights",
+            SectionKind::ExecutionPlan => "execution-plan",
+        }
+    }
+}
+
+/// How a file's integrity is protected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum Integrity {
+    /// HMAC-SHA-256 under a key derived from the master key (encrypted files).
+    HmacSha256,
+    /// SHA-256 digests (unencrypted files: detects corruption, not forgery).
+    Sha256,
+}
+
+impl Integrity {
+    pub fn code(self) -> u8 {
+        match self {
+            Integrity::HmacSha256 => 1,
+            Integrity::Sha256 => 2,
+        }
+    }
+
+    pub fn from_code(code: u8) -> Option<Integrity> {
+        match code {
+            1 => Some(Integrity::HmacSha256),
+            2 => Some(Integrity::Sha256),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Integrity::HmacSha256 => "HMAC-SHA-256",
+            Integrity::Sha256 => "SHA-256",
+        }
+    }
+}
+
+/// The crypto configuration recorded in the header (what the patent's host side programs
+/// into the NPU's crypto control register).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct CryptoConfig {
+    /// `None` for an unencrypted file.
+    pub algorithm: Option<Algorithm>,
+    pub mode: Option<Mode>,
+    pub padding: Padding,
+    pub integrity: Integrity,
+}
+
+impl CryptoConfig {
+    pub fn none() -> CryptoConfig {
+        CryptoConfig {
+            algorithm: None,
+            mode: None,
+            padding: Padding::None,
+            integrity: Integrity::Sha256,
+        }
+    }
+
+    pub fn encrypted(algorithm: Algorithm, mode: Mode) -> CryptoConfig {
+        CryptoConfig {
+            algorithm: Some(algorithm),
+            mode: Some(mode),
+            padding: mode.padding(),
+            integrity: Integrity::HmacSha256,
+        }
+    }
+
+    pub fn is_encrypted(&self) -> bool {
+        self.algorithm.is_some()
+    }
+}
+
+/// The decoded fixed header.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Header {
+    pub major: u16,
+    pub minor: u16,
+    pub file_size: u64,
+    pub flags: u32,
+    pub section_count: u32,
+    pub section_table_offset: u64,
+    pub producer: String,
+    pub crypto: CryptoConfig,
+    #[serde(serialize_with = "hex_ser")]
+    pub key_id: [u8; 16],
+    #[serde(serialize_with = "hex_ser")]
+    pub salt: [u8; 32],
+    #[serde(serialize_with = "hex_ser")]
+    pub tag: [u8; 32],
+}
+
+fn hex_ser<S: serde::Serializer, const N: usize>(v: &[u8; N], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&hex::encode(v))
+}
+
+/// One entry of the section table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SectionEntry {
+    pub kind: u32,
+    pub flags: u32,
+    pub offset: u64,
+    pub length: u64,
+}
+
+impl SectionEntry {
+    pub fn kind_name(&self) -> String {
+        SectionKind::from_code(self.kind)
+            .map(|k| k.name().to_string())
+            .unwrap_or_else(|| format!("unknown kind {}", self.kind))
+    }
+}
+
+/// Domain-separation labels: each derived key and each MAC input says what it is for.
+mod label {
+    pub const KEY_ID: &[u8] = b"nnc/v1 key identifier";
+    pub const ENCRYPTION: &[u8] = b"nnc/v1 weight encryption key";
+    pub const AUTHENTICATION: &[u8] = b"nnc/v1 authentication key";
+    pub const IV_DERIVATION: &[u8] = b"nnc/v1 iv derivation key";
+    pub const SALT: &[u8] = b"nnc/v1 reproducible salt";
+    pub const METADATA: &[u8] = b"nnc/v1 metadata";
+    pub const FIELD: &[u8] = b"nnc/v1 weight field";
+    pub const IV: &[u8] = b"nnc/v1 iv";
+}
+
+/// A key identifier that reveals nothing about the key: a PRF output of it.
+pub fn key_id(master: &Key) -> Result<[u8; 16], ContainerError> {
+    let derived = crypto::hkdf_sha256(master.as_bytes(), &[], label::KEY_ID, 16)?;
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&derived);
+    Ok(id)
+}
+
+/// The per-file keys derived from the master key and the file's salt. Zeroized on drop.
+pub struct FileKeys {
+    pub encryption: Key,
+    pub authentication: Zeroizing<Vec<u8>>,
+    pub iv_derivation: Zeroizing<Vec<u8>>,
+}
+
+impl FileKeys {
+    pub fn derive(master: &Key, salt: &[u8; 32]) -> Result<FileKeys, ContainerError> {
+        let algorithm = master.algorithm();
+        let enc = crypto::hkdf_sha256(master.as_bytes(), salt, label::ENCRYPTION, algorithm.key_len())?;
+        Ok(FileKeys {
+            encryption: Key::new(algorithm, &enc)?,
+            authentication: crypto::hkdf_sha256(master.as_bytes(), salt, label::AUTHENTICATION, 32)?,
+            iv_derivation: crypto::hkdf_sha256(master.as_bytes(), salt, label::IV_DERIVATION, 32)?,
+        })
+    }
+}
+
+/// Computes a tag over `parts` under `label`: HMAC-SHA-256 with the authentication key,
+/// or plain SHA-256 when there is none (unencrypted files).
+fn tag(keys: Option<&FileKeys>, label: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    let mut all: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+    all.push(label);
+    all.extend_from_slice(parts);
+    match keys {
+        Some(k) => crypto::hmac_sha256(&k.authentication, &all),
+        None => crypto::sha256(&all),
+    }
+}
+
+/// The tag of one weight field, binding its ciphertext to its index, place and IV.
+fn field_tag(keys: Option<&FileKeys>, index: u32, offset: u64, plaintext_len: u64, iv: &[u8; 16], ciphertext: &[u8]) -> [u8; 32] {
+    tag(
+        keys,
+        label::FIELD,
+        &[&index.to_le_bytes(), &offset.to_le_bytes(), &plaintext_len.to_le_bytes(), iv, ciphertext],
+    )
+}
+
+/// Element-type codes of model input/output descriptions.
+fn dtype_code(t: crate::tensor::DataType) -> u8 {
+    use crate::tensor::DataType as D;
+    match t {
+        D::F32 => 1,
+        D::F16 => 2,
+        D::F64 => 3,
+        D::I8 => 4,
+        D::U8 => 5,
+        D::I16 => 6,
+        D::U16 => 7,
+        D::I32 => 8,
+        D::U32 => 9,
+        D::I64 => 10,
+        D::U64 => 11,
+        D::Bool => 12,
+    }
+}
+
+fn dtype_from_code(code: u8) -> Option<crate::tensor::DataType> {
+    crate::tensor::DataType::ALL.into_iter().find(|&t| dtype_code(t) == code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nn::{IoInfo, Lifetime, Model, Operand, OperandType, OperationType};
+    use crate::tensor::DataType;
+
+    /// x[1,64] -> FC(w[32,64] shared, b) -> RELU -> FC(w again? no: w2) -> out; plus a
+    /// weight read by two operations.
+    fn model() -> Model {
+        let mut m = Model::default();
+        let mut x = Operand::new(OperandType::TensorFloat32, vec![1, 64]);
+        x.lifetime = Lifetime::SubgraphInput;
+        let x = m.add_operand(x);
+        let w: Vec<f32> = (0..64 * 64).map(|i| (i % 97) as f32 * 0.01).collect();
+        let w = m.add_f32_tensor(vec![64, 64], &w);
+        let b = m.add_f32_tensor(vec![64], &[0.5; 64]);
+        let act = m.add_i32(1);
+        let h = m.add_operand(Operand::new(OperandType::TensorFloat32, vec![1, 64]));
+        m.add_operation(OperationType::FullyConnected, vec![x, w, b, act], vec![h], "fc1");
+        let mut y = Operand::new(OperandType::TensorFloat32, vec![1, 64]);
+        y.lifetime = Lifetime::SubgraphOutput;
+        let y = m.add_operand(y);
+        m.add_operation(OperationType::FullyConnected, vec![h, w, b, act], vec![y], "fc2");
+        m.main.inputs = vec![x];
+        m.main.outputs = vec![y];
+        let info = |n: &str| IoInfo {
+            name: n.into(),
+            dtype: DataType::F32,
+            dims: vec![1, 64],
+        };
+        m.input_info = vec![info("x")];
+        m.output_info = vec![info("y")];
+        m
+    }
+
+    fn options(key: Option<&Key>, mode: Mode, reproducible: bool) -> WriteOptions<'_> {
+        WriteOptions {
+            key,
+            mode,
+            reproducible,
+            producer: "nnc test".into(),
+            arena: None,
+            extra_sections: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn every_algorithm_and_mode_round_trips() {
+        let m = model();
+        let w_bytes = m.constant_bytes(1).unwrap().to_vec();
+        for algorithm in Algorithm::ALL {
+            let key = Key::generate(algorithm).unwrap();
+            for mode in Mode::ALL {
+                let bytes = write(&m, &options(Some(&key), mode, false)).unwrap();
+                let c = Container::parse(&bytes).unwrap();
+                c.verify(Some(&key)).unwrap();
+                let keys = c.keys(Some(&key)).unwrap();
+                // The shared weight sits in operation 0's field; operation 1 refers to it.
+                assert!(c.fields[0].is_some() && c.fields[1].is_none());
+                let plain = c.decrypt_field(keys.as_ref(), 0).unwrap();
+                let loc = c.model.main.operands[1].location;
+                assert_eq!(loc.pool_index, 0);
+                assert_eq!(&plain[loc.offset as usize..(loc.offset + loc.length) as usize], &w_bytes[..]);
+                // No plaintext window survives in the file.
+                assert!(!bytes.windows(32).any(|win| win == &w_bytes[64..96]), "{algorithm:?} {mode:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn unencrypted_files_carry_digests_and_plaintext() {
+        let m = model();
+        let bytes = write(&m, &options(None, Mode::Ctr, false)).unwrap();
+        let c = Container::parse(&bytes).unwrap();
+        c.verify(None).unwrap();
+        let mut flipped = bytes.clone();
+        let last = c.fields[0].unwrap().offset as usize + 5;
+        flipped[last] ^= 1;
+        let c = Container::parse(&flipped).unwrap();
+        assert!(c.verify(None).unwrap_err().is_integrity());
+    }
+
+    #[test]
+    fn reproducible_output_is_byte_identical_and_random_output_is_not() {
+        let m = model();
+        let key = Key::generate(Algorithm::Aes128).unwrap();
+        let a = write(&m, &options(Some(&key), Mode::Cbc, true)).unwrap();
+        let b = write(&m, &options(Some(&key), Mode::Cbc, true)).unwrap();
+        assert_eq!(a, b);
+        let c = write(&m, &options(Some(&key), Mode::Cbc, false)).unwrap();
+        let d = write(&m, &options(Some(&key), Mode::Cbc, false)).unwrap();
+        assert_ne!(c, d);
+        // A different key gives a different file.
+        let other = Key::generate(Algorithm::Aes128).unwrap();
+        assert_ne!(a, write(&m, &options(Some(&other), Mode::Cbc, true)).unwrap());
+    }
+
+    #[test]
+    fn a_wrong_key_is_an_integrity_error() {
+        let m = model();
+        let key = Key::generate(Algorithm::Sm4).unwrap();
+        let bytes = write(&m, &options(Some(&key), Mode::Ofb, false)).unwrap();
+        let c = Container::parse(&bytes).unwrap();
+        let wrong = Key::generate(Algorithm::Sm4).unwrap();
+        let err = c.verify(Some(&wrong)).unwrap_err();
+        assert!(err.to_string().starts_with("wrong key or tampered file"), "{err}");
+        let err = c.verify(Some(&Key::generate(Algorithm::Aes128).unwrap())).unwrap_err();
+        assert!(matches!(err, ContainerError::KeyAlgorithm { .. }), "{err}");
+        assert!(matches!(c.verify(None).unwrap_err(), ContainerError::KeyRequired { .. }));
+    }
+
+    #[test]
+    fn every_flipped_byte_is_detected() {
+        let m = model();
+        let key = Key::generate(Algorithm::Aes256).unwrap();
+        let bytes = write(&m, &options(Some(&key), Mode::Ctr, false)).unwrap();
+        for pos in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[pos] ^= 0x10;
+            let ok = Container::parse(&b).and_then(|c| c.verify(Some(&key)));
+            assert!(ok.is_err(), "flip at {pos} went unnoticed");
+        }
+    }
+
+    #[test]
+    fn truncation_at_every_length_is_an_error() {
+        let m = model();
+        let bytes = write(&m, &options(None, Mode::Ctr, false)).unwrap();
+        for len in 0..bytes.len() {
+            assert!(Container::parse(&bytes[..len]).is_err(), "truncation to {len} went unnoticed");
+        }
+    }
+}

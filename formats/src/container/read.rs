@@ -1,0 +1,687 @@
+//! Reading `.nnc` files: structural parsing (no key needed), verification, and per-field
+//! decryption.
+
+use zeroize::Zeroizing;
+
+use super::binary::Reader;
+use super::{
+    ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FORMAT_MAJOR, FORMAT_MINOR, FileKeys, HEADER_SIZE,
+    Header, Integrity, KNOWN_FLAGS, MAGIC, MAX_SECTIONS, SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionEntry,
+    SectionKind, TAG_OFFSET, dtype_from_code, field_tag, key_id, label, tag,
+};
+use crate::crypto::{self, Algorithm, Key, Mode, Padding};
+use crate::nn::{
+    ChannelQuant, DataLocation, IoInfo, Lifetime, Model, Operand, OperandType, Operation, OperationType, Pool,
+};
+
+/// Where a temporary lives in the activation arena (the compiler's memory plan).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ArenaSlot {
+    pub offset: u64,
+    pub size: u64,
+}
+
+/// The storage info of one operation's weight field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct WeightField {
+    /// Index among the file's fields (the order of operations that own one).
+    pub index: u32,
+    /// Absolute offset of the ciphertext in the file.
+    pub offset: u64,
+    /// Ciphertext length.
+    pub length: u64,
+    pub plaintext_length: u64,
+    #[serde(serialize_with = "hex16")]
+    pub iv: [u8; 16],
+    #[serde(serialize_with = "hex32")]
+    pub tag: [u8; 32],
+}
+
+fn hex16<S: serde::Serializer>(v: &[u8; 16], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&hex::encode(v))
+}
+fn hex32<S: serde::Serializer>(v: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&hex::encode(v))
+}
+
+/// A parsed `.nnc` file. Parsing checks the structure completely (every count, offset,
+/// length, code and the stored graph); [`Container::verify`] then checks authenticity.
+#[derive(Debug)]
+pub struct Container<'a> {
+    bytes: &'a [u8],
+    pub header: Header,
+    pub sections: Vec<SectionEntry>,
+    /// The graph. Constant weights are not at hand: pool `i` is operation `i`'s field
+    /// (opaque, sized by its plaintext length).
+    pub model: Model,
+    /// Per operation, its weight field.
+    pub fields: Vec<Option<WeightField>>,
+    /// Total activation-arena size from the compiler's memory plan, when static.
+    pub arena_size: Option<u64>,
+    /// Per operand, its arena slot (temporaries of a static plan).
+    pub arena: Vec<Option<ArenaSlot>>,
+}
+
+impl<'a> Container<'a> {
+    /// Parses a file held in memory (or memory-mapped).
+    pub fn parse(bytes: &'a [u8]) -> Result<Container<'a>, ContainerError> {
+        let header = parse_header(bytes)?;
+        let sections = parse_sections(bytes, &header)?;
+        let info_entry = find(&sections, SectionKind::OperatorInfo)?;
+        let weights_entry = find(&sections, SectionKind::Weights)?;
+        let info = slice(bytes, info_entry);
+        let (model, fields, arena_size, arena) = parse_operator_info(info, &header, weights_entry)?;
+        let container = Container {
+            bytes,
+            header,
+            sections,
+            model,
+            fields,
+            arena_size,
+            arena,
+        };
+        container.check_padding()?;
+        Ok(container)
+    }
+
+    /// The raw bytes of the file.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// The bytes of a section, if present.
+    pub fn section(&self, kind: SectionKind) -> Option<&'a [u8]> {
+        self.sections.iter().find(|s| s.kind == kind as u32).map(|s| slice(self.bytes, s))
+    }
+
+    pub fn is_encrypted(&self) -> bool {
+        self.header.crypto.is_encrypted()
+    }
+
+    /// The file's keys from the master key, after checking that the key fits the file.
+    /// `None` for an unencrypted file.
+    pub fn keys(&self, key: Option<&Key>) -> Result<Option<FileKeys>, ContainerError> {
+        let Some(algorithm) = self.header.crypto.algorithm else {
+            return Ok(None);
+        };
+        let key = key.ok_or(ContainerError::KeyRequired {
+            algorithm: algorithm.name(),
+        })?;
+        if key.algorithm() != algorithm {
+            return Err(ContainerError::KeyAlgorithm {
+                key: key.algorithm().name(),
+                file: algorithm.name(),
+            });
+        }
+        if !crypto::ct_eq(&key_id(key)?, &self.header.key_id) {
+            return Err(ContainerError::Integrity {
+                what: "the key identifier".into(),
+            });
+        }
+        Ok(Some(FileKeys::derive(key, &self.header.salt)?))
+    }
+
+    /// Verifies the metadata tag (header, section table, every non-weight section, and
+    /// through the operator info every field tag) and every weight field. Nothing should
+    /// be decrypted or executed before this succeeds.
+    pub fn verify(&self, key: Option<&Key>) -> Result<(), ContainerError> {
+        let keys = self.keys(key)?;
+        self.verify_metadata(keys.as_ref())?;
+        for index in 0..self.fields.len() {
+            if self.fields[index].is_some() {
+                self.verified_ciphertext(keys.as_ref(), index)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Verifies the metadata tag only.
+    pub fn verify_metadata(&self, keys: Option<&FileKeys>) -> Result<(), ContainerError> {
+        let table_start = self.header.section_table_offset as usize;
+        let table_end = table_start + self.sections.len() * SECTION_ENTRY_SIZE;
+        let mut parts: Vec<&[u8]> = vec![&self.bytes[..TAG_OFFSET], &self.bytes[table_start..table_end]];
+        for s in &self.sections {
+            if s.kind != SectionKind::Weights as u32 {
+                parts.push(slice(self.bytes, s));
+            }
+        }
+        let expected = tag(keys, label::METADATA, &parts);
+        if !crypto::ct_eq(&expected, &self.header.tag) {
+            return Err(ContainerError::Integrity {
+                what: "the header and operator info".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The ciphertext of operation `op`'s field, after checking its tag.
+    pub fn verified_ciphertext(&self, keys: Option<&FileKeys>, op: usize) -> Result<&'a [u8], ContainerError> {
+        let field = self.fields.get(op).copied().flatten().ok_or_else(|| ContainerError::WeightField {
+            operation: op,
+            message: "does not exist".into(),
+        })?;
+        let ciphertext = &self.bytes[field.offset as usize..(field.offset + field.length) as usize];
+        let expected = field_tag(keys, field.index, field.offset, field.plaintext_length, &field.iv, ciphertext);
+        if !crypto::ct_eq(&expected, &field.tag) {
+            return Err(ContainerError::Integrity {
+                what: format!("weight field {} (operation {op})", field.index),
+            });
+        }
+        Ok(ciphertext)
+    }
+
+    /// Decrypts operation `op`'s weight field into `out` (replacing its contents), after
+    /// verifying its tag. `keys` comes from [`Container::keys`].
+    pub fn decrypt_field_into(&self, keys: Option<&FileKeys>, op: usize, out: &mut Vec<u8>) -> Result<(), ContainerError> {
+        let ciphertext = self.verified_ciphertext(keys, op)?;
+        let field = self.fields[op].as_ref().ok_or_else(|| ContainerError::WeightField {
+            operation: op,
+            message: "does not exist".into(),
+        })?;
+        match (keys, self.header.crypto.mode) {
+            (Some(k), Some(mode)) => crypto::decrypt_into(&k.encryption, mode, &field.iv, ciphertext, out)?,
+            _ => {
+                out.clear();
+                out.extend_from_slice(ciphertext);
+            }
+        }
+        if out.len() as u64 != field.plaintext_length {
+            // Only a tampered (yet authenticated) file could get here; treat it so.
+            out.clear();
+            return Err(ContainerError::Integrity {
+                what: format!("weight field {} (its length)", field.index),
+            });
+        }
+        Ok(())
+    }
+
+    /// Decrypts operation `op`'s field into a new zeroizing buffer.
+    pub fn decrypt_field(&self, keys: Option<&FileKeys>, op: usize) -> Result<Zeroizing<Vec<u8>>, ContainerError> {
+        let mut out = Zeroizing::new(Vec::new());
+        self.decrypt_field_into(keys, op, &mut out)?;
+        Ok(out)
+    }
+
+    /// Every byte outside the header, the section table, the sections and the weight
+    /// fields is zero padding; anything else would be unauthenticated data.
+    fn check_padding(&self) -> Result<(), ContainerError> {
+        let mut covered: Vec<(u64, u64)> = vec![
+            (0, HEADER_SIZE as u64),
+            (
+                self.header.section_table_offset,
+                self.header.section_table_offset + (self.sections.len() * SECTION_ENTRY_SIZE) as u64,
+            ),
+        ];
+        for s in &self.sections {
+            if s.kind != SectionKind::Weights as u32 {
+                covered.push((s.offset, s.offset + s.length));
+            }
+        }
+        for f in self.fields.iter().flatten() {
+            covered.push((f.offset, f.offset + f.length));
+        }
+        covered.sort_unstable();
+        let mut pos = 0u64;
+        for (start, end) in covered {
+            if start > pos
+                && let Some(k) = self.bytes[pos as usize..start as usize].iter().position(|&b| b != 0)
+            {
+                return Err(ContainerError::NonZeroPadding {
+                    region: "the file",
+                    offset: pos + k as u64,
+                });
+            }
+            pos = pos.max(end);
+        }
+        if let Some(k) = self.bytes[pos as usize..].iter().position(|&b| b != 0) {
+            return Err(ContainerError::NonZeroPadding {
+                region: "the file",
+                offset: pos + k as u64,
+            });
+        }
+        // Reserved header bytes must be zero.
+        for (range, field) in [(76..80, "reserved (76..80)"), (128..TAG_OFFSET, "reserved (128..224)")] {
+            if self.header.minor <= FORMAT_MINOR && self.bytes[range].iter().any(|&b| b != 0) {
+                return Err(ContainerError::HeaderField {
+                    field,
+                    message: "must be zero".into(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn slice<'b>(bytes: &'b [u8], s: &SectionEntry) -> &'b [u8] {
+    &bytes[s.offset as usize..(s.offset + s.length) as usize]
+}
+
+fn find(sections: &[SectionEntry], kind: SectionKind) -> Result<&SectionEntry, ContainerError> {
+    sections
+        .iter()
+        .find(|s| s.kind == kind as u32)
+        .ok_or(ContainerError::MissingSection(kind.name()))
+}
+
+fn parse_header(bytes: &[u8]) -> Result<Header, ContainerError> {
+    if bytes.len() < 8 || bytes[..8] != MAGIC {
+        return Err(ContainerError::BadMagic { expected: MAGIC });
+    }
+    if bytes.len() < HEADER_SIZE {
+        return Err(ContainerError::Truncated {
+            what: "the header".into(),
+            needed: HEADER_SIZE as u64,
+            available: bytes.len() as u64,
+        });
+    }
+    let mut r = Reader::new(&bytes[..HEADER_SIZE], "header");
+    r.take(8, "magic")?;
+    let major = r.u16("format_major")?;
+    let minor = r.u16("format_minor")?;
+    if major != FORMAT_MAJOR {
+        return Err(ContainerError::UnsupportedVersion {
+            major,
+            minor,
+            supported: FORMAT_MAJOR,
+        });
+    }
+    let header_size = r.u32("header_size")?;
+    if header_size as usize != HEADER_SIZE {
+        return Err(ContainerError::HeaderField {
+            field: "header_size",
+            message: format!("is {header_size}, format 1.x headers are {HEADER_SIZE} bytes"),
+        });
+    }
+    let file_size = r.u64("file_size")?;
+    if file_size != bytes.len() as u64 {
+        return Err(if file_size > bytes.len() as u64 {
+            ContainerError::Truncated {
+                what: "the file (header field 'file_size')".into(),
+                needed: file_size,
+                available: bytes.len() as u64,
+            }
+        } else {
+            ContainerError::HeaderField {
+                field: "file_size",
+                message: format!("says {file_size} bytes but the file has {} (trailing data)", bytes.len()),
+            }
+        });
+    }
+    let flags = r.u32("flags")?;
+    if minor <= FORMAT_MINOR && flags & !KNOWN_FLAGS != 0 {
+        return Err(ContainerError::HeaderField {
+            field: "flags",
+            message: format!("has unknown bits {:#x}", flags & !KNOWN_FLAGS),
+        });
+    }
+    let section_count = r.u32("section_count")?;
+    if section_count as usize > MAX_SECTIONS || section_count < 2 {
+        return Err(ContainerError::HeaderField {
+            field: "section_count",
+            message: format!("is {section_count}, expected 2..={MAX_SECTIONS}"),
+        });
+    }
+    let section_table_offset = r.u64("section_table_offset")?;
+    let producer_bytes = r.take(32, "producer")?;
+    let end = producer_bytes.iter().position(|&b| b == 0).unwrap_or(32);
+    if producer_bytes[end..].iter().any(|&b| b != 0) {
+        return Err(ContainerError::HeaderField {
+            field: "producer",
+            message: "has bytes after its terminating NUL".into(),
+        });
+    }
+    let producer = std::str::from_utf8(&producer_bytes[..end])
+        .map_err(|_| ContainerError::HeaderField {
+            field: "producer",
+            message: "is not UTF-8".into(),
+        })?
+        .to_string();
+    let algorithm_code = r.u8("algorithm")?;
+    let mode_code = r.u8("mode")?;
+    let padding_code = r.u8("padding")?;
+    let integrity_code = r.u8("integrity")?;
+    r.take(4, "reserved")?;
+    let key_id: [u8; 16] = r.array("key_id")?;
+    let salt: [u8; 32] = r.array("salt")?;
+    let tag: [u8; 32] = bytes[TAG_OFFSET..TAG_OFFSET + 32].try_into().unwrap_or([0; 32]);
+    let encrypted = flags & FLAG_ENCRYPTED != 0;
+    let crypto = parse_crypto(encrypted, algorithm_code, mode_code, padding_code, integrity_code)?;
+    Ok(Header {
+        major,
+        minor,
+        file_size,
+        flags,
+        section_count,
+        section_table_offset,
+        producer,
+        crypto,
+        key_id,
+        salt,
+        tag,
+    })
+}
+
+fn parse_crypto(encrypted: bool, a: u8, m: u8, p: u8, i: u8) -> Result<CryptoConfig, ContainerError> {
+    let field_err = |field: &'static str, message: String| ContainerError::HeaderField { field, message };
+    let integrity = Integrity::from_code(i).ok_or_else(|| field_err("integrity", format!("unknown code {i}")))?;
+    let padding = Padding::from_code(p).ok_or_else(|| field_err("padding", format!("unknown code {p}")))?;
+    if !encrypted {
+        if a != 0 || m != 0 || p != 0 {
+            return Err(field_err("algorithm", "an unencrypted file must have algorithm, mode and padding 0".into()));
+        }
+        if integrity != Integrity::Sha256 {
+            return Err(field_err("integrity", "an unencrypted file uses SHA-256 digests (code 2)".into()));
+        }
+        return Ok(CryptoConfig::none());
+    }
+    let algorithm = Algorithm::from_code(a).ok_or_else(|| field_err("algorithm", format!("unknown code {a}")))?;
+    let mode = Mode::from_code(m).ok_or_else(|| field_err("mode", format!("unknown code {m}")))?;
+    if padding != mode.padding() {
+        return Err(field_err("padding", format!("{} requires padding {}", mode.name(), mode.padding().name())));
+    }
+    if integrity != Integrity::HmacSha256 {
+        return Err(field_err("integrity", "an encrypted file uses HMAC-SHA-256 (code 1)".into()));
+    }
+    Ok(CryptoConfig {
+        algorithm: Some(algorithm),
+        mode: Some(mode),
+        padding,
+        integrity,
+    })
+}
+
+fn parse_sections(bytes: &[u8], header: &Header) -> Result<Vec<SectionEntry>, ContainerError> {
+    let count = header.section_count as usize;
+    let table_len = (count * SECTION_ENTRY_SIZE) as u64;
+    let table_offset = header.section_table_offset;
+    if table_offset < HEADER_SIZE as u64 || !table_offset.is_multiple_of(8) {
+        return Err(ContainerError::HeaderField {
+            field: "section_table_offset",
+            message: format!("is {table_offset}; the table must follow the {HEADER_SIZE}-byte header, 8-byte aligned"),
+        });
+    }
+    match table_offset.checked_add(table_len) {
+        Some(end) if end <= bytes.len() as u64 => {}
+        _ => {
+            return Err(ContainerError::Truncated {
+                what: format!("the section table ({count} entries at offset {table_offset})"),
+                needed: table_offset.saturating_add(table_len),
+                available: bytes.len() as u64,
+            });
+        }
+    }
+    let mut r = Reader::new(&bytes[table_offset as usize..(table_offset + table_len) as usize], "section table");
+    let mut sections = Vec::with_capacity(count);
+    for index in 0..count {
+        let kind = r.u32("kind")?;
+        let flags = r.u32("flags")?;
+        let offset = r.u64("offset")?;
+        let length = r.u64("length")?;
+        let reserved = r.u64("reserved")?;
+        let entry = SectionEntry { kind, flags, offset, length };
+        let err = |message: String| ContainerError::Section {
+            index,
+            kind: entry.kind_name(),
+            message,
+        };
+        if reserved != 0 && header.minor <= FORMAT_MINOR {
+            return Err(err("reserved field must be zero".into()));
+        }
+        if SectionKind::from_code(kind).is_none() && (flags & SECTION_REQUIRED != 0 || header.minor <= FORMAT_MINOR) {
+            return Err(err("is a section kind this nnc does not know, and the file requires it".into()));
+        }
+        if !offset.is_multiple_of(ALIGNMENT) {
+            return Err(err(format!("offset {offset} is not {ALIGNMENT}-byte aligned")));
+        }
+        match offset.checked_add(length) {
+            Some(end) if end <= bytes.len() as u64 => {}
+            _ => {
+                return Err(err(format!(
+                    "offset {offset} + length {length} lies beyond the end of the file ({} bytes)",
+                    bytes.len()
+                )));
+            }
+        }
+        if offset < table_offset + table_len && offset + length > 0 {
+            return Err(err(format!("offset {offset} overlaps the header or section table")));
+        }
+        if sections.iter().any(|s: &SectionEntry| s.kind == kind) {
+            return Err(err("appears twice".into()));
+        }
+        sections.push(entry);
+    }
+    let mut sorted = sections.clone();
+    sorted.sort_by_key(|s| s.offset);
+    for w in sorted.windows(2) {
+        if w[0].offset + w[0].length > w[1].offset {
+            return Err(ContainerError::SectionsOverlap {
+                first: w[0].kind_name(),
+                second: w[1].kind_name(),
+            });
+        }
+    }
+    Ok(sections)
+}
+
+type OperatorInfo = (Model, Vec<Option<WeightField>>, Option<u64>, Vec<Option<ArenaSlot>>);
+
+/// Smallest encoded sizes, for bounding counts before allocating.
+const MIN_OPERAND_BYTES: usize = 16 + 20 + 4;
+const MIN_OPERATION_BYTES: usize = 4 + 4 + 4 + 4 + 4;
+const MIN_IO_BYTES: usize = 4 + 4;
+
+fn parse_operator_info(info: &[u8], header: &Header, weights: &SectionEntry) -> Result<OperatorInfo, ContainerError> {
+    let mut r = Reader::new(info, "operator-info");
+    let operand_count = r.count("operand_count", MIN_OPERAND_BYTES)?;
+    let operation_count = r.count("operation_count", MIN_OPERATION_BYTES)?;
+    let input_count = r.count("input_count", 4 + MIN_IO_BYTES)?;
+    let output_count = r.count("output_count", 4 + MIN_IO_BYTES)?;
+    let flags = r.u32("flags")?;
+    let inline_len = r.u64("inline_values_length")?;
+    if inline_len > r.remaining() as u64 {
+        return Err(r.fail("inline_values_length", format!("{inline_len} exceeds the section")));
+    }
+    let arena_size = r.u64("arena_size")?;
+    let arena_size = (arena_size != u64::MAX).then_some(arena_size);
+    let mut model = Model {
+        relax_computation_float32_to_float16: flags & 1 != 0,
+        ..Default::default()
+    };
+    let mut arena = Vec::with_capacity(operand_count);
+    for i in 0..operand_count {
+        let code = r.i32("operand.type")?;
+        let operand_type =
+            OperandType::from_code(code).ok_or_else(|| r.fail("operand.type", format!("operand {i}: unknown type {code}")))?;
+        let lifetime_code = r.u8("operand.lifetime")?;
+        let lifetime = Lifetime::from_code(i32::from(lifetime_code))
+            .ok_or_else(|| r.fail("operand.lifetime", format!("operand {i}: unknown lifetime {lifetime_code}")))?;
+        let rank = r.u8("operand.rank")? as usize;
+        let oflags = r.u8("operand.flags")?;
+        r.u8("operand.reserved")?;
+        let scale = r.f32("operand.scale")?;
+        let zero_point = r.i32("operand.zero_point")?;
+        let mut dimensions = Vec::with_capacity(rank);
+        for _ in 0..rank {
+            dimensions.push(r.u32("operand.dimensions")?);
+        }
+        let location_index = r.u32("operand.location_index")?;
+        let location_offset = r.u64("operand.location_offset")?;
+        let location_length = r.u64("operand.location_length")?;
+        let channel_quant = if oflags & 1 != 0 {
+            let channel_dim = r.u32("operand.channel_dim")?;
+            let n = r.count("operand.channel_scales", 4)?;
+            let mut scales = Vec::with_capacity(n);
+            for _ in 0..n {
+                scales.push(r.f32("operand.channel_scales")?);
+            }
+            Some(ChannelQuant { scales, channel_dim })
+        } else {
+            None
+        };
+        let name = r.str("operand.name")?;
+        let (location, slot) = match lifetime {
+            Lifetime::ConstantCopy | Lifetime::ConstantReference | Lifetime::Subgraph => (
+                DataLocation {
+                    pool_index: location_index,
+                    offset: location_offset,
+                    length: location_length,
+                },
+                None,
+            ),
+            Lifetime::TemporaryVariable if location_offset != u64::MAX => {
+                let slot = ArenaSlot {
+                    offset: location_offset,
+                    size: location_length,
+                };
+                if let Some(total) = arena_size
+                    && location_offset.checked_add(location_length).is_none_or(|end| end > total)
+                {
+                    return Err(r.fail("operand.location", format!("operand {i}: arena slot beyond the arena of {total} bytes")));
+                }
+                (DataLocation::default(), Some(slot))
+            }
+            _ => (DataLocation::default(), None),
+        };
+        model.main.operands.push(Operand {
+            operand_type,
+            dimensions,
+            scale,
+            zero_point,
+            lifetime,
+            location,
+            channel_quant,
+            name,
+        });
+        arena.push(slot);
+    }
+    let index = |r: &mut Reader, field: &str| -> Result<u32, ContainerError> {
+        let v = r.u32(field)?;
+        if v as usize >= operand_count {
+            return Err(r.fail(field, format!("names operand {v}, but there are {operand_count}")));
+        }
+        Ok(v)
+    };
+    for _ in 0..input_count {
+        let v = index(&mut r, "inputs")?;
+        model.main.inputs.push(v);
+    }
+    for _ in 0..output_count {
+        let v = index(&mut r, "outputs")?;
+        model.main.outputs.push(v);
+    }
+    for k in 0..input_count + output_count {
+        let name = r.str("io.name")?;
+        let code = r.u8("io.dtype")?;
+        let dtype = dtype_from_code(code).ok_or_else(|| r.fail("io.dtype", format!("unknown element type {code}")))?;
+        let rank = r.u8("io.rank")? as usize;
+        r.u16("io.reserved")?;
+        let mut dims = Vec::with_capacity(rank);
+        for _ in 0..rank {
+            dims.push(r.u32("io.dims")?);
+        }
+        let info = IoInfo { name, dtype, dims };
+        if k < input_count {
+            model.input_info.push(info);
+        } else {
+            model.output_info.push(info);
+        }
+    }
+    let mut fields = Vec::with_capacity(operation_count);
+    let mut next_field = 0u32;
+    let weights_end = weights.offset + weights.length;
+    for op_index in 0..operation_count {
+        let code = r.i32("operation.type")?;
+        let op_type = OperationType::from_code(code)
+            .ok_or_else(|| r.fail("operation.type", format!("operation {op_index}: unknown operation type {code}")))?;
+        let n_in = r.count("operation.input_count", 4)?;
+        let mut inputs = Vec::with_capacity(n_in);
+        for _ in 0..n_in {
+            inputs.push(index(&mut r, "operation.inputs")?);
+        }
+        let n_out = r.count("operation.output_count", 4)?;
+        let mut outputs = Vec::with_capacity(n_out);
+        for _ in 0..n_out {
+            outputs.push(index(&mut r, "operation.outputs")?);
+        }
+        let source = r.str("operation.source")?;
+        let has_weights = r.u8("operation.has_weights")?;
+        r.take(3, "operation.reserved")?;
+        let field = match has_weights {
+            0 => None,
+            1 => {
+                let offset = r.u64("field.offset")?;
+                let length = r.u64("field.length")?;
+                let plaintext_length = r.u64("field.plaintext_length")?;
+                let iv: [u8; 16] = r.array("field.iv")?;
+                let tag: [u8; 32] = r.array("field.tag")?;
+                let err = |message: String| ContainerError::WeightField {
+                    operation: op_index,
+                    message,
+                };
+                if !offset.is_multiple_of(ALIGNMENT) {
+                    return Err(err(format!("offset {offset} is not {ALIGNMENT}-byte aligned")));
+                }
+                match offset.checked_add(length) {
+                    Some(end) if offset >= weights.offset && end <= weights_end => {}
+                    _ => {
+                        return Err(err(format!(
+                            "offset {offset} length {length} lies outside the weight section ({}..{weights_end})",
+                            weights.offset
+                        )));
+                    }
+                }
+                let expected = match header.crypto.mode {
+                    Some(m) => crypto::ciphertext_len(m, plaintext_length as usize) as u64,
+                    None => plaintext_length,
+                };
+                if plaintext_length == 0 || length != expected {
+                    return Err(err(format!("ciphertext length {length} does not fit plaintext length {plaintext_length}")));
+                }
+                let f = WeightField {
+                    index: next_field,
+                    offset,
+                    length,
+                    plaintext_length,
+                    iv,
+                    tag,
+                };
+                next_field += 1;
+                Some(f)
+            }
+            other => return Err(r.fail("operation.has_weights", format!("is {other}, expected 0 or 1"))),
+        };
+        fields.push(field);
+        model.main.operations.push(Operation {
+            op_type,
+            inputs,
+            outputs,
+            source,
+        });
+    }
+    model.operand_values = r.take(inline_len as usize, "inline_values")?.to_vec();
+    r.expect_end()?;
+    // Fields must not overlap each other.
+    let mut spans: Vec<(u64, u64, usize)> = fields
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| f.map(|f| (f.offset, f.offset + f.length, i)))
+        .collect();
+    spans.sort_unstable();
+    for w in spans.windows(2) {
+        if w[0].1 > w[1].0 {
+            return Err(ContainerError::WeightField {
+                operation: w[1].2,
+                message: format!("overlaps the field of operation {}", w[0].2),
+            });
+        }
+    }
+    // Pool i is operation i's field, so the validator checks every weight reference.
+    model.pools = fields
+        .iter()
+        .map(|f| Pool::Opaque {
+            size: f.map_or(0, |f| f.plaintext_length),
+        })
+        .collect();
+    crate::nn::validate(&model)?;
+    Ok((model, fields, arena_size, arena))
+}

@@ -1,0 +1,381 @@
+//! Writing `.nnc` files.
+
+use zeroize::Zeroizing;
+
+use super::binary::Writer;
+use super::read::ArenaSlot;
+use super::{
+    ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FLAG_REPRODUCIBLE, FORMAT_MAJOR, FORMAT_MINOR, FileKeys,
+    HEADER_SIZE, MAGIC, SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionKind, TAG_OFFSET, dtype_code, field_tag, key_id,
+    label, tag,
+};
+use crate::crypto::{self, Key, Mode};
+use crate::nn::{Lifetime, Model, Pool};
+
+/// How to write a model.
+pub struct WriteOptions<'a> {
+    /// The master key; `None` writes an unencrypted file (with SHA-256 digests).
+    pub key: Option<&'a Key>,
+    pub mode: Mode,
+    /// Derive the salt and every IV from the key and the content (a keyed PRF), so the
+    /// same model, options and key give byte-identical files; different plaintexts never
+    /// share an IV.
+    pub reproducible: bool,
+    /// Recorded in the header (e.g. `nnc 0.1.0`); at most 32 bytes.
+    pub producer: String,
+    /// The activation-arena plan: total size and, per operand, the slot of each temporary.
+    pub arena: Option<(u64, Vec<Option<ArenaSlot>>)>,
+    /// Further sections (e.g. the execution plan), each marked required.
+    pub extra_sections: Vec<(SectionKind, Vec<u8>)>,
+}
+
+/// One operation's weight field while writing.
+struct Field {
+    operation: usize,
+    plaintext: Zeroizing<Vec<u8>>,
+    iv: [u8; 16],
+    ciphertext: Vec<u8>,
+    offset: u64,
+    tag: [u8; 32],
+}
+
+fn align(v: u64) -> u64 {
+    v.div_ceil(ALIGNMENT) * ALIGNMENT
+}
+
+/// Serializes `model` as a `.nnc` file (in memory).
+pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, ContainerError> {
+    if !model.referenced.is_empty() {
+        return Err(ContainerError::Unwritable("models with referenced subgraphs (IF/WHILE) are not supported".into()));
+    }
+    if options.producer.len() > 32 {
+        return Err(ContainerError::Unwritable("producer string exceeds 32 bytes".into()));
+    }
+    let graph = &model.main;
+    // Each CONSTANT_REFERENCE operand goes into the field of the first operation that
+    // reads it; a later reader refers to that field.
+    let mut owner: Vec<Option<usize>> = vec![None; graph.operands.len()];
+    let mut placement: Vec<(u64, u64)> = vec![(0, 0); graph.operands.len()];
+    let mut plaintexts: Vec<Zeroizing<Vec<u8>>> = (0..graph.operations.len()).map(|_| Zeroizing::new(Vec::new())).collect();
+    for (op_index, op) in graph.operations.iter().enumerate() {
+        for &input in &op.inputs {
+            let i = input as usize;
+            let operand = graph
+                .operands
+                .get(i)
+                .ok_or_else(|| ContainerError::Unwritable(format!("operation {op_index} reads missing operand {i}")))?;
+            if operand.lifetime != Lifetime::ConstantReference || owner[i].is_some() {
+                continue;
+            }
+            let bytes = match model.pools.get(operand.location.pool_index as usize) {
+                Some(Pool::Bytes(_)) => model
+                    .constant_bytes(input)
+                    .ok_or_else(|| ContainerError::Unwritable(format!("operand {i}: constant data out of range")))?,
+                _ => return Err(ContainerError::Unwritable(format!("operand {i}: constant data is not available"))),
+            };
+            let field = &mut plaintexts[op_index];
+            while !(field.len() as u64).is_multiple_of(ALIGNMENT) {
+                field.push(0);
+            }
+            placement[i] = (field.len() as u64, bytes.len() as u64);
+            field.extend_from_slice(bytes);
+            owner[i] = Some(op_index);
+        }
+    }
+    if let Some(i) = (0..graph.operands.len()).find(|&i| graph.operands[i].lifetime == Lifetime::ConstantReference && owner[i].is_none()) {
+        return Err(ContainerError::Unwritable(format!("operand {i} is a weight no operation reads")));
+    }
+    let crypto_config = match options.key {
+        Some(k) => CryptoConfig::encrypted(k.algorithm(), options.mode),
+        None => CryptoConfig::none(),
+    };
+    let mut fields: Vec<Field> = plaintexts
+        .into_iter()
+        .enumerate()
+        .filter(|(_, p)| !p.is_empty())
+        .map(|(operation, plaintext)| Field {
+            operation,
+            plaintext,
+            iv: [0; 16],
+            ciphertext: Vec::new(),
+            offset: 0,
+            tag: [0; 32],
+        })
+        .collect();
+
+    // Salt: random, or in reproducible mode a keyed PRF of the content (never the bare
+    // content digest, which would let anyone test a guess of the weights).
+    let salt: [u8; 32] = match (options.key, options.reproducible) {
+        (None, _) => [0; 32],
+        (Some(k), true) => {
+            let probe = encode_operator_info(model, &owner, &placement, &[], options.arena.as_ref());
+            let mut parts: Vec<&[u8]> = vec![&probe, &model.operand_values];
+            parts.extend(fields.iter().map(|f| f.plaintext.as_slice()));
+            let digest = crypto::sha256(&parts);
+            crypto::hmac_sha256(k.as_bytes(), &[label::SALT, &digest])
+        }
+        (Some(_), false) => crypto::try_random_bytes::<32>()?,
+    };
+    let keys = match options.key {
+        Some(k) => Some(FileKeys::derive(k, &salt)?),
+        None => None,
+    };
+    // IVs and ciphertexts.
+    for (index, f) in fields.iter_mut().enumerate() {
+        if let Some(k) = &keys {
+            f.iv = if options.reproducible {
+                let digest = crypto::sha256(&[&f.plaintext]);
+                let full = crypto::hmac_sha256(&k.iv_derivation, &[label::IV, &(index as u32).to_le_bytes(), &digest]);
+                let mut iv = [0u8; 16];
+                iv.copy_from_slice(&full[..16]);
+                iv
+            } else {
+                crypto::try_random_bytes::<16>()?
+            };
+        }
+    }
+    encrypt_fields(&mut fields, keys.as_ref(), options.mode)?;
+
+    // Layout: header, section table, operator info, extra sections, weights.
+    let section_count = 2 + options.extra_sections.len();
+    let table_offset = HEADER_SIZE as u64;
+    let info_offset = align(table_offset + (section_count * SECTION_ENTRY_SIZE) as u64);
+    let info_len = encode_operator_info(model, &owner, &placement, &descriptors(&fields), options.arena.as_ref()).len() as u64;
+    let mut cursor = align(info_offset + info_len);
+    let mut extra_offsets = Vec::new();
+    for (_, bytes) in &options.extra_sections {
+        extra_offsets.push(cursor);
+        cursor = align(cursor + bytes.len() as u64);
+    }
+    let weights_offset = cursor;
+    for f in &mut fields {
+        f.offset = cursor;
+        cursor = align(cursor + f.ciphertext.len() as u64);
+    }
+    let weights_len = cursor - weights_offset;
+    let file_size = cursor.max(weights_offset);
+    for (index, f) in fields.iter_mut().enumerate() {
+        f.tag = field_tag(keys.as_ref(), index as u32, f.offset, f.plaintext.len() as u64, &f.iv, &f.ciphertext);
+    }
+    let info = encode_operator_info(model, &owner, &placement, &descriptors(&fields), options.arena.as_ref());
+    debug_assert_eq!(info.len() as u64, info_len);
+
+    let mut sections: Vec<(u32, u64, u64)> = vec![(SectionKind::OperatorInfo as u32, info_offset, info_len)];
+    for ((kind, bytes), &offset) in options.extra_sections.iter().zip(&extra_offsets) {
+        sections.push((*kind as u32, offset, bytes.len() as u64));
+    }
+    sections.push((SectionKind::Weights as u32, weights_offset, weights_len));
+
+    let file_len = usize::try_from(file_size).map_err(|_| ContainerError::Unwritable("file too large".into()))?;
+    let mut out = vec![0u8; file_len];
+    // Header (tag written last).
+    let mut h = Writer::default();
+    h.bytes(&MAGIC);
+    h.u16(FORMAT_MAJOR);
+    h.u16(FORMAT_MINOR);
+    h.u32(HEADER_SIZE as u32);
+    h.u64(file_size);
+    let mut flags = 0;
+    if keys.is_some() {
+        flags |= FLAG_ENCRYPTED;
+    }
+    if options.reproducible {
+        flags |= FLAG_REPRODUCIBLE;
+    }
+    h.u32(flags);
+    h.u32(section_count as u32);
+    h.u64(table_offset);
+    let mut producer = [0u8; 32];
+    producer[..options.producer.len()].copy_from_slice(options.producer.as_bytes());
+    h.bytes(&producer);
+    h.u8(crypto_config.algorithm.map_or(0, |a| a.code()));
+    h.u8(crypto_config.mode.map_or(0, |m| m.code()));
+    h.u8(crypto_config.padding.code());
+    h.u8(crypto_config.integrity.code());
+    h.bytes(&[0; 4]);
+    let id = match options.key {
+        Some(k) => key_id(k)?,
+        None => [0; 16],
+    };
+    h.bytes(&id);
+    h.bytes(&salt);
+    debug_assert!(h.buf.len() <= TAG_OFFSET);
+    out[..h.buf.len()].copy_from_slice(&h.buf);
+    // Section table.
+    let mut t = Writer::default();
+    for &(kind, offset, length) in &sections {
+        t.u32(kind);
+        t.u32(SECTION_REQUIRED);
+        t.u64(offset);
+        t.u64(length);
+        t.u64(0);
+    }
+    let table_end = table_offset as usize + t.buf.len();
+    out[table_offset as usize..table_end].copy_from_slice(&t.buf);
+    // Sections.
+    out[info_offset as usize..(info_offset + info_len) as usize].copy_from_slice(&info);
+    for ((_, bytes), &offset) in options.extra_sections.iter().zip(&extra_offsets) {
+        out[offset as usize..offset as usize + bytes.len()].copy_from_slice(bytes);
+    }
+    for f in &fields {
+        out[f.offset as usize..f.offset as usize + f.ciphertext.len()].copy_from_slice(&f.ciphertext);
+    }
+    // The metadata tag covers the header, the table, and every section but the weights
+    // (which their own tags in the operator info cover).
+    let mut parts: Vec<&[u8]> = vec![&out[..TAG_OFFSET], &out[table_offset as usize..table_end]];
+    for &(kind, offset, length) in &sections {
+        if kind != SectionKind::Weights as u32 {
+            parts.push(&out[offset as usize..(offset + length) as usize]);
+        }
+    }
+    let metadata = tag(keys.as_ref(), label::METADATA, &parts);
+    out[TAG_OFFSET..TAG_OFFSET + 32].copy_from_slice(&metadata);
+    Ok(out)
+}
+
+/// Encrypts every field, spreading fields over the available cores (chained modes are
+/// sequential within one field, but fields are independent).
+fn encrypt_fields(fields: &mut [Field], keys: Option<&FileKeys>, mode: Mode) -> Result<(), ContainerError> {
+    let Some(keys) = keys else {
+        for f in fields.iter_mut() {
+            f.ciphertext = f.plaintext.to_vec();
+        }
+        return Ok(());
+    };
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    // Largest fields first, dealt round-robin, to balance the work.
+    let mut order: Vec<usize> = (0..fields.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(fields[i].plaintext.len()));
+    let results: Vec<Result<Vec<(usize, Vec<u8>)>, ContainerError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let mine: Vec<usize> = order.iter().copied().skip(w).step_by(workers).collect();
+                let fields = &*fields;
+                scope.spawn(move || -> Result<Vec<(usize, Vec<u8>)>, ContainerError> {
+                    mine.into_iter()
+                        .map(|i| {
+                            let f = &fields[i];
+                            crypto::encrypt(&keys.encryption, mode, &f.iv, &f.plaintext).map(|c| (i, c)).map_err(Into::into)
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(ContainerError::Unwritable("an encryption worker failed".into()))))
+            .collect()
+    });
+    for r in results {
+        for (i, c) in r? {
+            fields[i].ciphertext = c;
+        }
+    }
+    Ok(())
+}
+
+/// Field descriptor per operation: (operation, offset, ciphertext length, plaintext
+/// length, IV, tag).
+type Descriptor = (usize, u64, u64, u64, [u8; 16], [u8; 32]);
+
+fn descriptors(fields: &[Field]) -> Vec<Descriptor> {
+    fields
+        .iter()
+        .map(|f| (f.operation, f.offset, f.ciphertext.len() as u64, f.plaintext.len() as u64, f.iv, f.tag))
+        .collect()
+}
+
+/// Encodes the operator-info section (see docs/FORMAT.md for the byte layout).
+fn encode_operator_info(
+    model: &Model,
+    owner: &[Option<usize>],
+    placement: &[(u64, u64)],
+    fields: &[Descriptor],
+    arena: Option<&(u64, Vec<Option<ArenaSlot>>)>,
+) -> Vec<u8> {
+    let g = &model.main;
+    let mut w = Writer::default();
+    w.u32(g.operands.len() as u32);
+    w.u32(g.operations.len() as u32);
+    w.u32(g.inputs.len() as u32);
+    w.u32(g.outputs.len() as u32);
+    w.u32(u32::from(model.relax_computation_float32_to_float16));
+    w.u64(model.operand_values.len() as u64);
+    w.u64(arena.map_or(u64::MAX, |a| a.0));
+    for (i, o) in g.operands.iter().enumerate() {
+        w.i32(o.operand_type.code());
+        w.u8(o.lifetime.code() as u8);
+        w.u8(o.dimensions.len() as u8);
+        w.u8(u8::from(o.channel_quant.is_some()));
+        w.u8(0);
+        w.f32(o.scale);
+        w.i32(o.zero_point);
+        for &d in &o.dimensions {
+            w.u32(d);
+        }
+        let (index, offset, length) = match o.lifetime {
+            Lifetime::ConstantReference => (owner[i].unwrap_or(0) as u32, placement[i].0, placement[i].1),
+            Lifetime::ConstantCopy | Lifetime::Subgraph => (o.location.pool_index, o.location.offset, o.location.length),
+            Lifetime::TemporaryVariable => match arena.and_then(|a| a.1.get(i).copied().flatten()) {
+                Some(slot) => (0, slot.offset, slot.size),
+                None => (0, u64::MAX, 0),
+            },
+            _ => (0, 0, 0),
+        };
+        w.u32(index);
+        w.u64(offset);
+        w.u64(length);
+        if let Some(q) = &o.channel_quant {
+            w.u32(q.channel_dim);
+            w.u32(q.scales.len() as u32);
+            for &s in &q.scales {
+                w.f32(s);
+            }
+        }
+        w.str(&o.name);
+    }
+    for &i in &g.inputs {
+        w.u32(i);
+    }
+    for &o in &g.outputs {
+        w.u32(o);
+    }
+    for info in model.input_info.iter().chain(&model.output_info) {
+        w.str(&info.name);
+        w.u8(dtype_code(info.dtype));
+        w.u8(info.dims.len() as u8);
+        w.u16(0);
+        for &d in &info.dims {
+            w.u32(d);
+        }
+    }
+    for (op_index, op) in g.operations.iter().enumerate() {
+        w.i32(op.op_type.code());
+        w.u32(op.inputs.len() as u32);
+        for &i in &op.inputs {
+            w.u32(i);
+        }
+        w.u32(op.outputs.len() as u32);
+        for &o in &op.outputs {
+            w.u32(o);
+        }
+        w.str(&op.source);
+        match fields.iter().find(|d| d.0 == op_index) {
+            Some(&(_, offset, length, plaintext_len, iv, tag)) => {
+                w.u8(1);
+                w.bytes(&[0; 3]);
+                w.u64(offset);
+                w.u64(length);
+                w.u64(plaintext_len);
+                w.bytes(&iv);
+                w.bytes(&tag);
+            }
+            None => {
+                w.u8(0);
+                w.bytes(&[0; 3]);
+            }
+        }
+    }
+    w.bytes(&model.operand_values);
+    w.buf
+}
