@@ -27,7 +27,11 @@ pub fn code_for(err: &anyhow::Error) -> u8 {
             };
         }
         if let Some(e) = cause.downcast_ref::<nnc_formats::container::ContainerError>() {
-            return if e.is_integrity() { FAILURE } else { DATA_ERROR };
+            return if e.is_integrity() {
+                FAILURE
+            } else {
+                DATA_ERROR
+            };
         }
     }
     FAILURE

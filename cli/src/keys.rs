@@ -27,31 +27,57 @@ impl KeyArgs {
         if let Some(path) = &self.key_file {
             warn_if_readable_by_others(path);
             let text = Zeroizing::new(
-                std::fs::read_to_string(path).with_context(|| format!("cannot read key file {}", path.display()))?,
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read key file {}", path.display()))?,
             );
             return Ok(Some((text, format!("key file {}", path.display()))));
         }
         if let Some(var) = &self.key_env {
-            let value = std::env::var(var).map_err(|_| anyhow::anyhow!("environment variable {var} is not set (or not UTF-8)"))?;
-            return Ok(Some((Zeroizing::new(value), format!("environment variable {var}"))));
+            let value = std::env::var(var).map_err(|_| {
+                anyhow::anyhow!("environment variable {var} is not set (or not UTF-8)")
+            })?;
+            return Ok(Some((
+                Zeroizing::new(value),
+                format!("environment variable {var}"),
+            )));
         }
         Ok(None)
     }
 
     /// The key for `algorithm`; an error names the source and what is wrong with it.
     pub fn load(&self, algorithm: Algorithm) -> anyhow::Result<Option<Key>> {
-        let Some((hex, source)) = self.hex()? else { return Ok(None) };
-        let key = Key::from_hex(algorithm, &hex).with_context(|| format!("{source} does not hold a valid {} key", algorithm.name()))?;
+        let Some((hex, source)) = self.hex()? else {
+            return Ok(None);
+        };
+        let key = Key::from_hex(algorithm, &hex)
+            .with_context(|| format!("{source} does not hold a valid {} key", algorithm.name()))?;
         Ok(Some(key))
     }
 
-    /// A key whose algorithm is given by its length alone is ambiguous (SM4 and AES-128
-    /// are both 16 bytes): callers that read a file use the file's algorithm instead.
-    pub fn require(&self, algorithm: Algorithm) -> anyhow::Result<Key> {
-        match self.load(algorithm)? {
-            Some(k) => Ok(k),
-            None => bail!("this file is encrypted with {}; give its key with --key-file FILE or --key-env VAR", algorithm.name()),
+    /// The raw key bytes for reading a file: the file's authenticated header, not the key,
+    /// says which algorithm they are for. `what` names the file in the error.
+    pub fn require_raw(&self, what: &str) -> anyhow::Result<Zeroizing<Vec<u8>>> {
+        let Some((hex, source)) = self.hex()? else {
+            bail!("{what} is encrypted; give its key with --key-file FILE or --key-env VAR");
+        };
+        let text = hex.trim();
+        if let Some(pos) = text.bytes().position(|b| !b.is_ascii_hexdigit()) {
+            // Never echo key material: name the position only.
+            bail!(
+                "{source} is not a hex key: character {} is not a hex digit",
+                pos + 1
+            );
         }
+        if text.len() % 2 != 0 {
+            bail!(
+                "{source} is not a hex key: it has an odd number of digits ({})",
+                text.len()
+            );
+        }
+        let mut bytes = Zeroizing::new(vec![0u8; text.len() / 2]);
+        hex::decode_to_slice(text, &mut bytes)
+            .map_err(|_| anyhow::anyhow!("{source} is not a hex key"))?;
+        Ok(bytes)
     }
 }
 

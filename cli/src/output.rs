@@ -22,8 +22,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("cannot create a file in {}", dir.display()))?;
-    tmp.write_all(bytes).with_context(|| format!("cannot write {}", path.display()))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("cannot create a file in {}", dir.display()))?;
+    tmp.write_all(bytes)
+        .with_context(|| format!("cannot write {}", path.display()))?;
     // Temporary files are created 0600; outputs are ordinary files (keys use keygen).
     #[cfg(unix)]
     {
@@ -32,8 +34,11 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
             .set_permissions(std::fs::Permissions::from_mode(0o644))
             .with_context(|| format!("cannot set permissions of {}", path.display()))?;
     }
-    tmp.as_file().sync_all().with_context(|| format!("cannot write {}", path.display()))?;
-    tmp.persist(path).with_context(|| format!("cannot write {}", path.display()))?;
+    tmp.as_file()
+        .sync_all()
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    tmp.persist(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }
 

@@ -73,10 +73,13 @@ impl UnsupportedReport {
     }
 
     pub fn add(&mut self, op_type: &str, node: &str, reason: impl Into<String>) {
-        self.operators.entry(op_type.to_string()).or_default().push(UnsupportedNode {
-            node: node.to_string(),
-            reason: reason.into(),
-        });
+        self.operators
+            .entry(op_type.to_string())
+            .or_default()
+            .push(UnsupportedNode {
+                node: node.to_string(),
+                reason: reason.into(),
+            });
     }
 
     pub fn is_empty(&self) -> bool {
@@ -105,11 +108,19 @@ impl fmt::Display for UnsupportedReport {
             // Group nodes by reason so a model with 40 identical failures stays readable.
             let mut by_reason: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
             for n in nodes {
-                by_reason.entry(n.reason.as_str()).or_default().push(n.node.as_str());
+                by_reason
+                    .entry(n.reason.as_str())
+                    .or_default()
+                    .push(n.node.as_str());
             }
             for (reason, names) in by_reason {
                 const SHOWN: usize = 8;
-                let mut list = names.iter().take(SHOWN).map(|n| format!("'{n}'")).collect::<Vec<_>>().join(", ");
+                let mut list = names
+                    .iter()
+                    .take(SHOWN)
+                    .map(|n| format!("'{n}'"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 if names.len() > SHOWN {
                     list.push_str(&format!(" and {} more", names.len() - SHOWN));
                 }

@@ -31,7 +31,12 @@ pub fn detect_format(path: &Path, bytes: &[u8]) -> Option<SourceFormat> {
     if bytes.len() >= 8 && &bytes[4..8] == b"TFL3" {
         return Some(SourceFormat::Tflite);
     }
-    match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+    match path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
         Some("onnx") => Some(SourceFormat::Onnx),
         Some("tflite") => Some(SourceFormat::Tflite),
         _ => None,
@@ -82,12 +87,18 @@ pub fn lower_bytes(
     let imported = match format {
         SourceFormat::Onnx => onnx::import_bytes(bytes, &options.import, ext)?,
         SourceFormat::Tflite => {
-            return Err(CompileError::Options("TFLite models are not supported yet".into()));
+            return Err(CompileError::Options(
+                "TFLite models are not supported yet".into(),
+            ));
         }
     };
     let mut model = imported.model;
     let lowered_histogram = model.operation_histogram();
-    let passes = if options.no_optimize { Vec::new() } else { passes::optimize(&mut model)? };
+    let passes = if options.no_optimize {
+        Vec::new()
+    } else {
+        passes::optimize(&mut model)?
+    };
     Ok(Lowered {
         model,
         format,

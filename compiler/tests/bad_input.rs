@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use nnc_compiler::CompileError;
 use nnc_compiler::onnx::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto, TensorShapeProto, TypeProto,
-    ValueInfoProto, encode_model, tensor_shape_proto, type_proto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
+    TensorShapeProto, TypeProto, ValueInfoProto, encode_model, tensor_shape_proto, type_proto,
 };
 use nnc_compiler::onnx::tensor::ExternalDataContext;
 use nnc_compiler::pipeline::{LowerOptions, SourceFormat, lower_bytes};
@@ -44,7 +44,12 @@ fn node(op: &str, name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
     }
 }
 
-fn model(nodes: Vec<NodeProto>, inputs: Vec<ValueInfoProto>, outputs: Vec<ValueInfoProto>, opset: i64) -> ModelProto {
+fn model(
+    nodes: Vec<NodeProto>,
+    inputs: Vec<ValueInfoProto>,
+    outputs: Vec<ValueInfoProto>,
+    opset: i64,
+) -> ModelProto {
     ModelProto {
         ir_version: 8,
         opset_import: vec![OperatorSetIdProto {
@@ -65,7 +70,10 @@ fn model(nodes: Vec<NodeProto>, inputs: Vec<ValueInfoProto>, outputs: Vec<ValueI
 /// A valid two-node model: relu(x) + relu(x).
 fn valid() -> ModelProto {
     model(
-        vec![node("Relu", "relu", &["x"], &["r"]), node("Add", "add", &["r", "r"], &["y"])],
+        vec![
+            node("Relu", "relu", &["x"], &["r"]),
+            node("Add", "add", &["r", "r"], &["y"]),
+        ],
         vec![value_info("x", &[1, 4])],
         vec![value_info("y", &[1, 4])],
         13,
@@ -74,8 +82,17 @@ fn valid() -> ModelProto {
 
 fn compile(bytes: Vec<u8>) -> Result<(), CompileError> {
     let start = Instant::now();
-    let result = lower_bytes(bytes.into(), SourceFormat::Onnx, &ExternalDataContext::none(), &LowerOptions::default());
-    assert!(start.elapsed() < Duration::from_secs(10), "compilation took {:?}", start.elapsed());
+    let result = lower_bytes(
+        bytes.into(),
+        SourceFormat::Onnx,
+        &ExternalDataContext::none(),
+        &LowerOptions::default(),
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "compilation took {:?}",
+        start.elapsed()
+    );
     result.map(|_| ())
 }
 
@@ -101,9 +118,17 @@ fn truncated_models_fail_cleanly_at_every_length() {
 
 #[test]
 fn garbage_bytes_are_a_decode_error() {
-    let garbage: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let garbage: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
     let err = compile(garbage).unwrap_err();
-    assert!(matches!(err, CompileError::OnnxDecode(_) | CompileError::InvalidModel { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            CompileError::OnnxDecode(_) | CompileError::InvalidModel { .. }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
@@ -113,7 +138,10 @@ fn an_unknown_opset_is_rejected_with_the_range() {
     let err = compile_model(&m).unwrap_err();
     assert!(matches!(err, CompileError::Unsupported(_)), "{err}");
     let text = err.to_string();
-    assert!(text.contains("opset 99") && text.contains("7..=22"), "{text}");
+    assert!(
+        text.contains("opset 99") && text.contains("7..=22"),
+        "{text}"
+    );
     m.opset_import.clear();
     let err = compile_model(&m).unwrap_err().to_string();
     assert!(err.contains("opset"), "{err}");
@@ -131,7 +159,10 @@ fn a_missing_initializer_names_the_node_and_value() {
     let err = compile_model(&m).unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, CompileError::InvalidModel { .. }), "{text}");
-    assert!(text.contains("conv1") && text.contains("'w'") && text.contains("missing initializer"), "{text}");
+    assert!(
+        text.contains("conv1") && text.contains("'w'") && text.contains("missing initializer"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -143,7 +174,10 @@ fn a_dangling_input_names_the_value() {
         13,
     );
     let text = compile_model(&m).unwrap_err().to_string();
-    assert!(text.contains("'nowhere'") && text.contains("relu"), "{text}");
+    assert!(
+        text.contains("'nowhere'") && text.contains("relu"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -159,7 +193,10 @@ fn a_cycle_is_found_and_named() {
         13,
     );
     let text = compile_model(&m).unwrap_err().to_string();
-    assert!(text.contains("cycle") && text.contains("'a'") && text.contains("'b_node'"), "{text}");
+    assert!(
+        text.contains("cycle") && text.contains("'a'") && text.contains("'b_node'"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -172,7 +209,10 @@ fn absurd_dimensions_are_rejected() {
             13,
         );
         let text = compile_model(&m).unwrap_err().to_string();
-        assert!(text.contains("graph input 'x'") && text.contains("dimension 1"), "{text}");
+        assert!(
+            text.contains("graph input 'x'") && text.contains("dimension 1"),
+            "{text}"
+        );
     }
     // An initializer claiming 2^62 elements: refused before anything is allocated.
     let mut m = valid();
@@ -199,11 +239,15 @@ fn a_constant_of_shape_bomb_is_refused() {
         int64_data: vec![1 << 20, 1 << 20, 1 << 20],
         ..Default::default()
     });
-    g.node.push(node("ConstantOfShape", "bomb", &["shape"], &["big"]));
+    g.node
+        .push(node("ConstantOfShape", "bomb", &["shape"], &["big"]));
     g.node.push(node("Add", "use", &["y", "big"], &["z"]));
     g.output = vec![value_info("z", &[1, 4])];
     let text = compile_model(&m).unwrap_err().to_string();
-    assert!(text.contains("bomb") && text.contains("too large"), "{text}");
+    assert!(
+        text.contains("bomb") && text.contains("too large"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -240,13 +284,19 @@ fn a_wrongly_typed_attribute_is_named() {
 #[test]
 fn two_writers_of_one_value_are_rejected() {
     let m = model(
-        vec![node("Relu", "r1", &["x"], &["y"]), node("Relu", "r2", &["x"], &["y"])],
+        vec![
+            node("Relu", "r1", &["x"], &["y"]),
+            node("Relu", "r2", &["x"], &["y"]),
+        ],
         vec![value_info("x", &[1, 4])],
         vec![value_info("y", &[1, 4])],
         13,
     );
     let text = compile_model(&m).unwrap_err().to_string();
-    assert!(text.contains("'y'") && text.contains("also writes"), "{text}");
+    assert!(
+        text.contains("'y'") && text.contains("also writes"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -266,12 +316,23 @@ fn every_unsupported_operator_is_listed_in_one_error() {
         13,
     );
     let err = compile_model(&m).unwrap_err();
-    let CompileError::Unsupported(report) = &err else { panic!("{err}") };
+    let CompileError::Unsupported(report) = &err else {
+        panic!("{err}")
+    };
     assert_eq!(report.operators["Erf"].len(), 2);
     assert_eq!(report.operators["com.example::Custom"].len(), 1);
-    assert!(!report.operators.contains_key("Relu"), "supported ops are not listed");
+    assert!(
+        !report.operators.contains_key("Relu"),
+        "supported ops are not listed"
+    );
     let text = err.to_string();
-    assert!(text.contains("Erf x2") && text.contains("'erf1'") && text.contains("'erf2'") && text.contains("custom1"), "{text}");
+    assert!(
+        text.contains("Erf x2")
+            && text.contains("'erf1'")
+            && text.contains("'erf2'")
+            && text.contains("custom1"),
+        "{text}"
+    );
 }
 
 /// Random byte mutations of a valid model never panic or hang.

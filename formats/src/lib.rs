@@ -14,3 +14,5 @@ pub mod crypto;
 pub mod nn;
 pub mod npy;
 pub mod tensor;
+#[doc(hidden)]
+pub mod test_support;

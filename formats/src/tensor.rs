@@ -111,7 +111,9 @@ impl HostTensor {
     pub fn new(dtype: DataType, shape: Vec<usize>, data: Vec<u8>) -> Result<Self, HostTensorError> {
         let expected = element_count(&shape)
             .and_then(|n| n.checked_mul(dtype.size()))
-            .ok_or_else(|| HostTensorError::ShapeOverflow { shape: shape.clone() })?;
+            .ok_or_else(|| HostTensorError::ShapeOverflow {
+                shape: shape.clone(),
+            })?;
         if expected != data.len() {
             return Err(HostTensorError::SizeMismatch {
                 dtype,

@@ -3,7 +3,8 @@
 
 use nnc_formats::nn::validate::Location;
 use nnc_formats::nn::{
-    ChannelQuant, DataLocation, IoInfo, Lifetime, Model, Operand, OperandType, OperationType, Subgraph, validate,
+    ChannelQuant, DataLocation, IoInfo, Lifetime, Model, Operand, OperandType, OperationType,
+    Subgraph, validate,
 };
 use nnc_formats::tensor::DataType;
 
@@ -40,7 +41,10 @@ fn problems(m: &Model) -> Vec<String> {
 
 fn assert_problem(m: &Model, needle: &str) {
     let all = problems(m);
-    assert!(all.iter().any(|p| p.contains(needle)), "no problem mentions {needle:?}: {all:#?}");
+    assert!(
+        all.iter().any(|p| p.contains(needle)),
+        "no problem mentions {needle:?}: {all:#?}"
+    );
 }
 
 #[test]
@@ -59,7 +63,10 @@ fn scalars_have_no_dimensions() {
 fn constant_tensors_have_known_dimensions() {
     let mut m = valid();
     m.main.operands[1].dimensions = vec![0];
-    assert_problem(&m, "operand 1: constant tensor must have all dimensions known");
+    assert_problem(
+        &m,
+        "operand 1: constant tensor must have all dimensions known",
+    );
 }
 
 #[test]
@@ -72,7 +79,10 @@ fn quantization_parameters_match_the_type() {
 
     let mut m = valid();
     m.main.operands[0].scale = 0.25;
-    assert_problem(&m, "operand 0: TENSOR_FLOAT32 must have scale 0 and zero point 0");
+    assert_problem(
+        &m,
+        "operand 0: TENSOR_FLOAT32 must have scale 0 and zero point 0",
+    );
 
     let mut m = valid();
     m.add_operand(Operand::new(OperandType::TensorQuant8AsymmSigned, vec![2]).with_quant(0.0, 0));
@@ -82,7 +92,10 @@ fn quantization_parameters_match_the_type() {
 #[test]
 fn per_channel_quantization_is_complete() {
     let mut m = valid();
-    m.add_operand(Operand::new(OperandType::TensorQuant8SymmPerChannel, vec![3, 2]));
+    m.add_operand(Operand::new(
+        OperandType::TensorQuant8SymmPerChannel,
+        vec![3, 2],
+    ));
     assert_problem(&m, "needs per-channel quantization parameters");
 
     let mut m = valid();
@@ -99,7 +112,10 @@ fn per_channel_quantization_is_complete() {
 fn constant_locations_stay_inside_their_storage() {
     let mut m = valid();
     m.main.operands[2].location.offset = u64::MAX - 1; // overflows offset + length
-    assert_problem(&m, "operand 2: data at offset 18446744073709551614 length 4 lies outside the inline values");
+    assert_problem(
+        &m,
+        "operand 2: data at offset 18446744073709551614 length 4 lies outside the inline values",
+    );
 
     let mut m = valid();
     let mut big = Operand::new(OperandType::TensorFloat32, vec![64]);
@@ -117,14 +133,20 @@ fn constant_locations_stay_inside_their_storage() {
 fn constant_lengths_match_their_type_and_shape() {
     let mut m = valid();
     m.main.operands[1].dimensions = vec![5];
-    assert_problem(&m, "operand 1: holds 16 bytes but TENSOR_FLOAT32 5 needs 20");
+    assert_problem(
+        &m,
+        "operand 1: holds 16 bytes but TENSOR_FLOAT32 5 needs 20",
+    );
 }
 
 #[test]
 fn non_constants_have_no_data_location() {
     let mut m = valid();
     m.main.operands[0].location.length = 4;
-    assert_problem(&m, "operand 0: SUBGRAPH_INPUT operand must not have a data location");
+    assert_problem(
+        &m,
+        "operand 0: SUBGRAPH_INPUT operand must not have a data location",
+    );
 }
 
 #[test]
@@ -132,12 +154,18 @@ fn input_and_output_lists_agree_with_lifetimes() {
     let mut m = valid();
     m.main.inputs.clear();
     m.input_info.clear();
-    assert_problem(&m, "operand 0: has lifetime SUBGRAPH_INPUT but is not in the input list");
+    assert_problem(
+        &m,
+        "operand 0: has lifetime SUBGRAPH_INPUT but is not in the input list",
+    );
 
     let mut m = valid();
     m.main.inputs.push(1);
     m.input_info.push(m.input_info[0].clone());
-    assert_problem(&m, "operand 1: listed as an input but its lifetime is CONSTANT_COPY");
+    assert_problem(
+        &m,
+        "operand 1: listed as an input but its lifetime is CONSTANT_COPY",
+    );
 
     let mut m = valid();
     m.main.outputs.push(3);
@@ -163,14 +191,20 @@ fn operations_are_in_topological_order() {
     let y2 = m.add_operand(y2);
     m.main.outputs.push(y2);
     m.output_info.push(m.output_info[0].clone());
-    m.main.operations.insert(0, nnc_formats::nn::Operation {
-        op_type: OperationType::Relu,
-        inputs: vec![t],
-        outputs: vec![y2],
-        source: "early".into(),
-    });
+    m.main.operations.insert(
+        0,
+        nnc_formats::nn::Operation {
+            op_type: OperationType::Relu,
+            inputs: vec![t],
+            outputs: vec![y2],
+            source: "early".into(),
+        },
+    );
     m.add_operation(OperationType::Relu, vec![0], vec![t], "late");
-    assert_problem(&m, "operation 0 (RELU from node 'early'): input 0 (operand 4) is read before the operation that writes it");
+    assert_problem(
+        &m,
+        "operation 0 (RELU from node 'early'): input 0 (operand 4) is read before the operation that writes it",
+    );
 }
 
 #[test]
@@ -178,7 +212,10 @@ fn every_read_operand_is_written() {
     let mut m = valid();
     let dangling = m.add_operand(Operand::new(OperandType::TensorFloat32, vec![1, 4]));
     m.main.operations[0].inputs[0] = dangling;
-    assert_problem(&m, "operation 0 (ADD from node 'add_node'): input 0 (operand 4) is never written");
+    assert_problem(
+        &m,
+        "operation 0 (ADD from node 'add_node'): input 0 (operand 4) is never written",
+    );
 }
 
 #[test]
@@ -192,7 +229,10 @@ fn every_operand_has_one_writer() {
 fn constants_and_inputs_are_never_written() {
     let mut m = valid();
     m.main.operations[0].outputs[0] = 1;
-    assert_problem(&m, "writes operand 1, whose lifetime CONSTANT_COPY cannot be written");
+    assert_problem(
+        &m,
+        "writes operand 1, whose lifetime CONSTANT_COPY cannot be written",
+    );
 }
 
 #[test]
@@ -206,24 +246,39 @@ fn outputs_are_written() {
 fn operation_signatures_are_checked() {
     let mut m = valid();
     m.main.operations[0].inputs.pop();
-    assert_problem(&m, "operation 0 (ADD from node 'add_node'): takes 3 inputs, got 2");
+    assert_problem(
+        &m,
+        "operation 0 (ADD from node 'add_node'): takes 3 inputs, got 2",
+    );
 
     let mut m = valid();
     m.main.operations[0].inputs[2] = 1; // a tensor where the activation scalar goes
-    assert_problem(&m, "input 2 (fused_activation) must be INT32, got TENSOR_FLOAT32");
+    assert_problem(
+        &m,
+        "input 2 (fused_activation) must be INT32, got TENSOR_FLOAT32",
+    );
 
     let mut m = valid();
     let bad = m.add_i32(7);
     m.main.operations[0].inputs[2] = bad;
-    assert_problem(&m, "must be 0 (NONE), 1 (RELU), 2 (RELU1) or 3 (RELU6), got 7");
+    assert_problem(
+        &m,
+        "must be 0 (NONE), 1 (RELU), 2 (RELU1) or 3 (RELU6), got 7",
+    );
 
     let mut m = valid();
     m.main.operands[3].dimensions = vec![1, 5];
-    assert_problem(&m, "output 0 is declared 1x5 but the operation produces 1x4");
+    assert_problem(
+        &m,
+        "output 0 is declared 1x5 but the operation produces 1x4",
+    );
 
     let mut m = valid();
     m.main.operands[3].operand_type = OperandType::TensorInt32;
-    assert_problem(&m, "output 0 is declared TENSOR_INT32 but the operation produces TENSOR_FLOAT32");
+    assert_problem(
+        &m,
+        "output 0 is declared TENSOR_INT32 but the operation produces TENSOR_FLOAT32",
+    );
 }
 
 #[test]
@@ -250,7 +305,10 @@ fn convolution_parameters_are_range_checked() {
         dims: vec![],
     }];
     m.output_info = m.input_info.clone();
-    assert_problem(&m, "operation 0 (CONV_2D from node 'conv'): input 7 (stride_width) must be >= 1, got 0");
+    assert_problem(
+        &m,
+        "operation 0 (CONV_2D from node 'conv'): input 7 (stride_width) must be >= 1, got 0",
+    );
 }
 
 #[test]
@@ -284,5 +342,8 @@ fn every_problem_is_reported_at_once_with_its_location() {
     )));
     let text = err.to_string();
     assert!(text.starts_with("the model is invalid ("), "{text}");
-    assert!(text.contains("operand 2") && text.contains("operand 0") && text.contains("operation 0"), "{text}");
+    assert!(
+        text.contains("operand 2") && text.contains("operand 0") && text.contains("operation 0"),
+        "{text}"
+    );
 }

@@ -83,7 +83,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     if mode == Mode::Ecb && key.is_some() {
-        eprintln!("warning: ECB encrypts equal weight blocks to equal ciphertext blocks, revealing patterns; prefer ctr or cbc");
+        eprintln!(
+            "warning: ECB encrypts equal weight blocks to equal ciphertext blocks, revealing patterns; prefer ctr or cbc"
+        );
     }
     progress.stage(&format!("lowering {}", args.model.display()));
     let options = super::lower_options(&args.input_shapes, false)?;
@@ -108,7 +110,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let emit_ms = started.elapsed().as_secs_f64() * 1e3;
     progress.stage(&format!("writing {}", args.output.display()));
     output::write_atomic(&args.output, &bytes)?;
-    let container = Container::parse(&bytes).context("internal error: the written file does not parse")?;
+    let container =
+        Container::parse(&bytes).context("internal error: the written file does not parse")?;
     let fields: Vec<_> = container.fields.iter().flatten().collect();
     let weight_bytes: u64 = fields.iter().map(|f| f.plaintext_length).sum();
     let summary = json!({
@@ -140,7 +143,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             fields.len(),
             weight_bytes,
             match algorithm {
-                Some(a) => format!("{}-{} with {}", a.name(), mode.name(), container.header.crypto.integrity.name()),
+                Some(a) => format!(
+                    "{}-{} with {}",
+                    a.name(),
+                    mode.name(),
+                    container.header.crypto.integrity.name()
+                ),
                 None => "unencrypted (SHA-256 digests)".into(),
             }
         );

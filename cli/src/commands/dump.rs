@@ -36,7 +36,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let model = if super::is_compiled(&args.model)? {
-        let bytes = std::fs::read(&args.model).with_context(|| format!("cannot read {}", args.model.display()))?;
+        let bytes = std::fs::read(&args.model)
+            .with_context(|| format!("cannot read {}", args.model.display()))?;
         nnc_formats::container::Container::parse(&bytes)
             .with_context(|| format!("{} is not a valid nnc model file", args.model.display()))?
             .model

@@ -90,16 +90,33 @@ pub fn source_report(path: &std::path::Path, lowered: &Lowered) -> Value {
 }
 
 fn histogram_line(map: &Value) -> String {
-    let Some(obj) = map.as_object() else { return String::new() };
-    let mut entries: Vec<(&String, u64)> = obj.iter().map(|(k, v)| (k, v.as_u64().unwrap_or(0))).collect();
+    let Some(obj) = map.as_object() else {
+        return String::new();
+    };
+    let mut entries: Vec<(&String, u64)> = obj
+        .iter()
+        .map(|(k, v)| (k, v.as_u64().unwrap_or(0)))
+        .collect();
     entries.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    entries.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
+    entries
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn shape_text(v: &Value) -> String {
     let dims: Vec<String> = v
         .as_array()
-        .map(|a| a.iter().map(|d| d.as_u64().map(|x| x.to_string()).unwrap_or_else(|| "?".into())).collect())
+        .map(|a| {
+            a.iter()
+                .map(|d| {
+                    d.as_u64()
+                        .map(|x| x.to_string())
+                        .unwrap_or_else(|| "?".into())
+                })
+                .collect()
+        })
         .unwrap_or_default();
     format!("[{}]", dims.join(", "))
 }
@@ -135,7 +152,10 @@ fn source_text(r: &Value) -> String {
         r["source_node_count"],
         histogram_line(&r["source_operators"])
     ));
-    s.push_str(&format!("lowered operations: {}\n", histogram_line(&r["lowered_operations"])));
+    s.push_str(&format!(
+        "lowered operations: {}\n",
+        histogram_line(&r["lowered_operations"])
+    ));
     s.push_str(&format!(
         "optimized operations ({}): {}\n",
         r["operation_count"],
@@ -153,7 +173,11 @@ fn source_text(r: &Value) -> String {
             let what = if changes.is_empty() {
                 "no change".to_string()
             } else {
-                changes.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>().join("; ")
+                changes
+                    .iter()
+                    .map(|(k, v)| format!("{k}: {v}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
             };
             s.push_str(&format!(
                 "  {:<18} {:>4} -> {:<4} operations  {what}\n",
@@ -169,15 +193,17 @@ fn source_text(r: &Value) -> String {
 fn run_compiled(args: Args) -> anyhow::Result<ExitCode> {
     use anyhow::Context;
     use nnc_formats::container::Container;
-    let bytes = std::fs::read(&args.model).with_context(|| format!("cannot read {}", args.model.display()))?;
-    let container = Container::parse(&bytes).with_context(|| format!("{} is not a valid nnc model file", args.model.display()))?;
+    let bytes = std::fs::read(&args.model)
+        .with_context(|| format!("cannot read {}", args.model.display()))?;
+    let container = Container::parse(&bytes)
+        .with_context(|| format!("{} is not a valid nnc model file", args.model.display()))?;
     let verified = if args.key.given() || !container.is_encrypted() {
         let key = match container.header.crypto.algorithm {
-            Some(a) => Some(args.key.require(a)?),
+            Some(_) => Some(args.key.require_raw(&args.model.display().to_string())?),
             None => None,
         };
         container
-            .verify(key.as_ref())
+            .verify(key.as_deref().map(|k| k.as_slice()))
             .with_context(|| format!("{} failed verification", args.model.display()))?;
         Value::Bool(true)
     } else {
@@ -193,7 +219,11 @@ fn run_compiled(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The inspect report of a compiled model.
-pub fn compiled_report(path: &std::path::Path, c: &nnc_formats::container::Container, verified: Value) -> Value {
+pub fn compiled_report(
+    path: &std::path::Path,
+    c: &nnc_formats::container::Container,
+    verified: Value,
+) -> Value {
     use nnc_formats::container::FLAG_REPRODUCIBLE;
     let h = &c.header;
     let model = &c.model;
@@ -260,7 +290,11 @@ fn compiled_text(r: &Value) -> String {
             crypto["padding"].as_str().unwrap_or(""),
             crypto["integrity"].as_str().unwrap_or(""),
             crypto["key_id"].as_str().unwrap_or(""),
-            if r["reproducible"] == Value::Bool(true) { ", reproducible" } else { "" }
+            if r["reproducible"] == Value::Bool(true) {
+                ", reproducible"
+            } else {
+                ""
+            }
         ));
     } else {
         s.push_str("encryption: none (weights in plaintext), integrity SHA-256\n");
@@ -306,7 +340,11 @@ fn compiled_text(r: &Value) -> String {
         } else {
             format!(
                 "field {} at {} ({} bytes, {} plaintext, iv {})",
-                w["index"], w["offset"], w["length"], w["plaintext_length"], w["iv"].as_str().unwrap_or("")
+                w["index"],
+                w["offset"],
+                w["length"],
+                w["plaintext_length"],
+                w["iv"].as_str().unwrap_or("")
             )
         };
         s.push_str(&format!(

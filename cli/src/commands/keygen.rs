@@ -25,7 +25,10 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let algorithm: Algorithm = args.algorithm.into();
     if args.output.exists() && !args.force {
-        bail!("{} exists; pass --force to replace it", args.output.display());
+        bail!(
+            "{} exists; pass --force to replace it",
+            args.output.display()
+        );
     }
     let key = Key::generate(algorithm)?;
     let hex = key.to_hex();
@@ -35,7 +38,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     // NamedTempFile is created with mode 0600, so the key is never readable by others,
     // not even for a moment; the rename then puts it in place.
-    let mut tmp = tempfile::NamedTempFile::new_in(&dir).with_context(|| format!("cannot create a file in {}", dir.display()))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(&dir)
+        .with_context(|| format!("cannot create a file in {}", dir.display()))?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -43,7 +47,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .set_permissions(std::fs::Permissions::from_mode(0o600))
             .context("cannot restrict the key file's permissions")?;
     }
-    tmp.write_all(hex.as_bytes()).and_then(|()| tmp.write_all(b"\n")).context("cannot write the key")?;
+    tmp.write_all(hex.as_bytes())
+        .and_then(|()| tmp.write_all(b"\n"))
+        .context("cannot write the key")?;
     tmp.as_file().sync_all().context("cannot write the key")?;
     if args.force {
         tmp.persist(&args.output)
@@ -51,6 +57,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         tmp.persist_noclobber(&args.output)
     }
     .with_context(|| format!("cannot write {}", args.output.display()))?;
-    eprintln!("wrote a new {} key to {} (mode 600)", algorithm.name(), args.output.display());
+    eprintln!(
+        "wrote a new {} key to {} (mode 600)",
+        algorithm.name(),
+        args.output.display()
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -24,14 +24,20 @@ pub fn parse_input_shape(text: &str) -> Result<(String, Vec<u32>), String> {
         .split(['x', ','])
         .map(|d| match d.trim().parse::<u32>() {
             Ok(v) if v >= 1 && v <= i32::MAX as u32 => Ok(v),
-            _ => Err(format!("'{d}' in '{text}' is not a dimension (a whole number from 1 to {})", i32::MAX)),
+            _ => Err(format!(
+                "'{d}' in '{text}' is not a dimension (a whole number from 1 to {})",
+                i32::MAX
+            )),
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok((name.to_string(), dims))
 }
 
 /// Lowering options from the shared command-line flags.
-pub fn lower_options(input_shapes: &[(String, Vec<u32>)], no_optimize: bool) -> anyhow::Result<LowerOptions> {
+pub fn lower_options(
+    input_shapes: &[(String, Vec<u32>)],
+    no_optimize: bool,
+) -> anyhow::Result<LowerOptions> {
     let mut shapes = HashMap::new();
     for (name, dims) in input_shapes {
         if shapes.insert(name.clone(), dims.clone()).is_some() {
@@ -48,7 +54,8 @@ pub fn lower_options(input_shapes: &[(String, Vec<u32>)], no_optimize: bool) -> 
 
 /// Lowers a source model, with the file named in errors.
 pub fn lower(path: &Path, options: &LowerOptions) -> anyhow::Result<Lowered> {
-    pipeline::lower_file(path, options).with_context(|| format!("cannot compile {}", path.display()))
+    pipeline::lower_file(path, options)
+        .with_context(|| format!("cannot compile {}", path.display()))
 }
 
 /// `--algorithm` of keygen.
@@ -120,8 +127,11 @@ impl From<ModeArg> for nnc_formats::crypto::Mode {
 /// True when the file starts with the `.nnc` magic.
 pub fn is_compiled(path: &Path) -> anyhow::Result<bool> {
     use std::io::Read;
-    let mut f = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut f =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
     let mut magic = [0u8; 8];
-    let n = f.read(&mut magic).with_context(|| format!("cannot read {}", path.display()))?;
+    let n = f
+        .read(&mut magic)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     Ok(n == 8 && magic == nnc_formats::container::MAGIC)
 }

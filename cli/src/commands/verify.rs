@@ -22,14 +22,16 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let bytes = std::fs::read(&args.model).with_context(|| format!("cannot read {}", args.model.display()))?;
-    let container = Container::parse(&bytes).with_context(|| format!("{} is not a valid nnc model file", args.model.display()))?;
+    let bytes = std::fs::read(&args.model)
+        .with_context(|| format!("cannot read {}", args.model.display()))?;
+    let container = Container::parse(&bytes)
+        .with_context(|| format!("{} is not a valid nnc model file", args.model.display()))?;
     let key = match container.header.crypto.algorithm {
-        Some(a) => Some(args.key.require(a)?),
+        Some(_) => Some(args.key.require_raw(&args.model.display().to_string())?),
         None => None,
     };
     container
-        .verify(key.as_ref())
+        .verify(key.as_deref().map(|k| k.as_slice()))
         .with_context(|| format!("{} failed verification", args.model.display()))?;
     let fields = container.fields.iter().flatten().count();
     if args.json {
@@ -48,7 +50,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "{}: OK ({} weight fields and the metadata authenticate{})\n",
             args.model.display(),
             fields,
-            if container.is_encrypted() { " under the given key" } else { "; unencrypted, SHA-256 digests" }
+            if container.is_encrypted() {
+                " under the given key"
+            } else {
+                "; unencrypted, SHA-256 digests"
+            }
         ))?;
     }
     Ok(ExitCode::SUCCESS)

@@ -10,7 +10,10 @@ pub struct Attrs<'a> {
 
 /// The attribute is present but not of the expected kind.
 fn kind_error(node: &NodeProto, a: &AttributeProto, expected: &str) -> String {
-    let actual = a.attribute_type().map(|t| t.name()).unwrap_or("an unknown type");
+    let actual = a
+        .attribute_type()
+        .map(|t| t.name())
+        .unwrap_or("an unknown type");
     format!(
         "node '{}' ({}): attribute '{}' must be {expected}, got {actual}",
         node.name, node.op_type, a.name
@@ -69,7 +72,9 @@ impl<'a> Attrs<'a> {
             None => Ok(None),
             Some(a) if Self::kind(a) == Some(AttributeType::Float) => Ok(Some(a.f.unwrap_or(0.0))),
             // Some exporters write integral floats as INT.
-            Some(a) if Self::kind(a) == Some(AttributeType::Int) => Ok(Some(a.i.unwrap_or(0) as f32)),
+            Some(a) if Self::kind(a) == Some(AttributeType::Int) => {
+                Ok(Some(a.i.unwrap_or(0) as f32))
+            }
             Some(a) => Err(kind_error(self.node, a, "a FLOAT")),
         }
     }
@@ -81,7 +86,9 @@ impl<'a> Attrs<'a> {
     pub fn ints(&self, name: &str) -> Result<Option<Vec<i64>>, String> {
         match self.get(name) {
             None => Ok(None),
-            Some(a) if matches!(Self::kind(a), Some(AttributeType::Ints) | None) => Ok(Some(a.ints.clone())),
+            Some(a) if matches!(Self::kind(a), Some(AttributeType::Ints) | None) => {
+                Ok(Some(a.ints.clone()))
+            }
             Some(a) => Err(kind_error(self.node, a, "INTS")),
         }
     }
@@ -89,7 +96,9 @@ impl<'a> Attrs<'a> {
     pub fn floats(&self, name: &str) -> Result<Option<Vec<f32>>, String> {
         match self.get(name) {
             None => Ok(None),
-            Some(a) if matches!(Self::kind(a), Some(AttributeType::Floats) | None) => Ok(Some(a.floats.clone())),
+            Some(a) if matches!(Self::kind(a), Some(AttributeType::Floats) | None) => {
+                Ok(Some(a.floats.clone()))
+            }
             Some(a) => Err(kind_error(self.node, a, "FLOATS")),
         }
     }
@@ -99,9 +108,9 @@ impl<'a> Attrs<'a> {
             None => Ok(None),
             Some(a) if Self::kind(a) == Some(AttributeType::String) => {
                 let bytes = a.s.clone().unwrap_or_default();
-                String::from_utf8(bytes.to_vec())
-                    .map(Some)
-                    .map_err(|_| format!("node '{}': attribute '{name}' is not UTF-8", self.node.name))
+                String::from_utf8(bytes.to_vec()).map(Some).map_err(|_| {
+                    format!("node '{}': attribute '{name}' is not UTF-8", self.node.name)
+                })
             }
             Some(a) => Err(kind_error(self.node, a, "a STRING")),
         }
@@ -116,7 +125,10 @@ impl<'a> Attrs<'a> {
             None => Ok(None),
             Some(a) if Self::kind(a) == Some(AttributeType::Tensor) => match &a.t {
                 Some(t) => Ok(Some(t)),
-                None => Err(format!("node '{}': attribute '{name}' has no tensor", self.node.name)),
+                None => Err(format!(
+                    "node '{}': attribute '{name}' has no tensor",
+                    self.node.name
+                )),
             },
             Some(a) => Err(kind_error(self.node, a, "a TENSOR")),
         }

@@ -22,7 +22,14 @@ pub fn is_float(dtype: DataType) -> bool {
 pub fn is_integer(dtype: DataType) -> bool {
     matches!(
         dtype,
-        DataType::I8 | DataType::U8 | DataType::I16 | DataType::U16 | DataType::I32 | DataType::U32 | DataType::I64 | DataType::U64
+        DataType::I8
+            | DataType::U8
+            | DataType::I16
+            | DataType::U16
+            | DataType::I32
+            | DataType::U32
+            | DataType::I64
+            | DataType::U64
     )
 }
 
@@ -30,18 +37,35 @@ pub fn is_integer(dtype: DataType) -> bool {
 pub fn to_i64s(t: &ConstTensor) -> Vec<i64> {
     let d = &t.data;
     match t.dtype {
-        DataType::I64 => d.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect(),
+        DataType::I64 => d
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect(),
         DataType::U64 => d
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])).min(i64::MAX as u64) as i64)
             .collect(),
-        DataType::I32 => d.chunks_exact(4).map(|c| i64::from(i32::from_le_bytes(c.try_into().unwrap_or([0; 4])))).collect(),
-        DataType::U32 => d.chunks_exact(4).map(|c| i64::from(u32::from_le_bytes(c.try_into().unwrap_or([0; 4])))).collect(),
-        DataType::I16 => d.chunks_exact(2).map(|c| i64::from(i16::from_le_bytes([c[0], c[1]]))).collect(),
-        DataType::U16 => d.chunks_exact(2).map(|c| i64::from(u16::from_le_bytes([c[0], c[1]]))).collect(),
+        DataType::I32 => d
+            .chunks_exact(4)
+            .map(|c| i64::from(i32::from_le_bytes(c.try_into().unwrap_or([0; 4]))))
+            .collect(),
+        DataType::U32 => d
+            .chunks_exact(4)
+            .map(|c| i64::from(u32::from_le_bytes(c.try_into().unwrap_or([0; 4]))))
+            .collect(),
+        DataType::I16 => d
+            .chunks_exact(2)
+            .map(|c| i64::from(i16::from_le_bytes([c[0], c[1]])))
+            .collect(),
+        DataType::U16 => d
+            .chunks_exact(2)
+            .map(|c| i64::from(u16::from_le_bytes([c[0], c[1]])))
+            .collect(),
         DataType::I8 => d.iter().map(|&b| i64::from(b as i8)).collect(),
         DataType::U8 | DataType::Bool => d.iter().map(|&b| i64::from(b)).collect(),
-        DataType::F32 | DataType::F64 | DataType::F16 => to_f64s(t).into_iter().map(|v| v as i64).collect(),
+        DataType::F32 | DataType::F64 | DataType::F16 => {
+            to_f64s(t).into_iter().map(|v| v as i64).collect()
+        }
     }
 }
 
@@ -49,8 +73,14 @@ pub fn to_i64s(t: &ConstTensor) -> Vec<i64> {
 pub fn to_f64s(t: &ConstTensor) -> Vec<f64> {
     let d = &t.data;
     match t.dtype {
-        DataType::F32 => d.chunks_exact(4).map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect(),
-        DataType::F64 => d.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect(),
+        DataType::F32 => d
+            .chunks_exact(4)
+            .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect(),
+        DataType::F64 => d
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect(),
         DataType::F16 => d
             .chunks_exact(2)
             .map(|c| f64::from(half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()))
@@ -62,7 +92,11 @@ pub fn to_f64s(t: &ConstTensor) -> Vec<f64> {
 /// The elements as f32.
 pub fn to_f32s(t: &ConstTensor) -> Vec<f32> {
     if t.dtype == DataType::F32 {
-        return t.data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        return t
+            .data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
     }
     to_f64s(t).into_iter().map(|v| v as f32).collect()
 }
@@ -70,7 +104,9 @@ pub fn to_f32s(t: &ConstTensor) -> Vec<f32> {
 fn check_size(shape: &[usize]) -> EvalResult<usize> {
     match element_count(shape) {
         Some(n) if n <= MAX_CONST_ELEMENTS => Ok(n),
-        _ => Err(format!("constant of shape {shape:?} is too large to evaluate at compile time")),
+        _ => Err(format!(
+            "constant of shape {shape:?} is too large to evaluate at compile time"
+        )),
     }
 }
 
@@ -81,7 +117,9 @@ pub fn from_f64s(dtype: DataType, shape: Vec<usize>, values: &[f64]) -> ConstTen
         match dtype {
             DataType::F32 => data.extend_from_slice(&(v as f32).to_le_bytes()),
             DataType::F64 => data.extend_from_slice(&v.to_le_bytes()),
-            DataType::F16 => data.extend_from_slice(&half::f16::from_f64(v).to_bits().to_le_bytes()),
+            DataType::F16 => {
+                data.extend_from_slice(&half::f16::from_f64(v).to_bits().to_le_bytes())
+            }
             _ => push_int(&mut data, dtype, v as i64),
         }
     }
@@ -133,13 +171,25 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> EvalResult<Vec<usize>> {
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for i in 0..n {
-        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
         out[i] = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
             (x, 1) => x,
-            (x, y) => return Err(format!("shapes {a:?} and {b:?} do not broadcast ({x} vs {y})")),
+            (x, y) => {
+                return Err(format!(
+                    "shapes {a:?} and {b:?} do not broadcast ({x} vs {y})"
+                ));
+            }
         };
     }
     Ok(out)
@@ -213,7 +263,11 @@ impl BinaryOp {
     fn is_comparison(self) -> bool {
         matches!(
             self,
-            BinaryOp::Equal | BinaryOp::Less | BinaryOp::Greater | BinaryOp::LessOrEqual | BinaryOp::GreaterOrEqual
+            BinaryOp::Equal
+                | BinaryOp::Less
+                | BinaryOp::Greater
+                | BinaryOp::LessOrEqual
+                | BinaryOp::GreaterOrEqual
         )
     }
 }
@@ -223,11 +277,12 @@ pub fn binary(op: BinaryOp, a: &ConstTensor, b: &ConstTensor) -> EvalResult<Cons
     check_size(&shape)?;
     let ma = broadcast_index_map(&a.shape, &shape);
     let mb = broadcast_index_map(&b.shape, &shape);
-    let out_type = if op.is_comparison() || matches!(op, BinaryOp::And | BinaryOp::Or | BinaryOp::Xor) {
-        DataType::Bool
-    } else {
-        a.dtype
-    };
+    let out_type =
+        if op.is_comparison() || matches!(op, BinaryOp::And | BinaryOp::Or | BinaryOp::Xor) {
+            DataType::Bool
+        } else {
+            a.dtype
+        };
     if is_float(a.dtype) {
         let (va, vb) = (to_f64s(a), to_f64s(b));
         let f32_math = a.dtype == DataType::F32;
@@ -316,11 +371,17 @@ pub fn cast(t: &ConstTensor, to: DataType) -> ConstTensor {
         if is_float(to) {
             return from_f64s(to, t.shape.clone(), &to_f64s(t));
         }
-        let v: Vec<i64> = to_f64s(t).into_iter().map(|x| if x.is_nan() { 0 } else { x.trunc() as i64 }).collect();
+        let v: Vec<i64> = to_f64s(t)
+            .into_iter()
+            .map(|x| if x.is_nan() { 0 } else { x.trunc() as i64 })
+            .collect();
         return from_i64s(to, t.shape.clone(), &v);
     }
     if to == DataType::Bool && is_float(t.dtype) {
-        let v: Vec<i64> = to_f64s(t).into_iter().map(|x| i64::from(x != 0.0)).collect();
+        let v: Vec<i64> = to_f64s(t)
+            .into_iter()
+            .map(|x| i64::from(x != 0.0))
+            .collect();
         return from_i64s(to, t.shape.clone(), &v);
     }
     from_i64s(to, t.shape.clone(), &to_i64s(t))
@@ -340,7 +401,11 @@ pub fn norm_axis(axis: i64, rank: usize) -> EvalResult<usize> {
     if axis < -r || axis >= r {
         return Err(format!("axis {axis} is out of range for rank {rank}"));
     }
-    Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
+    Ok(if axis < 0 {
+        (axis + r) as usize
+    } else {
+        axis as usize
+    })
 }
 
 /// ONNX Gather along `axis` with (possibly negative) indices.
@@ -356,7 +421,9 @@ pub fn gather(data: &ConstTensor, indices: &ConstTensor, axis: i64) -> EvalResul
         .map(|i| {
             let j = if i < 0 { i + dim } else { i };
             if j < 0 || j >= dim {
-                Err(format!("gather index {i} is out of range for a dimension of size {dim}"))
+                Err(format!(
+                    "gather index {i} is out of range for a dimension of size {dim}"
+                ))
             } else {
                 Ok(j as usize)
             }
@@ -501,7 +568,9 @@ pub fn tile(t: &ConstTensor, repeats: &[usize]) -> EvalResult<ConstTensor> {
     let mut out = Vec::with_capacity(total * size);
     let mut idx = vec![0usize; shape.len()];
     for _ in 0..total {
-        let src: usize = (0..shape.len()).map(|d| (idx[d] % t.shape[d].max(1)) * in_strides[d]).sum();
+        let src: usize = (0..shape.len())
+            .map(|d| (idx[d] % t.shape[d].max(1)) * in_strides[d])
+            .sum();
         out.extend_from_slice(&t.data[src * size..(src + 1) * size]);
         for d in (0..shape.len()).rev() {
             idx[d] += 1;
@@ -535,17 +604,32 @@ pub fn fill(value: &ConstTensor, shape: Vec<usize>) -> EvalResult<ConstTensor> {
 }
 
 /// Reduces along `axes` (sorted, normalized) with `f` over f64 values.
-pub fn reduce(t: &ConstTensor, axes: &[usize], keep: bool, f: impl Fn(&[f64]) -> f64) -> EvalResult<ConstTensor> {
+pub fn reduce(
+    t: &ConstTensor,
+    axes: &[usize],
+    keep: bool,
+    f: impl Fn(&[f64]) -> f64,
+) -> EvalResult<ConstTensor> {
     let r = t.shape.len();
     let values = to_f64s(t);
-    let out_full: Vec<usize> = (0..r).map(|d| if axes.contains(&d) { 1 } else { t.shape[d] }).collect();
+    let out_full: Vec<usize> = (0..r)
+        .map(|d| if axes.contains(&d) { 1 } else { t.shape[d] })
+        .collect();
     let total: usize = out_full.iter().product();
     let strides = strides_of(&t.shape);
     let mut groups: Vec<Vec<f64>> = vec![Vec::new(); total];
     let out_strides = strides_of(&out_full);
     let mut idx = vec![0usize; r];
     for v in values.iter() {
-        let o: usize = (0..r).map(|d| if axes.contains(&d) { 0 } else { idx[d] * out_strides[d] }).sum();
+        let o: usize = (0..r)
+            .map(|d| {
+                if axes.contains(&d) {
+                    0
+                } else {
+                    idx[d] * out_strides[d]
+                }
+            })
+            .sum();
         groups[o].push(*v);
         for d in (0..r).rev() {
             idx[d] += 1;
@@ -560,7 +644,10 @@ pub fn reduce(t: &ConstTensor, axes: &[usize], keep: bool, f: impl Fn(&[f64]) ->
     let shape = if keep {
         out_full
     } else {
-        (0..r).filter(|d| !axes.contains(d)).map(|d| t.shape[d]).collect()
+        (0..r)
+            .filter(|d| !axes.contains(d))
+            .map(|d| t.shape[d])
+            .collect()
     };
     Ok(from_f64s(t.dtype, shape, &reduced))
 }
@@ -616,7 +703,10 @@ mod tests {
     fn gather_rejects_out_of_range() {
         let t = i64_tensor(vec![3], &[1, 2, 3]);
         assert!(gather(&t, &i64_tensor(vec![1], &[3]), 0).is_err());
-        assert_eq!(to_i64s(&gather(&t, &i64_tensor(vec![1], &[-1]), 0).unwrap()), vec![3]);
+        assert_eq!(
+            to_i64s(&gather(&t, &i64_tensor(vec![1], &[-1]), 0).unwrap()),
+            vec![3]
+        );
     }
 
     #[test]

@@ -51,13 +51,21 @@ pub struct Imported {
 }
 
 /// Decodes and lowers an ONNX model held in memory.
-pub fn import_bytes(bytes: Bytes, options: &ImportOptions, ext: &ExternalDataContext) -> Result<Imported, CompileError> {
+pub fn import_bytes(
+    bytes: Bytes,
+    options: &ImportOptions,
+    ext: &ExternalDataContext,
+) -> Result<Imported, CompileError> {
     let model = proto::decode_model(bytes)?;
     import_model(&model, options, ext)
 }
 
 /// Lowers a decoded ONNX model.
-pub fn import_model(model: &ModelProto, options: &ImportOptions, ext: &ExternalDataContext) -> Result<Imported, CompileError> {
+pub fn import_model(
+    model: &ModelProto,
+    options: &ImportOptions,
+    ext: &ExternalDataContext,
+) -> Result<Imported, CompileError> {
     let opset = default_opset(model)?;
     let graph = model
         .graph
@@ -72,7 +80,9 @@ pub fn import_model(model: &ModelProto, options: &ImportOptions, ext: &ExternalD
         format: "ONNX".into(),
         ir_version: model.ir_version,
         opset,
-        producer: format!("{} {}", model.producer_name, model.producer_version).trim().to_string(),
+        producer: format!("{} {}", model.producer_name, model.producer_version)
+            .trim()
+            .to_string(),
         node_count: graph.node.len(),
         operators,
     };
@@ -146,7 +156,10 @@ pub fn node_label(node: &NodeProto) -> String {
     if !node.name.is_empty() {
         node.name.clone()
     } else {
-        node.output.first().map(|o| format!("<output {o}>")).unwrap_or_else(|| "<unnamed>".into())
+        node.output
+            .first()
+            .map(|o| format!("<output {o}>"))
+            .unwrap_or_else(|| "<unnamed>".into())
     }
 }
 
@@ -196,7 +209,10 @@ fn topological_order(graph: &GraphProto) -> Result<Vec<usize>, CompileError> {
             if let Some(&other) = producer.get(out.as_str()) {
                 return Err(CompileError::invalid(
                     format!("node '{}'", node_label(node)),
-                    format!("writes '{out}', which node '{}' also writes", node_label(&graph.node[other])),
+                    format!(
+                        "writes '{out}', which node '{}' also writes",
+                        node_label(&graph.node[other])
+                    ),
                 ));
             }
             producer.insert(out, i);
@@ -227,7 +243,8 @@ fn topological_order(graph: &GraphProto) -> Result<Vec<usize>, CompileError> {
             }
         }
     }
-    let mut ready: std::collections::BTreeSet<usize> = (0..n).filter(|&i| pending[i] == 0).collect();
+    let mut ready: std::collections::BTreeSet<usize> =
+        (0..n).filter(|&i| pending[i] == 0).collect();
     let mut order = Vec::with_capacity(n);
     while let Some(i) = ready.pop_first() {
         order.push(i);
@@ -246,11 +263,15 @@ fn topological_order(graph: &GraphProto) -> Result<Vec<usize>, CompileError> {
             .collect();
         return Err(CompileError::invalid(
             "graph",
-            format!("the nodes {} form a cycle (or depend on one)", stuck.join(", ")),
+            format!(
+                "the nodes {} form a cycle (or depend on one)",
+                stuck.join(", ")
+            ),
         ));
     }
     for output in &graph.output {
-        if !available.contains(output.name.as_str()) && !producer.contains_key(output.name.as_str()) {
+        if !available.contains(output.name.as_str()) && !producer.contains_key(output.name.as_str())
+        {
             return Err(CompileError::invalid(
                 format!("graph output '{}'", output.name),
                 "no node produces it and it is neither an input nor an initializer",

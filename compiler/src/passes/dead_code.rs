@@ -19,7 +19,10 @@ pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
         let before = model.main.operations.len();
         let mut keep = vec![true; before];
         for (i, op) in model.main.operations.iter().enumerate().rev() {
-            let live = op.outputs.iter().any(|&o| uses.is_output[o as usize] || uses.count(o) > 0);
+            let live = op
+                .outputs
+                .iter()
+                .any(|&o| uses.is_output[o as usize] || uses.count(o) > 0);
             keep[i] = live;
         }
         let mut idx = 0;
@@ -38,15 +41,20 @@ pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
         changes.insert("dead operations removed".into(), removed_ops);
     }
     let before_operands = model.main.operands.len();
-    let before_bytes = model.constant_byte_count() + model.pools.iter().map(|p| p.size()).sum::<u64>();
+    let before_bytes =
+        model.constant_byte_count() + model.pools.iter().map(|p| p.size()).sum::<u64>();
     compact(model);
     let removed_operands = before_operands - model.main.operands.len();
     if removed_operands > 0 {
         changes.insert("dead operands removed".into(), removed_operands);
     }
-    let after_bytes = model.constant_byte_count() + model.pools.iter().map(|p| p.size()).sum::<u64>();
+    let after_bytes =
+        model.constant_byte_count() + model.pools.iter().map(|p| p.size()).sum::<u64>();
     if after_bytes < before_bytes {
-        changes.insert("constant bytes released".into(), (before_bytes - after_bytes) as usize);
+        changes.insert(
+            "constant bytes released".into(),
+            (before_bytes - after_bytes) as usize,
+        );
     }
     Ok(changes)
 }

@@ -14,7 +14,9 @@ pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
     while i < model.main.operations.len() {
         match try_fold(model, i) {
             Some(kind) => {
-                *changes.entry(format!("{kind} folded into the preceding layer")).or_insert(0) += 1;
+                *changes
+                    .entry(format!("{kind} folded into the preceding layer"))
+                    .or_insert(0) += 1;
             }
             None => i += 1,
         }
@@ -24,7 +26,12 @@ pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
 
 /// The per-output-channel values of constant `c` for `channels` channels on the last
 /// axis (a scalar broadcasts), or `None` if `c` is not such a constant.
-fn per_channel(model: &Model, c: OperandIndex, channels: usize, out_rank: usize) -> Option<Vec<f32>> {
+fn per_channel(
+    model: &Model,
+    c: OperandIndex,
+    channels: usize,
+    out_rank: usize,
+) -> Option<Vec<f32>> {
     let operand = model.operand(c)?;
     if operand.operand_type != OperandType::TensorFloat32 || operand.dimensions.len() > out_rank {
         return None;
@@ -50,7 +57,9 @@ fn try_fold(model: &mut Model, i: usize) -> Option<&'static str> {
     }
     let uses = Uses::of(model);
     let (x, c) = (op.inputs[0], op.inputs[1]);
-    if model.main.operands[x as usize].lifetime != Lifetime::TemporaryVariable || uses.single_reader(x) != Some(i) {
+    if model.main.operands[x as usize].lifetime != Lifetime::TemporaryVariable
+        || uses.single_reader(x) != Some(i)
+    {
         return None;
     }
     let p = graph::producers(model)[x as usize]?;
@@ -79,7 +88,10 @@ fn try_fold(model: &mut Model, i: usize) -> Option<&'static str> {
     let kind = match op.op_type {
         O::Mul => {
             // Scale output channel k of the filter: axis 0 (OHWI, [units, K]) or 3 (1HWO).
-            let inner: usize = filter.dimensions[filter_axis + 1..].iter().map(|&d| d as usize).product();
+            let inner: usize = filter.dimensions[filter_axis + 1..]
+                .iter()
+                .map(|&d| d as usize)
+                .product();
             for (idx, w) in weights.iter_mut().enumerate() {
                 let k = (idx / inner) % channels;
                 *w *= values[k];

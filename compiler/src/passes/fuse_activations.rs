@@ -12,7 +12,9 @@ pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
     let mut i = 0;
     while i < model.main.operations.len() {
         if let Some((activation, into)) = try_fuse(model, i) {
-            *changes.entry(format!("{activation} fused into {into}")).or_insert(0) += 1;
+            *changes
+                .entry(format!("{activation} fused into {into}"))
+                .or_insert(0) += 1;
             continue;
         }
         i += 1;
@@ -27,7 +29,9 @@ fn try_fuse(model: &mut Model, i: usize) -> Option<(&'static str, &'static str)>
     let (x, y) = (op.inputs[0], op.outputs[0]);
     let uses = Uses::of(model);
     // The producer's output must feed only this activation.
-    if uses.single_reader(x).is_none() || model.main.operands[x as usize].lifetime != Lifetime::TemporaryVariable {
+    if uses.single_reader(x).is_none()
+        || model.main.operands[x as usize].lifetime != Lifetime::TemporaryVariable
+    {
         return None;
     }
     let p = graph::producers(model)[x as usize]?;
@@ -37,7 +41,10 @@ fn try_fuse(model: &mut Model, i: usize) -> Option<(&'static str, &'static str)>
         return None;
     }
     // Quantized producers must already produce in the activation's output scale.
-    let (xo, yo) = (&model.main.operands[x as usize], &model.main.operands[y as usize]);
+    let (xo, yo) = (
+        &model.main.operands[x as usize],
+        &model.main.operands[y as usize],
+    );
     if xo.operand_type.is_quantized() && (xo.scale != yo.scale || xo.zero_point != yo.zero_point) {
         return None;
     }

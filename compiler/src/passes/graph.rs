@@ -5,7 +5,9 @@
 //! deleted immediately; operands they leave unused are collected by the dead-code pass.
 
 use nnc_formats::nn::signature::{InputView, infer};
-use nnc_formats::nn::{Lifetime, Model, Operand, OperandIndex, OperandType, Operation, OperationType};
+use nnc_formats::nn::{
+    Lifetime, Model, Operand, OperandIndex, OperandType, Operation, OperationType,
+};
 
 /// Readers of each operand (operation indices, possibly repeated) and whether it is a
 /// model output.
@@ -61,7 +63,12 @@ pub fn is_constant(model: &Model, operand: OperandIndex) -> bool {
 /// Little-endian i32 values of a constant operand.
 pub fn const_i32s(model: &Model, operand: OperandIndex) -> Option<Vec<i32>> {
     let bytes = model.constant_bytes(operand)?;
-    Some(bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    Some(
+        bytes
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    )
 }
 
 pub fn const_i32(model: &Model, operand: OperandIndex) -> Option<i32> {
@@ -75,11 +82,19 @@ pub fn const_bool(model: &Model, operand: OperandIndex) -> Option<bool> {
 
 pub fn const_f32s(model: &Model, operand: OperandIndex) -> Option<Vec<f32>> {
     let o = model.operand(operand)?;
-    if !matches!(o.operand_type, OperandType::TensorFloat32 | OperandType::Float32) {
+    if !matches!(
+        o.operand_type,
+        OperandType::TensorFloat32 | OperandType::Float32
+    ) {
         return None;
     }
     let bytes = model.constant_bytes(operand)?;
-    Some(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    Some(
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    )
 }
 
 /// Replaces every read of `from` by `to` in operations at or after `start`.
@@ -107,7 +122,10 @@ pub fn bypass(model: &mut Model, op_index: usize, data_input: usize) -> bool {
         return true;
     }
     let x_operand = &model.main.operands[x as usize];
-    if x_operand.lifetime != Lifetime::TemporaryVariable || uses.count(x) != 1 || uses.is_output[x as usize] {
+    if x_operand.lifetime != Lifetime::TemporaryVariable
+        || uses.count(x) != 1
+        || uses.is_output[x as usize]
+    {
         return false;
     }
     let Some(writer) = producers(model)[x as usize] else {
@@ -177,7 +195,11 @@ pub fn refresh_shapes(model: &mut Model, index: usize) -> Result<(), String> {
                 value: model.constant_bytes(i),
             })
             .collect();
-        let declared: Vec<&Operand> = op.outputs.iter().map(|&o| &model.main.operands[o as usize]).collect();
+        let declared: Vec<&Operand> = op
+            .outputs
+            .iter()
+            .map(|&o| &model.main.operands[o as usize])
+            .collect();
         infer(op.op_type, &views, &declared).map_err(|e| format!("{}: {e}", op.op_type.name()))?
     };
     for (&o, shape) in op.outputs.iter().zip(shapes) {
@@ -192,9 +214,15 @@ pub fn activation_input(op: &Operation) -> Option<usize> {
     match op.op_type {
         O::Add | O::Sub | O::Mul | O::Div => Some(2),
         O::FullyConnected => Some(3),
-        O::Conv2d | O::DepthwiseConv2d | O::GroupedConv2d | O::TransposeConv2d | O::AveragePool2d | O::MaxPool2d
-        | O::L2Pool2d => (0..op.inputs.len())
-            .find(|&k| nnc_formats::nn::signature::input_role(op.op_type, k, op.inputs.len()) == "activation"),
+        O::Conv2d
+        | O::DepthwiseConv2d
+        | O::GroupedConv2d
+        | O::TransposeConv2d
+        | O::AveragePool2d
+        | O::MaxPool2d
+        | O::L2Pool2d => (0..op.inputs.len()).find(|&k| {
+            nnc_formats::nn::signature::input_role(op.op_type, k, op.inputs.len()) == "activation"
+        }),
         _ => None,
     }
 }

@@ -49,7 +49,10 @@ pub fn optimize(model: &mut Model) -> Result<Vec<PassReport>, CompileError> {
     let mut reports = Vec::new();
     for &(name, pass) in PIPELINE {
         let before = model.main.operations.len();
-        let changes = pass(model).map_err(|message| CompileError::Pass { pass: name, message })?;
+        let changes = pass(model).map_err(|message| CompileError::Pass {
+            pass: name,
+            message,
+        })?;
         reports.push(PassReport {
             pass: name,
             operations_before: before,

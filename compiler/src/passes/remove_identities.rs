@@ -18,11 +18,14 @@ fn identity_reason(model: &Model, i: usize) -> Option<&'static str> {
     let out = *op.outputs.first()?;
     let din = &model.main.operands[first as usize];
     let dout = &model.main.operands[out as usize];
-    let same_dims = din.is_fully_specified() && din.dimensions == dout.dimensions && din.operand_type == dout.operand_type;
+    let same_dims = din.is_fully_specified()
+        && din.dimensions == dout.dimensions
+        && din.operand_type == dout.operand_type;
     let all = |operand: u32, pred: &dyn Fn(f32) -> bool| -> bool {
         match graph::const_f32s(model, operand) {
             Some(v) => !v.is_empty() && v.iter().all(|&x| pred(x)),
-            None => graph::const_i32s(model, operand).is_some_and(|v| !v.is_empty() && v.iter().all(|&x| pred(x as f32))),
+            None => graph::const_i32s(model, operand)
+                .is_some_and(|v| !v.is_empty() && v.iter().all(|&x| pred(x as f32))),
         }
     };
     let no_activation = || {
@@ -32,15 +35,25 @@ fn identity_reason(model: &Model, i: usize) -> Option<&'static str> {
     };
     match op.op_type {
         O::Reshape | O::Squeeze | O::ExpandDims if same_dims => Some("reshape to the same shape"),
-        O::Transpose if same_dims && graph::const_i32s(model, op.inputs[1]).is_some_and(|p| p.iter().enumerate().all(|(k, &v)| k as i32 == v)) => {
+        O::Transpose
+            if same_dims
+                && graph::const_i32s(model, op.inputs[1])
+                    .is_some_and(|p| p.iter().enumerate().all(|(k, &v)| k as i32 == v)) =>
+        {
             Some("identity transpose")
         }
-        O::Concatenation if op.inputs.len() == 2 && same_dims => Some("concatenation of one tensor"),
+        O::Concatenation if op.inputs.len() == 2 && same_dims => {
+            Some("concatenation of one tensor")
+        }
         O::Pad | O::PadV2 | O::MirrorPad if same_dims => Some("zero padding"),
         O::Slice | O::StridedSlice | O::Tile if same_dims => Some("whole-tensor slice or tile"),
         O::Cast if same_dims => Some("cast to the same type"),
-        O::Add | O::Sub if same_dims && no_activation() && all(op.inputs[1], &|x| x == 0.0) => Some("adding zero"),
-        O::Mul | O::Div if same_dims && no_activation() && all(op.inputs[1], &|x| x == 1.0) => Some("multiplying by one"),
+        O::Add | O::Sub if same_dims && no_activation() && all(op.inputs[1], &|x| x == 0.0) => {
+            Some("adding zero")
+        }
+        O::Mul | O::Div if same_dims && no_activation() && all(op.inputs[1], &|x| x == 1.0) => {
+            Some("multiplying by one")
+        }
         _ => None,
     }
 }
@@ -59,7 +72,9 @@ pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
                 continue;
             }
             if collapse_reshape_chain(model, i) {
-                *changes.entry("reshape chains collapsed".into()).or_insert(0) += 1;
+                *changes
+                    .entry("reshape chains collapsed".into())
+                    .or_insert(0) += 1;
                 changed = true;
             }
             i += 1;
@@ -74,7 +89,10 @@ pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
 /// `RESHAPE(RESHAPE(x))` reads `x` directly (the inner one dies if nothing else reads it).
 fn collapse_reshape_chain(model: &mut Model, i: usize) -> bool {
     let op = &model.main.operations[i];
-    if !matches!(op.op_type, OperationType::Reshape | OperationType::Squeeze | OperationType::ExpandDims) {
+    if !matches!(
+        op.op_type,
+        OperationType::Reshape | OperationType::Squeeze | OperationType::ExpandDims
+    ) {
         return false;
     }
     let out = op.outputs[0];
@@ -83,9 +101,14 @@ fn collapse_reshape_chain(model: &mut Model, i: usize) -> bool {
     }
     let input = op.inputs[0];
     let producers = graph::producers(model);
-    let Some(p) = producers[input as usize] else { return false };
+    let Some(p) = producers[input as usize] else {
+        return false;
+    };
     let inner = &model.main.operations[p];
-    if !matches!(inner.op_type, OperationType::Reshape | OperationType::Squeeze | OperationType::ExpandDims) {
+    if !matches!(
+        inner.op_type,
+        OperationType::Reshape | OperationType::Squeeze | OperationType::ExpandDims
+    ) {
         return false;
     }
     let source = inner.inputs[0];

@@ -95,7 +95,12 @@ fn is_binary_elementwise(op: OperationType) -> bool {
 }
 
 /// A constant rank-extended to `rank` and permuted by `perm` (a new operand).
-fn permuted_constant(model: &mut Model, c: OperandIndex, rank: usize, perm: &[usize]) -> Option<OperandIndex> {
+fn permuted_constant(
+    model: &mut Model,
+    c: OperandIndex,
+    rank: usize,
+    perm: &[usize],
+) -> Option<OperandIndex> {
     let operand = model.main.operands[c as usize].clone();
     let bytes = model.constant_bytes(c)?.to_vec();
     if operand.dimensions.len() > rank {
@@ -135,9 +140,14 @@ fn step(model: &mut Model, changes: &mut BTreeMap<String, usize>) -> Result<bool
             continue;
         }
         let Some(p) = perm_of(model, t) else { continue };
-        let (x, y) = (model.main.operations[t].inputs[0], model.main.operations[t].outputs[0]);
+        let (x, y) = (
+            model.main.operations[t].inputs[0],
+            model.main.operations[t].outputs[0],
+        );
         if is_identity(&p) && graph::bypass(model, t, 0) {
-            *changes.entry("identity transposes removed".into()).or_insert(0) += 1;
+            *changes
+                .entry("identity transposes removed".into())
+                .or_insert(0) += 1;
             return Ok(true);
         }
         // T(T(w, p0), p) = T(w, p0 o p)
@@ -148,14 +158,17 @@ fn step(model: &mut Model, changes: &mut BTreeMap<String, usize>) -> Result<bool
         {
             let w = model.main.operations[inner].inputs[0];
             let composed: Vec<usize> = p.iter().map(|&i| p0[i]).collect();
-            let perm = model.add_i32_vector(&composed.iter().map(|&v| v as i32).collect::<Vec<_>>());
+            let perm =
+                model.add_i32_vector(&composed.iter().map(|&v| v as i32).collect::<Vec<_>>());
             model.main.operations[t].inputs = vec![w, perm];
             // Drop the inner transpose now if nothing else reads it, so that it does
             // not count as a reader in the rewrites that follow.
             if uses.count(x) == 1 && !uses.is_output[x as usize] {
                 model.main.operations.remove(inner);
             }
-            *changes.entry("transpose pairs composed".into()).or_insert(0) += 1;
+            *changes
+                .entry("transpose pairs composed".into())
+                .or_insert(0) += 1;
             return Ok(true);
         }
         if uses.is_output[y as usize] {
@@ -216,7 +229,10 @@ fn sink(model: &mut Model, t: usize, p: &[usize], c: usize) -> Result<bool, Stri
                     // Another transposed value with the same permutation.
                     let producers = graph::producers(model);
                     match producers[v as usize] {
-                        Some(q) if model.main.operations[q].op_type == O::Transpose && perm_of(model, q).as_deref() == Some(p) => {
+                        Some(q)
+                            if model.main.operations[q].op_type == O::Transpose
+                                && perm_of(model, q).as_deref() == Some(p) =>
+                        {
                             inputs[k] = model.main.operations[q].inputs[0];
                         }
                         _ => return Ok(false),
@@ -225,7 +241,13 @@ fn sink(model: &mut Model, t: usize, p: &[usize], c: usize) -> Result<bool, Stri
             }
             new_inputs = inputs;
         }
-        O::Mean | O::ReduceSum | O::ReduceMax | O::ReduceMin | O::ReduceProd | O::ReduceAny | O::ReduceAll => {
+        O::Mean
+        | O::ReduceSum
+        | O::ReduceMax
+        | O::ReduceMin
+        | O::ReduceProd
+        | O::ReduceAny
+        | O::ReduceAll => {
             if reader.inputs[0] != y {
                 return Ok(false);
             }
@@ -239,27 +261,44 @@ fn sink(model: &mut Model, t: usize, p: &[usize], c: usize) -> Result<bool, Stri
             let Some(keep) = keep else { return Ok(false) };
             let mapped: Vec<usize> = axes
                 .iter()
-                .map(|&a| p[if a < 0 { (a + rank as i32) as usize } else { a as usize }])
+                .map(|&a| {
+                    p[if a < 0 {
+                        (a + rank as i32) as usize
+                    } else {
+                        a as usize
+                    }]
+                })
                 .collect();
             if !keep {
                 // Dropped axes leave the surviving dimensions' permutation, renumbered.
-                let kept: Vec<usize> = (0..rank).filter(|&k| !mapped.contains(&p[k])).map(|k| p[k]).collect();
+                let kept: Vec<usize> = (0..rank)
+                    .filter(|&k| !mapped.contains(&p[k]))
+                    .map(|k| p[k])
+                    .collect();
                 if kept.is_empty() {
                     out_perm = vec![0];
                 } else {
                     let mut sorted = kept.clone();
                     sorted.sort_unstable();
-                    out_perm = kept.iter().map(|v| sorted.iter().position(|s| s == v).unwrap_or(0)).collect();
+                    out_perm = kept
+                        .iter()
+                        .map(|v| sorted.iter().position(|s| s == v).unwrap_or(0))
+                        .collect();
                 }
             }
-            let axes_operand = model.add_i32_vector(&mapped.iter().map(|&a| a as i32).collect::<Vec<_>>());
+            let axes_operand =
+                model.add_i32_vector(&mapped.iter().map(|&a| a as i32).collect::<Vec<_>>());
             new_inputs = vec![x, axes_operand, reader.inputs[2]];
         }
         O::Softmax | O::LogSoftmax | O::L2Normalization => {
             if reader.inputs[0] != y {
                 return Ok(false);
             }
-            let axis_index = if reader.op_type == O::L2Normalization { 1 } else { 2 };
+            let axis_index = if reader.op_type == O::L2Normalization {
+                1
+            } else {
+                2
+            };
             let axis = match reader.inputs.get(axis_index) {
                 Some(&a) => match graph::const_i32(model, a) {
                     Some(v) => v,
@@ -267,7 +306,11 @@ fn sink(model: &mut Model, t: usize, p: &[usize], c: usize) -> Result<bool, Stri
                 },
                 None => -1,
             };
-            let a = if axis < 0 { (axis + rank as i32) as usize } else { axis as usize };
+            let a = if axis < 0 {
+                (axis + rank as i32) as usize
+            } else {
+                axis as usize
+            };
             let mut inputs = reader.inputs.clone();
             inputs[0] = x;
             let new_axis = model.add_i32(p[a] as i32);
@@ -295,14 +338,21 @@ fn sink(model: &mut Model, t: usize, p: &[usize], c: usize) -> Result<bool, Stri
                     }
                 } else {
                     match producers[v as usize] {
-                        Some(q) if model.main.operations[q].op_type == O::Transpose && perm_of(model, q).as_deref() == Some(p) => {
+                        Some(q)
+                            if model.main.operations[q].op_type == O::Transpose
+                                && perm_of(model, q).as_deref() == Some(p) =>
+                        {
                             inputs.push(model.main.operations[q].inputs[0]);
                         }
                         _ => return Ok(false),
                     }
                 }
             }
-            let a = if axis < 0 { (axis + rank as i32) as usize } else { axis as usize };
+            let a = if axis < 0 {
+                (axis + rank as i32) as usize
+            } else {
+                axis as usize
+            };
             inputs.push(model.add_i32(p[a] as i32));
             new_inputs = inputs;
         }
@@ -325,8 +375,10 @@ fn sink(model: &mut Model, t: usize, p: &[usize], c: usize) -> Result<bool, Stri
     };
     let source = reader.source.clone();
     model.main.operations.remove(c);
-    let new_out = graph::insert_operation(model, c, reader.op_type, new_inputs, &[template], &source)?[0];
-    let perm_operand = model.add_i32_vector(&out_perm.iter().map(|&v| v as i32).collect::<Vec<_>>());
+    let new_out =
+        graph::insert_operation(model, c, reader.op_type, new_inputs, &[template], &source)?[0];
+    let perm_operand =
+        model.add_i32_vector(&out_perm.iter().map(|&v| v as i32).collect::<Vec<_>>());
     // The re-applied transpose writes the reader's original output operand.
     model.main.operations.insert(
         c + 1,
@@ -369,7 +421,15 @@ mod tests {
 
     fn emit(model: &mut Model, op: OperationType, inputs: Vec<OperandIndex>) -> OperandIndex {
         let n = model.main.operations.len();
-        graph::insert_operation(model, n, op, inputs, &[Operand::new(OperandType::TensorFloat32, vec![])], "t").unwrap()[0]
+        graph::insert_operation(
+            model,
+            n,
+            op,
+            inputs,
+            &[Operand::new(OperandType::TensorFloat32, vec![])],
+            "t",
+        )
+        .unwrap()[0]
     }
 
     fn transpose(model: &mut Model, x: OperandIndex, p: &[i32]) -> OperandIndex {
@@ -398,11 +458,24 @@ mod tests {
         let _ = b;
         run(&mut m).unwrap();
         super::super::dead_code::run(&mut m).unwrap();
-        assert_eq!(histogram(&m, "TRANSPOSE"), 0, "{}", nnc_formats::nn::dump::to_text(&m));
+        assert_eq!(
+            histogram(&m, "TRANSPOSE"),
+            0,
+            "{}",
+            nnc_formats::nn::dump::to_text(&m)
+        );
         validate(&m).unwrap();
         // The constant was permuted to broadcast along the last axis.
-        let add = m.main.operations.iter().find(|o| o.op_type == OperationType::Add).unwrap();
-        assert_eq!(m.main.operands[add.inputs[1] as usize].dimensions, vec![1, 1, 1, 3]);
+        let add = m
+            .main
+            .operations
+            .iter()
+            .find(|o| o.op_type == OperationType::Add)
+            .unwrap();
+        assert_eq!(
+            m.main.operands[add.inputs[1] as usize].dimensions,
+            vec![1, 1, 1, 3]
+        );
     }
 
     #[test]
@@ -421,8 +494,18 @@ mod tests {
         run(&mut m).unwrap();
         super::super::dead_code::run(&mut m).unwrap();
         validate(&m).unwrap();
-        assert_eq!(histogram(&m, "TRANSPOSE"), 0, "{}", nnc_formats::nn::dump::to_text(&m));
-        let mean = m.main.operations.iter().find(|o| o.op_type == OperationType::Mean).unwrap();
+        assert_eq!(
+            histogram(&m, "TRANSPOSE"),
+            0,
+            "{}",
+            nnc_formats::nn::dump::to_text(&m)
+        );
+        let mean = m
+            .main
+            .operations
+            .iter()
+            .find(|o| o.op_type == OperationType::Mean)
+            .unwrap();
         assert_eq!(graph::const_i32s(&m, mean.inputs[1]), Some(vec![1, 2]));
     }
 

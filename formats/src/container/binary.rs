@@ -47,7 +47,11 @@ pub struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     pub fn new(data: &'a [u8], section: &'static str) -> Reader<'a> {
-        Reader { data, pos: 0, section }
+        Reader {
+            data,
+            pos: 0,
+            section,
+        }
     }
 
     pub fn remaining(&self) -> usize {
@@ -122,12 +126,16 @@ impl<'a> Reader<'a> {
     pub fn str(&mut self, field: &str) -> Result<String, ContainerError> {
         let n = self.u32(field)? as usize;
         let bytes = self.take(n, field)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| self.error(field, "is not valid UTF-8".into()))
+        String::from_utf8(bytes.to_vec())
+            .map_err(|_| self.error(field, "is not valid UTF-8".into()))
     }
 
     pub fn expect_end(&self) -> Result<(), ContainerError> {
         if self.remaining() != 0 {
-            return Err(self.error("end", format!("{} unexpected trailing bytes", self.remaining())));
+            return Err(self.error(
+                "end",
+                format!("{} unexpected trailing bytes", self.remaining()),
+            ));
         }
         Ok(())
     }

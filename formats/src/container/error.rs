@@ -9,13 +9,28 @@ pub enum ContainerError {
     #[error("not an nnc model file: bad magic bytes (expected {expected:02x?})")]
     BadMagic { expected: [u8; 8] },
     #[error("file is truncated: {what} needs {needed} bytes, the file has {available}")]
-    Truncated { what: String, needed: u64, available: u64 },
+    Truncated {
+        what: String,
+        needed: u64,
+        available: u64,
+    },
     #[error("unsupported format version {major}.{minor}: this nnc reads major version {supported}")]
-    UnsupportedVersion { major: u16, minor: u16, supported: u16 },
+    UnsupportedVersion {
+        major: u16,
+        minor: u16,
+        supported: u16,
+    },
     #[error("header field '{field}': {message}")]
-    HeaderField { field: &'static str, message: String },
+    HeaderField {
+        field: &'static str,
+        message: String,
+    },
     #[error("section table entry {index} ({kind}): {message}")]
-    Section { index: usize, kind: String, message: String },
+    Section {
+        index: usize,
+        kind: String,
+        message: String,
+    },
     #[error("sections '{first}' and '{second}' overlap")]
     SectionsOverlap { first: String, second: String },
     #[error("the file has no '{0}' section")]
@@ -40,7 +55,10 @@ pub enum ContainerError {
     #[error("the file is encrypted ({algorithm}); a key is required (--key-file or --key-env)")]
     KeyRequired { algorithm: &'static str },
     #[error("the key is for {key} but the file is encrypted with {file}")]
-    KeyAlgorithm { key: &'static str, file: &'static str },
+    KeyAlgorithm {
+        key: &'static str,
+        file: &'static str,
+    },
     #[error("cannot write the model: {0}")]
     Unwritable(String),
     #[error(transparent)]

@@ -7,7 +7,8 @@
 //! - the operator-info section: the operand table (with storage info), one unit per
 //!   operation (type, operands, and the storage info of that operation's weight field:
 //!   offset, length, IV, plaintext length, tag), model inputs/outputs, and the inline
-//!   (CONSTANT_COPY) values;
+//!   (CONSTANT_COPY) values: scalars and int32 shape vectors only; every tensor constant
+//!   that is model data travels encrypted in a weight field, whatever its size;
 //! - the weight section: one field per operation that owns weights, each encrypted on
 //!   its own so that it can be fetched and decrypted alone;
 //! - optional further sections (the execution plan).
@@ -26,7 +27,7 @@ mod write;
 
 pub use error::ContainerError;
 pub use read::{ArenaSlot, Container, WeightField};
-pub use write::{WriteOptions, write};
+pub use write::{WriteOptions, is_weight, write};
 
 use zeroize::Zeroizing;
 
@@ -205,29 +206,45 @@ mod label {
 }
 
 /// A key identifier that reveals nothing about the key: a PRF output of it.
-pub fn key_id(master: &Key) -> Result<[u8; 16], ContainerError> {
-    let derived = crypto::hkdf_sha256(master.as_bytes(), &[], label::KEY_ID, 16)?;
+pub fn key_id(master: &[u8]) -> Result<[u8; 16], ContainerError> {
+    let derived = crypto::hkdf_sha256(master, &[], label::KEY_ID, 16)?;
     let mut id = [0u8; 16];
     id.copy_from_slice(&derived);
     Ok(id)
 }
 
 /// The per-file keys derived from the master key and the file's salt. Zeroized on drop.
+///
+/// Authentication needs only the master key's bytes, not its algorithm, so a reader can
+/// authenticate the header (which names the algorithm) before trusting anything in it.
 pub struct FileKeys {
-    pub encryption: Key,
     pub authentication: Zeroizing<Vec<u8>>,
     pub iv_derivation: Zeroizing<Vec<u8>>,
+    /// `None` until the algorithm is known (the writer knows it; a reader learns it from
+    /// the authenticated header).
+    pub encryption: Option<Key>,
 }
 
 impl FileKeys {
-    pub fn derive(master: &Key, salt: &[u8; 32]) -> Result<FileKeys, ContainerError> {
-        let algorithm = master.algorithm();
-        let enc = crypto::hkdf_sha256(master.as_bytes(), salt, label::ENCRYPTION, algorithm.key_len())?;
+    /// The authentication and IV keys from the master key's bytes.
+    pub fn derive(master: &[u8], salt: &[u8; 32]) -> Result<FileKeys, ContainerError> {
         Ok(FileKeys {
-            encryption: Key::new(algorithm, &enc)?,
-            authentication: crypto::hkdf_sha256(master.as_bytes(), salt, label::AUTHENTICATION, 32)?,
-            iv_derivation: crypto::hkdf_sha256(master.as_bytes(), salt, label::IV_DERIVATION, 32)?,
+            authentication: crypto::hkdf_sha256(master, salt, label::AUTHENTICATION, 32)?,
+            iv_derivation: crypto::hkdf_sha256(master, salt, label::IV_DERIVATION, 32)?,
+            encryption: None,
         })
+    }
+
+    /// Adds the encryption key for `algorithm`.
+    pub fn with_encryption(
+        mut self,
+        master: &[u8],
+        salt: &[u8; 32],
+        algorithm: Algorithm,
+    ) -> Result<FileKeys, ContainerError> {
+        let enc = crypto::hkdf_sha256(master, salt, label::ENCRYPTION, algorithm.key_len())?;
+        self.encryption = Some(Key::new(algorithm, &enc)?);
+        Ok(self)
     }
 }
 
@@ -244,11 +261,24 @@ fn tag(keys: Option<&FileKeys>, label: &[u8], parts: &[&[u8]]) -> [u8; 32] {
 }
 
 /// The tag of one weight field, binding its ciphertext to its index, place and IV.
-fn field_tag(keys: Option<&FileKeys>, index: u32, offset: u64, plaintext_len: u64, iv: &[u8; 16], ciphertext: &[u8]) -> [u8; 32] {
+fn field_tag(
+    keys: Option<&FileKeys>,
+    index: u32,
+    offset: u64,
+    plaintext_len: u64,
+    iv: &[u8; 16],
+    ciphertext: &[u8],
+) -> [u8; 32] {
     tag(
         keys,
         label::FIELD,
-        &[&index.to_le_bytes(), &offset.to_le_bytes(), &plaintext_len.to_le_bytes(), iv, ciphertext],
+        &[
+            &index.to_le_bytes(),
+            &offset.to_le_bytes(),
+            &plaintext_len.to_le_bytes(),
+            iv,
+            ciphertext,
+        ],
     )
 }
 
@@ -272,7 +302,9 @@ fn dtype_code(t: crate::tensor::DataType) -> u8 {
 }
 
 fn dtype_from_code(code: u8) -> Option<crate::tensor::DataType> {
-    crate::tensor::DataType::ALL.into_iter().find(|&t| dtype_code(t) == code)
+    crate::tensor::DataType::ALL
+        .into_iter()
+        .find(|&t| dtype_code(t) == code)
 }
 
 #[cfg(test)]
@@ -293,11 +325,21 @@ mod tests {
         let b = m.add_f32_tensor(vec![64], &[0.5; 64]);
         let act = m.add_i32(1);
         let h = m.add_operand(Operand::new(OperandType::TensorFloat32, vec![1, 64]));
-        m.add_operation(OperationType::FullyConnected, vec![x, w, b, act], vec![h], "fc1");
+        m.add_operation(
+            OperationType::FullyConnected,
+            vec![x, w, b, act],
+            vec![h],
+            "fc1",
+        );
         let mut y = Operand::new(OperandType::TensorFloat32, vec![1, 64]);
         y.lifetime = Lifetime::SubgraphOutput;
         let y = m.add_operand(y);
-        m.add_operation(OperationType::FullyConnected, vec![h, w, b, act], vec![y], "fc2");
+        m.add_operation(
+            OperationType::FullyConnected,
+            vec![h, w, b, act],
+            vec![y],
+            "fc2",
+        );
         m.main.inputs = vec![x];
         m.main.outputs = vec![y];
         let info = |n: &str| IoInfo {
@@ -330,16 +372,22 @@ mod tests {
             for mode in Mode::ALL {
                 let bytes = write(&m, &options(Some(&key), mode, false)).unwrap();
                 let c = Container::parse(&bytes).unwrap();
-                c.verify(Some(&key)).unwrap();
-                let keys = c.keys(Some(&key)).unwrap();
+                c.verify(Some(key.as_bytes())).unwrap();
+                let keys = c.keys(Some(key.as_bytes())).unwrap();
                 // The shared weight sits in operation 0's field; operation 1 refers to it.
                 assert!(c.fields[0].is_some() && c.fields[1].is_none());
                 let plain = c.decrypt_field(keys.as_ref(), 0).unwrap();
                 let loc = c.model.main.operands[1].location;
                 assert_eq!(loc.pool_index, 0);
-                assert_eq!(&plain[loc.offset as usize..(loc.offset + loc.length) as usize], &w_bytes[..]);
+                assert_eq!(
+                    &plain[loc.offset as usize..(loc.offset + loc.length) as usize],
+                    &w_bytes[..]
+                );
                 // No plaintext window survives in the file.
-                assert!(!bytes.windows(32).any(|win| win == &w_bytes[64..96]), "{algorithm:?} {mode:?}");
+                assert!(
+                    !bytes.windows(32).any(|win| win == &w_bytes[64..96]),
+                    "{algorithm:?} {mode:?}"
+                );
             }
         }
     }
@@ -369,7 +417,10 @@ mod tests {
         assert_ne!(c, d);
         // A different key gives a different file.
         let other = Key::generate(Algorithm::Aes128).unwrap();
-        assert_ne!(a, write(&m, &options(Some(&other), Mode::Cbc, true)).unwrap());
+        assert_ne!(
+            a,
+            write(&m, &options(Some(&other), Mode::Cbc, true)).unwrap()
+        );
     }
 
     #[test]
@@ -379,11 +430,22 @@ mod tests {
         let bytes = write(&m, &options(Some(&key), Mode::Ofb, false)).unwrap();
         let c = Container::parse(&bytes).unwrap();
         let wrong = Key::generate(Algorithm::Sm4).unwrap();
-        let err = c.verify(Some(&wrong)).unwrap_err();
-        assert!(err.to_string().starts_with("wrong key or tampered file"), "{err}");
-        let err = c.verify(Some(&Key::generate(Algorithm::Aes128).unwrap())).unwrap_err();
-        assert!(matches!(err, ContainerError::KeyAlgorithm { .. }), "{err}");
-        assert!(matches!(c.verify(None).unwrap_err(), ContainerError::KeyRequired { .. }));
+        let err = c.verify(Some(wrong.as_bytes())).unwrap_err();
+        assert!(
+            err.to_string().starts_with("wrong key or tampered file"),
+            "{err}"
+        );
+        // A key made for another algorithm is just a wrong key.
+        for other in [Algorithm::Aes128, Algorithm::Aes256] {
+            let err = c
+                .verify(Some(Key::generate(other).unwrap().as_bytes()))
+                .unwrap_err();
+            assert!(err.is_integrity(), "{err}");
+        }
+        assert!(matches!(
+            c.verify(None).unwrap_err(),
+            ContainerError::KeyRequired { .. }
+        ));
     }
 
     #[test]
@@ -394,7 +456,7 @@ mod tests {
         for pos in 0..bytes.len() {
             let mut b = bytes.clone();
             b[pos] ^= 0x10;
-            let ok = Container::parse(&b).and_then(|c| c.verify(Some(&key)));
+            let ok = Container::parse(&b).and_then(|c| c.verify(Some(key.as_bytes())));
             assert!(ok.is_err(), "flip at {pos} went unnoticed");
         }
     }
@@ -404,7 +466,10 @@ mod tests {
         let m = model();
         let bytes = write(&m, &options(None, Mode::Ctr, false)).unwrap();
         for len in 0..bytes.len() {
-            assert!(Container::parse(&bytes[..len]).is_err(), "truncation to {len} went unnoticed");
+            assert!(
+                Container::parse(&bytes[..len]).is_err(),
+                "truncation to {len} went unnoticed"
+            );
         }
     }
 }

@@ -5,13 +5,15 @@ use zeroize::Zeroizing;
 
 use super::binary::Reader;
 use super::{
-    ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FORMAT_MAJOR, FORMAT_MINOR, FileKeys, HEADER_SIZE,
-    Header, Integrity, KNOWN_FLAGS, MAGIC, MAX_SECTIONS, SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionEntry,
-    SectionKind, TAG_OFFSET, dtype_from_code, field_tag, key_id, label, tag,
+    ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FORMAT_MAJOR, FORMAT_MINOR, FileKeys,
+    HEADER_SIZE, Header, Integrity, KNOWN_FLAGS, MAGIC, MAX_SECTIONS, SECTION_ENTRY_SIZE,
+    SECTION_REQUIRED, SectionEntry, SectionKind, TAG_OFFSET, dtype_from_code, field_tag, key_id,
+    label, tag,
 };
-use crate::crypto::{self, Algorithm, Key, Mode, Padding};
+use crate::crypto::{self, Algorithm, Mode, Padding};
 use crate::nn::{
-    ChannelQuant, DataLocation, IoInfo, Lifetime, Model, Operand, OperandType, Operation, OperationType, Pool,
+    ChannelQuant, DataLocation, IoInfo, Lifetime, Model, Operand, OperandType, Operation,
+    OperationType, Pool,
 };
 
 /// Where a temporary lives in the activation arena (the compiler's memory plan).
@@ -91,42 +93,55 @@ impl<'a> Container<'a> {
 
     /// The bytes of a section, if present.
     pub fn section(&self, kind: SectionKind) -> Option<&'a [u8]> {
-        self.sections.iter().find(|s| s.kind == kind as u32).map(|s| slice(self.bytes, s))
+        self.sections
+            .iter()
+            .find(|s| s.kind == kind as u32)
+            .map(|s| slice(self.bytes, s))
     }
 
     pub fn is_encrypted(&self) -> bool {
         self.header.crypto.is_encrypted()
     }
 
-    /// The file's keys from the master key, after checking that the key fits the file.
-    /// `None` for an unencrypted file.
-    pub fn keys(&self, key: Option<&Key>) -> Result<Option<FileKeys>, ContainerError> {
+    /// The file's keys from the master key's bytes. Checks the key identifier and the
+    /// metadata tag before trusting the header's algorithm, so a wrong key and an altered
+    /// header both fail as integrity errors. `None` for an unencrypted file (after
+    /// checking its metadata digest).
+    pub fn keys(&self, master: Option<&[u8]>) -> Result<Option<FileKeys>, ContainerError> {
         let Some(algorithm) = self.header.crypto.algorithm else {
+            self.verify_metadata(None)?;
             return Ok(None);
         };
-        let key = key.ok_or(ContainerError::KeyRequired {
+        let master = master.ok_or(ContainerError::KeyRequired {
             algorithm: algorithm.name(),
         })?;
-        if key.algorithm() != algorithm {
-            return Err(ContainerError::KeyAlgorithm {
-                key: key.algorithm().name(),
-                file: algorithm.name(),
-            });
-        }
-        if !crypto::ct_eq(&key_id(key)?, &self.header.key_id) {
+        if !crypto::ct_eq(&key_id(master)?, &self.header.key_id) {
             return Err(ContainerError::Integrity {
                 what: "the key identifier".into(),
             });
         }
-        Ok(Some(FileKeys::derive(key, &self.header.salt)?))
+        let keys = FileKeys::derive(master, &self.header.salt)?;
+        self.verify_metadata(Some(&keys))?;
+        // The header is authentic: its algorithm is the one the key was made for.
+        if master.len() != algorithm.key_len() {
+            return Err(ContainerError::KeyAlgorithm {
+                key: "a key of another length",
+                file: algorithm.name(),
+            });
+        }
+        Ok(Some(keys.with_encryption(
+            master,
+            &self.header.salt,
+            algorithm,
+        )?))
     }
 
-    /// Verifies the metadata tag (header, section table, every non-weight section, and
-    /// through the operator info every field tag) and every weight field. Nothing should
-    /// be decrypted or executed before this succeeds.
-    pub fn verify(&self, key: Option<&Key>) -> Result<(), ContainerError> {
-        let keys = self.keys(key)?;
-        self.verify_metadata(keys.as_ref())?;
+    /// Verifies the whole file: the key identifier and metadata tag (header, section
+    /// table, every non-weight section, and through the operator info every field tag),
+    /// then every weight field. Nothing should be decrypted or executed before this
+    /// succeeds.
+    pub fn verify(&self, master: Option<&[u8]>) -> Result<(), ContainerError> {
+        let keys = self.keys(master)?;
         for index in 0..self.fields.len() {
             if self.fields[index].is_some() {
                 self.verified_ciphertext(keys.as_ref(), index)?;
@@ -139,7 +154,10 @@ impl<'a> Container<'a> {
     pub fn verify_metadata(&self, keys: Option<&FileKeys>) -> Result<(), ContainerError> {
         let table_start = self.header.section_table_offset as usize;
         let table_end = table_start + self.sections.len() * SECTION_ENTRY_SIZE;
-        let mut parts: Vec<&[u8]> = vec![&self.bytes[..TAG_OFFSET], &self.bytes[table_start..table_end]];
+        let mut parts: Vec<&[u8]> = vec![
+            &self.bytes[..TAG_OFFSET],
+            &self.bytes[table_start..table_end],
+        ];
         for s in &self.sections {
             if s.kind != SectionKind::Weights as u32 {
                 parts.push(slice(self.bytes, s));
@@ -155,13 +173,29 @@ impl<'a> Container<'a> {
     }
 
     /// The ciphertext of operation `op`'s field, after checking its tag.
-    pub fn verified_ciphertext(&self, keys: Option<&FileKeys>, op: usize) -> Result<&'a [u8], ContainerError> {
-        let field = self.fields.get(op).copied().flatten().ok_or_else(|| ContainerError::WeightField {
-            operation: op,
-            message: "does not exist".into(),
-        })?;
+    pub fn verified_ciphertext(
+        &self,
+        keys: Option<&FileKeys>,
+        op: usize,
+    ) -> Result<&'a [u8], ContainerError> {
+        let field =
+            self.fields
+                .get(op)
+                .copied()
+                .flatten()
+                .ok_or_else(|| ContainerError::WeightField {
+                    operation: op,
+                    message: "does not exist".into(),
+                })?;
         let ciphertext = &self.bytes[field.offset as usize..(field.offset + field.length) as usize];
-        let expected = field_tag(keys, field.index, field.offset, field.plaintext_length, &field.iv, ciphertext);
+        let expected = field_tag(
+            keys,
+            field.index,
+            field.offset,
+            field.plaintext_length,
+            &field.iv,
+            ciphertext,
+        );
         if !crypto::ct_eq(&expected, &field.tag) {
             return Err(ContainerError::Integrity {
                 what: format!("weight field {} (operation {op})", field.index),
@@ -172,14 +206,29 @@ impl<'a> Container<'a> {
 
     /// Decrypts operation `op`'s weight field into `out` (replacing its contents), after
     /// verifying its tag. `keys` comes from [`Container::keys`].
-    pub fn decrypt_field_into(&self, keys: Option<&FileKeys>, op: usize, out: &mut Vec<u8>) -> Result<(), ContainerError> {
+    pub fn decrypt_field_into(
+        &self,
+        keys: Option<&FileKeys>,
+        op: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ContainerError> {
         let ciphertext = self.verified_ciphertext(keys, op)?;
-        let field = self.fields[op].as_ref().ok_or_else(|| ContainerError::WeightField {
-            operation: op,
-            message: "does not exist".into(),
-        })?;
-        match (keys, self.header.crypto.mode) {
-            (Some(k), Some(mode)) => crypto::decrypt_into(&k.encryption, mode, &field.iv, ciphertext, out)?,
+        let field = self.fields[op]
+            .as_ref()
+            .ok_or_else(|| ContainerError::WeightField {
+                operation: op,
+                message: "does not exist".into(),
+            })?;
+        match (
+            keys.and_then(|k| k.encryption.as_ref()),
+            self.header.crypto.mode,
+        ) {
+            (Some(k), Some(mode)) => crypto::decrypt_into(k, mode, &field.iv, ciphertext, out)?,
+            (None, Some(_)) => {
+                return Err(ContainerError::KeyRequired {
+                    algorithm: self.header.crypto.algorithm.map_or("?", |a| a.name()),
+                });
+            }
             _ => {
                 out.clear();
                 out.extend_from_slice(ciphertext);
@@ -196,7 +245,11 @@ impl<'a> Container<'a> {
     }
 
     /// Decrypts operation `op`'s field into a new zeroizing buffer.
-    pub fn decrypt_field(&self, keys: Option<&FileKeys>, op: usize) -> Result<Zeroizing<Vec<u8>>, ContainerError> {
+    pub fn decrypt_field(
+        &self,
+        keys: Option<&FileKeys>,
+        op: usize,
+    ) -> Result<Zeroizing<Vec<u8>>, ContainerError> {
         let mut out = Zeroizing::new(Vec::new());
         self.decrypt_field_into(keys, op, &mut out)?;
         Ok(out)
@@ -209,7 +262,8 @@ impl<'a> Container<'a> {
             (0, HEADER_SIZE as u64),
             (
                 self.header.section_table_offset,
-                self.header.section_table_offset + (self.sections.len() * SECTION_ENTRY_SIZE) as u64,
+                self.header.section_table_offset
+                    + (self.sections.len() * SECTION_ENTRY_SIZE) as u64,
             ),
         ];
         for s in &self.sections {
@@ -224,7 +278,9 @@ impl<'a> Container<'a> {
         let mut pos = 0u64;
         for (start, end) in covered {
             if start > pos
-                && let Some(k) = self.bytes[pos as usize..start as usize].iter().position(|&b| b != 0)
+                && let Some(k) = self.bytes[pos as usize..start as usize]
+                    .iter()
+                    .position(|&b| b != 0)
             {
                 return Err(ContainerError::NonZeroPadding {
                     region: "the file",
@@ -240,7 +296,10 @@ impl<'a> Container<'a> {
             });
         }
         // Reserved header bytes must be zero.
-        for (range, field) in [(76..80, "reserved (76..80)"), (128..TAG_OFFSET, "reserved (128..224)")] {
+        for (range, field) in [
+            (76..80, "reserved (76..80)"),
+            (128..TAG_OFFSET, "reserved (128..224)"),
+        ] {
             if self.header.minor <= FORMAT_MINOR && self.bytes[range].iter().any(|&b| b != 0) {
                 return Err(ContainerError::HeaderField {
                     field,
@@ -303,7 +362,10 @@ fn parse_header(bytes: &[u8]) -> Result<Header, ContainerError> {
         } else {
             ContainerError::HeaderField {
                 field: "file_size",
-                message: format!("says {file_size} bytes but the file has {} (trailing data)", bytes.len()),
+                message: format!(
+                    "says {file_size} bytes but the file has {} (trailing data)",
+                    bytes.len()
+                ),
             }
         });
     }
@@ -343,9 +405,17 @@ fn parse_header(bytes: &[u8]) -> Result<Header, ContainerError> {
     r.take(4, "reserved")?;
     let key_id: [u8; 16] = r.array("key_id")?;
     let salt: [u8; 32] = r.array("salt")?;
-    let tag: [u8; 32] = bytes[TAG_OFFSET..TAG_OFFSET + 32].try_into().unwrap_or([0; 32]);
+    let tag: [u8; 32] = bytes[TAG_OFFSET..TAG_OFFSET + 32]
+        .try_into()
+        .unwrap_or([0; 32]);
     let encrypted = flags & FLAG_ENCRYPTED != 0;
-    let crypto = parse_crypto(encrypted, algorithm_code, mode_code, padding_code, integrity_code)?;
+    let crypto = parse_crypto(
+        encrypted,
+        algorithm_code,
+        mode_code,
+        padding_code,
+        integrity_code,
+    )?;
     Ok(Header {
         major,
         minor,
@@ -361,26 +431,48 @@ fn parse_header(bytes: &[u8]) -> Result<Header, ContainerError> {
     })
 }
 
-fn parse_crypto(encrypted: bool, a: u8, m: u8, p: u8, i: u8) -> Result<CryptoConfig, ContainerError> {
-    let field_err = |field: &'static str, message: String| ContainerError::HeaderField { field, message };
-    let integrity = Integrity::from_code(i).ok_or_else(|| field_err("integrity", format!("unknown code {i}")))?;
-    let padding = Padding::from_code(p).ok_or_else(|| field_err("padding", format!("unknown code {p}")))?;
+fn parse_crypto(
+    encrypted: bool,
+    a: u8,
+    m: u8,
+    p: u8,
+    i: u8,
+) -> Result<CryptoConfig, ContainerError> {
+    let field_err =
+        |field: &'static str, message: String| ContainerError::HeaderField { field, message };
+    let integrity = Integrity::from_code(i)
+        .ok_or_else(|| field_err("integrity", format!("unknown code {i}")))?;
+    let padding =
+        Padding::from_code(p).ok_or_else(|| field_err("padding", format!("unknown code {p}")))?;
     if !encrypted {
         if a != 0 || m != 0 || p != 0 {
-            return Err(field_err("algorithm", "an unencrypted file must have algorithm, mode and padding 0".into()));
+            return Err(field_err(
+                "algorithm",
+                "an unencrypted file must have algorithm, mode and padding 0".into(),
+            ));
         }
         if integrity != Integrity::Sha256 {
-            return Err(field_err("integrity", "an unencrypted file uses SHA-256 digests (code 2)".into()));
+            return Err(field_err(
+                "integrity",
+                "an unencrypted file uses SHA-256 digests (code 2)".into(),
+            ));
         }
         return Ok(CryptoConfig::none());
     }
-    let algorithm = Algorithm::from_code(a).ok_or_else(|| field_err("algorithm", format!("unknown code {a}")))?;
+    let algorithm = Algorithm::from_code(a)
+        .ok_or_else(|| field_err("algorithm", format!("unknown code {a}")))?;
     let mode = Mode::from_code(m).ok_or_else(|| field_err("mode", format!("unknown code {m}")))?;
     if padding != mode.padding() {
-        return Err(field_err("padding", format!("{} requires padding {}", mode.name(), mode.padding().name())));
+        return Err(field_err(
+            "padding",
+            format!("{} requires padding {}", mode.name(), mode.padding().name()),
+        ));
     }
     if integrity != Integrity::HmacSha256 {
-        return Err(field_err("integrity", "an encrypted file uses HMAC-SHA-256 (code 1)".into()));
+        return Err(field_err(
+            "integrity",
+            "an encrypted file uses HMAC-SHA-256 (code 1)".into(),
+        ));
     }
     Ok(CryptoConfig {
         algorithm: Some(algorithm),
@@ -397,7 +489,9 @@ fn parse_sections(bytes: &[u8], header: &Header) -> Result<Vec<SectionEntry>, Co
     if table_offset < HEADER_SIZE as u64 || !table_offset.is_multiple_of(8) {
         return Err(ContainerError::HeaderField {
             field: "section_table_offset",
-            message: format!("is {table_offset}; the table must follow the {HEADER_SIZE}-byte header, 8-byte aligned"),
+            message: format!(
+                "is {table_offset}; the table must follow the {HEADER_SIZE}-byte header, 8-byte aligned"
+            ),
         });
     }
     match table_offset.checked_add(table_len) {
@@ -410,7 +504,10 @@ fn parse_sections(bytes: &[u8], header: &Header) -> Result<Vec<SectionEntry>, Co
             });
         }
     }
-    let mut r = Reader::new(&bytes[table_offset as usize..(table_offset + table_len) as usize], "section table");
+    let mut r = Reader::new(
+        &bytes[table_offset as usize..(table_offset + table_len) as usize],
+        "section table",
+    );
     let mut sections = Vec::with_capacity(count);
     for index in 0..count {
         let kind = r.u32("kind")?;
@@ -418,7 +515,12 @@ fn parse_sections(bytes: &[u8], header: &Header) -> Result<Vec<SectionEntry>, Co
         let offset = r.u64("offset")?;
         let length = r.u64("length")?;
         let reserved = r.u64("reserved")?;
-        let entry = SectionEntry { kind, flags, offset, length };
+        let entry = SectionEntry {
+            kind,
+            flags,
+            offset,
+            length,
+        };
         let err = |message: String| ContainerError::Section {
             index,
             kind: entry.kind_name(),
@@ -427,11 +529,17 @@ fn parse_sections(bytes: &[u8], header: &Header) -> Result<Vec<SectionEntry>, Co
         if reserved != 0 && header.minor <= FORMAT_MINOR {
             return Err(err("reserved field must be zero".into()));
         }
-        if SectionKind::from_code(kind).is_none() && (flags & SECTION_REQUIRED != 0 || header.minor <= FORMAT_MINOR) {
-            return Err(err("is a section kind this nnc does not know, and the file requires it".into()));
+        if SectionKind::from_code(kind).is_none()
+            && (flags & SECTION_REQUIRED != 0 || header.minor <= FORMAT_MINOR)
+        {
+            return Err(err(
+                "is a section kind this nnc does not know, and the file requires it".into(),
+            ));
         }
         if !offset.is_multiple_of(ALIGNMENT) {
-            return Err(err(format!("offset {offset} is not {ALIGNMENT}-byte aligned")));
+            return Err(err(format!(
+                "offset {offset} is not {ALIGNMENT}-byte aligned"
+            )));
         }
         match offset.checked_add(length) {
             Some(end) if end <= bytes.len() as u64 => {}
@@ -443,7 +551,9 @@ fn parse_sections(bytes: &[u8], header: &Header) -> Result<Vec<SectionEntry>, Co
             }
         }
         if offset < table_offset + table_len && offset + length > 0 {
-            return Err(err(format!("offset {offset} overlaps the header or section table")));
+            return Err(err(format!(
+                "offset {offset} overlaps the header or section table"
+            )));
         }
         if sections.iter().any(|s: &SectionEntry| s.kind == kind) {
             return Err(err("appears twice".into()));
@@ -463,14 +573,23 @@ fn parse_sections(bytes: &[u8], header: &Header) -> Result<Vec<SectionEntry>, Co
     Ok(sections)
 }
 
-type OperatorInfo = (Model, Vec<Option<WeightField>>, Option<u64>, Vec<Option<ArenaSlot>>);
+type OperatorInfo = (
+    Model,
+    Vec<Option<WeightField>>,
+    Option<u64>,
+    Vec<Option<ArenaSlot>>,
+);
 
 /// Smallest encoded sizes, for bounding counts before allocating.
 const MIN_OPERAND_BYTES: usize = 16 + 20 + 4;
 const MIN_OPERATION_BYTES: usize = 4 + 4 + 4 + 4 + 4;
 const MIN_IO_BYTES: usize = 4 + 4;
 
-fn parse_operator_info(info: &[u8], header: &Header, weights: &SectionEntry) -> Result<OperatorInfo, ContainerError> {
+fn parse_operator_info(
+    info: &[u8],
+    header: &Header,
+    weights: &SectionEntry,
+) -> Result<OperatorInfo, ContainerError> {
     let mut r = Reader::new(info, "operator-info");
     let operand_count = r.count("operand_count", MIN_OPERAND_BYTES)?;
     let operation_count = r.count("operation_count", MIN_OPERATION_BYTES)?;
@@ -479,7 +598,10 @@ fn parse_operator_info(info: &[u8], header: &Header, weights: &SectionEntry) -> 
     let flags = r.u32("flags")?;
     let inline_len = r.u64("inline_values_length")?;
     if inline_len > r.remaining() as u64 {
-        return Err(r.fail("inline_values_length", format!("{inline_len} exceeds the section")));
+        return Err(r.fail(
+            "inline_values_length",
+            format!("{inline_len} exceeds the section"),
+        ));
     }
     let arena_size = r.u64("arena_size")?;
     let arena_size = (arena_size != u64::MAX).then_some(arena_size);
@@ -490,11 +612,15 @@ fn parse_operator_info(info: &[u8], header: &Header, weights: &SectionEntry) -> 
     let mut arena = Vec::with_capacity(operand_count);
     for i in 0..operand_count {
         let code = r.i32("operand.type")?;
-        let operand_type =
-            OperandType::from_code(code).ok_or_else(|| r.fail("operand.type", format!("operand {i}: unknown type {code}")))?;
+        let operand_type = OperandType::from_code(code)
+            .ok_or_else(|| r.fail("operand.type", format!("operand {i}: unknown type {code}")))?;
         let lifetime_code = r.u8("operand.lifetime")?;
-        let lifetime = Lifetime::from_code(i32::from(lifetime_code))
-            .ok_or_else(|| r.fail("operand.lifetime", format!("operand {i}: unknown lifetime {lifetime_code}")))?;
+        let lifetime = Lifetime::from_code(i32::from(lifetime_code)).ok_or_else(|| {
+            r.fail(
+                "operand.lifetime",
+                format!("operand {i}: unknown lifetime {lifetime_code}"),
+            )
+        })?;
         let rank = r.u8("operand.rank")? as usize;
         let oflags = r.u8("operand.flags")?;
         r.u8("operand.reserved")?;
@@ -514,7 +640,10 @@ fn parse_operator_info(info: &[u8], header: &Header, weights: &SectionEntry) -> 
             for _ in 0..n {
                 scales.push(r.f32("operand.channel_scales")?);
             }
-            Some(ChannelQuant { scales, channel_dim })
+            Some(ChannelQuant {
+                scales,
+                channel_dim,
+            })
         } else {
             None
         };
@@ -534,9 +663,14 @@ fn parse_operator_info(info: &[u8], header: &Header, weights: &SectionEntry) -> 
                     size: location_length,
                 };
                 if let Some(total) = arena_size
-                    && location_offset.checked_add(location_length).is_none_or(|end| end > total)
+                    && location_offset
+                        .checked_add(location_length)
+                        .is_none_or(|end| end > total)
                 {
-                    return Err(r.fail("operand.location", format!("operand {i}: arena slot beyond the arena of {total} bytes")));
+                    return Err(r.fail(
+                        "operand.location",
+                        format!("operand {i}: arena slot beyond the arena of {total} bytes"),
+                    ));
                 }
                 (DataLocation::default(), Some(slot))
             }
@@ -557,7 +691,10 @@ fn parse_operator_info(info: &[u8], header: &Header, weights: &SectionEntry) -> 
     let index = |r: &mut Reader, field: &str| -> Result<u32, ContainerError> {
         let v = r.u32(field)?;
         if v as usize >= operand_count {
-            return Err(r.fail(field, format!("names operand {v}, but there are {operand_count}")));
+            return Err(r.fail(
+                field,
+                format!("names operand {v}, but there are {operand_count}"),
+            ));
         }
         Ok(v)
     };
@@ -572,7 +709,8 @@ fn parse_operator_info(info: &[u8], header: &Header, weights: &SectionEntry) -> 
     for k in 0..input_count + output_count {
         let name = r.str("io.name")?;
         let code = r.u8("io.dtype")?;
-        let dtype = dtype_from_code(code).ok_or_else(|| r.fail("io.dtype", format!("unknown element type {code}")))?;
+        let dtype = dtype_from_code(code)
+            .ok_or_else(|| r.fail("io.dtype", format!("unknown element type {code}")))?;
         let rank = r.u8("io.rank")? as usize;
         r.u16("io.reserved")?;
         let mut dims = Vec::with_capacity(rank);
@@ -591,8 +729,12 @@ fn parse_operator_info(info: &[u8], header: &Header, weights: &SectionEntry) -> 
     let weights_end = weights.offset + weights.length;
     for op_index in 0..operation_count {
         let code = r.i32("operation.type")?;
-        let op_type = OperationType::from_code(code)
-            .ok_or_else(|| r.fail("operation.type", format!("operation {op_index}: unknown operation type {code}")))?;
+        let op_type = OperationType::from_code(code).ok_or_else(|| {
+            r.fail(
+                "operation.type",
+                format!("operation {op_index}: unknown operation type {code}"),
+            )
+        })?;
         let n_in = r.count("operation.input_count", 4)?;
         let mut inputs = Vec::with_capacity(n_in);
         for _ in 0..n_in {
@@ -619,7 +761,9 @@ fn parse_operator_info(info: &[u8], header: &Header, weights: &SectionEntry) -> 
                     message,
                 };
                 if !offset.is_multiple_of(ALIGNMENT) {
-                    return Err(err(format!("offset {offset} is not {ALIGNMENT}-byte aligned")));
+                    return Err(err(format!(
+                        "offset {offset} is not {ALIGNMENT}-byte aligned"
+                    )));
                 }
                 match offset.checked_add(length) {
                     Some(end) if offset >= weights.offset && end <= weights_end => {}
@@ -635,7 +779,9 @@ fn parse_operator_info(info: &[u8], header: &Header, weights: &SectionEntry) -> 
                     None => plaintext_length,
                 };
                 if plaintext_length == 0 || length != expected {
-                    return Err(err(format!("ciphertext length {length} does not fit plaintext length {plaintext_length}")));
+                    return Err(err(format!(
+                        "ciphertext length {length} does not fit plaintext length {plaintext_length}"
+                    )));
                 }
                 let f = WeightField {
                     index: next_field,
@@ -648,7 +794,12 @@ fn parse_operator_info(info: &[u8], header: &Header, weights: &SectionEntry) -> 
                 next_field += 1;
                 Some(f)
             }
-            other => return Err(r.fail("operation.has_weights", format!("is {other}, expected 0 or 1"))),
+            other => {
+                return Err(r.fail(
+                    "operation.has_weights",
+                    format!("is {other}, expected 0 or 1"),
+                ));
+            }
         };
         fields.push(field);
         model.main.operations.push(Operation {

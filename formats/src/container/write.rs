@@ -5,9 +5,9 @@ use zeroize::Zeroizing;
 use super::binary::Writer;
 use super::read::ArenaSlot;
 use super::{
-    ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FLAG_REPRODUCIBLE, FORMAT_MAJOR, FORMAT_MINOR, FileKeys,
-    HEADER_SIZE, MAGIC, SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionKind, TAG_OFFSET, dtype_code, field_tag, key_id,
-    label, tag,
+    ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FLAG_REPRODUCIBLE, FORMAT_MAJOR,
+    FORMAT_MINOR, FileKeys, HEADER_SIZE, MAGIC, SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionKind,
+    TAG_OFFSET, dtype_code, field_tag, key_id, label, tag,
 };
 use crate::crypto::{self, Key, Mode};
 use crate::nn::{Lifetime, Model, Pool};
@@ -39,6 +39,16 @@ struct Field {
     tag: [u8; 32],
 }
 
+/// Whether a constant is model data to encrypt. Every tensor constant is, whatever its
+/// size (a 16-channel bias is only 64 bytes but still a trained parameter), except plain
+/// TENSOR_INT32 vectors (shapes, axes, paddings, permutations) and scalars, which are
+/// hyper-parameters and stay inline as CONSTANT_COPY.
+pub fn is_weight(operand: &crate::nn::Operand) -> bool {
+    operand.lifetime.is_constant()
+        && operand.operand_type.is_tensor()
+        && !(operand.operand_type == crate::nn::OperandType::TensorInt32 && operand.scale == 0.0)
+}
+
 fn align(v: u64) -> u64 {
     v.div_ceil(ALIGNMENT) * ALIGNMENT
 }
@@ -46,32 +56,46 @@ fn align(v: u64) -> u64 {
 /// Serializes `model` as a `.nnc` file (in memory).
 pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, ContainerError> {
     if !model.referenced.is_empty() {
-        return Err(ContainerError::Unwritable("models with referenced subgraphs (IF/WHILE) are not supported".into()));
+        return Err(ContainerError::Unwritable(
+            "models with referenced subgraphs (IF/WHILE) are not supported".into(),
+        ));
     }
     if options.producer.len() > 32 {
-        return Err(ContainerError::Unwritable("producer string exceeds 32 bytes".into()));
+        return Err(ContainerError::Unwritable(
+            "producer string exceeds 32 bytes".into(),
+        ));
     }
     let graph = &model.main;
     // Each CONSTANT_REFERENCE operand goes into the field of the first operation that
     // reads it; a later reader refers to that field.
     let mut owner: Vec<Option<usize>> = vec![None; graph.operands.len()];
     let mut placement: Vec<(u64, u64)> = vec![(0, 0); graph.operands.len()];
-    let mut plaintexts: Vec<Zeroizing<Vec<u8>>> = (0..graph.operations.len()).map(|_| Zeroizing::new(Vec::new())).collect();
+    let mut plaintexts: Vec<Zeroizing<Vec<u8>>> = (0..graph.operations.len())
+        .map(|_| Zeroizing::new(Vec::new()))
+        .collect();
     for (op_index, op) in graph.operations.iter().enumerate() {
         for &input in &op.inputs {
             let i = input as usize;
-            let operand = graph
-                .operands
-                .get(i)
-                .ok_or_else(|| ContainerError::Unwritable(format!("operation {op_index} reads missing operand {i}")))?;
-            if operand.lifetime != Lifetime::ConstantReference || owner[i].is_some() {
+            let operand = graph.operands.get(i).ok_or_else(|| {
+                ContainerError::Unwritable(format!(
+                    "operation {op_index} reads missing operand {i}"
+                ))
+            })?;
+            if !is_weight(operand) || owner[i].is_some() {
                 continue;
             }
-            let bytes = match model.pools.get(operand.location.pool_index as usize) {
-                Some(Pool::Bytes(_)) => model
-                    .constant_bytes(input)
-                    .ok_or_else(|| ContainerError::Unwritable(format!("operand {i}: constant data out of range")))?,
-                _ => return Err(ContainerError::Unwritable(format!("operand {i}: constant data is not available"))),
+            let available = operand.lifetime == Lifetime::ConstantCopy
+                || matches!(
+                    model.pools.get(operand.location.pool_index as usize),
+                    Some(Pool::Bytes(_))
+                );
+            let bytes = match model.constant_bytes(input) {
+                Some(b) if available => b,
+                _ => {
+                    return Err(ContainerError::Unwritable(format!(
+                        "operand {i}: constant data is not available"
+                    )));
+                }
             };
             let field = &mut plaintexts[op_index];
             while !(field.len() as u64).is_multiple_of(ALIGNMENT) {
@@ -82,9 +106,29 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
             owner[i] = Some(op_index);
         }
     }
-    if let Some(i) = (0..graph.operands.len()).find(|&i| graph.operands[i].lifetime == Lifetime::ConstantReference && owner[i].is_none()) {
-        return Err(ContainerError::Unwritable(format!("operand {i} is a weight no operation reads")));
+    if let Some(i) =
+        (0..graph.operands.len()).find(|&i| is_weight(&graph.operands[i]) && owner[i].is_none())
+    {
+        return Err(ContainerError::Unwritable(format!(
+            "operand {i} is a weight no operation reads"
+        )));
     }
+    // The inline area holds only what stays inline: a moved weight's bytes must not
+    // remain there in plaintext.
+    let mut inline = Writer::default();
+    for (i, o) in graph.operands.iter().enumerate() {
+        if o.lifetime == Lifetime::ConstantCopy && owner[i].is_none() {
+            let bytes = model.constant_bytes(i as u32).ok_or_else(|| {
+                ContainerError::Unwritable(format!("operand {i}: inline value out of range"))
+            })?;
+            while !inline.buf.len().is_multiple_of(4) {
+                inline.u8(0);
+            }
+            placement[i] = (inline.buf.len() as u64, bytes.len() as u64);
+            inline.bytes(bytes);
+        }
+    }
+    let inline = inline.buf;
     let crypto_config = match options.key {
         Some(k) => CryptoConfig::encrypted(k.algorithm(), options.mode),
         None => CryptoConfig::none(),
@@ -108,8 +152,15 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
     let salt: [u8; 32] = match (options.key, options.reproducible) {
         (None, _) => [0; 32],
         (Some(k), true) => {
-            let probe = encode_operator_info(model, &owner, &placement, &[], options.arena.as_ref());
-            let mut parts: Vec<&[u8]> = vec![&probe, &model.operand_values];
+            let probe = encode_operator_info(
+                model,
+                &owner,
+                &placement,
+                &inline,
+                &[],
+                options.arena.as_ref(),
+            );
+            let mut parts: Vec<&[u8]> = vec![&probe];
             parts.extend(fields.iter().map(|f| f.plaintext.as_slice()));
             let digest = crypto::sha256(&parts);
             crypto::hmac_sha256(k.as_bytes(), &[label::SALT, &digest])
@@ -117,7 +168,11 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
         (Some(_), false) => crypto::try_random_bytes::<32>()?,
     };
     let keys = match options.key {
-        Some(k) => Some(FileKeys::derive(k, &salt)?),
+        Some(k) => Some(FileKeys::derive(k.as_bytes(), &salt)?.with_encryption(
+            k.as_bytes(),
+            &salt,
+            k.algorithm(),
+        )?),
         None => None,
     };
     // IVs and ciphertexts.
@@ -125,7 +180,10 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
         if let Some(k) = &keys {
             f.iv = if options.reproducible {
                 let digest = crypto::sha256(&[&f.plaintext]);
-                let full = crypto::hmac_sha256(&k.iv_derivation, &[label::IV, &(index as u32).to_le_bytes(), &digest]);
+                let full = crypto::hmac_sha256(
+                    &k.iv_derivation,
+                    &[label::IV, &(index as u32).to_le_bytes(), &digest],
+                );
                 let mut iv = [0u8; 16];
                 iv.copy_from_slice(&full[..16]);
                 iv
@@ -140,7 +198,15 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
     let section_count = 2 + options.extra_sections.len();
     let table_offset = HEADER_SIZE as u64;
     let info_offset = align(table_offset + (section_count * SECTION_ENTRY_SIZE) as u64);
-    let info_len = encode_operator_info(model, &owner, &placement, &descriptors(&fields), options.arena.as_ref()).len() as u64;
+    let info_len = encode_operator_info(
+        model,
+        &owner,
+        &placement,
+        &inline,
+        &descriptors(&fields),
+        options.arena.as_ref(),
+    )
+    .len() as u64;
     let mut cursor = align(info_offset + info_len);
     let mut extra_offsets = Vec::new();
     for (_, bytes) in &options.extra_sections {
@@ -155,18 +221,34 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
     let weights_len = cursor - weights_offset;
     let file_size = cursor.max(weights_offset);
     for (index, f) in fields.iter_mut().enumerate() {
-        f.tag = field_tag(keys.as_ref(), index as u32, f.offset, f.plaintext.len() as u64, &f.iv, &f.ciphertext);
+        f.tag = field_tag(
+            keys.as_ref(),
+            index as u32,
+            f.offset,
+            f.plaintext.len() as u64,
+            &f.iv,
+            &f.ciphertext,
+        );
     }
-    let info = encode_operator_info(model, &owner, &placement, &descriptors(&fields), options.arena.as_ref());
+    let info = encode_operator_info(
+        model,
+        &owner,
+        &placement,
+        &inline,
+        &descriptors(&fields),
+        options.arena.as_ref(),
+    );
     debug_assert_eq!(info.len() as u64, info_len);
 
-    let mut sections: Vec<(u32, u64, u64)> = vec![(SectionKind::OperatorInfo as u32, info_offset, info_len)];
+    let mut sections: Vec<(u32, u64, u64)> =
+        vec![(SectionKind::OperatorInfo as u32, info_offset, info_len)];
     for ((kind, bytes), &offset) in options.extra_sections.iter().zip(&extra_offsets) {
         sections.push((*kind as u32, offset, bytes.len() as u64));
     }
     sections.push((SectionKind::Weights as u32, weights_offset, weights_len));
 
-    let file_len = usize::try_from(file_size).map_err(|_| ContainerError::Unwritable("file too large".into()))?;
+    let file_len = usize::try_from(file_size)
+        .map_err(|_| ContainerError::Unwritable("file too large".into()))?;
     let mut out = vec![0u8; file_len];
     // Header (tag written last).
     let mut h = Writer::default();
@@ -194,7 +276,7 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
     h.u8(crypto_config.integrity.code());
     h.bytes(&[0; 4]);
     let id = match options.key {
-        Some(k) => key_id(k)?,
+        Some(k) => key_id(k.as_bytes())?,
         None => [0; 16],
     };
     h.bytes(&id);
@@ -218,7 +300,8 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
         out[offset as usize..offset as usize + bytes.len()].copy_from_slice(bytes);
     }
     for f in &fields {
-        out[f.offset as usize..f.offset as usize + f.ciphertext.len()].copy_from_slice(&f.ciphertext);
+        out[f.offset as usize..f.offset as usize + f.ciphertext.len()]
+            .copy_from_slice(&f.ciphertext);
     }
     // The metadata tag covers the header, the table, and every section but the weights
     // (which their own tags in the operator info cover).
@@ -235,14 +318,20 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
 
 /// Encrypts every field, spreading fields over the available cores (chained modes are
 /// sequential within one field, but fields are independent).
-fn encrypt_fields(fields: &mut [Field], keys: Option<&FileKeys>, mode: Mode) -> Result<(), ContainerError> {
+fn encrypt_fields(
+    fields: &mut [Field],
+    keys: Option<&FileKeys>,
+    mode: Mode,
+) -> Result<(), ContainerError> {
     let Some(keys) = keys else {
         for f in fields.iter_mut() {
             f.ciphertext = f.plaintext.to_vec();
         }
         return Ok(());
     };
-    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8);
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8);
     // Largest fields first, dealt round-robin, to balance the work.
     let mut order: Vec<usize> = (0..fields.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(fields[i].plaintext.len()));
@@ -252,10 +341,16 @@ fn encrypt_fields(fields: &mut [Field], keys: Option<&FileKeys>, mode: Mode) -> 
                 let mine: Vec<usize> = order.iter().copied().skip(w).step_by(workers).collect();
                 let fields = &*fields;
                 scope.spawn(move || -> Result<Vec<(usize, Vec<u8>)>, ContainerError> {
+                    let key = keys
+                        .encryption
+                        .as_ref()
+                        .ok_or_else(|| ContainerError::Unwritable("no encryption key".into()))?;
                     mine.into_iter()
                         .map(|i| {
                             let f = &fields[i];
-                            crypto::encrypt(&keys.encryption, mode, &f.iv, &f.plaintext).map(|c| (i, c)).map_err(Into::into)
+                            crypto::encrypt(key, mode, &f.iv, &f.plaintext)
+                                .map(|c| (i, c))
+                                .map_err(Into::into)
                         })
                         .collect()
                 })
@@ -263,7 +358,13 @@ fn encrypt_fields(fields: &mut [Field], keys: Option<&FileKeys>, mode: Mode) -> 
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(ContainerError::Unwritable("an encryption worker failed".into()))))
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(ContainerError::Unwritable(
+                        "an encryption worker failed".into(),
+                    ))
+                })
+            })
             .collect()
     });
     for r in results {
@@ -281,7 +382,16 @@ type Descriptor = (usize, u64, u64, u64, [u8; 16], [u8; 32]);
 fn descriptors(fields: &[Field]) -> Vec<Descriptor> {
     fields
         .iter()
-        .map(|f| (f.operation, f.offset, f.ciphertext.len() as u64, f.plaintext.len() as u64, f.iv, f.tag))
+        .map(|f| {
+            (
+                f.operation,
+                f.offset,
+                f.ciphertext.len() as u64,
+                f.plaintext.len() as u64,
+                f.iv,
+                f.tag,
+            )
+        })
         .collect()
 }
 
@@ -290,6 +400,7 @@ fn encode_operator_info(
     model: &Model,
     owner: &[Option<usize>],
     placement: &[(u64, u64)],
+    inline: &[u8],
     fields: &[Descriptor],
     arena: Option<&(u64, Vec<Option<ArenaSlot>>)>,
 ) -> Vec<u8> {
@@ -300,11 +411,17 @@ fn encode_operator_info(
     w.u32(g.inputs.len() as u32);
     w.u32(g.outputs.len() as u32);
     w.u32(u32::from(model.relax_computation_float32_to_float16));
-    w.u64(model.operand_values.len() as u64);
+    w.u64(inline.len() as u64);
     w.u64(arena.map_or(u64::MAX, |a| a.0));
     for (i, o) in g.operands.iter().enumerate() {
+        // Weights are stored in fields whatever their size: they become CONSTANT_REFERENCE.
+        let lifetime = if owner[i].is_some() {
+            Lifetime::ConstantReference
+        } else {
+            o.lifetime
+        };
         w.i32(o.operand_type.code());
-        w.u8(o.lifetime.code() as u8);
+        w.u8(lifetime.code() as u8);
         w.u8(o.dimensions.len() as u8);
         w.u8(u8::from(o.channel_quant.is_some()));
         w.u8(0);
@@ -313,13 +430,18 @@ fn encode_operator_info(
         for &d in &o.dimensions {
             w.u32(d);
         }
-        let (index, offset, length) = match o.lifetime {
-            Lifetime::ConstantReference => (owner[i].unwrap_or(0) as u32, placement[i].0, placement[i].1),
-            Lifetime::ConstantCopy | Lifetime::Subgraph => (o.location.pool_index, o.location.offset, o.location.length),
-            Lifetime::TemporaryVariable => match arena.and_then(|a| a.1.get(i).copied().flatten()) {
-                Some(slot) => (0, slot.offset, slot.size),
-                None => (0, u64::MAX, 0),
-            },
+        let (index, offset, length) = match lifetime {
+            Lifetime::ConstantReference => {
+                (owner[i].unwrap_or(0) as u32, placement[i].0, placement[i].1)
+            }
+            Lifetime::ConstantCopy => (0, placement[i].0, placement[i].1),
+            Lifetime::Subgraph => (o.location.pool_index, o.location.offset, o.location.length),
+            Lifetime::TemporaryVariable => {
+                match arena.and_then(|a| a.1.get(i).copied().flatten()) {
+                    Some(slot) => (0, slot.offset, slot.size),
+                    None => (0, u64::MAX, 0),
+                }
+            }
             _ => (0, 0, 0),
         };
         w.u32(index);
@@ -376,6 +498,6 @@ fn encode_operator_info(
             }
         }
     }
-    w.bytes(&model.operand_values);
+    w.bytes(inline);
     w.buf
 }

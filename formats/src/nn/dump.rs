@@ -22,15 +22,25 @@ pub fn constant_preview(model: &Model, index: OperandIndex) -> Option<String> {
 
 fn preview(operand: &Operand, bytes: &[u8]) -> Option<String> {
     const MAX: usize = 8;
-    let words = |b: &[u8]| -> Vec<[u8; 4]> { b.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]).collect() };
+    let words = |b: &[u8]| -> Vec<[u8; 4]> {
+        b.chunks_exact(4)
+            .map(|c| [c[0], c[1], c[2], c[3]])
+            .collect()
+    };
     match operand.operand_type {
-        OperandType::Int32 => words(bytes).first().map(|w| i32::from_le_bytes(*w).to_string()),
-        OperandType::Uint32 => words(bytes).first().map(|w| u32::from_le_bytes(*w).to_string()),
-        OperandType::Float32 => words(bytes).first().map(|w| format_f32(f32::from_le_bytes(*w))),
+        OperandType::Int32 => words(bytes)
+            .first()
+            .map(|w| i32::from_le_bytes(*w).to_string()),
+        OperandType::Uint32 => words(bytes)
+            .first()
+            .map(|w| u32::from_le_bytes(*w).to_string()),
+        OperandType::Float32 => words(bytes)
+            .first()
+            .map(|w| format_f32(f32::from_le_bytes(*w))),
         OperandType::Bool => bytes.first().map(|b| (*b != 0).to_string()),
-        OperandType::Float16 if bytes.len() == 2 => {
-            Some(format_f32(super::signature::f16_to_f32(u16::from_le_bytes([bytes[0], bytes[1]]))))
-        }
+        OperandType::Float16 if bytes.len() == 2 => Some(format_f32(super::signature::f16_to_f32(
+            u16::from_le_bytes([bytes[0], bytes[1]]),
+        ))),
         OperandType::TensorInt32 if bytes.len() <= 4 * MAX => Some(format!(
             "[{}]",
             words(bytes)
@@ -83,10 +93,16 @@ pub fn to_text(model: &Model) -> String {
         model.parameter_count(),
         model.constant_byte_count()
     );
-    for (title, list, info) in [("inputs", &sg.inputs, &model.input_info), ("outputs", &sg.outputs, &model.output_info)] {
+    for (title, list, info) in [
+        ("inputs", &sg.inputs, &model.input_info),
+        ("outputs", &sg.outputs, &model.output_info),
+    ] {
         let _ = writeln!(out, "{title}:");
         for (k, &i) in list.iter().enumerate() {
-            let desc = model.operand(i).map(operand_text).unwrap_or_else(|| "<missing operand>".into());
+            let desc = model
+                .operand(i)
+                .map(operand_text)
+                .unwrap_or_else(|| "<missing operand>".into());
             let name = info.get(k).map(|n| n.name.as_str()).unwrap_or("");
             let _ = writeln!(out, "  {k}: %{i} '{name}' {desc}");
         }
@@ -115,7 +131,13 @@ pub fn to_text(model: &Model) -> String {
                 None => format!("%{o}"),
             })
             .collect();
-        let _ = write!(out, "  {index}: {}({}) -> {}", op.op_type.name(), args.join(", "), results.join(", "));
+        let _ = write!(
+            out,
+            "  {index}: {}({}) -> {}",
+            op.op_type.name(),
+            args.join(", "),
+            results.join(", ")
+        );
         if !op.source.is_empty() {
             let _ = write!(out, "  # {}", op.source);
         }
@@ -125,7 +147,11 @@ pub fn to_text(model: &Model) -> String {
 }
 
 fn operand_text(o: &Operand) -> String {
-    let mut s = format!("{} {}", o.operand_type.name(), dims_to_string(&o.dimensions));
+    let mut s = format!(
+        "{} {}",
+        o.operand_type.name(),
+        dims_to_string(&o.dimensions)
+    );
     if o.operand_type.is_quantized() && o.channel_quant.is_none() {
         let _ = write!(s, " scale={} zero_point={}", o.scale, o.zero_point);
     }
@@ -324,7 +350,12 @@ mod tests {
         let mut output = Operand::new(OperandType::TensorFloat32, vec![1, 4]);
         output.lifetime = Lifetime::SubgraphOutput;
         let y = m.add_operand(output);
-        m.add_operation(OperationType::Add, vec![x, w, act], vec![y], "add \"quoted\"");
+        m.add_operation(
+            OperationType::Add,
+            vec![x, w, act],
+            vec![y],
+            "add \"quoted\"",
+        );
         m.main.inputs = vec![x];
         m.main.outputs = vec![y];
         m
@@ -333,7 +364,10 @@ mod tests {
     #[test]
     fn dot_follows_the_convention() {
         let dot = to_dot(&tiny(), &DotOptions::default());
-        assert!(dot.contains("d0 [shape=ellipse, label=\"0 (input 0)\\nTF32 1x4\", style=filled"), "{dot}");
+        assert!(
+            dot.contains("d0 [shape=ellipse, label=\"0 (input 0)\\nTF32 1x4\", style=filled"),
+            "{dot}"
+        );
         assert!(dot.contains("label=\"2\\nCOPY\\nI32\\n= 0\""), "{dot}");
         assert!(dot.contains("o0 [shape=box"), "{dot}");
         assert!(dot.contains("label=\"0: ADD\""), "{dot}");
@@ -344,7 +378,12 @@ mod tests {
     #[test]
     fn text_shows_values_and_sources() {
         let text = to_text(&tiny());
-        assert!(text.contains("0: ADD(%0, %1=[1.0,2.0,3.0,4.0], %2=0) -> %3:TF32 1x4  # add \"quoted\""), "{text}");
+        assert!(
+            text.contains(
+                "0: ADD(%0, %1=[1.0,2.0,3.0,4.0], %2=0) -> %3:TF32 1x4  # add \"quoted\""
+            ),
+            "{text}"
+        );
     }
 
     #[test]

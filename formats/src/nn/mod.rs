@@ -13,6 +13,8 @@ pub mod signature;
 pub mod types;
 pub mod validate;
 
-pub use model::{ChannelQuant, DataLocation, IoInfo, Model, Operand, OperandIndex, Operation, Pool, Subgraph};
+pub use model::{
+    ChannelQuant, DataLocation, IoInfo, Model, Operand, OperandIndex, Operation, Pool, Subgraph,
+};
 pub use types::{FusedActivation, HalVersion, Lifetime, OperandType, OperationType, PaddingScheme};
 pub use validate::{ValidationError, validate};

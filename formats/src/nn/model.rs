@@ -78,7 +78,8 @@ impl Operand {
 
     /// True when every dimension is known (scalars are always fully specified).
     pub fn is_fully_specified(&self) -> bool {
-        self.operand_type.is_scalar() || (!self.dimensions.is_empty() && self.dimensions.iter().all(|&d| d != 0))
+        self.operand_type.is_scalar()
+            || (!self.dimensions.is_empty() && self.dimensions.iter().all(|&d| d != 0))
     }
 
     /// Number of elements, when all dimensions are known; `None` also on overflow.
@@ -89,7 +90,9 @@ impl Operand {
         if !self.is_fully_specified() {
             return None;
         }
-        self.dimensions.iter().try_fold(1u64, |acc, &d| acc.checked_mul(u64::from(d)))
+        self.dimensions
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(u64::from(d)))
     }
 
     /// Bytes the value occupies, when known.
@@ -103,7 +106,11 @@ impl Operand {
         if self.operand_type.is_scalar() {
             self.operand_type.short_name().to_string()
         } else {
-            format!("{} {}", self.operand_type.short_name(), dims_to_string(&self.dimensions))
+            format!(
+                "{} {}",
+                self.operand_type.short_name(),
+                dims_to_string(&self.dimensions)
+            )
         }
     }
 }
@@ -114,7 +121,13 @@ pub fn dims_to_string(dims: &[u32]) -> String {
         return "[]".to_string();
     }
     dims.iter()
-        .map(|&d| if d == 0 { "?".to_string() } else { d.to_string() })
+        .map(|&d| {
+            if d == 0 {
+                "?".to_string()
+            } else {
+                d.to_string()
+            }
+        })
         .collect::<Vec<_>>()
         .join("x")
 }
@@ -260,12 +273,18 @@ impl Model {
 
     /// Adds a scalar INT32 constant.
     pub fn add_i32(&mut self, value: i32) -> OperandIndex {
-        self.add_constant(Operand::new(OperandType::Int32, vec![]), &value.to_le_bytes())
+        self.add_constant(
+            Operand::new(OperandType::Int32, vec![]),
+            &value.to_le_bytes(),
+        )
     }
 
     /// Adds a scalar FLOAT32 constant.
     pub fn add_f32(&mut self, value: f32) -> OperandIndex {
-        self.add_constant(Operand::new(OperandType::Float32, vec![]), &value.to_le_bytes())
+        self.add_constant(
+            Operand::new(OperandType::Float32, vec![]),
+            &value.to_le_bytes(),
+        )
     }
 
     /// Adds a scalar BOOL constant.
@@ -281,7 +300,10 @@ impl Model {
 
     /// Adds a TENSOR_FLOAT32 constant.
     pub fn add_f32_tensor(&mut self, dims: Vec<u32>, values: &[f32]) -> OperandIndex {
-        self.add_constant(Operand::new(OperandType::TensorFloat32, dims), bytemuck::cast_slice(values))
+        self.add_constant(
+            Operand::new(OperandType::TensorFloat32, dims),
+            bytemuck::cast_slice(values),
+        )
     }
 
     /// Adds an operand with no value (an omitted optional input).
@@ -374,7 +396,11 @@ impl Model {
 }
 
 /// The bytes of a constant operand, resolved against inline values and pools.
-pub fn constant_bytes<'a>(operand: &Operand, operand_values: &'a [u8], pools: &'a [Pool]) -> Option<&'a [u8]> {
+pub fn constant_bytes<'a>(
+    operand: &Operand,
+    operand_values: &'a [u8],
+    pools: &'a [Pool],
+) -> Option<&'a [u8]> {
     let loc = operand.location;
     let range = |len: usize| -> Option<std::ops::Range<usize>> {
         let start = usize::try_from(loc.offset).ok()?;
@@ -400,11 +426,20 @@ mod tests {
         let mut model = Model::default();
         let small = model.add_f32_tensor(vec![32], &[1.0; 32]);
         let large = model.add_f32_tensor(vec![33], &[2.0; 33]);
-        assert_eq!(model.main.operands[small as usize].lifetime, Lifetime::ConstantCopy);
-        assert_eq!(model.main.operands[large as usize].lifetime, Lifetime::ConstantReference);
+        assert_eq!(
+            model.main.operands[small as usize].lifetime,
+            Lifetime::ConstantCopy
+        );
+        assert_eq!(
+            model.main.operands[large as usize].lifetime,
+            Lifetime::ConstantReference
+        );
         assert_eq!(model.constant_bytes(small).map(<[u8]>::len), Some(128));
         assert_eq!(model.constant_bytes(large).map(<[u8]>::len), Some(132));
-        assert_eq!(&model.constant_bytes(large).unwrap()[..4], &2.0f32.to_le_bytes());
+        assert_eq!(
+            &model.constant_bytes(large).unwrap()[..4],
+            &2.0f32.to_le_bytes()
+        );
         assert_eq!(model.parameter_count(), 65);
     }
 

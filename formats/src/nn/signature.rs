@@ -11,7 +11,9 @@
 //! rank. Inference propagates unknowns; it fails only when the known facts contradict.
 
 use super::model::Operand;
-use super::types::{FusedActivation, HalVersion, Lifetime, OperandType, OperationType, PaddingScheme};
+use super::types::{
+    FusedActivation, HalVersion, Lifetime, OperandType, OperationType, PaddingScheme,
+};
 
 /// One input as seen by signature checking: its operand and, when known, its value
 /// bytes (constants at compile time; every input at run time).
@@ -94,11 +96,18 @@ const ANY_DATA: &[OperandType] = &[
     OperandType::TensorQuant16Symm,
     OperandType::TensorQuant16Asymm,
 ];
-const QUANT8: &[OperandType] = &[OperandType::TensorQuant8Asymm, OperandType::TensorQuant8AsymmSigned];
+const QUANT8: &[OperandType] = &[
+    OperandType::TensorQuant8Asymm,
+    OperandType::TensorQuant8AsymmSigned,
+];
 const INT_VECTOR: &[OperandType] = &[OperandType::TensorInt32];
 
 fn type_list(types: &[OperandType]) -> String {
-    types.iter().map(|t| t.name()).collect::<Vec<_>>().join(" or ")
+    types
+        .iter()
+        .map(|t| t.name())
+        .collect::<Vec<_>>()
+        .join(" or ")
 }
 
 /// Accessors over an operation's inputs that turn every mismatch into a named error.
@@ -111,7 +120,11 @@ impl<'a> Ctx<'a> {
         if allowed.contains(&self.inputs.len()) {
             Ok(())
         } else {
-            let expected = allowed.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" or ");
+            let expected = allowed
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(" or ");
             Err(SignatureError::InputCount {
                 expected,
                 actual: self.inputs.len(),
@@ -140,7 +153,12 @@ impl<'a> Ctx<'a> {
             .is_some_and(|v| v.operand.lifetime != Lifetime::NoValue)
     }
 
-    fn tensor(&self, index: usize, role: &'static str, types: &[OperandType]) -> Result<&'a Operand> {
+    fn tensor(
+        &self,
+        index: usize,
+        role: &'static str,
+        types: &[OperandType],
+    ) -> Result<&'a Operand> {
         let operand = self.operand(index);
         if !types.contains(&operand.operand_type) {
             return Err(SignatureError::InputType {
@@ -165,7 +183,13 @@ impl<'a> Ctx<'a> {
         self.tensor(index, role, &[t])
     }
 
-    fn scalar_bytes(&self, index: usize, role: &'static str, t: OperandType, len: usize) -> Result<&'a [u8]> {
+    fn scalar_bytes(
+        &self,
+        index: usize,
+        role: &'static str,
+        t: OperandType,
+        len: usize,
+    ) -> Result<&'a [u8]> {
         let view = &self.inputs[index];
         if view.operand.operand_type != t {
             return Err(SignatureError::InputType {
@@ -175,7 +199,9 @@ impl<'a> Ctx<'a> {
                 actual: view.operand.operand_type,
             });
         }
-        let bytes = view.value.ok_or(SignatureError::NotConstant { index, role })?;
+        let bytes = view
+            .value
+            .ok_or(SignatureError::NotConstant { index, role })?;
         if bytes.len() != len {
             return Err(SignatureError::Parameter {
                 index,
@@ -221,7 +247,11 @@ impl<'a> Ctx<'a> {
 
     /// An optional trailing BOOL input (absent or NO_VALUE means `false`).
     fn optional_bool(&self, index: usize, role: &'static str) -> Result<bool> {
-        if self.present(index) { self.bool(index, role) } else { Ok(false) }
+        if self.present(index) {
+            self.bool(index, role)
+        } else {
+            Ok(false)
+        }
     }
 
     fn activation(&self, index: usize) -> Result<FusedActivation> {
@@ -286,12 +316,21 @@ fn rank(operand: &Operand) -> Option<usize> {
     (!operand.dimensions.is_empty()).then_some(operand.dimensions.len())
 }
 
-fn require_rank(operand: &Operand, index: usize, role: &'static str, allowed: std::ops::RangeInclusive<usize>) -> Result<()> {
+fn require_rank(
+    operand: &Operand,
+    index: usize,
+    role: &'static str,
+    allowed: std::ops::RangeInclusive<usize>,
+) -> Result<()> {
     match rank(operand) {
         Some(r) if !allowed.contains(&r) => Err(param_err(
             index,
             role,
-            format!("must have rank {}..={}, got {r}", allowed.start(), allowed.end()),
+            format!(
+                "must have rank {}..={}, got {r}",
+                allowed.start(),
+                allowed.end()
+            ),
         )),
         _ => Ok(()),
     }
@@ -302,7 +341,11 @@ fn axis_in(axis: i32, rank: usize, index: usize, role: &'static str) -> Result<u
     let r = rank as i64;
     let a = i64::from(axis);
     if a < -r || a >= r {
-        return Err(param_err(index, role, format!("axis {axis} is out of range for rank {rank}")));
+        return Err(param_err(
+            index,
+            role,
+            format!("axis {axis} is out of range for rank {rank}"),
+        ));
     }
     Ok(if a < 0 { (a + r) as usize } else { a as usize })
 }
@@ -324,8 +367,16 @@ pub fn broadcast_dims(a: &[u32], b: &[u32]) -> std::result::Result<Vec<u32>, Str
     let n = a.len().max(b.len());
     let mut out = vec![0u32; n];
     for i in 0..n {
-        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
         out[i] = match (da, db) {
             (1, d) | (d, 1) => d,
             (0, d) | (d, 0) => d,
@@ -343,7 +394,14 @@ pub fn broadcast_dims(a: &[u32], b: &[u32]) -> std::result::Result<Vec<u32>, Str
 }
 
 /// Output size of a convolution or pool along one spatial axis with explicit padding.
-fn conv_out(input: u32, kernel: u32, stride: u32, dilation: u32, pad_a: u32, pad_b: u32) -> Result<u32> {
+fn conv_out(
+    input: u32,
+    kernel: u32,
+    stride: u32,
+    dilation: u32,
+    pad_a: u32,
+    pad_b: u32,
+) -> Result<u32> {
     if input == 0 {
         return Ok(0);
     }
@@ -354,11 +412,18 @@ fn conv_out(input: u32, kernel: u32, stride: u32, dilation: u32, pad_a: u32, pad
             "kernel extent {effective} exceeds padded input extent {padded}"
         )));
     }
-    u32::try_from((padded - effective) / u64::from(stride) + 1).map_err(|_| shape_err("output extent overflows"))
+    u32::try_from((padded - effective) / u64::from(stride) + 1)
+        .map_err(|_| shape_err("output extent overflows"))
 }
 
 /// Output size with an implicit padding scheme.
-fn conv_out_implicit(input: u32, kernel: u32, stride: u32, dilation: u32, scheme: PaddingScheme) -> Result<u32> {
+fn conv_out_implicit(
+    input: u32,
+    kernel: u32,
+    stride: u32,
+    dilation: u32,
+    scheme: PaddingScheme,
+) -> Result<u32> {
     if input == 0 {
         return Ok(0);
     }
@@ -369,7 +434,9 @@ fn conv_out_implicit(input: u32, kernel: u32, stride: u32, dilation: u32, scheme
         PaddingScheme::Same => i.div_ceil(s),
         PaddingScheme::Valid => {
             if i < effective {
-                return Err(shape_err(format!("kernel extent {effective} exceeds input extent {i}")));
+                return Err(shape_err(format!(
+                    "kernel extent {effective} exceeds input extent {i}"
+                )));
             }
             (i - effective + 1).div_ceil(s)
         }
@@ -378,7 +445,13 @@ fn conv_out_implicit(input: u32, kernel: u32, stride: u32, dilation: u32, scheme
 }
 
 /// The explicit padding `(before, after)` that an implicit scheme means for one axis.
-pub fn implicit_padding(input: u32, kernel: u32, stride: u32, dilation: u32, scheme: PaddingScheme) -> (u32, u32) {
+pub fn implicit_padding(
+    input: u32,
+    kernel: u32,
+    stride: u32,
+    dilation: u32,
+    scheme: PaddingScheme,
+) -> (u32, u32) {
     match scheme {
         PaddingScheme::Valid => (0, 0),
         PaddingScheme::Same => {
@@ -410,7 +483,12 @@ struct Window {
 }
 
 enum Padding2d {
-    Explicit { left: u32, right: u32, top: u32, bottom: u32 },
+    Explicit {
+        left: u32,
+        right: u32,
+        top: u32,
+        bottom: u32,
+    },
     Implicit(PaddingScheme),
 }
 
@@ -424,7 +502,11 @@ fn split_nhwc(dims: &[u32], nchw: bool) -> (u32, u32, u32, u32) {
 }
 
 fn join_nhwc(n: u32, h: u32, w: u32, c: u32, nchw: bool) -> Vec<u32> {
-    if nchw { vec![n, c, h, w] } else { vec![n, h, w, c] }
+    if nchw {
+        vec![n, c, h, w]
+    } else {
+        vec![n, h, w, c]
+    }
 }
 
 fn window_output(window: &Window, input: &Operand, out_channels: u32) -> Result<Vec<u32>> {
@@ -436,21 +518,36 @@ fn window_output(window: &Window, input: &Operand, out_channels: u32) -> Result<
     let (sw, sh) = window.stride;
     let (dw, dh) = window.dilation;
     let (oh, ow) = match window.padding {
-        Padding2d::Explicit { left, right, top, bottom } => (
+        Padding2d::Explicit {
+            left,
+            right,
+            top,
+            bottom,
+        } => (
             conv_out(h, kh, sh, dh, top, bottom)?,
             conv_out(w, kw, sw, dw, left, right)?,
         ),
-        Padding2d::Implicit(s) => (conv_out_implicit(h, kh, sh, dh, s)?, conv_out_implicit(w, kw, sw, dw, s)?),
+        Padding2d::Implicit(s) => (
+            conv_out_implicit(h, kh, sh, dh, s)?,
+            conv_out_implicit(w, kw, sw, dw, s)?,
+        ),
     };
     Ok(join_nhwc(n, oh, ow, out_channels, window.nchw))
 }
 
 /// Reads padding (explicit four values or an implicit scheme) followed by strides.
 /// Returns the padding and the index after the strides.
-fn read_padding_and_strides(ctx: &Ctx, first: usize, explicit: bool) -> Result<(Padding2d, (u32, u32), usize)> {
+fn read_padding_and_strides(
+    ctx: &Ctx,
+    first: usize,
+    explicit: bool,
+) -> Result<(Padding2d, (u32, u32), usize)> {
     let (padding, next) = if explicit {
         let mut v = [0u32; 4];
-        for (k, role) in ["pad_left", "pad_right", "pad_top", "pad_bottom"].into_iter().enumerate() {
+        for (k, role) in ["pad_left", "pad_right", "pad_top", "pad_bottom"]
+            .into_iter()
+            .enumerate()
+        {
             v[k] = ctx.i32_at_least(first + k, role, 0)? as u32;
         }
         (
@@ -475,7 +572,11 @@ fn read_padding_and_strides(ctx: &Ctx, first: usize, explicit: bool) -> Result<(
 /// `outputs` are the operands the operation declares it writes; their count is checked,
 /// and operations whose output type is chosen by the model (CAST, QUANTIZE, DEQUANTIZE)
 /// take it from them.
-pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> Result<Vec<OutputShape>> {
+pub fn infer(
+    op: OperationType,
+    inputs: &[InputView],
+    outputs: &[&Operand],
+) -> Result<Vec<OutputShape>> {
     let ctx = Ctx { inputs };
     let single = |t: OperandType, dims: Vec<u32>| -> Result<Vec<OutputShape>> {
         Ok(vec![OutputShape {
@@ -498,11 +599,16 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
         O::Add | O::Sub | O::Mul | O::Div => {
             ctx.count(&[3])?;
             expect_outputs(1)?;
-            let allowed = if op == O::Div { FLOAT_INT } else { FLOAT_QUANT_INT };
+            let allowed = if op == O::Div {
+                FLOAT_INT
+            } else {
+                FLOAT_QUANT_INT
+            };
             let a = ctx.tensor(0, "input0", allowed)?;
             let b = ctx.same_type(1, "input1", a.operand_type)?;
             ctx.activation(2)?;
-            let dims = broadcast_dims(&a.dimensions, &b.dimensions).map_err(SignatureError::Shape)?;
+            let dims =
+                broadcast_dims(&a.dimensions, &b.dimensions).map_err(SignatureError::Shape)?;
             single(a.operand_type, dims)
         }
         O::Maximum | O::Minimum | O::Pow | O::Prelu => {
@@ -514,8 +620,13 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
                 _ => FLOAT_QUANT_INT,
             };
             let a = ctx.tensor(0, "input0", allowed)?;
-            let b = ctx.same_type(1, if op == O::Prelu { "alpha" } else { "input1" }, a.operand_type)?;
-            let dims = broadcast_dims(&a.dimensions, &b.dimensions).map_err(SignatureError::Shape)?;
+            let b = ctx.same_type(
+                1,
+                if op == O::Prelu { "alpha" } else { "input1" },
+                a.operand_type,
+            )?;
+            let dims =
+                broadcast_dims(&a.dimensions, &b.dimensions).map_err(SignatureError::Shape)?;
             single(a.operand_type, dims)
         }
         O::Equal | O::NotEqual | O::Less | O::LessEqual | O::Greater | O::GreaterEqual => {
@@ -525,7 +636,8 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
             allowed.push(OperandType::TensorBool8);
             let a = ctx.tensor(0, "input0", &allowed)?;
             let b = ctx.same_type(1, "input1", a.operand_type)?;
-            let dims = broadcast_dims(&a.dimensions, &b.dimensions).map_err(SignatureError::Shape)?;
+            let dims =
+                broadcast_dims(&a.dimensions, &b.dimensions).map_err(SignatureError::Shape)?;
             single(OperandType::TensorBool8, dims)
         }
         O::LogicalAnd | O::LogicalOr => {
@@ -533,7 +645,8 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
             expect_outputs(1)?;
             let a = ctx.tensor(0, "input0", &[OperandType::TensorBool8])?;
             let b = ctx.tensor(1, "input1", &[OperandType::TensorBool8])?;
-            let dims = broadcast_dims(&a.dimensions, &b.dimensions).map_err(SignatureError::Shape)?;
+            let dims =
+                broadcast_dims(&a.dimensions, &b.dimensions).map_err(SignatureError::Shape)?;
             single(OperandType::TensorBool8, dims)
         }
         O::LogicalNot => {
@@ -570,7 +683,8 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
         O::Cast => {
             ctx.count(&[1])?;
             expect_outputs(1)?;
-            let a = ctx.tensor(0, "input", FLOAT_QUANT_INT)
+            let a = ctx
+                .tensor(0, "input", FLOAT_QUANT_INT)
                 .or_else(|_| ctx.tensor(0, "input", &[OperandType::TensorBool8]))?;
             let out = outputs[0].operand_type;
             if !FLOAT_QUANT_INT.contains(&out) && out != OperandType::TensorBool8 {
@@ -625,7 +739,8 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
             let c = ctx.tensor(0, "condition", &[OperandType::TensorBool8])?;
             let a = ctx.tensor(1, "input_true", ANY_DATA)?;
             let b = ctx.same_type(2, "input_false", a.operand_type)?;
-            let dims = broadcast_dims(&a.dimensions, &b.dimensions).map_err(SignatureError::Shape)?;
+            let dims =
+                broadcast_dims(&a.dimensions, &b.dimensions).map_err(SignatureError::Shape)?;
             let dims = broadcast_dims(&c.dimensions, &dims).map_err(SignatureError::Shape)?;
             single(a.operand_type, dims)
         }
@@ -713,15 +828,25 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
             match (rank(a), rank(b)) {
                 (Some(ra), Some(rb)) => {
                     if ra != rb {
-                        return Err(shape_err(format!("lhs rank {ra} differs from rhs rank {rb}")));
+                        return Err(shape_err(format!(
+                            "lhs rank {ra} differs from rhs rank {rb}"
+                        )));
                     }
                     let (da, db) = (&a.dimensions, &b.dimensions);
                     let mut out = Vec::with_capacity(ra);
                     for i in 0..ra - 2 {
                         out.push(merge_dim(da[i], db[i], "batch dimensions")?);
                     }
-                    let (m, ka) = if adj_a { (da[ra - 1], da[ra - 2]) } else { (da[ra - 2], da[ra - 1]) };
-                    let (kb, n) = if adj_b { (db[rb - 1], db[rb - 2]) } else { (db[rb - 2], db[rb - 1]) };
+                    let (m, ka) = if adj_a {
+                        (da[ra - 1], da[ra - 2])
+                    } else {
+                        (da[ra - 2], da[ra - 1])
+                    };
+                    let (kb, n) = if adj_b {
+                        (db[rb - 1], db[rb - 2])
+                    } else {
+                        (db[rb - 2], db[rb - 1])
+                    };
                     merge_dim(ka, kb, "inner dimensions")?;
                     out.push(m);
                     out.push(n);
@@ -756,14 +881,20 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
                 }
                 for (d, (slot, &v)) in out.iter_mut().zip(&t.dimensions).enumerate() {
                     if d == axis {
-                        total = if v == 0 { None } else { total.map(|s| s + u64::from(v)) };
+                        total = if v == 0 {
+                            None
+                        } else {
+                            total.map(|s| s + u64::from(v))
+                        };
                     } else {
                         *slot = merge_dim(*slot, v, "non-axis dimensions")?;
                     }
                 }
             }
             out[axis] = match total {
-                Some(t) => u32::try_from(t).map_err(|_| shape_err("concatenated extent overflows"))?,
+                Some(t) => {
+                    u32::try_from(t).map_err(|_| shape_err("concatenated extent overflows"))?
+                }
                 None => 0,
             };
             single(first.operand_type, out)
@@ -808,21 +939,35 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
                 for a in ctx.i32_values(1, "squeeze_dims")? {
                     let a = axis_in(a, r, 1, "squeeze_dims")?;
                     if dims[a] != 1 && dims[a] != 0 {
-                        return Err(param_err(1, "squeeze_dims", format!("dimension {a} has size {}, not 1", dims[a])));
+                        return Err(param_err(
+                            1,
+                            "squeeze_dims",
+                            format!("dimension {a} has size {}, not 1", dims[a]),
+                        ));
                     }
                     drop[a] = true;
                 }
             } else {
                 for (d, flag) in dims.iter().zip(drop.iter_mut()) {
                     if *d == 0 {
-                        return Err(shape_err("cannot squeeze all unit dimensions of a shape with unknown dimensions"));
+                        return Err(shape_err(
+                            "cannot squeeze all unit dimensions of a shape with unknown dimensions",
+                        ));
                     }
                     *flag = *d == 1;
                 }
             }
-            let out: Vec<u32> = dims.iter().zip(&drop).filter(|(_, d)| !**d).map(|(v, _)| *v).collect();
+            let out: Vec<u32> = dims
+                .iter()
+                .zip(&drop)
+                .filter(|(_, d)| !**d)
+                .map(|(v, _)| *v)
+                .collect();
             // A rank-0 result is represented as a one-element vector.
-            single(input.operand_type, if out.is_empty() { vec![1] } else { out })
+            single(
+                input.operand_type,
+                if out.is_empty() { vec![1] } else { out },
+            )
         }
         O::ExpandDims => {
             ctx.count(&[2])?;
@@ -845,7 +990,9 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
             match op {
                 O::PadV2 => {
                     let t = ctx.operand(2).operand_type;
-                    if input.operand_type.is_quantized() || input.operand_type == OperandType::TensorInt32 {
+                    if input.operand_type.is_quantized()
+                        || input.operand_type == OperandType::TensorInt32
+                    {
                         ctx.i32(2, "pad_value")?;
                     } else if t == OperandType::Float16 || t == OperandType::Float32 {
                         ctx.f32(2, "pad_value")?;
@@ -861,7 +1008,11 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
                 O::MirrorPad => {
                     let mode = ctx.i32(2, "mode")?;
                     if !(0..=1).contains(&mode) {
-                        return Err(param_err(2, "mode", format!("must be 0 (REFLECT) or 1 (SYMMETRIC), got {mode}")));
+                        return Err(param_err(
+                            2,
+                            "mode",
+                            format!("must be 0 (REFLECT) or 1 (SYMMETRIC), got {mode}"),
+                        ));
                     }
                 }
                 _ => {}
@@ -870,13 +1021,21 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
                 return single(input.operand_type, Vec::new());
             };
             if pads.len() != 2 * r {
-                return Err(param_err(1, "paddings", format!("must hold {} values (rank x 2), got {}", 2 * r, pads.len())));
+                return Err(param_err(
+                    1,
+                    "paddings",
+                    format!("must hold {} values (rank x 2), got {}", 2 * r, pads.len()),
+                ));
             }
             let mut out = Vec::with_capacity(r);
             for (d, &dim) in input.dimensions.iter().enumerate() {
                 let (a, b) = (pads[2 * d], pads[2 * d + 1]);
                 if a < 0 || b < 0 {
-                    return Err(param_err(1, "paddings", format!("dimension {d} has negative padding ({a}, {b})")));
+                    return Err(param_err(
+                        1,
+                        "paddings",
+                        format!("dimension {d} has negative padding ({a}, {b})"),
+                    ));
                 }
                 if op == O::MirrorPad && dim != 0 {
                     let reflect = ctx.i32(2, "mode")? == 0;
@@ -885,14 +1044,17 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
                         return Err(param_err(
                             1,
                             "paddings",
-                            format!("mirror padding ({a}, {b}) exceeds what dimension {d} of size {dim} allows"),
+                            format!(
+                                "mirror padding ({a}, {b}) exceeds what dimension {d} of size {dim} allows"
+                            ),
                         ));
                     }
                 }
                 out.push(if dim == 0 {
                     0
                 } else {
-                    u32::try_from(u64::from(dim) + a as u64 + b as u64).map_err(|_| shape_err("padded extent overflows"))?
+                    u32::try_from(u64::from(dim) + a as u64 + b as u64)
+                        .map_err(|_| shape_err("padded extent overflows"))?
                 });
             }
             single(input.operand_type, out)
@@ -921,17 +1083,29 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
                 let dim = i64::from(input.dimensions[d]);
                 let (b, s) = (i64::from(begin[d]), i64::from(size[d]));
                 if b < 0 || (dim != 0 && b > dim) {
-                    return Err(param_err(1, "begin", format!("begin {b} is out of range for dimension {d} of size {dim}")));
+                    return Err(param_err(
+                        1,
+                        "begin",
+                        format!("begin {b} is out of range for dimension {d} of size {dim}"),
+                    ));
                 }
                 let len = if s == -1 {
                     if dim == 0 { 0 } else { dim - b }
                 } else if s < 0 || (dim != 0 && b + s > dim) {
-                    return Err(param_err(2, "size", format!("size {s} at begin {b} exceeds dimension {d} of size {dim}")));
+                    return Err(param_err(
+                        2,
+                        "size",
+                        format!("size {s} at begin {b} exceeds dimension {d} of size {dim}"),
+                    ));
                 } else {
                     s
                 };
                 if dim != 0 && len == 0 {
-                    return Err(param_err(2, "size", format!("slice of dimension {d} is empty")));
+                    return Err(param_err(
+                        2,
+                        "size",
+                        format!("slice of dimension {d} is empty"),
+                    ));
                 }
                 out.push(len as u32);
             }
@@ -951,13 +1125,19 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
                 return single(input.operand_type, Vec::new());
             };
             if begin.len() != r || end.len() != r || strides.len() != r {
-                return Err(shape_err(format!("begin, end and strides must each hold {r} values")));
+                return Err(shape_err(format!(
+                    "begin, end and strides must each hold {r} values"
+                )));
             }
             let mut out = Vec::new();
             for d in 0..r {
                 let stride = strides[d];
                 if stride == 0 {
-                    return Err(param_err(3, "strides", format!("stride of dimension {d} is 0")));
+                    return Err(param_err(
+                        3,
+                        "strides",
+                        format!("stride of dimension {d} is 0"),
+                    ));
                 }
                 let dim = input.dimensions[d];
                 let shrinks = shrink & (1 << d) != 0;
@@ -983,7 +1163,9 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
                 };
                 if shrinks {
                     if len != 1 {
-                        return Err(shape_err(format!("shrunk dimension {d} does not select exactly one element")));
+                        return Err(shape_err(format!(
+                            "shrunk dimension {d} does not select exactly one element"
+                        )));
                     }
                 } else {
                     if len == 0 {
@@ -992,7 +1174,10 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
                     out.push(len as u32);
                 }
             }
-            single(input.operand_type, if out.is_empty() { vec![1] } else { out })
+            single(
+                input.operand_type,
+                if out.is_empty() { vec![1] } else { out },
+            )
         }
         O::Split => {
             ctx.count(&[3])?;
@@ -1018,7 +1203,10 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
             let mut dims = input.dimensions.clone();
             if dims[a] != 0 {
                 if dims[a] % num != 0 {
-                    return Err(shape_err(format!("dimension {a} of size {} does not split into {num} equal parts", dims[a])));
+                    return Err(shape_err(format!(
+                        "dimension {a} of size {} does not split into {num} equal parts",
+                        dims[a]
+                    )));
                 }
                 dims[a] /= num;
             }
@@ -1045,7 +1233,11 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
             {
                 for idx in decode_i32s(bytes) {
                     if idx < 0 || idx as u32 >= dim {
-                        return Err(param_err(2, "indices", format!("index {idx} is out of range for dimension {a} of size {dim}")));
+                        return Err(param_err(
+                            2,
+                            "indices",
+                            format!("index {idx} is out of range for dimension {a} of size {dim}"),
+                        ));
                     }
                 }
             }
@@ -1066,14 +1258,25 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
                 return single(input.operand_type, vec![0; r]);
             };
             if m.len() != r {
-                return Err(param_err(1, "multiples", format!("must hold {r} values, got {}", m.len())));
+                return Err(param_err(
+                    1,
+                    "multiples",
+                    format!("must hold {r} values, got {}", m.len()),
+                ));
             }
             let mut dims = Vec::with_capacity(r);
             for (d, (&dim, &k)) in input.dimensions.iter().zip(&m).enumerate() {
                 if k < 1 {
-                    return Err(param_err(1, "multiples", format!("multiple of dimension {d} must be >= 1, got {k}")));
+                    return Err(param_err(
+                        1,
+                        "multiples",
+                        format!("multiple of dimension {d} must be >= 1, got {k}"),
+                    ));
                 }
-                dims.push(dim.checked_mul(k as u32).ok_or_else(|| shape_err("tiled extent overflows"))?);
+                dims.push(
+                    dim.checked_mul(k as u32)
+                        .ok_or_else(|| shape_err("tiled extent overflows"))?,
+                );
             }
             single(input.operand_type, dims)
         }
@@ -1107,7 +1310,11 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
             let input = ctx.tensor(0, "input", ANY_DATA)?;
             let axes = ctx.i32_values(1, "axis")?;
             if axes.len() != 1 {
-                return Err(param_err(1, "axis", format!("must hold exactly one axis, got {}", axes.len())));
+                return Err(param_err(
+                    1,
+                    "axis",
+                    format!("must hold exactly one axis, got {}", axes.len()),
+                ));
             }
             if let Some(r) = rank(input) {
                 axis_in(axes[0], r, 1, "axis")?;
@@ -1127,18 +1334,29 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
             let (n, h, w, c) = split_nhwc(&input.dimensions, nchw);
             let dims = if op == O::DepthToSpace {
                 if c != 0 && c % (block * block) != 0 {
-                    return Err(shape_err(format!("depth {c} is not divisible by block_size^2 = {}", block * block)));
+                    return Err(shape_err(format!(
+                        "depth {c} is not divisible by block_size^2 = {}",
+                        block * block
+                    )));
                 }
                 join_nhwc(n, h * block, w * block, c / (block * block), nchw)
             } else {
                 if (h != 0 && h % block != 0) || (w != 0 && w % block != 0) {
-                    return Err(shape_err(format!("height {h} and width {w} must be divisible by block_size {block}")));
+                    return Err(shape_err(format!(
+                        "height {h} and width {w} must be divisible by block_size {block}"
+                    )));
                 }
                 join_nhwc(n, h / block, w / block, c * block * block, nchw)
             };
             single(input.operand_type, dims)
         }
-        O::Mean | O::ReduceSum | O::ReduceMax | O::ReduceMin | O::ReduceProd | O::ReduceAny | O::ReduceAll => {
+        O::Mean
+        | O::ReduceSum
+        | O::ReduceMax
+        | O::ReduceMin
+        | O::ReduceProd
+        | O::ReduceAny
+        | O::ReduceAll => {
             ctx.count(&[3])?;
             expect_outputs(1)?;
             let allowed: &[OperandType] = match op {
@@ -1168,7 +1386,10 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
                     dims.push(1);
                 }
             }
-            single(input.operand_type, if dims.is_empty() { vec![1] } else { dims })
+            single(
+                input.operand_type,
+                if dims.is_empty() { vec![1] } else { dims },
+            )
         }
         O::Argmax | O::Argmin => {
             ctx.count(&[2])?;
@@ -1181,7 +1402,10 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
             let a = axis_in(axis, r, 1, "axis")?;
             let mut dims = input.dimensions.clone();
             dims.remove(a);
-            single(OperandType::TensorInt32, if dims.is_empty() { vec![1] } else { dims })
+            single(
+                OperandType::TensorInt32,
+                if dims.is_empty() { vec![1] } else { dims },
+            )
         }
         O::TopkV2 => {
             ctx.count(&[2])?;
@@ -1191,7 +1415,11 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
             let mut dims = input.dimensions.clone();
             if let Some(last) = dims.last_mut() {
                 if *last != 0 && k > *last {
-                    return Err(param_err(1, "k", format!("k = {k} exceeds the last dimension {}", *last)));
+                    return Err(param_err(
+                        1,
+                        "k",
+                        format!("k = {k} exceeds the last dimension {}", *last),
+                    ));
                 }
                 *last = k;
             }
@@ -1209,7 +1437,11 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
         O::Softmax | O::LogSoftmax => {
             ctx.count(if op == O::Softmax { &[2, 3] } else { &[3] })?;
             expect_outputs(1)?;
-            let input = ctx.tensor(0, "input", if op == O::Softmax { FLOAT_QUANT } else { FLOAT })?;
+            let input = ctx.tensor(
+                0,
+                "input",
+                if op == O::Softmax { FLOAT_QUANT } else { FLOAT },
+            )?;
             let beta = ctx.f32(1, "beta")?;
             if beta.is_nan() || beta <= 0.0 {
                 return Err(param_err(1, "beta", format!("must be > 0, got {beta}")));
@@ -1274,7 +1506,11 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
             let align = ctx.optional_bool(4, "align_corners")?;
             let half = ctx.optional_bool(5, "half_pixel_centers")?;
             if align && half {
-                return Err(param_err(5, "half_pixel_centers", "cannot be combined with align_corners"));
+                return Err(param_err(
+                    5,
+                    "half_pixel_centers",
+                    "cannot be combined with align_corners",
+                ));
             }
             if rank(input).is_none() {
                 return single(input.operand_type, Vec::new());
@@ -1315,7 +1551,9 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
                 let a = axis_in(axis, r, 2, "axis")?;
                 let c = input.dimensions[a];
                 if c != 0 && c % groups != 0 {
-                    return Err(shape_err(format!("channels {c} not divisible by {groups} groups")));
+                    return Err(shape_err(format!(
+                        "channels {c} not divisible by {groups} groups"
+                    )));
                 }
             }
             single(input.operand_type, input.dimensions.clone())
@@ -1340,7 +1578,13 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
             let out = match dims {
                 Some(d) => d
                     .iter()
-                    .map(|&v| if v >= 1 { Ok(v as u32) } else { Err(param_err(0, "dims", format!("dimension {v} must be >= 1"))) })
+                    .map(|&v| {
+                        if v >= 1 {
+                            Ok(v as u32)
+                        } else {
+                            Err(param_err(0, "dims", format!("dimension {v} must be >= 1")))
+                        }
+                    })
                     .collect::<Result<Vec<_>>>()?,
                 None => {
                     let n = ctx.operand(0).dimensions.first().copied().unwrap_or(0);
@@ -1361,12 +1605,20 @@ pub fn infer(op: OperationType, inputs: &[InputView], outputs: &[&Operand]) -> R
 
 fn check_permutation(perm: &[i32], r: usize, index: usize) -> Result<()> {
     if perm.len() != r {
-        return Err(param_err(index, "perm", format!("must hold {r} values, got {}", perm.len())));
+        return Err(param_err(
+            index,
+            "perm",
+            format!("must hold {r} values, got {}", perm.len()),
+        ));
     }
     let mut seen = vec![false; r];
     for &p in perm {
         if p < 0 || p as usize >= r || seen[p as usize] {
-            return Err(param_err(index, "perm", format!("{perm:?} is not a permutation of 0..{r}")));
+            return Err(param_err(
+                index,
+                "perm",
+                format!("{perm:?} is not a permutation of 0..{r}"),
+            ));
         }
         seen[p as usize] = true;
     }
@@ -1381,17 +1633,33 @@ fn reshape_dims(input: &Operand, shape: &[i32]) -> Result<Vec<u32>> {
         match s {
             -1 if unknown_at.is_none() => unknown_at = Some(i),
             -1 => return Err(param_err(1, "shape", "holds more than one -1")),
-            s if s < 1 => return Err(param_err(1, "shape", format!("dimension {i} is {s}; must be >= 1 or -1"))),
-            s => known = known.checked_mul(s as u64).ok_or_else(|| shape_err("target shape overflows"))?,
+            s if s < 1 => {
+                return Err(param_err(
+                    1,
+                    "shape",
+                    format!("dimension {i} is {s}; must be >= 1 or -1"),
+                ));
+            }
+            s => {
+                known = known
+                    .checked_mul(s as u64)
+                    .ok_or_else(|| shape_err("target shape overflows"))?
+            }
         }
     }
-    let mut dims: Vec<u32> = shape.iter().map(|&s| if s < 0 { 0 } else { s as u32 }).collect();
+    let mut dims: Vec<u32> = shape
+        .iter()
+        .map(|&s| if s < 0 { 0 } else { s as u32 })
+        .collect();
     match (input.element_count(), unknown_at) {
         (Some(n), Some(i)) => {
             if n % known != 0 {
-                return Err(shape_err(format!("cannot reshape {n} elements into {shape:?}")));
+                return Err(shape_err(format!(
+                    "cannot reshape {n} elements into {shape:?}"
+                )));
             }
-            dims[i] = u32::try_from(n / known).map_err(|_| shape_err("reshaped extent overflows"))?;
+            dims[i] =
+                u32::try_from(n / known).map_err(|_| shape_err("reshaped extent overflows"))?;
         }
         (Some(n), None) if n != known => {
             return Err(shape_err(format!(
@@ -1423,7 +1691,11 @@ pub fn strided_slice_range(
         if stride > 0 { 0 } else { dim - 1 }
     } else {
         let v = norm(begin);
-        if stride > 0 { v.clamp(0, dim) } else { v.clamp(-1, dim - 1) }
+        if stride > 0 {
+            v.clamp(0, dim)
+        } else {
+            v.clamp(-1, dim - 1)
+        }
     };
     let e = if shrink {
         b + 1
@@ -1431,7 +1703,11 @@ pub fn strided_slice_range(
         if stride > 0 { dim } else { -1 }
     } else {
         let v = norm(end);
-        if stride > 0 { v.clamp(0, dim) } else { v.clamp(-1, dim - 1) }
+        if stride > 0 {
+            v.clamp(0, dim)
+        } else {
+            v.clamp(-1, dim - 1)
+        }
     };
     (b, e)
 }
@@ -1463,11 +1739,19 @@ fn infer_conv(op: OperationType, ctx: &Ctx, output_count: usize) -> Result<Vec<O
     } else if implicit_counts.contains(&n) {
         false
     } else {
-        let mut all: Vec<usize> = explicit_counts.iter().chain(implicit_counts).copied().collect();
+        let mut all: Vec<usize> = explicit_counts
+            .iter()
+            .chain(implicit_counts)
+            .copied()
+            .collect();
         all.sort_unstable();
         all.dedup();
         return Err(SignatureError::InputCount {
-            expected: all.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" or "),
+            expected: all
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(" or "),
             actual: n,
         });
     };
@@ -1521,7 +1805,14 @@ fn infer_conv(op: OperationType, ctx: &Ctx, output_count: usize) -> Result<Vec<O
             match op {
                 O::DepthwiseConv2d => {
                     if f[0] != 1 && f[0] != 0 {
-                        return Err(param_err(1, "filter", format!("must have shape [1, h, w, channels], got first dimension {}", f[0])));
+                        return Err(param_err(
+                            1,
+                            "filter",
+                            format!(
+                                "must have shape [1, h, w, channels], got first dimension {}",
+                                f[0]
+                            ),
+                        ));
                     }
                     (f[1], f[2], f[3])
                 }
@@ -1533,7 +1824,11 @@ fn infer_conv(op: OperationType, ctx: &Ctx, output_count: usize) -> Result<Vec<O
     if let Some(c) = filter.channel_quant.as_ref().map(|q| q.channel_dim) {
         let expected = if op == O::DepthwiseConv2d { 3 } else { 0 };
         if c != expected {
-            return Err(param_err(1, "filter", format!("per-channel quantization must be along dimension {expected}, got {c}")));
+            return Err(param_err(
+                1,
+                "filter",
+                format!("per-channel quantization must be along dimension {expected}, got {c}"),
+            ));
         }
     }
     if let Some(&b) = bias.dimensions.first() {
@@ -1555,14 +1850,19 @@ fn infer_conv(op: OperationType, ctx: &Ctx, output_count: usize) -> Result<Vec<O
                 }
             }
             _ => {
-                if in_channels != 0 && f[3] != 0 && (!in_channels.is_multiple_of(groups) || f[3] * groups != in_channels) {
+                if in_channels != 0
+                    && f[3] != 0
+                    && (!in_channels.is_multiple_of(groups) || f[3] * groups != in_channels)
+                {
                     return Err(shape_err(format!(
                         "input channels {in_channels} != {groups} groups x filter depth {}",
                         f[3]
                     )));
                 }
                 if out_channels != 0 && out_channels % groups != 0 {
-                    return Err(shape_err(format!("output channels {out_channels} not divisible by {groups} groups")));
+                    return Err(shape_err(format!(
+                        "output channels {out_channels} not divisible by {groups} groups"
+                    )));
                 }
             }
         }
@@ -1621,7 +1921,13 @@ fn infer_transpose_conv(ctx: &Ctx, output_count: usize) -> Result<Vec<OutputShap
                 dimensions: Vec::new(),
             }]);
         }
-        let Padding2d::Explicit { left, right, top, bottom } = padding else {
+        let Padding2d::Explicit {
+            left,
+            right,
+            top,
+            bottom,
+        } = padding
+        else {
             return Err(shape_err("internal: explicit padding expected"));
         };
         let (n, h, w, c) = split_nhwc(&input.dimensions, nchw);
@@ -1634,7 +1940,9 @@ fn infer_transpose_conv(ctx: &Ctx, output_count: usize) -> Result<Vec<OutputShap
             let full = i64::from(s) * (i64::from(i) - 1) + i64::from(k);
             let out = full - i64::from(a) - i64::from(b);
             if out < 1 {
-                return Err(shape_err(format!("padding ({a}, {b}) removes the whole output extent {full}")));
+                return Err(shape_err(format!(
+                    "padding ({a}, {b}) removes the whole output extent {full}"
+                )));
             }
             u32::try_from(out).map_err(|_| shape_err("output extent overflows"))
         };
@@ -1652,7 +1960,11 @@ fn infer_transpose_conv(ctx: &Ctx, output_count: usize) -> Result<Vec<OutputShap
         ctx.activation(7)?;
         ctx.bool(8, "layout")?;
         if shape.len() != 4 || shape.iter().any(|&d| d < 1) {
-            return Err(param_err(3, "output_shape", format!("must hold 4 positive values, got {shape:?}")));
+            return Err(param_err(
+                3,
+                "output_shape",
+                format!("must hold 4 positive values, got {shape:?}"),
+            ));
         }
         Ok(vec![OutputShape {
             operand_type: input.operand_type,
@@ -1667,26 +1979,84 @@ fn infer_transpose_conv(ctx: &Ctx, output_count: usize) -> Result<Vec<OutputShap
 pub fn input_role(op: OperationType, index: usize, input_count: usize) -> &'static str {
     use OperationType as O;
     const EXPLICIT_CONV: &[&str] = &[
-        "input", "filter", "bias", "pad_left", "pad_right", "pad_top", "pad_bottom", "stride_w", "stride_h",
-        "activation", "layout", "dilation_w", "dilation_h",
+        "input",
+        "filter",
+        "bias",
+        "pad_left",
+        "pad_right",
+        "pad_top",
+        "pad_bottom",
+        "stride_w",
+        "stride_h",
+        "activation",
+        "layout",
+        "dilation_w",
+        "dilation_h",
     ];
     const IMPLICIT_CONV: &[&str] = &[
-        "input", "filter", "bias", "padding", "stride_w", "stride_h", "activation", "layout", "dilation_w",
+        "input",
+        "filter",
+        "bias",
+        "padding",
+        "stride_w",
+        "stride_h",
+        "activation",
+        "layout",
+        "dilation_w",
         "dilation_h",
     ];
     const EXPLICIT_DEPTHWISE: &[&str] = &[
-        "input", "filter", "bias", "pad_left", "pad_right", "pad_top", "pad_bottom", "stride_w", "stride_h",
-        "multiplier", "activation", "layout", "dilation_w", "dilation_h",
+        "input",
+        "filter",
+        "bias",
+        "pad_left",
+        "pad_right",
+        "pad_top",
+        "pad_bottom",
+        "stride_w",
+        "stride_h",
+        "multiplier",
+        "activation",
+        "layout",
+        "dilation_w",
+        "dilation_h",
     ];
     const IMPLICIT_DEPTHWISE: &[&str] = &[
-        "input", "filter", "bias", "padding", "stride_w", "stride_h", "multiplier", "activation", "layout",
-        "dilation_w", "dilation_h",
+        "input",
+        "filter",
+        "bias",
+        "padding",
+        "stride_w",
+        "stride_h",
+        "multiplier",
+        "activation",
+        "layout",
+        "dilation_w",
+        "dilation_h",
     ];
     const EXPLICIT_POOL: &[&str] = &[
-        "input", "pad_left", "pad_right", "pad_top", "pad_bottom", "stride_w", "stride_h", "filter_w", "filter_h",
-        "activation", "layout",
+        "input",
+        "pad_left",
+        "pad_right",
+        "pad_top",
+        "pad_bottom",
+        "stride_w",
+        "stride_h",
+        "filter_w",
+        "filter_h",
+        "activation",
+        "layout",
     ];
-    const IMPLICIT_POOL: &[&str] = &["input", "padding", "stride_w", "stride_h", "filter_w", "filter_h", "activation", "layout"];
+    const IMPLICIT_POOL: &[&str] = &[
+        "input",
+        "padding",
+        "stride_w",
+        "stride_h",
+        "filter_w",
+        "filter_h",
+        "activation",
+        "layout",
+    ];
     if op == O::Concatenation && index + 1 == input_count {
         return "axis";
     }
@@ -1699,15 +2069,54 @@ pub fn input_role(op: OperationType, index: usize, input_count: usize) -> &'stat
         O::DepthwiseConv2d if matches!(input_count, 11 | 12 | 14) => EXPLICIT_DEPTHWISE,
         O::DepthwiseConv2d => IMPLICIT_DEPTHWISE,
         O::GroupedConv2d if input_count == 12 => &[
-            "input", "filter", "bias", "pad_left", "pad_right", "pad_top", "pad_bottom", "stride_w", "stride_h",
-            "groups", "activation", "layout",
+            "input",
+            "filter",
+            "bias",
+            "pad_left",
+            "pad_right",
+            "pad_top",
+            "pad_bottom",
+            "stride_w",
+            "stride_h",
+            "groups",
+            "activation",
+            "layout",
         ],
-        O::GroupedConv2d => &["input", "filter", "bias", "padding", "stride_w", "stride_h", "groups", "activation", "layout"],
+        O::GroupedConv2d => &[
+            "input",
+            "filter",
+            "bias",
+            "padding",
+            "stride_w",
+            "stride_h",
+            "groups",
+            "activation",
+            "layout",
+        ],
         O::TransposeConv2d if input_count == 11 => &[
-            "input", "filter", "bias", "pad_left", "pad_right", "pad_top", "pad_bottom", "stride_w", "stride_h",
-            "activation", "layout",
+            "input",
+            "filter",
+            "bias",
+            "pad_left",
+            "pad_right",
+            "pad_top",
+            "pad_bottom",
+            "stride_w",
+            "stride_h",
+            "activation",
+            "layout",
         ],
-        O::TransposeConv2d => &["input", "filter", "bias", "output_shape", "padding", "stride_w", "stride_h", "activation", "layout"],
+        O::TransposeConv2d => &[
+            "input",
+            "filter",
+            "bias",
+            "output_shape",
+            "padding",
+            "stride_w",
+            "stride_h",
+            "activation",
+            "layout",
+        ],
         O::AveragePool2d | O::MaxPool2d | O::L2Pool2d if input_count >= 10 => EXPLICIT_POOL,
         O::AveragePool2d | O::MaxPool2d | O::L2Pool2d => IMPLICIT_POOL,
         O::FullyConnected => &["input", "weights", "bias", "activation"],
@@ -1715,22 +2124,41 @@ pub fn input_role(op: OperationType, index: usize, input_count: usize) -> &'stat
         O::Transpose => &["input", "perm"],
         O::Squeeze => &["input", "squeeze_dims"],
         O::ExpandDims => &["input", "axis"],
-        O::Mean | O::ReduceSum | O::ReduceMax | O::ReduceMin | O::ReduceProd | O::ReduceAny | O::ReduceAll => {
-            &["input", "axes", "keep_dims"]
-        }
+        O::Mean
+        | O::ReduceSum
+        | O::ReduceMax
+        | O::ReduceMin
+        | O::ReduceProd
+        | O::ReduceAny
+        | O::ReduceAll => &["input", "axes", "keep_dims"],
         O::Argmax | O::Argmin => &["input", "axis"],
         O::Softmax | O::LogSoftmax => &["input", "beta", "axis"],
         O::Pad | O::PadV2 | O::MirrorPad => &["input", "paddings", "value"],
         O::Gather => &["input", "axis", "indices"],
         O::Slice => &["input", "begin", "size"],
-        O::StridedSlice => &["input", "begin", "end", "strides", "begin_mask", "end_mask", "shrink_mask"],
+        O::StridedSlice => &[
+            "input",
+            "begin",
+            "end",
+            "strides",
+            "begin_mask",
+            "end_mask",
+            "shrink_mask",
+        ],
         O::Split => &["input", "axis", "num_splits"],
         O::Tile => &["input", "multiples"],
         O::TopkV2 => &["input", "k"],
         O::Prelu => &["input", "alpha"],
         O::Elu => &["input", "alpha"],
         O::BatchMatmul => &["lhs", "rhs", "adj_lhs", "adj_rhs"],
-        O::ResizeBilinear | O::ResizeNearestNeighbor => &["input", "width", "height", "layout", "align_corners", "half_pixel"],
+        O::ResizeBilinear | O::ResizeNearestNeighbor => &[
+            "input",
+            "width",
+            "height",
+            "layout",
+            "align_corners",
+            "half_pixel",
+        ],
         O::DepthToSpace | O::SpaceToDepth => &["input", "block_size", "layout"],
         O::LocalResponseNormalization => &["input", "radius", "bias", "alpha", "beta", "axis"],
         O::InstanceNormalization => &["input", "gamma", "beta", "epsilon", "layout"],
@@ -1744,7 +2172,11 @@ pub fn input_role(op: OperationType, index: usize, input_count: usize) -> &'stat
 
 /// The earliest HAL version whose operation set can express this particular use of an
 /// operation: its base version, raised by newer operand types and optional arguments.
-pub fn required_version(op: OperationType, inputs: &[&Operand], outputs: &[&Operand]) -> HalVersion {
+pub fn required_version(
+    op: OperationType,
+    inputs: &[&Operand],
+    outputs: &[&Operand],
+) -> HalVersion {
     use OperationType as O;
     let mut v = op.hal_version();
     for operand in inputs.iter().chain(outputs) {
@@ -1752,16 +2184,25 @@ pub fn required_version(op: OperationType, inputs: &[&Operand], outputs: &[&Oper
     }
     // Layout flags and dilation arrived in HAL 1.2 for the HAL 1.0 window operations.
     let extended = match op {
-        O::Conv2d => inputs.len() > 10 || (inputs.len() == 8 || inputs.len() == 10) && inputs[7].operand_type == OperandType::Bool,
-        O::DepthwiseConv2d => inputs.len() > 11 || (inputs.len() == 9 || inputs.len() == 11) && inputs[8].operand_type == OperandType::Bool,
+        O::Conv2d => {
+            inputs.len() > 10
+                || (inputs.len() == 8 || inputs.len() == 10)
+                    && inputs[7].operand_type == OperandType::Bool
+        }
+        O::DepthwiseConv2d => {
+            inputs.len() > 11
+                || (inputs.len() == 9 || inputs.len() == 11)
+                    && inputs[8].operand_type == OperandType::Bool
+        }
         O::AveragePool2d | O::MaxPool2d | O::L2Pool2d => inputs.len() == 8 || inputs.len() == 11,
         O::Softmax | O::L2Normalization | O::LocalResponseNormalization | O::ResizeBilinear => {
-            inputs.len() > match op {
-                O::Softmax => 2,
-                O::L2Normalization => 1,
-                O::LocalResponseNormalization => 5,
-                _ => 3,
-            }
+            inputs.len()
+                > match op {
+                    O::Softmax => 2,
+                    O::L2Normalization => 1,
+                    O::LocalResponseNormalization => 5,
+                    _ => 3,
+                }
         }
         _ => false,
     };
@@ -1785,8 +2226,18 @@ mod tests {
         (o, v.to_le_bytes().to_vec())
     }
 
-    fn run(op: OperationType, tensors: &[Operand], scalars: &[(Operand, Vec<u8>)]) -> Result<Vec<OutputShape>> {
-        let mut views: Vec<InputView> = tensors.iter().map(|o| InputView { operand: o, value: None }).collect();
+    fn run(
+        op: OperationType,
+        tensors: &[Operand],
+        scalars: &[(Operand, Vec<u8>)],
+    ) -> Result<Vec<OutputShape>> {
+        let mut views: Vec<InputView> = tensors
+            .iter()
+            .map(|o| InputView {
+                operand: o,
+                value: None,
+            })
+            .collect();
         views.extend(scalars.iter().map(|(o, v)| InputView {
             operand: o,
             value: Some(v.as_slice()),
@@ -1808,7 +2259,12 @@ mod tests {
         let filter = t(&[8, 3, 3, 3]);
         let bias = t(&[8]);
         let mut scalars: Vec<_> = [1, 1, 1, 1, 2, 2, 0].into_iter().map(c_i32).collect();
-        let out = run(OperationType::Conv2d, &[input.clone(), filter.clone(), bias.clone()], &scalars).unwrap();
+        let out = run(
+            OperationType::Conv2d,
+            &[input.clone(), filter.clone(), bias.clone()],
+            &scalars,
+        )
+        .unwrap();
         assert_eq!(out[0].dimensions, vec![1, 5, 5, 8]);
         // layout false, dilation 2x2: effective kernel 5 -> (10 + 2 - 5) / 2 + 1 = 4
         scalars.push({
@@ -1825,10 +2281,20 @@ mod tests {
     #[test]
     fn conv_rejects_bad_stride_and_channel_mismatch() {
         let scalars: Vec<_> = [0, 0, 0, 0, 0, 1, 0].into_iter().map(c_i32).collect();
-        let err = run(OperationType::Conv2d, &[t(&[1, 4, 4, 3]), t(&[2, 1, 1, 3]), t(&[2])], &scalars).unwrap_err();
+        let err = run(
+            OperationType::Conv2d,
+            &[t(&[1, 4, 4, 3]), t(&[2, 1, 1, 3]), t(&[2])],
+            &scalars,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("stride_width"), "{err}");
         let scalars: Vec<_> = [0, 0, 0, 0, 1, 1, 0].into_iter().map(c_i32).collect();
-        let err = run(OperationType::Conv2d, &[t(&[1, 4, 4, 3]), t(&[2, 1, 1, 4]), t(&[2])], &scalars).unwrap_err();
+        let err = run(
+            OperationType::Conv2d,
+            &[t(&[1, 4, 4, 3]), t(&[2, 1, 1, 4]), t(&[2])],
+            &scalars,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("input channels"), "{err}");
     }
 
@@ -1836,8 +2302,14 @@ mod tests {
     fn same_padding_matches_tensorflow() {
         assert_eq!(implicit_padding(224, 3, 2, 1, PaddingScheme::Same), (0, 1));
         assert_eq!(implicit_padding(5, 3, 1, 1, PaddingScheme::Same), (1, 1));
-        assert_eq!(conv_out_implicit(224, 3, 2, 1, PaddingScheme::Same).unwrap(), 112);
-        assert_eq!(conv_out_implicit(224, 3, 2, 1, PaddingScheme::Valid).unwrap(), 111);
+        assert_eq!(
+            conv_out_implicit(224, 3, 2, 1, PaddingScheme::Same).unwrap(),
+            112
+        );
+        assert_eq!(
+            conv_out_implicit(224, 3, 2, 1, PaddingScheme::Valid).unwrap(),
+            111
+        );
     }
 
     #[test]
@@ -1857,9 +2329,18 @@ mod tests {
 
     #[test]
     fn strided_slice_ranges() {
-        assert_eq!(strided_slice_range(10, 2, 8, 2, false, false, false), (2, 8));
-        assert_eq!(strided_slice_range(10, -1, 0, -1, false, true, false), (9, -1));
-        assert_eq!(strided_slice_range(10, 0, 100, 1, false, false, false), (0, 10));
+        assert_eq!(
+            strided_slice_range(10, 2, 8, 2, false, false, false),
+            (2, 8)
+        );
+        assert_eq!(
+            strided_slice_range(10, -1, 0, -1, false, true, false),
+            (9, -1)
+        );
+        assert_eq!(
+            strided_slice_range(10, 0, 100, 1, false, false, false),
+            (0, 10)
+        );
     }
 
     #[test]

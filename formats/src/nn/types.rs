@@ -353,7 +353,10 @@ impl OperandType {
     pub fn is_float(self) -> bool {
         matches!(
             self,
-            OperandType::TensorFloat32 | OperandType::TensorFloat16 | OperandType::Float32 | OperandType::Float16
+            OperandType::TensorFloat32
+                | OperandType::TensorFloat16
+                | OperandType::Float32
+                | OperandType::Float16
         )
     }
 

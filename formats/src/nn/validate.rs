@@ -15,18 +15,36 @@ use super::types::{Lifetime, OperandType};
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Location {
     Model,
-    Subgraph { subgraph: usize },
-    Operand { subgraph: usize, operand: usize },
-    Operation { subgraph: usize, operation: usize, op_type: String, source: String },
+    Subgraph {
+        subgraph: usize,
+    },
+    Operand {
+        subgraph: usize,
+        operand: usize,
+    },
+    Operation {
+        subgraph: usize,
+        operation: usize,
+        op_type: String,
+        source: String,
+    },
 }
 
 impl std::fmt::Display for Location {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let prefix = |s: usize| if s == 0 { String::new() } else { format!("subgraph {s}: ") };
+        let prefix = |s: usize| {
+            if s == 0 {
+                String::new()
+            } else {
+                format!("subgraph {s}: ")
+            }
+        };
         match self {
             Location::Model => write!(f, "model"),
             Location::Subgraph { subgraph } => write!(f, "subgraph {subgraph}"),
-            Location::Operand { subgraph, operand } => write!(f, "{}operand {operand}", prefix(*subgraph)),
+            Location::Operand { subgraph, operand } => {
+                write!(f, "{}operand {operand}", prefix(*subgraph))
+            }
             Location::Operation {
                 subgraph,
                 operation,
@@ -65,7 +83,11 @@ pub struct ValidationError {
 impl std::fmt::Display for ValidationError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let n = self.problems.len();
-        write!(f, "the model is invalid ({n} problem{}):", if n == 1 { "" } else { "s" })?;
+        write!(
+            f,
+            "the model is invalid ({n} problem{}):",
+            if n == 1 { "" } else { "s" }
+        )?;
         for p in &self.problems {
             write!(f, "\n  - {p}")?;
         }
@@ -149,10 +171,16 @@ impl Validator<'_> {
     }
 
     fn check_operand(&mut self, s: usize, i: usize, o: &Operand) {
-        let loc = || Location::Operand { subgraph: s, operand: i };
+        let loc = || Location::Operand {
+            subgraph: s,
+            operand: i,
+        };
         let t = o.operand_type;
         if t.is_scalar() && !o.dimensions.is_empty() {
-            self.report(loc(), format!("scalar {t} must have no dimensions, has {:?}", o.dimensions));
+            self.report(
+                loc(),
+                format!("scalar {t} must have no dimensions, has {:?}", o.dimensions),
+            );
         }
         if o.lifetime.is_constant() && t.is_tensor() && !o.is_fully_specified() {
             self.report(loc(), "constant tensor must have all dimensions known");
@@ -170,27 +198,44 @@ impl Validator<'_> {
         let scale_ok = scale.is_finite() && scale > 0.0;
         let problem = match t {
             OperandType::TensorQuant8Asymm if !scale_ok || !(0..=255).contains(&zp) => {
-                Some(format!("{t} needs scale > 0 and zero point in [0, 255], got scale {scale}, zero point {zp}"))
+                Some(format!(
+                    "{t} needs scale > 0 and zero point in [0, 255], got scale {scale}, zero point {zp}"
+                ))
             }
-            OperandType::TensorQuant8AsymmSigned if !scale_ok || !(-128..=127).contains(&zp) => Some(format!(
-                "{t} needs scale > 0 and zero point in [-128, 127], got scale {scale}, zero point {zp}"
-            )),
-            OperandType::TensorQuant8Symm | OperandType::TensorQuant16Symm if !scale_ok || zp != 0 => {
-                Some(format!("{t} needs scale > 0 and zero point 0, got scale {scale}, zero point {zp}"))
+            OperandType::TensorQuant8AsymmSigned if !scale_ok || !(-128..=127).contains(&zp) => {
+                Some(format!(
+                    "{t} needs scale > 0 and zero point in [-128, 127], got scale {scale}, zero point {zp}"
+                ))
             }
-            OperandType::TensorQuant16Asymm if !scale_ok || !(0..=65535).contains(&zp) => Some(format!(
-                "{t} needs scale > 0 and zero point in [0, 65535], got scale {scale}, zero point {zp}"
-            )),
+            OperandType::TensorQuant8Symm | OperandType::TensorQuant16Symm
+                if !scale_ok || zp != 0 =>
+            {
+                Some(format!(
+                    "{t} needs scale > 0 and zero point 0, got scale {scale}, zero point {zp}"
+                ))
+            }
+            OperandType::TensorQuant16Asymm if !scale_ok || !(0..=65535).contains(&zp) => {
+                Some(format!(
+                    "{t} needs scale > 0 and zero point in [0, 65535], got scale {scale}, zero point {zp}"
+                ))
+            }
             OperandType::TensorQuant8SymmPerChannel => match &o.channel_quant {
-                _ if scale != 0.0 || zp != 0 => Some(format!("{t} must have scale 0 and zero point 0 (its scales are per channel)")),
+                _ if scale != 0.0 || zp != 0 => Some(format!(
+                    "{t} must have scale 0 and zero point 0 (its scales are per channel)"
+                )),
                 None => Some(format!("{t} needs per-channel quantization parameters")),
                 Some(q) => {
                     let dim = o.dimensions.get(q.channel_dim as usize).copied();
                     match dim {
-                        None => Some(format!("channel dimension {} is out of range for rank {}", q.channel_dim, o.dimensions.len())),
-                        Some(d) if d != 0 && d as usize != q.scales.len() => {
-                            Some(format!("{} per-channel scales for {d} channels", q.scales.len()))
-                        }
+                        None => Some(format!(
+                            "channel dimension {} is out of range for rank {}",
+                            q.channel_dim,
+                            o.dimensions.len()
+                        )),
+                        Some(d) if d != 0 && d as usize != q.scales.len() => Some(format!(
+                            "{} per-channel scales for {d} channels",
+                            q.scales.len()
+                        )),
                         _ if q.scales.iter().any(|s| !(s.is_finite() && *s > 0.0)) => {
                             Some("every per-channel scale must be > 0".to_string())
                         }
@@ -198,8 +243,12 @@ impl Validator<'_> {
                     }
                 }
             },
-            OperandType::TensorInt32 | OperandType::Int32 if zp != 0 || !(scale >= 0.0 && scale.is_finite()) => {
-                Some(format!("{t} needs scale >= 0 and zero point 0, got scale {scale}, zero point {zp}"))
+            OperandType::TensorInt32 | OperandType::Int32
+                if zp != 0 || !(scale >= 0.0 && scale.is_finite()) =>
+            {
+                Some(format!(
+                    "{t} needs scale >= 0 and zero point 0, got scale {scale}, zero point {zp}"
+                ))
             }
             OperandType::TensorFloat32
             | OperandType::TensorFloat16
@@ -210,7 +259,9 @@ impl Validator<'_> {
             | OperandType::Uint32
                 if scale != 0.0 || zp != 0 =>
             {
-                Some(format!("{t} must have scale 0 and zero point 0, got {scale} and {zp}"))
+                Some(format!(
+                    "{t} must have scale 0 and zero point 0, got {scale} and {zp}"
+                ))
             }
             _ => None,
         };
@@ -218,7 +269,10 @@ impl Validator<'_> {
             self.report(loc.clone(), message);
         }
         if o.channel_quant.is_some() && t != OperandType::TensorQuant8SymmPerChannel {
-            self.report(loc, format!("{t} cannot carry per-channel quantization parameters"));
+            self.report(
+                loc,
+                format!("{t} cannot carry per-channel quantization parameters"),
+            );
         }
     }
 
@@ -227,11 +281,17 @@ impl Validator<'_> {
         match o.lifetime {
             Lifetime::ConstantCopy | Lifetime::ConstantReference => {
                 let (what, available) = if o.lifetime == Lifetime::ConstantCopy {
-                    ("inline values", Some(self.model.operand_values.len() as u64))
+                    (
+                        "inline values",
+                        Some(self.model.operand_values.len() as u64),
+                    )
                 } else {
                     (
                         "pool",
-                        self.model.pools.get(l.pool_index as usize).map(|p| p.size()),
+                        self.model
+                            .pools
+                            .get(l.pool_index as usize)
+                            .map(|p| p.size()),
                     )
                 };
                 match available {
@@ -250,7 +310,9 @@ impl Validator<'_> {
                         ),
                     },
                 }
-                if o.lifetime == Lifetime::ConstantCopy && l.length > super::model::MAX_INLINE_CONSTANT_BYTES as u64 {
+                if o.lifetime == Lifetime::ConstantCopy
+                    && l.length > super::model::MAX_INLINE_CONSTANT_BYTES as u64
+                {
                     // Not an error in NNAPI, but nnc keeps weights out of the inline area
                     // so that they are encrypted; a large inline constant would bypass that.
                     self.report(
@@ -289,9 +351,18 @@ impl Validator<'_> {
                     self.report(loc, "a subgraph may not refer to itself");
                 }
             }
-            Lifetime::NoValue | Lifetime::TemporaryVariable | Lifetime::SubgraphInput | Lifetime::SubgraphOutput => {
+            Lifetime::NoValue
+            | Lifetime::TemporaryVariable
+            | Lifetime::SubgraphInput
+            | Lifetime::SubgraphOutput => {
                 if l != Default::default() {
-                    self.report(loc, format!("{} operand must not have a data location", o.lifetime.name()));
+                    self.report(
+                        loc,
+                        format!(
+                            "{} operand must not have a data location",
+                            o.lifetime.name()
+                        ),
+                    );
                 }
             }
         }
@@ -307,14 +378,20 @@ impl Validator<'_> {
                 match sg.operands.get(i as usize) {
                     None => self.report(
                         Location::Subgraph { subgraph: s },
-                        format!("{what} list names operand {i}, but there are {}", sg.operands.len()),
+                        format!(
+                            "{what} list names operand {i}, but there are {}",
+                            sg.operands.len()
+                        ),
                     ),
                     Some(o) if o.lifetime != lifetime => self.report(
                         Location::Operand {
                             subgraph: s,
                             operand: i as usize,
                         },
-                        format!("listed as an {what} but its lifetime is {}", o.lifetime.name()),
+                        format!(
+                            "listed as an {what} but its lifetime is {}",
+                            o.lifetime.name()
+                        ),
                     ),
                     _ => {}
                 }
@@ -328,8 +405,14 @@ impl Validator<'_> {
             for (i, o) in sg.operands.iter().enumerate() {
                 if o.lifetime == lifetime && !seen.contains(&(i as u32)) {
                     self.report(
-                        Location::Operand { subgraph: s, operand: i },
-                        format!("has lifetime {} but is not in the {what} list", lifetime.name()),
+                        Location::Operand {
+                            subgraph: s,
+                            operand: i,
+                        },
+                        format!(
+                            "has lifetime {} but is not in the {what} list",
+                            lifetime.name()
+                        ),
                     );
                 }
             }
@@ -382,7 +465,10 @@ impl Validator<'_> {
                         indices_ok = false;
                         self.report(
                             loc(),
-                            format!("{what} {k} names operand {i}, but there are {}", sg.operands.len()),
+                            format!(
+                                "{what} {k} names operand {i}, but there are {}",
+                                sg.operands.len()
+                            ),
                         );
                     }
                 }
@@ -393,7 +479,9 @@ impl Validator<'_> {
             for (k, &i) in op.inputs.iter().enumerate() {
                 if !defined[i as usize] {
                     let message = if producer_exists[i as usize] {
-                        format!("input {k} (operand {i}) is read before the operation that writes it (not in topological order, or a cycle)")
+                        format!(
+                            "input {k} (operand {i}) is read before the operation that writes it (not in topological order, or a cycle)"
+                        )
                     } else {
                         format!("input {k} (operand {i}) is never written (a dangling input)")
                     };
@@ -406,7 +494,10 @@ impl Validator<'_> {
                     Lifetime::TemporaryVariable | Lifetime::SubgraphOutput => {}
                     other => self.report(
                         loc(),
-                        format!("writes operand {o}, whose lifetime {} cannot be written", other.name()),
+                        format!(
+                            "writes operand {o}, whose lifetime {} cannot be written",
+                            other.name()
+                        ),
                     ),
                 }
                 writers[o as usize] += 1;
@@ -415,10 +506,22 @@ impl Validator<'_> {
             self.check_signature(s, sg, index, loc());
         }
         for (i, o) in sg.operands.iter().enumerate() {
-            let needs_writer = matches!(o.lifetime, Lifetime::TemporaryVariable | Lifetime::SubgraphOutput);
-            let loc = Location::Operand { subgraph: s, operand: i };
+            let needs_writer = matches!(
+                o.lifetime,
+                Lifetime::TemporaryVariable | Lifetime::SubgraphOutput
+            );
+            let loc = Location::Operand {
+                subgraph: s,
+                operand: i,
+            };
             if writers[i] > 1 {
-                self.report(loc, format!("is written by {} operations; exactly one may write it", writers[i]));
+                self.report(
+                    loc,
+                    format!(
+                        "is written by {} operations; exactly one may write it",
+                        writers[i]
+                    ),
+                );
             } else if needs_writer && writers[i] == 0 && o.lifetime == Lifetime::SubgraphOutput {
                 self.report(loc, "is a model output that no operation writes");
             }
@@ -435,12 +538,20 @@ impl Validator<'_> {
                 let value = if s == 0 {
                     self.model.constant_bytes(i)
                 } else {
-                    super::model::constant_bytes(operand, &self.model.operand_values, &self.model.pools)
+                    super::model::constant_bytes(
+                        operand,
+                        &self.model.operand_values,
+                        &self.model.pools,
+                    )
                 };
                 InputView { operand, value }
             })
             .collect();
-        let declared: Vec<&Operand> = op.outputs.iter().map(|&o| &sg.operands[o as usize]).collect();
+        let declared: Vec<&Operand> = op
+            .outputs
+            .iter()
+            .map(|&o| &sg.operands[o as usize])
+            .collect();
         match signature::infer(op.op_type, &views, &declared) {
             Err(e) => self.report(loc, e.to_string()),
             Ok(inferred) => {
@@ -471,7 +582,9 @@ impl Validator<'_> {
 
     fn check_subgraph_references(&mut self) {
         // Edges: subgraph s -> subgraph t when s has a SUBGRAPH operand naming t.
-        let graphs: Vec<&Subgraph> = std::iter::once(&self.model.main).chain(&self.model.referenced).collect();
+        let graphs: Vec<&Subgraph> = std::iter::once(&self.model.main)
+            .chain(&self.model.referenced)
+            .collect();
         let edges: Vec<Vec<usize>> = graphs
             .iter()
             .map(|g| {
@@ -502,7 +615,9 @@ impl Validator<'_> {
                         1 => {
                             self.report(
                                 Location::Subgraph { subgraph: node },
-                                format!("subgraph references form a cycle through subgraph {child}"),
+                                format!(
+                                    "subgraph references form a cycle through subgraph {child}"
+                                ),
                             );
                         }
                         _ => {}
@@ -521,5 +636,9 @@ pub fn dims_compatible(declared: &[u32], inferred: &[u32]) -> bool {
     if declared.is_empty() || inferred.is_empty() {
         return true;
     }
-    declared.len() == inferred.len() && declared.iter().zip(inferred).all(|(&a, &b)| a == 0 || b == 0 || a == b)
+    declared.len() == inferred.len()
+        && declared
+            .iter()
+            .zip(inferred)
+            .all(|(&a, &b)| a == 0 || b == 0 || a == b)
 }

@@ -29,28 +29,38 @@ impl Lowerer<'_> {
             "Tanh" => self.unary_emit(n, OperationType::Tanh, x)?,
             "HardSwish" => self.unary_emit(n, OperationType::HardSwish, x)?,
             "LeakyRelu" => {
-                let alpha = self.scalar_tensor(OperandType::TensorFloat32, f64::from(attr("alpha", 0.01)?));
+                let alpha =
+                    self.scalar_tensor(OperandType::TensorFloat32, f64::from(attr("alpha", 0.01)?));
                 let out = self.emit(n, OperationType::Prelu, vec![x.operand, alpha])?;
                 TensorValue { operand: out, ..x }
             }
             "Elu" => self.elu(n, x, attr("alpha", 1.0)?)?,
             "Selu" => {
                 let e = self.elu(n, x, attr("alpha", 1.673_263_2)?)?;
-                self.with_scalar(n, OperationType::Mul, e, f64::from(attr("gamma", 1.050_701)?))?
+                self.with_scalar(
+                    n,
+                    OperationType::Mul,
+                    e,
+                    f64::from(attr("gamma", 1.050_701)?),
+                )?
             }
             "Celu" => {
                 // celu(x) = alpha * elu(x / alpha, 1)
                 let alpha = attr("alpha", 1.0)?;
                 if alpha == 0.0 {
-                    return Err(super::NodeError::Invalid("Celu alpha must be non-zero".into()));
+                    return Err(super::NodeError::Invalid(
+                        "Celu alpha must be non-zero".into(),
+                    ));
                 }
                 let scaled = self.with_scalar(n, OperationType::Div, x, f64::from(alpha))?;
                 let e = self.elu(n, scaled, 1.0)?;
                 self.with_scalar(n, OperationType::Mul, e, f64::from(alpha))?
             }
             "HardSigmoid" => {
-                let ax = self.with_scalar(n, OperationType::Mul, x, f64::from(attr("alpha", 0.2)?))?;
-                let b = self.with_scalar(n, OperationType::Add, ax, f64::from(attr("beta", 0.5)?))?;
+                let ax =
+                    self.with_scalar(n, OperationType::Mul, x, f64::from(attr("alpha", 0.2)?))?;
+                let b =
+                    self.with_scalar(n, OperationType::Add, ax, f64::from(attr("beta", 0.5)?))?;
                 let lo = self.with_scalar(n, OperationType::Maximum, b, 0.0)?;
                 self.with_scalar(n, OperationType::Minimum, lo, 1.0)?
             }
@@ -64,12 +74,16 @@ impl Lowerer<'_> {
             }
             "ThresholdedRelu" => {
                 // x * (x > alpha)
-                let alpha = self.scalar_tensor(OperandType::TensorFloat32, f64::from(attr("alpha", 1.0)?));
+                let alpha =
+                    self.scalar_tensor(OperandType::TensorFloat32, f64::from(attr("alpha", 1.0)?));
                 let mask = self.emit(n, OperationType::Greater, vec![x.operand, alpha])?;
                 let mask = self.emit_raw(
                     OperationType::Cast,
                     vec![mask],
-                    vec![Some(nnc_formats::nn::Operand::new(OperandType::TensorFloat32, vec![]))],
+                    vec![Some(nnc_formats::nn::Operand::new(
+                        OperandType::TensorFloat32,
+                        vec![],
+                    ))],
                     &n.label,
                 )?[0];
                 let act = self.i32_const(0);

@@ -21,24 +21,41 @@ pub(super) struct Spatial {
 
 /// Reads `strides`, `dilations`, `pads` and `auto_pad` for a 1-D or 2-D window
 /// operation. `spatial_in` are the input's spatial extents (0 when unknown).
-pub(super) fn read_spatial(n: &Node, kernel: &[i64], spatial_in: &[u32], allow_dilation: bool) -> NResult<Spatial> {
+pub(super) fn read_spatial(
+    n: &Node,
+    kernel: &[i64],
+    spatial_in: &[u32],
+    allow_dilation: bool,
+) -> NResult<Spatial> {
     let rank = kernel.len();
     if !(1..=2).contains(&rank) {
-        return unsupported(format!("{}-D windows are not supported (only 1-D and 2-D)", rank));
+        return unsupported(format!(
+            "{}-D windows are not supported (only 1-D and 2-D)",
+            rank
+        ));
     }
     let ints = |name: &str, default: i64, len: usize| -> NResult<Vec<i64>> {
         match n.attrs.ints(name)? {
             Some(v) if v.len() == len => Ok(v),
-            Some(v) => Err(super::NodeError::Invalid(format!("attribute '{name}' has {} values, expected {len}", v.len()))),
+            Some(v) => Err(super::NodeError::Invalid(format!(
+                "attribute '{name}' has {} values, expected {len}",
+                v.len()
+            ))),
             None => Ok(vec![default; len]),
         }
     };
     let strides = ints("strides", 1, rank)?;
     let dilations = ints("dilations", 1, rank)?;
     let mut pads = ints("pads", 0, 2 * rank)?;
-    for (name, v, min) in [("kernel_shape", kernel, 1), ("strides", &strides[..], 1), ("dilations", &dilations[..], 1)] {
+    for (name, v, min) in [
+        ("kernel_shape", kernel, 1),
+        ("strides", &strides[..], 1),
+        ("dilations", &dilations[..], 1),
+    ] {
         if let Some(bad) = v.iter().find(|&&x| x < min || x > i64::from(i32::MAX)) {
-            return Err(super::NodeError::Invalid(format!("attribute '{name}' value {bad} is out of range")));
+            return Err(super::NodeError::Invalid(format!(
+                "attribute '{name}' value {bad} is out of range"
+            )));
         }
     }
     if pads.iter().any(|&p| p < 0) {
@@ -58,22 +75,37 @@ pub(super) fn read_spatial(n: &Node, kernel: &[i64], spatial_in: &[u32], allow_d
             for i in 0..rank {
                 let input = i64::from(spatial_in[i]);
                 if input == 0 {
-                    return unsupported("auto_pad SAME needs the input's spatial size at compile time; use --input-shape");
+                    return unsupported(
+                        "auto_pad SAME needs the input's spatial size at compile time; use --input-shape",
+                    );
                 }
                 let effective = (kernel[i] - 1) * dilations[i] + 1;
                 let out = (input + strides[i] - 1) / strides[i];
                 let total = ((out - 1) * strides[i] + effective - input).max(0);
                 let small = total / 2;
-                let (begin, end) = if auto_pad == "SAME_UPPER" { (small, total - small) } else { (total - small, small) };
+                let (begin, end) = if auto_pad == "SAME_UPPER" {
+                    (small, total - small)
+                } else {
+                    (total - small, small)
+                };
                 pads[i] = begin;
                 pads[i + rank] = end;
             }
         }
-        other => return Err(super::NodeError::Invalid(format!("unknown auto_pad '{other}'"))),
+        other => {
+            return Err(super::NodeError::Invalid(format!(
+                "unknown auto_pad '{other}'"
+            )));
+        }
     }
     // Lift 1-D to 2-D with a unit height.
     let (k, s, d, p) = if rank == 1 {
-        ([1, kernel[0]], [1, strides[0]], [1, dilations[0]], [0, pads[0], 0, pads[1]])
+        (
+            [1, kernel[0]],
+            [1, strides[0]],
+            [1, dilations[0]],
+            [0, pads[0], 0, pads[1]],
+        )
     } else {
         (
             [kernel[0], kernel[1]],
@@ -100,7 +132,9 @@ impl Lowerer<'_> {
                 let d4 = vec![dims[0], dims[1], 1, dims[2]];
                 Ok((self.reshape_to(n, x.operand, &d4)?, d4))
             }
-            r => unsupported(format!("{r}-D inputs are not supported (only 1-D and 2-D spatial data)")),
+            r => unsupported(format!(
+                "{r}-D inputs are not supported (only 1-D and 2-D spatial data)"
+            )),
         }
     }
 
@@ -131,10 +165,14 @@ impl Lowerer<'_> {
         if let Some(ks) = n.attrs.ints("kernel_shape")?
             && ks != kernel
         {
-            return Err(super::NodeError::Invalid(format!("kernel_shape {ks:?} disagrees with the weights' {kernel:?}")));
+            return Err(super::NodeError::Invalid(format!(
+                "kernel_shape {ks:?} disagrees with the weights' {kernel:?}"
+            )));
         }
         if group < 1 || m as i64 % group != 0 {
-            return Err(super::NodeError::Invalid(format!("group {group} does not divide the {m} output channels")));
+            return Err(super::NodeError::Invalid(format!(
+                "group {group} does not divide the {m} output channels"
+            )));
         }
         let group = group as usize;
         let channels = cg * group;
@@ -149,7 +187,11 @@ impl Lowerer<'_> {
         let sp = read_spatial(n, &kernel, &spatial_in, true)?;
         let bias = match self.const_input(n, 2)? {
             Some(b) if b.shape.iter().product::<usize>() == m => constant::to_f32s(&b),
-            Some(_) => return Err(super::NodeError::Invalid(format!("bias must hold {m} values"))),
+            Some(_) => {
+                return Err(super::NodeError::Invalid(format!(
+                    "bias must hold {m} values"
+                )));
+            }
             None => vec![0.0; m],
         };
         // Weights as [M, C/g, kH, kW] regardless of rank.
@@ -162,14 +204,25 @@ impl Lowerer<'_> {
         let xh = self.to_nhwc(n, x4)?;
         let depthwise = group == channels && group > 1 && cg == 1;
         let (op, filter) = if group == 1 {
-            (OperationType::Conv2d, constant::transpose(&w4, &[0, 2, 3, 1])?)
+            (
+                OperationType::Conv2d,
+                constant::transpose(&w4, &[0, 2, 3, 1])?,
+            )
         } else if depthwise {
-            (OperationType::DepthwiseConv2d, constant::transpose(&w4, &[1, 2, 3, 0])?)
+            (
+                OperationType::DepthwiseConv2d,
+                constant::transpose(&w4, &[1, 2, 3, 0])?,
+            )
         } else {
             if sp.dilations != [1, 1] {
-                return unsupported("dilated grouped convolutions are not supported (GROUPED_CONV_2D has no dilation)");
+                return unsupported(
+                    "dilated grouped convolutions are not supported (GROUPED_CONV_2D has no dilation)",
+                );
             }
-            (OperationType::GroupedConv2d, constant::transpose(&w4, &[0, 2, 3, 1])?)
+            (
+                OperationType::GroupedConv2d,
+                constant::transpose(&w4, &[0, 2, 3, 1])?,
+            )
         };
         let filter = self.const_operand(&filter)?.operand;
         let bias = self.model.add_f32_tensor(vec![m as u32], &bias);
@@ -215,18 +268,29 @@ impl Lowerer<'_> {
         let kernel: Vec<i64> = w.shape[2..].iter().map(|&d| d as i64).collect();
         let in_dims = self.known_dims(x)?;
         if in_dims[1] as usize != c {
-            return Err(super::NodeError::Invalid(format!("input has {} channels, weights expect {c}", in_dims[1])));
+            return Err(super::NodeError::Invalid(format!(
+                "input has {} channels, weights expect {c}",
+                in_dims[1]
+            )));
         }
         let sr = kernel.len();
         let strides = n.attrs.ints("strides")?.unwrap_or(vec![1; sr]);
         let dilations = n.attrs.ints("dilations")?.unwrap_or(vec![1; sr]);
         let output_padding = n.attrs.ints("output_padding")?.unwrap_or(vec![0; sr]);
         let mut pads = n.attrs.ints("pads")?.unwrap_or(vec![0; 2 * sr]);
-        if strides.len() != sr || dilations.len() != sr || output_padding.len() != sr || pads.len() != 2 * sr {
-            return Err(super::NodeError::Invalid("strides, dilations, output_padding or pads have the wrong length".into()));
+        if strides.len() != sr
+            || dilations.len() != sr
+            || output_padding.len() != sr
+            || pads.len() != 2 * sr
+        {
+            return Err(super::NodeError::Invalid(
+                "strides, dilations, output_padding or pads have the wrong length".into(),
+            ));
         }
         if dilations.iter().any(|&d| d != 1) {
-            return unsupported("dilated ConvTranspose is not supported (TRANSPOSE_CONV_2D has no dilation)");
+            return unsupported(
+                "dilated ConvTranspose is not supported (TRANSPOSE_CONV_2D has no dilation)",
+            );
         }
         if strides.iter().any(|&s| s < 1 || s > i64::from(i32::MAX)) {
             return Err(super::NodeError::Invalid("strides out of range".into()));
@@ -258,13 +322,16 @@ impl Lowerer<'_> {
             }
             out[i] = target;
             if target < 1 {
-                return Err(super::NodeError::Invalid(format!("output extent {target} along axis {i} is not positive")));
+                return Err(super::NodeError::Invalid(format!(
+                    "output extent {target} along axis {i} is not positive"
+                )));
             }
         }
         // TRANSPOSE_CONV_2D computes extent s*(in-1)+k-pb-pe with non-negative pads; the
         // output padding shortens the end pad, and what pads cannot express (negative
         // values) is added afterwards as zeros, with the bias applied last.
-        let lift = |v: &[i64], one: i64| -> [i64; 2] { if sr == 1 { [one, v[0]] } else { [v[0], v[1]] } };
+        let lift =
+            |v: &[i64], one: i64| -> [i64; 2] { if sr == 1 { [one, v[0]] } else { [v[0], v[1]] } };
         let k2 = lift(&kernel, 1);
         let s2 = lift(&strides, 1);
         let begin = lift(&pads[..sr], 0);
@@ -282,14 +349,32 @@ impl Lowerer<'_> {
         let filter = self.const_operand(&filter)?.operand;
         let bias_values = match self.const_input(n, 2)? {
             Some(b) if b.shape.iter().product::<usize>() == m => constant::to_f32s(&b),
-            Some(_) => return Err(super::NodeError::Invalid(format!("bias must hold {m} values"))),
+            Some(_) => {
+                return Err(super::NodeError::Invalid(format!(
+                    "bias must hold {m} values"
+                )));
+            }
             None => vec![0.0; m],
         };
-        let bias = self.model.add_f32_tensor(vec![m as u32], &if needs_extra { vec![0.0; m] } else { bias_values.clone() });
+        let bias = self.model.add_f32_tensor(
+            vec![m as u32],
+            &if needs_extra {
+                vec![0.0; m]
+            } else {
+                bias_values.clone()
+            },
+        );
         let (x4, _) = self.as_4d(n, x)?;
         let xh = self.to_nhwc(n, x4)?;
         let mut inputs = vec![xh, filter, bias];
-        for v in [begin[1].max(0), end[1].max(0), begin[0].max(0), end[0].max(0), s2[1], s2[0]] {
+        for v in [
+            begin[1].max(0),
+            end[1].max(0),
+            begin[0].max(0),
+            end[0].max(0),
+            s2[1],
+            s2[0],
+        ] {
             inputs.push(self.i32_const(v as i32));
         }
         inputs.push(self.i32_const(0));

@@ -27,30 +27,43 @@ impl Lowerer<'_> {
 
     /// Operands for a binary operation: both materialized, with a constant converted to
     /// the other side's element type (ONNX allows e.g. a float base with an int exponent).
-    fn binary_operands(&mut self, n: &Node, a: usize, b: usize) -> NResult<(TensorValue, TensorValue)> {
+    fn binary_operands(
+        &mut self,
+        n: &Node,
+        a: usize,
+        b: usize,
+    ) -> NResult<(TensorValue, TensorValue)> {
         let va = self.required(n, a)?;
         let vb = self.required(n, b)?;
-        let converted = |this: &mut Self, v: Value, other: &Value, idx: usize| -> NResult<TensorValue> {
-            let other_dtype = match other {
-                Value::Tensor(t) => Some(t.dtype),
-                Value::Const(_) => None,
+        let converted =
+            |this: &mut Self, v: Value, other: &Value, idx: usize| -> NResult<TensorValue> {
+                let other_dtype = match other {
+                    Value::Tensor(t) => Some(t.dtype),
+                    Value::Const(_) => None,
+                };
+                match (&v, other_dtype) {
+                    (Value::Const(c), Some(dt))
+                        if c.dtype != dt && !(c.dtype == DataType::I64 && dt == DataType::I32) =>
+                    {
+                        let cast = constant::cast(c, dt);
+                        this.const_operand(&cast)
+                    }
+                    _ => {
+                        let name = this.input_name(n, idx).unwrap_or("").to_string();
+                        this.materialize(&name, &v)
+                    }
+                }
             };
-            match (&v, other_dtype) {
-                (Value::Const(c), Some(dt)) if c.dtype != dt && !(c.dtype == DataType::I64 && dt == DataType::I32) => {
-                    let cast = constant::cast(c, dt);
-                    this.const_operand(&cast)
-                }
-                _ => {
-                    let name = this.input_name(n, idx).unwrap_or("").to_string();
-                    this.materialize(&name, &v)
-                }
-            }
-        };
         let ta = converted(self, va.clone(), &vb, a)?;
         let tb = converted(self, vb, &va, b)?;
         let (sa, sb) = (self.operand_type(ta), self.operand_type(tb));
         if sa != sb {
-            return unsupported(format!("{} of {} and {} operands", n.op(), ta.dtype, tb.dtype));
+            return unsupported(format!(
+                "{} of {} and {} operands",
+                n.op(),
+                ta.dtype,
+                tb.dtype
+            ));
         }
         Ok((ta, tb))
     }
@@ -60,7 +73,10 @@ impl Lowerer<'_> {
         let arity = n.proto.input.iter().filter(|i| !i.is_empty()).count();
         let variadic = matches!(op, "Max" | "Min" | "Sum" | "Mean");
         if arity == 0 || (!variadic && arity != 2) {
-            return Err(super::NodeError::Invalid(format!("{op} takes {} inputs, got {arity}", if variadic { "1 or more" } else { "2" })));
+            return Err(super::NodeError::Invalid(format!(
+                "{op} takes {} inputs, got {arity}",
+                if variadic { "1 or more" } else { "2" }
+            )));
         }
         let const_op = match op {
             "Add" | "Sum" | "Mean" => BinaryOp::Add,
@@ -106,7 +122,10 @@ impl Lowerer<'_> {
             let scale = self.scalar_tensor(OperandType::TensorFloat32, 1.0 / arity as f64);
             let act = self.i32_const(0);
             let out = self.emit(n, OperationType::Mul, vec![acc.operand, scale, act])?;
-            acc = TensorValue { operand: out, ..acc };
+            acc = TensorValue {
+                operand: out,
+                ..acc
+            };
         }
         self.set_output(n, 0, Value::Tensor(acc));
         Ok(())
@@ -118,7 +137,13 @@ impl Lowerer<'_> {
     }
 
     /// Emits one binary operation of ONNX kind `op` on two operands.
-    pub(super) fn binary_emit(&mut self, n: &Node, op: &str, a: TensorValue, b: TensorValue) -> NResult<TensorValue> {
+    pub(super) fn binary_emit(
+        &mut self,
+        n: &Node,
+        op: &str,
+        a: TensorValue,
+        b: TensorValue,
+    ) -> NResult<TensorValue> {
         let t = self.operand_type(a);
         let is_float = t == OperandType::TensorFloat32;
         let is_int = t == OperandType::TensorInt32;
@@ -151,20 +176,34 @@ impl Lowerer<'_> {
             inputs.push(self.i32_const(0));
         }
         let out = self.emit(n, nn_op, inputs)?;
-        let dtype = if self.operand_type(TensorValue { operand: out, ..a }) == OperandType::TensorBool8 {
-            DataType::Bool
-        } else {
-            a.dtype
-        };
-        Ok(TensorValue { operand: out, dtype, scalar })
+        let dtype =
+            if self.operand_type(TensorValue { operand: out, ..a }) == OperandType::TensorBool8 {
+                DataType::Bool
+            } else {
+                a.dtype
+            };
+        Ok(TensorValue {
+            operand: out,
+            dtype,
+            scalar,
+        })
     }
 
     /// Emits an arithmetic operation with one constant scalar operand (`x op c`).
-    pub(super) fn with_scalar(&mut self, n: &Node, op: OperationType, x: TensorValue, c: f64) -> NResult<TensorValue> {
+    pub(super) fn with_scalar(
+        &mut self,
+        n: &Node,
+        op: OperationType,
+        x: TensorValue,
+        c: f64,
+    ) -> NResult<TensorValue> {
         let t = self.operand_type(x);
         let k = self.scalar_tensor(t, c);
         let mut inputs = vec![x.operand, k];
-        if matches!(op, OperationType::Add | OperationType::Sub | OperationType::Mul | OperationType::Div) {
+        if matches!(
+            op,
+            OperationType::Add | OperationType::Sub | OperationType::Mul | OperationType::Div
+        ) {
             inputs.push(self.i32_const(0));
         }
         let out = self.emit(n, op, inputs)?;
@@ -172,7 +211,12 @@ impl Lowerer<'_> {
     }
 
     /// Emits a unary operation.
-    pub(super) fn unary_emit(&mut self, n: &Node, op: OperationType, x: TensorValue) -> NResult<TensorValue> {
+    pub(super) fn unary_emit(
+        &mut self,
+        n: &Node,
+        op: OperationType,
+        x: TensorValue,
+    ) -> NResult<TensorValue> {
         let out = self.emit(n, op, vec![x.operand])?;
         Ok(TensorValue { operand: out, ..x })
     }
@@ -191,8 +235,19 @@ impl Lowerer<'_> {
                 "Ceil" => constant::unary(&c, f64::ceil),
                 "Sin" => constant::unary(&c, f64::sin),
                 "Cos" => constant::unary(&c, f64::cos),
-                "Sign" => constant::unary(&c, |v| if v > 0.0 { 1.0 } else if v < 0.0 { -1.0 } else { 0.0 }),
-                "Not" => constant::cast(&constant::unary(&c, |v| f64::from(u8::from(v == 0.0))), DataType::Bool),
+                "Sign" => constant::unary(&c, |v| {
+                    if v > 0.0 {
+                        1.0
+                    } else if v < 0.0 {
+                        -1.0
+                    } else {
+                        0.0
+                    }
+                }),
+                "Not" => constant::cast(
+                    &constant::unary(&c, |v| f64::from(u8::from(v == 0.0))),
+                    DataType::Bool,
+                ),
                 _ => return unsupported(format!("no constant evaluation for {op}")),
             };
             self.set_const(n, 0, folded);
@@ -224,20 +279,33 @@ impl Lowerer<'_> {
             }
             "Cos" if float => {
                 // cos(x) = sin(x + pi/2); the f32 rounding of pi/2 adds < 4.4e-8 absolute error.
-                let shifted = self.with_scalar(n, OperationType::Add, x, std::f64::consts::FRAC_PI_2)?;
+                let shifted =
+                    self.with_scalar(n, OperationType::Add, x, std::f64::consts::FRAC_PI_2)?;
                 self.unary_emit(n, OperationType::Sin, shifted)?
             }
             "Sign" if float || int => {
                 let zero = self.scalar_tensor(t, 0.0);
                 let gt = self.emit(n, OperationType::Greater, vec![x.operand, zero])?;
                 let lt = self.emit(n, OperationType::Less, vec![x.operand, zero])?;
-                let gt = self.emit_raw(OperationType::Cast, vec![gt], vec![Some(nnc_formats::nn::Operand::new(t, vec![]))], &n.label)?[0];
-                let lt = self.emit_raw(OperationType::Cast, vec![lt], vec![Some(nnc_formats::nn::Operand::new(t, vec![]))], &n.label)?[0];
+                let gt = self.emit_raw(
+                    OperationType::Cast,
+                    vec![gt],
+                    vec![Some(nnc_formats::nn::Operand::new(t, vec![]))],
+                    &n.label,
+                )?[0];
+                let lt = self.emit_raw(
+                    OperationType::Cast,
+                    vec![lt],
+                    vec![Some(nnc_formats::nn::Operand::new(t, vec![]))],
+                    &n.label,
+                )?[0];
                 let act = self.i32_const(0);
                 let out = self.emit(n, OperationType::Sub, vec![gt, lt, act])?;
                 TensorValue { operand: out, ..x }
             }
-            "Not" if t == OperandType::TensorBool8 => self.unary_emit(n, OperationType::LogicalNot, x)?,
+            "Not" if t == OperandType::TensorBool8 => {
+                self.unary_emit(n, OperationType::LogicalNot, x)?
+            }
             _ => return unsupported(format!("{op} on {} tensors is not supported", x.dtype)),
         };
         self.set_output(n, 0, Value::Tensor(y));
@@ -249,7 +317,10 @@ impl Lowerer<'_> {
             && c.len() == 3
         {
             let cond = constant::to_i64s(&c[0]);
-            let shape = constant::broadcast_shape(&constant::broadcast_shape(&c[0].shape, &c[1].shape)?, &c[2].shape)?;
+            let shape = constant::broadcast_shape(
+                &constant::broadcast_shape(&c[0].shape, &c[1].shape)?,
+                &c[2].shape,
+            )?;
             let (cb, xb, yb) = (
                 constant::broadcast_to(&c[0], &shape)?,
                 constant::broadcast_to(&c[1], &shape)?,
@@ -262,15 +333,29 @@ impl Lowerer<'_> {
                 let src = if flag != 0 { &xb.data } else { &yb.data };
                 data.extend_from_slice(&src[i * size..(i + 1) * size]);
             }
-            self.set_const(n, 0, ConstTensor { dtype: xb.dtype, shape, data });
+            self.set_const(
+                n,
+                0,
+                ConstTensor {
+                    dtype: xb.dtype,
+                    shape,
+                    data,
+                },
+            );
             return Ok(());
         }
         let cond = self.tensor(n, 0)?;
         if cond.dtype != DataType::Bool {
-            return Err(super::NodeError::Invalid("Where's condition must be bool".into()));
+            return Err(super::NodeError::Invalid(
+                "Where's condition must be bool".into(),
+            ));
         }
         let (x, y) = self.binary_operands(n, 1, 2)?;
-        let out = self.emit(n, OperationType::Select, vec![cond.operand, x.operand, y.operand])?;
+        let out = self.emit(
+            n,
+            OperationType::Select,
+            vec![cond.operand, x.operand, y.operand],
+        )?;
         let scalar = cond.scalar && x.scalar && y.scalar;
         self.set_tensor(n, 0, out, x.dtype, scalar);
         Ok(())
@@ -287,8 +372,9 @@ impl Lowerer<'_> {
                 .attrs
                 .int("to")?
                 .ok_or_else(|| super::NodeError::Invalid("Cast needs 'to'".into()))?;
-            super::super::tensor::host_data_type(code as i32)
-                .ok_or_else(|| super::NodeError::Unsupported(format!("Cast to type code {code} is not supported")))?
+            super::super::tensor::host_data_type(code as i32).ok_or_else(|| {
+                super::NodeError::Unsupported(format!("Cast to type code {code} is not supported"))
+            })?
         };
         match self.required(n, 0)? {
             Value::Const(c) => {

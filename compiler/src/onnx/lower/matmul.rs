@@ -12,8 +12,16 @@ use super::{Lowerer, NResult, Node, TensorValue, Value, invalid, unsupported};
 
 impl Lowerer<'_> {
     /// FULLY_CONNECTED of a [rows, K] operand with weights [N, K] and a bias of N values.
-    fn fully_connected(&mut self, n: &Node, x: u32, weights: &ConstTensor, bias: &[f32]) -> NResult<u32> {
-        let w = self.const_operand(&constant::cast(weights, DataType::F32))?.operand;
+    fn fully_connected(
+        &mut self,
+        n: &Node,
+        x: u32,
+        weights: &ConstTensor,
+        bias: &[f32],
+    ) -> NResult<u32> {
+        let w = self
+            .const_operand(&constant::cast(weights, DataType::F32))?
+            .operand;
         let b = self.model.add_f32_tensor(vec![bias.len() as u32], bias);
         let act = self.i32_const(0);
         self.emit(n, OperationType::FullyConnected, vec![x, w, b, act])
@@ -29,7 +37,11 @@ impl Lowerer<'_> {
         if self.rank(a) != 2 {
             return invalid("Gemm needs a rank-2 A");
         }
-        let a_op = if trans_a { self.transpose_op(n, a.operand, &[1, 0])? } else { a.operand };
+        let a_op = if trans_a {
+            self.transpose_op(n, a.operand, &[1, 0])?
+        } else {
+            a.operand
+        };
         let c = self.input(n, 2)?;
         let b_value = self.required(n, 1)?;
         let mut y = match &b_value {
@@ -38,14 +50,29 @@ impl Lowerer<'_> {
                     return invalid("Gemm needs a rank-2 B");
                 }
                 // Weights [N, K] = (transB ? B : B^T) * alpha.
-                let w = if trans_b { (**b).clone() } else { constant::transpose(b, &[1, 0])? };
-                let w = if alpha != 1.0 { constant::unary(&constant::cast(&w, DataType::F32), |v| v * f64::from(alpha)) } else { w };
+                let w = if trans_b {
+                    (**b).clone()
+                } else {
+                    constant::transpose(b, &[1, 0])?
+                };
+                let w = if alpha != 1.0 {
+                    constant::unary(&constant::cast(&w, DataType::F32), |v| v * f64::from(alpha))
+                } else {
+                    w
+                };
                 let units = w.shape[0];
                 // A constant C that broadcasts along rows folds into the bias.
                 let folded_bias = match &c {
-                    Some(Value::Const(c)) if c.element_count() == units || c.element_count() == 1 => {
+                    Some(Value::Const(c))
+                        if c.element_count() == units || c.element_count() == 1 =>
+                    {
                         let cb = constant::broadcast_to(c, &[units])?;
-                        Some(constant::to_f32s(&cb).into_iter().map(|v| v * beta).collect::<Vec<f32>>())
+                        Some(
+                            constant::to_f32s(&cb)
+                                .into_iter()
+                                .map(|v| v * beta)
+                                .collect::<Vec<f32>>(),
+                        )
                     }
                     None => Some(vec![0.0; units]),
                     _ => None,
@@ -63,9 +90,20 @@ impl Lowerer<'_> {
                 self.require_float(n, b)?;
                 let adj_a = self.bool_const(false);
                 let adj_b = self.bool_const(trans_b);
-                let mut out = self.emit(n, OperationType::BatchMatmul, vec![a_op, b.operand, adj_a, adj_b])?;
+                let mut out = self.emit(
+                    n,
+                    OperationType::BatchMatmul,
+                    vec![a_op, b.operand, adj_a, adj_b],
+                )?;
                 if alpha != 1.0 {
-                    out = self.with_scalar(n, OperationType::Mul, TensorValue { operand: out, ..a }, f64::from(alpha))?.operand;
+                    out = self
+                        .with_scalar(
+                            n,
+                            OperationType::Mul,
+                            TensorValue { operand: out, ..a },
+                            f64::from(alpha),
+                        )?
+                        .operand;
                 }
                 if c.is_none() {
                     self.set_tensor(n, 0, out, DataType::F32, false);
@@ -77,12 +115,17 @@ impl Lowerer<'_> {
         // Add beta * C.
         let cv = match c {
             Some(Value::Const(c)) => {
-                let scaled = constant::unary(&constant::cast(&c, DataType::F32), |v| v * f64::from(beta));
+                let scaled =
+                    constant::unary(&constant::cast(&c, DataType::F32), |v| v * f64::from(beta));
                 self.const_operand(&scaled)?
             }
             Some(Value::Tensor(_)) => {
                 let ct = self.tensor(n, 2)?;
-                if beta != 1.0 { self.with_scalar(n, OperationType::Mul, ct, f64::from(beta))? } else { ct }
+                if beta != 1.0 {
+                    self.with_scalar(n, OperationType::Mul, ct, f64::from(beta))?
+                } else {
+                    ct
+                }
             }
             None => return invalid("unreachable"),
         };
@@ -105,7 +148,13 @@ impl Lowerer<'_> {
             let (w, n_out) = if b.shape.len() == 2 {
                 (constant::transpose(b, &[1, 0])?, b.shape[1])
             } else {
-                (ConstTensor { shape: vec![1, k], ..(**b).clone() }, 1)
+                (
+                    ConstTensor {
+                        shape: vec![1, k],
+                        ..(**b).clone()
+                    },
+                    1,
+                )
             };
             let last = a_dims.last().copied().unwrap_or(0);
             if last != 0 && last as usize != k {
@@ -151,14 +200,24 @@ impl Lowerer<'_> {
         for i in 0..rank - 2 {
             let (p, q) = (la[i], lb[i]);
             if p != q && p != 1 && q != 1 {
-                return invalid(format!("MatMul batch dimensions {p} and {q} do not broadcast"));
+                return invalid(format!(
+                    "MatMul batch dimensions {p} and {q} do not broadcast"
+                ));
             }
             batch.push(p.max(q));
         }
         let tile_to = |this: &mut Self, op: u32, dims: &[u32], lifted: &[u32]| -> NResult<u32> {
             let mut v = this.reshape_to(n, op, lifted)?;
             let _ = dims;
-            let multiples: Vec<i32> = (0..rank).map(|i| if i < rank - 2 { (batch[i] / lifted[i]) as i32 } else { 1 }).collect();
+            let multiples: Vec<i32> = (0..rank)
+                .map(|i| {
+                    if i < rank - 2 {
+                        (batch[i] / lifted[i]) as i32
+                    } else {
+                        1
+                    }
+                })
+                .collect();
             if multiples.iter().any(|&m| m != 1) {
                 let m = this.i32_vector(&multiples);
                 v = this.emit(n, OperationType::Tile, vec![v, m])?;

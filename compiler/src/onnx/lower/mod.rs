@@ -35,16 +35,102 @@ use crate::error::CompileError;
 
 /// Every ONNX operator (default domain) that has a lowering.
 pub const SUPPORTED_OPS: &[&str] = &[
-    "Abs", "Add", "And", "ArgMax", "ArgMin", "AveragePool", "BatchNormalization", "Cast", "CastLike", "Ceil",
-    "Celu", "Clip", "Concat", "Constant", "ConstantOfShape", "Conv", "ConvTranspose", "Cos", "DepthToSpace", "Div",
-    "Dropout", "Elu", "Equal", "Exp", "Expand", "Flatten", "Floor", "Gather", "Gemm", "GlobalAveragePool",
-    "GlobalMaxPool", "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization",
-    "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "LRN", "MatMul", "Max", "MaxPool", "Mean", "Min", "Mish",
-    "Mul", "Neg", "Not", "Or", "Pad", "Pow", "PRelu", "Range", "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSum",
-    "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu",
-    "Reshape", "Resize", "Selu", "Shape", "Sigmoid", "Sign", "Sin", "Size", "Slice", "Softmax", "Softplus",
-    "Softsign", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "ThresholdedRelu", "Tile", "TopK",
-    "Transpose", "Unsqueeze", "Upsample", "Where", "Xor",
+    "Abs",
+    "Add",
+    "And",
+    "ArgMax",
+    "ArgMin",
+    "AveragePool",
+    "BatchNormalization",
+    "Cast",
+    "CastLike",
+    "Ceil",
+    "Celu",
+    "Clip",
+    "Concat",
+    "Constant",
+    "ConstantOfShape",
+    "Conv",
+    "ConvTranspose",
+    "Cos",
+    "DepthToSpace",
+    "Div",
+    "Dropout",
+    "Elu",
+    "Equal",
+    "Exp",
+    "Expand",
+    "Flatten",
+    "Floor",
+    "Gather",
+    "Gemm",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "Greater",
+    "GreaterOrEqual",
+    "HardSigmoid",
+    "HardSwish",
+    "Identity",
+    "InstanceNormalization",
+    "LeakyRelu",
+    "Less",
+    "LessOrEqual",
+    "Log",
+    "LogSoftmax",
+    "LRN",
+    "MatMul",
+    "Max",
+    "MaxPool",
+    "Mean",
+    "Min",
+    "Mish",
+    "Mul",
+    "Neg",
+    "Not",
+    "Or",
+    "Pad",
+    "Pow",
+    "PRelu",
+    "Range",
+    "Reciprocal",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceMax",
+    "ReduceMean",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceSum",
+    "ReduceSumSquare",
+    "Relu",
+    "Reshape",
+    "Resize",
+    "Selu",
+    "Shape",
+    "Sigmoid",
+    "Sign",
+    "Sin",
+    "Size",
+    "Slice",
+    "Softmax",
+    "Softplus",
+    "Softsign",
+    "SpaceToDepth",
+    "Split",
+    "Sqrt",
+    "Squeeze",
+    "Sub",
+    "Sum",
+    "Tanh",
+    "ThresholdedRelu",
+    "Tile",
+    "TopK",
+    "Transpose",
+    "Unsqueeze",
+    "Upsample",
+    "Where",
+    "Xor",
 ];
 
 /// Why a node could not be lowered.
@@ -130,19 +216,32 @@ impl<'e> Lowerer<'e> {
 
     pub fn add_initializers(&mut self, graph: &GraphProto) -> Result<(), CompileError> {
         if let Some(sparse) = graph.sparse_initializer.first() {
-            let name = sparse.values.as_ref().map(|v| v.name.as_str()).unwrap_or("");
+            let name = sparse
+                .values
+                .as_ref()
+                .map(|v| v.name.as_str())
+                .unwrap_or("");
             let mut report = crate::error::UnsupportedReport::new("ONNX");
-            report.add("sparse_initializer", name, "sparse initializers are not supported");
+            report.add(
+                "sparse_initializer",
+                name,
+                "sparse initializers are not supported",
+            );
             return Err(CompileError::Unsupported(report));
         }
         for t in &graph.initializer {
             let host = tensor_to_host(t, self.ext)?;
-            self.values.insert(t.name.clone(), Value::Const(Rc::new(host)));
+            self.values
+                .insert(t.name.clone(), Value::Const(Rc::new(host)));
         }
         Ok(())
     }
 
-    pub fn add_inputs(&mut self, graph: &GraphProto, options: &ImportOptions) -> Result<(), CompileError> {
+    pub fn add_inputs(
+        &mut self,
+        graph: &GraphProto,
+        options: &ImportOptions,
+    ) -> Result<(), CompileError> {
         let real_inputs: Vec<_> = graph
             .input
             .iter()
@@ -159,21 +258,33 @@ impl<'e> Lowerer<'e> {
         }
         for input in real_inputs {
             let location = format!("graph input '{}'", input.name);
-            let Some(super::proto::type_proto::Value::TensorType(tt)) = input.r#type.as_ref().and_then(|t| t.value.as_ref())
+            let Some(super::proto::type_proto::Value::TensorType(tt)) =
+                input.r#type.as_ref().and_then(|t| t.value.as_ref())
             else {
                 let mut report = crate::error::UnsupportedReport::new("ONNX");
-                report.add("input", &input.name, "only tensor-typed inputs are supported");
+                report.add(
+                    "input",
+                    &input.name,
+                    "only tensor-typed inputs are supported",
+                );
                 return Err(CompileError::Unsupported(report));
             };
             let dtype = super::tensor::host_data_type(tt.elem_type).ok_or_else(|| {
                 CompileError::invalid(
                     location.clone(),
-                    format!("element type {} is not supported", tensor_proto::DataType::describe(tt.elem_type)),
+                    format!(
+                        "element type {} is not supported",
+                        tensor_proto::DataType::describe(tt.elem_type)
+                    ),
                 )
             })?;
             let Some(operand_type) = nn_type_for(dtype) else {
                 let mut report = crate::error::UnsupportedReport::new("ONNX");
-                report.add("input", &input.name, format!("{dtype} inputs are not supported"));
+                report.add(
+                    "input",
+                    &input.name,
+                    format!("{dtype} inputs are not supported"),
+                );
                 return Err(CompileError::Unsupported(report));
             };
             let mut dims = Vec::new();
@@ -184,7 +295,13 @@ impl<'e> Lowerer<'e> {
                         Some(D::DimValue(v)) if *v >= 1 && *v <= i64::from(i32::MAX) => *v as u32,
                         Some(D::DimValue(0)) => {
                             let mut report = crate::error::UnsupportedReport::new("ONNX");
-                            report.add("input", &input.name, format!("dimension {k} has size 0 (empty tensors are not supported)"));
+                            report.add(
+                                "input",
+                                &input.name,
+                                format!(
+                                    "dimension {k} has size 0 (empty tensors are not supported)"
+                                ),
+                            );
                             return Err(CompileError::Unsupported(report));
                         }
                         Some(D::DimValue(v)) => {
@@ -199,7 +316,11 @@ impl<'e> Lowerer<'e> {
                 }
             } else if !options.input_shapes.contains_key(&input.name) {
                 let mut report = crate::error::UnsupportedReport::new("ONNX");
-                report.add("input", &input.name, "inputs of unknown rank are not supported; pass --input-shape");
+                report.add(
+                    "input",
+                    &input.name,
+                    "inputs of unknown rank are not supported; pass --input-shape",
+                );
                 return Err(CompileError::Unsupported(report));
             }
             if let Some(fixed) = options.input_shapes.get(&input.name) {
@@ -222,7 +343,9 @@ impl<'e> Lowerer<'e> {
                 dims = fixed.clone();
             }
             let scalar = dims.is_empty();
-            let mut operand = Operand::new(operand_type, if scalar { vec![1] } else { dims.clone() }).with_name(&input.name);
+            let mut operand =
+                Operand::new(operand_type, if scalar { vec![1] } else { dims.clone() })
+                    .with_name(&input.name);
             operand.lifetime = Lifetime::SubgraphInput;
             let index = self.model.add_operand(operand);
             self.model.main.inputs.push(index);
@@ -259,16 +382,27 @@ impl<'e> Lowerer<'e> {
             // constants and values already listed as outputs.
             if operand.lifetime != Lifetime::TemporaryVariable {
                 let dims = operand.dimensions.clone();
-                let shape = self.model.add_i32_vector(&dims.iter().map(|&d| d as i32).collect::<Vec<_>>());
+                let shape = self
+                    .model
+                    .add_i32_vector(&dims.iter().map(|&d| d as i32).collect::<Vec<_>>());
                 let copy = self
-                    .emit_raw(OperationType::Reshape, vec![tv.operand, shape], vec![None], &output.name)
+                    .emit_raw(
+                        OperationType::Reshape,
+                        vec![tv.operand, shape],
+                        vec![None],
+                        &output.name,
+                    )
                     .map_err(|e| node_error_to_compile(e, &location))?;
                 tv.operand = copy[0];
             }
             let operand = &mut self.model.main.operands[tv.operand as usize];
             operand.lifetime = Lifetime::SubgraphOutput;
             operand.name = output.name.clone();
-            let dims = if tv.scalar { Vec::new() } else { operand.dimensions.clone() };
+            let dims = if tv.scalar {
+                Vec::new()
+            } else {
+                operand.dimensions.clone()
+            };
             self.model.main.outputs.push(tv.operand);
             self.model.output_info.push(IoInfo {
                 name: output.name.clone(),
@@ -298,11 +432,15 @@ impl<'e> Lowerer<'e> {
             "InstanceNormalization" => self.instance_norm(n),
             "LRN" => self.lrn(n),
             "Softmax" | "LogSoftmax" => self.softmax(n),
-            "Relu" | "Sigmoid" | "Tanh" | "HardSwish" | "Clip" | "LeakyRelu" | "PRelu" | "Elu" | "Selu" | "Celu"
-            | "HardSigmoid" | "Softplus" | "Softsign" | "ThresholdedRelu" | "Mish" => self.activation(n),
-            "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Max" | "Min" | "Sum" | "Mean" | "Equal" | "Less" | "Greater"
-            | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor" => self.binary(n),
-            "Abs" | "Neg" | "Exp" | "Log" | "Sqrt" | "Reciprocal" | "Floor" | "Ceil" | "Sin" | "Cos" | "Not" | "Sign" => self.unary(n),
+            "Relu" | "Sigmoid" | "Tanh" | "HardSwish" | "Clip" | "LeakyRelu" | "PRelu" | "Elu"
+            | "Selu" | "Celu" | "HardSigmoid" | "Softplus" | "Softsign" | "ThresholdedRelu"
+            | "Mish" => self.activation(n),
+            "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Max" | "Min" | "Sum" | "Mean" | "Equal"
+            | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor" => {
+                self.binary(n)
+            }
+            "Abs" | "Neg" | "Exp" | "Log" | "Sqrt" | "Reciprocal" | "Floor" | "Ceil" | "Sin"
+            | "Cos" | "Not" | "Sign" => self.unary(n),
             "Where" => self.where_op(n),
             "Cast" | "CastLike" => self.cast(n),
             "Identity" | "Dropout" => self.identity(n),
@@ -323,8 +461,8 @@ impl<'e> Lowerer<'e> {
             "Expand" => self.expand(n),
             "DepthToSpace" | "SpaceToDepth" => self.depth_space(n),
             "Resize" | "Upsample" => self.resize(n),
-            "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"
-            | "ReduceLogSum" | "ReduceLogSumExp" | "ReduceSumSquare" => self.reduce(n),
+            "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1"
+            | "ReduceL2" | "ReduceLogSum" | "ReduceLogSumExp" | "ReduceSumSquare" => self.reduce(n),
             "ArgMax" | "ArgMin" => self.arg_reduce(n),
             "TopK" => self.topk(n),
             other => unsupported(format!("no lowering for {other}")),
@@ -335,7 +473,11 @@ impl<'e> Lowerer<'e> {
 
     /// The name of input `i`, or `None` when absent or omitted (empty name).
     pub fn input_name<'n>(&self, n: &'n Node, i: usize) -> Option<&'n str> {
-        n.proto.input.get(i).map(String::as_str).filter(|s| !s.is_empty())
+        n.proto
+            .input
+            .get(i)
+            .map(String::as_str)
+            .filter(|s| !s.is_empty())
     }
 
     pub fn input(&self, n: &Node, i: usize) -> NResult<Option<Value>> {
@@ -408,7 +550,8 @@ impl<'e> Lowerer<'e> {
                     if d == 0 {
                         unsupported("empty (zero-sized) tensors are not supported")
                     } else {
-                        u32::try_from(d).map_err(|_| NodeError::Invalid(format!("dimension {d} is too large")))
+                        u32::try_from(d)
+                            .map_err(|_| NodeError::Invalid(format!("dimension {d} is too large")))
                     }
                 })
                 .collect::<NResult<_>>()?
@@ -420,12 +563,19 @@ impl<'e> Lowerer<'e> {
                 bytemuck::cast_slice(&constant::to_f32s(c)).to_vec(),
             ),
             DataType::Bool => (OperandType::TensorBool8, c.data.clone()),
-            DataType::I64 | DataType::I32 | DataType::U32 | DataType::I16 | DataType::U16 | DataType::U64 => {
+            DataType::I64
+            | DataType::I32
+            | DataType::U32
+            | DataType::I16
+            | DataType::U16
+            | DataType::U64 => {
                 let values = constant::to_i64s(c);
                 let mut out = Vec::with_capacity(values.len() * 4);
                 for v in values {
                     let v32 = i32::try_from(v).map_err(|_| {
-                        NodeError::Unsupported(format!("integer constant {v} does not fit the NN set's 32-bit integers"))
+                        NodeError::Unsupported(format!(
+                            "integer constant {v} does not fit the NN set's 32-bit integers"
+                        ))
                     })?;
                     out.extend_from_slice(&v32.to_le_bytes());
                 }
@@ -435,13 +585,21 @@ impl<'e> Lowerer<'e> {
         };
         let dtype = match c.dtype {
             DataType::F64 | DataType::F16 => DataType::F32,
-            DataType::I32 | DataType::U32 | DataType::I16 | DataType::U16 | DataType::U64 => DataType::I64,
+            DataType::I32 | DataType::U32 | DataType::I16 | DataType::U16 | DataType::U64 => {
+                DataType::I64
+            }
             other => other,
         };
-        let operand = self.model.add_constant(Operand::new(operand_type, dims), &bytes);
+        let operand = self
+            .model
+            .add_constant(Operand::new(operand_type, dims), &bytes);
         Ok(TensorValue {
             operand,
-            dtype: if c.dtype == DataType::I32 { DataType::I32 } else { dtype },
+            dtype: if c.dtype == DataType::I32 {
+                DataType::I32
+            } else {
+                dtype
+            },
             scalar,
         })
     }
@@ -459,7 +617,9 @@ impl<'e> Lowerer<'e> {
         if tv.scalar {
             Vec::new()
         } else {
-            self.model.main.operands[tv.operand as usize].dimensions.clone()
+            self.model.main.operands[tv.operand as usize]
+                .dimensions
+                .clone()
         }
     }
 
@@ -467,13 +627,21 @@ impl<'e> Lowerer<'e> {
     pub fn known_dims(&self, tv: TensorValue) -> NResult<Vec<u32>> {
         let dims = self.dims(tv);
         if dims.contains(&0) {
-            return unsupported("needs the input dimensions at compile time; fix dynamic dimensions with --input-shape");
+            return unsupported(
+                "needs the input dimensions at compile time; fix dynamic dimensions with --input-shape",
+            );
         }
         Ok(dims)
     }
 
     pub fn rank(&self, tv: TensorValue) -> usize {
-        if tv.scalar { 0 } else { self.model.main.operands[tv.operand as usize].dimensions.len() }
+        if tv.scalar {
+            0
+        } else {
+            self.model.main.operands[tv.operand as usize]
+                .dimensions
+                .len()
+        }
     }
 
     pub fn operand_type(&self, tv: TensorValue) -> OperandType {
@@ -494,7 +662,15 @@ impl<'e> Lowerer<'e> {
     }
 
     pub fn set_tensor(&mut self, n: &Node, i: usize, operand: u32, dtype: DataType, scalar: bool) {
-        self.set_output(n, i, Value::Tensor(TensorValue { operand, dtype, scalar }));
+        self.set_output(
+            n,
+            i,
+            Value::Tensor(TensorValue {
+                operand,
+                dtype,
+                scalar,
+            }),
+        );
     }
 
     pub fn set_const(&mut self, n: &Node, i: usize, c: ConstTensor) {
@@ -569,8 +745,13 @@ impl<'e> Lowerer<'e> {
     /// A one-element tensor constant of the given type holding `v` (for broadcasting).
     pub fn scalar_tensor(&mut self, operand_type: OperandType, v: f64) -> u32 {
         match operand_type {
-            OperandType::TensorInt32 => self.model.add_constant(Operand::new(operand_type, vec![1]), &(v as i32).to_le_bytes()),
-            OperandType::TensorBool8 => self.model.add_constant(Operand::new(operand_type, vec![1]), &[u8::from(v != 0.0)]),
+            OperandType::TensorInt32 => self.model.add_constant(
+                Operand::new(operand_type, vec![1]),
+                &(v as i32).to_le_bytes(),
+            ),
+            OperandType::TensorBool8 => self
+                .model
+                .add_constant(Operand::new(operand_type, vec![1]), &[u8::from(v != 0.0)]),
             _ => self.model.add_f32_tensor(vec![1], &[v as f32]),
         }
     }
@@ -581,9 +762,14 @@ impl<'e> Lowerer<'e> {
         if current.as_slice() == dims {
             return Ok(x);
         }
-        let shape: Vec<i32> = dims.iter().map(|&d| if d == 0 { -1 } else { d as i32 }).collect();
+        let shape: Vec<i32> = dims
+            .iter()
+            .map(|&d| if d == 0 { -1 } else { d as i32 })
+            .collect();
         if shape.iter().filter(|&&d| d == -1).count() > 1 {
-            return unsupported("needs a reshape with more than one unknown dimension; fix dynamic dimensions with --input-shape");
+            return unsupported(
+                "needs a reshape with more than one unknown dimension; fix dynamic dimensions with --input-shape",
+            );
         }
         let s = self.i32_vector(&shape);
         self.emit(n, OperationType::Reshape, vec![x, s])
@@ -608,7 +794,11 @@ impl<'e> Lowerer<'e> {
     /// Requires a float32 run-time value.
     pub fn require_float(&self, n: &Node, tv: TensorValue) -> NResult<()> {
         if tv.dtype != DataType::F32 {
-            return unsupported(format!("{} on {} tensors is not supported", n.op(), tv.dtype));
+            return unsupported(format!(
+                "{} on {} tensors is not supported",
+                n.op(),
+                tv.dtype
+            ));
         }
         Ok(())
     }
@@ -627,7 +817,12 @@ fn node_error_to_compile(e: NodeError, location: &str) -> CompileError {
 
 /// Reads an integer list given as an attribute (older opsets) or as a constant input
 /// (newer ones).
-pub(crate) fn ints_from_attr_or_input(lowerer: &Lowerer, n: &Node, attr: &str, input: usize) -> NResult<Option<Vec<i64>>> {
+pub(crate) fn ints_from_attr_or_input(
+    lowerer: &Lowerer,
+    n: &Node,
+    attr: &str,
+    input: usize,
+) -> NResult<Option<Vec<i64>>> {
     if let Some(v) = n.attrs.ints(attr)? {
         return Ok(Some(v));
     }

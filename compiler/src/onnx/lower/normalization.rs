@@ -10,7 +10,13 @@ impl Lowerer<'_> {
     /// Emits `x * scale + shift` with per-channel constants along ONNX's channel axis
     /// (axis 1). Rank-4 inputs run in NHWC so a preceding convolution's output feeds
     /// the multiply directly, which is what the batch-norm folding pass looks for.
-    pub(super) fn channel_affine(&mut self, n: &Node, x: TensorValue, scale: &[f32], shift: &[f32]) -> NResult<u32> {
+    pub(super) fn channel_affine(
+        &mut self,
+        n: &Node,
+        x: TensorValue,
+        scale: &[f32],
+        shift: &[f32],
+    ) -> NResult<u32> {
         let rank = self.rank(x);
         let c = scale.len() as u32;
         let (input, const_dims) = match rank {
@@ -20,7 +26,11 @@ impl Lowerer<'_> {
                 d.extend(std::iter::repeat_n(1, r - 2));
                 (x.operand, d)
             }
-            _ => return Err(super::NodeError::Invalid("needs an input of rank >= 2".into())),
+            _ => {
+                return Err(super::NodeError::Invalid(
+                    "needs an input of rank >= 2".into(),
+                ));
+            }
         };
         let s = self.model.add_f32_tensor(const_dims.clone(), scale);
         let b = self.model.add_f32_tensor(const_dims, shift);
@@ -46,15 +56,24 @@ impl Lowerer<'_> {
             .collect::<NResult<_>>()?;
         let c = params[0].len();
         if params.iter().any(|p| p.len() != c) {
-            return Err(super::NodeError::Invalid("scale, bias, mean and variance differ in length".into()));
+            return Err(super::NodeError::Invalid(
+                "scale, bias, mean and variance differ in length".into(),
+            ));
         }
         let dims = self.dims(x);
         if dims.len() < 2 || (dims[1] != 0 && dims[1] as usize != c) {
-            return Err(super::NodeError::Invalid(format!("input channels {:?} do not match {c} parameters", dims.get(1))));
+            return Err(super::NodeError::Invalid(format!(
+                "input channels {:?} do not match {c} parameters",
+                dims.get(1)
+            )));
         }
         // y = (x - mean) / sqrt(var + eps) * scale + bias = x * a + b, computed in f64.
-        let a: Vec<f64> = (0..c).map(|i| params[0][i] / (params[3][i] + eps).sqrt()).collect();
-        let b: Vec<f32> = (0..c).map(|i| (params[1][i] - params[2][i] * a[i]) as f32).collect();
+        let a: Vec<f64> = (0..c)
+            .map(|i| params[0][i] / (params[3][i] + eps).sqrt())
+            .collect();
+        let b: Vec<f32> = (0..c)
+            .map(|i| (params[1][i] - params[2][i] * a[i]) as f32)
+            .collect();
         let a: Vec<f32> = a.into_iter().map(|v| v as f32).collect();
         let y = self.channel_affine(n, x, &a, &b)?;
         self.set_tensor(n, 0, y, DataType::F32, false);
@@ -69,7 +88,9 @@ impl Lowerer<'_> {
         let eps = n.attrs.float_or("epsilon", 1e-5)?;
         let rank = self.rank(x);
         if scale.len() != bias.len() {
-            return Err(super::NodeError::Invalid("scale and bias differ in length".into()));
+            return Err(super::NodeError::Invalid(
+                "scale and bias differ in length".into(),
+            ));
         }
         let (x4, _) = self.as_4d(n, x)?;
         let xh = self.to_nhwc(n, x4)?;
@@ -77,7 +98,11 @@ impl Lowerer<'_> {
         let beta = self.f32_const(0.0);
         let e = self.f32_const(eps);
         let layout = self.bool_const(false);
-        let normed = self.emit(n, OperationType::InstanceNormalization, vec![xh, gamma, beta, e, layout])?;
+        let normed = self.emit(
+            n,
+            OperationType::InstanceNormalization,
+            vec![xh, gamma, beta, e, layout],
+        )?;
         // The NN operation's gamma and beta are scalars; ONNX's are per channel.
         let s = self.model.add_f32_tensor(vec![scale.len() as u32], &scale);
         let b = self.model.add_f32_tensor(vec![bias.len() as u32], &bias);
@@ -102,7 +127,9 @@ impl Lowerer<'_> {
             .int("size")?
             .ok_or_else(|| super::NodeError::Invalid("LRN needs 'size'".into()))?;
         if size < 1 || size % 2 == 0 {
-            return unsupported(format!("LRN size {size}: the NN set's window is symmetric, so only odd sizes are supported"));
+            return unsupported(format!(
+                "LRN size {size}: the NN set's window is symmetric, so only odd sizes are supported"
+            ));
         }
         let alpha = n.attrs.float_or("alpha", 1e-4)?;
         let beta = n.attrs.float_or("beta", 0.75)?;
@@ -129,15 +156,24 @@ impl Lowerer<'_> {
         let rank = self.rank(x).max(1);
         let default_axis = if self.opset >= 13 { -1 } else { 1 };
         let a = axis(n.attrs.int_or("axis", default_axis)?, rank)?;
-        let op = if log { OperationType::LogSoftmax } else { OperationType::Softmax };
+        let op = if log {
+            OperationType::LogSoftmax
+        } else {
+            OperationType::Softmax
+        };
         let emit_last_axis = |this: &mut Self, input: u32, ax: i32| -> NResult<u32> {
             let beta = this.f32_const(1.0);
             let mut inputs = vec![input, beta];
             if log || ax != -1 {
                 inputs.push(this.i32_const(ax));
             }
-            this.emit_raw(op, inputs, vec![Some(Operand::new(OperandType::TensorFloat32, vec![]))], &n.label)
-                .map(|v| v[0])
+            this.emit_raw(
+                op,
+                inputs,
+                vec![Some(Operand::new(OperandType::TensorFloat32, vec![]))],
+                &n.label,
+            )
+            .map(|v| v[0])
         };
         let y = if self.opset >= 13 || a == rank - 1 {
             let ax = if a == rank - 1 { -1 } else { a as i32 };

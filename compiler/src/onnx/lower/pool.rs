@@ -19,7 +19,10 @@ impl Lowerer<'_> {
             .ints("kernel_shape")?
             .ok_or_else(|| super::NodeError::Invalid("kernel_shape is required".into()))?;
         if kernel.len() + 2 != rank {
-            return unsupported(format!("{}-D pooling of a rank-{rank} input is not supported", kernel.len()));
+            return unsupported(format!(
+                "{}-D pooling of a rank-{rank} input is not supported",
+                kernel.len()
+            ));
         }
         let dims = self.dims(x);
         let sp = read_spatial(n, &kernel, &dims[2..], max)?;
@@ -33,7 +36,16 @@ impl Lowerer<'_> {
         let mut xh = self.to_nhwc(n, x4)?;
         if count_include_pad && sp.pads.iter().any(|&p| p > 0) {
             // NN pools never count padding; padding with explicit zeros first does.
-            let paddings = self.i32_vector(&[0, 0, top as i32, bottom as i32, left as i32, right as i32, 0, 0]);
+            let paddings = self.i32_vector(&[
+                0,
+                0,
+                top as i32,
+                bottom as i32,
+                left as i32,
+                right as i32,
+                0,
+                0,
+            ]);
             xh = self.emit(n, OperationType::Pad, vec![xh, paddings])?;
             (top, left, bottom, right) = (0, 0, 0, 0);
         }
@@ -43,7 +55,9 @@ impl Lowerer<'_> {
             // ignore padded elements, as ONNX does for the ceil-mode overhang.
             let (h, w) = (d4[2], d4[3]);
             if h == 0 || w == 0 {
-                return unsupported("ceil_mode needs the spatial size at compile time; use --input-shape");
+                return unsupported(
+                    "ceil_mode needs the spatial size at compile time; use --input-shape",
+                );
             }
             let extra = |input: u32, k: u32, s: u32, a: u32, b: u32| -> u32 {
                 let span = i64::from(input) + i64::from(a) + i64::from(b) - i64::from(k);
@@ -56,12 +70,20 @@ impl Lowerer<'_> {
                 if (ceil_out - 1) * i64::from(s) >= i64::from(input) + i64::from(a) {
                     ceil_out -= 1;
                 }
-                if ceil_out > floor_out { (s - 1) as u32 } else { 0 }
+                if ceil_out > floor_out {
+                    (s - 1) as u32
+                } else {
+                    0
+                }
             };
             extra_h = extra(h, sp.kernel[0], sp.strides[0], top, bottom);
             extra_w = extra(w, sp.kernel[1], sp.strides[1], left, right);
         }
-        let op = if max { OperationType::MaxPool2d } else { OperationType::AveragePool2d };
+        let op = if max {
+            OperationType::MaxPool2d
+        } else {
+            OperationType::AveragePool2d
+        };
         let mut inputs = vec![xh];
         for v in [
             left,
@@ -88,7 +110,10 @@ impl Lowerer<'_> {
         self.require_float(n, x)?;
         let rank = self.rank(x);
         if rank < 3 {
-            return Err(super::NodeError::Invalid(format!("{} needs an input of rank >= 3", n.op())));
+            return Err(super::NodeError::Invalid(format!(
+                "{} needs an input of rank >= 3",
+                n.op()
+            )));
         }
         let axes: Vec<i32> = (2..rank as i32).collect();
         let axes = self.i32_vector(&axes);

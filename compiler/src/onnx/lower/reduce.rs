@@ -53,7 +53,9 @@ impl Lowerer<'_> {
             self.set_const(n, 0, t);
             return Ok(());
         }
-        let Value::Tensor(x) = data else { return invalid("unreachable") };
+        let Value::Tensor(x) = data else {
+            return invalid("unreachable");
+        };
         if x.dtype != DataType::F32 {
             return unsupported(format!("{op} on {} tensors is not supported", x.dtype));
         }
@@ -72,8 +74,18 @@ impl Lowerer<'_> {
             "ReduceL2" | "ReduceSumSquare" => {
                 let act = self.i32_const(0);
                 let sq = self.emit(n, OperationType::Mul, vec![x.operand, x.operand, act])?;
-                let s = self.reduce_emit(n, OperationType::ReduceSum, TensorValue { operand: sq, ..x }, &axes_i32, keep)?;
-                if op == "ReduceL2" { self.unary_emit(n, OperationType::Sqrt, s)? } else { s }
+                let s = self.reduce_emit(
+                    n,
+                    OperationType::ReduceSum,
+                    TensorValue { operand: sq, ..x },
+                    &axes_i32,
+                    keep,
+                )?;
+                if op == "ReduceL2" {
+                    self.unary_emit(n, OperationType::Sqrt, s)?
+                } else {
+                    s
+                }
             }
             "ReduceLogSum" => {
                 let s = self.reduce_emit(n, OperationType::ReduceSum, x, &axes_i32, keep)?;
@@ -84,10 +96,19 @@ impl Lowerer<'_> {
                 let m = self.reduce_emit(n, OperationType::ReduceMax, x, &axes_i32, true)?;
                 let act = self.i32_const(0);
                 let shifted = self.emit(n, OperationType::Sub, vec![x.operand, m.operand, act])?;
-                let e = self.unary_emit(n, OperationType::Exp, TensorValue { operand: shifted, ..x })?;
+                let e = self.unary_emit(
+                    n,
+                    OperationType::Exp,
+                    TensorValue {
+                        operand: shifted,
+                        ..x
+                    },
+                )?;
                 let s = self.reduce_emit(n, OperationType::ReduceSum, e, &axes_i32, keep)?;
                 let l = self.unary_emit(n, OperationType::Log, s)?;
-                let m_shape = self.model.main.operands[l.operand as usize].dimensions.clone();
+                let m_shape = self.model.main.operands[l.operand as usize]
+                    .dimensions
+                    .clone();
                 let m = self.reshape_to(n, m.operand, &m_shape)?;
                 let act = self.i32_const(0);
                 let out = self.emit(n, OperationType::Add, vec![l.operand, m, act])?;
@@ -98,9 +119,20 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    fn reduce_emit(&mut self, n: &Node, op: OperationType, x: TensorValue, axes: &[i32], keep: bool) -> NResult<TensorValue> {
+    fn reduce_emit(
+        &mut self,
+        n: &Node,
+        op: OperationType,
+        x: TensorValue,
+        axes: &[i32],
+        keep: bool,
+    ) -> NResult<TensorValue> {
         let a = self.i32_vector(axes);
-        let k = if op == OperationType::Mean { self.i32_const(i32::from(keep)) } else { self.bool_const(keep) };
+        let k = if op == OperationType::Mean {
+            self.i32_const(i32::from(keep))
+        } else {
+            self.bool_const(keep)
+        };
         let out = self.emit(n, op, vec![x.operand, a, k])?;
         Ok(TensorValue { operand: out, ..x })
     }
@@ -109,7 +141,11 @@ impl Lowerer<'_> {
         let x = self.tensor(n, 0)?;
         let t = self.operand_type(x);
         if !matches!(t, OperandType::TensorFloat32 | OperandType::TensorInt32) {
-            return unsupported(format!("{} on {} tensors is not supported", n.op(), x.dtype));
+            return unsupported(format!(
+                "{} on {} tensors is not supported",
+                n.op(),
+                x.dtype
+            ));
         }
         let dims = self.dims(x);
         let rank = dims.len();
@@ -119,7 +155,11 @@ impl Lowerer<'_> {
         let a = axis(n.attrs.int_or("axis", 0)?, rank)?;
         let keep = n.attrs.int_or("keepdims", 1)? != 0;
         let last = n.attrs.int_or("select_last_index", 0)? != 0;
-        let op = if n.op() == "ArgMax" { OperationType::Argmax } else { OperationType::Argmin };
+        let op = if n.op() == "ArgMax" {
+            OperationType::Argmax
+        } else {
+            OperationType::Argmin
+        };
         let mut input = x.operand;
         if last {
             // The last extreme index is (n - 1) minus the first one in the reversed tensor.
@@ -157,7 +197,9 @@ impl Lowerer<'_> {
             return unsupported(format!("TopK on {} tensors is not supported", x.dtype));
         }
         let k = if self.opset < 10 {
-            n.attrs.int("k")?.ok_or_else(|| NodeError::Invalid("TopK needs 'k'".into()))?
+            n.attrs
+                .int("k")?
+                .ok_or_else(|| NodeError::Invalid("TopK needs 'k'".into()))?
         } else {
             constant::to_i64s(&*self.required_const(n, 1)?)
                 .first()
@@ -187,7 +229,12 @@ impl Lowerer<'_> {
             input = self.emit(n, OperationType::Neg, vec![input])?;
         }
         let kv = self.i32_const(k as i32);
-        let outs = self.emit_raw(OperationType::TopkV2, vec![input, kv], vec![None, None], &n.label)?;
+        let outs = self.emit_raw(
+            OperationType::TopkV2,
+            vec![input, kv],
+            vec![None, None],
+            &n.label,
+        )?;
         let (mut values, mut indices) = (outs[0], outs[1]);
         if !largest {
             values = self.emit(n, OperationType::Neg, vec![values])?;

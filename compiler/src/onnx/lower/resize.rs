@@ -20,7 +20,13 @@ enum Mode {
 
 /// The source index the NN set's RESIZE_NEAREST_NEIGHBOR reads for output index `o`
 /// (TensorFlow Lite's reference rule, in f32 as the kernel computes it).
-pub fn nn_nearest_index(o: u32, input: u32, output: u32, align_corners: bool, half_pixel: bool) -> i64 {
+pub fn nn_nearest_index(
+    o: u32,
+    input: u32,
+    output: u32,
+    align_corners: bool,
+    half_pixel: bool,
+) -> i64 {
     let scale = if align_corners && output > 1 {
         (input - 1) as f32 / (output - 1) as f32
     } else {
@@ -28,7 +34,11 @@ pub fn nn_nearest_index(o: u32, input: u32, output: u32, align_corners: bool, ha
     };
     let offset = if half_pixel { 0.5f32 } else { 0.0 };
     let v = (o as f32 + offset) * scale;
-    let mut idx = if align_corners { v.round() as i64 } else { v.floor() as i64 };
+    let mut idx = if align_corners {
+        v.round() as i64
+    } else {
+        v.floor() as i64
+    };
     idx = idx.min(i64::from(input) - 1);
     if half_pixel {
         idx = idx.max(0);
@@ -37,13 +47,23 @@ pub fn nn_nearest_index(o: u32, input: u32, output: u32, align_corners: bool, ha
 }
 
 /// The real source coordinate the NN set's RESIZE_BILINEAR reads for output index `o`.
-pub fn nn_bilinear_coordinate(o: u32, input: u32, output: u32, align_corners: bool, half_pixel: bool) -> f64 {
+pub fn nn_bilinear_coordinate(
+    o: u32,
+    input: u32,
+    output: u32,
+    align_corners: bool,
+    half_pixel: bool,
+) -> f64 {
     let scale = if align_corners && output > 1 {
         (input - 1) as f32 / (output - 1) as f32
     } else {
         input as f32 / output as f32
     };
-    let v = if half_pixel { (o as f32 + 0.5) * scale - 0.5 } else { o as f32 * scale };
+    let v = if half_pixel {
+        (o as f32 + 0.5) * scale - 0.5
+    } else {
+        o as f32 * scale
+    };
     f64::from(v)
 }
 
@@ -112,11 +132,13 @@ fn choose_flags(
         for axis in 0..2 {
             let (i, out, s) = (inputs[axis], outputs[axis], scales[axis]);
             for o in 0..out {
-                let x = onnx_coordinate(transform, o, i, out, s)
-                    .ok_or_else(|| format!("coordinate_transformation_mode '{transform}' is not supported"))?;
+                let x = onnx_coordinate(transform, o, i, out, s).ok_or_else(|| {
+                    format!("coordinate_transformation_mode '{transform}' is not supported")
+                })?;
                 match mode {
                     Mode::Nearest => {
-                        let r = onnx_round(x, rounding).ok_or_else(|| format!("nearest_mode '{rounding}' is not supported"))?;
+                        let r = onnx_round(x, rounding)
+                            .ok_or_else(|| format!("nearest_mode '{rounding}' is not supported"))?;
                         let onnx_idx = (r as i64).clamp(0, i64::from(i) - 1);
                         if nn_nearest_index(o, i, out, align, half) != onnx_idx {
                             continue 'candidate;
@@ -138,8 +160,16 @@ fn choose_flags(
     }
     Err(format!(
         "{} resize with '{transform}'{} samples differently from every NN resize setting for {:?} -> {:?}",
-        if mode == Mode::Nearest { "nearest" } else { "linear" },
-        if mode == Mode::Nearest { format!(" / '{rounding}'") } else { String::new() },
+        if mode == Mode::Nearest {
+            "nearest"
+        } else {
+            "linear"
+        },
+        if mode == Mode::Nearest {
+            format!(" / '{rounding}'")
+        } else {
+            String::new()
+        },
         inputs,
         outputs
     ))
@@ -165,7 +195,8 @@ impl Lowerer<'_> {
             ("asymmetric".to_string(), "floor".to_string())
         } else {
             (
-                n.attrs.string_or("coordinate_transformation_mode", "half_pixel")?,
+                n.attrs
+                    .string_or("coordinate_transformation_mode", "half_pixel")?,
                 n.attrs.string_or("nearest_mode", "round_prefer_floor")?,
             )
         };
@@ -180,12 +211,23 @@ impl Lowerer<'_> {
         }
         // Scales or sizes, per the opset's input layout.
         let (scales, sizes): (Option<Vec<f64>>, Option<Vec<i64>>) = if upsample && self.opset < 9 {
-            (n.attrs.floats("scales")?.map(|v| v.into_iter().map(f64::from).collect()), None)
+            (
+                n.attrs
+                    .floats("scales")?
+                    .map(|v| v.into_iter().map(f64::from).collect()),
+                None,
+            )
         } else if legacy {
             (Some(constant::to_f64s(&*self.required_const(n, 1)?)), None)
         } else {
-            let scales = self.const_input(n, 2)?.map(|c| constant::to_f64s(&c)).filter(|v| !v.is_empty());
-            let sizes = self.const_input(n, 3)?.map(|c| constant::to_i64s(&c)).filter(|v| !v.is_empty());
+            let scales = self
+                .const_input(n, 2)?
+                .map(|c| constant::to_f64s(&c))
+                .filter(|v| !v.is_empty());
+            let sizes = self
+                .const_input(n, 3)?
+                .map(|c| constant::to_i64s(&c))
+                .filter(|v| !v.is_empty());
             (scales, sizes)
         };
         let (out_h, out_w, sh, sw) = match (scales, sizes) {
@@ -193,27 +235,43 @@ impl Lowerer<'_> {
                 if s[0] != i64::from(dims[0]) || s[1] != i64::from(dims[1]) {
                     return unsupported("resizing the batch or channel dimension is not supported");
                 }
-                if s[2] < 1 || s[3] < 1 || s[2] > i64::from(i32::MAX) || s[3] > i64::from(i32::MAX) {
-                    return Err(super::NodeError::Invalid(format!("sizes {s:?} out of range")));
+                if s[2] < 1 || s[3] < 1 || s[2] > i64::from(i32::MAX) || s[3] > i64::from(i32::MAX)
+                {
+                    return Err(super::NodeError::Invalid(format!(
+                        "sizes {s:?} out of range"
+                    )));
                 }
                 let (h, w) = (s[2] as u32, s[3] as u32);
-                (h, w, f64::from(h) / f64::from(dims[2]), f64::from(w) / f64::from(dims[3]))
+                (
+                    h,
+                    w,
+                    f64::from(h) / f64::from(dims[2]),
+                    f64::from(w) / f64::from(dims[3]),
+                )
             }
             (Some(s), _) if s.len() == 4 => {
                 if s[0] != 1.0 || s[1] != 1.0 {
                     return unsupported("resizing the batch or channel dimension is not supported");
                 }
                 if !(s[2] > 0.0 && s[3] > 0.0) {
-                    return Err(super::NodeError::Invalid(format!("scales {s:?} must be positive")));
+                    return Err(super::NodeError::Invalid(format!(
+                        "scales {s:?} must be positive"
+                    )));
                 }
                 let h = (f64::from(dims[2]) * s[2]).floor();
                 let w = (f64::from(dims[3]) * s[3]).floor();
-                if !(1.0..=f64::from(i32::MAX)).contains(&h) || !(1.0..=f64::from(i32::MAX)).contains(&w) {
+                if !(1.0..=f64::from(i32::MAX)).contains(&h)
+                    || !(1.0..=f64::from(i32::MAX)).contains(&w)
+                {
                     return unsupported("resizing to an empty or huge output is not supported");
                 }
                 (h as u32, w as u32, s[2], s[3])
             }
-            _ => return Err(super::NodeError::Invalid("Resize needs 4 scales or 4 sizes".into())),
+            _ => {
+                return Err(super::NodeError::Invalid(
+                    "Resize needs 4 scales or 4 sizes".into(),
+                ));
+            }
         };
         let (align, half) = choose_flags(
             mode,
@@ -233,7 +291,11 @@ impl Lowerer<'_> {
             self.bool_const(align),
             self.bool_const(half),
         ];
-        let op = if mode == Mode::Nearest { OperationType::ResizeNearestNeighbor } else { OperationType::ResizeBilinear };
+        let op = if mode == Mode::Nearest {
+            OperationType::ResizeNearestNeighbor
+        } else {
+            OperationType::ResizeBilinear
+        };
         let yh = self.emit(n, op, inputs)?;
         let y = self.to_nchw(n, yh)?;
         self.set_tensor(n, 0, y, x.dtype, false);
@@ -247,13 +309,36 @@ mod tests {
 
     #[test]
     fn integer_upsampling_matches_the_default_nn_setting() {
-        assert_eq!(choose_flags(Mode::Nearest, "asymmetric", "floor", [4, 4], [8, 8], [2.0, 2.0]), Ok((false, false)));
+        assert_eq!(
+            choose_flags(
+                Mode::Nearest,
+                "asymmetric",
+                "floor",
+                [4, 4],
+                [8, 8],
+                [2.0, 2.0]
+            ),
+            Ok((false, false))
+        );
     }
 
     #[test]
     fn half_pixel_linear_maps_to_half_pixel_centers() {
-        assert_eq!(choose_flags(Mode::Linear, "half_pixel", "", [4, 4], [8, 8], [2.0, 2.0]), Ok((false, true)));
-        assert_eq!(choose_flags(Mode::Linear, "align_corners", "", [4, 4], [8, 8], [2.0, 2.0]), Ok((true, false)));
+        assert_eq!(
+            choose_flags(Mode::Linear, "half_pixel", "", [4, 4], [8, 8], [2.0, 2.0]),
+            Ok((false, true))
+        );
+        assert_eq!(
+            choose_flags(
+                Mode::Linear,
+                "align_corners",
+                "",
+                [4, 4],
+                [8, 8],
+                [2.0, 2.0]
+            ),
+            Ok((true, false))
+        );
     }
 
     #[test]
@@ -261,7 +346,14 @@ mod tests {
         // half_pixel + round_prefer_floor puts every source coordinate of a 2x
         // downsample on a .5 tie; rounding it down is exactly the NN default rule.
         assert_eq!(
-            choose_flags(Mode::Nearest, "half_pixel", "round_prefer_floor", [8, 8], [4, 4], [0.5, 0.5]),
+            choose_flags(
+                Mode::Nearest,
+                "half_pixel",
+                "round_prefer_floor",
+                [8, 8],
+                [4, 4],
+                [0.5, 0.5]
+            ),
             Ok((false, false))
         );
     }
@@ -271,6 +363,16 @@ mod tests {
         // A scale of 0.7 on 5 pixels (output 3) samples at (o + 0.5) / 0.7 - 0.5, which no
         // NN setting (all derived from the 5 -> 3 size ratio) reproduces.
         assert!(choose_flags(Mode::Linear, "half_pixel", "", [5, 5], [3, 3], [0.7, 0.7]).is_err());
-        assert!(choose_flags(Mode::Linear, "tf_crop_and_resize", "", [4, 4], [8, 8], [2.0, 2.0]).is_err());
+        assert!(
+            choose_flags(
+                Mode::Linear,
+                "tf_crop_and_resize",
+                "",
+                [4, 4],
+                [8, 8],
+                [2.0, 2.0]
+            )
+            .is_err()
+        );
     }
 }

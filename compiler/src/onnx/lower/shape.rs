@@ -7,7 +7,10 @@ use nnc_formats::tensor::DataType;
 
 use super::super::constant::{self, ConstTensor};
 use super::super::tensor::tensor_to_host;
-use super::{Lowerer, NResult, Node, NodeError, TensorValue, Value, axis, ints_from_attr_or_input, invalid, unsupported};
+use super::{
+    Lowerer, NResult, Node, NodeError, TensorValue, Value, axis, ints_from_attr_or_input, invalid,
+    unsupported,
+};
 
 fn to_usize_dims(dims: &[u32]) -> Vec<usize> {
     dims.iter().map(|&d| d as usize).collect()
@@ -21,7 +24,9 @@ impl Lowerer<'_> {
         match value {
             Value::Const(_) => self.set_output(n, 0, value),
             Value::Tensor(tv) => {
-                let dims = self.model.main.operands[tv.operand as usize].dimensions.clone();
+                let dims = self.model.main.operands[tv.operand as usize]
+                    .dimensions
+                    .clone();
                 if dims.iter().filter(|&&d| d == 0).count() > 1 {
                     // Not expressible as a RESHAPE: alias instead.
                     self.set_output(n, 0, Value::Tensor(tv));
@@ -36,7 +41,10 @@ impl Lowerer<'_> {
 
     /// `RESHAPE(x, dims)` even when `x` already has those dimensions.
     fn reshape_to_forced(&mut self, n: &Node, x: u32, dims: &[u32]) -> NResult<u32> {
-        let shape: Vec<i32> = dims.iter().map(|&d| if d == 0 { -1 } else { d as i32 }).collect();
+        let shape: Vec<i32> = dims
+            .iter()
+            .map(|&d| if d == 0 { -1 } else { d as i32 })
+            .collect();
         let s = self.i32_vector(&shape);
         self.emit(n, OperationType::Reshape, vec![x, s])
     }
@@ -68,7 +76,10 @@ impl Lowerer<'_> {
             constant::i64_tensor(vec![], &[i])
         } else if let Some(v) = n.attrs.ints("value_ints")? {
             constant::i64_tensor(vec![v.len()], &v)
-        } else if n.attrs.has("sparse_value") || n.attrs.has("value_string") || n.attrs.has("value_strings") {
+        } else if n.attrs.has("sparse_value")
+            || n.attrs.has("value_string")
+            || n.attrs.has("value_strings")
+        {
             return unsupported("sparse and string constants are not supported");
         } else {
             return invalid("Constant has no value attribute");
@@ -81,7 +92,9 @@ impl Lowerer<'_> {
         let v = self.required(n, 0)?;
         let dims = self.shape_of_value(&v);
         if dims.contains(&0) {
-            return unsupported("Shape of a tensor with dynamic dimensions; fix them with --input-shape");
+            return unsupported(
+                "Shape of a tensor with dynamic dimensions; fix them with --input-shape",
+            );
         }
         let dims: Vec<i64> = dims.iter().map(|&d| i64::from(d)).collect();
         if n.op() == "Size" {
@@ -92,7 +105,11 @@ impl Lowerer<'_> {
         let clamp = |v: i64| -> usize { (if v < 0 { v + r } else { v }).clamp(0, r) as usize };
         let start = clamp(n.attrs.int_or("start", 0)?);
         let end = clamp(n.attrs.int_or("end", r)?);
-        let slice = if start < end { dims[start..end].to_vec() } else { Vec::new() };
+        let slice = if start < end {
+            dims[start..end].to_vec()
+        } else {
+            Vec::new()
+        };
         self.set_const(n, 0, constant::i64_tensor(vec![slice.len()], &slice));
         Ok(())
     }
@@ -101,7 +118,10 @@ impl Lowerer<'_> {
         let shape = self.required_const(n, 0)?;
         let dims: Vec<usize> = constant::to_i64s(&shape)
             .into_iter()
-            .map(|d| usize::try_from(d).map_err(|_| NodeError::Invalid(format!("negative dimension {d}"))))
+            .map(|d| {
+                usize::try_from(d)
+                    .map_err(|_| NodeError::Invalid(format!("negative dimension {d}")))
+            })
             .collect::<NResult<_>>()?;
         let value = match n.attrs.tensor("value")? {
             Some(t) => tensor_to_host(t, &super::super::tensor::ExternalDataContext::none())
@@ -117,7 +137,10 @@ impl Lowerer<'_> {
         let limit = self.required_const(n, 1)?;
         let delta = self.required_const(n, 2)?;
         let (s, l, d) = (
-            constant::to_f64s(&start)[0..1].first().copied().unwrap_or(0.0),
+            constant::to_f64s(&start)[0..1]
+                .first()
+                .copied()
+                .unwrap_or(0.0),
             constant::to_f64s(&limit).first().copied().unwrap_or(0.0),
             constant::to_f64s(&delta).first().copied().unwrap_or(0.0),
         );
@@ -129,14 +152,20 @@ impl Lowerer<'_> {
             return invalid(format!("Range of {count} elements is too large"));
         }
         let values: Vec<f64> = (0..count as usize).map(|i| s + i as f64 * d).collect();
-        self.set_const(n, 0, constant::from_f64s(start.dtype, vec![values.len()], &values));
+        self.set_const(
+            n,
+            0,
+            constant::from_f64s(start.dtype, vec![values.len()], &values),
+        );
         Ok(())
     }
 
     pub(super) fn reshape(&mut self, n: &Node) -> NResult<()> {
         let data = self.required(n, 0)?;
         let target = if self.opset < 5 {
-            n.attrs.ints("shape")?.ok_or_else(|| NodeError::Invalid("Reshape needs 'shape'".into()))?
+            n.attrs
+                .ints("shape")?
+                .ok_or_else(|| NodeError::Invalid("Reshape needs 'shape'".into()))?
         } else {
             constant::to_i64s(&*self.required_const(n, 1)?)
         };
@@ -147,7 +176,12 @@ impl Lowerer<'_> {
             dims.push(match t {
                 0 if !allow_zero => match in_dims.get(i) {
                     Some(&d) => i64::from(d),
-                    None => return invalid(format!("shape entry {i} is 0 but the input has rank {}", in_dims.len())),
+                    None => {
+                        return invalid(format!(
+                            "shape entry {i} is 0 but the input has rank {}",
+                            in_dims.len()
+                        ));
+                    }
                 },
                 0 => return unsupported("reshaping to an empty tensor is not supported"),
                 -1 => -1,
@@ -177,7 +211,14 @@ impl Lowerer<'_> {
         }
         let out_dims: Vec<u32> = dims
             .iter()
-            .map(|&d| if d <= 0 { Ok(0) } else { u32::try_from(d).map_err(|_| NodeError::Invalid(format!("dimension {d} is too large"))) })
+            .map(|&d| {
+                if d <= 0 {
+                    Ok(0)
+                } else {
+                    u32::try_from(d)
+                        .map_err(|_| NodeError::Invalid(format!("dimension {d} is too large")))
+                }
+            })
             .collect::<NResult<_>>()?;
         self.reshape_value(n, data, &out_dims)
     }
@@ -193,10 +234,21 @@ impl Lowerer<'_> {
                 if shape.iter().product::<usize>() != c.element_count() {
                     return invalid(format!("cannot reshape {:?} into {shape:?}", c.shape));
                 }
-                self.set_const(n, 0, ConstTensor { shape, ..(*c).clone() });
+                self.set_const(
+                    n,
+                    0,
+                    ConstTensor {
+                        shape,
+                        ..(*c).clone()
+                    },
+                );
             }
             Value::Tensor(tv) => {
-                let nn_dims = if dims.is_empty() { vec![1] } else { dims.to_vec() };
+                let nn_dims = if dims.is_empty() {
+                    vec![1]
+                } else {
+                    dims.to_vec()
+                };
                 let out = self.reshape_to_forced(n, tv.operand, &nn_dims)?;
                 self.set_tensor(n, 0, out, tv.dtype, dims.is_empty());
             }
@@ -214,10 +266,18 @@ impl Lowerer<'_> {
             return invalid(format!("axis {a} is out of range for rank {r}"));
         }
         let a = a as usize;
-        let product = |d: &[u32]| -> u32 { if d.contains(&0) { 0 } else { d.iter().product() } };
+        let product = |d: &[u32]| -> u32 {
+            if d.contains(&0) {
+                0
+            } else {
+                d.iter().product()
+            }
+        };
         let out = [product(&dims[..a]), product(&dims[a..])];
         if out[0] == 0 && out[1] == 0 {
-            return unsupported("Flatten with unknown dimensions on both sides of the axis; use --input-shape");
+            return unsupported(
+                "Flatten with unknown dimensions on both sides of the axis; use --input-shape",
+            );
         }
         self.reshape_value(n, data, &out)
     }
@@ -228,7 +288,9 @@ impl Lowerer<'_> {
         let perm: Vec<usize> = match n.attrs.ints("perm")? {
             Some(p) => p
                 .iter()
-                .map(|&v| usize::try_from(v).map_err(|_| NodeError::Invalid(format!("perm value {v}"))))
+                .map(|&v| {
+                    usize::try_from(v).map_err(|_| NodeError::Invalid(format!("perm value {v}")))
+                })
                 .collect::<NResult<_>>()?,
             None => (0..r).rev().collect(),
         };
@@ -275,10 +337,14 @@ impl Lowerer<'_> {
         } else {
             let r = dims.len();
             let drop: Vec<usize> = match axes {
-                Some(a) if !a.is_empty() => a.iter().map(|&x| axis(x, r)).collect::<NResult<_>>()?,
+                Some(a) if !a.is_empty() => {
+                    a.iter().map(|&x| axis(x, r)).collect::<NResult<_>>()?
+                }
                 _ => {
                     if dims.contains(&0) {
-                        return unsupported("Squeeze without axes on a tensor with dynamic dimensions");
+                        return unsupported(
+                            "Squeeze without axes on a tensor with dynamic dimensions",
+                        );
                     }
                     (0..r).filter(|&i| dims[i] == 1).collect()
                 }
@@ -288,7 +354,10 @@ impl Lowerer<'_> {
                     return invalid(format!("cannot squeeze dimension {d} of size {}", dims[d]));
                 }
             }
-            (0..r).filter(|i| !drop.contains(i)).map(|i| dims[i]).collect()
+            (0..r)
+                .filter(|i| !drop.contains(i))
+                .map(|i| dims[i])
+                .collect()
         };
         if out.iter().filter(|&&d| d == 0).count() > 1 {
             return unsupported("reshape with more than one dynamic dimension; use --input-shape");
@@ -297,7 +366,10 @@ impl Lowerer<'_> {
     }
 
     pub(super) fn concat(&mut self, n: &Node) -> NResult<()> {
-        let a = n.attrs.int("axis")?.ok_or_else(|| NodeError::Invalid("Concat needs 'axis'".into()))?;
+        let a = n
+            .attrs
+            .int("axis")?
+            .ok_or_else(|| NodeError::Invalid("Concat needs 'axis'".into()))?;
         let count = n.proto.input.len();
         let mut consts = Vec::new();
         for i in 0..count {
@@ -325,7 +397,11 @@ impl Lowerer<'_> {
             rank = self.rank(tv);
             match dtype {
                 None => dtype = Some(tv.dtype),
-                Some(d) if d != tv.dtype && !(matches!(d, DataType::I64 | DataType::I32) && matches!(tv.dtype, DataType::I64 | DataType::I32)) => {
+                Some(d)
+                    if d != tv.dtype
+                        && !(matches!(d, DataType::I64 | DataType::I32)
+                            && matches!(tv.dtype, DataType::I64 | DataType::I32)) =>
+                {
                     return invalid(format!("Concat of {d} and {} inputs", tv.dtype));
                 }
                 _ => {}
@@ -352,10 +428,16 @@ impl Lowerer<'_> {
         let sizes: Vec<u32> = match ints_from_attr_or_input(self, n, "split", 1)? {
             Some(s) => s
                 .iter()
-                .map(|&v| u32::try_from(v).map_err(|_| NodeError::Invalid(format!("split size {v}"))))
+                .map(|&v| {
+                    u32::try_from(v).map_err(|_| NodeError::Invalid(format!("split size {v}")))
+                })
                 .collect::<NResult<_>>()?,
             None => {
-                let parts = n.attrs.int("num_outputs")?.map(|v| v as usize).unwrap_or(outputs);
+                let parts = n
+                    .attrs
+                    .int("num_outputs")?
+                    .map(|v| v as usize)
+                    .unwrap_or(outputs);
                 if parts == 0 {
                     return invalid("Split into zero parts");
                 }
@@ -370,8 +452,12 @@ impl Lowerer<'_> {
                 v
             }
         };
-        if sizes.len() != outputs || sizes.iter().map(|&s| u64::from(s)).sum::<u64>() != u64::from(extent) {
-            return invalid(format!("split sizes {sizes:?} do not cover dimension {a} of size {extent} with {outputs} outputs"));
+        if sizes.len() != outputs
+            || sizes.iter().map(|&s| u64::from(s)).sum::<u64>() != u64::from(extent)
+        {
+            return invalid(format!(
+                "split sizes {sizes:?} do not cover dimension {a} of size {extent} with {outputs} outputs"
+            ));
         }
         if sizes.contains(&0) {
             return unsupported("empty split outputs are not supported");
@@ -383,7 +469,13 @@ impl Lowerer<'_> {
                     .shape
                     .iter()
                     .enumerate()
-                    .map(|(d, &len)| if d == a { (start, 1, s as usize) } else { (0, 1, len) })
+                    .map(|(d, &len)| {
+                        if d == a {
+                            (start, 1, s as usize)
+                        } else {
+                            (0, 1, len)
+                        }
+                    })
                     .collect();
                 let part = constant::slice(c, &ranges)?;
                 self.set_const(n, k, part);
@@ -391,10 +483,17 @@ impl Lowerer<'_> {
             }
             return Ok(());
         }
-        let Value::Tensor(tv) = data else { return invalid("unreachable") };
+        let Value::Tensor(tv) = data else {
+            return invalid("unreachable");
+        };
         if sizes.iter().all(|&s| s == sizes[0]) {
-            let inputs = vec![tv.operand, self.i32_const(a as i32), self.i32_const(outputs as i32)];
-            let outs = self.emit_raw(OperationType::Split, inputs, vec![None; outputs], &n.label)?;
+            let inputs = vec![
+                tv.operand,
+                self.i32_const(a as i32),
+                self.i32_const(outputs as i32),
+            ];
+            let outs =
+                self.emit_raw(OperationType::Split, inputs, vec![None; outputs], &n.label)?;
             for (k, o) in outs.into_iter().enumerate() {
                 self.set_tensor(n, k, o, tv.dtype, false);
             }
@@ -421,8 +520,12 @@ impl Lowerer<'_> {
         let r = dims.len();
         let (starts, ends, axes, steps) = if self.opset < 10 {
             (
-                n.attrs.ints("starts")?.ok_or_else(|| NodeError::Invalid("Slice needs 'starts'".into()))?,
-                n.attrs.ints("ends")?.ok_or_else(|| NodeError::Invalid("Slice needs 'ends'".into()))?,
+                n.attrs
+                    .ints("starts")?
+                    .ok_or_else(|| NodeError::Invalid("Slice needs 'starts'".into()))?,
+                n.attrs
+                    .ints("ends")?
+                    .ok_or_else(|| NodeError::Invalid("Slice needs 'ends'".into()))?,
                 n.attrs.ints("axes")?,
                 None,
             )
@@ -466,7 +569,10 @@ impl Lowerer<'_> {
             let (start, end) = if step > 0 {
                 (norm(starts[k]).clamp(0, dim), norm(ends[k]).clamp(0, dim))
             } else {
-                (norm(starts[k]).clamp(0, dim - 1), norm(ends[k]).clamp(-1, dim - 1))
+                (
+                    norm(starts[k]).clamp(0, dim - 1),
+                    norm(ends[k]).clamp(-1, dim - 1),
+                )
             };
             let count = if step > 0 {
                 ((end - start).max(0) + step - 1) / step
@@ -563,12 +669,16 @@ impl Lowerer<'_> {
                 for x in &mut v {
                     if *x < 0 {
                         if dim == 0 {
-                            return unsupported("negative Gather indices along a dynamic dimension");
+                            return unsupported(
+                                "negative Gather indices along a dynamic dimension",
+                            );
                         }
                         *x += dim;
                     }
                     if *x < 0 || (dim != 0 && *x >= dim) {
-                        return invalid(format!("Gather index {x} is out of range for dimension {a} of size {dim}"));
+                        return invalid(format!(
+                            "Gather index {x} is out of range for dimension {a} of size {dim}"
+                        ));
                     }
                 }
                 let fixed = constant::i64_tensor(c.shape.clone(), &v);
@@ -600,7 +710,9 @@ impl Lowerer<'_> {
         let mode = n.attrs.string_or("mode", "constant")?;
         let (pads, value) = if self.opset < 11 {
             (
-                n.attrs.ints("pads")?.ok_or_else(|| NodeError::Invalid("Pad needs 'pads'".into()))?,
+                n.attrs
+                    .ints("pads")?
+                    .ok_or_else(|| NodeError::Invalid("Pad needs 'pads'".into()))?,
                 f64::from(n.attrs.float_or("value", 0.0)?),
             )
         } else {
@@ -612,33 +724,48 @@ impl Lowerer<'_> {
             (pads, value)
         };
         let axes: Vec<usize> = match self.const_input(n, 3)? {
-            Some(a) => constant::to_i64s(&a).iter().map(|&v| axis(v, r)).collect::<NResult<_>>()?,
+            Some(a) => constant::to_i64s(&a)
+                .iter()
+                .map(|&v| axis(v, r))
+                .collect::<NResult<_>>()?,
             None => (0..r).collect(),
         };
         if pads.len() != 2 * axes.len() {
-            return invalid(format!("pads has {} values for {} axes", pads.len(), axes.len()));
+            return invalid(format!(
+                "pads has {} values for {} axes",
+                pads.len(),
+                axes.len()
+            ));
         }
         if pads.iter().any(|&p| p < 0) {
             return unsupported("negative pads (cropping) are not supported");
         }
         let mut paddings = vec![0i32; 2 * r];
         for (k, &a) in axes.iter().enumerate() {
-            paddings[2 * a] = i32::try_from(pads[k]).map_err(|_| NodeError::Invalid("pad too large".into()))?;
-            paddings[2 * a + 1] = i32::try_from(pads[k + axes.len()]).map_err(|_| NodeError::Invalid("pad too large".into()))?;
+            paddings[2 * a] =
+                i32::try_from(pads[k]).map_err(|_| NodeError::Invalid("pad too large".into()))?;
+            paddings[2 * a + 1] = i32::try_from(pads[k + axes.len()])
+                .map_err(|_| NodeError::Invalid("pad too large".into()))?;
         }
         let p = self.i32_vector(&paddings);
         let float = x.dtype == DataType::F32;
         let out = match mode.as_str() {
             "constant" if value == 0.0 => self.emit(n, OperationType::Pad, vec![x.operand, p])?,
             "constant" => {
-                let v = if float { self.f32_const(value as f32) } else { self.i32_const(value as i32) };
+                let v = if float {
+                    self.f32_const(value as f32)
+                } else {
+                    self.i32_const(value as i32)
+                };
                 self.emit(n, OperationType::PadV2, vec![x.operand, p, v])?
             }
             "reflect" => {
                 let m = self.i32_const(0);
                 self.emit(n, OperationType::MirrorPad, vec![x.operand, p, m])?
             }
-            "edge" | "wrap" => return unsupported(format!("Pad mode '{mode}' has no NN operation")),
+            "edge" | "wrap" => {
+                return unsupported(format!("Pad mode '{mode}' has no NN operation"));
+            }
             other => return invalid(format!("unknown Pad mode '{other}'")),
         };
         self.set_tensor(n, 0, out, x.dtype, false);
@@ -657,7 +784,9 @@ impl Lowerer<'_> {
             self.set_const(n, 0, t);
             return Ok(());
         }
-        let Value::Tensor(tv) = data else { return invalid("unreachable") };
+        let Value::Tensor(tv) = data else {
+            return invalid("unreachable");
+        };
         let m: Vec<i32> = repeats
             .iter()
             .map(|&r| i32::try_from(r).map_err(|_| NodeError::Invalid("repeat too large".into())))
@@ -672,14 +801,19 @@ impl Lowerer<'_> {
         let data = self.required(n, 0)?;
         let shape: Vec<usize> = constant::to_i64s(&*self.required_const(n, 1)?)
             .into_iter()
-            .map(|d| usize::try_from(d).map_err(|_| NodeError::Invalid(format!("negative dimension {d}"))))
+            .map(|d| {
+                usize::try_from(d)
+                    .map_err(|_| NodeError::Invalid(format!("negative dimension {d}")))
+            })
             .collect::<NResult<_>>()?;
         if let Value::Const(c) = &data {
             let t = constant::broadcast_to(c, &shape)?;
             self.set_const(n, 0, t);
             return Ok(());
         }
-        let Value::Tensor(tv) = data else { return invalid("unreachable") };
+        let Value::Tensor(tv) = data else {
+            return invalid("unreachable");
+        };
         let dims = self.known_dims(tv)?;
         let in_dims = to_usize_dims(&dims);
         let out = constant::broadcast_shape(&in_dims, &shape)?;
@@ -690,7 +824,11 @@ impl Lowerer<'_> {
         let mut lifted = vec![1u32; out.len() - in_dims.len()];
         lifted.extend_from_slice(&dims);
         let x = self.reshape_to(n, tv.operand, &lifted)?;
-        let multiples: Vec<i32> = out.iter().zip(&lifted).map(|(&o, &i)| (o as u32 / i.max(1)) as i32).collect();
+        let multiples: Vec<i32> = out
+            .iter()
+            .zip(&lifted)
+            .map(|(&o, &i)| (o as u32 / i.max(1)) as i32)
+            .collect();
         let y = if multiples.iter().all(|&m| m == 1) {
             if x == tv.operand {
                 return self.identity_value(n, Value::Tensor(tv));
@@ -711,7 +849,10 @@ impl Lowerer<'_> {
         if dims.len() != 4 {
             return invalid(format!("{} needs a rank-4 input", n.op()));
         }
-        let bs = n.attrs.int("blocksize")?.ok_or_else(|| NodeError::Invalid("blocksize is required".into()))?;
+        let bs = n
+            .attrs
+            .int("blocksize")?
+            .ok_or_else(|| NodeError::Invalid("blocksize is required".into()))?;
         if bs < 1 || bs > 1 << 16 {
             return invalid(format!("blocksize {bs} is out of range"));
         }
@@ -737,7 +878,11 @@ impl Lowerer<'_> {
         }
         let xh = self.to_nhwc(n, input)?;
         let b = self.i32_const(bs as i32);
-        let op = if to_space { OperationType::DepthToSpace } else { OperationType::SpaceToDepth };
+        let op = if to_space {
+            OperationType::DepthToSpace
+        } else {
+            OperationType::SpaceToDepth
+        };
         let yh = self.emit(n, op, vec![xh, b])?;
         let y = self.to_nchw(n, yh)?;
         self.set_tensor(n, 0, y, x.dtype, false);
