@@ -24,14 +24,14 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let bytes = std::fs::read(&args.model)
         .with_context(|| format!("cannot read {}", args.model.display()))?;
-    let container = Container::parse(&bytes)
-        .with_context(|| format!("{} is not a valid nnc model file", args.model.display()))?;
-    let key = match container.header.crypto.algorithm {
-        Some(_) => Some(args.key.require_raw(&args.model.display().to_string())?),
-        None => None,
+    // A key only when one is given: an encrypted file without one fails with a message
+    // that says so.
+    let key = if args.key.given() {
+        Some(args.key.require_raw(&args.model.display().to_string())?)
+    } else {
+        None
     };
-    container
-        .verify(key.as_deref().map(|k| k.as_slice()))
+    let (container, _) = Container::open(&bytes, key.as_deref().map(|k| k.as_slice()))
         .with_context(|| format!("{} failed verification", args.model.display()))?;
     let fields = container.fields.iter().flatten().count();
     if args.json {

@@ -3,7 +3,7 @@
 
 pub mod dead_code;
 pub mod fold_batch_norm;
-// TEMP-FOLD pub mod fold_constants;
+pub mod fold_constants;
 pub mod fuse_activations;
 pub mod graph;
 pub mod remove_identities;
@@ -34,13 +34,13 @@ type PassFn = fn(&mut Model) -> Result<BTreeMap<String, usize>, String>;
 /// before activation fusion (a fused activation would block folding).
 pub const PIPELINE: &[(&str, PassFn)] = &[
     ("remove-identities", remove_identities::run),
-    // TEMP-FOLD ("fold-constants", fold_constants::run),
+    ("fold-constants", fold_constants::run),
     ("transposes", transposes::run),
     ("dead-code", dead_code::run),
     ("remove-identities", remove_identities::run),
     ("fold-batch-norm", fold_batch_norm::run),
     ("fuse-activations", fuse_activations::run),
-    // TEMP-FOLD ("fold-constants", fold_constants::run),
+    ("fold-constants", fold_constants::run),
     ("dead-code", dead_code::run),
 ];
 

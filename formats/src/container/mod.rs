@@ -14,8 +14,9 @@
 //! - optional further sections (the execution plan).
 //!
 //! Integrity (encrypt-then-MAC): every field carries an HMAC-SHA-256 tag over its
-//! ciphertext, IV, index and position; the header carries a tag over the header, the
-//! section table and every non-weight section (which holds the field tags). Keys for
+//! ciphertext, IV, index and position; the header carries a tag over every byte before
+//! the weight section (header, section table, operator info with the field tags, further
+//! sections, padding). A reader authenticates that region before parsing it. Keys for
 //! encryption, authentication and IV derivation are derived from the master key with
 //! HKDF-SHA-256 and the file's salt. Unencrypted files carry SHA-256 digests in the same
 //! places. Every offset is 64-byte aligned so a file can be memory-mapped.
@@ -26,7 +27,7 @@ mod read;
 mod write;
 
 pub use error::ContainerError;
-pub use read::{ArenaSlot, Container, WeightField};
+pub use read::{ArenaSlot, Container, WeightField, authenticate};
 pub use write::{WriteOptions, is_weight, write};
 
 use zeroize::Zeroizing;
@@ -44,6 +45,9 @@ pub const HEADER_SIZE: usize = 256;
 pub const ALIGNMENT: u64 = 64;
 /// Offset of the metadata tag within the header.
 pub const TAG_OFFSET: usize = 224;
+/// Offset of `metadata_length`: the metadata tag covers bytes `[0, metadata_length)` of
+/// the file except the tag itself.
+pub const METADATA_LENGTH_OFFSET: usize = 128;
 pub const SECTION_ENTRY_SIZE: usize = 32;
 /// More sections than this is not a file nnc wrote.
 pub const MAX_SECTIONS: usize = 64;
@@ -162,6 +166,9 @@ pub struct Header {
     pub flags: u32,
     pub section_count: u32,
     pub section_table_offset: u64,
+    /// Bytes `[0, metadata_length)` (all but the weight section) are authenticated by
+    /// the header's tag.
+    pub metadata_length: u64,
     pub producer: String,
     pub crypto: CryptoConfig,
     #[serde(serialize_with = "hex_ser")]
@@ -456,8 +463,8 @@ mod tests {
         for pos in 0..bytes.len() {
             let mut b = bytes.clone();
             b[pos] ^= 0x10;
-            let ok = Container::parse(&b).and_then(|c| c.verify(Some(key.as_bytes())));
-            assert!(ok.is_err(), "flip at {pos} went unnoticed");
+            let err = Container::open(&b, Some(key.as_bytes())).map(|_| ()).unwrap_err();
+            assert!(err.is_integrity(), "flip at {pos}: {err}");
         }
     }
 

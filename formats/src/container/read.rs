@@ -6,9 +6,9 @@ use zeroize::Zeroizing;
 use super::binary::Reader;
 use super::{
     ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FORMAT_MAJOR, FORMAT_MINOR, FileKeys,
-    HEADER_SIZE, Header, Integrity, KNOWN_FLAGS, MAGIC, MAX_SECTIONS, SECTION_ENTRY_SIZE,
-    SECTION_REQUIRED, SectionEntry, SectionKind, TAG_OFFSET, dtype_from_code, field_tag, key_id,
-    label, tag,
+    HEADER_SIZE, Header, Integrity, KNOWN_FLAGS, MAGIC, MAX_SECTIONS, METADATA_LENGTH_OFFSET,
+    SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionEntry, SectionKind, TAG_OFFSET, dtype_from_code,
+    field_tag, key_id, label, tag,
 };
 use crate::crypto::{self, Algorithm, Mode, Padding};
 use crate::nn::{
@@ -71,6 +71,15 @@ impl<'a> Container<'a> {
         let sections = parse_sections(bytes, &header)?;
         let info_entry = find(&sections, SectionKind::OperatorInfo)?;
         let weights_entry = find(&sections, SectionKind::Weights)?;
+        if header.metadata_length != weights_entry.offset {
+            return Err(ContainerError::HeaderField {
+                field: "metadata_length",
+                message: format!(
+                    "is {}, but the weight section starts at {}",
+                    header.metadata_length, weights_entry.offset
+                ),
+            });
+        }
         let info = slice(bytes, info_entry);
         let (model, fields, arena_size, arena) = parse_operator_info(info, &header, weights_entry)?;
         let container = Container {
@@ -84,6 +93,17 @@ impl<'a> Container<'a> {
         };
         container.check_padding()?;
         Ok(container)
+    }
+
+    /// Opens a file for use: authenticates it first (so that any alteration is an
+    /// integrity error, never a parse error), then parses it and verifies every weight
+    /// field. Returns the container and its keys (`None` when unencrypted).
+    pub fn open(bytes: &'a [u8], master: Option<&[u8]>) -> Result<(Container<'a>, Option<FileKeys>), ContainerError> {
+        authenticate(bytes, master)?;
+        let container = Container::parse(bytes)?;
+        container.verify(master)?;
+        let keys = container.keys(master)?;
+        Ok((container, keys))
     }
 
     /// The raw bytes of the file.
@@ -103,25 +123,18 @@ impl<'a> Container<'a> {
         self.header.crypto.is_encrypted()
     }
 
-    /// The file's keys from the master key's bytes. Checks the key identifier and the
-    /// metadata tag before trusting the header's algorithm, so a wrong key and an altered
-    /// header both fail as integrity errors. `None` for an unencrypted file (after
-    /// checking its metadata digest).
+    /// The file's keys from the master key's bytes, after [`authenticate`] has checked
+    /// the key identifier and the metadata tag: a wrong key and an altered header both
+    /// fail as integrity errors before the header's algorithm is trusted. `None` for an
+    /// unencrypted file (whose metadata digest was checked).
     pub fn keys(&self, master: Option<&[u8]>) -> Result<Option<FileKeys>, ContainerError> {
-        let Some(algorithm) = self.header.crypto.algorithm else {
-            self.verify_metadata(None)?;
+        let Some(keys) = authenticate(self.bytes, master)? else {
             return Ok(None);
         };
-        let master = master.ok_or(ContainerError::KeyRequired {
-            algorithm: algorithm.name(),
+        let algorithm = self.header.crypto.algorithm.ok_or_else(|| ContainerError::Integrity {
+            what: "the header's encryption flag".into(),
         })?;
-        if !crypto::ct_eq(&key_id(master)?, &self.header.key_id) {
-            return Err(ContainerError::Integrity {
-                what: "the key identifier".into(),
-            });
-        }
-        let keys = FileKeys::derive(master, &self.header.salt)?;
-        self.verify_metadata(Some(&keys))?;
+        let master = master.unwrap_or_default();
         // The header is authentic: its algorithm is the one the key was made for.
         if master.len() != algorithm.key_len() {
             return Err(ContainerError::KeyAlgorithm {
@@ -129,17 +142,12 @@ impl<'a> Container<'a> {
                 file: algorithm.name(),
             });
         }
-        Ok(Some(keys.with_encryption(
-            master,
-            &self.header.salt,
-            algorithm,
-        )?))
+        Ok(Some(keys.with_encryption(master, &self.header.salt, algorithm)?))
     }
 
-    /// Verifies the whole file: the key identifier and metadata tag (header, section
-    /// table, every non-weight section, and through the operator info every field tag),
-    /// then every weight field. Nothing should be decrypted or executed before this
-    /// succeeds.
+    /// Verifies the whole file: the key identifier, the metadata tag (every byte before
+    /// the weights, including the field tags), every weight field, and the zero padding
+    /// between fields. Nothing should be decrypted or executed before this succeeds.
     pub fn verify(&self, master: Option<&[u8]>) -> Result<(), ContainerError> {
         let keys = self.keys(master)?;
         for index in 0..self.fields.len() {
@@ -147,27 +155,25 @@ impl<'a> Container<'a> {
                 self.verified_ciphertext(keys.as_ref(), index)?;
             }
         }
-        Ok(())
-    }
-
-    /// Verifies the metadata tag only.
-    pub fn verify_metadata(&self, keys: Option<&FileKeys>) -> Result<(), ContainerError> {
-        let table_start = self.header.section_table_offset as usize;
-        let table_end = table_start + self.sections.len() * SECTION_ENTRY_SIZE;
-        let mut parts: Vec<&[u8]> = vec![
-            &self.bytes[..TAG_OFFSET],
-            &self.bytes[table_start..table_end],
-        ];
-        for s in &self.sections {
-            if s.kind != SectionKind::Weights as u32 {
-                parts.push(slice(self.bytes, s));
+        // Between fields the weight section holds only zero padding, which no field tag
+        // covers: any other byte there is tampering.
+        let weights = self
+            .sections
+            .iter()
+            .find(|s| s.kind == SectionKind::Weights as u32)
+            .ok_or(ContainerError::MissingSection("weights"))?;
+        let mut spans: Vec<(u64, u64)> =
+            self.fields.iter().flatten().map(|f| (f.offset, f.offset + f.length)).collect();
+        spans.sort_unstable();
+        let end = weights.offset + weights.length;
+        let mut pos = weights.offset;
+        for (start, stop) in spans.into_iter().chain(std::iter::once((end, end))) {
+            if let Some(k) = self.bytes[pos as usize..start as usize].iter().position(|&b| b != 0) {
+                return Err(ContainerError::Integrity {
+                    what: format!("the zero padding at byte {}", pos + k as u64),
+                });
             }
-        }
-        let expected = tag(keys, label::METADATA, &parts);
-        if !crypto::ct_eq(&expected, &self.header.tag) {
-            return Err(ContainerError::Integrity {
-                what: "the header and operator info".into(),
-            });
+            pos = pos.max(stop);
         }
         Ok(())
     }
@@ -255,32 +261,21 @@ impl<'a> Container<'a> {
         Ok(out)
     }
 
-    /// Every byte outside the header, the section table, the sections and the weight
-    /// fields is zero padding; anything else would be unauthenticated data.
+    /// Every byte outside the header, the section table and the sections is zero
+    /// padding; anything else would be data no reader interprets.
     fn check_padding(&self) -> Result<(), ContainerError> {
+        let table = self.header.section_table_offset;
         let mut covered: Vec<(u64, u64)> = vec![
             (0, HEADER_SIZE as u64),
-            (
-                self.header.section_table_offset,
-                self.header.section_table_offset
-                    + (self.sections.len() * SECTION_ENTRY_SIZE) as u64,
-            ),
+            (table, table + (self.sections.len() * SECTION_ENTRY_SIZE) as u64),
         ];
-        for s in &self.sections {
-            if s.kind != SectionKind::Weights as u32 {
-                covered.push((s.offset, s.offset + s.length));
-            }
-        }
-        for f in self.fields.iter().flatten() {
-            covered.push((f.offset, f.offset + f.length));
-        }
+        covered.extend(self.sections.iter().map(|s| (s.offset, s.offset + s.length)));
         covered.sort_unstable();
+        let file_end = self.bytes.len() as u64;
         let mut pos = 0u64;
-        for (start, end) in covered {
+        for (start, end) in covered.into_iter().chain(std::iter::once((file_end, file_end))) {
             if start > pos
-                && let Some(k) = self.bytes[pos as usize..start as usize]
-                    .iter()
-                    .position(|&b| b != 0)
+                && let Some(k) = self.bytes[pos as usize..start as usize].iter().position(|&b| b != 0)
             {
                 return Err(ContainerError::NonZeroPadding {
                     region: "the file",
@@ -289,17 +284,7 @@ impl<'a> Container<'a> {
             }
             pos = pos.max(end);
         }
-        if let Some(k) = self.bytes[pos as usize..].iter().position(|&b| b != 0) {
-            return Err(ContainerError::NonZeroPadding {
-                region: "the file",
-                offset: pos + k as u64,
-            });
-        }
-        // Reserved header bytes must be zero.
-        for (range, field) in [
-            (76..80, "reserved (76..80)"),
-            (128..TAG_OFFSET, "reserved (128..224)"),
-        ] {
+        for (range, field) in [(76..80, "reserved (76..80)"), (136..TAG_OFFSET, "reserved (136..224)")] {
             if self.header.minor <= FORMAT_MINOR && self.bytes[range].iter().any(|&b| b != 0) {
                 return Err(ContainerError::HeaderField {
                     field,
@@ -309,6 +294,55 @@ impl<'a> Container<'a> {
         }
         Ok(())
     }
+}
+
+/// Authenticates a file before anything in it is trusted: checks the key identifier and
+/// the metadata tag over `[0, metadata_length)`, reading only fixed header positions, so
+/// that any altered byte there is an integrity error rather than a parse error. Returns
+/// the authentication keys (the caller adds the encryption key once the now-trustworthy
+/// header names the algorithm), or `None` for an unencrypted file whose digest matched.
+pub fn authenticate(bytes: &[u8], master: Option<&[u8]>) -> Result<Option<FileKeys>, ContainerError> {
+    if bytes.len() < HEADER_SIZE {
+        return Err(ContainerError::Truncated {
+            what: "the header".into(),
+            needed: HEADER_SIZE as u64,
+            available: bytes.len() as u64,
+        });
+    }
+    let flags = u32::from_le_bytes([bytes[24], bytes[25], bytes[26], bytes[27]]);
+    let keys = if flags & FLAG_ENCRYPTED != 0 {
+        let algorithm = Algorithm::from_code(bytes[72]).map_or("an unknown algorithm", |a| a.name());
+        let master = master.ok_or(ContainerError::KeyRequired { algorithm })?;
+        if !crypto::ct_eq(&key_id(master)?, &bytes[80..96]) {
+            return Err(ContainerError::Integrity {
+                what: "the key identifier".into(),
+            });
+        }
+        let mut salt = [0u8; 32];
+        salt.copy_from_slice(&bytes[96..128]);
+        Some(FileKeys::derive(master, &salt)?)
+    } else {
+        None
+    };
+    let mut length = [0u8; 8];
+    length.copy_from_slice(&bytes[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8]);
+    let metadata_length = u64::from_le_bytes(length);
+    if metadata_length < HEADER_SIZE as u64 || metadata_length > bytes.len() as u64 {
+        return Err(ContainerError::Integrity {
+            what: format!("the metadata length ({metadata_length} bytes of a {}-byte file)", bytes.len()),
+        });
+    }
+    let expected = tag(
+        keys.as_ref(),
+        label::METADATA,
+        &[&bytes[..TAG_OFFSET], &bytes[HEADER_SIZE..metadata_length as usize]],
+    );
+    if !crypto::ct_eq(&expected, &bytes[TAG_OFFSET..TAG_OFFSET + 32]) {
+        return Err(ContainerError::Integrity {
+            what: "the header and operator info".into(),
+        });
+    }
+    Ok(keys)
 }
 
 fn slice<'b>(bytes: &'b [u8], s: &SectionEntry) -> &'b [u8] {
@@ -405,6 +439,7 @@ fn parse_header(bytes: &[u8]) -> Result<Header, ContainerError> {
     r.take(4, "reserved")?;
     let key_id: [u8; 16] = r.array("key_id")?;
     let salt: [u8; 32] = r.array("salt")?;
+    let metadata_length = r.u64("metadata_length")?;
     let tag: [u8; 32] = bytes[TAG_OFFSET..TAG_OFFSET + 32]
         .try_into()
         .unwrap_or([0; 32]);
@@ -423,6 +458,7 @@ fn parse_header(bytes: &[u8]) -> Result<Header, ContainerError> {
         flags,
         section_count,
         section_table_offset,
+        metadata_length,
         producer,
         crypto,
         key_id,

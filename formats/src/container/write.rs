@@ -6,7 +6,7 @@ use super::binary::Writer;
 use super::read::ArenaSlot;
 use super::{
     ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FLAG_REPRODUCIBLE, FORMAT_MAJOR,
-    FORMAT_MINOR, FileKeys, HEADER_SIZE, MAGIC, SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionKind,
+    FORMAT_MINOR, FileKeys, HEADER_SIZE, MAGIC, METADATA_LENGTH_OFFSET, SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionKind,
     TAG_OFFSET, dtype_code, field_tag, key_id, label, tag,
 };
 use crate::crypto::{self, Key, Mode};
@@ -303,14 +303,11 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
         out[f.offset as usize..f.offset as usize + f.ciphertext.len()]
             .copy_from_slice(&f.ciphertext);
     }
-    // The metadata tag covers the header, the table, and every section but the weights
-    // (which their own tags in the operator info cover).
-    let mut parts: Vec<&[u8]> = vec![&out[..TAG_OFFSET], &out[table_offset as usize..table_end]];
-    for &(kind, offset, length) in &sections {
-        if kind != SectionKind::Weights as u32 {
-            parts.push(&out[offset as usize..(offset + length) as usize]);
-        }
-    }
+    // The metadata tag covers every byte before the weights (their own tags, in the
+    // operator info, cover them), except the tag itself.
+    let metadata_length = weights_offset as usize;
+    out[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8].copy_from_slice(&weights_offset.to_le_bytes());
+    let parts: Vec<&[u8]> = vec![&out[..TAG_OFFSET], &out[HEADER_SIZE..metadata_length]];
     let metadata = tag(keys.as_ref(), label::METADATA, &parts);
     out[TAG_OFFSET..TAG_OFFSET + 32].copy_from_slice(&metadata);
     Ok(out)

@@ -63,8 +63,11 @@ impl Lowerer<'_> {
                 let units = w.shape[0];
                 // A constant C that broadcasts along rows folds into the bias.
                 let folded_bias = match &c {
+                    // Only a C that broadcasts along rows by itself ([N], [1, N], [1] or a
+                    // scalar) is a bias; [M, 1] or [M, N] is added afterwards.
                     Some(Value::Const(c))
-                        if c.element_count() == units || c.element_count() == 1 =>
+                        if c.element_count() == 1
+                            || (c.shape.last() == Some(&units) && c.shape.iter().rev().skip(1).all(|&d| d == 1)) =>
                     {
                         let cb = constant::broadcast_to(c, &[units])?;
                         Some(
@@ -160,7 +163,13 @@ impl Lowerer<'_> {
             if last != 0 && last as usize != k {
                 return invalid(format!("MatMul inner dimensions differ: {last} vs {k}"));
             }
-            let y = self.fully_connected(n, a.operand, &w, &vec![0.0; n_out])?;
+            // FULLY_CONNECTED needs rank >= 2: a vector A is one row.
+            let rows = if a_dims.len() == 1 {
+                self.reshape_to(n, a.operand, &[1, a_dims[0]])?
+            } else {
+                a.operand
+            };
+            let y = self.fully_connected(n, rows, &w, &vec![0.0; n_out])?;
             // Restore the batch dimensions: A's leading dims, then N (dropped for a 1-D B).
             let mut out_dims: Vec<u32> = a_dims[..a_dims.len().saturating_sub(1)].to_vec();
             if b.shape.len() == 2 {

@@ -34,21 +34,8 @@ impl Lowerer<'_> {
         let (x4, d4) = self.as_4d(n, x)?;
         let [mut top, mut left, mut bottom, mut right] = sp.pads;
         let mut xh = self.to_nhwc(n, x4)?;
-        if count_include_pad && sp.pads.iter().any(|&p| p > 0) {
-            // NN pools never count padding; padding with explicit zeros first does.
-            let paddings = self.i32_vector(&[
-                0,
-                0,
-                top as i32,
-                bottom as i32,
-                left as i32,
-                right as i32,
-                0,
-                0,
-            ]);
-            xh = self.emit(n, OperationType::Pad, vec![xh, paddings])?;
-            (top, left, bottom, right) = (0, 0, 0, 0);
-        }
+        // The ceil-mode overhang is computed from the original padding, before any
+        // explicit zero padding for count_include_pad replaces it.
         let (mut extra_h, mut extra_w) = (0, 0);
         if ceil_mode {
             // Extra end padding turns the NN set's floor division into a ceiling; NN pools
@@ -78,6 +65,21 @@ impl Lowerer<'_> {
             };
             extra_h = extra(h, sp.kernel[0], sp.strides[0], top, bottom);
             extra_w = extra(w, sp.kernel[1], sp.strides[1], left, right);
+        }
+        if count_include_pad && sp.pads.iter().any(|&p| p > 0) {
+            // NN pools never count padding; padding with explicit zeros first does.
+            let paddings = self.i32_vector(&[
+                0,
+                0,
+                top as i32,
+                bottom as i32,
+                left as i32,
+                right as i32,
+                0,
+                0,
+            ]);
+            xh = self.emit(n, OperationType::Pad, vec![xh, paddings])?;
+            (top, left, bottom, right) = (0, 0, 0, 0);
         }
         let op = if max {
             OperationType::MaxPool2d

@@ -688,7 +688,30 @@ impl Lowerer<'_> {
                 if !matches!(tv.dtype, DataType::I64 | DataType::I32) {
                     return invalid("Gather indices must be integers");
                 }
-                tv.operand
+                // ONNX counts negative indices from the end; NN GATHER has no such rule.
+                // Wrap them in the graph: idx + (idx < 0) * dim.
+                let dim = dims[a];
+                if dim == 0 {
+                    return unsupported(
+                        "Gather with run-time indices along a dynamic dimension; use --input-shape",
+                    );
+                }
+                let zero = self.scalar_tensor(nnc_formats::nn::OperandType::TensorInt32, 0.0);
+                let negative = self.emit(n, OperationType::Less, vec![tv.operand, zero])?;
+                let negative = self.emit_raw(
+                    OperationType::Cast,
+                    vec![negative],
+                    vec![Some(nnc_formats::nn::Operand::new(
+                        nnc_formats::nn::OperandType::TensorInt32,
+                        vec![],
+                    ))],
+                    &n.label,
+                )?[0];
+                let extent = self.scalar_tensor(nnc_formats::nn::OperandType::TensorInt32, f64::from(dim));
+                let act = self.i32_const(0);
+                let shift = self.emit(n, OperationType::Mul, vec![negative, extent, act])?;
+                let act = self.i32_const(0);
+                self.emit(n, OperationType::Add, vec![tv.operand, shift, act])?
             }
         };
         let name = self.input_name(n, 0).unwrap_or("").to_string();

@@ -1,0 +1,1735 @@
+//! Lowering tests over the ONNX corpus in `testdata/onnx` (made by
+//! `scripts/gen_onnx_testdata.py`; the files are committed, so no Python is needed here).
+//!
+//! Every case is lowered and optimized by the real pipeline, and checked for:
+//! - the exact operation histogram after optimization (the table below; each entry was
+//!   worked out from the lowering and the passes, not copied from a run),
+//! - a lowered model that passes `nnc_formats::nn::validate`,
+//! - model inputs and outputs whose element types and dimensions match the reference
+//!   `.npy` files (which onnxruntime wrote).
+//!
+//! Specific tests then check the facts that matter per operator: padding, strides,
+//! dilations, fused activations, folded constants, layouts of re-laid-out weights.
+//! Nothing here executes a model: the reference outputs are for the runtime's tests.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use nnc_compiler::CompileError;
+use nnc_compiler::onnx::constant;
+use nnc_compiler::onnx::tensor::{ExternalDataContext, tensor_to_host};
+use nnc_compiler::pipeline::{LowerOptions, Lowered, lower_file};
+use nnc_formats::nn::signature::input_role;
+use nnc_formats::nn::{
+    FusedActivation, Model, OperandIndex, OperandType, Operation, OperationType, dump, validate,
+};
+use nnc_formats::npy::read_npy_file;
+use nnc_formats::tensor::DataType;
+
+// ---- helpers ------------------------------------------------------------------------
+
+const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/onnx");
+const TINY_CNN: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../testdata/models/tiny_cnn.onnx"
+);
+
+fn case_dir(case: &str) -> PathBuf {
+    PathBuf::from(CORPUS).join(case)
+}
+
+fn lower_with(case: &str, options: &LowerOptions) -> Lowered {
+    let path = case_dir(case).join("model.onnx");
+    let lowered =
+        lower_file(&path, options).unwrap_or_else(|e| panic!("{case}: lowering failed: {e}"));
+    if let Err(e) = validate(&lowered.model) {
+        panic!(
+            "{case}: the lowered model does not validate: {e}\n{}",
+            dump::to_text(&lowered.model)
+        );
+    }
+    lowered
+}
+
+/// Lowers and optimizes a corpus case (and validates the result).
+fn lower(case: &str) -> Lowered {
+    lower_with(case, &LowerOptions::default())
+}
+
+/// Lowers a corpus case without the optimization passes.
+fn lower_unoptimized(case: &str) -> Lowered {
+    lower_with(
+        case,
+        &LowerOptions {
+            no_optimize: true,
+            ..Default::default()
+        },
+    )
+}
+
+fn assert_histogram(case: &str, lowered: &Lowered, expected: &[(&str, usize)]) {
+    let expected: BTreeMap<&str, usize> = expected.iter().copied().collect();
+    assert_eq!(
+        lowered.model.operation_histogram(),
+        expected,
+        "{case}: optimized operation histogram (left: actual, right: expected)\n{}",
+        dump::to_text(&lowered.model)
+    );
+}
+
+/// The model's inputs and outputs have the element types and shapes of the reference
+/// `.npy` files, in order.
+fn assert_io_matches_reference(case: &str, model: &Model) {
+    let dir = case_dir(case);
+    for (kind, infos) in [("input", &model.input_info), ("output", &model.output_info)] {
+        for (i, info) in infos.iter().enumerate() {
+            let path = dir.join(format!("{kind}_{i}.npy"));
+            let npy =
+                read_npy_file(&path).unwrap_or_else(|e| panic!("{case}: {}: {e}", path.display()));
+            let dims: Vec<usize> = info.dims.iter().map(|&d| d as usize).collect();
+            assert_eq!(
+                (info.dtype, dims),
+                (npy.dtype, npy.shape.clone()),
+                "{case}: {kind} {i} ('{}') type and shape vs {}",
+                info.name,
+                path.display()
+            );
+        }
+        let extra = dir.join(format!("{kind}_{}.npy", infos.len()));
+        assert!(
+            !extra.exists(),
+            "{case}: {} exists but the model has only {} {kind}s",
+            extra.display(),
+            infos.len()
+        );
+    }
+}
+
+/// The only operation of type `op`.
+fn only(model: &Model, op: OperationType) -> &Operation {
+    let found: Vec<&Operation> = model
+        .main
+        .operations
+        .iter()
+        .filter(|o| o.op_type == op)
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "expected one {op}, found {}\n{}",
+        found.len(),
+        dump::to_text(model)
+    );
+    found[0]
+}
+
+/// The operand of `op` that plays `role` (the signature's input names).
+fn role(op: &Operation, role: &str) -> OperandIndex {
+    let n = op.inputs.len();
+    let k = (0..n)
+        .find(|&k| input_role(op.op_type, k, n) == role)
+        .unwrap_or_else(|| panic!("{} with {n} inputs has no '{role}' input", op.op_type));
+    op.inputs[k]
+}
+
+fn i32s(model: &Model, operand: OperandIndex) -> Vec<i32> {
+    let bytes = model.constant_bytes(operand).expect("a constant operand");
+    bytes
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn f32s(model: &Model, operand: OperandIndex) -> Vec<f32> {
+    let bytes = model.constant_bytes(operand).expect("a constant operand");
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn scalar_i32(model: &Model, op: &Operation, name: &str) -> i32 {
+    let v = i32s(model, role(op, name));
+    assert_eq!(v.len(), 1, "{} '{name}' is not a scalar", op.op_type);
+    v[0]
+}
+
+fn scalar_bool(model: &Model, op: &Operation, name: &str) -> bool {
+    let bytes = model
+        .constant_bytes(role(op, name))
+        .expect("a constant operand");
+    assert_eq!(
+        bytes.len(),
+        1,
+        "{} '{name}' is not a BOOL scalar",
+        op.op_type
+    );
+    bytes[0] != 0
+}
+
+fn dims(model: &Model, operand: OperandIndex) -> Vec<u32> {
+    model.main.operands[operand as usize].dimensions.clone()
+}
+
+/// `[pad_left, pad_right, pad_top, pad_bottom, stride_w, stride_h]` of a convolution or pool.
+fn window(model: &Model, op: &Operation) -> [i32; 6] {
+    [
+        "pad_left",
+        "pad_right",
+        "pad_top",
+        "pad_bottom",
+        "stride_w",
+        "stride_h",
+    ]
+    .map(|r| scalar_i32(model, op, r))
+}
+
+fn fused_activation(model: &Model, op: &Operation) -> i32 {
+    scalar_i32(model, op, "activation")
+}
+
+/// An initializer of the ONNX model at `path`, as f32 values and its shape.
+fn onnx_initializer(path: &std::path::Path, name: &str) -> (Vec<f32>, Vec<usize>) {
+    let bytes = std::fs::read(path).unwrap();
+    let model = nnc_compiler::onnx::proto::decode_model(bytes.into()).unwrap();
+    let graph = model.graph.expect("a graph");
+    let t = graph
+        .initializer
+        .iter()
+        .find(|t| t.name == name)
+        .unwrap_or_else(|| panic!("{}: no initializer '{name}'", path.display()));
+    let host = tensor_to_host(t, &ExternalDataContext::none()).unwrap();
+    (constant::to_f32s(&host), host.shape.clone())
+}
+
+fn case_initializer(case: &str, name: &str) -> (Vec<f32>, Vec<usize>) {
+    onnx_initializer(&case_dir(case).join("model.onnx"), name)
+}
+
+/// Row-major transpose of `values` with `shape` by `perm` (`out.dims[k] = dims[perm[k]]`).
+fn transposed(values: &[f32], shape: &[usize], perm: &[usize]) -> Vec<f32> {
+    let rank = shape.len();
+    let mut strides = vec![1; rank];
+    for k in (0..rank.saturating_sub(1)).rev() {
+        strides[k] = strides[k + 1] * shape[k + 1];
+    }
+    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let mut out = Vec::with_capacity(values.len());
+    let mut idx = vec![0; rank];
+    for _ in 0..values.len() {
+        out.push(values[(0..rank).map(|k| idx[k] * strides[perm[k]]).sum::<usize>()]);
+        for k in (0..rank).rev() {
+            idx[k] += 1;
+            if idx[k] < out_shape[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+    out
+}
+
+fn assert_close(actual: &[f32], expected: &[f32], what: &str) {
+    assert_eq!(actual.len(), expected.len(), "{what}: length");
+    for (i, (a, e)) in actual.iter().zip(expected).enumerate() {
+        assert!(
+            (a - e).abs() <= 1e-5 * e.abs().max(1.0),
+            "{what}[{i}]: {a} vs expected {e}"
+        );
+    }
+}
+
+// ---- the histogram table --------------------------------------------------------------
+
+/// One test per case: lower, validate, compare the optimized histogram, check the I/O
+/// against the reference files. `HISTOGRAM_CASES` lists them for the completeness test.
+macro_rules! histogram_cases {
+    ($($(#[$meta:meta])* $case:ident: [$($op:ident: $count:literal),* $(,)?],)*) => {
+        const HISTOGRAM_CASES: &[&str] = &[$(stringify!($case)),*];
+
+        mod histogram {
+            use super::*;
+            $(
+                $(#[$meta])*
+                #[test]
+                fn $case() {
+                    let case = stringify!($case);
+                    let lowered = lower(case);
+                    assert_histogram(case, &lowered, &[$((stringify!($op), $count)),*]);
+                    assert_io_matches_reference(case, &lowered.model);
+                }
+            )*
+        }
+    };
+}
+
+// Layout-sensitive operations run in NHWC between two transposes; with an NCHW model
+// input and output, both stay (the pass cancels only the pairs in between).
+histogram_cases! {
+    // Conv
+    conv_plain: [TRANSPOSE: 2, CONV_2D: 1],
+    conv_strides_2: [TRANSPOSE: 2, CONV_2D: 1],
+    conv_dilations_2: [TRANSPOSE: 2, CONV_2D: 1],
+    conv_auto_pad_same_upper: [TRANSPOSE: 2, CONV_2D: 1],
+    conv_auto_pad_same_lower: [TRANSPOSE: 2, CONV_2D: 1],
+    conv_auto_pad_valid: [TRANSPOSE: 2, CONV_2D: 1],
+    conv_asymmetric_pads: [TRANSPOSE: 2, CONV_2D: 1],
+    conv_no_bias: [TRANSPOSE: 2, CONV_2D: 1],
+    conv_depthwise: [TRANSPOSE: 2, DEPTHWISE_CONV_2D: 1],
+    conv_depthwise_multiplier_2: [TRANSPOSE: 2, DEPTHWISE_CONV_2D: 1],
+    conv_grouped: [TRANSPOSE: 2, GROUPED_CONV_2D: 1],
+    // 1-D runs as 2-D of height 1: a reshape on each side.
+    conv_1d: [RESHAPE: 2, TRANSPOSE: 2, CONV_2D: 1],
+    // BatchNormalization (MUL + ADD) folds into the convolution.
+    conv_batch_norm: [TRANSPOSE: 2, CONV_2D: 1],
+    // The activation fuses into the convolution.
+    conv_relu: [TRANSPOSE: 2, CONV_2D: 1],
+    conv_clip_relu6: [TRANSPOSE: 2, CONV_2D: 1],
+    conv_clip_relu6_opset10_attributes: [TRANSPOSE: 2, CONV_2D: 1],
+    conv_depthwise_dilated: [TRANSPOSE: 2, DEPTHWISE_CONV_2D: 1],
+
+    // Convolutions in context: the output transpose sinks through what follows.
+    // The mean over H and W drops them, so the layouts agree and no transpose is left.
+    conv_reduce_mean_no_keepdims: [TRANSPOSE: 1, CONV_2D: 1, MEAN: 1],
+    // Each conv transposes the shared input for itself (2); the concat runs in NHWC.
+    conv_concat_channels: [TRANSPOSE: 3, CONV_2D: 2, CONCATENATION: 1],
+    conv_softmax_channels: [TRANSPOSE: 2, CONV_2D: 1, SOFTMAX: 1],
+    // The model's own NCHW -> NHWC transpose cancels the lowering's NHWC -> NCHW one.
+    conv_then_transpose_to_nhwc: [TRANSPOSE: 1, CONV_2D: 1],
+    // Per-channel [C,1,1] MUL and ADD fold like a batch norm.
+    conv_mul_add_per_channel: [TRANSPOSE: 2, CONV_2D: 1],
+    // Batch norm after the (fused) Relu stays a MUL and an ADD, in NHWC.
+    conv_relu_batch_norm: [TRANSPOSE: 2, CONV_2D: 1, MUL: 1, ADD: 1],
+
+    // ConvTranspose
+    conv_transpose_basic: [TRANSPOSE: 2, TRANSPOSE_CONV_2D: 1],
+    conv_transpose_strides_pads: [TRANSPOSE: 2, TRANSPOSE_CONV_2D: 1],
+    conv_transpose_output_padding: [TRANSPOSE: 2, TRANSPOSE_CONV_2D: 1],
+    // The output padding exceeds the end pad: zeros are padded on, then the bias added.
+    conv_transpose_output_padding_no_pads: [TRANSPOSE: 2, TRANSPOSE_CONV_2D: 1, PAD: 1, ADD: 1],
+    conv_transpose_output_shape: [TRANSPOSE: 2, TRANSPOSE_CONV_2D: 1],
+    conv_transpose_auto_pad_same_upper: [TRANSPOSE: 2, TRANSPOSE_CONV_2D: 1],
+    conv_transpose_1d: [RESHAPE: 2, TRANSPOSE: 2, TRANSPOSE_CONV_2D: 1],
+
+    // Gemm: constant B becomes FULLY_CONNECTED; a row-broadcast C folds into its bias.
+    gemm_trans_b: [FULLY_CONNECTED: 1],
+    gemm_alpha_beta: [FULLY_CONNECTED: 1],
+    gemm_c_matrix: [FULLY_CONNECTED: 1, ADD: 1],
+    // C [3,1] is per row, not a bias: it is added after the layer, like a matrix C.
+    gemm_c_column: [FULLY_CONNECTED: 1, ADD: 1],
+    gemm_trans_a: [TRANSPOSE: 1, FULLY_CONNECTED: 1],
+    gemm_runtime_b: [BATCH_MATMUL: 1, ADD: 1],
+    gemm_runtime_b_trans_b_alpha_beta: [BATCH_MATMUL: 1, MUL: 1, ADD: 1],
+
+    // MatMul
+    matmul_const_2d_b_3d_a: [FULLY_CONNECTED: 1, RESHAPE: 1],
+    matmul_const_1d_b: [FULLY_CONNECTED: 1, RESHAPE: 1],
+    matmul_runtime_3d: [BATCH_MATMUL: 1],
+    // B [4,5] is lifted to [1,4,5] and tiled to A's batch of 2.
+    matmul_broadcast_batch: [RESHAPE: 1, TILE: 1, BATCH_MATMUL: 1],
+    // A [4] becomes [1,4] for FULLY_CONNECTED (which needs rank >= 2), and [1,5] -> [5] after.
+    matmul_1d_a: [RESHAPE: 2, FULLY_CONNECTED: 1],
+    // A [4] -> [1,1,4] (the two reshapes collapse), tiled to [2,1,4]; [2,1,5] -> [2,5].
+    matmul_1d_a_runtime_b: [RESHAPE: 2, TILE: 1, BATCH_MATMUL: 1],
+
+    // BatchNormalization alone: the channel constants move to NCHW and the transposes cancel.
+    batch_norm_rank4: [MUL: 1, ADD: 1],
+    batch_norm_rank3: [MUL: 1, ADD: 1],
+    batch_norm_rank2: [MUL: 1, ADD: 1],
+
+    // Other normalizations: the NN operations' per-channel parameters are scalars, so
+    // InstanceNormalization's scale and shift follow as MUL and ADD.
+    instance_normalization: [TRANSPOSE: 2, INSTANCE_NORMALIZATION: 1, MUL: 1, ADD: 1],
+    lrn: [TRANSPOSE: 2, LOCAL_RESPONSE_NORMALIZATION: 1],
+
+    // Activations
+    relu: [RELU: 1],
+    sigmoid: [LOGISTIC: 1],
+    tanh: [TANH: 1],
+    leaky_relu: [PRELU: 1],
+    prelu_per_channel: [PRELU: 1],
+    elu: [ELU: 1],
+    hard_sigmoid: [MUL: 1, ADD: 1, MAXIMUM: 1, MINIMUM: 1],
+    hard_swish_opset14: [HARD_SWISH: 1],
+    selu: [ELU: 1, MUL: 1],
+    // max(x, 0) + log(1 + exp(-|x|))
+    softplus: [RELU: 1, ABS: 1, NEG: 1, EXP: 1, ADD: 2, LOG: 1],
+    softsign: [ABS: 1, ADD: 1, DIV: 1],
+    clip_arbitrary: [MAXIMUM: 1, MINIMUM: 1],
+    clip_relu1: [RELU1: 1],
+    // alpha * elu(x / alpha)
+    celu: [DIV: 1, ELU: 1, MUL: 1],
+    // x * (x > alpha)
+    thresholded_relu: [GREATER: 1, CAST: 1, MUL: 1],
+    // x * tanh(softplus(x))
+    mish: [RELU: 1, ABS: 1, NEG: 1, EXP: 1, ADD: 2, LOG: 1, TANH: 1, MUL: 1],
+
+    // Softmax
+    softmax_axis_last: [SOFTMAX: 1],
+    softmax_axis_1_rank3: [SOFTMAX: 1],
+    // Opset < 13 normalizes over the flattened trailing dimensions: [1,3,2,2] -> [1,12].
+    softmax_opset11_axis_1_rank4: [RESHAPE: 2, SOFTMAX: 1],
+    log_softmax: [LOG_SOFTMAX: 1],
+
+    // Binary elementwise, three broadcasts each; broadcasting is the NN operations' own.
+    add_broadcast: [ADD: 3],
+    sub_broadcast: [SUB: 3],
+    mul_broadcast: [MUL: 3],
+    div_broadcast: [DIV: 3],
+    pow_broadcast: [POW: 3],
+    max_broadcast: [MAXIMUM: 3],
+    min_broadcast: [MINIMUM: 3],
+    // Three inputs make two binary operations each; Mean is Sum times 1/3.
+    variadic_max_min_sum_mean: [MAXIMUM: 2, MINIMUM: 2, ADD: 4, MUL: 1],
+    comparisons: [EQUAL: 1, LESS: 1, GREATER: 1, LESS_EQUAL: 1, GREATER_EQUAL: 1],
+    // Xor on booleans is NOT_EQUAL.
+    logical_ops: [LOGICAL_AND: 1, LOGICAL_OR: 1, NOT_EQUAL: 1, LOGICAL_NOT: 1],
+    where_broadcast: [SELECT: 1],
+
+    // Pools
+    max_pool_2x2_s2: [TRANSPOSE: 2, MAX_POOL_2D: 1],
+    max_pool_3x3_s2_pads: [TRANSPOSE: 2, MAX_POOL_2D: 1],
+    max_pool_ceil_mode: [TRANSPOSE: 2, MAX_POOL_2D: 1],
+    average_pool_exclude_pad: [TRANSPOSE: 2, AVERAGE_POOL_2D: 1],
+    // NN pools never count padding: explicit zero padding first makes it counted.
+    average_pool_include_pad: [TRANSPOSE: 2, PAD: 1, AVERAGE_POOL_2D: 1],
+    average_pool_ceil_mode: [TRANSPOSE: 2, AVERAGE_POOL_2D: 1],
+    // Explicit zero padding, then the ceil-mode overhang (none here: a 4th window would
+    // start in the end padding, which ONNX skips). Reference output [1,2,3,3].
+    average_pool_include_pad_ceil_mode: [TRANSPOSE: 2, PAD: 1, AVERAGE_POOL_2D: 1],
+    // Global pools are reductions over H and W, layout-free.
+    global_average_pool: [MEAN: 1],
+    global_max_pool: [REDUCE_MAX: 1],
+    max_pool_1d: [RESHAPE: 2, TRANSPOSE: 2, MAX_POOL_2D: 1],
+
+    // Shape and data movement
+    concat_axis_1: [CONCATENATION: 1],
+    concat_axis_negative: [CONCATENATION: 1],
+    reshape_zero_and_minus_one: [RESHAPE: 1],
+    flatten_axis_1: [RESHAPE: 1],
+    flatten_axis_2: [RESHAPE: 1],
+    transpose: [TRANSPOSE: 1],
+    squeeze_unsqueeze_opset11: [RESHAPE: 2],
+    squeeze_unsqueeze_opset13: [RESHAPE: 2],
+    pad_constant_zero: [PAD: 1],
+    pad_constant_value: [PAD_V2: 1],
+    pad_reflect: [MIRROR_PAD: 1],
+    slice_steps_2: [STRIDED_SLICE: 1],
+    slice_negative_steps: [STRIDED_SLICE: 1],
+    slice_negative_starts: [SLICE: 1],
+    split_equal: [SPLIT: 1],
+    split_unequal: [SLICE: 3],
+    split_opset18_num_outputs: [SLICE: 3],
+    gather_const_indices: [GATHER: 1],
+    // A scalar index gathers a unit dimension, then drops it.
+    gather_scalar_index: [GATHER: 1, RESHAPE: 1],
+    gather_negative_index: [GATHER: 1],
+    gather_runtime_indices: [ADD: 1, CAST: 1, GATHER: 1, LESS: 1, MUL: 1],
+    tile: [TILE: 1],
+    // [3,1] -> [1,3,1] -> tiled to [2,3,4].
+    expand: [RESHAPE: 1, TILE: 1],
+    depth_to_space_dcr: [TRANSPOSE: 2, DEPTH_TO_SPACE: 1],
+    // CRD permutes the channels into DCR order first.
+    depth_to_space_crd: [GATHER: 1, TRANSPOSE: 2, DEPTH_TO_SPACE: 1],
+    space_to_depth: [TRANSPOSE: 2, SPACE_TO_DEPTH: 1],
+
+    // Resize
+    resize_nearest_asymmetric_floor: [TRANSPOSE: 2, RESIZE_NEAREST_NEIGHBOR: 1],
+    resize_nearest_default: [TRANSPOSE: 2, RESIZE_NEAREST_NEIGHBOR: 1],
+    resize_linear_half_pixel_sizes: [TRANSPOSE: 2, RESIZE_BILINEAR: 1],
+    resize_linear_align_corners: [TRANSPOSE: 2, RESIZE_BILINEAR: 1],
+    upsample_opset9_nearest: [TRANSPOSE: 2, RESIZE_NEAREST_NEIGHBOR: 1],
+
+    // Reductions (two per model: keepdims 1 over axis 1, keepdims 0 over the last axis)
+    reduce_mean_keepdims: [MEAN: 2],
+    reduce_sum_opset11_keepdims: [REDUCE_SUM: 2],
+    reduce_max_keepdims: [REDUCE_MAX: 2],
+    reduce_min_keepdims: [REDUCE_MIN: 2],
+    reduce_prod_keepdims: [REDUCE_PROD: 2],
+    reduce_mean_all_axes_scalar: [MEAN: 1],
+    reduce_l1: [ABS: 1, REDUCE_SUM: 1],
+    reduce_l2: [MUL: 1, REDUCE_SUM: 1, SQRT: 1],
+    reduce_sum_square: [MUL: 1, REDUCE_SUM: 1],
+    // m + log(sum(exp(x - m))) with m = max(x) kept for broadcasting, reshaped to drop.
+    reduce_log_sum_exp: [REDUCE_MAX: 1, SUB: 1, EXP: 1, REDUCE_SUM: 1, LOG: 1, RESHAPE: 1, ADD: 1],
+    reduce_sum_opset13_axes_input: [REDUCE_SUM: 1],
+    // ARGMAX/ARGMIN drop the axis; keepdims reshapes it back.
+    argmax_keepdims: [ARGMAX: 1, RESHAPE: 1],
+    argmin_no_keepdims: [ARGMIN: 1],
+    // The last extreme index is (n - 1) - the first one of the reversed tensor.
+    argmax_select_last_index: [REVERSE: 1, ARGMAX: 1, SUB: 1, RESHAPE: 1],
+    argmin_select_last_index_no_keepdims: [REVERSE: 1, ARGMIN: 1, SUB: 1],
+    argmax_rank1_no_keepdims: [ARGMAX: 1],
+    // TOPK_V2 works on the last axis: axis 1 is swapped there and back (values and indices).
+    topk_largest: [TRANSPOSE: 3, TOPK_V2: 1],
+    // Smallest k = -topk(-x).
+    topk_smallest: [TRANSPOSE: 3, NEG: 2, TOPK_V2: 1],
+
+    // Unary elementwise
+    exp: [EXP: 1],
+    log: [LOG: 1],
+    sqrt: [SQRT: 1],
+    reciprocal: [DIV: 1],
+    neg: [NEG: 1],
+    abs: [ABS: 1],
+    floor: [FLOOR: 1],
+    // ceil(x) = -floor(-x)
+    ceil: [NEG: 2, FLOOR: 1],
+    sin: [SIN: 1],
+    // cos(x) = sin(x + pi/2)
+    cos: [ADD: 1, SIN: 1],
+    // (x > 0) - (x < 0)
+    sign: [GREATER: 1, LESS: 1, CAST: 2, SUB: 1],
+
+    // Identities, constants, casts, shape arithmetic
+    identity: [RELU: 1],
+    dropout_inference: [RELU: 1],
+    constant_add: [ADD: 1],
+    cast_float_int64_float: [CAST: 2],
+    // Range, ConstantOfShape, Shape, Size and Cast evaluate at compile time.
+    constant_subgraphs_fold: [ADD: 1, MUL: 1, DIV: 1],
+    // Shape -> Gather -> Unsqueeze -> Concat folds at compile time: one RESHAPE is left.
+    shape_chain_reshape: [RESHAPE: 1],
+}
+
+#[test]
+fn every_corpus_case_is_in_the_table() {
+    let on_disk: BTreeSet<String> = std::fs::read_dir(CORPUS)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name != "unsupported_ops")
+        .collect();
+    let listed: BTreeSet<String> = HISTOGRAM_CASES.iter().map(|s| s.to_string()).collect();
+    assert_eq!(
+        on_disk, listed,
+        "testdata/onnx directories vs the histogram table"
+    );
+}
+
+// ---- convolutions -----------------------------------------------------------------------
+
+#[test]
+fn conv_plain_is_conv_2d_between_layout_transposes() {
+    let lowered = lower("conv_plain");
+    let m = &lowered.model;
+    let conv = only(m, OperationType::Conv2d);
+    assert_eq!(
+        conv.inputs.len(),
+        10,
+        "explicit padding, no layout or dilation inputs"
+    );
+    assert_eq!(window(m, conv), [1, 1, 1, 1, 1, 1]);
+    assert_eq!(fused_activation(m, conv), FusedActivation::None as i32);
+    // OIHW weights re-laid-out as OHWI.
+    let (w, shape) = case_initializer("conv_plain", "w");
+    assert_eq!(dims(m, role(conv, "filter")), [4, 3, 3, 3]);
+    assert_eq!(
+        f32s(m, role(conv, "filter")),
+        transposed(&w, &shape, &[0, 2, 3, 1])
+    );
+    assert_eq!(
+        f32s(m, role(conv, "bias")),
+        case_initializer("conv_plain", "b").0
+    );
+    // The input transpose (NCHW -> NHWC) reads the model input; the output one writes the output.
+    let first = &m.main.operations[0];
+    assert_eq!(first.op_type, OperationType::Transpose);
+    assert_eq!(first.inputs[0], m.main.inputs[0]);
+    assert_eq!(i32s(m, first.inputs[1]), [0, 2, 3, 1]);
+    let last = m.main.operations.last().unwrap();
+    assert_eq!(last.op_type, OperationType::Transpose);
+    assert_eq!(last.outputs[0], m.main.outputs[0]);
+    assert_eq!(i32s(m, last.inputs[1]), [0, 3, 1, 2]);
+    assert_eq!(m.output_info[0].dims, [1, 4, 5, 5]);
+    assert_eq!(m.output_info[0].dtype, DataType::F32);
+}
+
+#[test]
+fn conv_strides_and_dilations() {
+    let lowered = lower("conv_strides_2");
+    let conv = only(&lowered.model, OperationType::Conv2d);
+    assert_eq!(window(&lowered.model, conv), [1, 1, 1, 1, 2, 2]);
+    assert_eq!(lowered.model.output_info[0].dims, [1, 4, 4, 4]);
+
+    let lowered = lower("conv_dilations_2");
+    let m = &lowered.model;
+    let conv = only(m, OperationType::Conv2d);
+    assert_eq!(
+        conv.inputs.len(),
+        13,
+        "dilation needs the layout and dilation inputs"
+    );
+    assert_eq!(window(m, conv), [2, 2, 2, 2, 1, 1]);
+    assert!(!scalar_bool(m, conv, "layout"), "NHWC");
+    assert_eq!(
+        [
+            scalar_i32(m, conv, "dilation_w"),
+            scalar_i32(m, conv, "dilation_h")
+        ],
+        [2, 2]
+    );
+    assert_eq!(m.output_info[0].dims, [1, 4, 7, 7]);
+}
+
+#[test]
+fn conv_auto_pad_becomes_explicit_padding() {
+    // Input 6, kernel 3, stride 2: total padding 1 per axis, at the end for SAME_UPPER
+    // and at the beginning for SAME_LOWER.
+    for (case, expected, out) in [
+        ("conv_auto_pad_same_upper", [0, 1, 0, 1, 2, 2], [1, 4, 3, 3]),
+        ("conv_auto_pad_same_lower", [1, 0, 1, 0, 2, 2], [1, 4, 3, 3]),
+        ("conv_auto_pad_valid", [0, 0, 0, 0, 1, 1], [1, 4, 4, 4]),
+    ] {
+        let lowered = lower(case);
+        let conv = only(&lowered.model, OperationType::Conv2d);
+        assert_eq!(window(&lowered.model, conv), expected, "{case}");
+        assert_eq!(lowered.model.output_info[0].dims, out, "{case}");
+    }
+}
+
+#[test]
+fn conv_asymmetric_pads_map_to_the_right_sides() {
+    // ONNX pads [top, left, bottom, right] = [1, 2, 0, 1].
+    let lowered = lower("conv_asymmetric_pads");
+    let conv = only(&lowered.model, OperationType::Conv2d);
+    assert_eq!(window(&lowered.model, conv), [2, 1, 1, 0, 1, 1]);
+    assert_eq!(lowered.model.output_info[0].dims, [1, 4, 4, 6]);
+}
+
+#[test]
+fn conv_without_bias_gets_a_zero_bias() {
+    let lowered = lower("conv_no_bias");
+    let conv = only(&lowered.model, OperationType::Conv2d);
+    assert_eq!(f32s(&lowered.model, role(conv, "bias")), [0.0; 4]);
+}
+
+#[test]
+fn depthwise_convs_use_1hwo_filters_and_the_multiplier() {
+    for (case, m_out, multiplier) in [
+        ("conv_depthwise", 4, 1),
+        ("conv_depthwise_multiplier_2", 8, 2),
+    ] {
+        let lowered = lower(case);
+        let m = &lowered.model;
+        let conv = only(m, OperationType::DepthwiseConv2d);
+        assert_eq!(scalar_i32(m, conv, "multiplier"), multiplier, "{case}");
+        assert_eq!(window(m, conv), [1, 1, 1, 1, 1, 1], "{case}");
+        let (w, shape) = case_initializer(case, "w");
+        assert_eq!(dims(m, role(conv, "filter")), [1, 3, 3, m_out], "{case}");
+        assert_eq!(
+            f32s(m, role(conv, "filter")),
+            transposed(&w, &shape, &[1, 2, 3, 0]),
+            "{case}"
+        );
+        assert_eq!(m.output_info[0].dims, [1, m_out, 5, 5], "{case}");
+    }
+}
+
+#[test]
+fn grouped_conv_uses_grouped_conv_2d() {
+    let lowered = lower("conv_grouped");
+    let m = &lowered.model;
+    let conv = only(m, OperationType::GroupedConv2d);
+    assert_eq!(scalar_i32(m, conv, "groups"), 2);
+    assert!(!scalar_bool(m, conv, "layout"), "NHWC");
+    assert_eq!(dims(m, role(conv, "filter")), [6, 3, 3, 2]);
+    assert_eq!(window(m, conv), [1, 1, 1, 1, 1, 1]);
+    assert_eq!(m.output_info[0].dims, [1, 6, 5, 5]);
+}
+
+#[test]
+fn conv_1d_is_a_height_1_conv_2d() {
+    let lowered = lower("conv_1d");
+    let m = &lowered.model;
+    let conv = only(m, OperationType::Conv2d);
+    assert_eq!(dims(m, role(conv, "filter")), [4, 1, 3, 3]);
+    assert_eq!(window(m, conv), [1, 1, 0, 0, 1, 1]);
+    assert_eq!(m.output_info[0].dims, [1, 4, 8]);
+}
+
+#[test]
+fn batch_norm_after_conv_folds_into_filter_and_bias() {
+    let case = "conv_batch_norm";
+    let raw = lower_unoptimized(case);
+    assert_eq!(
+        raw.lowered_histogram.get("MUL"),
+        Some(&1),
+        "the frontend lowers BatchNormalization to MUL"
+    );
+    assert_eq!(raw.lowered_histogram.get("ADD"), Some(&1), "... and ADD");
+    let lowered = lower(case);
+    let folds: usize = lowered
+        .passes
+        .iter()
+        .filter(|p| p.pass == "fold-batch-norm")
+        .flat_map(|p| p.changes.values())
+        .sum();
+    assert_eq!(folds, 2, "fold-batch-norm folds the MUL and the ADD");
+
+    // Expected: filter[k] * scale[k], bias[k] * scale[k] + shift[k], from the unoptimized model.
+    let rm = &raw.model;
+    let (conv, mul, add) = (
+        only(rm, OperationType::Conv2d),
+        only(rm, OperationType::Mul),
+        only(rm, OperationType::Add),
+    );
+    let (scale, shift) = (f32s(rm, mul.inputs[1]), f32s(rm, add.inputs[1]));
+    let filter = f32s(rm, role(conv, "filter"));
+    let per_channel = filter.len() / scale.len();
+    let expected_filter: Vec<f32> = filter
+        .iter()
+        .enumerate()
+        .map(|(i, w)| w * scale[i / per_channel])
+        .collect();
+    let expected_bias: Vec<f32> = f32s(rm, role(conv, "bias"))
+        .iter()
+        .zip(&scale)
+        .zip(&shift)
+        .map(|((b, s), t)| b * s + t)
+        .collect();
+
+    let m = &lowered.model;
+    let conv = only(m, OperationType::Conv2d);
+    assert_close(
+        &f32s(m, role(conv, "filter")),
+        &expected_filter,
+        "folded filter",
+    );
+    assert_close(&f32s(m, role(conv, "bias")), &expected_bias, "folded bias");
+    assert_eq!(fused_activation(m, conv), FusedActivation::None as i32);
+}
+
+#[test]
+fn activations_after_conv_fuse_into_it() {
+    for (case, activation) in [
+        ("conv_relu", FusedActivation::Relu),
+        ("conv_clip_relu6", FusedActivation::Relu6),
+        ("conv_clip_relu6_opset10_attributes", FusedActivation::Relu6),
+    ] {
+        let lowered = lower(case);
+        let conv = only(&lowered.model, OperationType::Conv2d);
+        assert_eq!(
+            fused_activation(&lowered.model, conv),
+            activation as i32,
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn dilated_depthwise_conv() {
+    let lowered = lower("conv_depthwise_dilated");
+    let m = &lowered.model;
+    let conv = only(m, OperationType::DepthwiseConv2d);
+    assert_eq!(conv.inputs.len(), 14);
+    assert_eq!(window(m, conv), [2, 2, 2, 2, 1, 1]);
+    assert_eq!(
+        [
+            scalar_i32(m, conv, "dilation_w"),
+            scalar_i32(m, conv, "dilation_h")
+        ],
+        [2, 2]
+    );
+    assert_eq!(m.output_info[0].dims, [1, 4, 7, 7]);
+}
+
+#[test]
+fn layout_pass_carries_axes_through_reductions_concat_and_softmax() {
+    // NHWC axes: H = 1, W = 2, C = 3.
+    let lowered = lower("conv_reduce_mean_no_keepdims");
+    let m = &lowered.model;
+    let mean = only(m, OperationType::Mean);
+    assert_eq!(i32s(m, role(mean, "axes")), [1, 2]);
+    assert_eq!(mean.outputs[0], m.main.outputs[0]);
+    assert_eq!(m.output_info[0].dims, [1, 4]);
+
+    let lowered = lower("conv_concat_channels");
+    let m = &lowered.model;
+    let concat = only(m, OperationType::Concatenation);
+    assert_eq!(i32s(m, *concat.inputs.last().unwrap()), [3]);
+    assert_eq!(m.output_info[0].dims, [1, 6, 5, 5]);
+
+    let lowered = lower("conv_softmax_channels");
+    let m = &lowered.model;
+    assert_eq!(scalar_i32(m, only(m, OperationType::Softmax), "axis"), 3);
+
+    let lowered = lower("conv_then_transpose_to_nhwc");
+    let m = &lowered.model;
+    assert_eq!(
+        only(m, OperationType::Conv2d).outputs[0],
+        m.main.outputs[0],
+        "the conv writes the NHWC output"
+    );
+    assert_eq!(m.output_info[0].dims, [1, 5, 5, 4]);
+}
+
+#[test]
+fn per_channel_mul_and_add_fold_like_batch_norm() {
+    let case = "conv_mul_add_per_channel";
+    let lowered = lower(case);
+    let m = &lowered.model;
+    let conv = only(m, OperationType::Conv2d);
+    let (scale, shift) = (
+        case_initializer(case, "scale").0,
+        case_initializer(case, "shift").0,
+    );
+    let bias: Vec<f32> = case_initializer(case, "conv_b")
+        .0
+        .iter()
+        .zip(&scale)
+        .zip(&shift)
+        .map(|((b, s), t)| b * s + t)
+        .collect();
+    assert_close(&f32s(m, role(conv, "bias")), &bias, "folded bias");
+}
+
+#[test]
+fn batch_norm_after_an_activation_stays() {
+    let lowered = lower("conv_relu_batch_norm");
+    let m = &lowered.model;
+    let conv = only(m, OperationType::Conv2d);
+    assert_eq!(fused_activation(m, conv), FusedActivation::Relu as i32);
+    let mul = only(m, OperationType::Mul);
+    assert_eq!(mul.inputs[0], conv.outputs[0]);
+    assert_eq!(
+        dims(m, mul.inputs[1]),
+        [4],
+        "NHWC: per-channel on the last axis"
+    );
+}
+
+// ---- transposed convolutions ---------------------------------------------------------
+
+#[test]
+fn conv_transpose_padding_and_output_extent() {
+    // (case, [pad_left, pad_right, pad_top, pad_bottom, stride_w, stride_h], output dims)
+    for (case, expected, out) in [
+        ("conv_transpose_basic", [0, 0, 0, 0, 1, 1], vec![1, 2, 6, 6]),
+        (
+            "conv_transpose_strides_pads",
+            [1, 1, 1, 1, 2, 2],
+            vec![1, 2, 5, 5],
+        ),
+        // The output padding shortens the end pad: 1 - 1 = 0.
+        (
+            "conv_transpose_output_padding",
+            [1, 0, 1, 0, 2, 2],
+            vec![1, 2, 6, 6],
+        ),
+        // Full extent 7, asked 6: total padding 1 goes to the beginning (not SAME_UPPER).
+        (
+            "conv_transpose_output_shape",
+            [1, 0, 1, 0, 2, 2],
+            vec![1, 2, 6, 6],
+        ),
+        (
+            "conv_transpose_auto_pad_same_upper",
+            [0, 1, 0, 1, 2, 2],
+            vec![1, 2, 6, 6],
+        ),
+        ("conv_transpose_1d", [0, 0, 0, 0, 2, 1], vec![1, 2, 11]),
+    ] {
+        let lowered = lower(case);
+        let m = &lowered.model;
+        let deconv = only(m, OperationType::TransposeConv2d);
+        assert_eq!(window(m, deconv), expected, "{case}");
+        assert_eq!(m.output_info[0].dims, out, "{case}");
+        assert_eq!(
+            f32s(m, role(deconv, "bias")),
+            case_initializer(case, "b").0,
+            "{case}: bias"
+        );
+    }
+}
+
+#[test]
+fn conv_transpose_output_padding_past_the_pads_is_padded_then_biased() {
+    let case = "conv_transpose_output_padding_no_pads";
+    let lowered = lower(case);
+    let m = &lowered.model;
+    let deconv = only(m, OperationType::TransposeConv2d);
+    assert_eq!(window(m, deconv), [0, 0, 0, 0, 2, 2]);
+    assert_eq!(
+        f32s(m, role(deconv, "bias")),
+        [0.0; 2],
+        "the bias moves after the padding"
+    );
+    let pad = only(m, OperationType::Pad);
+    assert_eq!(
+        i32s(m, role(pad, "paddings")),
+        [0, 0, 0, 1, 0, 1, 0, 0],
+        "one row and column at the end (NHWC)"
+    );
+    let add = only(m, OperationType::Add);
+    assert_eq!(f32s(m, add.inputs[1]), case_initializer(case, "b").0);
+    assert_eq!(m.output_info[0].dims, [1, 2, 8, 8]);
+}
+
+// ---- Gemm and MatMul -------------------------------------------------------------------
+
+#[test]
+fn gemm_weights_and_bias_absorb_transposition_alpha_and_beta() {
+    let lowered = lower("gemm_trans_b");
+    let m = &lowered.model;
+    let fc = only(m, OperationType::FullyConnected);
+    assert_eq!(
+        f32s(m, role(fc, "weights")),
+        case_initializer("gemm_trans_b", "b").0,
+        "transB=1: B is already [N, K]"
+    );
+    assert_eq!(
+        f32s(m, role(fc, "bias")),
+        case_initializer("gemm_trans_b", "c").0
+    );
+    assert_eq!(m.output_info[0].dims, [2, 3]);
+
+    let case = "gemm_alpha_beta"; // alpha 0.5, beta 2
+    let lowered = lower(case);
+    let m = &lowered.model;
+    let fc = only(m, OperationType::FullyConnected);
+    let (b, b_shape) = case_initializer(case, "b");
+    let weights: Vec<f32> = transposed(&b, &b_shape, &[1, 0])
+        .iter()
+        .map(|v| v * 0.5)
+        .collect();
+    assert_eq!(dims(m, role(fc, "weights")), [3, 4]);
+    assert_close(&f32s(m, role(fc, "weights")), &weights, "alpha * B^T");
+    let bias: Vec<f32> = case_initializer(case, "c")
+        .0
+        .iter()
+        .map(|v| v * 2.0)
+        .collect();
+    assert_close(&f32s(m, role(fc, "bias")), &bias, "beta * C");
+}
+
+#[test]
+fn gemm_with_a_matrix_c_adds_it_after_the_layer() {
+    let case = "gemm_c_matrix"; // beta 0.5
+    let lowered = lower(case);
+    let m = &lowered.model;
+    let fc = only(m, OperationType::FullyConnected);
+    assert_eq!(f32s(m, role(fc, "bias")), [0.0; 3]);
+    let add = only(m, OperationType::Add);
+    assert_eq!(add.inputs[0], fc.outputs[0]);
+    assert_eq!(dims(m, add.inputs[1]), [2, 3]);
+    let c: Vec<f32> = case_initializer(case, "c")
+        .0
+        .iter()
+        .map(|v| v * 0.5)
+        .collect();
+    assert_close(&f32s(m, add.inputs[1]), &c, "beta * C");
+}
+
+#[test]
+fn gemm_trans_a_transposes_the_runtime_input() {
+    let lowered = lower("gemm_trans_a");
+    let m = &lowered.model;
+    let t = only(m, OperationType::Transpose);
+    assert_eq!(t.inputs[0], m.main.inputs[0]);
+    assert_eq!(i32s(m, t.inputs[1]), [1, 0]);
+    assert_eq!(m.output_info[0].dims, [2, 3]);
+}
+
+#[test]
+fn gemm_and_matmul_with_runtime_operands_use_batch_matmul() {
+    let lowered = lower("gemm_runtime_b");
+    let m = &lowered.model;
+    let mm = only(m, OperationType::BatchMatmul);
+    assert_eq!(mm.inputs[..2], m.main.inputs[..2]);
+    assert!(!scalar_bool(m, mm, "adj_lhs") && !scalar_bool(m, mm, "adj_rhs"));
+
+    let lowered = lower("matmul_broadcast_batch");
+    let m = &lowered.model;
+    let tile = only(m, OperationType::Tile);
+    assert_eq!(i32s(m, role(tile, "multiples")), [2, 1, 1]);
+    assert_eq!(dims(m, tile.outputs[0]), [2, 4, 5]);
+    assert_eq!(m.output_info[0].dims, [2, 3, 5]);
+}
+
+#[test]
+fn matmul_with_constant_b_is_fully_connected_on_flattened_rows() {
+    for (case, weights, rows_out, out) in [
+        ("matmul_const_2d_b_3d_a", [5, 4], [6, 5], vec![2, 3, 5]),
+        ("matmul_const_1d_b", [1, 4], [6, 1], vec![2, 3]),
+    ] {
+        let lowered = lower(case);
+        let m = &lowered.model;
+        let fc = only(m, OperationType::FullyConnected);
+        assert_eq!(dims(m, role(fc, "weights")), weights, "{case}");
+        assert_eq!(dims(m, fc.outputs[0]), rows_out, "{case}");
+        assert_eq!(m.output_info[0].dims, out, "{case}");
+    }
+}
+
+// ---- normalization, activations, softmax -------------------------------------------------
+
+#[test]
+fn standalone_batch_norm_runs_in_nchw_with_broadcast_constants() {
+    let lowered = lower("batch_norm_rank4");
+    let m = &lowered.model;
+    let mul = only(m, OperationType::Mul);
+    assert_eq!(
+        mul.inputs[0], m.main.inputs[0],
+        "no transpose left before the MUL"
+    );
+    assert_eq!(dims(m, mul.inputs[1]), [1, 3, 1, 1]);
+    assert_eq!(dims(m, only(m, OperationType::Add).inputs[1]), [1, 3, 1, 1]);
+
+    let lowered = lower("batch_norm_rank3");
+    let m = &lowered.model;
+    assert_eq!(
+        dims(m, only(m, OperationType::Mul).inputs[1]),
+        [3, 1],
+        "broadcasts along axis 1"
+    );
+
+    let lowered = lower("batch_norm_rank2");
+    let m = &lowered.model;
+    assert_eq!(dims(m, only(m, OperationType::Mul).inputs[1]), [3]);
+}
+
+#[test]
+fn activation_constants() {
+    let lowered = lower("leaky_relu");
+    let prelu = only(&lowered.model, OperationType::Prelu);
+    assert_eq!(f32s(&lowered.model, role(prelu, "alpha")), [0.1]);
+
+    let lowered = lower("prelu_per_channel");
+    let m = &lowered.model;
+    let prelu = only(m, OperationType::Prelu);
+    assert_eq!(dims(m, role(prelu, "alpha")), [3, 1, 1]);
+    assert_eq!(f32s(m, role(prelu, "alpha")), [0.1, 0.25, -0.5]);
+
+    let lowered = lower("elu");
+    let elu = only(&lowered.model, OperationType::Elu);
+    assert_eq!(f32s(&lowered.model, role(elu, "alpha")), [0.7]);
+
+    // hard_sigmoid(x) = min(max(0.25 x + 0.4, 0), 1)
+    let lowered = lower("hard_sigmoid");
+    let m = &lowered.model;
+    assert_eq!(f32s(m, only(m, OperationType::Mul).inputs[1]), [0.25]);
+    assert_eq!(f32s(m, only(m, OperationType::Add).inputs[1]), [0.4]);
+    assert_eq!(f32s(m, only(m, OperationType::Maximum).inputs[1]), [0.0]);
+    assert_eq!(f32s(m, only(m, OperationType::Minimum).inputs[1]), [1.0]);
+
+    let lowered = lower("clip_arbitrary");
+    let m = &lowered.model;
+    assert_eq!(f32s(m, only(m, OperationType::Maximum).inputs[1]), [-0.5]);
+    assert_eq!(f32s(m, only(m, OperationType::Minimum).inputs[1]), [0.7]);
+}
+
+#[test]
+fn softmax_axis() {
+    let lowered = lower("softmax_axis_last");
+    let softmax = only(&lowered.model, OperationType::Softmax);
+    assert_eq!(softmax.inputs.len(), 2, "the last axis is the default");
+
+    let lowered = lower("softmax_axis_1_rank3");
+    let softmax = only(&lowered.model, OperationType::Softmax);
+    assert_eq!(scalar_i32(&lowered.model, softmax, "axis"), 1);
+
+    let lowered = lower("softmax_opset11_axis_1_rank4");
+    let m = &lowered.model;
+    let softmax = only(m, OperationType::Softmax);
+    assert_eq!(
+        dims(m, softmax.inputs[0]),
+        [1, 12],
+        "coerced to 2-D at the axis"
+    );
+    assert_eq!(m.output_info[0].dims, [1, 3, 2, 2]);
+
+    let lowered = lower("log_softmax");
+    let log_softmax = only(&lowered.model, OperationType::LogSoftmax);
+    assert_eq!(scalar_i32(&lowered.model, log_softmax, "axis"), -1);
+}
+
+// ---- elementwise -------------------------------------------------------------------------
+
+#[test]
+fn comparisons_and_logic_produce_bool_tensors() {
+    let lowered = lower("comparisons");
+    for out in &lowered.model.output_info {
+        assert_eq!(
+            (out.dtype, out.dims.as_slice()),
+            (DataType::Bool, &[2, 3][..]),
+            "{}",
+            out.name
+        );
+    }
+    let lowered = lower("logical_ops");
+    let m = &lowered.model;
+    assert!(m.input_info.iter().all(|i| i.dtype == DataType::Bool));
+    assert!(m.output_info.iter().all(|o| o.dtype == DataType::Bool));
+    for &o in &m.main.outputs {
+        assert_eq!(
+            m.main.operands[o as usize].operand_type,
+            OperandType::TensorBool8
+        );
+    }
+}
+
+#[test]
+fn binary_broadcast_shapes() {
+    let lowered = lower("add_broadcast");
+    let dims: Vec<&[u32]> = lowered
+        .model
+        .output_info
+        .iter()
+        .map(|o| o.dims.as_slice())
+        .collect();
+    assert_eq!(dims, [&[2, 3, 4][..], &[2, 3, 4], &[2, 3, 4]]);
+    // The scalar constant is a one-element tensor.
+    let m = &lowered.model;
+    let scalar_add = m
+        .main
+        .operations
+        .iter()
+        .find(|o| o.outputs[0] == m.main.outputs[2])
+        .unwrap();
+    assert_eq!(f32s(m, scalar_add.inputs[1]), [1.5]);
+}
+
+#[test]
+fn cast_chain_goes_through_int32() {
+    let lowered = lower("cast_float_int64_float");
+    let m = &lowered.model;
+    let casts: Vec<&Operation> = m
+        .main
+        .operations
+        .iter()
+        .filter(|o| o.op_type == OperationType::Cast)
+        .collect();
+    assert_eq!(
+        m.main.operands[casts[0].outputs[0] as usize].operand_type,
+        OperandType::TensorInt32
+    );
+    assert_eq!(
+        m.main.operands[casts[1].outputs[0] as usize].operand_type,
+        OperandType::TensorFloat32
+    );
+    assert_eq!(m.output_info[0].dtype, DataType::F32);
+}
+
+// ---- pools -----------------------------------------------------------------------------
+
+#[test]
+fn pool_windows() {
+    // (case, op, [pad_left, pad_right, pad_top, pad_bottom, stride_w, stride_h], kernel, output)
+    for (case, op, expected, kernel, out) in [
+        (
+            "max_pool_2x2_s2",
+            OperationType::MaxPool2d,
+            [0, 0, 0, 0, 2, 2],
+            2,
+            vec![1, 2, 2, 2],
+        ),
+        (
+            "max_pool_3x3_s2_pads",
+            OperationType::MaxPool2d,
+            [1, 1, 1, 1, 2, 2],
+            3,
+            vec![1, 2, 3, 3],
+        ),
+        // ceil_mode: one extra end pad turns 2 windows into 3.
+        (
+            "max_pool_ceil_mode",
+            OperationType::MaxPool2d,
+            [0, 1, 0, 1, 2, 2],
+            2,
+            vec![1, 2, 3, 3],
+        ),
+        (
+            "average_pool_exclude_pad",
+            OperationType::AveragePool2d,
+            [1, 1, 1, 1, 2, 2],
+            3,
+            vec![1, 2, 3, 3],
+        ),
+        (
+            "average_pool_ceil_mode",
+            OperationType::AveragePool2d,
+            [0, 1, 0, 1, 2, 2],
+            2,
+            vec![1, 2, 3, 3],
+        ),
+        // The padding is explicit zeros instead (counted by the average).
+        (
+            "average_pool_include_pad",
+            OperationType::AveragePool2d,
+            [0, 0, 0, 0, 2, 2],
+            3,
+            vec![1, 2, 3, 3],
+        ),
+        (
+            "max_pool_1d",
+            OperationType::MaxPool2d,
+            [0, 0, 0, 0, 2, 1],
+            2,
+            vec![1, 2, 4],
+        ),
+    ] {
+        let lowered = lower(case);
+        let m = &lowered.model;
+        let pool = only(m, op);
+        assert_eq!(window(m, pool), expected, "{case}");
+        let k = if case == "max_pool_1d" {
+            [2, 1]
+        } else {
+            [kernel, kernel]
+        };
+        assert_eq!(
+            [
+                scalar_i32(m, pool, "filter_w"),
+                scalar_i32(m, pool, "filter_h")
+            ],
+            k,
+            "{case}"
+        );
+        assert_eq!(fused_activation(m, pool), 0, "{case}");
+        assert_eq!(m.output_info[0].dims, out, "{case}");
+    }
+    let lowered = lower("average_pool_include_pad");
+    let m = &lowered.model;
+    assert_eq!(
+        i32s(m, role(only(m, OperationType::Pad), "paddings")),
+        [0, 0, 1, 1, 1, 1, 0, 0]
+    );
+}
+
+#[test]
+fn global_pools_reduce_h_and_w_keeping_them() {
+    let lowered = lower("global_average_pool");
+    let m = &lowered.model;
+    let mean = only(m, OperationType::Mean);
+    assert_eq!(i32s(m, role(mean, "axes")), [2, 3]);
+    assert_eq!(m.output_info[0].dims, [1, 3, 1, 1]);
+    let lowered = lower("global_max_pool");
+    let m = &lowered.model;
+    assert_eq!(
+        i32s(m, role(only(m, OperationType::ReduceMax), "axes")),
+        [2, 3]
+    );
+}
+
+// ---- shape and data movement --------------------------------------------------------------
+
+#[test]
+fn concat_axis_is_normalized() {
+    let lowered = lower("concat_axis_negative");
+    let m = &lowered.model;
+    let concat = only(m, OperationType::Concatenation);
+    assert_eq!(concat.inputs.len(), 4, "two inputs, the constant, the axis");
+    assert_eq!(i32s(m, *concat.inputs.last().unwrap()), [1]);
+    assert_eq!(m.output_info[0].dims, [2, 6]);
+}
+
+#[test]
+fn reshapes_resolve_zero_and_minus_one() {
+    for (case, out) in [
+        ("reshape_zero_and_minus_one", vec![2, 12]),
+        ("flatten_axis_1", vec![2, 12]),
+        ("flatten_axis_2", vec![6, 4]),
+    ] {
+        let lowered = lower(case);
+        let m = &lowered.model;
+        let reshape = only(m, OperationType::Reshape);
+        let expected: Vec<i32> = out.iter().map(|&d| d as i32).collect();
+        assert_eq!(i32s(m, role(reshape, "shape")), expected, "{case}");
+        assert_eq!(m.output_info[0].dims, out, "{case}");
+    }
+}
+
+#[test]
+fn squeeze_and_unsqueeze_in_both_opset_forms() {
+    for case in ["squeeze_unsqueeze_opset11", "squeeze_unsqueeze_opset13"] {
+        let lowered = lower(case);
+        let dims: Vec<&[u32]> = lowered
+            .model
+            .output_info
+            .iter()
+            .map(|o| o.dims.as_slice())
+            .collect();
+        assert_eq!(dims, [&[2, 3][..], &[1, 2, 3, 1]], "{case}");
+    }
+}
+
+#[test]
+fn pads() {
+    let lowered = lower("pad_constant_zero");
+    let m = &lowered.model;
+    // ONNX [begin..., end...] -> NN [[begin, end] per axis]
+    assert_eq!(
+        i32s(m, role(only(m, OperationType::Pad), "paddings")),
+        [0, 0, 0, 0, 1, 2, 2, 1]
+    );
+    assert_eq!(m.output_info[0].dims, [1, 2, 6, 6]);
+
+    let lowered = lower("pad_constant_value");
+    let m = &lowered.model;
+    let pad = only(m, OperationType::PadV2);
+    assert_eq!(f32s(m, role(pad, "value")), [1.5]);
+
+    let lowered = lower("pad_reflect");
+    let m = &lowered.model;
+    let pad = only(m, OperationType::MirrorPad);
+    assert_eq!(i32s(m, pad.inputs[2]), [0], "mode REFLECT");
+}
+
+#[test]
+fn slices() {
+    let lowered = lower("slice_steps_2");
+    let m = &lowered.model;
+    let s = only(m, OperationType::StridedSlice);
+    assert_eq!(i32s(m, role(s, "begin")), [0, 0, 1]);
+    assert_eq!(i32s(m, role(s, "strides")), [1, 2, 2]);
+    assert_eq!(m.output_info[0].dims, [2, 3, 3]);
+
+    // Axis 1: 4, 2 (step -2); axis 2: 5 down to 0 (step -1, end "before 0" as a mask).
+    let lowered = lower("slice_negative_steps");
+    let m = &lowered.model;
+    let s = only(m, OperationType::StridedSlice);
+    assert_eq!(i32s(m, role(s, "begin")), [0, 4, 5]);
+    assert_eq!(i32s(m, role(s, "end"))[1], 1);
+    assert_eq!(i32s(m, role(s, "strides")), [1, -2, -1]);
+    assert_eq!(scalar_i32(m, s, "end_mask"), 0b101);
+    assert_eq!(m.output_info[0].dims, [2, 2, 6]);
+
+    let lowered = lower("slice_negative_starts");
+    let m = &lowered.model;
+    let s = only(m, OperationType::Slice);
+    assert_eq!(i32s(m, role(s, "begin")), [0, 1, 3]);
+    assert_eq!(i32s(m, role(s, "size")), [-1, 3, 3]);
+    assert_eq!(m.output_info[0].dims, [2, 3, 3]);
+}
+
+#[test]
+fn splits() {
+    let lowered = lower("split_equal");
+    let m = &lowered.model;
+    let split = only(m, OperationType::Split);
+    assert_eq!(
+        [
+            scalar_i32(m, split, "axis"),
+            scalar_i32(m, split, "num_splits")
+        ],
+        [1, 3]
+    );
+
+    for (case, sizes) in [
+        ("split_unequal", [1, 2, 3]),
+        ("split_opset18_num_outputs", [3, 3, 1]),
+    ] {
+        let lowered = lower(case);
+        let m = &lowered.model;
+        let widths: Vec<u32> = m.output_info.iter().map(|o| o.dims[1]).collect();
+        assert_eq!(widths, sizes, "{case}");
+        let begins: Vec<i32> = m
+            .main
+            .operations
+            .iter()
+            .filter(|o| o.op_type == OperationType::Slice)
+            .map(|o| i32s(m, role(o, "begin"))[1])
+            .collect();
+        assert_eq!(
+            begins,
+            [0, sizes[0] as i32, (sizes[0] + sizes[1]) as i32],
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn gathers() {
+    let lowered = lower("gather_negative_index");
+    let m = &lowered.model;
+    let g = only(m, OperationType::Gather);
+    assert_eq!(
+        i32s(m, role(g, "indices")),
+        [2, 0],
+        "-1 wraps to 2 at compile time"
+    );
+    assert_eq!(scalar_i32(m, g, "axis"), 1);
+
+    let lowered = lower("gather_scalar_index");
+    assert_eq!(
+        lowered.model.output_info[0].dims,
+        [2, 4],
+        "a scalar index drops the axis"
+    );
+
+    let lowered = lower("gather_runtime_indices");
+    let m = &lowered.model;
+    assert_eq!(
+        (m.input_info[1].dtype, m.input_info[1].dims.as_slice()),
+        (DataType::I64, &[2, 2][..])
+    );
+    // Run-time indices may be negative (ONNX) but not for NN GATHER: they are wrapped
+    // in the graph as idx + (idx < 0) * dim before the GATHER reads them.
+    let g = only(m, OperationType::Gather);
+    let wrap = only(m, OperationType::Add);
+    assert_eq!(role(g, "indices"), wrap.outputs[0]);
+    assert_eq!(only(m, OperationType::Less).inputs[0], m.main.inputs[1]);
+    assert_eq!(wrap.inputs[0], m.main.inputs[1]);
+    assert_eq!(
+        m.main.operands[m.main.inputs[1] as usize].operand_type,
+        OperandType::TensorInt32
+    );
+    assert_eq!(m.output_info[0].dims, [2, 2, 4]);
+}
+
+#[test]
+fn tile_and_expand() {
+    let lowered = lower("tile");
+    let m = &lowered.model;
+    assert_eq!(
+        i32s(m, role(only(m, OperationType::Tile), "multiples")),
+        [2, 1]
+    );
+    let lowered = lower("expand");
+    let m = &lowered.model;
+    assert_eq!(
+        i32s(m, role(only(m, OperationType::Tile), "multiples")),
+        [2, 1, 4]
+    );
+    assert_eq!(m.output_info[0].dims, [2, 3, 4]);
+}
+
+#[test]
+fn depth_to_space_crd_permutes_channels_into_dcr_order() {
+    let lowered = lower("depth_to_space_crd");
+    let m = &lowered.model;
+    let g = only(m, OperationType::Gather);
+    assert_eq!(g.inputs[0], m.main.inputs[0]);
+    assert_eq!(scalar_i32(m, g, "axis"), 1);
+    // DCR position (i * 2 + j) * 2 + c reads CRD channel c * 4 + i * 2 + j.
+    assert_eq!(i32s(m, role(g, "indices")), [0, 4, 1, 5, 2, 6, 3, 7]);
+    for case in ["depth_to_space_crd", "depth_to_space_dcr"] {
+        let lowered = lower(case);
+        let m = &lowered.model;
+        assert_eq!(
+            scalar_i32(m, only(m, OperationType::DepthToSpace), "block_size"),
+            2,
+            "{case}"
+        );
+        assert_eq!(m.output_info[0].dims, [1, 2, 4, 6], "{case}");
+    }
+    let lowered = lower("space_to_depth");
+    assert_eq!(lowered.model.output_info[0].dims, [1, 8, 2, 3]);
+}
+
+#[test]
+fn resize_flags_reproduce_onnx_sampling() {
+    // (case, op, align_corners, half_pixel_centers, output dims)
+    for (case, op, align, half, out) in [
+        (
+            "resize_nearest_asymmetric_floor",
+            OperationType::ResizeNearestNeighbor,
+            false,
+            false,
+            [1, 2, 6, 8],
+        ),
+        (
+            "resize_nearest_default",
+            OperationType::ResizeNearestNeighbor,
+            false,
+            false,
+            [1, 2, 6, 8],
+        ),
+        (
+            "resize_linear_half_pixel_sizes",
+            OperationType::ResizeBilinear,
+            false,
+            true,
+            [1, 2, 6, 8],
+        ),
+        (
+            "resize_linear_align_corners",
+            OperationType::ResizeBilinear,
+            true,
+            false,
+            [1, 2, 5, 7],
+        ),
+        (
+            "upsample_opset9_nearest",
+            OperationType::ResizeNearestNeighbor,
+            false,
+            false,
+            [1, 2, 6, 8],
+        ),
+    ] {
+        let lowered = lower(case);
+        let m = &lowered.model;
+        let resize = only(m, op);
+        assert_eq!(
+            (
+                scalar_bool(m, resize, "align_corners"),
+                scalar_bool(m, resize, "half_pixel")
+            ),
+            (align, half),
+            "{case}"
+        );
+        assert_eq!(
+            [
+                scalar_i32(m, resize, "width"),
+                scalar_i32(m, resize, "height")
+            ],
+            [out[3] as i32, out[2] as i32]
+        );
+        assert_eq!(m.output_info[0].dims, out, "{case}");
+    }
+}
+
+// ---- reductions --------------------------------------------------------------------------
+
+#[test]
+fn reductions_keepdims() {
+    for case in [
+        "reduce_mean_keepdims",
+        "reduce_sum_opset11_keepdims",
+        "reduce_max_keepdims",
+        "reduce_min_keepdims",
+        "reduce_prod_keepdims",
+    ] {
+        let lowered = lower(case);
+        let dims: Vec<&[u32]> = lowered
+            .model
+            .output_info
+            .iter()
+            .map(|o| o.dims.as_slice())
+            .collect();
+        assert_eq!(dims, [&[2, 1, 4][..], &[2, 3]], "{case}");
+    }
+    let lowered = lower("reduce_sum_opset13_axes_input");
+    let m = &lowered.model;
+    assert_eq!(
+        i32s(m, role(only(m, OperationType::ReduceSum), "axes")),
+        [0, 2]
+    );
+    assert_eq!(m.output_info[0].dims, [1, 3, 1]);
+}
+
+#[test]
+fn reduction_over_all_axes_is_a_scalar() {
+    let lowered = lower("reduce_mean_all_axes_scalar");
+    let m = &lowered.model;
+    assert_eq!(
+        i32s(m, role(only(m, OperationType::Mean), "axes")),
+        [0, 1, 2]
+    );
+    assert_eq!(
+        m.output_info[0].dims,
+        Vec::<u32>::new(),
+        "rank 0 at the ONNX level"
+    );
+    assert_eq!(m.output_info[0].dtype, DataType::F32);
+}
+
+#[test]
+fn arg_reductions_are_int64_at_the_boundary() {
+    for (case, out) in [
+        ("argmax_keepdims", vec![2, 1, 4]),
+        ("argmin_no_keepdims", vec![2, 4]),
+        ("argmax_select_last_index", vec![2, 1, 4]),
+        ("argmin_select_last_index_no_keepdims", vec![2, 3]),
+    ] {
+        let lowered = lower(case);
+        let m = &lowered.model;
+        assert_eq!(
+            (m.output_info[0].dtype, &m.output_info[0].dims),
+            (DataType::I64, &out),
+            "{case}"
+        );
+    }
+    // (n - 1) - index along axis 1, of size 3.
+    let lowered = lower("argmax_select_last_index");
+    let m = &lowered.model;
+    let sub = only(m, OperationType::Sub);
+    assert_eq!(i32s(m, sub.inputs[0]), [2]);
+    assert_eq!(i32s(m, role(only(m, OperationType::Reverse), "axis")), [1]);
+}
+
+#[test]
+fn topk_on_a_middle_axis() {
+    for case in ["topk_largest", "topk_smallest"] {
+        let lowered = lower(case);
+        let m = &lowered.model;
+        assert_eq!(
+            scalar_i32(m, only(m, OperationType::TopkV2), "k"),
+            2,
+            "{case}"
+        );
+        let outs: Vec<(DataType, &[u32])> = m
+            .output_info
+            .iter()
+            .map(|o| (o.dtype, o.dims.as_slice()))
+            .collect();
+        assert_eq!(
+            outs,
+            [(DataType::F32, &[2, 2, 3][..]), (DataType::I64, &[2, 2, 3])],
+            "{case}"
+        );
+    }
+}
+
+// ---- identities and shape arithmetic ----------------------------------------------------
+
+#[test]
+fn identities_disappear() {
+    for case in ["identity", "dropout_inference"] {
+        let lowered = lower(case);
+        let m = &lowered.model;
+        let relu = only(m, OperationType::Relu);
+        assert_eq!(
+            (relu.inputs[0], relu.outputs[0]),
+            (m.main.inputs[0], m.main.outputs[0]),
+            "{case}"
+        );
+        assert_eq!(
+            lowered.lowered_histogram.get("RESHAPE"),
+            Some(&if case == "identity" { 2 } else { 1 }),
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn shape_chain_folds_to_a_constant_shape() {
+    let lowered = lower("shape_chain_reshape");
+    // Folded by the frontend already, before any pass.
+    assert_eq!(lowered.lowered_histogram, BTreeMap::from([("RESHAPE", 1)]));
+    let m = &lowered.model;
+    let reshape = only(m, OperationType::Reshape);
+    assert_eq!(reshape.inputs[0], m.main.inputs[0]);
+    assert_eq!(i32s(m, role(reshape, "shape")), [1, 48]);
+    assert_eq!(m.output_info[0].dims, [1, 48]);
+}
+
+// ---- unsupported operators ----------------------------------------------------------------
+
+#[test]
+fn unsupported_operators_are_reported_together() {
+    let path = case_dir("unsupported_ops").join("model.onnx");
+    let report = match lower_file(&path, &LowerOptions::default()) {
+        Err(CompileError::Unsupported(report)) => report,
+        Err(other) => panic!("expected CompileError::Unsupported, got: {other}"),
+        Ok(_) => {
+            panic!("the model lowered, but Erf, com.microsoft::Gelu and NonZero have no lowering")
+        }
+    };
+    assert_eq!(report.format, "ONNX");
+    let nodes: BTreeMap<&str, Vec<&str>> = report
+        .operators
+        .iter()
+        .map(|(op, nodes)| (op.as_str(), nodes.iter().map(|n| n.node.as_str()).collect()))
+        .collect();
+    assert_eq!(
+        nodes,
+        BTreeMap::from([
+            ("Erf", vec!["erf_a", "erf_b"]),
+            ("NonZero", vec!["nonzero"]),
+            ("com.microsoft::Gelu", vec!["gelu"]),
+        ])
+    );
+    assert_eq!(report.node_count(), 4);
+    let text = CompileError::Unsupported(report).to_string();
+    for needle in [
+        "Erf x2",
+        "com.microsoft::Gelu x1",
+        "NonZero x1",
+        "'erf_a'",
+        "'erf_b'",
+        "'gelu'",
+        "'nonzero'",
+        "3 operator types (4 nodes)",
+    ] {
+        assert!(
+            text.contains(needle),
+            "the message lacks {needle:?}:\n{text}"
+        );
+    }
+}
+
+// ---- the README's example model --------------------------------------------------------
+
+#[test]
+fn tiny_cnn_folds_batch_norm_fuses_activations_and_keeps_one_transpose() {
+    let path = PathBuf::from(TINY_CNN);
+    let lowered =
+        lower_file(&path, &LowerOptions::default()).unwrap_or_else(|e| panic!("tiny_cnn: {e}"));
+    let m = &lowered.model;
+    validate(m).unwrap();
+    assert_eq!(
+        m.operation_histogram(),
+        BTreeMap::from([
+            ("TRANSPOSE", 1),
+            ("CONV_2D", 2),
+            ("DEPTHWISE_CONV_2D", 1),
+            ("MAX_POOL_2D", 1),
+            ("ADD", 1), // the residual connection, not a batch norm
+            ("MEAN", 1),
+            ("RESHAPE", 1),
+            ("FULLY_CONNECTED", 1),
+            ("SOFTMAX", 1),
+        ]),
+        "{}",
+        dump::to_text(m)
+    );
+    // The one transpose turns the NCHW input into NHWC; everything after stays NHWC.
+    let t = only(m, OperationType::Transpose);
+    assert_eq!(t.inputs[0], m.main.inputs[0]);
+    // Every BatchNormalization folded: 3 MULs and 3 ADDs.
+    let folds: usize = lowered
+        .passes
+        .iter()
+        .filter(|p| p.pass == "fold-batch-norm")
+        .flat_map(|p| p.changes.values())
+        .sum();
+    assert_eq!(folds, 6);
+    // conv1 + Relu, depthwise + Clip(0,6), pointwise + Relu.
+    let activations: Vec<(OperationType, i32)> = m
+        .main
+        .operations
+        .iter()
+        .filter(|o| {
+            matches!(
+                o.op_type,
+                OperationType::Conv2d | OperationType::DepthwiseConv2d
+            )
+        })
+        .map(|o| (o.op_type, fused_activation(m, o)))
+        .collect();
+    assert_eq!(
+        activations,
+        [
+            (OperationType::Conv2d, FusedActivation::Relu as i32),
+            (
+                OperationType::DepthwiseConv2d,
+                FusedActivation::Relu6 as i32
+            ),
+            (OperationType::Conv2d, FusedActivation::Relu as i32),
+        ]
+    );
+    let io = |infos: &[nnc_formats::nn::IoInfo]| -> Vec<(String, DataType, Vec<u32>)> {
+        infos
+            .iter()
+            .map(|i| (i.name.clone(), i.dtype, i.dims.clone()))
+            .collect()
+    };
+    assert_eq!(
+        io(&m.input_info),
+        [("input".to_string(), DataType::F32, vec![1, 3, 32, 32])]
+    );
+    assert_eq!(
+        io(&m.output_info),
+        [("probabilities".to_string(), DataType::F32, vec![1, 10])]
+    );
+    let reference = read_npy_file(path.with_file_name("tiny_cnn.output.npy")).unwrap();
+    assert_eq!(reference.shape, [1, 10]);
+    let (fc_bias, _) = onnx_initializer(&path, "fc.bias");
+    assert_eq!(
+        f32s(m, role(only(m, OperationType::FullyConnected), "bias")),
+        fc_bias
+    );
+}

@@ -1,0 +1,155 @@
+//! The runtime's error type.
+//!
+//! Errors about one operation name it by [`OpRef`]: index in the main subgraph, type and
+//! the source-model node it was lowered from. Kernels do not know their operation's index,
+//! so they report [`RuntimeError::Kernel`] with a bare message and the executor attaches the
+//! location with [`RuntimeError::locate`].
+
+use nnc_formats::nn::{OperationType, ValidationError};
+
+/// Which operation an error is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpRef {
+    /// Index in the main subgraph's operation list, when known.
+    pub index: Option<usize>,
+    pub op_type: OperationType,
+    /// The source-model node (`nn::Operation::source`); empty when there is none.
+    pub node: String,
+}
+
+impl OpRef {
+    pub fn new(index: Option<usize>, op: &nnc_formats::nn::Operation) -> OpRef {
+        OpRef {
+            index,
+            op_type: op.op_type,
+            node: op.source.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for OpRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.index {
+            Some(i) => write!(f, "operation {i} ({}", self.op_type)?,
+            None => write!(f, "operation ({}", self.op_type)?,
+        }
+        if !self.node.is_empty() {
+            write!(f, " from node '{}'", self.node)?;
+        }
+        write!(f, ")")
+    }
+}
+
+/// Everything that can go wrong while preparing or executing a model.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The model breaks the NN model rules.
+    #[error(transparent)]
+    InvalidModel(#[from] ValidationError),
+
+    /// The runtime has no kernel for this use of an operation (operation type, operand
+    /// types or parameters).
+    #[error("{operation}: not supported: {reason}")]
+    Unsupported { operation: OpRef, reason: String },
+
+    /// An operation's parameters or data are invalid (found at build or run time).
+    #[error("{operation}: {message}")]
+    Operation { operation: OpRef, message: String },
+
+    /// A kernel's error before the executor attached the operation to it.
+    #[error("kernel error: {0}")]
+    Kernel(String),
+
+    /// A model input does not match what the model declares.
+    #[error("input {input}: {message}")]
+    Input { input: usize, message: String },
+
+    /// A model output could not be delivered.
+    #[error("output {output}: {message}")]
+    Output { output: usize, message: String },
+
+    /// The caller's buffer for an output is too small; nothing was written to any output.
+    #[error("output {output}: buffer of {provided} bytes is too small, {needed} bytes are needed")]
+    OutputTooSmall {
+        output: usize,
+        needed: usize,
+        provided: usize,
+    },
+
+    /// The wrong number of inputs or outputs was passed.
+    #[error("expected {expected} {what}, got {actual}")]
+    Count {
+        what: &'static str,
+        expected: usize,
+        actual: usize,
+    },
+
+    /// A weight provider could not deliver an operation's prepared weights.
+    #[error("{operation}: weights unavailable: {message}")]
+    Weights { operation: OpRef, message: String },
+
+    /// A buffer could not be allocated.
+    #[error("cannot allocate {bytes} bytes")]
+    OutOfMemory { bytes: usize },
+
+    /// A thread pool could not be created.
+    #[error("cannot create a thread pool: {0}")]
+    ThreadPool(String),
+
+    /// An internal invariant does not hold: a bug in nnc.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl RuntimeError {
+    /// A kernel-level error message (located later by the executor).
+    pub fn kernel(message: impl Into<String>) -> RuntimeError {
+        RuntimeError::Kernel(message.into())
+    }
+
+    /// Attaches an operation to errors that are about one: a bare kernel message becomes
+    /// [`RuntimeError::Operation`], and an unknown operation index is filled in.
+    pub fn locate(self, index: usize, op: &nnc_formats::nn::Operation) -> RuntimeError {
+        self.locate_opt(Some(index), op)
+    }
+
+    /// [`RuntimeError::locate`] when the index may be unknown (a single operation
+    /// evaluated on its own).
+    pub fn locate_opt(self, index: Option<usize>, op: &nnc_formats::nn::Operation) -> RuntimeError {
+        let fill = |operation: &mut OpRef| {
+            if operation.index.is_none() {
+                operation.index = index;
+            }
+        };
+        match self {
+            RuntimeError::Kernel(message) => RuntimeError::Operation {
+                operation: OpRef::new(index, op),
+                message,
+            },
+            RuntimeError::Unsupported {
+                mut operation,
+                reason,
+            } => {
+                fill(&mut operation);
+                RuntimeError::Unsupported { operation, reason }
+            }
+            RuntimeError::Operation {
+                mut operation,
+                message,
+            } => {
+                fill(&mut operation);
+                RuntimeError::Operation { operation, message }
+            }
+            RuntimeError::Weights {
+                mut operation,
+                message,
+            } => {
+                fill(&mut operation);
+                RuntimeError::Weights { operation, message }
+            }
+            other => other,
+        }
+    }
+}
+
+pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;

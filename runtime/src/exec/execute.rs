@@ -1,0 +1,829 @@
+//! Executing a [`Program`].
+//!
+//! Synchronous, and `&self`: several threads may execute one program at once; each
+//! execution takes its own arena and scratch from a small pool behind a mutex.
+//!
+//! Static programs (every shape known at preparation) run in the planned arena and check
+//! the caller's output buffers before computing anything. Dynamic programs compute each
+//! operation's output shapes right before running it, with signature::infer fed the
+//! actual shapes and values, allocate per-operand buffers (freed after their last use),
+//! and check the output buffers after computing but before writing any of them.
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use nnc_formats::nn::signature::{self, InputView};
+use nnc_formats::nn::validate::dims_compatible;
+use nnc_formats::nn::{Operand, OperandType};
+use nnc_formats::tensor::{DataType, HostTensor};
+
+use super::program::{ExecState, Program, Storage};
+use crate::buffer::AlignedBuf;
+use crate::error::{Result, RuntimeError};
+use crate::kernels::{KernelContext, PreparedWeights};
+use crate::tensor::{TensorMut, TensorRef, byte_size};
+
+/// One model input: its bytes (little-endian elements of the input operand's type) and,
+/// when the model leaves some of its dimensions unknown, its shape.
+#[derive(Clone, Copy, Debug)]
+pub struct InputTensor<'a> {
+    pub data: &'a [u8],
+    /// Required when the input's declared dimensions are not all known; otherwise, when
+    /// given, it must match them.
+    pub shape: Option<&'a [usize]>,
+}
+
+impl<'a> InputTensor<'a> {
+    /// An input with the model's declared shape.
+    pub fn new(data: &'a [u8]) -> InputTensor<'a> {
+        InputTensor { data, shape: None }
+    }
+
+    pub fn with_shape(shape: &'a [usize], data: &'a [u8]) -> InputTensor<'a> {
+        InputTensor {
+            data,
+            shape: Some(shape),
+        }
+    }
+
+    pub fn f32(shape: &'a [usize], values: &'a [f32]) -> InputTensor<'a> {
+        InputTensor::with_shape(shape, bytemuck::cast_slice(values))
+    }
+
+    pub fn i32(shape: &'a [usize], values: &'a [i32]) -> InputTensor<'a> {
+        InputTensor::with_shape(shape, bytemuck::cast_slice(values))
+    }
+}
+
+/// A caller-owned buffer receiving one model output (at least as large as the output).
+#[derive(Debug)]
+pub struct OutputBuffer<'a> {
+    pub data: &'a mut [u8],
+}
+
+impl<'a> OutputBuffer<'a> {
+    pub fn new(data: &'a mut [u8]) -> OutputBuffer<'a> {
+        OutputBuffer { data }
+    }
+
+    pub fn f32(values: &'a mut [f32]) -> OutputBuffer<'a> {
+        OutputBuffer {
+            data: bytemuck::cast_slice_mut(values),
+        }
+    }
+}
+
+/// Per-execution options.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecuteOptions {
+    /// Measure the execution's wall-clock duration.
+    pub measure_timing: bool,
+}
+
+/// What an execution reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecutionResult {
+    /// The actual shape of every output.
+    pub output_shapes: Vec<Vec<usize>>,
+    /// Bytes written to every output buffer.
+    pub output_sizes: Vec<usize>,
+    /// Wall-clock duration, when measured.
+    pub duration: Option<Duration>,
+}
+
+/// Receives the outputs: checked all at once before the first is written.
+trait Sink: Send {
+    fn check(&mut self, shapes: &[Vec<usize>], sizes: &[usize]) -> Result<()>;
+    fn write(&mut self, output: usize, bytes: &[u8]) -> Result<()>;
+}
+
+struct CallerSink<'s, 'a> {
+    buffers: &'s mut [OutputBuffer<'a>],
+}
+
+impl Sink for CallerSink<'_, '_> {
+    fn check(&mut self, _shapes: &[Vec<usize>], sizes: &[usize]) -> Result<()> {
+        for (output, (&needed, buffer)) in sizes.iter().zip(self.buffers.iter()).enumerate() {
+            if buffer.data.len() < needed {
+                return Err(RuntimeError::OutputTooSmall {
+                    output,
+                    needed,
+                    provided: buffer.data.len(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, output: usize, bytes: &[u8]) -> Result<()> {
+        let buffer = self
+            .buffers
+            .get_mut(output)
+            .ok_or_else(|| RuntimeError::Output {
+                output,
+                message: "no buffer".into(),
+            })?;
+        let provided = buffer.data.len();
+        let dst = buffer
+            .data
+            .get_mut(..bytes.len())
+            .ok_or(RuntimeError::OutputTooSmall {
+                output,
+                needed: bytes.len(),
+                provided,
+            })?;
+        dst.copy_from_slice(bytes);
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct OwnedSink {
+    outputs: Vec<Vec<u8>>,
+}
+
+impl Sink for OwnedSink {
+    fn check(&mut self, _shapes: &[Vec<usize>], sizes: &[usize]) -> Result<()> {
+        self.outputs = sizes.iter().map(|_| Vec::new()).collect();
+        Ok(())
+    }
+
+    fn write(&mut self, output: usize, bytes: &[u8]) -> Result<()> {
+        let slot = self
+            .outputs
+            .get_mut(output)
+            .ok_or_else(|| RuntimeError::Output {
+                output,
+                message: "no slot".into(),
+            })?;
+        *slot = bytes.to_vec();
+        Ok(())
+    }
+}
+
+/// An input's bytes, borrowed when suitably aligned, copied otherwise.
+enum InputData<'a> {
+    Borrowed(&'a [u8]),
+    Owned(AlignedBuf),
+}
+
+impl InputData<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            InputData::Borrowed(b) => b,
+            InputData::Owned(b) => b.as_bytes(),
+        }
+    }
+}
+
+fn empty_weights() -> Arc<PreparedWeights> {
+    static EMPTY: OnceLock<Arc<PreparedWeights>> = OnceLock::new();
+    Arc::clone(EMPTY.get_or_init(|| Arc::new(PreparedWeights::empty())))
+}
+
+/// Shared read regions and exclusive write regions of the arena.
+type Regions<'a> = (Vec<&'a [u8]>, Vec<&'a mut [u8]>);
+
+/// Splits `arena` into the read regions (shared) and write regions (exclusive) one
+/// operation uses. Regions are (offset, length); identical read regions are shared; any
+/// other overlap is a planner bug and an error.
+fn split_regions<'a>(
+    arena: &'a mut [u8],
+    reads: &[(usize, usize)],
+    writes: &[(usize, usize)],
+) -> Result<Regions<'a>> {
+    // (offset, length, is_write, index)
+    let mut regions: Vec<(usize, usize, bool, usize)> =
+        Vec::with_capacity(reads.len() + writes.len());
+    regions.extend(
+        reads
+            .iter()
+            .enumerate()
+            .map(|(i, &(o, l))| (o, l, false, i)),
+    );
+    regions.extend(
+        writes
+            .iter()
+            .enumerate()
+            .map(|(i, &(o, l))| (o, l, true, i)),
+    );
+    regions.sort_unstable();
+    let mut read_out: Vec<Option<&'a [u8]>> = vec![None; reads.len()];
+    let mut write_out: Vec<Option<&'a mut [u8]>> = (0..writes.len()).map(|_| None).collect();
+    let mut rest: &'a mut [u8] = arena;
+    let mut pos = 0usize;
+    let mut last_read: Option<(usize, usize, &'a [u8])> = None;
+    for (offset, len, is_write, index) in regions {
+        if !is_write
+            && let Some((o, l, piece)) = last_read
+            && o == offset
+            && l == len
+        {
+            read_out[index] = Some(piece);
+            continue;
+        }
+        let skip = offset.checked_sub(pos).ok_or_else(|| {
+            RuntimeError::Internal(format!("arena regions overlap at offset {offset}"))
+        })?;
+        let tail = std::mem::take(&mut rest);
+        if skip.checked_add(len).is_none_or(|end| end > tail.len()) {
+            return Err(RuntimeError::Internal(format!(
+                "arena region {offset}+{len} is out of range"
+            )));
+        }
+        let (_, tail) = tail.split_at_mut(skip);
+        let (piece, tail) = tail.split_at_mut(len);
+        rest = tail;
+        pos = offset + len;
+        if is_write {
+            write_out[index] = Some(piece);
+            last_read = None;
+        } else {
+            let piece: &'a [u8] = piece;
+            read_out[index] = Some(piece);
+            last_read = Some((offset, len, piece));
+        }
+    }
+    let missing = || RuntimeError::Internal("arena region missing".into());
+    Ok((
+        read_out
+            .into_iter()
+            .map(|r| r.ok_or_else(missing))
+            .collect::<Result<_>>()?,
+        write_out
+            .into_iter()
+            .map(|w| w.ok_or_else(missing))
+            .collect::<Result<_>>()?,
+    ))
+}
+
+impl Program {
+    /// Executes the program: `inputs` in model-input order, one buffer per model output.
+    pub fn execute(
+        &self,
+        inputs: &[InputTensor],
+        outputs: &mut [OutputBuffer],
+    ) -> Result<ExecutionResult> {
+        self.execute_with(inputs, outputs, &ExecuteOptions::default())
+    }
+
+    /// [`Program::execute`] with options (timing).
+    pub fn execute_with(
+        &self,
+        inputs: &[InputTensor],
+        outputs: &mut [OutputBuffer],
+        options: &ExecuteOptions,
+    ) -> Result<ExecutionResult> {
+        if outputs.len() != self.output_count() {
+            return Err(RuntimeError::Count {
+                what: "output buffers",
+                expected: self.output_count(),
+                actual: outputs.len(),
+            });
+        }
+        let start = options.measure_timing.then(Instant::now);
+        let mut sink = CallerSink { buffers: outputs };
+        let shapes = self.run(inputs, &mut sink)?;
+        let output_sizes = self.output_sizes(&shapes)?;
+        Ok(ExecutionResult {
+            output_shapes: shapes,
+            output_sizes,
+            duration: start.map(|s| s.elapsed()),
+        })
+    }
+
+    /// Executes with host tensors in and out. Element types map TENSOR_FLOAT32 <-> F32,
+    /// TENSOR_INT32 <-> I32, TENSOR_BOOL8 <-> Bool, TENSOR_QUANT8_ASYMM <-> U8,
+    /// TENSOR_QUANT8_ASYMM_SIGNED <-> I8. Where the source model declared an int64 value
+    /// computed as TENSOR_INT32, I64 is converted at the boundary (an input value outside
+    /// the int32 range is an error), and a source-level rank-0 value is accepted and
+    /// returned as such.
+    pub fn execute_host(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        if inputs.len() != self.input_count() {
+            return Err(RuntimeError::Count {
+                what: "inputs",
+                expected: self.input_count(),
+                actual: inputs.len(),
+            });
+        }
+        let mut converted: Vec<(Vec<usize>, Vec<u8>)> = Vec::with_capacity(inputs.len());
+        for (k, t) in inputs.iter().enumerate() {
+            converted.push(self.host_input(k, t)?);
+        }
+        let views: Vec<InputTensor> = converted
+            .iter()
+            .map(|(s, d)| InputTensor::with_shape(s, d))
+            .collect();
+        let mut sink = OwnedSink::default();
+        let shapes = self.run(&views, &mut sink)?;
+        let mut result = Vec::with_capacity(shapes.len());
+        for (k, (shape, bytes)) in shapes.into_iter().zip(sink.outputs).enumerate() {
+            result.push(self.host_output(k, shape, bytes)?);
+        }
+        Ok(result)
+    }
+
+    fn host_input(&self, k: usize, t: &HostTensor) -> Result<(Vec<usize>, Vec<u8>)> {
+        let err = |message: String| RuntimeError::Input { input: k, message };
+        let operand = self
+            .input_operand(k)
+            .ok_or_else(|| err("no such input".into()))?;
+        let info_dtype = self.model.input_info.get(k).map(|i| i.dtype);
+        let expected = host_type(operand.operand_type).ok_or_else(|| {
+            err(format!(
+                "inputs of type {} are not supported",
+                operand.operand_type
+            ))
+        })?;
+        let data = if t.dtype == expected {
+            t.data.clone()
+        } else if t.dtype == DataType::I64
+            && expected == DataType::I32
+            && info_dtype == Some(DataType::I64)
+        {
+            let mut out = Vec::with_capacity(t.data.len() / 2);
+            for c in t.data.chunks_exact(8) {
+                let v = i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+                let v = i32::try_from(v).map_err(|_| {
+                    err(format!(
+                        "value {v} does not fit the int32 the model computes in"
+                    ))
+                })?;
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            out
+        } else {
+            return Err(err(format!("expected {expected} data, got {}", t.dtype)));
+        };
+        // A source-level rank-0 value is a one-element tensor in the model.
+        let mut shape = t.shape.clone();
+        let declared = &operand.dimensions;
+        if shape.is_empty() && !declared.is_empty() && declared.iter().all(|&d| d == 1 || d == 0) {
+            shape = vec![1; declared.len()];
+        }
+        Ok((shape, data))
+    }
+
+    fn host_output(&self, k: usize, shape: Vec<usize>, bytes: Vec<u8>) -> Result<HostTensor> {
+        let err = |message: String| RuntimeError::Output { output: k, message };
+        let operand = self
+            .output_operand(k)
+            .ok_or_else(|| err("no such output".into()))?;
+        let info = self.model.output_info.get(k);
+        let dtype = host_type(operand.operand_type).ok_or_else(|| {
+            err(format!(
+                "outputs of type {} are not supported",
+                operand.operand_type
+            ))
+        })?;
+        let (dtype, data) =
+            if dtype == DataType::I32 && info.is_some_and(|i| i.dtype == DataType::I64) {
+                let mut out = Vec::with_capacity(bytes.len() * 2);
+                for c in bytes.chunks_exact(4) {
+                    out.extend_from_slice(
+                        &i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes(),
+                    );
+                }
+                (DataType::I64, out)
+            } else {
+                (dtype, bytes)
+            };
+        let rank0 = info.is_some_and(|i| i.dims.is_empty()) && shape.iter().all(|&d| d == 1);
+        let shape = if rank0 || operand.operand_type.is_scalar() {
+            Vec::new()
+        } else {
+            shape
+        };
+        HostTensor::new(dtype, shape, data).map_err(|e| err(e.to_string()))
+    }
+
+    fn output_sizes(&self, shapes: &[Vec<usize>]) -> Result<Vec<usize>> {
+        shapes
+            .iter()
+            .enumerate()
+            .map(|(k, s)| {
+                let t = self
+                    .output_operand(k)
+                    .map(|o| o.operand_type)
+                    .unwrap_or(OperandType::TensorFloat32);
+                byte_size(t, s).ok_or_else(|| RuntimeError::Output {
+                    output: k,
+                    message: "size overflows".into(),
+                })
+            })
+            .collect()
+    }
+
+    /// Checks one input and returns its actual shape.
+    fn input_shape(&self, k: usize, input: &InputTensor) -> Result<Vec<usize>> {
+        let err = |message: String| RuntimeError::Input { input: k, message };
+        let operand = self
+            .input_operand(k)
+            .ok_or_else(|| err("no such input".into()))?;
+        let declared = &operand.dimensions;
+        let shape: Vec<usize> = match input.shape {
+            Some(s) => s.to_vec(),
+            None if operand.is_fully_specified() => declared.iter().map(|&d| d as usize).collect(),
+            None => {
+                return Err(err(format!(
+                    "the model declares dimensions {} with unknown values: pass the input's shape",
+                    nnc_formats::nn::model::dims_to_string(declared)
+                )));
+            }
+        };
+        if operand.operand_type.is_scalar() {
+            if !shape.is_empty() {
+                return Err(err(format!("a scalar has no dimensions, got {shape:?}")));
+            }
+        } else {
+            if shape.is_empty() || shape.contains(&0) {
+                return Err(err(format!(
+                    "shape {shape:?} must have rank >= 1 and no zero dimension"
+                )));
+            }
+            if !declared.is_empty() {
+                let matches = declared.len() == shape.len()
+                    && declared
+                        .iter()
+                        .zip(&shape)
+                        .all(|(&d, &s)| d == 0 || d as usize == s);
+                if !matches {
+                    return Err(err(format!(
+                        "shape {shape:?} does not match the declared {}",
+                        nnc_formats::nn::model::dims_to_string(declared)
+                    )));
+                }
+            }
+        }
+        let needed = byte_size(operand.operand_type, &shape).ok_or_else(|| {
+            err(format!(
+                "shape {shape:?} of {} has no byte size",
+                operand.operand_type
+            ))
+        })?;
+        if needed != input.data.len() {
+            return Err(err(format!(
+                "holds {} bytes, but {} {shape:?} needs {needed}",
+                input.data.len(),
+                operand.operand_type
+            )));
+        }
+        Ok(shape)
+    }
+
+    fn run(&self, inputs: &[InputTensor], sink: &mut dyn Sink) -> Result<Vec<Vec<usize>>> {
+        if inputs.len() != self.input_count() {
+            return Err(RuntimeError::Count {
+                what: "inputs",
+                expected: self.input_count(),
+                actual: inputs.len(),
+            });
+        }
+        let mut shapes = Vec::with_capacity(inputs.len());
+        let mut data = Vec::with_capacity(inputs.len());
+        for (k, input) in inputs.iter().enumerate() {
+            shapes.push(self.input_shape(k, input)?);
+            // Kernels view data as f32/i32 in place: copy inputs that are not aligned.
+            data.push(if (input.data.as_ptr() as usize).is_multiple_of(8) {
+                InputData::Borrowed(input.data)
+            } else {
+                InputData::Owned(AlignedBuf::from_bytes(input.data)?)
+            });
+        }
+        let mut state = self.take_state();
+        let result = match &self.pool {
+            Some(pool) => pool.install(|| self.run_graph(&shapes, &data, &mut state, sink)),
+            None => self.run_graph(&shapes, &data, &mut state, sink),
+        };
+        self.return_state(state);
+        result
+    }
+
+    fn run_graph(
+        &self,
+        in_shapes: &[Vec<usize>],
+        in_data: &[InputData],
+        state: &mut ExecState,
+        sink: &mut dyn Sink,
+    ) -> Result<Vec<Vec<usize>>> {
+        if self.plan.is_some() {
+            self.run_static(in_shapes, in_data, state, sink)
+        } else {
+            self.run_dynamic(in_shapes, in_data, state, sink)
+        }
+    }
+
+    fn weights_for(&self, i: usize) -> Result<Arc<PreparedWeights>> {
+        if !self.has_weights.get(i).copied().unwrap_or(false) {
+            return Ok(empty_weights());
+        }
+        let kernel = self
+            .kernels
+            .get(i)
+            .ok_or_else(|| RuntimeError::Internal(format!("no kernel {i}")))?;
+        self.weights
+            .weights(i, kernel.as_ref())
+            .map_err(|e| match e {
+                RuntimeError::Weights { .. } => e,
+                other => RuntimeError::Weights {
+                    operation: self.op_ref(i),
+                    message: other.to_string(),
+                },
+            })
+    }
+
+    fn tensor_ref<'a>(
+        &self,
+        operand: &Operand,
+        shape: &'a [usize],
+        bytes: &'a [u8],
+    ) -> TensorRef<'a> {
+        TensorRef {
+            operand_type: operand.operand_type,
+            shape,
+            bytes,
+            scale: operand.scale,
+            zero_point: operand.zero_point,
+        }
+    }
+
+    fn run_static(
+        &self,
+        in_shapes: &[Vec<usize>],
+        in_data: &[InputData],
+        state: &mut ExecState,
+        sink: &mut dyn Sink,
+    ) -> Result<Vec<Vec<usize>>> {
+        let plan = self
+            .plan
+            .as_ref()
+            .ok_or_else(|| RuntimeError::Internal("no static plan".into()))?;
+        let operands = &self.model.main.operands;
+        let missing_shape =
+            |o: u32| RuntimeError::Internal(format!("operand {o} has no static shape"));
+        let shape_of = |o: u32| -> Result<&[usize]> {
+            self.static_shapes
+                .get(o as usize)
+                .and_then(|s| s.as_deref())
+                .ok_or_else(|| missing_shape(o))
+        };
+        let out_shapes: Vec<Vec<usize>> = self
+            .model
+            .main
+            .outputs
+            .iter()
+            .map(|&o| shape_of(o).map(<[usize]>::to_vec))
+            .collect::<Result<_>>()?;
+        let out_sizes = self.output_sizes(&out_shapes)?;
+        // Before computing anything: every output must fit its buffer.
+        sink.check(&out_shapes, &out_sizes)?;
+
+        let ExecState { arena, scratch } = state;
+        arena.ensure_len(plan.arena.arena_size)?;
+        let region = |o: u32| -> Result<(usize, usize)> {
+            let offset = plan
+                .offsets
+                .get(o as usize)
+                .copied()
+                .flatten()
+                .ok_or_else(|| {
+                    RuntimeError::Internal(format!("operand {o} has no arena offset"))
+                })?;
+            Ok((offset, plan.sizes[o as usize]))
+        };
+        for (i, op) in self.model.main.operations.iter().enumerate() {
+            if plan.skip[i] {
+                continue;
+            }
+            let weights = self.weights_for(i)?;
+            let mut reads = Vec::new();
+            let mut read_slot = vec![usize::MAX; op.inputs.len()];
+            for (pos, &o) in op.inputs.iter().enumerate() {
+                if self.storage[o as usize] == Storage::Computed {
+                    read_slot[pos] = reads.len();
+                    reads.push(region(o)?);
+                }
+            }
+            let writes: Vec<(usize, usize)> = op
+                .outputs
+                .iter()
+                .map(|&o| region(o))
+                .collect::<Result<_>>()?;
+            let (read_slices, write_slices) = split_regions(arena.as_bytes_mut(), &reads, &writes)?;
+            let mut inputs = Vec::with_capacity(op.inputs.len());
+            for (pos, &o) in op.inputs.iter().enumerate() {
+                let operand = &operands[o as usize];
+                inputs.push(match self.storage[o as usize] {
+                    Storage::Input(k) => {
+                        Some(self.tensor_ref(operand, &in_shapes[k], in_data[k].bytes()))
+                    }
+                    Storage::Constant => {
+                        let bytes = self.constants[o as usize]
+                            .as_ref()
+                            .map(AlignedBuf::as_bytes)
+                            .unwrap_or(&[]);
+                        Some(self.tensor_ref(operand, shape_of(o)?, bytes))
+                    }
+                    Storage::Weight => match weights.input_view(pos) {
+                        Some(bytes) => Some(self.tensor_ref(operand, shape_of(o)?, bytes)),
+                        None => None,
+                    },
+                    Storage::Computed => {
+                        Some(self.tensor_ref(operand, shape_of(o)?, read_slices[read_slot[pos]]))
+                    }
+                    Storage::NoValue | Storage::Unused => None,
+                });
+            }
+            let mut outputs = Vec::with_capacity(op.outputs.len());
+            for (&o, bytes) in op.outputs.iter().zip(write_slices) {
+                let operand = &operands[o as usize];
+                outputs.push(TensorMut {
+                    operand_type: operand.operand_type,
+                    shape: shape_of(o)?,
+                    bytes,
+                    scale: operand.scale,
+                    zero_point: operand.zero_point,
+                });
+            }
+            let mut ctx = KernelContext {
+                inputs,
+                outputs,
+                weights: &weights,
+                scratch,
+                threads: self.threads,
+            };
+            self.kernels[i].run(&mut ctx).map_err(|e| e.locate(i, op))?;
+        }
+        let bytes = arena.as_bytes();
+        for (k, &o) in self.model.main.outputs.iter().enumerate() {
+            let (offset, len) = region(o)?;
+            let src = bytes
+                .get(offset..offset + len)
+                .ok_or_else(|| RuntimeError::Internal("output region out of range".into()))?;
+            sink.write(k, src)?;
+        }
+        Ok(out_shapes)
+    }
+
+    fn run_dynamic(
+        &self,
+        in_shapes: &[Vec<usize>],
+        in_data: &[InputData],
+        state: &mut ExecState,
+        sink: &mut dyn Sink,
+    ) -> Result<Vec<Vec<usize>>> {
+        let operands = &self.model.main.operands;
+        let n = operands.len();
+        let mut shapes: Vec<Option<Vec<usize>>> = self.static_shapes.clone();
+        for (k, &o) in self.model.main.inputs.iter().enumerate() {
+            shapes[o as usize] = Some(in_shapes[k].clone());
+        }
+        let mut buffers: Vec<Option<AlignedBuf>> = (0..n).map(|_| None).collect();
+        let scratch = &mut state.scratch;
+        for (i, op) in self.model.main.operations.iter().enumerate() {
+            let weights = self.weights_for(i)?;
+            let located = |message: String| RuntimeError::Operation {
+                operation: self.op_ref(i),
+                message,
+            };
+            // Input values as they are now, for shape inference and for the kernel.
+            let value = |pos: usize, o: u32| -> Option<&[u8]> {
+                match self.storage[o as usize] {
+                    Storage::Input(k) => Some(in_data[k].bytes()),
+                    Storage::Constant => self.constants[o as usize]
+                        .as_ref()
+                        .map(AlignedBuf::as_bytes),
+                    Storage::Weight => weights.input_view(pos),
+                    Storage::Computed => buffers[o as usize].as_ref().map(AlignedBuf::as_bytes),
+                    Storage::NoValue | Storage::Unused => None,
+                }
+            };
+            // Output shapes from the actual input shapes and values.
+            let actual: Vec<Operand> = op
+                .inputs
+                .iter()
+                .map(|&o| {
+                    let mut operand = operands[o as usize].clone();
+                    if let Some(s) = &shapes[o as usize] {
+                        operand.dimensions =
+                            s.iter().map(|&d| u32::try_from(d).unwrap_or(0)).collect();
+                    }
+                    operand
+                })
+                .collect();
+            let views: Vec<InputView> = actual
+                .iter()
+                .zip(&op.inputs)
+                .enumerate()
+                .map(|(pos, (operand, &o))| InputView {
+                    operand,
+                    value: value(pos, o),
+                })
+                .collect();
+            let declared: Vec<&Operand> =
+                op.outputs.iter().map(|&o| &operands[o as usize]).collect();
+            let inferred = signature::infer(op.op_type, &views, &declared)
+                .map_err(|e| located(e.to_string()))?;
+            let mut out_bufs = Vec::with_capacity(op.outputs.len());
+            for (k, (&o, shape)) in op.outputs.iter().zip(&inferred).enumerate() {
+                let operand = &operands[o as usize];
+                let known = operand.operand_type.is_scalar()
+                    || (!shape.dimensions.is_empty() && !shape.dimensions.contains(&0));
+                if !known || !dims_compatible(&operand.dimensions, &shape.dimensions) {
+                    return Err(located(format!(
+                        "cannot determine output {k}'s shape (got {}, declared {})",
+                        nnc_formats::nn::model::dims_to_string(&shape.dimensions),
+                        nnc_formats::nn::model::dims_to_string(&operand.dimensions)
+                    )));
+                }
+                let dims: Vec<usize> = shape.dimensions.iter().map(|&d| d as usize).collect();
+                let size = byte_size(operand.operand_type, &dims)
+                    .ok_or_else(|| located(format!("output {k} has no byte size")))?;
+                out_bufs.push(AlignedBuf::zeroed(size)?);
+                shapes[o as usize] = Some(dims);
+            }
+            drop(views);
+            let mut inputs = Vec::with_capacity(op.inputs.len());
+            for (pos, &o) in op.inputs.iter().enumerate() {
+                let operand = &operands[o as usize];
+                inputs.push(match (value(pos, o), shapes[o as usize].as_deref()) {
+                    (Some(bytes), Some(shape)) => Some(self.tensor_ref(operand, shape, bytes)),
+                    _ => None,
+                });
+            }
+            let mut outputs = Vec::with_capacity(op.outputs.len());
+            for (&o, buf) in op.outputs.iter().zip(out_bufs.iter_mut()) {
+                let operand = &operands[o as usize];
+                outputs.push(TensorMut {
+                    operand_type: operand.operand_type,
+                    shape: shapes[o as usize].as_deref().unwrap_or(&[]),
+                    bytes: buf.as_bytes_mut(),
+                    scale: operand.scale,
+                    zero_point: operand.zero_point,
+                });
+            }
+            let mut ctx = KernelContext {
+                inputs,
+                outputs,
+                weights: &weights,
+                scratch,
+                threads: self.threads,
+            };
+            self.kernels[i].run(&mut ctx).map_err(|e| e.locate(i, op))?;
+            drop(ctx);
+            for (&o, buf) in op.outputs.iter().zip(out_bufs) {
+                buffers[o as usize] = Some(buf);
+            }
+            for &o in &op.inputs {
+                if self.storage[o as usize] == Storage::Computed && self.last_use[o as usize] == i {
+                    buffers[o as usize] = None;
+                }
+            }
+        }
+        let mut out_shapes = Vec::with_capacity(self.output_count());
+        for &o in &self.model.main.outputs {
+            out_shapes.push(shapes[o as usize].clone().ok_or_else(|| {
+                RuntimeError::Internal(format!("output operand {o} was not computed"))
+            })?);
+        }
+        let out_sizes = self.output_sizes(&out_shapes)?;
+        sink.check(&out_shapes, &out_sizes)?;
+        for (k, &o) in self.model.main.outputs.iter().enumerate() {
+            let bytes = buffers[o as usize].as_ref().ok_or_else(|| {
+                RuntimeError::Internal(format!("output operand {o} was not computed"))
+            })?;
+            sink.write(k, bytes.as_bytes())?;
+        }
+        Ok(out_shapes)
+    }
+}
+
+/// The host element type of an operand type.
+pub fn host_type(t: OperandType) -> Option<DataType> {
+    match t {
+        OperandType::TensorFloat32 | OperandType::Float32 => Some(DataType::F32),
+        OperandType::TensorInt32 | OperandType::Int32 => Some(DataType::I32),
+        OperandType::TensorBool8 | OperandType::Bool => Some(DataType::Bool),
+        OperandType::TensorQuant8Asymm => Some(DataType::U8),
+        OperandType::TensorQuant8AsymmSigned => Some(DataType::I8),
+        OperandType::TensorFloat16 | OperandType::Float16 => Some(DataType::F16),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_split_and_share() {
+        let mut arena = vec![0u8; 256];
+        let (r, mut w) =
+            split_regions(&mut arena, &[(0, 64), (128, 64), (0, 64)], &[(64, 64)]).unwrap();
+        assert_eq!(r.len(), 3);
+        assert_eq!(r[0].as_ptr(), r[2].as_ptr());
+        w[0][0] = 1;
+        assert!(split_regions(&mut arena, &[(0, 64)], &[(32, 64)]).is_err());
+        assert!(split_regions(&mut arena, &[(0, 64)], &[(224, 64)]).is_err());
+    }
+}

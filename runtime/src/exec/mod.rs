@@ -1,0 +1,19 @@
+//! The executor: preparing a model into a [`Program`] and running it.
+//!
+//! - [`plan`]: liveness and arena placement of temporaries.
+//! - [`program`]: preparation (kernels, shape propagation, memory plan, weights).
+//! - [`execute`]: synchronous execution, static or with run-time shapes.
+//! - [`weights`]: the [`WeightProvider`] seam and [`HostWeights`].
+//! - [`fold`]: [`evaluate_operation`] for the compiler's constant folding.
+
+pub mod execute;
+pub mod fold;
+pub mod plan;
+pub mod program;
+pub mod weights;
+
+pub use execute::{ExecuteOptions, ExecutionResult, InputTensor, OutputBuffer, host_type};
+pub use fold::evaluate_operation;
+pub use plan::{ArenaPlan, Interval, plan_arena};
+pub use program::{PrepareOptions, Program};
+pub use weights::{HostWeights, WeightProvider};

@@ -1,0 +1,170 @@
+//! Comparisons (EQUAL, NOT_EQUAL, LESS, LESS_EQUAL, GREATER, GREATER_EQUAL) producing
+//! TENSOR_BOOL8 bytes 0/1, LOGICAL_AND / LOGICAL_OR, and SELECT; all with NumPy
+//! broadcasting. Bool8 inputs compare as false < true (any non-zero byte is true).
+
+use nnc_formats::nn::{OperandType, OperationType};
+
+use super::elementwise::{broadcast_map, broadcast_map3};
+use super::{Kernel, KernelContext, OpInfo};
+use crate::error::{Result, RuntimeError};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CompareOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    And,
+    Or,
+}
+
+struct Compare {
+    op: CompareOp,
+    operand_type: OperandType,
+}
+
+struct Select {
+    operand_type: OperandType,
+}
+
+pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    use OperationType as O;
+    if info.op_type() == O::Select {
+        let t = info.input_type(1)?;
+        if !matches!(
+            t,
+            OperandType::TensorFloat32 | OperandType::TensorInt32 | OperandType::TensorBool8
+        ) {
+            return Err(info.unsupported(format!("operand type {t}")));
+        }
+        return Ok(Box::new(Select { operand_type: t }));
+    }
+    let op = match info.op_type() {
+        O::Equal => CompareOp::Eq,
+        O::NotEqual => CompareOp::Ne,
+        O::Less => CompareOp::Lt,
+        O::LessEqual => CompareOp::Le,
+        O::Greater => CompareOp::Gt,
+        O::GreaterEqual => CompareOp::Ge,
+        O::LogicalAnd => CompareOp::And,
+        _ => CompareOp::Or,
+    };
+    let t = info.input_type(0)?;
+    let logical = matches!(op, CompareOp::And | CompareOp::Or);
+    let supported = match t {
+        OperandType::TensorBool8 => true,
+        OperandType::TensorFloat32 | OperandType::TensorInt32 => !logical,
+        _ => false,
+    };
+    if !supported {
+        return Err(info.unsupported(format!("operand type {t}")));
+    }
+    Ok(Box::new(Compare {
+        op,
+        operand_type: t,
+    }))
+}
+
+fn compare<T: PartialOrd>(op: CompareOp, a: T, b: T) -> u8 {
+    u8::from(match op {
+        CompareOp::Eq => a == b,
+        CompareOp::Ne => a != b,
+        CompareOp::Lt => a < b,
+        CompareOp::Le => a <= b,
+        CompareOp::Gt => a > b,
+        CompareOp::Ge => a >= b,
+        // Logical operations exist for bool8 only (checked at build) and are handled there.
+        CompareOp::And | CompareOp::Or => false,
+    })
+}
+
+impl Kernel for Compare {
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let a = ctx.input(0)?;
+        let b = ctx.input(1)?;
+        let out = ctx.output(0)?;
+        let so = out.shape;
+        let o = out.u8_mut()?;
+        let op = self.op;
+        match self.operand_type {
+            OperandType::TensorFloat32 => {
+                broadcast_map(a.f32()?, a.shape, b.f32()?, b.shape, o, so, |x, y| {
+                    compare(op, x, y)
+                })
+            }
+            OperandType::TensorInt32 => {
+                broadcast_map(a.i32()?, a.shape, b.i32()?, b.shape, o, so, |x, y| {
+                    compare(op, x, y)
+                })
+            }
+            OperandType::TensorBool8 => {
+                let f = |x: u8, y: u8| {
+                    let (x, y) = (x != 0, y != 0);
+                    match op {
+                        CompareOp::And => u8::from(x && y),
+                        CompareOp::Or => u8::from(x || y),
+                        _ => compare(op, x, y),
+                    }
+                };
+                broadcast_map(a.u8()?, a.shape, b.u8()?, b.shape, o, so, f)
+            }
+            t => Err(RuntimeError::kernel(format!(
+                "operand type {t} is not implemented"
+            ))),
+        }
+    }
+}
+
+impl Kernel for Select {
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let c = ctx.input(0)?;
+        let a = ctx.input(1)?;
+        let b = ctx.input(2)?;
+        let out = ctx.output(0)?;
+        let so = out.shape;
+        let cond = c.u8()?;
+        fn pick<T>(c: u8, x: T, y: T) -> T {
+            if c != 0 { x } else { y }
+        }
+        match self.operand_type {
+            OperandType::TensorFloat32 => broadcast_map3(
+                cond,
+                c.shape,
+                a.f32()?,
+                a.shape,
+                b.f32()?,
+                b.shape,
+                out.f32_mut()?,
+                so,
+                pick::<f32>,
+            ),
+            OperandType::TensorInt32 => broadcast_map3(
+                cond,
+                c.shape,
+                a.i32()?,
+                a.shape,
+                b.i32()?,
+                b.shape,
+                out.i32_mut()?,
+                so,
+                pick::<i32>,
+            ),
+            OperandType::TensorBool8 => broadcast_map3(
+                cond,
+                c.shape,
+                a.u8()?,
+                a.shape,
+                b.u8()?,
+                b.shape,
+                out.u8_mut()?,
+                so,
+                |c, x: u8, y: u8| u8::from(if c != 0 { x != 0 } else { y != 0 }),
+            ),
+            t => Err(RuntimeError::kernel(format!(
+                "operand type {t} is not implemented"
+            ))),
+        }
+    }
+}

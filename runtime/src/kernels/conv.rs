@@ -1,0 +1,1019 @@
+//! Convolutions: CONV_2D, GROUPED_CONV_2D, DEPTHWISE_CONV_2D and TRANSPOSE_CONV_2D.
+//!
+//! Layout is NHWC; an NCHW layout flag is handled by transposing in and out.
+//! - CONV_2D / GROUPED_CONV_2D: a 1x1, stride-1, unpadded convolution is one GEMM per
+//!   group on the input as it lies; anything else goes through im2col tiles (bounded
+//!   scratch) and a GEMM per tile and group. Filters are packed to `[K, O/groups]`
+//!   row-major per group when the weights are prepared. Bias and activation are applied
+//!   in one pass over each output tile while it is still in cache.
+//! - DEPTHWISE_CONV_2D: direct loops, innermost over contiguous channels so that they
+//!   vectorize (with an AVX2+FMA copy selected at run time on x86-64).
+//! - TRANSPOSE_CONV_2D: GEMM of the input with the repacked filter into per-pixel
+//!   columns, then a scatter-add (col2im) into the output initialized with the bias.
+
+use std::borrow::Cow;
+
+use nnc_formats::nn::signature::implicit_padding;
+use nnc_formats::nn::{OperandType, OperationType, PaddingScheme};
+
+use super::linalg::{Layout, matmul};
+use super::util::{for_each_chunk, rank4, with_nhwc};
+use super::{Clamp, Kernel, KernelContext, OpInfo, PreparedWeights};
+use crate::buffer::AlignedBuf;
+use crate::error::{Result, RuntimeError};
+
+/// Floats of im2col scratch per tile (1 MiB): keeps a tile and its GEMM panel in L2/L3.
+const IM2COL_BUDGET: usize = 1 << 18;
+
+/// Floats of output per pointwise-convolution tile (256 KiB).
+const POINTWISE_TILE: usize = 1 << 16;
+
+pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    let t = info.input_type(0)?;
+    if t != OperandType::TensorFloat32 {
+        return Err(info.unsupported(format!(
+            "input type {t} (only TENSOR_FLOAT32 is implemented)"
+        )));
+    }
+    let filter_dims = if info.is_weight(1) {
+        let dims = info
+            .dims(1)
+            .ok_or_else(|| info.invalid("constant filter with unknown dimensions"))?;
+        Some(rank4(&dims, "filter")?)
+    } else {
+        None
+    };
+    let filter_is_weight = filter_dims.is_some();
+    match info.op_type() {
+        OperationType::TransposeConv2d => {
+            let params = decode_transpose(info)?;
+            Ok(Box::new(TransposeConv {
+                params,
+                filter_dims,
+                filter_is_weight,
+            }))
+        }
+        OperationType::DepthwiseConv2d => {
+            let params = decode_conv(info)?;
+            Ok(Box::new(DepthwiseConv { params }))
+        }
+        _ => {
+            let params = decode_conv(info)?;
+            Ok(Box::new(Conv {
+                params,
+                filter_dims,
+                filter_is_weight,
+            }))
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Padding {
+    Explicit {
+        top: usize,
+        bottom: usize,
+        left: usize,
+        right: usize,
+    },
+    Implicit(PaddingScheme),
+}
+
+impl Padding {
+    /// (before, after) padding of the height axis (`vertical`) or the width axis.
+    pub(crate) fn resolve(
+        &self,
+        vertical: bool,
+        input: usize,
+        kernel: usize,
+        stride: usize,
+        dilation: usize,
+    ) -> Result<(usize, usize)> {
+        match *self {
+            Padding::Explicit {
+                top,
+                bottom,
+                left,
+                right,
+            } => Ok(if vertical {
+                (top, bottom)
+            } else {
+                (left, right)
+            }),
+            Padding::Implicit(scheme) => {
+                let c = |v: usize| {
+                    u32::try_from(v).map_err(|_| RuntimeError::kernel("dimension exceeds u32"))
+                };
+                let (a, b) =
+                    implicit_padding(c(input)?, c(kernel)?, c(stride)?, c(dilation)?, scheme);
+                Ok((a as usize, b as usize))
+            }
+        }
+    }
+}
+
+/// Output extent of a window operation along one axis; errors when the window does not fit.
+pub(crate) fn window_extent(
+    input: usize,
+    kernel: usize,
+    stride: usize,
+    dilation: usize,
+    pad: (usize, usize),
+) -> Result<usize> {
+    let effective = kernel
+        .checked_sub(1)
+        .and_then(|k| k.checked_mul(dilation))
+        .and_then(|k| k.checked_add(1))
+        .ok_or_else(|| RuntimeError::kernel("kernel extent overflows"))?;
+    let padded = input
+        .checked_add(pad.0)
+        .and_then(|v| v.checked_add(pad.1))
+        .ok_or_else(|| RuntimeError::kernel("padded extent overflows"))?;
+    if padded < effective || stride == 0 {
+        return Err(RuntimeError::kernel(format!(
+            "kernel extent {effective} exceeds padded input extent {padded}"
+        )));
+    }
+    Ok((padded - effective) / stride + 1)
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct ConvParams {
+    pub padding: Padding,
+    /// (height, width)
+    pub stride: (usize, usize),
+    pub dilation: (usize, usize),
+    pub clamp: Clamp,
+    pub nchw: bool,
+    pub groups: usize,
+    pub multiplier: usize,
+}
+
+/// Decodes CONV_2D / DEPTHWISE_CONV_2D / GROUPED_CONV_2D parameters, following the input
+/// counts signature::infer accepts.
+fn decode_conv(info: &OpInfo) -> Result<ConvParams> {
+    let op = info.op_type();
+    let n = info.input_count();
+    let (explicit_counts, implicit_counts): (&[usize], &[usize]) = match op {
+        OperationType::Conv2d => (&[10, 11, 13], &[7, 8, 10]),
+        OperationType::DepthwiseConv2d => (&[11, 12, 14], &[8, 9, 11]),
+        _ => (&[12], &[9]),
+    };
+    let explicit = if op == OperationType::Conv2d && n == 10 {
+        info.input_type(7)? == OperandType::Int32
+    } else if op == OperationType::DepthwiseConv2d && n == 11 {
+        info.input_type(8)? == OperandType::Int32
+    } else if explicit_counts.contains(&n) {
+        true
+    } else if implicit_counts.contains(&n) {
+        false
+    } else {
+        return Err(info.invalid(format!("unexpected input count {n}")));
+    };
+    let (padding, mut next) = if explicit {
+        (
+            Padding::Explicit {
+                left: info.usize(3, "pad_left")?,
+                right: info.usize(4, "pad_right")?,
+                top: info.usize(5, "pad_top")?,
+                bottom: info.usize(6, "pad_bottom")?,
+            },
+            7,
+        )
+    } else {
+        let code = info.i32(3, "padding_scheme")?;
+        let scheme = PaddingScheme::from_code(code)
+            .ok_or_else(|| info.invalid(format!("unknown padding scheme {code}")))?;
+        (Padding::Implicit(scheme), 4)
+    };
+    let sw = info.usize(next, "stride_width")?;
+    let sh = info.usize(next + 1, "stride_height")?;
+    next += 2;
+    let (mut groups, mut multiplier) = (1, 1);
+    match op {
+        OperationType::DepthwiseConv2d => {
+            multiplier = info.usize(next, "depth_multiplier")?;
+            next += 1;
+        }
+        OperationType::GroupedConv2d => {
+            groups = info.usize(next, "num_groups")?;
+            next += 1;
+        }
+        _ => {}
+    }
+    let clamp = Clamp::new(info.activation(next)?);
+    let nchw = info.optional_bool(next + 1, "layout")?;
+    let dilation = if info.input_count() > next + 2 {
+        (
+            info.usize(next + 3, "dilation_height")?,
+            info.usize(next + 2, "dilation_width")?,
+        )
+    } else {
+        (1, 1)
+    };
+    if sw == 0 || sh == 0 || dilation.0 == 0 || dilation.1 == 0 || groups == 0 || multiplier == 0 {
+        return Err(info.invalid("strides, dilations, groups and depth multiplier must be >= 1"));
+    }
+    Ok(ConvParams {
+        padding,
+        stride: (sh, sw),
+        dilation,
+        clamp,
+        nchw,
+        groups,
+        multiplier,
+    })
+}
+
+/// Everything a convolution needs to know about sizes, in NHWC terms.
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    n: usize,
+    ih: usize,
+    iw: usize,
+    ic: usize,
+    oh: usize,
+    ow: usize,
+    oc: usize,
+    kh: usize,
+    kw: usize,
+    sh: usize,
+    sw: usize,
+    dh: usize,
+    dw: usize,
+    pad_top: usize,
+    pad_left: usize,
+}
+
+impl Geometry {
+    /// Checks the input, kernel and output sizes against each other.
+    fn new(
+        p: &ConvParams,
+        input: [usize; 4],
+        (kh, kw): (usize, usize),
+        output: [usize; 4],
+    ) -> Result<Geometry> {
+        let [n, ih, iw, ic] = input;
+        let (sh, sw) = p.stride;
+        let (dh, dw) = p.dilation;
+        let pad_h = p.padding.resolve(true, ih, kh, sh, dh)?;
+        let pad_w = p.padding.resolve(false, iw, kw, sw, dw)?;
+        let oh = window_extent(ih, kh, sh, dh, pad_h)?;
+        let ow = window_extent(iw, kw, sw, dw, pad_w)?;
+        if output[0] != n || output[1] != oh || output[2] != ow {
+            return Err(RuntimeError::kernel(format!(
+                "output shape {output:?} (NHWC) does not match the computed [{n}, {oh}, {ow}, _]"
+            )));
+        }
+        Ok(Geometry {
+            n,
+            ih,
+            iw,
+            ic,
+            oh,
+            ow,
+            oc: output[3],
+            kh,
+            kw,
+            sh,
+            sw,
+            dh,
+            dw,
+            pad_top: pad_h.0,
+            pad_left: pad_w.0,
+        })
+    }
+
+    /// Input row for output row `oy` and kernel row `ky`, if inside the input.
+    #[inline(always)]
+    fn in_y(&self, oy: usize, ky: usize) -> Option<usize> {
+        (oy * self.sh + ky * self.dh)
+            .checked_sub(self.pad_top)
+            .filter(|&y| y < self.ih)
+    }
+
+    #[inline(always)]
+    fn in_x(&self, ox: usize, kx: usize) -> Option<usize> {
+        (ox * self.sw + kx * self.dw)
+            .checked_sub(self.pad_left)
+            .filter(|&x| x < self.iw)
+    }
+}
+
+/// Adds `bias` to every row of `rows` (row length = bias length) and applies the clamp.
+fn bias_activation(rows: &mut [f32], bias: &[f32], clamp: Clamp) {
+    if bias.is_empty() {
+        return;
+    }
+    for row in rows.chunks_exact_mut(bias.len()) {
+        for (v, b) in row.iter_mut().zip(bias) {
+            *v = clamp.apply(*v + *b);
+        }
+    }
+}
+
+/// Weight bytes as f32 values in storage that is zeroized when dropped.
+pub(crate) fn f32_zeroizing(bytes: &[u8]) -> zeroize::Zeroizing<Vec<f32>> {
+    zeroize::Zeroizing::new(
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    )
+}
+
+fn check_len(what: &str, data: &[f32], shape: &[usize]) -> Result<()> {
+    let n: usize = shape.iter().product();
+    if data.len() == n {
+        Ok(())
+    } else {
+        Err(RuntimeError::kernel(format!(
+            "{what} holds {} values, shape {shape:?} needs {n}",
+            data.len()
+        )))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// CONV_2D and GROUPED_CONV_2D
+
+struct Conv {
+    params: ConvParams,
+    filter_dims: Option<[usize; 4]>,
+    filter_is_weight: bool,
+}
+
+/// Packs a filter `[O, KH, KW, Cg]` into `groups` row-major `[K, O/groups]` matrices.
+fn pack_conv_filter(
+    filter: &[f32],
+    [o, kh, kw, cg]: [usize; 4],
+    groups: usize,
+) -> Result<Vec<f32>> {
+    check_len("filter", filter, &[o, kh, kw, cg])?;
+    if groups == 0 || o % groups != 0 {
+        return Err(RuntimeError::kernel(format!(
+            "{o} output channels do not split into {groups} groups"
+        )));
+    }
+    let k = kh * kw * cg;
+    let og = o / groups;
+    let mut packed = super::util::zeroed_f32(filter.len())?;
+    for g in 0..groups {
+        let dst = &mut packed[g * k * og..(g + 1) * k * og];
+        for j in 0..og {
+            let src = &filter[(g * og + j) * k..(g * og + j + 1) * k];
+            for (kk, &v) in src.iter().enumerate() {
+                dst[kk * og + j] = v;
+            }
+        }
+    }
+    Ok(packed)
+}
+
+impl Conv {
+    fn filter_dims(&self, ctx: &KernelContext) -> Result<[usize; 4]> {
+        match (self.filter_dims, ctx.optional_input(1)) {
+            (Some(d), _) => Ok(d),
+            (None, Some(f)) => rank4(f.shape, "filter"),
+            (None, None) => Err(RuntimeError::kernel("filter is missing")),
+        }
+    }
+}
+
+impl Kernel for Conv {
+    fn prepare_weights(&self, weights: &[Option<&[u8]>]) -> Result<PreparedWeights> {
+        let mut prepared = PreparedWeights::empty();
+        if let (Some(Some(bytes)), Some(dims)) = (weights.get(1), self.filter_dims) {
+            let filter = f32_zeroizing(bytes);
+            let packed =
+                zeroize::Zeroizing::new(pack_conv_filter(&filter, dims, self.params.groups)?);
+            prepared.push(AlignedBuf::from_f32(&packed)?);
+        }
+        prepared.add_raw(weights, &[1])?;
+        Ok(prepared)
+    }
+
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let p = &self.params;
+        let input = ctx.input(0)?;
+        let bias = ctx.input(2)?.f32()?;
+        let fdims = self.filter_dims(ctx)?;
+        let weights = ctx.weights;
+        let packed: Cow<[f32]> = if self.filter_is_weight {
+            Cow::Borrowed(
+                weights
+                    .buffer(0)
+                    .ok_or_else(|| RuntimeError::kernel("prepared filter is missing"))?
+                    .as_f32(),
+            )
+        } else {
+            Cow::Owned(pack_conv_filter(ctx.input(1)?.f32()?, fdims, p.groups)?)
+        };
+        let in_shape = rank4(input.shape, "input")?;
+        let x = input.f32()?;
+        check_len("input", x, input.shape)?;
+        let threads = ctx.threads;
+        let parallelism = ctx.gemm_parallelism();
+        let (out_t, scratch) = ctx.output_and_scratch(0)?;
+        let (out_shape, out) = out_t.f32_parts()?;
+        let out_shape = rank4(out_shape, "output")?;
+        check_len("output", out, &out_shape)?;
+        with_nhwc(
+            p.nchw,
+            x,
+            in_shape,
+            out,
+            out_shape,
+            |x, in_shape, out, out_shape| {
+                let g = Geometry::new(p, in_shape, (fdims[1], fdims[2]), out_shape)?;
+                let groups = p.groups;
+                if g.oc != fdims[0]
+                    || fdims[3] * groups != g.ic
+                    || g.oc % groups != 0
+                    || bias.len() != g.oc
+                {
+                    return Err(RuntimeError::kernel(format!(
+                        "filter {fdims:?}, {groups} groups, bias of {} and input channels {} do not fit output channels {}",
+                        bias.len(),
+                        g.ic,
+                        g.oc
+                    )));
+                }
+                if packed.len() != fdims.iter().product::<usize>() {
+                    return Err(RuntimeError::kernel("packed filter has the wrong size"));
+                }
+                conv_nhwc(
+                    &g,
+                    groups,
+                    x,
+                    &packed,
+                    bias,
+                    p.clamp,
+                    out,
+                    scratch,
+                    threads,
+                    parallelism,
+                )
+            },
+        )
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn conv_nhwc(
+    g: &Geometry,
+    groups: usize,
+    x: &[f32],
+    packed: &[f32],
+    bias: &[f32],
+    clamp: Clamp,
+    out: &mut [f32],
+    scratch: &mut super::Scratch,
+    threads: usize,
+    parallelism: gemm::Parallelism,
+) -> Result<()> {
+    let cg = g.ic / groups;
+    let og = g.oc / groups;
+    let k = g.kh * g.kw * cg;
+    let rows = g.n * g.oh * g.ow;
+    let pointwise = g.kh == 1
+        && g.kw == 1
+        && g.sh == 1
+        && g.sw == 1
+        && g.pad_top == 0
+        && g.pad_left == 0
+        && g.oh == g.ih
+        && g.ow == g.iw;
+    if pointwise {
+        // The input is already the [rows, C] im2col matrix. Row tiles keep each output
+        // tile in cache for the bias and activation pass.
+        let tile = (POINTWISE_TILE / g.oc.max(1)).max(64).min(rows.max(1));
+        let mut r0 = 0;
+        while r0 < rows {
+            let r1 = (r0 + tile).min(rows);
+            for grp in 0..groups {
+                matmul(
+                    r1 - r0,
+                    og,
+                    k,
+                    &mut out[r0 * g.oc + grp * og..r1 * g.oc],
+                    Layout::row_major(g.oc),
+                    &x[r0 * g.ic + grp * cg..r1 * g.ic],
+                    Layout::row_major(g.ic),
+                    &packed[grp * k * og..(grp + 1) * k * og],
+                    Layout::row_major(og),
+                    false,
+                    parallelism,
+                )?;
+            }
+            bias_activation(&mut out[r0 * g.oc..r1 * g.oc], bias, clamp);
+            r0 = r1;
+        }
+        let _ = threads;
+        return Ok(());
+    }
+    let tile = (IM2COL_BUDGET / k.max(1)).clamp(1, rows.max(1));
+    let col = scratch.f32(tile * k)?;
+    let mut r0 = 0;
+    while r0 < rows {
+        let r1 = (r0 + tile).min(rows);
+        let t = r1 - r0;
+        for grp in 0..groups {
+            im2col(g, x, grp * cg, cg, r0, r1, &mut col[..t * k]);
+            matmul(
+                t,
+                og,
+                k,
+                &mut out[r0 * g.oc + grp * og..r1 * g.oc],
+                Layout::row_major(g.oc),
+                &col[..t * k],
+                Layout::row_major(k),
+                &packed[grp * k * og..(grp + 1) * k * og],
+                Layout::row_major(og),
+                false,
+                parallelism,
+            )?;
+        }
+        bias_activation(&mut out[r0 * g.oc..r1 * g.oc], bias, clamp);
+        r0 = r1;
+    }
+    Ok(())
+}
+
+/// Fills `col` (rows r0..r1 of the im2col matrix, each `[KH, KW, cg]`) for the channel
+/// range `c0..c0 + cg`.
+fn im2col(g: &Geometry, x: &[f32], c0: usize, cg: usize, r0: usize, r1: usize, col: &mut [f32]) {
+    let k = g.kh * g.kw * cg;
+    // With unit dilation and all channels, a kernel row is one contiguous input span.
+    let contiguous = g.dw == 1 && cg == g.ic;
+    for (r, dst) in (r0..r1).zip(col.chunks_exact_mut(k)) {
+        let ox = r % g.ow;
+        let oy = (r / g.ow) % g.oh;
+        let b = r / (g.ow * g.oh);
+        for ky in 0..g.kh {
+            let drow = &mut dst[ky * g.kw * cg..(ky + 1) * g.kw * cg];
+            let Some(iy) = g.in_y(oy, ky) else {
+                drow.fill(0.0);
+                continue;
+            };
+            let base = (b * g.ih + iy) * g.iw;
+            if contiguous {
+                // Valid kx range: 0 <= ox*sw + kx - pad_left < iw.
+                let start = ox * g.sw;
+                let kx0 = g.pad_left.saturating_sub(start).min(g.kw);
+                let kx1 = (g.iw + g.pad_left).saturating_sub(start).min(g.kw).max(kx0);
+                drow[..kx0 * cg].fill(0.0);
+                drow[kx1 * cg..].fill(0.0);
+                if kx1 > kx0 {
+                    let ix0 = start + kx0 - g.pad_left;
+                    let src = &x[(base + ix0) * g.ic..(base + ix0 + kx1 - kx0) * g.ic];
+                    drow[kx0 * cg..kx1 * cg].copy_from_slice(src);
+                }
+            } else {
+                for kx in 0..g.kw {
+                    let d = &mut drow[kx * cg..(kx + 1) * cg];
+                    match g.in_x(ox, kx) {
+                        Some(ix) => {
+                            let s = (base + ix) * g.ic + c0;
+                            d.copy_from_slice(&x[s..s + cg]);
+                        }
+                        None => d.fill(0.0),
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// DEPTHWISE_CONV_2D
+
+struct DepthwiseConv {
+    params: ConvParams,
+}
+
+impl Kernel for DepthwiseConv {
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let p = &self.params;
+        let input = ctx.input(0)?;
+        let filter = ctx.input(1)?;
+        let w = filter.f32()?;
+        let bias = ctx.input(2)?.f32()?;
+        let fdims = rank4(filter.shape, "filter")?;
+        check_len("filter", w, filter.shape)?;
+        let in_shape = rank4(input.shape, "input")?;
+        let x = input.f32()?;
+        check_len("input", x, input.shape)?;
+        let threads = ctx.threads;
+        let (out_shape, out) = ctx.output(0)?.f32_parts()?;
+        let out_shape = rank4(out_shape, "output")?;
+        check_len("output", out, &out_shape)?;
+        with_nhwc(
+            p.nchw,
+            x,
+            in_shape,
+            out,
+            out_shape,
+            |x, in_shape, out, out_shape| {
+                let g = Geometry::new(p, in_shape, (fdims[1], fdims[2]), out_shape)?;
+                let m = p.multiplier;
+                if fdims[0] != 1 || fdims[3] != g.oc || g.ic * m != g.oc || bias.len() != g.oc {
+                    return Err(RuntimeError::kernel(format!(
+                        "filter {fdims:?}, multiplier {m}, bias of {} and input channels {} do not fit output channels {}",
+                        bias.len(),
+                        g.ic,
+                        g.oc
+                    )));
+                }
+                let row_len = g.ow * g.oc;
+                for_each_chunk(threads, out, row_len, |row, out_row| {
+                    let b = row / g.oh;
+                    let oy = row % g.oh;
+                    depthwise_row(&g, m, x, w, bias, p.clamp, b, oy, out_row);
+                });
+                Ok(())
+            },
+        )
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn depthwise_row(
+    g: &Geometry,
+    m: usize,
+    x: &[f32],
+    w: &[f32],
+    bias: &[f32],
+    clamp: Clamp,
+    b: usize,
+    oy: usize,
+    out_row: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if super::util::has_avx2_fma() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked at run time just above).
+        unsafe { depthwise_row_avx2(g, m, x, w, bias, clamp, b, oy, out_row) };
+        return;
+    }
+    depthwise_row_impl::<false>(g, m, x, w, bias, clamp, b, oy, out_row);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn depthwise_row_avx2(
+    g: &Geometry,
+    m: usize,
+    x: &[f32],
+    w: &[f32],
+    bias: &[f32],
+    clamp: Clamp,
+    b: usize,
+    oy: usize,
+    out_row: &mut [f32],
+) {
+    depthwise_row_impl::<true>(g, m, x, w, bias, clamp, b, oy, out_row);
+}
+
+#[inline(always)]
+fn fmadd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA { a.mul_add(b, c) } else { a * b + c }
+}
+
+/// Channels per vector block: one AVX register of f32.
+const LANES: usize = 8;
+
+/// One block of `W` channels (M = 1) of one output pixel.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn depthwise_block<const W: usize, const FMA: bool>(
+    g: &Geometry,
+    x: &[f32],
+    w: &[f32],
+    bias: &[f32],
+    clamp: Clamp,
+    b: usize,
+    taps_y: &[(usize, usize)],
+    ox: usize,
+    c0: usize,
+    px: &mut [f32],
+) {
+    let (ic, oc) = (g.ic, g.oc);
+    let Some(&bias_v) = bias[c0..].first_chunk::<W>() else {
+        return;
+    };
+    let mut acc = bias_v;
+    for &(ky, iy) in taps_y {
+        let row = (b * g.ih + iy) * g.iw;
+        for kx in 0..g.kw {
+            let Some(ix) = g.in_x(ox, kx) else { continue };
+            let Some(xs) = x[(row + ix) * ic + c0..].first_chunk::<W>() else {
+                continue;
+            };
+            let Some(ws) = w[(ky * g.kw + kx) * oc + c0..].first_chunk::<W>() else {
+                continue;
+            };
+            for l in 0..W {
+                acc[l] = fmadd::<FMA>(xs[l], ws[l], acc[l]);
+            }
+        }
+    }
+    if let Some(dst) = px[c0..].first_chunk_mut::<W>() {
+        for l in 0..W {
+            dst[l] = clamp.apply(acc[l]);
+        }
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn depthwise_row_impl<const FMA: bool>(
+    g: &Geometry,
+    m: usize,
+    x: &[f32],
+    w: &[f32],
+    bias: &[f32],
+    clamp: Clamp,
+    b: usize,
+    oy: usize,
+    out_row: &mut [f32],
+) {
+    let oc = g.oc;
+    let ic = g.ic;
+    // Kernel rows that fall inside the input for this output row.
+    let taps_y: Vec<(usize, usize)> = (0..g.kh)
+        .filter_map(|ky| g.in_y(oy, ky).map(|iy| (ky, iy)))
+        .collect();
+    if m == 1 {
+        // Pixel by pixel so that the 3x3 window of input rows stays in L1 as it slides;
+        // within a pixel, wide blocks of 4 vectors give the FMA units four independent
+        // accumulator chains (one chain would wait on the FMA latency at every tap).
+        for (ox, px) in out_row.chunks_exact_mut(oc).enumerate() {
+            let mut c0 = 0;
+            while c0 + 4 * LANES <= oc {
+                depthwise_block::<{ 4 * LANES }, FMA>(g, x, w, bias, clamp, b, &taps_y, ox, c0, px);
+                c0 += 4 * LANES;
+            }
+            while c0 + LANES <= oc {
+                depthwise_block::<LANES, FMA>(g, x, w, bias, clamp, b, &taps_y, ox, c0, px);
+                c0 += LANES;
+            }
+            // Remaining channels, one at a time.
+            for c in c0..oc {
+                let mut acc = bias[c];
+                for &(ky, iy) in &taps_y {
+                    let row = (b * g.ih + iy) * g.iw;
+                    for kx in 0..g.kw {
+                        let Some(ix) = g.in_x(ox, kx) else { continue };
+                        acc =
+                            fmadd::<FMA>(x[(row + ix) * ic + c], w[(ky * g.kw + kx) * oc + c], acc);
+                    }
+                }
+                px[c] = clamp.apply(acc);
+            }
+        }
+        return;
+    }
+    for (ox, acc) in out_row.chunks_exact_mut(oc).enumerate() {
+        acc.copy_from_slice(bias);
+        for &(ky, iy) in &taps_y {
+            let row = (b * g.ih + iy) * g.iw;
+            for kx in 0..g.kw {
+                let Some(ix) = g.in_x(ox, kx) else { continue };
+                let xs = &x[(row + ix) * ic..(row + ix + 1) * ic];
+                let ws = &w[(ky * g.kw + kx) * oc..(ky * g.kw + kx + 1) * oc];
+                for ((a, wv), &xv) in acc.chunks_exact_mut(m).zip(ws.chunks_exact(m)).zip(xs) {
+                    for (a, &wv) in a.iter_mut().zip(wv) {
+                        *a = fmadd::<FMA>(xv, wv, *a);
+                    }
+                }
+            }
+        }
+        for a in acc.iter_mut() {
+            *a = clamp.apply(*a);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// TRANSPOSE_CONV_2D
+
+#[derive(Clone, Debug)]
+enum TransposePadding {
+    Explicit {
+        top: usize,
+        bottom: usize,
+        left: usize,
+        right: usize,
+    },
+    /// Implicit: the output shape is an input; padding follows from it.
+    Implicit(PaddingScheme),
+}
+
+#[derive(Clone, Debug)]
+struct TransposeParams {
+    padding: TransposePadding,
+    stride: (usize, usize),
+    clamp: Clamp,
+    nchw: bool,
+}
+
+fn decode_transpose(info: &OpInfo) -> Result<TransposeParams> {
+    if info.input_count() == 11 {
+        Ok(TransposeParams {
+            padding: TransposePadding::Explicit {
+                left: info.usize(3, "pad_left")?,
+                right: info.usize(4, "pad_right")?,
+                top: info.usize(5, "pad_top")?,
+                bottom: info.usize(6, "pad_bottom")?,
+            },
+            stride: (
+                info.usize(8, "stride_height")?,
+                info.usize(7, "stride_width")?,
+            ),
+            clamp: Clamp::new(info.activation(9)?),
+            nchw: info.bool(10, "layout")?,
+        })
+    } else {
+        let code = info.i32(4, "padding_scheme")?;
+        let scheme = PaddingScheme::from_code(code)
+            .ok_or_else(|| info.invalid(format!("unknown padding scheme {code}")))?;
+        Ok(TransposeParams {
+            padding: TransposePadding::Implicit(scheme),
+            stride: (
+                info.usize(6, "stride_height")?,
+                info.usize(5, "stride_width")?,
+            ),
+            clamp: Clamp::new(info.activation(7)?),
+            nchw: info.bool(8, "layout")?,
+        })
+    }
+}
+
+struct TransposeConv {
+    params: TransposeParams,
+    filter_dims: Option<[usize; 4]>,
+    filter_is_weight: bool,
+}
+
+/// Packs a filter `[O, KH, KW, C]` into a row-major `[C, KH * KW * O]` matrix.
+fn pack_transpose_filter(filter: &[f32], [o, kh, kw, c]: [usize; 4]) -> Result<Vec<f32>> {
+    check_len("filter", filter, &[o, kh, kw, c])?;
+    let cols = kh * kw * o;
+    let mut packed = super::util::zeroed_f32(filter.len())?;
+    for oo in 0..o {
+        for t in 0..kh * kw {
+            let src = &filter[(oo * kh * kw + t) * c..(oo * kh * kw + t + 1) * c];
+            for (cc, &v) in src.iter().enumerate() {
+                packed[cc * cols + t * o + oo] = v;
+            }
+        }
+    }
+    Ok(packed)
+}
+
+impl Kernel for TransposeConv {
+    fn prepare_weights(&self, weights: &[Option<&[u8]>]) -> Result<PreparedWeights> {
+        let mut prepared = PreparedWeights::empty();
+        if let (Some(Some(bytes)), Some(dims)) = (weights.get(1), self.filter_dims) {
+            let filter = f32_zeroizing(bytes);
+            let packed = zeroize::Zeroizing::new(pack_transpose_filter(&filter, dims)?);
+            prepared.push(AlignedBuf::from_f32(&packed)?);
+        }
+        prepared.add_raw(weights, &[1])?;
+        Ok(prepared)
+    }
+
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let p = &self.params;
+        let input = ctx.input(0)?;
+        let bias = ctx.input(2)?.f32()?;
+        let fdims = match (self.filter_dims, ctx.optional_input(1)) {
+            (Some(d), _) => d,
+            (None, Some(f)) => rank4(f.shape, "filter")?,
+            (None, None) => return Err(RuntimeError::kernel("filter is missing")),
+        };
+        let weights = ctx.weights;
+        let packed: Cow<[f32]> = if self.filter_is_weight {
+            Cow::Borrowed(
+                weights
+                    .buffer(0)
+                    .ok_or_else(|| RuntimeError::kernel("prepared filter is missing"))?
+                    .as_f32(),
+            )
+        } else {
+            Cow::Owned(pack_transpose_filter(ctx.input(1)?.f32()?, fdims)?)
+        };
+        let in_shape = rank4(input.shape, "input")?;
+        let x = input.f32()?;
+        check_len("input", x, input.shape)?;
+        let parallelism = ctx.gemm_parallelism();
+        let (out_t, scratch) = ctx.output_and_scratch(0)?;
+        let (out_shape, out) = out_t.f32_parts()?;
+        let out_shape = rank4(out_shape, "output")?;
+        check_len("output", out, &out_shape)?;
+        with_nhwc(
+            p.nchw,
+            x,
+            in_shape,
+            out,
+            out_shape,
+            |x, [n, ih, iw, ic], out, [on, oh, ow, oc]| {
+                let [fo, kh, kw, fc] = fdims;
+                if fo != oc
+                    || fc != ic
+                    || on != n
+                    || bias.len() != oc
+                    || packed.len() != fo * kh * kw * fc
+                {
+                    return Err(RuntimeError::kernel(format!(
+                        "filter {fdims:?}, bias of {}, input channels {ic} and output {:?} do not fit",
+                        bias.len(),
+                        [on, oh, ow, oc]
+                    )));
+                }
+                let (sh, sw) = p.stride;
+                let (pad_top, pad_left) = match p.padding {
+                    TransposePadding::Explicit {
+                        top,
+                        bottom,
+                        left,
+                        right,
+                    } => {
+                        let eh = (sh * ih.saturating_sub(1) + kh).checked_sub(top + bottom);
+                        let ew = (sw * iw.saturating_sub(1) + kw).checked_sub(left + right);
+                        if eh != Some(oh) || ew != Some(ow) {
+                            return Err(RuntimeError::kernel(format!(
+                                "output extent {oh}x{ow} does not match the padding and strides"
+                            )));
+                        }
+                        (top, left)
+                    }
+                    TransposePadding::Implicit(scheme) => {
+                        let before = |i: usize, s: usize, k: usize, o: usize| -> usize {
+                            let total = (i.saturating_sub(1) * s + k).saturating_sub(o);
+                            if scheme == PaddingScheme::Same {
+                                total / 2
+                            } else {
+                                0
+                            }
+                        };
+                        (before(ih, sh, kh, oh), before(iw, sw, kw, ow))
+                    }
+                };
+                // out = bias, then scatter-add the per-pixel columns.
+                for row in out.chunks_exact_mut(oc) {
+                    row.copy_from_slice(bias);
+                }
+                let cols = kh * kw * oc;
+                let pixels = n * ih * iw;
+                let tile = (IM2COL_BUDGET / cols.max(1)).clamp(1, pixels.max(1));
+                let col = scratch.f32(tile * cols)?;
+                let mut p0 = 0;
+                while p0 < pixels {
+                    let p1 = (p0 + tile).min(pixels);
+                    let t = p1 - p0;
+                    matmul(
+                        t,
+                        cols,
+                        ic,
+                        &mut col[..t * cols],
+                        Layout::row_major(cols),
+                        &x[p0 * ic..p1 * ic],
+                        Layout::row_major(ic),
+                        &packed,
+                        Layout::row_major(cols),
+                        false,
+                        parallelism,
+                    )?;
+                    for (pix, c) in (p0..p1).zip(col.chunks_exact(cols)) {
+                        let ix = pix % iw;
+                        let iy = (pix / iw) % ih;
+                        let b = pix / (iw * ih);
+                        for ky in 0..kh {
+                            let Some(oy) = (iy * sh + ky).checked_sub(pad_top).filter(|&v| v < oh)
+                            else {
+                                continue;
+                            };
+                            for kx in 0..kw {
+                                let Some(ox) =
+                                    (ix * sw + kx).checked_sub(pad_left).filter(|&v| v < ow)
+                                else {
+                                    continue;
+                                };
+                                let dst = &mut out[((b * oh + oy) * ow + ox) * oc..][..oc];
+                                let src = &c[(ky * kw + kx) * oc..][..oc];
+                                for (d, s) in dst.iter_mut().zip(src) {
+                                    *d += *s;
+                                }
+                            }
+                        }
+                    }
+                    p0 = p1;
+                }
+                p.clamp.apply_slice(out);
+                Ok(())
+            },
+        )
+    }
+}

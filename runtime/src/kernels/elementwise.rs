@@ -1,0 +1,550 @@
+//! Elementwise operations: binary arithmetic with NumPy broadcasting (ADD, SUB, MUL, DIV,
+//! MAXIMUM, MINIMUM, POW, PRELU) and unary functions.
+//!
+//! Broadcasting aligns shapes on the right; `broadcast_map` collapses dimensions that
+//! are contiguous for every operand and walks the output row by row, with the innermost
+//! row handled as a same-shape zip, a scalar-against-row map or a constant fill. The
+//! common cases never reach the general walk: same shapes, a one-element operand, and
+//! NHWC per-channel operands (which collapse to `[rows, C]` against `[C]`).
+//!
+//! TENSOR_INT32 arithmetic wraps on overflow (never panics). Integer DIV rounds toward
+//! negative infinity (floor division, as AOSP's reference implementation does); division
+//! by zero yields 0 by definition here.
+
+use nnc_formats::nn::{OperandType, OperationType};
+
+use super::{Clamp, Kernel, KernelContext, OpInfo};
+use crate::error::{Result, RuntimeError};
+
+// ---------------------------------------------------------------------------------------
+// Broadcasting engine (shared with compare.rs)
+
+/// Right-aligned broadcast strides of `shape` against `out` (0 where broadcast).
+fn broadcast_strides(shape: &[usize], out: &[usize]) -> Result<Vec<usize>> {
+    if shape.len() > out.len() {
+        return Err(RuntimeError::kernel(format!(
+            "shape {shape:?} does not broadcast to {out:?}"
+        )));
+    }
+    let lead = out.len() - shape.len();
+    let mut strides = vec![0; out.len()];
+    let mut stride = 1;
+    for d in (0..shape.len()).rev() {
+        let (s, o) = (shape[d], out[lead + d]);
+        if s == o {
+            strides[lead + d] = if s == 1 { 0 } else { stride };
+        } else if s != 1 {
+            return Err(RuntimeError::kernel(format!(
+                "shape {shape:?} does not broadcast to {out:?}"
+            )));
+        }
+        stride *= s;
+    }
+    Ok(strides)
+}
+
+/// Output dims with per-operand strides, adjacent dims merged where every operand is
+/// contiguous across them, unit dims dropped. Always at least one dim.
+fn collapse<const N: usize>(
+    out: &[usize],
+    strides: [Vec<usize>; N],
+) -> (Vec<usize>, Vec<[usize; N]>) {
+    let mut dims: Vec<usize> = Vec::new();
+    let mut st: Vec<[usize; N]> = Vec::new();
+    for (d, &extent) in out.iter().enumerate() {
+        if extent == 1 {
+            continue;
+        }
+        let s: [usize; N] = std::array::from_fn(|k| strides[k][d]);
+        if let (Some(last_dim), Some(last)) = (dims.last_mut(), st.last_mut())
+            && (0..N).all(|k| last[k] == s[k] * extent)
+        {
+            *last_dim *= extent;
+            *last = s;
+            continue;
+        }
+        dims.push(extent);
+        st.push(s);
+    }
+    if dims.is_empty() {
+        dims.push(1);
+        st.push([0; N]);
+    }
+    (dims, st)
+}
+
+/// Calls `row(offsets, out_offset, len, inner_strides)` for every innermost row of the
+/// broadcast of `shapes` to `out`.
+fn for_each_row<const N: usize>(
+    out: &[usize],
+    shapes: [&[usize]; N],
+    mut row: impl FnMut([usize; N], usize, usize, [usize; N]),
+) -> Result<()> {
+    let mut strides: [Vec<usize>; N] = std::array::from_fn(|_| Vec::new());
+    for k in 0..N {
+        strides[k] = broadcast_strides(shapes[k], out)?;
+    }
+    let (dims, st) = collapse(out, strides);
+    let r = dims.len();
+    let inner = dims[r - 1];
+    let inner_st = st[r - 1];
+    let outer_dims = &dims[..r - 1];
+    let outer: usize = outer_dims.iter().product();
+    let mut idx = vec![0usize; outer_dims.len()];
+    let mut offs = [0usize; N];
+    for o in 0..outer {
+        row(offs, o * inner, inner, inner_st);
+        for d in (0..outer_dims.len()).rev() {
+            idx[d] += 1;
+            for k in 0..N {
+                offs[k] += st[d][k];
+            }
+            if idx[d] < outer_dims[d] {
+                break;
+            }
+            for k in 0..N {
+                offs[k] -= st[d][k] * outer_dims[d];
+            }
+            idx[d] = 0;
+        }
+    }
+    Ok(())
+}
+
+fn check_sizes(lens: &[(usize, &[usize])]) -> Result<()> {
+    for &(len, shape) in lens {
+        if len != shape.iter().product::<usize>() {
+            return Err(RuntimeError::kernel(format!(
+                "data of {len} values does not match shape {shape:?}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `out = f(a, b)` with NumPy broadcasting of `a` and `b` to `out`'s shape.
+pub(crate) fn broadcast_map<A: Copy, B: Copy, O>(
+    a: &[A],
+    sa: &[usize],
+    b: &[B],
+    sb: &[usize],
+    out: &mut [O],
+    so: &[usize],
+    f: impl Fn(A, B) -> O,
+) -> Result<()> {
+    check_sizes(&[(a.len(), sa), (b.len(), sb), (out.len(), so)])?;
+    if a.len() == out.len() && b.len() == out.len() && sa == so && sb == so {
+        out.iter_mut()
+            .zip(a.iter().zip(b))
+            .for_each(|(o, (&x, &y))| *o = f(x, y));
+        return Ok(());
+    }
+    if b.len() == 1 && a.len() == out.len() && sa == so {
+        let y = b[0];
+        out.iter_mut().zip(a).for_each(|(o, &x)| *o = f(x, y));
+        return Ok(());
+    }
+    if a.len() == 1 && b.len() == out.len() && sb == so {
+        let x = a[0];
+        out.iter_mut().zip(b).for_each(|(o, &y)| *o = f(x, y));
+        return Ok(());
+    }
+    for_each_row(so, [sa, sb], |[oa, ob], oo, len, [ia, ib]| {
+        let dst = &mut out[oo..oo + len];
+        match (ia, ib) {
+            (1, 1) => dst
+                .iter_mut()
+                .zip(a[oa..oa + len].iter().zip(&b[ob..ob + len]))
+                .for_each(|(o, (&x, &y))| *o = f(x, y)),
+            (1, _) => {
+                let y = b[ob];
+                dst.iter_mut()
+                    .zip(&a[oa..oa + len])
+                    .for_each(|(o, &x)| *o = f(x, y));
+            }
+            (_, 1) => {
+                let x = a[oa];
+                dst.iter_mut()
+                    .zip(&b[ob..ob + len])
+                    .for_each(|(o, &y)| *o = f(x, y));
+            }
+            _ => {
+                let (x, y) = (a[oa], b[ob]);
+                dst.iter_mut().for_each(|o| *o = f(x, y));
+            }
+        }
+    })
+}
+
+/// `out = f(c, a, b)` with three-way broadcasting (SELECT).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn broadcast_map3<C: Copy, A: Copy, O: Copy>(
+    c: &[C],
+    sc: &[usize],
+    a: &[A],
+    sa: &[usize],
+    b: &[A],
+    sb: &[usize],
+    out: &mut [O],
+    so: &[usize],
+    f: impl Fn(C, A, A) -> O,
+) -> Result<()> {
+    check_sizes(&[(c.len(), sc), (a.len(), sa), (b.len(), sb), (out.len(), so)])?;
+    for_each_row(so, [sc, sa, sb], |[oc, oa, ob], oo, len, [ic, ia, ib]| {
+        for (i, o) in out[oo..oo + len].iter_mut().enumerate() {
+            *o = f(c[oc + i * ic], a[oa + i * ia], b[ob + i * ib]);
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Binary arithmetic
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+    Pow,
+    Prelu,
+}
+
+struct Binary {
+    op: BinaryOp,
+    clamp: Clamp,
+    operand_type: OperandType,
+}
+
+pub(crate) fn build_binary(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    use OperationType as O;
+    let op = match info.op_type() {
+        O::Add => BinaryOp::Add,
+        O::Sub => BinaryOp::Sub,
+        O::Mul => BinaryOp::Mul,
+        O::Div => BinaryOp::Div,
+        O::Maximum => BinaryOp::Max,
+        O::Minimum => BinaryOp::Min,
+        O::Pow => BinaryOp::Pow,
+        _ => BinaryOp::Prelu,
+    };
+    let clamp = if matches!(
+        op,
+        BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div
+    ) {
+        Clamp::new(info.activation(2)?)
+    } else {
+        Clamp::none()
+    };
+    let t = info.input_type(0)?;
+    let supported = match t {
+        OperandType::TensorFloat32 => true,
+        OperandType::TensorInt32 => !matches!(op, BinaryOp::Pow | BinaryOp::Prelu),
+        _ => false,
+    };
+    if !supported {
+        return Err(info.unsupported(format!("operand type {t}")));
+    }
+    Ok(Box::new(Binary {
+        op,
+        clamp,
+        operand_type: t,
+    }))
+}
+
+/// Floor division of int32 values; division by zero is defined as 0, and
+/// `i32::MIN / -1` wraps to `i32::MIN`.
+pub(crate) fn floor_div_i32(a: i32, b: i32) -> i32 {
+    if b == 0 {
+        return 0;
+    }
+    let q = a.wrapping_div(b);
+    if a.wrapping_rem(b) != 0 && ((a < 0) != (b < 0)) {
+        q.wrapping_sub(1)
+    } else {
+        q
+    }
+}
+
+impl Kernel for Binary {
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let a = ctx.input(0)?;
+        let b = ctx.input(1)?;
+        let out = ctx.output(0)?;
+        let so = out.shape;
+        let clamp = self.clamp;
+        match self.operand_type {
+            OperandType::TensorFloat32 => {
+                let (x, y) = (a.f32()?, b.f32()?);
+                let o = out.f32_mut()?;
+                match self.op {
+                    BinaryOp::Add => {
+                        broadcast_map(x, a.shape, y, b.shape, o, so, |p, q| clamp.apply(p + q))
+                    }
+                    BinaryOp::Sub => {
+                        broadcast_map(x, a.shape, y, b.shape, o, so, |p, q| clamp.apply(p - q))
+                    }
+                    BinaryOp::Mul => {
+                        broadcast_map(x, a.shape, y, b.shape, o, so, |p, q| clamp.apply(p * q))
+                    }
+                    BinaryOp::Div => {
+                        broadcast_map(x, a.shape, y, b.shape, o, so, |p, q| clamp.apply(p / q))
+                    }
+                    BinaryOp::Max => {
+                        broadcast_map(x, a.shape, y, b.shape, o, so, |p: f32, q: f32| p.max(q))
+                    }
+                    BinaryOp::Min => {
+                        broadcast_map(x, a.shape, y, b.shape, o, so, |p: f32, q: f32| p.min(q))
+                    }
+                    BinaryOp::Pow => {
+                        broadcast_map(x, a.shape, y, b.shape, o, so, |p: f32, q: f32| p.powf(q))
+                    }
+                    BinaryOp::Prelu => {
+                        broadcast_map(x, a.shape, y, b.shape, o, so, |p: f32, q: f32| {
+                            if p >= 0.0 { p } else { p * q }
+                        })
+                    }
+                }
+            }
+            OperandType::TensorInt32 => {
+                let (x, y) = (a.i32()?, b.i32()?);
+                let o = out.i32_mut()?;
+                let c = |v: i32| clamp.apply_i32(v);
+                match self.op {
+                    BinaryOp::Add => broadcast_map(x, a.shape, y, b.shape, o, so, |p: i32, q| {
+                        c(p.wrapping_add(q))
+                    }),
+                    BinaryOp::Sub => broadcast_map(x, a.shape, y, b.shape, o, so, |p: i32, q| {
+                        c(p.wrapping_sub(q))
+                    }),
+                    BinaryOp::Mul => broadcast_map(x, a.shape, y, b.shape, o, so, |p: i32, q| {
+                        c(p.wrapping_mul(q))
+                    }),
+                    BinaryOp::Div => {
+                        broadcast_map(x, a.shape, y, b.shape, o, so, |p, q| c(floor_div_i32(p, q)))
+                    }
+                    BinaryOp::Max => {
+                        broadcast_map(x, a.shape, y, b.shape, o, so, |p: i32, q| p.max(q))
+                    }
+                    BinaryOp::Min => {
+                        broadcast_map(x, a.shape, y, b.shape, o, so, |p: i32, q| p.min(q))
+                    }
+                    BinaryOp::Pow | BinaryOp::Prelu => {
+                        Err(RuntimeError::kernel("int32 POW/PRELU are not implemented"))
+                    }
+                }
+            }
+            t => Err(RuntimeError::kernel(format!(
+                "operand type {t} is not implemented"
+            ))),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Unary functions
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum UnaryOp {
+    Abs,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Neg,
+    Floor,
+    Sin,
+    Logistic,
+    Tanh,
+    Clamp(Clamp),
+    HardSwish,
+    Elu(f32),
+    Not,
+}
+
+struct Unary {
+    op: UnaryOp,
+    operand_type: OperandType,
+}
+
+pub(crate) fn build_unary(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    use OperationType as O;
+    use nnc_formats::nn::FusedActivation as A;
+    let op = match info.op_type() {
+        O::Abs => UnaryOp::Abs,
+        O::Exp => UnaryOp::Exp,
+        O::Log => UnaryOp::Log,
+        O::Sqrt => UnaryOp::Sqrt,
+        O::Rsqrt => UnaryOp::Rsqrt,
+        O::Neg => UnaryOp::Neg,
+        O::Floor => UnaryOp::Floor,
+        O::Sin => UnaryOp::Sin,
+        O::Logistic => UnaryOp::Logistic,
+        O::Tanh => UnaryOp::Tanh,
+        O::Relu => UnaryOp::Clamp(Clamp::new(A::Relu)),
+        O::Relu1 => UnaryOp::Clamp(Clamp::new(A::Relu1)),
+        O::Relu6 => UnaryOp::Clamp(Clamp::new(A::Relu6)),
+        O::HardSwish => UnaryOp::HardSwish,
+        O::Elu => UnaryOp::Elu(info.f32(1, "alpha")?),
+        _ => UnaryOp::Not,
+    };
+    let t = info.input_type(0)?;
+    let supported = match t {
+        OperandType::TensorFloat32 => op != UnaryOp::Not,
+        OperandType::TensorInt32 => matches!(op, UnaryOp::Abs | UnaryOp::Neg),
+        OperandType::TensorBool8 => op == UnaryOp::Not,
+        _ => false,
+    };
+    if !supported {
+        return Err(info.unsupported(format!("operand type {t}")));
+    }
+    Ok(Box::new(Unary {
+        op,
+        operand_type: t,
+    }))
+}
+
+/// The logistic function, evaluated so that neither branch overflows or loses relative
+/// accuracy: for x < 0, e^x / (1 + e^x) with e^x in (0, 1).
+pub(crate) fn logistic(x: f32) -> f32 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+fn unary_f32(op: UnaryOp, x: f32) -> f32 {
+    match op {
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+        UnaryOp::Neg => -x,
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Logistic => logistic(x),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Clamp(c) => c.apply(x),
+        UnaryOp::HardSwish => x * (x + 3.0).clamp(0.0, 6.0) / 6.0,
+        UnaryOp::Elu(alpha) => {
+            if x < 0.0 {
+                alpha * x.exp_m1()
+            } else {
+                x
+            }
+        }
+        UnaryOp::Not => x,
+    }
+}
+
+impl Kernel for Unary {
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let a = ctx.input(0)?;
+        let out = ctx.output(0)?;
+        if a.element_count() != out.element_count() {
+            return Err(RuntimeError::kernel("input and output sizes differ"));
+        }
+        let op = self.op;
+        match self.operand_type {
+            OperandType::TensorFloat32 => {
+                let x = a.f32()?;
+                let o = out.f32_mut()?;
+                match op {
+                    // Keep the hottest activations as tight loops the compiler vectorizes.
+                    UnaryOp::Clamp(c) => o.iter_mut().zip(x).for_each(|(o, &v)| *o = c.apply(v)),
+                    _ => o
+                        .iter_mut()
+                        .zip(x)
+                        .for_each(|(o, &v)| *o = unary_f32(op, v)),
+                }
+            }
+            OperandType::TensorInt32 => {
+                let x = a.i32()?;
+                let o = out.i32_mut()?;
+                let f = |v: i32| {
+                    if op == UnaryOp::Abs {
+                        v.wrapping_abs()
+                    } else {
+                        v.wrapping_neg()
+                    }
+                };
+                o.iter_mut().zip(x).for_each(|(o, &v)| *o = f(v));
+            }
+            OperandType::TensorBool8 => {
+                let x = a.u8()?;
+                let o = out.u8_mut()?;
+                o.iter_mut()
+                    .zip(x)
+                    .for_each(|(o, &v)| *o = u8::from(v == 0));
+            }
+            t => {
+                return Err(RuntimeError::kernel(format!(
+                    "operand type {t} is not implemented"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floor_division() {
+        assert_eq!(floor_div_i32(7, 2), 3);
+        assert_eq!(floor_div_i32(-7, 2), -4);
+        assert_eq!(floor_div_i32(7, -2), -4);
+        assert_eq!(floor_div_i32(-7, -2), 3);
+        assert_eq!(floor_div_i32(-6, 2), -3);
+        assert_eq!(floor_div_i32(5, 0), 0);
+        assert_eq!(floor_div_i32(i32::MIN, -1), i32::MIN);
+    }
+
+    #[test]
+    fn broadcast_general_and_fast_paths() {
+        // [2,1,3] op [4,1] -> [2,4,3]
+        let a: Vec<f32> = (0..6).map(|v| v as f32).collect();
+        let b: Vec<f32> = (0..4).map(|v| 10.0 * v as f32).collect();
+        let mut out = vec![0.0f32; 24];
+        broadcast_map(&a, &[2, 1, 3], &b, &[4, 1], &mut out, &[2, 4, 3], |x, y| {
+            x + y
+        })
+        .unwrap();
+        for i in 0..2 {
+            for j in 0..4 {
+                for k in 0..3 {
+                    assert_eq!(out[(i * 4 + j) * 3 + k], a[i * 3 + k] + b[j]);
+                }
+            }
+        }
+        // Per-channel.
+        let mut out = vec![0.0f32; 6];
+        broadcast_map(
+            &a,
+            &[2, 3],
+            &[1.0f32, 2.0, 3.0],
+            &[3],
+            &mut out,
+            &[2, 3],
+            |x, y| x * y,
+        )
+        .unwrap();
+        assert_eq!(out, vec![0.0, 2.0, 6.0, 3.0, 8.0, 15.0]);
+        // Mismatch is an error, not a panic.
+        assert!(broadcast_map(&a, &[2, 3], &b, &[4], &mut out, &[2, 3], |x, y| x + y).is_err());
+    }
+
+    #[test]
+    fn logistic_is_stable() {
+        assert_eq!(logistic(-1000.0), 0.0);
+        assert_eq!(logistic(1000.0), 1.0);
+        assert!((logistic(0.0) - 0.5).abs() < 1e-7);
+    }
+}

@@ -1,0 +1,549 @@
+//! CPU kernels: one [`Kernel`] per operation, built once at preparation time.
+//!
+//! [`build`] decodes an operation's static parameters (strides, padding, activation,
+//! axes, ...) from its CONSTANT_COPY inputs and picks the implementation for its operand
+//! types; an unsupported combination is a build-time [`RuntimeError::Unsupported`],
+//! never a run-time panic. Every kernel re-derives its geometry from the actual shapes
+//! it is given at run time (so dynamic shapes work) and checks them, returning an error
+//! on any inconsistency.
+//!
+//! Weights (CONSTANT_REFERENCE inputs) reach a kernel only through [`PreparedWeights`],
+//! made by [`Kernel::prepare_weights`] when they enter a device's parameter cache. The
+//! default keeps a plain aligned copy of each that the executor presents as an ordinary
+//! input tensor; kernels that want another layout (convolutions pack their filters for
+//! the GEMM) override it.
+//!
+//! Type dispatch happens per family in its `build_*` function with a `match` on the
+//! operand type: quantized kernels will be further arms there.
+
+use nnc_formats::nn::signature::{self, InputView};
+use nnc_formats::nn::{FusedActivation, Lifetime, Operand, OperandType, Operation, OperationType};
+
+use crate::buffer::AlignedBuf;
+use crate::error::{OpRef, Result, RuntimeError};
+use crate::tensor::{TensorMut, TensorRef};
+
+pub mod compare;
+pub mod conv;
+pub mod elementwise;
+pub mod fully_connected;
+pub(crate) mod linalg;
+pub mod matmul;
+pub mod misc;
+pub mod pool;
+pub mod reduce;
+pub mod resize;
+pub mod shape;
+pub mod softmax;
+pub(crate) mod util;
+
+/// An operation's CPU implementation.
+pub trait Kernel: Send + Sync {
+    /// Turns the operation's CONSTANT_REFERENCE inputs (plaintext bytes by input
+    /// position; `None` for other inputs) into what [`Kernel::run`] reads. Called when
+    /// the weights enter a device's parameter cache; may be called again after eviction.
+    fn prepare_weights(&self, weights: &[Option<&[u8]>]) -> Result<PreparedWeights> {
+        PreparedWeights::raw(weights, &[])
+    }
+
+    /// Computes the outputs from the inputs.
+    fn run(&self, ctx: &mut KernelContext) -> Result<()>;
+}
+
+/// An operation's weights in the form its kernel reads, in zeroize-on-drop storage.
+///
+/// Buffers are addressed by index in the kernel's own convention; an input position can
+/// also be mapped to a buffer, which the executor then presents to the kernel as that
+/// input's tensor.
+#[derive(Debug, Default)]
+pub struct PreparedWeights {
+    buffers: Vec<AlignedBuf>,
+    input_views: Vec<Option<usize>>,
+}
+
+impl PreparedWeights {
+    /// No weights.
+    pub fn empty() -> PreparedWeights {
+        PreparedWeights::default()
+    }
+
+    /// A plain aligned copy of every present weight except those at positions in
+    /// `except`, each presented as its input's tensor.
+    pub fn raw(weights: &[Option<&[u8]>], except: &[usize]) -> Result<PreparedWeights> {
+        let mut prepared = PreparedWeights::empty();
+        prepared.add_raw(weights, except)?;
+        Ok(prepared)
+    }
+
+    /// Adds a plain aligned copy of every present weight except those at positions in
+    /// `except`, each presented as its input's tensor.
+    pub fn add_raw(&mut self, weights: &[Option<&[u8]>], except: &[usize]) -> Result<()> {
+        for (position, bytes) in weights.iter().enumerate() {
+            if let Some(bytes) = bytes
+                && !except.contains(&position)
+            {
+                let index = self.push(AlignedBuf::from_bytes(bytes)?);
+                self.set_input_view(position, index);
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds a buffer and returns its index.
+    pub fn push(&mut self, buffer: AlignedBuf) -> usize {
+        self.buffers.push(buffer);
+        self.buffers.len() - 1
+    }
+
+    /// Presents buffer `buffer` as the tensor of input `position`.
+    pub fn set_input_view(&mut self, position: usize, buffer: usize) {
+        if self.input_views.len() <= position {
+            self.input_views.resize(position + 1, None);
+        }
+        self.input_views[position] = Some(buffer);
+    }
+
+    pub fn buffer(&self, index: usize) -> Option<&AlignedBuf> {
+        self.buffers.get(index)
+    }
+
+    /// The bytes presented as input `position`, if any.
+    pub fn input_view(&self, position: usize) -> Option<&[u8]> {
+        let index = (*self.input_views.get(position)?)?;
+        self.buffers.get(index).map(AlignedBuf::as_bytes)
+    }
+
+    /// Bytes of memory held, for cache accounting.
+    pub fn byte_size(&self) -> usize {
+        self.buffers.iter().map(AlignedBuf::capacity).sum()
+    }
+
+    pub fn buffer_count(&self) -> usize {
+        self.buffers.len()
+    }
+}
+
+/// Growable per-execution scratch memory for kernels (im2col tiles, transposes).
+#[derive(Debug, Default)]
+pub struct Scratch {
+    f32: Vec<f32>,
+}
+
+impl Scratch {
+    pub fn new() -> Scratch {
+        Scratch::default()
+    }
+
+    /// At least `n` f32 values of scratch (contents unspecified).
+    pub fn f32(&mut self, n: usize) -> Result<&mut [f32]> {
+        if self.f32.len() < n {
+            let extra = n - self.f32.len();
+            self.f32
+                .try_reserve_exact(extra)
+                .map_err(|_| RuntimeError::OutOfMemory {
+                    bytes: n.saturating_mul(4),
+                })?;
+            self.f32.resize(n, 0.0);
+        }
+        Ok(&mut self.f32[..n])
+    }
+}
+
+/// What a kernel sees while it runs.
+pub struct KernelContext<'a> {
+    /// One entry per operation input: `None` for an omitted optional input and for a
+    /// weight the kernel consumed in [`Kernel::prepare_weights`] without presenting it.
+    pub inputs: Vec<Option<TensorRef<'a>>>,
+    /// One entry per operation output, shaped by the executor.
+    pub outputs: Vec<TensorMut<'a>>,
+    /// This operation's prepared weights.
+    pub weights: &'a PreparedWeights,
+    pub scratch: &'a mut Scratch,
+    /// Threads the kernel may use (1 = stay on the calling thread). When above 1 the
+    /// executor runs inside a rayon pool of that many threads.
+    pub threads: usize,
+}
+
+impl<'a> KernelContext<'a> {
+    /// Input `i`, which must be present.
+    pub fn input(&self, i: usize) -> Result<TensorRef<'a>> {
+        self.inputs
+            .get(i)
+            .copied()
+            .flatten()
+            .ok_or_else(|| RuntimeError::kernel(format!("input {i} is missing")))
+    }
+
+    /// Input `i` if present.
+    pub fn optional_input(&self, i: usize) -> Option<TensorRef<'a>> {
+        self.inputs.get(i).copied().flatten()
+    }
+
+    /// Output `i`.
+    pub fn output(&mut self, i: usize) -> Result<&mut TensorMut<'a>> {
+        self.outputs
+            .get_mut(i)
+            .ok_or_else(|| RuntimeError::kernel(format!("output {i} is missing")))
+    }
+
+    /// Output `i` together with the scratch memory (both borrowed mutably).
+    pub fn output_and_scratch(&mut self, i: usize) -> Result<(&mut TensorMut<'a>, &mut Scratch)> {
+        let out = self
+            .outputs
+            .get_mut(i)
+            .ok_or_else(|| RuntimeError::kernel(format!("output {i} is missing")))?;
+        Ok((out, &mut *self.scratch))
+    }
+
+    /// The GEMM parallelism matching the thread budget.
+    pub(crate) fn gemm_parallelism(&self) -> ::gemm::Parallelism {
+        if self.threads > 1 {
+            ::gemm::Parallelism::Rayon(self.threads)
+        } else {
+            ::gemm::Parallelism::None
+        }
+    }
+}
+
+/// Builds the kernel of one operation.
+///
+/// `constant` yields the bytes of constant operands by operand index; only inline
+/// (CONSTANT_COPY) values are needed, so a device that keeps its weights encrypted can
+/// build kernels without them.
+pub fn build<'c>(
+    op: &Operation,
+    operands: &[Operand],
+    constant: impl Fn(u32) -> Option<&'c [u8]>,
+) -> Result<Box<dyn Kernel>> {
+    let info = OpInfo::new(op, operands, &constant)?;
+    info.check_signature()?;
+    use OperationType as O;
+    match op.op_type {
+        O::Conv2d | O::DepthwiseConv2d | O::GroupedConv2d | O::TransposeConv2d => {
+            conv::build(&info)
+        }
+        O::AveragePool2d | O::MaxPool2d | O::L2Pool2d => pool::build(&info),
+        O::FullyConnected => fully_connected::build(&info),
+        O::BatchMatmul => matmul::build(&info),
+        O::Add | O::Sub | O::Mul | O::Div | O::Maximum | O::Minimum | O::Pow | O::Prelu => {
+            elementwise::build_binary(&info)
+        }
+        O::Abs
+        | O::Exp
+        | O::Log
+        | O::Sqrt
+        | O::Rsqrt
+        | O::Neg
+        | O::Floor
+        | O::Sin
+        | O::Logistic
+        | O::Tanh
+        | O::Relu
+        | O::Relu1
+        | O::Relu6
+        | O::HardSwish
+        | O::Elu
+        | O::LogicalNot => elementwise::build_unary(&info),
+        O::Equal
+        | O::NotEqual
+        | O::Less
+        | O::LessEqual
+        | O::Greater
+        | O::GreaterEqual
+        | O::LogicalAnd
+        | O::LogicalOr
+        | O::Select => compare::build(&info),
+        O::Mean
+        | O::ReduceSum
+        | O::ReduceMax
+        | O::ReduceMin
+        | O::ReduceProd
+        | O::ReduceAny
+        | O::ReduceAll => reduce::build(&info),
+        O::Softmax
+        | O::LogSoftmax
+        | O::L2Normalization
+        | O::LocalResponseNormalization
+        | O::InstanceNormalization => softmax::build(&info),
+        O::Reshape
+        | O::Squeeze
+        | O::ExpandDims
+        | O::Transpose
+        | O::Concatenation
+        | O::Split
+        | O::Slice
+        | O::StridedSlice
+        | O::Pad
+        | O::PadV2
+        | O::MirrorPad
+        | O::Gather
+        | O::Tile
+        | O::Pack
+        | O::Reverse
+        | O::DepthToSpace
+        | O::SpaceToDepth
+        | O::ChannelShuffle => shape::build(&info),
+        O::ResizeBilinear | O::ResizeNearestNeighbor => resize::build(&info),
+        O::Argmax | O::Argmin | O::TopkV2 | O::Cast | O::Fill | O::Rank => misc::build(&info),
+        _ => Err(info.unsupported("the CPU runtime has no kernel for this operation")),
+    }
+}
+
+/// An operation under construction: its operands and inline values, with accessors that
+/// turn every mismatch into an error naming the operation.
+pub(crate) struct OpInfo<'a> {
+    pub op: &'a Operation,
+    operands: Vec<&'a Operand>,
+    outputs: Vec<&'a Operand>,
+    values: Vec<Option<&'a [u8]>>,
+}
+
+impl<'a> OpInfo<'a> {
+    fn new<'c: 'a>(
+        op: &'a Operation,
+        operands: &'a [Operand],
+        constant: &dyn Fn(u32) -> Option<&'c [u8]>,
+    ) -> Result<OpInfo<'a>> {
+        let lookup = |i: u32, what: &str, k: usize| -> Result<&'a Operand> {
+            operands
+                .get(i as usize)
+                .ok_or_else(|| RuntimeError::Operation {
+                    operation: OpRef::new(None, op),
+                    message: format!(
+                        "{what} {k} names operand {i}, but there are {}",
+                        operands.len()
+                    ),
+                })
+        };
+        let mut inputs = Vec::with_capacity(op.inputs.len());
+        let mut values = Vec::with_capacity(op.inputs.len());
+        for (k, &i) in op.inputs.iter().enumerate() {
+            let operand = lookup(i, "input", k)?;
+            inputs.push(operand);
+            values.push(if operand.lifetime.is_constant() {
+                constant(i)
+            } else {
+                None
+            });
+        }
+        let mut outputs = Vec::with_capacity(op.outputs.len());
+        for (k, &i) in op.outputs.iter().enumerate() {
+            outputs.push(lookup(i, "output", k)?);
+        }
+        Ok(OpInfo {
+            op,
+            operands: inputs,
+            outputs,
+            values,
+        })
+    }
+
+    /// Runs the operation's signature check (the one definition of what it accepts).
+    fn check_signature(&self) -> Result<()> {
+        let views: Vec<InputView> = self
+            .operands
+            .iter()
+            .zip(&self.values)
+            .map(|(operand, value)| InputView {
+                operand,
+                value: *value,
+            })
+            .collect();
+        signature::infer(self.op.op_type, &views, &self.outputs)
+            .map(|_| ())
+            .map_err(|e| self.invalid(e.to_string()))
+    }
+
+    pub fn op_type(&self) -> OperationType {
+        self.op.op_type
+    }
+
+    pub fn unsupported(&self, reason: impl Into<String>) -> RuntimeError {
+        RuntimeError::Unsupported {
+            operation: OpRef::new(None, self.op),
+            reason: reason.into(),
+        }
+    }
+
+    pub fn invalid(&self, message: impl Into<String>) -> RuntimeError {
+        RuntimeError::Operation {
+            operation: OpRef::new(None, self.op),
+            message: message.into(),
+        }
+    }
+
+    pub fn input_count(&self) -> usize {
+        self.operands.len()
+    }
+
+    pub fn operand(&self, i: usize) -> Result<&'a Operand> {
+        self.operands
+            .get(i)
+            .copied()
+            .ok_or_else(|| self.invalid(format!("input {i} is missing")))
+    }
+
+    pub fn output_operand(&self, i: usize) -> Result<&'a Operand> {
+        self.outputs
+            .get(i)
+            .copied()
+            .ok_or_else(|| self.invalid(format!("output {i} is missing")))
+    }
+
+    pub fn input_type(&self, i: usize) -> Result<OperandType> {
+        Ok(self.operand(i)?.operand_type)
+    }
+
+    /// Whether input `i` exists and has a value (is not NO_VALUE).
+    pub fn present(&self, i: usize) -> bool {
+        self.operands
+            .get(i)
+            .is_some_and(|o| o.lifetime != Lifetime::NoValue)
+    }
+
+    /// Whether input `i` is a CONSTANT_REFERENCE (a weight).
+    pub fn is_weight(&self, i: usize) -> bool {
+        self.operands
+            .get(i)
+            .is_some_and(|o| o.lifetime == Lifetime::ConstantReference)
+    }
+
+    fn value(&self, i: usize, what: &str) -> Result<&'a [u8]> {
+        self.values
+            .get(i)
+            .copied()
+            .flatten()
+            .ok_or_else(|| self.invalid(format!("input {i} ({what}) must be a constant")))
+    }
+
+    pub fn i32(&self, i: usize, what: &str) -> Result<i32> {
+        match self.value(i, what)? {
+            [a, b, c, d] => Ok(i32::from_le_bytes([*a, *b, *c, *d])),
+            other => Err(self.invalid(format!(
+                "input {i} ({what}) holds {} bytes, not 4",
+                other.len()
+            ))),
+        }
+    }
+
+    /// A non-negative INT32 scalar as usize.
+    pub fn usize(&self, i: usize, what: &str) -> Result<usize> {
+        let v = self.i32(i, what)?;
+        usize::try_from(v)
+            .map_err(|_| self.invalid(format!("input {i} ({what}) must be >= 0, got {v}")))
+    }
+
+    /// A FLOAT32 scalar; FLOAT16 parameters belong to float16 kernels, which do not exist yet.
+    pub fn f32(&self, i: usize, what: &str) -> Result<f32> {
+        let t = self.input_type(i)?;
+        if t != OperandType::Float32 {
+            return Err(self.unsupported(format!("input {i} ({what}) of type {t}")));
+        }
+        match self.value(i, what)? {
+            [a, b, c, d] => Ok(f32::from_le_bytes([*a, *b, *c, *d])),
+            other => Err(self.invalid(format!(
+                "input {i} ({what}) holds {} bytes, not 4",
+                other.len()
+            ))),
+        }
+    }
+
+    pub fn bool(&self, i: usize, what: &str) -> Result<bool> {
+        match self.value(i, what)? {
+            [b] => Ok(*b != 0),
+            other => Err(self.invalid(format!(
+                "input {i} ({what}) holds {} bytes, not 1",
+                other.len()
+            ))),
+        }
+    }
+
+    /// An optional trailing BOOL (absent or NO_VALUE is `false`).
+    pub fn optional_bool(&self, i: usize, what: &str) -> Result<bool> {
+        if self.present(i) {
+            self.bool(i, what)
+        } else {
+            Ok(false)
+        }
+    }
+
+    pub fn activation(&self, i: usize) -> Result<FusedActivation> {
+        let code = self.i32(i, "fused_activation")?;
+        FusedActivation::from_code(code)
+            .ok_or_else(|| self.invalid(format!("unknown fused activation {code}")))
+    }
+
+    /// The values of a constant TENSOR_INT32 input, `None` when it is not constant.
+    pub fn i32_values(&self, i: usize) -> Result<Option<Vec<i32>>> {
+        if self.input_type(i)? != OperandType::TensorInt32 {
+            return Ok(None);
+        }
+        Ok(self.values.get(i).copied().flatten().map(decode_i32s))
+    }
+
+    /// Fully known dimensions of input `i`.
+    pub fn dims(&self, i: usize) -> Option<Vec<usize>> {
+        let o = self.operands.get(i)?;
+        o.is_fully_specified()
+            .then(|| o.dimensions.iter().map(|&d| d as usize).collect())
+    }
+}
+
+pub(crate) fn decode_i32s(bytes: &[u8]) -> Vec<i32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// A fused activation as a clamp on real values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Clamp {
+    pub lo: f32,
+    pub hi: f32,
+}
+
+impl Clamp {
+    pub fn new(activation: FusedActivation) -> Clamp {
+        let (lo, hi) = activation.range();
+        Clamp { lo, hi }
+    }
+
+    pub fn none() -> Clamp {
+        Clamp::new(FusedActivation::None)
+    }
+
+    pub fn is_none(&self) -> bool {
+        self.lo == f32::NEG_INFINITY && self.hi == f32::INFINITY
+    }
+
+    #[inline(always)]
+    pub fn apply(&self, x: f32) -> f32 {
+        // Comparisons rather than f32::max/min: NaN passes through unchanged, as in
+        // TFLite's std::min(std::max(x, lo), hi).
+        let x = if x < self.lo { self.lo } else { x };
+        if x > self.hi { self.hi } else { x }
+    }
+
+    pub fn apply_slice(&self, data: &mut [f32]) {
+        if self.is_none() {
+            return;
+        }
+        let c = *self;
+        for v in data {
+            *v = c.apply(*v);
+        }
+    }
+
+    /// The same bounds in integers (for TENSOR_INT32 arithmetic).
+    pub fn apply_i32(&self, x: i32) -> i32 {
+        let mut v = x;
+        if self.lo.is_finite() {
+            v = v.max(self.lo as i32);
+        }
+        if self.hi.is_finite() {
+            v = v.min(self.hi as i32);
+        }
+        v
+    }
+}

@@ -1,0 +1,166 @@
+//! AVERAGE_POOL_2D, MAX_POOL_2D and L2_POOL_2D (NHWC; NCHW by transposing).
+//!
+//! Conventions (TFLite's): the average and the L2 mean divide by the number of window
+//! positions inside the input (padding is excluded); a window entirely in padding gives
+//! 0 for those two and `f32::MIN` (the maximum of nothing, as TFLite initializes it) for
+//! MAX_POOL_2D, before the fused activation.
+
+use nnc_formats::nn::{OperandType, OperationType, PaddingScheme};
+
+use super::conv::{Padding, window_extent};
+use super::util::{for_each_chunk, rank4, with_nhwc};
+use super::{Clamp, Kernel, KernelContext, OpInfo};
+use crate::error::{Result, RuntimeError};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PoolKind {
+    Average,
+    Max,
+    L2,
+}
+
+struct Pool {
+    kind: PoolKind,
+    padding: Padding,
+    /// (height, width)
+    stride: (usize, usize),
+    filter: (usize, usize),
+    clamp: Clamp,
+    nchw: bool,
+}
+
+pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    let t = info.input_type(0)?;
+    if t != OperandType::TensorFloat32 {
+        return Err(info.unsupported(format!(
+            "input type {t} (only TENSOR_FLOAT32 is implemented)"
+        )));
+    }
+    let kind = match info.op_type() {
+        OperationType::AveragePool2d => PoolKind::Average,
+        OperationType::MaxPool2d => PoolKind::Max,
+        _ => PoolKind::L2,
+    };
+    let explicit = info.input_count() >= 10;
+    let (padding, next) = if explicit {
+        (
+            Padding::Explicit {
+                left: info.usize(1, "pad_left")?,
+                right: info.usize(2, "pad_right")?,
+                top: info.usize(3, "pad_top")?,
+                bottom: info.usize(4, "pad_bottom")?,
+            },
+            5,
+        )
+    } else {
+        let code = info.i32(1, "padding_scheme")?;
+        let scheme = PaddingScheme::from_code(code)
+            .ok_or_else(|| info.invalid(format!("unknown padding scheme {code}")))?;
+        (Padding::Implicit(scheme), 2)
+    };
+    let sw = info.usize(next, "stride_width")?;
+    let sh = info.usize(next + 1, "stride_height")?;
+    let fw = info.usize(next + 2, "filter_width")?;
+    let fh = info.usize(next + 3, "filter_height")?;
+    if sw == 0 || sh == 0 || fw == 0 || fh == 0 {
+        return Err(info.invalid("strides and filter sizes must be >= 1"));
+    }
+    Ok(Box::new(Pool {
+        kind,
+        padding,
+        stride: (sh, sw),
+        filter: (fh, fw),
+        clamp: Clamp::new(info.activation(next + 4)?),
+        nchw: info.optional_bool(next + 5, "layout")?,
+    }))
+}
+
+impl Kernel for Pool {
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let input = ctx.input(0)?;
+        let x = input.f32()?;
+        let in_shape = rank4(input.shape, "input")?;
+        let threads = ctx.threads;
+        let (out_shape, out) = ctx.output(0)?.f32_parts()?;
+        let out_shape = rank4(out_shape, "output")?;
+        if x.len() != in_shape.iter().product::<usize>()
+            || out.len() != out_shape.iter().product::<usize>()
+        {
+            return Err(RuntimeError::kernel(
+                "tensor sizes do not match their shapes",
+            ));
+        }
+        with_nhwc(
+            self.nchw,
+            x,
+            in_shape,
+            out,
+            out_shape,
+            |x, [n, ih, iw, c], out, [on, oh, ow, oc]| {
+                let (fh, fw) = self.filter;
+                let (sh, sw) = self.stride;
+                let pad_h = self.padding.resolve(true, ih, fh, sh, 1)?;
+                let pad_w = self.padding.resolve(false, iw, fw, sw, 1)?;
+                let eh = window_extent(ih, fh, sh, 1, pad_h)?;
+                let ew = window_extent(iw, fw, sw, 1, pad_w)?;
+                if [on, oh, ow, oc] != [n, eh, ew, c] {
+                    return Err(RuntimeError::kernel(format!(
+                        "output shape {:?} (NHWC) does not match the computed {:?}",
+                        [on, oh, ow, oc],
+                        [n, eh, ew, c]
+                    )));
+                }
+                let (pt, pl) = (pad_h.0, pad_w.0);
+                let kind = self.kind;
+                let clamp = self.clamp;
+                for_each_chunk(threads, out, ow * c, |row, out_row| {
+                    let b = row / oh;
+                    let oy = row % oh;
+                    // Window rows inside the input: [y0, y1).
+                    let ys = (oy * sh).saturating_sub(pt);
+                    let ye = (oy * sh + fh).saturating_sub(pt).min(ih);
+                    for (ox, acc) in out_row.chunks_exact_mut(c).enumerate() {
+                        let xs = (ox * sw).saturating_sub(pl);
+                        let xe = (ox * sw + fw).saturating_sub(pl).min(iw);
+                        let count = ye.saturating_sub(ys) * xe.saturating_sub(xs);
+                        match kind {
+                            PoolKind::Max => acc.fill(f32::MIN),
+                            _ => acc.fill(0.0),
+                        }
+                        for iy in ys..ye {
+                            for ix in xs..xe {
+                                let px = &x[((b * ih + iy) * iw + ix) * c..][..c];
+                                match kind {
+                                    PoolKind::Average => {
+                                        acc.iter_mut().zip(px).for_each(|(a, v)| *a += *v)
+                                    }
+                                    PoolKind::L2 => {
+                                        acc.iter_mut().zip(px).for_each(|(a, v)| *a += *v * *v)
+                                    }
+                                    PoolKind::Max => acc.iter_mut().zip(px).for_each(|(a, v)| {
+                                        if *v > *a {
+                                            *a = *v
+                                        }
+                                    }),
+                                }
+                            }
+                        }
+                        match kind {
+                            PoolKind::Average if count > 0 => {
+                                let d = count as f32;
+                                acc.iter_mut().for_each(|a| *a = clamp.apply(*a / d));
+                            }
+                            PoolKind::L2 if count > 0 => {
+                                let d = count as f32;
+                                acc.iter_mut()
+                                    .for_each(|a| *a = clamp.apply((*a / d).sqrt()));
+                            }
+                            _ => acc.iter_mut().for_each(|a| *a = clamp.apply(*a)),
+                        }
+                    }
+                });
+                Ok(())
+            },
+        )
+    }
+}

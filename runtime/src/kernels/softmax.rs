@@ -1,0 +1,246 @@
+//! Normalizations along one axis: SOFTMAX, LOG_SOFTMAX, L2_NORMALIZATION,
+//! LOCAL_RESPONSE_NORMALIZATION, and INSTANCE_NORMALIZATION (over H and W per batch and
+//! channel).
+//!
+//! Formulas (NNAPI / TFLite):
+//! - SOFTMAX: `exp(beta * (x - max)) / sum`.
+//! - LOG_SOFTMAX: `beta * x - m - log(sum(exp(beta * x - m)))` with `m = max(beta * x)`.
+//! - L2_NORMALIZATION: `x / max(sqrt(sum(x^2)), 1e-6)` (TFLite's epsilon: zero stays zero).
+//! - LOCAL_RESPONSE_NORMALIZATION: `x / (bias + alpha * sum_{|j-c| <= radius} x_j^2)^beta`.
+//! - INSTANCE_NORMALIZATION: `gamma * (x - mean) / sqrt(var + epsilon) + beta`, population
+//!   variance.
+//!
+//! Sums accumulate in f64.
+
+use nnc_formats::nn::{OperandType, OperationType};
+
+use super::util::{axis, split_at_axis};
+use super::{Kernel, KernelContext, OpInfo};
+use crate::error::{Result, RuntimeError};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum NormOp {
+    Softmax {
+        beta: f32,
+    },
+    LogSoftmax {
+        beta: f32,
+    },
+    L2,
+    Lrn {
+        radius: usize,
+        bias: f32,
+        alpha: f32,
+        beta: f32,
+    },
+}
+
+struct AxisNorm {
+    op: NormOp,
+    axis: i32,
+}
+
+struct InstanceNorm {
+    gamma: f32,
+    beta: f32,
+    epsilon: f32,
+    nchw: bool,
+}
+
+pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    use OperationType as O;
+    let t = info.input_type(0)?;
+    if t != OperandType::TensorFloat32 {
+        return Err(info.unsupported(format!(
+            "operand type {t} (only TENSOR_FLOAT32 is implemented)"
+        )));
+    }
+    let optional_axis = |i: usize| -> Result<i32> {
+        if info.present(i) {
+            info.i32(i, "axis")
+        } else {
+            Ok(-1)
+        }
+    };
+    let (op, axis) = match info.op_type() {
+        O::Softmax => (
+            NormOp::Softmax {
+                beta: info.f32(1, "beta")?,
+            },
+            optional_axis(2)?,
+        ),
+        O::LogSoftmax => (
+            NormOp::LogSoftmax {
+                beta: info.f32(1, "beta")?,
+            },
+            info.i32(2, "axis")?,
+        ),
+        O::L2Normalization => (NormOp::L2, optional_axis(1)?),
+        O::LocalResponseNormalization => (
+            NormOp::Lrn {
+                radius: info.usize(1, "radius")?,
+                bias: info.f32(2, "bias")?,
+                alpha: info.f32(3, "alpha")?,
+                beta: info.f32(4, "beta")?,
+            },
+            optional_axis(5)?,
+        ),
+        _ => {
+            return Ok(Box::new(InstanceNorm {
+                gamma: info.f32(1, "gamma")?,
+                beta: info.f32(2, "beta")?,
+                epsilon: info.f32(3, "epsilon")?,
+                nchw: info.bool(4, "layout")?,
+            }));
+        }
+    };
+    Ok(Box::new(AxisNorm { op, axis }))
+}
+
+/// Calls `f(lane_in, lane_out)` for every lane of `mid` elements spaced `inner` apart in
+/// a `[outer, mid, inner]` view (contiguous lanes are passed directly, strided ones via
+/// gather and scatter).
+fn for_each_lane(
+    x: &[f32],
+    out: &mut [f32],
+    (outer, mid, inner): (usize, usize, usize),
+    mut f: impl FnMut(&[f32], &mut [f32]),
+) -> Result<()> {
+    if x.len() != outer * mid * inner || out.len() != x.len() {
+        return Err(RuntimeError::kernel(
+            "input and output sizes do not match the shape",
+        ));
+    }
+    if inner == 1 {
+        for (xi, oi) in x
+            .chunks_exact(mid.max(1))
+            .zip(out.chunks_exact_mut(mid.max(1)))
+        {
+            f(xi, oi);
+        }
+        return Ok(());
+    }
+    let mut lane = vec![0f32; mid];
+    let mut lane_out = vec![0f32; mid];
+    for o in 0..outer {
+        for i in 0..inner {
+            let base = o * mid * inner + i;
+            for (j, v) in lane.iter_mut().enumerate() {
+                *v = x[base + j * inner];
+            }
+            f(&lane, &mut lane_out);
+            for (j, v) in lane_out.iter().enumerate() {
+                out[base + j * inner] = *v;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn softmax_lane(beta: f32, x: &[f32], out: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f64;
+    for (o, &v) in out.iter_mut().zip(x) {
+        let e = (beta * (v - max)).exp();
+        *o = e;
+        sum += f64::from(e);
+    }
+    let inv = (1.0 / sum) as f32;
+    for o in out.iter_mut() {
+        *o *= inv;
+    }
+}
+
+fn log_softmax_lane(beta: f32, x: &[f32], out: &mut [f32]) {
+    let max = x
+        .iter()
+        .map(|&v| beta * v)
+        .fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = x.iter().map(|&v| f64::from((beta * v - max).exp())).sum();
+    let log_sum = sum.ln() as f32;
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = beta * v - max - log_sum;
+    }
+}
+
+fn l2_lane(x: &[f32], out: &mut [f32]) {
+    let sum: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+    let norm = (sum.sqrt() as f32).max(1e-6);
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = v / norm;
+    }
+}
+
+fn lrn_lane(radius: usize, bias: f32, alpha: f32, beta: f32, x: &[f32], out: &mut [f32]) {
+    let n = x.len();
+    for (c, o) in out.iter_mut().enumerate() {
+        let lo = c.saturating_sub(radius);
+        let hi = c.saturating_add(radius).min(n.saturating_sub(1));
+        let sum: f64 = x[lo..=hi]
+            .iter()
+            .map(|&v| f64::from(v) * f64::from(v))
+            .sum();
+        let denom = (f64::from(bias) + f64::from(alpha) * sum).powf(f64::from(beta));
+        *o = (f64::from(x[c]) / denom) as f32;
+    }
+}
+
+impl Kernel for AxisNorm {
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let input = ctx.input(0)?;
+        let x = input.f32()?;
+        let a = axis(self.axis, input.rank())?;
+        let dims = split_at_axis(input.shape, a);
+        let out = ctx.output(0)?.f32_mut()?;
+        match self.op {
+            NormOp::Softmax { beta } => {
+                for_each_lane(x, out, dims, |x, o| softmax_lane(beta, x, o))
+            }
+            NormOp::LogSoftmax { beta } => {
+                for_each_lane(x, out, dims, |x, o| log_softmax_lane(beta, x, o))
+            }
+            NormOp::L2 => for_each_lane(x, out, dims, l2_lane),
+            NormOp::Lrn {
+                radius,
+                bias,
+                alpha,
+                beta,
+            } => for_each_lane(x, out, dims, |x, o| {
+                lrn_lane(radius, bias, alpha, beta, x, o)
+            }),
+        }
+    }
+}
+
+impl Kernel for InstanceNorm {
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let input = ctx.input(0)?;
+        let x = input.f32()?;
+        let [n, d1, d2, d3] = super::util::rank4(input.shape, "input")?;
+        // NHWC: lanes of H*W spaced C apart; NCHW: contiguous lanes of H*W.
+        let dims = if self.nchw {
+            (n * d1, d2 * d3, 1)
+        } else {
+            (n, d1 * d2, d3)
+        };
+        let out = ctx.output(0)?.f32_mut()?;
+        let (gamma, beta, eps) = (
+            f64::from(self.gamma),
+            f64::from(self.beta),
+            f64::from(self.epsilon),
+        );
+        for_each_lane(x, out, dims, |x, o| {
+            let count = x.len().max(1) as f64;
+            let mean = x.iter().map(|&v| f64::from(v)).sum::<f64>() / count;
+            let var = x
+                .iter()
+                .map(|&v| (f64::from(v) - mean).powi(2))
+                .sum::<f64>()
+                / count;
+            let scale = gamma / (var + eps).sqrt();
+            for (o, &v) in o.iter_mut().zip(x) {
+                *o = ((f64::from(v) - mean) * scale + beta) as f32;
+            }
+        })
+    }
+}

@@ -1,0 +1,160 @@
+//! Small helpers shared by kernels: parallel loops, layout transposes, axis handling.
+
+use rayon::prelude::*;
+
+use crate::error::{Result, RuntimeError};
+
+/// Runs `f(chunk_index, chunk)` over `data` split into chunks of `chunk` elements: on
+/// rayon when `threads > 1` and there is more than one chunk, sequentially otherwise.
+pub fn for_each_chunk<T: Send>(
+    threads: usize,
+    data: &mut [T],
+    chunk: usize,
+    f: impl Fn(usize, &mut [T]) + Sync + Send,
+) {
+    let chunk = chunk.max(1);
+    if threads > 1 && data.len() > chunk {
+        data.par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(i, c)| f(i, c));
+    } else {
+        data.chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(i, c)| f(i, c));
+    }
+}
+
+/// Normalizes a possibly negative axis.
+pub fn axis(axis: i32, rank: usize) -> Result<usize> {
+    let r = rank as i64;
+    let a = i64::from(axis);
+    if a < -r || a >= r {
+        return Err(RuntimeError::kernel(format!(
+            "axis {axis} is out of range for rank {rank}"
+        )));
+    }
+    Ok(if a < 0 { (a + r) as usize } else { a as usize })
+}
+
+/// (product of dims before `axis`, dims[axis], product of dims after `axis`).
+pub fn split_at_axis(shape: &[usize], axis: usize) -> (usize, usize, usize) {
+    let outer = shape.iter().take(axis).product();
+    let mid = shape.get(axis).copied().unwrap_or(1);
+    let inner = shape.iter().skip(axis + 1).product();
+    (outer, mid, inner)
+}
+
+/// Requires a rank-4 shape and returns it as an array.
+pub fn rank4(shape: &[usize], what: &str) -> Result<[usize; 4]> {
+    match shape {
+        [a, b, c, d] => Ok([*a, *b, *c, *d]),
+        _ => Err(RuntimeError::kernel(format!(
+            "{what} must have rank 4, got shape {shape:?}"
+        ))),
+    }
+}
+
+/// NCHW -> NHWC of a 4-D tensor, into `dst`.
+pub fn nchw_to_nhwc<T: Copy>(src: &[T], dst: &mut [T], [n, c, h, w]: [usize; 4]) {
+    let hw = h * w;
+    for b in 0..n {
+        let s = &src[b * c * hw..(b + 1) * c * hw];
+        let d = &mut dst[b * c * hw..(b + 1) * c * hw];
+        transpose_2d(s, d, c, hw);
+    }
+}
+
+/// NHWC -> NCHW of a 4-D tensor given in NHWC dims, into `dst`.
+pub fn nhwc_to_nchw<T: Copy>(src: &[T], dst: &mut [T], [n, h, w, c]: [usize; 4]) {
+    let hw = h * w;
+    for b in 0..n {
+        let s = &src[b * c * hw..(b + 1) * c * hw];
+        let d = &mut dst[b * c * hw..(b + 1) * c * hw];
+        transpose_2d(s, d, hw, c);
+    }
+}
+
+/// `dst[j * rows + i] = src[i * cols + j]`: transposes a row-major rows x cols matrix,
+/// in cache-friendly tiles.
+pub fn transpose_2d<T: Copy>(src: &[T], dst: &mut [T], rows: usize, cols: usize) {
+    const TILE: usize = 32;
+    debug_assert!(src.len() >= rows * cols && dst.len() >= rows * cols);
+    for i0 in (0..rows).step_by(TILE) {
+        let i1 = (i0 + TILE).min(rows);
+        for j0 in (0..cols).step_by(TILE) {
+            let j1 = (j0 + TILE).min(cols);
+            for i in i0..i1 {
+                for j in j0..j1 {
+                    dst[j * rows + i] = src[i * cols + j];
+                }
+            }
+        }
+    }
+}
+
+/// Shape `[n, c, h, w]` viewed as NHWC `[n, h, w, c]`.
+pub fn nchw_dims_to_nhwc([n, c, h, w]: [usize; 4]) -> [usize; 4] {
+    [n, h, w, c]
+}
+
+/// A zeroed f32 vector, with allocation failure as an error.
+pub fn zeroed_f32(n: usize) -> Result<Vec<f32>> {
+    filled(n, 0.0)
+}
+
+/// Whether the CPU has AVX2 and FMA (checked once; kernels with hand-vectorizable loops
+/// compile a second copy for them).
+#[cfg(target_arch = "x86_64")]
+pub fn has_avx2_fma() -> bool {
+    use std::sync::OnceLock;
+    static FLAG: OnceLock<bool> = OnceLock::new();
+    *FLAG.get_or_init(|| {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    })
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub fn has_avx2_fma() -> bool {
+    false
+}
+
+/// Runs an NHWC computation on NCHW data when `nchw` is set, by transposing the input in
+/// and the output back out (correctness over speed for the NCHW layout).
+pub fn with_nhwc<T: Copy + Default>(
+    nchw: bool,
+    input: &[T],
+    in_shape: [usize; 4],
+    output: &mut [T],
+    out_shape: [usize; 4],
+    f: impl FnOnce(&[T], [usize; 4], &mut [T], [usize; 4]) -> Result<()>,
+) -> Result<()> {
+    if !nchw {
+        return f(input, in_shape, output, out_shape);
+    }
+    let in_nhwc = nchw_dims_to_nhwc(in_shape);
+    let out_nhwc = nchw_dims_to_nhwc(out_shape);
+    if input.len() != in_shape.iter().product::<usize>()
+        || output.len() != out_shape.iter().product::<usize>()
+    {
+        return Err(RuntimeError::kernel(
+            "tensor sizes do not match their shapes",
+        ));
+    }
+    let mut tin = filled(input.len(), T::default())?;
+    nchw_to_nhwc(input, &mut tin, in_shape);
+    let mut tout = filled(output.len(), T::default())?;
+    f(&tin, in_nhwc, &mut tout, out_nhwc)?;
+    nhwc_to_nchw(&tout, output, out_nhwc);
+    Ok(())
+}
+
+/// A vector of `n` copies of `value`, with allocation failure as an error.
+pub fn filled<T: Copy>(n: usize, value: T) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| RuntimeError::OutOfMemory {
+            bytes: n.saturating_mul(std::mem::size_of::<T>()),
+        })?;
+    v.resize(n, value);
+    Ok(v)
+}

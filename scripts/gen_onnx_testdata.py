@@ -1,0 +1,1491 @@
+#!/usr/bin/env python3
+"""Generates nnc's ONNX test corpus: small ONNX models with reference inputs and outputs.
+
+Usage (from the repository root):
+
+    python3 scripts/gen_onnx_testdata.py            # regenerate every case
+    python3 scripts/gen_onnx_testdata.py conv_plain gemm_trans_b   # only these cases
+    python3 scripts/gen_onnx_testdata.py --list     # list the case names
+
+Needs Python 3 with numpy, onnx (1.17) and onnxruntime (1.31; reference outputs come
+from its CPUExecutionProvider, single-threaded, with graph optimizations disabled so
+the reference is the model's own semantics).
+
+Writes, for every case:
+
+    testdata/onnx/<case>/model.onnx
+    testdata/onnx/<case>/input_<i>.npy    graph inputs in graph order (initializers excluded)
+    testdata/onnx/<case>/output_<i>.npy   graph outputs in graph order
+
+plus testdata/models/tiny_cnn.onnx (+ tiny_cnn.input.npy, tiny_cnn.output.npy), the
+README's example classifier. `testdata/onnx/unsupported_ops` has a model only: nnc must
+reject it, so it has no reference output.
+
+Everything is deterministic: each case seeds its own numpy generator from its name, so
+running the script again rewrites every file byte for byte (and adding a case does not
+change the others). A full run also deletes the directories of cases that no longer
+exist. The files are committed; the Rust tests (compiler/tests/lowering.rs) never run
+Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "testdata" / "onnx"
+MODELS = ROOT / "testdata" / "models"
+
+# A fixed IR version keeps the files identical whatever onnx release writes them
+# (IR 8 is the oldest that carries opset 18, the newest opset used here).
+IR_VERSION = 8
+PRODUCER = "nnc gen_onnx_testdata.py"
+
+NP_TO_ONNX = {
+    np.dtype(np.float32): TensorProto.FLOAT,
+    np.dtype(np.int64): TensorProto.INT64,
+    np.dtype(np.int32): TensorProto.INT32,
+    np.dtype(np.bool_): TensorProto.BOOL,
+}
+
+
+class Graph:
+    """Builds one ONNX model; every tensor it makes comes from the case's own RNG."""
+
+    def __init__(self, name: str, opset: int = 13, domains: dict[str, int] | None = None):
+        self.name = name
+        self.opset = opset
+        self.domains = domains or {}
+        self.rng = np.random.default_rng(zlib.crc32(name.encode()))
+        self.nodes: list[onnx.NodeProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[str] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self.feeds: dict[str, np.ndarray] = {}
+        self._counter = 0
+
+    # ---- values ------------------------------------------------------------------
+
+    def input(self, name: str, shape, data: np.ndarray | None = None, dtype=np.float32) -> str:
+        """A graph input; its reference value is `data` or standard-normal floats."""
+        if data is None:
+            data = self.rng.standard_normal(shape).astype(dtype)
+        data = np.asarray(data)
+        assert list(data.shape) == list(shape), (name, data.shape, shape)
+        self.inputs.append(helper.make_tensor_value_info(name, NP_TO_ONNX[data.dtype], list(shape)))
+        self.feeds[name] = data
+        return name
+
+    def const(self, name: str, value) -> str:
+        """An initializer."""
+        self.initializers.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def weight(self, name: str, shape, scale: float = 0.5) -> str:
+        return self.const(name, (self.rng.standard_normal(shape) * scale).astype(np.float32))
+
+    def ints(self, name: str, values) -> str:
+        return self.const(name, np.asarray(values, dtype=np.int64))
+
+    def floats(self, name: str, values) -> str:
+        return self.const(name, np.asarray(values, dtype=np.float32))
+
+    # ---- nodes -------------------------------------------------------------------
+
+    def node(self, op: str, inputs, outputs=1, name: str | None = None, domain: str = "", **attrs):
+        """Adds a node; `outputs` is a count (fresh names) or a list of names. Returns
+        the output name (one output) or the list of names."""
+        self._counter += 1
+        if isinstance(outputs, int):
+            outputs = [f"{op.lower()}_{self._counter}_out{k}" if outputs > 1 else f"{op.lower()}_{self._counter}"
+                       for k in range(outputs)]
+        node = helper.make_node(op, list(inputs), list(outputs), name=name or f"{op.lower()}_{self._counter}",
+                                domain=domain or None, **attrs)
+        self.nodes.append(node)
+        return outputs[0] if len(outputs) == 1 else list(outputs)
+
+    def output(self, *names: str) -> None:
+        self.outputs.extend(names)
+
+    # ---- model -------------------------------------------------------------------
+
+    def model(self, infer: bool = True) -> onnx.ModelProto:
+        outputs = []
+        for n in self.outputs:
+            v = onnx.ValueInfoProto()
+            v.name = n
+            outputs.append(v)
+        graph = helper.make_graph(self.nodes, self.name, self.inputs, outputs, self.initializers)
+        opsets = [helper.make_opsetid("", self.opset)]
+        opsets += [helper.make_opsetid(d, v) for d, v in sorted(self.domains.items())]
+        model = helper.make_model(graph, opset_imports=opsets, producer_name=PRODUCER, ir_version=IR_VERSION)
+        if infer:
+            # Declare the outputs' types and shapes as ONNX infers them (strictly, so a
+            # malformed case fails here), without keeping the intermediate value_info.
+            inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+            del model.graph.output[:]
+            model.graph.output.extend(inferred.graph.output)
+            if any(not o.type.tensor_type.HasField("shape") for o in model.graph.output):
+                # Shapes computed from shapes (Shape -> ... -> Reshape) are beyond ONNX's
+                # inference: take them from the reference run.
+                for o, value in zip(model.graph.output, run_reference(model, self.feeds)):
+                    if not o.type.tensor_type.HasField("shape"):
+                        o.type.CopyFrom(helper.make_tensor_type_proto(o.type.tensor_type.elem_type, value.shape))
+            onnx.checker.check_model(model, full_check=True)
+        return model
+
+
+def run_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3  # errors only
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return [np.asarray(v) for v in session.run(names, feeds)]
+
+
+# =====================================================================================
+# Cases. Each function builds one Graph; @case registers it under its directory name.
+# =====================================================================================
+
+CASES: dict[str, Callable[[], Graph]] = {}
+
+
+def case(fn):
+    CASES[fn.__name__.rstrip("_")] = fn
+    return fn
+
+
+def positive(g: Graph, shape, low=0.2, high=3.0) -> np.ndarray:
+    return g.rng.uniform(low, high, shape).astype(np.float32)
+
+
+def small_ints(g: Graph, shape, low=-2, high=3) -> np.ndarray:
+    """Integer-valued floats, so comparisons and arg-reductions see equal values."""
+    return g.rng.integers(low, high, shape).astype(np.float32)
+
+
+# ---- Conv ---------------------------------------------------------------------------
+
+def conv_graph(name, x_shape, w_shape, bias=True, opset=13, **attrs) -> Graph:
+    g = Graph(name, opset)
+    x = g.input("x", x_shape)
+    inputs = [x, g.weight("w", w_shape)]
+    if bias:
+        inputs.append(g.weight("b", [w_shape[0]]))
+    g.output(g.node("Conv", inputs, ["y"], name="conv", **attrs))
+    return g
+
+
+@case
+def conv_plain():
+    return conv_graph("conv_plain", [1, 3, 5, 5], [4, 3, 3, 3], pads=[1, 1, 1, 1])
+
+
+@case
+def conv_strides_2():
+    return conv_graph("conv_strides_2", [1, 3, 7, 7], [4, 3, 3, 3], pads=[1, 1, 1, 1], strides=[2, 2])
+
+
+@case
+def conv_dilations_2():
+    return conv_graph("conv_dilations_2", [1, 3, 7, 7], [4, 3, 3, 3], pads=[2, 2, 2, 2], dilations=[2, 2])
+
+
+@case
+def conv_auto_pad_same_upper():
+    # Input 6, stride 2, kernel 3: total padding 1, which SAME_UPPER puts at the end.
+    return conv_graph("conv_auto_pad_same_upper", [1, 3, 6, 6], [4, 3, 3, 3], auto_pad="SAME_UPPER", strides=[2, 2])
+
+
+@case
+def conv_auto_pad_same_lower():
+    return conv_graph("conv_auto_pad_same_lower", [1, 3, 6, 6], [4, 3, 3, 3], auto_pad="SAME_LOWER", strides=[2, 2])
+
+
+@case
+def conv_auto_pad_valid():
+    return conv_graph("conv_auto_pad_valid", [1, 3, 6, 6], [4, 3, 3, 3], auto_pad="VALID")
+
+
+@case
+def conv_asymmetric_pads():
+    # ONNX pads are [top, left, bottom, right] = [1, 2, 0, 1].
+    return conv_graph("conv_asymmetric_pads", [1, 3, 5, 5], [4, 3, 3, 3], pads=[1, 2, 0, 1])
+
+
+@case
+def conv_no_bias():
+    return conv_graph("conv_no_bias", [1, 3, 5, 5], [4, 3, 3, 3], bias=False, pads=[1, 1, 1, 1])
+
+
+@case
+def conv_depthwise():
+    return conv_graph("conv_depthwise", [1, 4, 5, 5], [4, 1, 3, 3], group=4, pads=[1, 1, 1, 1])
+
+
+@case
+def conv_depthwise_multiplier_2():
+    return conv_graph("conv_depthwise_multiplier_2", [1, 4, 5, 5], [8, 1, 3, 3], group=4, pads=[1, 1, 1, 1])
+
+
+@case
+def conv_grouped():
+    return conv_graph("conv_grouped", [1, 4, 5, 5], [6, 2, 3, 3], group=2, pads=[1, 1, 1, 1])
+
+
+@case
+def conv_1d():
+    return conv_graph("conv_1d", [1, 3, 8], [4, 3, 3], pads=[1, 1])
+
+
+def batch_norm_params(g: Graph, prefix: str, c: int) -> list[str]:
+    """Non-trivial BatchNormalization parameters: scale, bias, mean, var (var > 0)."""
+    return [
+        g.const(f"{prefix}_scale", g.rng.uniform(0.5, 1.5, c).astype(np.float32)),
+        g.const(f"{prefix}_bias", (g.rng.standard_normal(c) * 0.3).astype(np.float32)),
+        g.const(f"{prefix}_mean", (g.rng.standard_normal(c) * 0.3).astype(np.float32)),
+        g.const(f"{prefix}_var", g.rng.uniform(0.5, 2.0, c).astype(np.float32)),
+    ]
+
+
+@case
+def conv_batch_norm():
+    g = Graph("conv_batch_norm")
+    x = g.input("x", [1, 3, 5, 5])
+    y = g.node("Conv", [x, g.weight("w", [4, 3, 3, 3]), g.weight("b", [4])], name="conv", pads=[1, 1, 1, 1])
+    g.output(g.node("BatchNormalization", [y, *batch_norm_params(g, "bn", 4)], ["y"], name="bn", epsilon=1e-3))
+    return g
+
+
+@case
+def conv_relu():
+    g = Graph("conv_relu")
+    x = g.input("x", [1, 3, 5, 5])
+    y = g.node("Conv", [x, g.weight("w", [4, 3, 3, 3]), g.weight("b", [4])], name="conv", pads=[1, 1, 1, 1])
+    g.output(g.node("Relu", [y], ["y"], name="relu"))
+    return g
+
+
+@case
+def conv_clip_relu6():
+    g = Graph("conv_clip_relu6")
+    x = g.input("x", [1, 3, 5, 5], data=g.rng.standard_normal([1, 3, 5, 5]).astype(np.float32) * 4)
+    y = g.node("Conv", [x, g.weight("w", [4, 3, 3, 3], 1.0), g.weight("b", [4])], name="conv", pads=[1, 1, 1, 1])
+    lo, hi = g.floats("clip_min", 0.0), g.floats("clip_max", 6.0)
+    g.output(g.node("Clip", [y, lo, hi], ["y"], name="clip"))
+    return g
+
+
+@case
+def conv_clip_relu6_opset10_attributes():
+    # Clip-6 (opsets 6 to 10) takes min and max as attributes. nnc supports opsets from
+    # 7, so the model imports opset 10, whose Clip is still the version-6 form.
+    g = Graph("conv_clip_relu6_opset10_attributes", opset=10)
+    x = g.input("x", [1, 3, 5, 5], data=g.rng.standard_normal([1, 3, 5, 5]).astype(np.float32) * 4)
+    y = g.node("Conv", [x, g.weight("w", [4, 3, 3, 3], 1.0), g.weight("b", [4])], name="conv", pads=[1, 1, 1, 1])
+    g.output(g.node("Clip", [y], ["y"], name="clip", min=0.0, max=6.0))
+    return g
+
+
+@case
+def conv_depthwise_dilated():
+    return conv_graph("conv_depthwise_dilated", [1, 4, 7, 7], [4, 1, 3, 3], group=4, pads=[2, 2, 2, 2],
+                      dilations=[2, 2])
+
+
+# ---- Convolutions in context: what the layout and folding passes see -----------------
+
+def conv_layer(g: Graph, x: str, name: str, c_in: int, c_out: int) -> str:
+    return g.node("Conv", [x, g.weight(f"{name}_w", [c_out, c_in, 3, 3]), g.weight(f"{name}_b", [c_out])],
+                  name=name, pads=[1, 1, 1, 1])
+
+
+@case
+def conv_reduce_mean_no_keepdims():
+    # The classifier-head idiom x.mean(dim=(2, 3)).
+    g = Graph("conv_reduce_mean_no_keepdims")
+    y = conv_layer(g, g.input("x", [1, 3, 5, 5]), "conv", 3, 4)
+    g.output(g.node("ReduceMean", [y], ["y"], name="mean", axes=[2, 3], keepdims=0))
+    return g
+
+
+@case
+def conv_concat_channels():
+    g = Graph("conv_concat_channels")
+    x = g.input("x", [1, 3, 5, 5])
+    a, b = conv_layer(g, x, "conv_a", 3, 4), conv_layer(g, x, "conv_b", 3, 2)
+    g.output(g.node("Concat", [a, b], ["y"], name="concat", axis=1))
+    return g
+
+
+@case
+def conv_softmax_channels():
+    # Per-pixel class scores, as segmentation heads compute them.
+    g = Graph("conv_softmax_channels")
+    y = conv_layer(g, g.input("x", [1, 3, 5, 5]), "conv", 3, 4)
+    g.output(g.node("Softmax", [y], ["y"], name="softmax", axis=1))
+    return g
+
+
+@case
+def conv_then_transpose_to_nhwc():
+    # Models that hand back NHWC end in an explicit Transpose, which meets the lowering's own.
+    g = Graph("conv_then_transpose_to_nhwc")
+    y = conv_layer(g, g.input("x", [1, 3, 5, 5]), "conv", 3, 4)
+    g.output(g.node("Transpose", [y], ["y"], name="to_nhwc", perm=[0, 2, 3, 1]))
+    return g
+
+
+@case
+def conv_mul_add_per_channel():
+    # A batch norm written out as Mul and Add by [C,1,1] constants (a "scale" layer).
+    g = Graph("conv_mul_add_per_channel")
+    y = conv_layer(g, g.input("x", [1, 3, 5, 5]), "conv", 3, 4)
+    y = g.node("Mul", [y, g.const("scale", g.rng.uniform(0.5, 1.5, [4, 1, 1]).astype(np.float32))], name="scale")
+    g.output(g.node("Add", [y, g.weight("shift", [4, 1, 1])], ["y"], name="shift"))
+    return g
+
+
+@case
+def conv_relu_batch_norm():
+    # Batch norm after the activation cannot fold into the convolution.
+    g = Graph("conv_relu_batch_norm")
+    y = conv_layer(g, g.input("x", [1, 3, 5, 5]), "conv", 3, 4)
+    y = g.node("Relu", [y], name="relu")
+    g.output(g.node("BatchNormalization", [y, *batch_norm_params(g, "bn", 4)], ["y"], name="bn"))
+    return g
+
+
+# ---- ConvTranspose ------------------------------------------------------------------
+
+def conv_transpose_graph(name, x_shape, w_shape, **attrs) -> Graph:
+    g = Graph(name)
+    x = g.input("x", x_shape)
+    w, b = g.weight("w", w_shape), g.weight("b", [w_shape[1]])
+    g.output(g.node("ConvTranspose", [x, w, b], ["y"], name="deconv", **attrs))
+    return g
+
+
+@case
+def conv_transpose_basic():
+    return conv_transpose_graph("conv_transpose_basic", [1, 3, 4, 4], [3, 2, 3, 3])
+
+
+@case
+def conv_transpose_strides_pads():
+    return conv_transpose_graph("conv_transpose_strides_pads", [1, 3, 3, 3], [3, 2, 3, 3], strides=[2, 2],
+                                pads=[1, 1, 1, 1])
+
+
+@case
+def conv_transpose_output_padding():
+    # The PyTorch upsampling idiom: stride 2, pads 1, output_padding 1 doubles the size.
+    return conv_transpose_graph("conv_transpose_output_padding", [1, 3, 3, 3], [3, 2, 3, 3], strides=[2, 2],
+                                pads=[1, 1, 1, 1], output_padding=[1, 1])
+
+
+@case
+def conv_transpose_output_padding_no_pads():
+    # output_padding beyond the end pad: the extra rows and columns hold only the bias.
+    return conv_transpose_graph("conv_transpose_output_padding_no_pads", [1, 3, 3, 3], [3, 2, 3, 3], strides=[2, 2],
+                                output_padding=[1, 1])
+
+
+@case
+def conv_transpose_output_shape():
+    # Full output would be 7x7; output_shape asks for 6x6, so one row/column is cut.
+    return conv_transpose_graph("conv_transpose_output_shape", [1, 3, 3, 3], [3, 2, 3, 3], strides=[2, 2],
+                                output_shape=[6, 6])
+
+
+@case
+def conv_transpose_auto_pad_same_upper():
+    return conv_transpose_graph("conv_transpose_auto_pad_same_upper", [1, 3, 3, 3], [3, 2, 3, 3], strides=[2, 2],
+                                auto_pad="SAME_UPPER")
+
+
+@case
+def conv_transpose_1d():
+    return conv_transpose_graph("conv_transpose_1d", [1, 3, 5], [3, 2, 3], strides=[2])
+
+
+# ---- Gemm and MatMul ----------------------------------------------------------------
+
+@case
+def gemm_trans_b():
+    g = Graph("gemm_trans_b")
+    a = g.input("a", [2, 4])
+    g.output(g.node("Gemm", [a, g.weight("b", [3, 4]), g.weight("c", [3])], ["y"], name="gemm", transB=1))
+    return g
+
+
+@case
+def gemm_alpha_beta():
+    g = Graph("gemm_alpha_beta")
+    a = g.input("a", [2, 4])
+    g.output(g.node("Gemm", [a, g.weight("b", [4, 3]), g.weight("c", [3])], ["y"], name="gemm", alpha=0.5, beta=2.0))
+    return g
+
+
+@case
+def gemm_c_matrix():
+    g = Graph("gemm_c_matrix")
+    a = g.input("a", [2, 4])
+    g.output(g.node("Gemm", [a, g.weight("b", [4, 3]), g.weight("c", [2, 3])], ["y"], name="gemm", beta=0.5))
+    return g
+
+
+@case
+def gemm_c_column():
+    # C [M, 1] broadcasts along the columns (per row). With M == N its element count
+    # equals the number of units, but it is not a per-unit bias.
+    g = Graph("gemm_c_column")
+    a = g.input("a", [3, 4])
+    g.output(g.node("Gemm", [a, g.weight("b", [4, 3]), g.weight("c", [3, 1])], ["y"], name="gemm"))
+    return g
+
+
+@case
+def gemm_trans_a():
+    g = Graph("gemm_trans_a")
+    a = g.input("a", [4, 2])
+    g.output(g.node("Gemm", [a, g.weight("b", [4, 3]), g.weight("c", [3])], ["y"], name="gemm", transA=1))
+    return g
+
+
+@case
+def gemm_runtime_b():
+    g = Graph("gemm_runtime_b")
+    a, b = g.input("a", [2, 4]), g.input("b", [4, 3])
+    g.output(g.node("Gemm", [a, b, g.weight("c", [3])], ["y"], name="gemm"))
+    return g
+
+
+@case
+def gemm_runtime_b_trans_b_alpha_beta():
+    g = Graph("gemm_runtime_b_trans_b_alpha_beta")
+    a, b = g.input("a", [2, 4]), g.input("b", [3, 4])
+    g.output(g.node("Gemm", [a, b, g.weight("c", [3])], ["y"], name="gemm", transB=1, alpha=0.5, beta=2.0))
+    return g
+
+
+@case
+def matmul_const_2d_b_3d_a():
+    g = Graph("matmul_const_2d_b_3d_a")
+    a = g.input("a", [2, 3, 4])
+    g.output(g.node("MatMul", [a, g.weight("b", [4, 5])], ["y"], name="matmul"))
+    return g
+
+
+@case
+def matmul_const_1d_b():
+    g = Graph("matmul_const_1d_b")
+    a = g.input("a", [2, 3, 4])
+    g.output(g.node("MatMul", [a, g.weight("b", [4])], ["y"], name="matmul"))
+    return g
+
+
+@case
+def matmul_runtime_3d():
+    g = Graph("matmul_runtime_3d")
+    a, b = g.input("a", [2, 3, 4]), g.input("b", [2, 4, 5])
+    g.output(g.node("MatMul", [a, b], ["y"], name="matmul"))
+    return g
+
+
+@case
+def matmul_broadcast_batch():
+    g = Graph("matmul_broadcast_batch")
+    a, b = g.input("a", [2, 3, 4]), g.input("b", [4, 5])
+    g.output(g.node("MatMul", [a, b], ["y"], name="matmul"))
+    return g
+
+
+@case
+def matmul_1d_a():
+    # A vector times constant weights: y[n] = sum_k a[k] * b[k, n], output rank 1.
+    g = Graph("matmul_1d_a")
+    a = g.input("a", [4])
+    g.output(g.node("MatMul", [a, g.weight("b", [4, 5])], ["y"], name="matmul"))
+    return g
+
+
+@case
+def matmul_1d_a_runtime_b():
+    g = Graph("matmul_1d_a_runtime_b")
+    a, b = g.input("a", [4]), g.input("b", [2, 4, 5])
+    g.output(g.node("MatMul", [a, b], ["y"], name="matmul"))
+    return g
+
+
+# ---- BatchNormalization -------------------------------------------------------------
+
+@case
+def batch_norm_rank4():
+    g = Graph("batch_norm_rank4")
+    x = g.input("x", [1, 3, 4, 4])
+    g.output(g.node("BatchNormalization", [x, *batch_norm_params(g, "bn", 3)], ["y"], name="bn"))
+    return g
+
+
+@case
+def batch_norm_rank3():
+    g = Graph("batch_norm_rank3")
+    x = g.input("x", [2, 3, 4])
+    g.output(g.node("BatchNormalization", [x, *batch_norm_params(g, "bn", 3)], ["y"], name="bn"))
+    return g
+
+
+@case
+def batch_norm_rank2():
+    g = Graph("batch_norm_rank2")
+    x = g.input("x", [2, 3])
+    g.output(g.node("BatchNormalization", [x, *batch_norm_params(g, "bn", 3)], ["y"], name="bn"))
+    return g
+
+
+# ---- Activations --------------------------------------------------------------------
+
+def unary_graph(name, op, shape=(2, 3, 4), data=None, opset=13, extra_inputs=(), **attrs) -> Graph:
+    g = Graph(name, opset)
+    x = g.input("x", list(shape), data=data(g) if data else None)
+    extra = [f(g) if callable(f) else f for f in extra_inputs]
+    g.output(g.node(op, [x, *extra], ["y"], name=op.lower(), **attrs))
+    return g
+
+
+@case
+def relu():
+    return unary_graph("relu", "Relu")
+
+
+@case
+def sigmoid():
+    return unary_graph("sigmoid", "Sigmoid")
+
+
+@case
+def tanh():
+    return unary_graph("tanh", "Tanh")
+
+
+@case
+def leaky_relu():
+    return unary_graph("leaky_relu", "LeakyRelu", alpha=0.1)
+
+
+@case
+def prelu_per_channel():
+    return unary_graph("prelu_per_channel", "PRelu", shape=(1, 3, 4, 4),
+                       extra_inputs=[lambda g: g.floats("slope", [[[0.1]], [[0.25]], [[-0.5]]])])
+
+
+@case
+def elu():
+    return unary_graph("elu", "Elu", alpha=0.7)
+
+
+@case
+def hard_sigmoid():
+    return unary_graph("hard_sigmoid", "HardSigmoid", data=lambda g: (g.rng.standard_normal([2, 3, 4]) * 4).astype(np.float32),
+                       alpha=0.25, beta=0.4)
+
+
+@case
+def hard_swish_opset14():
+    return unary_graph("hard_swish_opset14", "HardSwish", opset=14,
+                       data=lambda g: (g.rng.standard_normal([2, 3, 4]) * 4).astype(np.float32))
+
+
+@case
+def selu():
+    return unary_graph("selu", "Selu")
+
+
+@case
+def softplus():
+    # Includes large magnitudes, where a naive log(1 + exp(x)) overflows.
+    return unary_graph("softplus", "Softplus", data=lambda g: (g.rng.standard_normal([2, 3, 4]) * 30).astype(np.float32))
+
+
+@case
+def softsign():
+    return unary_graph("softsign", "Softsign")
+
+
+@case
+def clip_arbitrary():
+    return unary_graph("clip_arbitrary", "Clip",
+                       extra_inputs=[lambda g: g.floats("min", -0.5), lambda g: g.floats("max", 0.7)])
+
+
+@case
+def clip_relu1():
+    return unary_graph("clip_relu1", "Clip", data=lambda g: (g.rng.standard_normal([2, 3, 4]) * 2).astype(np.float32),
+                       extra_inputs=[lambda g: g.floats("min", -1.0), lambda g: g.floats("max", 1.0)])
+
+
+# ---- Softmax ------------------------------------------------------------------------
+
+@case
+def softmax_axis_last():
+    return unary_graph("softmax_axis_last", "Softmax", axis=-1)
+
+
+@case
+def softmax_axis_1_rank3():
+    return unary_graph("softmax_axis_1_rank3", "Softmax", axis=1)
+
+
+@case
+def softmax_opset11_axis_1_rank4():
+    # Before opset 13, Softmax normalizes over all dimensions from `axis` on, flattened.
+    return unary_graph("softmax_opset11_axis_1_rank4", "Softmax", shape=(1, 3, 2, 2), opset=11, axis=1)
+
+
+@case
+def log_softmax():
+    return unary_graph("log_softmax", "LogSoftmax", axis=-1)
+
+
+# ---- Other normalizations and composite activations ---------------------------------
+
+@case
+def instance_normalization():
+    g = Graph("instance_normalization")
+    x = g.input("x", [1, 3, 4, 4])
+    scale, bias = g.const("scale", g.rng.uniform(0.5, 1.5, 3).astype(np.float32)), g.weight("bias", [3])
+    g.output(g.node("InstanceNormalization", [x, scale, bias], ["y"], name="instance_norm", epsilon=1e-4))
+    return g
+
+
+@case
+def lrn():
+    return unary_graph("lrn", "LRN", shape=(1, 5, 3, 3), size=3, alpha=0.02, beta=0.75, bias=1.5)
+
+
+@case
+def celu():
+    return unary_graph("celu", "Celu", alpha=0.5)
+
+
+@case
+def thresholded_relu():
+    return unary_graph("thresholded_relu", "ThresholdedRelu", alpha=0.3)
+
+
+@case
+def mish():
+    return unary_graph("mish", "Mish", opset=18)
+
+
+# ---- Elementwise binary -------------------------------------------------------------
+
+def broadcast_binary_graph(name, op, positive_lhs=False, nonzero_rhs=False) -> Graph:
+    """`op` three times: [2,3,4] op [4], [2,1,4] op [3,1], and [2,3,4] op scalar constant."""
+    g = Graph(name)
+
+    def lhs(shape):
+        return positive(g, shape) if positive_lhs else None
+
+    def rhs(shape):
+        if nonzero_rhs:
+            return (positive(g, shape, 0.5, 2.0) * g.rng.choice([-1.0, 1.0], shape)).astype(np.float32)
+        return None
+
+    a = g.input("a", [2, 3, 4], lhs([2, 3, 4]))
+    b = g.input("b", [4], rhs([4]))
+    c = g.input("c", [2, 1, 4], lhs([2, 1, 4]))
+    d = g.input("d", [3, 1], rhs([3, 1]))
+    k = g.floats("k", 1.5)
+    g.output(
+        g.node(op, [a, b], ["y_vector"], name=f"{op.lower()}_vector"),
+        g.node(op, [c, d], ["y_both"], name=f"{op.lower()}_both"),
+        g.node(op, [a, k], ["y_scalar"], name=f"{op.lower()}_scalar"),
+    )
+    return g
+
+
+@case
+def add_broadcast():
+    return broadcast_binary_graph("add_broadcast", "Add")
+
+
+@case
+def sub_broadcast():
+    return broadcast_binary_graph("sub_broadcast", "Sub")
+
+
+@case
+def mul_broadcast():
+    return broadcast_binary_graph("mul_broadcast", "Mul")
+
+
+@case
+def div_broadcast():
+    return broadcast_binary_graph("div_broadcast", "Div", nonzero_rhs=True)
+
+
+@case
+def pow_broadcast():
+    return broadcast_binary_graph("pow_broadcast", "Pow", positive_lhs=True)
+
+
+@case
+def max_broadcast():
+    return broadcast_binary_graph("max_broadcast", "Max")
+
+
+@case
+def min_broadcast():
+    return broadcast_binary_graph("min_broadcast", "Min")
+
+
+@case
+def variadic_max_min_sum_mean():
+    g = Graph("variadic_max_min_sum_mean")
+    a, b, c = g.input("a", [2, 3]), g.input("b", [3]), g.input("c", [2, 1])
+    g.output(*(g.node(op, [a, b, c], [f"y_{op.lower()}"], name=op.lower()) for op in ["Max", "Min", "Sum", "Mean"]))
+    return g
+
+
+@case
+def comparisons():
+    g = Graph("comparisons")
+    a, b = g.input("a", [2, 3], small_ints(g, [2, 3])), g.input("b", [3], small_ints(g, [3]))
+    ops = ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]
+    g.output(*(g.node(op, [a, b], [f"y_{op.lower()}"], name=op.lower()) for op in ops))
+    return g
+
+
+@case
+def logical_ops():
+    g = Graph("logical_ops")
+    a = g.input("a", [2, 3], g.rng.integers(0, 2, [2, 3]).astype(np.bool_))
+    b = g.input("b", [3], g.rng.integers(0, 2, [3]).astype(np.bool_))
+    outs = [g.node(op, [a, b], [f"y_{op.lower()}"], name=op.lower()) for op in ["And", "Or", "Xor"]]
+    outs.append(g.node("Not", [a], ["y_not"], name="not"))
+    g.output(*outs)
+    return g
+
+
+@case
+def where_broadcast():
+    g = Graph("where_broadcast")
+    cond = g.input("cond", [2, 3], g.rng.integers(0, 2, [2, 3]).astype(np.bool_))
+    x, y = g.input("x", [2, 3]), g.input("y", [3])
+    g.output(g.node("Where", [cond, x, y], ["out"], name="where"))
+    return g
+
+
+# ---- Pools --------------------------------------------------------------------------
+
+def pool_graph(name, op, x_shape, **attrs) -> Graph:
+    g = Graph(name)
+    x = g.input("x", x_shape)
+    g.output(g.node(op, [x], ["y"], name=op.lower(), **attrs))
+    return g
+
+
+@case
+def max_pool_2x2_s2():
+    return pool_graph("max_pool_2x2_s2", "MaxPool", [1, 2, 4, 4], kernel_shape=[2, 2], strides=[2, 2])
+
+
+@case
+def max_pool_3x3_s2_pads():
+    return pool_graph("max_pool_3x3_s2_pads", "MaxPool", [1, 2, 5, 5], kernel_shape=[3, 3], strides=[2, 2],
+                      pads=[1, 1, 1, 1])
+
+
+@case
+def max_pool_ceil_mode():
+    # 5 wide, kernel 2, stride 2: floor gives 2 outputs, ceil 3 (the last window hangs over).
+    return pool_graph("max_pool_ceil_mode", "MaxPool", [1, 2, 5, 5], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
+
+
+@case
+def average_pool_exclude_pad():
+    return pool_graph("average_pool_exclude_pad", "AveragePool", [1, 2, 5, 5], kernel_shape=[3, 3], strides=[2, 2],
+                      pads=[1, 1, 1, 1], count_include_pad=0)
+
+
+@case
+def average_pool_include_pad():
+    return pool_graph("average_pool_include_pad", "AveragePool", [1, 2, 5, 5], kernel_shape=[3, 3], strides=[2, 2],
+                      pads=[1, 1, 1, 1], count_include_pad=1)
+
+
+@case
+def average_pool_include_pad_ceil_mode():
+    # 5 + 2 pads, kernel 2, stride 2, ceil: 3 windows (a 4th would start in the end pad).
+    return pool_graph("average_pool_include_pad_ceil_mode", "AveragePool", [1, 2, 5, 5], kernel_shape=[2, 2],
+                      strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1, ceil_mode=1)
+
+
+@case
+def average_pool_ceil_mode():
+    return pool_graph("average_pool_ceil_mode", "AveragePool", [1, 2, 5, 5], kernel_shape=[2, 2], strides=[2, 2],
+                      ceil_mode=1)
+
+
+@case
+def global_average_pool():
+    return pool_graph("global_average_pool", "GlobalAveragePool", [1, 3, 4, 4])
+
+
+@case
+def global_max_pool():
+    return pool_graph("global_max_pool", "GlobalMaxPool", [1, 3, 4, 4])
+
+
+@case
+def max_pool_1d():
+    return pool_graph("max_pool_1d", "MaxPool", [1, 2, 8], kernel_shape=[2], strides=[2])
+
+
+# ---- Shape and data movement --------------------------------------------------------
+
+@case
+def concat_axis_1():
+    g = Graph("concat_axis_1")
+    a, b = g.input("a", [2, 3, 4]), g.input("b", [2, 2, 4])
+    g.output(g.node("Concat", [a, b], ["y"], name="concat", axis=1))
+    return g
+
+
+@case
+def concat_axis_negative():
+    g = Graph("concat_axis_negative")
+    a, b = g.input("a", [2, 3]), g.input("b", [2, 2])
+    g.output(g.node("Concat", [a, b, g.weight("c", [2, 1])], ["y"], name="concat", axis=-1))
+    return g
+
+
+@case
+def reshape_zero_and_minus_one():
+    g = Graph("reshape_zero_and_minus_one")
+    x = g.input("x", [2, 3, 4])
+    g.output(g.node("Reshape", [x, g.ints("shape", [0, -1])], ["y"], name="reshape"))
+    return g
+
+
+@case
+def flatten_axis_1():
+    return unary_graph("flatten_axis_1", "Flatten", shape=(2, 3, 2, 2), axis=1)
+
+
+@case
+def flatten_axis_2():
+    return unary_graph("flatten_axis_2", "Flatten", shape=(2, 3, 2, 2), axis=2)
+
+
+@case
+def transpose():
+    return unary_graph("transpose", "Transpose", perm=[0, 2, 1])
+
+
+@case
+def squeeze_unsqueeze_opset11():
+    g = Graph("squeeze_unsqueeze_opset11", opset=11)
+    x, z = g.input("x", [2, 1, 3]), g.input("z", [2, 3])
+    g.output(g.node("Squeeze", [x], ["squeezed"], name="squeeze", axes=[1]),
+             g.node("Unsqueeze", [z], ["unsqueezed"], name="unsqueeze", axes=[0, 3]))
+    return g
+
+
+@case
+def squeeze_unsqueeze_opset13():
+    g = Graph("squeeze_unsqueeze_opset13")
+    x, z = g.input("x", [2, 1, 3]), g.input("z", [2, 3])
+    g.output(g.node("Squeeze", [x, g.ints("squeeze_axes", [1])], ["squeezed"], name="squeeze"),
+             g.node("Unsqueeze", [z, g.ints("unsqueeze_axes", [0, 3])], ["unsqueezed"], name="unsqueeze"))
+    return g
+
+
+def pad_graph(name, mode, value=None, opset=13) -> Graph:
+    g = Graph(name, opset)
+    x = g.input("x", [1, 2, 3, 3])
+    inputs = [x, g.ints("pads", [0, 0, 1, 2, 0, 0, 2, 1])]
+    if value is not None:
+        inputs.append(g.floats("value", value))
+    g.output(g.node("Pad", inputs, ["y"], name="pad", mode=mode))
+    return g
+
+
+@case
+def pad_constant_zero():
+    return pad_graph("pad_constant_zero", "constant")
+
+
+@case
+def pad_constant_value():
+    return pad_graph("pad_constant_value", "constant", 1.5)
+
+
+@case
+def pad_reflect():
+    return pad_graph("pad_reflect", "reflect")
+
+
+def slice_graph(name, starts, ends, axes, steps=None) -> Graph:
+    g = Graph(name)
+    x = g.input("x", [2, 5, 6])
+    inputs = [x, g.ints("starts", starts), g.ints("ends", ends), g.ints("axes", axes)]
+    if steps is not None:
+        inputs.append(g.ints("steps", steps))
+    g.output(g.node("Slice", inputs, ["y"], name="slice"))
+    return g
+
+
+@case
+def slice_steps_2():
+    return slice_graph("slice_steps_2", [0, 1], [5, 6], [1, 2], [2, 2])
+
+
+@case
+def slice_negative_steps():
+    # Axis 1 backwards from 4 by 2 (rows 4, 2); axis 2 reversed whole (ends far below 0).
+    return slice_graph("slice_negative_steps", [4, -1], [0, -(2**63)], [1, 2], [-2, -1])
+
+
+@case
+def slice_negative_starts():
+    return slice_graph("slice_negative_starts", [-3, -4], [2**63 - 1, -1], [-1, 1])
+
+
+@case
+def split_equal():
+    g = Graph("split_equal")
+    x = g.input("x", [2, 6])
+    g.output(*g.node("Split", [x], ["y0", "y1", "y2"], name="split", axis=1))
+    return g
+
+
+@case
+def split_unequal():
+    g = Graph("split_unequal")
+    x = g.input("x", [2, 6])
+    g.output(*g.node("Split", [x, g.ints("split", [1, 2, 3])], ["y0", "y1", "y2"], name="split", axis=1))
+    return g
+
+
+@case
+def split_opset18_num_outputs():
+    # 7 into 3 parts: ceil(7 / 3) = 3, so [3, 3, 1].
+    g = Graph("split_opset18_num_outputs", opset=18)
+    x = g.input("x", [2, 7])
+    g.output(*g.node("Split", [x], ["y0", "y1", "y2"], name="split", axis=1, num_outputs=3))
+    return g
+
+
+@case
+def gather_const_indices():
+    g = Graph("gather_const_indices")
+    x = g.input("x", [3, 4])
+    g.output(g.node("Gather", [x, g.ints("indices", [2, 0])], ["y"], name="gather", axis=0))
+    return g
+
+
+@case
+def gather_scalar_index():
+    g = Graph("gather_scalar_index")
+    x = g.input("x", [2, 3, 4])
+    g.output(g.node("Gather", [x, g.const("index", np.array(1, dtype=np.int64))], ["y"], name="gather", axis=1))
+    return g
+
+
+@case
+def gather_negative_index():
+    g = Graph("gather_negative_index")
+    x = g.input("x", [2, 3, 4])
+    g.output(g.node("Gather", [x, g.ints("indices", [-1, 0])], ["y"], name="gather", axis=1))
+    return g
+
+
+@case
+def gather_runtime_indices():
+    g = Graph("gather_runtime_indices")
+    x = g.input("x", [3, 4])
+    idx = g.input("indices", [2, 2], np.array([[2, 0], [1, 2]], dtype=np.int64))
+    g.output(g.node("Gather", [x, idx], ["y"], name="gather", axis=0))
+    return g
+
+
+@case
+def tile():
+    g = Graph("tile")
+    x = g.input("x", [2, 3])
+    g.output(g.node("Tile", [x, g.ints("repeats", [2, 1])], ["y"], name="tile"))
+    return g
+
+
+@case
+def expand():
+    g = Graph("expand")
+    x = g.input("x", [3, 1])
+    g.output(g.node("Expand", [x, g.ints("shape", [2, 3, 4])], ["y"], name="expand"))
+    return g
+
+
+@case
+def depth_to_space_dcr():
+    return unary_graph("depth_to_space_dcr", "DepthToSpace", shape=(1, 8, 2, 3), blocksize=2, mode="DCR")
+
+
+@case
+def depth_to_space_crd():
+    return unary_graph("depth_to_space_crd", "DepthToSpace", shape=(1, 8, 2, 3), blocksize=2, mode="CRD")
+
+
+@case
+def space_to_depth():
+    return unary_graph("space_to_depth", "SpaceToDepth", shape=(1, 2, 4, 6), blocksize=2)
+
+
+# ---- Resize -------------------------------------------------------------------------
+
+def resize_graph(name, scales=None, sizes=None, **attrs) -> Graph:
+    g = Graph(name)
+    x = g.input("x", [1, 2, 3, 4])
+    inputs = [x, ""]  # no roi
+    inputs.append(g.floats("scales", scales) if scales is not None else "")
+    if sizes is not None:
+        inputs.append(g.ints("sizes", sizes))
+    g.output(g.node("Resize", inputs, ["y"], name="resize", **attrs))
+    return g
+
+
+@case
+def resize_nearest_asymmetric_floor():
+    return resize_graph("resize_nearest_asymmetric_floor", scales=[1, 1, 2, 2], mode="nearest",
+                        coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+
+
+@case
+def resize_nearest_default():
+    return resize_graph("resize_nearest_default", scales=[1, 1, 2, 2], mode="nearest")
+
+
+@case
+def resize_linear_half_pixel_sizes():
+    return resize_graph("resize_linear_half_pixel_sizes", sizes=[1, 2, 6, 8], mode="linear")
+
+
+@case
+def resize_linear_align_corners():
+    return resize_graph("resize_linear_align_corners", sizes=[1, 2, 5, 7], mode="linear",
+                        coordinate_transformation_mode="align_corners")
+
+
+@case
+def upsample_opset9_nearest():
+    g = Graph("upsample_opset9_nearest", opset=9)
+    x = g.input("x", [1, 2, 3, 4])
+    g.output(g.node("Upsample", [x, g.floats("scales", [1, 1, 2, 2])], ["y"], name="upsample", mode="nearest"))
+    return g
+
+
+# ---- Reductions ---------------------------------------------------------------------
+
+def reduce_keepdims_graph(name, op, opset=13) -> Graph:
+    """`op` twice: over axis 1 keeping it, and over the last axis dropping it."""
+    g = Graph(name, opset)
+    x = g.input("x", [2, 3, 4], positive(g, [2, 3, 4], 0.5, 1.5) if op == "ReduceProd" else None)
+    g.output(g.node(op, [x], ["y_keepdims"], name=f"{op.lower()}_keepdims", axes=[1], keepdims=1),
+             g.node(op, [x], ["y_no_keepdims"], name=f"{op.lower()}_no_keepdims", axes=[-1], keepdims=0))
+    return g
+
+
+@case
+def reduce_mean_keepdims():
+    return reduce_keepdims_graph("reduce_mean_keepdims", "ReduceMean")
+
+
+@case
+def reduce_sum_opset11_keepdims():
+    # ReduceSum takes axes as an attribute up to opset 11 (an input from 13).
+    return reduce_keepdims_graph("reduce_sum_opset11_keepdims", "ReduceSum", opset=11)
+
+
+@case
+def reduce_max_keepdims():
+    return reduce_keepdims_graph("reduce_max_keepdims", "ReduceMax")
+
+
+@case
+def reduce_min_keepdims():
+    return reduce_keepdims_graph("reduce_min_keepdims", "ReduceMin")
+
+
+@case
+def reduce_prod_keepdims():
+    return reduce_keepdims_graph("reduce_prod_keepdims", "ReduceProd")
+
+
+@case
+def reduce_mean_all_axes_scalar():
+    return unary_graph("reduce_mean_all_axes_scalar", "ReduceMean", keepdims=0)
+
+
+@case
+def reduce_l1():
+    return unary_graph("reduce_l1", "ReduceL1", axes=[1], keepdims=1)
+
+
+@case
+def reduce_l2():
+    return unary_graph("reduce_l2", "ReduceL2", axes=[1], keepdims=1)
+
+
+@case
+def reduce_sum_square():
+    return unary_graph("reduce_sum_square", "ReduceSumSquare", axes=[1], keepdims=1)
+
+
+@case
+def reduce_log_sum_exp():
+    # Large inputs: a naive log(sum(exp(x))) overflows in float32.
+    return unary_graph("reduce_log_sum_exp", "ReduceLogSumExp", axes=[2], keepdims=0,
+                       data=lambda g: (g.rng.standard_normal([2, 3, 4]) * 50).astype(np.float32))
+
+
+@case
+def reduce_sum_opset13_axes_input():
+    return unary_graph("reduce_sum_opset13_axes_input", "ReduceSum", keepdims=1,
+                       extra_inputs=[lambda g: g.ints("axes", [0, 2])])
+
+
+def arg_graph(name, op, **attrs) -> Graph:
+    # Integer-valued inputs so that ties occur and select_last_index matters.
+    return unary_graph(name, op, data=lambda g: small_ints(g, [2, 3, 4], 0, 3), **attrs)
+
+
+@case
+def argmax_keepdims():
+    return arg_graph("argmax_keepdims", "ArgMax", axis=1, keepdims=1)
+
+
+@case
+def argmin_no_keepdims():
+    return arg_graph("argmin_no_keepdims", "ArgMin", axis=1, keepdims=0)
+
+
+@case
+def argmax_select_last_index():
+    return arg_graph("argmax_select_last_index", "ArgMax", axis=1, keepdims=1, select_last_index=1)
+
+
+@case
+def argmin_select_last_index_no_keepdims():
+    return arg_graph("argmin_select_last_index_no_keepdims", "ArgMin", axis=-1, keepdims=0, select_last_index=1)
+
+
+@case
+def argmax_rank1_no_keepdims():
+    # The result is a scalar.
+    return unary_graph("argmax_rank1_no_keepdims", "ArgMax", shape=(5,), axis=0, keepdims=0)
+
+
+def topk_graph(name, largest) -> Graph:
+    g = Graph(name)
+    x = g.input("x", [2, 5, 3])
+    g.output(*g.node("TopK", [x, g.ints("k", [2])], ["values", "indices"], name="topk", axis=1, largest=largest))
+    return g
+
+
+@case
+def topk_largest():
+    return topk_graph("topk_largest", 1)
+
+
+@case
+def topk_smallest():
+    return topk_graph("topk_smallest", 0)
+
+
+# ---- Elementwise unary --------------------------------------------------------------
+
+@case
+def exp():
+    return unary_graph("exp", "Exp")
+
+
+@case
+def log():
+    return unary_graph("log", "Log", data=lambda g: positive(g, [2, 3, 4]))
+
+
+@case
+def sqrt():
+    return unary_graph("sqrt", "Sqrt", data=lambda g: positive(g, [2, 3, 4]))
+
+
+@case
+def reciprocal():
+    return unary_graph("reciprocal", "Reciprocal", data=lambda g: positive(g, [2, 3, 4], 0.5, 2.0))
+
+
+@case
+def neg():
+    return unary_graph("neg", "Neg")
+
+
+@case
+def abs_():  # the trailing underscore keeps the builtin; the case is "abs"
+    return unary_graph("abs", "Abs")
+
+
+@case
+def floor():
+    return unary_graph("floor", "Floor", data=lambda g: (g.rng.standard_normal([2, 3, 4]) * 3).astype(np.float32))
+
+
+@case
+def ceil():
+    return unary_graph("ceil", "Ceil", data=lambda g: (g.rng.standard_normal([2, 3, 4]) * 3).astype(np.float32))
+
+
+@case
+def sin():
+    return unary_graph("sin", "Sin", data=lambda g: (g.rng.standard_normal([2, 3, 4]) * 3).astype(np.float32))
+
+
+@case
+def cos():
+    return unary_graph("cos", "Cos", data=lambda g: (g.rng.standard_normal([2, 3, 4]) * 3).astype(np.float32))
+
+
+@case
+def sign():
+    # Exact zeros included: Sign(0) = 0.
+    return unary_graph("sign", "Sign", data=lambda g: small_ints(g, [2, 3, 4]) * 0.5)
+
+
+# ---- Identity, constants, casts, shape arithmetic -----------------------------------
+
+@case
+def identity():
+    # Identity on both sides of a Relu: both copies disappear.
+    g = Graph("identity")
+    x = g.input("x", [2, 3, 4])
+    a = g.node("Identity", [x], name="identity_in")
+    b = g.node("Relu", [a], name="relu")
+    g.output(g.node("Identity", [b], ["y"], name="identity_out"))
+    return g
+
+
+@case
+def dropout_inference():
+    g = Graph("dropout_inference")
+    x = g.input("x", [2, 3, 4])
+    a = g.node("Relu", [x], name="relu")
+    g.output(g.node("Dropout", [a, g.floats("ratio", 0.5)], ["y"], name="dropout"))
+    return g
+
+
+@case
+def constant_add():
+    g = Graph("constant_add")
+    x = g.input("x", [2, 3, 4])
+    c = g.node("Constant", [], ["c"], name="constant",
+               value=numpy_helper.from_array(g.rng.standard_normal([4]).astype(np.float32), "c_value"))
+    g.output(g.node("Add", [x, c], ["y"], name="add"))
+    return g
+
+
+@case
+def cast_float_int64_float():
+    # Float -> int64 truncates toward zero; back to float keeps the integer.
+    g = Graph("cast_float_int64_float")
+    x = g.input("x", [2, 3], (g.rng.standard_normal([2, 3]) * 5).astype(np.float32))
+    i = g.node("Cast", [x], ["as_int64"], name="to_int64", to=TensorProto.INT64)
+    g.output(g.node("Cast", [i], ["y"], name="to_float", to=TensorProto.FLOAT))
+    return g
+
+
+@case
+def shape_chain_reshape():
+    # x.reshape(x.shape[0], -1) as exporters write it: all shape arithmetic is constant.
+    g = Graph("shape_chain_reshape")
+    x = g.input("x", [1, 3, 4, 4])
+    s = g.node("Shape", [x], name="shape")
+    n = g.node("Gather", [s, g.const("zero", np.array(0, dtype=np.int64))], name="gather", axis=0)
+    n1 = g.node("Unsqueeze", [n, g.ints("unsqueeze_axes", [0])], name="unsqueeze")
+    shape = g.node("Concat", [n1, g.ints("minus_one", [-1])], name="concat", axis=0)
+    g.output(g.node("Reshape", [x, shape], ["y"], name="reshape"))
+    return g
+
+
+@case
+def constant_subgraphs_fold():
+    # Range, ConstantOfShape, Shape, Size and Cast all evaluate at compile time:
+    # y = (x + [0, 1, 2, 3]) * 2 / size(x).
+    g = Graph("constant_subgraphs_fold")
+    x = g.input("x", [2, 4])
+    r = g.node("Range", [g.floats("start", 0.0), g.floats("limit", 4.0), g.floats("delta", 1.0)], name="range")
+    twos = g.node("ConstantOfShape", [g.node("Shape", [x], name="shape")], name="constant_of_shape",
+                  value=numpy_helper.from_array(np.array([2.0], dtype=np.float32), "two"))
+    size = g.node("Cast", [g.node("Size", [x], name="size")], name="size_to_float", to=TensorProto.FLOAT)
+    y = g.node("Mul", [g.node("Add", [x, r], name="add"), twos], name="mul")
+    g.output(g.node("Div", [y, size], ["y"], name="div"))
+    return g
+
+
+@case
+def unsupported_ops():
+    # Independent branches, so that no unsupported node hides another (nnc skips nodes
+    # that read an unsupported node's output).
+    g = Graph("unsupported_ops", domains={"com.microsoft": 1})
+    x = g.input("x", [2, 3])
+    g.output(
+        g.node("Erf", [x], ["erf_a_out"], name="erf_a"),
+        g.node("Erf", [x], ["erf_b_out"], name="erf_b"),
+        g.node("Gelu", [x], ["gelu_out"], name="gelu", domain="com.microsoft"),
+        g.node("NonZero", [x], ["nonzero_out"], name="nonzero"),
+    )
+    return g
+
+
+UNSUPPORTED_OUTPUT_TYPES = {
+    "erf_a_out": (TensorProto.FLOAT, [2, 3]),
+    "erf_b_out": (TensorProto.FLOAT, [2, 3]),
+    "gelu_out": (TensorProto.FLOAT, [2, 3]),
+    "nonzero_out": (TensorProto.INT64, [2, None]),
+}
+
+
+# ---- The README's example model -----------------------------------------------------
+
+def tiny_cnn() -> Graph:
+    """A small classifier, float32 [1,3,32,32] -> 10 class probabilities."""
+    g = Graph("tiny_cnn")
+    x = g.input("input", [1, 3, 32, 32], g.rng.uniform(0, 1, [1, 3, 32, 32]).astype(np.float32))
+
+    def he(name, shape):  # He-style init keeps activations in a sane range
+        fan_in = int(np.prod(shape[1:]))
+        return g.weight(name, shape, float(np.sqrt(2.0 / fan_in)))
+
+    def bn(y, prefix, c):
+        return g.node("BatchNormalization", [y, *batch_norm_params(g, prefix, c)], name=prefix)
+
+    y = g.node("Conv", [x, he("conv1.weight", [8, 3, 3, 3]), g.weight("conv1.bias", [8], 0.1)], name="conv1",
+               pads=[1, 1, 1, 1])
+    y = g.node("Relu", [bn(y, "bn1", 8)], name="relu1")
+    pooled = g.node("MaxPool", [y], name="pool1", kernel_shape=[2, 2], strides=[2, 2])
+    y = g.node("Conv", [pooled, he("dw.weight", [8, 1, 3, 3])], name="dw", group=8, pads=[1, 1, 1, 1])
+    y = g.node("Clip", [bn(y, "bn2", 8), g.floats("relu6_min", 0.0), g.floats("relu6_max", 6.0)], name="relu6")
+    y = g.node("Add", [y, pooled], name="residual")
+    y = g.node("Conv", [y, he("pw.weight", [16, 8, 1, 1])], name="pw")
+    y = g.node("Relu", [bn(y, "bn3", 16)], name="relu3")
+    y = g.node("GlobalAveragePool", [y], name="gap")
+    y = g.node("Flatten", [y], name="flatten", axis=1)
+    y = g.node("Gemm", [y, he("fc.weight", [10, 16]), g.weight("fc.bias", [10], 0.1)], name="fc", transB=1)
+    g.output(g.node("Softmax", [y], ["probabilities"], name="softmax", axis=-1))
+    return g
+
+
+# =====================================================================================
+# Writing
+# =====================================================================================
+
+def save_npy(path: Path, array: np.ndarray) -> None:
+    with open(path, "wb") as f:
+        # (not np.ascontiguousarray: it turns a rank-0 array into shape [1])
+        np.save(f, np.asarray(array), allow_pickle=False)
+
+
+def declare_actual_output_shapes(name: str, model: onnx.ModelProto, outputs: list[np.ndarray]) -> None:
+    """Where ONNX's shape inference disagrees with onnxruntime (AveragePool's ceil_mode
+    rule changed in opset 19 and onnx 1.17 infers the old one), declare what
+    onnxruntime computed, so that the model file agrees with its reference output."""
+    for o, value in zip(model.graph.output, outputs):
+        declared = [d.dim_value for d in o.type.tensor_type.shape.dim]
+        if declared != list(value.shape):
+            print(f"note: {name}: output '{o.name}' is {list(value.shape)}; ONNX shape inference says {declared}")
+            o.type.CopyFrom(helper.make_tensor_type_proto(o.type.tensor_type.elem_type, value.shape))
+            onnx.checker.check_model(model)
+
+
+def write_case(name: str) -> int:
+    g = CASES[name]()
+    directory = CORPUS / name
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    if name == "unsupported_ops":
+        # onnx has no schema for com.microsoft::Gelu, so declare the outputs by hand.
+        model = g.model(infer=False)
+        del model.graph.output[:]
+        for out in g.outputs:
+            elem, shape = UNSUPPORTED_OUTPUT_TYPES[out]
+            model.graph.output.append(helper.make_tensor_value_info(out, elem, shape))
+        onnx.checker.check_model(model)
+        (directory / "model.onnx").write_bytes(model.SerializeToString())
+        return 1
+    model = g.model()
+    outputs = run_reference(model, g.feeds)
+    declare_actual_output_shapes(name, model, outputs)
+    (directory / "model.onnx").write_bytes(model.SerializeToString())
+    for i, v in enumerate(g.feeds.values()):
+        save_npy(directory / f"input_{i}.npy", v)
+    for i, v in enumerate(outputs):
+        save_npy(directory / f"output_{i}.npy", v)
+    return 1 + len(g.feeds) + len(outputs)
+
+
+def write_tiny_cnn() -> None:
+    g = tiny_cnn()
+    model = g.model()
+    MODELS.mkdir(parents=True, exist_ok=True)
+    (MODELS / "tiny_cnn.onnx").write_bytes(model.SerializeToString())
+    (data,) = g.feeds.values()
+    save_npy(MODELS / "tiny_cnn.input.npy", data)
+    (probabilities,) = run_reference(model, g.feeds)
+    save_npy(MODELS / "tiny_cnn.output.npy", probabilities)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("cases", nargs="*", help="case names (default: all, plus tiny_cnn)")
+    parser.add_argument("--list", action="store_true", help="list the case names and exit")
+    args = parser.parse_args()
+    if args.list:
+        print("\n".join([*CASES, "tiny_cnn"]))
+        return 0
+    unknown = [c for c in args.cases if c not in CASES and c != "tiny_cnn"]
+    if unknown:
+        print(f"unknown case(s): {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    selected = args.cases or [*CASES, "tiny_cnn"]
+    if not args.cases and CORPUS.exists():
+        # The corpus is this script's alone: drop directories of cases that are gone.
+        for stale in sorted(d for d in CORPUS.iterdir() if d.is_dir() and d.name not in CASES):
+            print(f"removing {stale.relative_to(ROOT)} (no such case)")
+            shutil.rmtree(stale)
+    files = 0
+    for name in selected:
+        if name == "tiny_cnn":
+            write_tiny_cnn()
+            files += 3
+        else:
+            files += write_case(name)
+    print(f"wrote {files} files for {len(selected)} case(s) under {ROOT / 'testdata'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
