@@ -26,7 +26,9 @@ fn stderr(o: &Output) -> String {
 
 fn keygen(dir: &Path, algorithm: &str) -> PathBuf {
     let key = dir.join(format!("{algorithm}.key"));
-    let o = run(nnc().args(["keygen", "--algorithm", algorithm, "-o"]).arg(&key));
+    let o = run(nnc()
+        .args(["keygen", "--algorithm", algorithm, "-o"])
+        .arg(&key));
     assert!(o.status.success(), "{}", stderr(&o));
     key
 }
@@ -48,7 +50,9 @@ fn keygen_writes_a_private_hex_key_and_never_overwrites() {
         assert_eq!(text.trim().len(), 2 * bytes);
         assert!(text.trim().bytes().all(|b| b.is_ascii_hexdigit()));
     }
-    let o = run(nnc().args(["keygen", "--algorithm", "sm4", "-o"]).arg(dir.path().join("sm4.key")));
+    let o = run(nnc()
+        .args(["keygen", "--algorithm", "sm4", "-o"])
+        .arg(dir.path().join("sm4.key")));
     assert!(!o.status.success());
     assert!(stderr(&o).contains("exists"), "{}", stderr(&o));
 }
@@ -81,7 +85,13 @@ fn compile_verify_inspect_and_dump_a_compiled_model() {
     assert_eq!(report["schema"], "nnc.inspect.compiled/1");
     assert_eq!(report["crypto"]["algorithm"], "sm4");
     assert_eq!(report["verified"], serde_json::Value::Null);
-    assert!(report["units"].as_array().unwrap().iter().any(|u| !u["weights"].is_null()));
+    assert!(
+        report["units"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|u| !u["weights"].is_null())
+    );
 
     let o = run(nnc().arg("inspect").arg(&out).arg("--key-file").arg(&key));
     assert!(o.status.success(), "{}", stderr(&o));
@@ -97,13 +107,29 @@ fn a_wrong_key_fails_verification_as_wrong_key_or_tampered_file() {
     let dir = tempfile::tempdir().unwrap();
     let key = keygen(dir.path(), "aes128");
     let out = dir.path().join("m.nnc");
-    let o = run(nnc().arg("compile").arg(tiny_cnn()).arg("-o").arg(&out).arg("--key-file").arg(&key));
+    let o = run(nnc()
+        .arg("compile")
+        .arg(tiny_cnn())
+        .arg("-o")
+        .arg(&out)
+        .arg("--key-file")
+        .arg(&key));
     assert!(o.status.success(), "{}", stderr(&o));
     let other = dir.path().join("other.key");
-    assert!(run(nnc().args(["keygen", "--algorithm", "aes128", "-o"]).arg(&other)).status.success());
+    assert!(
+        run(nnc()
+            .args(["keygen", "--algorithm", "aes128", "-o"])
+            .arg(&other))
+        .status
+        .success()
+    );
     let o = run(nnc().arg("verify").arg(&out).arg("--key-file").arg(&other));
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("wrong key or tampered file"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("wrong key or tampered file"),
+        "{}",
+        stderr(&o)
+    );
     // A flipped byte in the weights: same message.
     let mut bytes = std::fs::read(&out).unwrap();
     let n = bytes.len();
@@ -111,7 +137,11 @@ fn a_wrong_key_fails_verification_as_wrong_key_or_tampered_file() {
     std::fs::write(&out, &bytes).unwrap();
     let o = run(nnc().arg("verify").arg(&out).arg("--key-file").arg(&key));
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("wrong key or tampered file"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("wrong key or tampered file"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -128,9 +158,16 @@ fn keys_come_from_the_environment_too() {
         .args(["--encrypt", "aes256", "--key-env", "NNC_TEST_KEY"])
         .env("NNC_TEST_KEY", hex.trim()));
     assert!(o.status.success(), "{}", stderr(&o));
-    let o = run(nnc().arg("verify").arg(&out).args(["--key-env", "NNC_TEST_KEY"]).env("NNC_TEST_KEY", hex.trim()));
+    let o = run(nnc()
+        .arg("verify")
+        .arg(&out)
+        .args(["--key-env", "NNC_TEST_KEY"])
+        .env("NNC_TEST_KEY", hex.trim()));
     assert!(o.status.success(), "{}", stderr(&o));
-    let o = run(nnc().arg("verify").arg(&out).args(["--key-env", "NNC_UNSET_VARIABLE"]));
+    let o = run(nnc()
+        .arg("verify")
+        .arg(&out)
+        .args(["--key-env", "NNC_UNSET_VARIABLE"]));
     assert!(stderr(&o).contains("NNC_UNSET_VARIABLE"), "{}", stderr(&o));
 }
 
@@ -148,14 +185,30 @@ fn bad_keys_are_clear_errors_that_never_echo_the_key() {
         .arg(&key));
     assert!(!o.status.success());
     let err = stderr(&o);
-    assert!(err.contains("aes256") && err.contains("32") && err.contains("16"), "{err}");
+    assert!(
+        err.contains("aes256") && err.contains("32") && err.contains("16"),
+        "{err}"
+    );
     let hex = std::fs::read_to_string(&key).unwrap();
-    assert!(!err.contains(hex.trim()), "the key leaked into an error message");
-    assert!(!out.exists(), "a failed compile left {} behind", out.display());
+    assert!(
+        !err.contains(hex.trim()),
+        "the key leaked into an error message"
+    );
+    assert!(
+        !out.exists(),
+        "a failed compile left {} behind",
+        out.display()
+    );
     // Not hex at all.
     let bad = dir.path().join("bad.key");
     std::fs::write(&bad, "zz112233445566778899aabbccddeeff\n").unwrap();
-    let o = run(nnc().arg("compile").arg(tiny_cnn()).arg("-o").arg(&out).arg("--key-file").arg(&bad));
+    let o = run(nnc()
+        .arg("compile")
+        .arg(tiny_cnn())
+        .arg("-o")
+        .arg(&out)
+        .arg("--key-file")
+        .arg(&bad));
     assert!(!o.status.success());
     assert!(!stderr(&o).contains("zz1122"), "{}", stderr(&o));
 }
@@ -168,9 +221,19 @@ fn a_key_file_readable_by_others_is_warned_about() {
     let key = keygen(dir.path(), "aes128");
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
     let out = dir.path().join("m.nnc");
-    let o = run(nnc().arg("compile").arg(tiny_cnn()).arg("-o").arg(&out).arg("--key-file").arg(&key));
+    let o = run(nnc()
+        .arg("compile")
+        .arg(tiny_cnn())
+        .arg("-o")
+        .arg(&out)
+        .arg("--key-file")
+        .arg(&key));
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stderr(&o).contains("warning: key file") && stderr(&o).contains("chmod 600"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("warning: key file") && stderr(&o).contains("chmod 600"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -181,7 +244,12 @@ fn compile_without_a_key_explains_the_choice_and_writes_nothing() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--encrypt none"), "{}", stderr(&o));
     assert!(!out.exists());
-    let o = run(nnc().arg("compile").arg(tiny_cnn()).arg("-o").arg(&out).args(["--encrypt", "none"]));
+    let o = run(nnc()
+        .arg("compile")
+        .arg(tiny_cnn())
+        .arg("-o")
+        .arg(&out)
+        .args(["--encrypt", "none"]));
     assert!(o.status.success(), "{}", stderr(&o));
     let o = run(nnc().arg("verify").arg(&out));
     assert!(o.status.success(), "{}", stderr(&o));
@@ -200,7 +268,11 @@ fn a_failed_compile_leaves_no_file_and_exits_69_for_unsupported_models() {
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
     assert!(stderr(&o).contains("Erf"), "{}", stderr(&o));
     assert!(!out.exists());
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "a temporary file was left behind");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "a temporary file was left behind"
+    );
     // Malformed input is exit code 65.
     let garbage = dir.path().join("garbage.onnx");
     std::fs::write(&garbage, b"\x08\x07\x12\xff\xff\xff\xff\x0fnot a model").unwrap();
@@ -219,7 +291,14 @@ fn reproducible_compiles_are_byte_identical() {
             .arg(tiny_cnn())
             .arg("-o")
             .arg(&out)
-            .args(["--encrypt", "sm4", "--mode", "ofb", "--reproducible", "--key-file"])
+            .args([
+                "--encrypt",
+                "sm4",
+                "--mode",
+                "ofb",
+                "--reproducible",
+                "--key-file",
+            ])
             .arg(&key));
         assert!(o.status.success(), "{}", stderr(&o));
         std::fs::read(out).unwrap()
@@ -246,9 +325,16 @@ fn the_dot_output_renders_without_warnings() {
     child.stdin.take().unwrap().write_all(&o.stdout).unwrap();
     let rendered = child.wait_with_output().unwrap();
     assert!(rendered.status.success(), "{}", stderr(&rendered));
-    assert!(rendered.stderr.is_empty(), "dot warned: {}", stderr(&rendered));
+    assert!(
+        rendered.stderr.is_empty(),
+        "dot warned: {}",
+        stderr(&rendered)
+    );
     let svg = String::from_utf8_lossy(&rendered.stdout);
-    assert!(svg.contains("<svg") && svg.contains("CONV_2D"), "not an SVG of the model");
+    assert!(
+        svg.contains("<svg") && svg.contains("CONV_2D"),
+        "not an SVG of the model"
+    );
 }
 
 #[test]
@@ -259,9 +345,23 @@ fn inspect_json_is_machine_readable() {
     assert_eq!(v["schema"], "nnc.inspect.source/1");
     assert_eq!(v["format"], "ONNX");
     assert_eq!(v["inputs"][0]["shape"], serde_json::json!([1, 3, 32, 32]));
-    assert!(v["source_operators"]["BatchNormalization"].as_u64().unwrap() > 0);
-    assert!(v["operations"].get("MUL").is_none(), "batch norm should be folded");
-    assert!(v["passes"].as_array().unwrap().iter().any(|p| p["pass"] == "fold-batch-norm"));
+    assert!(
+        v["source_operators"]["BatchNormalization"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(
+        v["operations"].get("MUL").is_none(),
+        "batch norm should be folded"
+    );
+    assert!(
+        v["passes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["pass"] == "fold-batch-norm")
+    );
 }
 
 #[test]
@@ -281,10 +381,16 @@ fn a_closed_pipe_is_not_a_crash() {
 
 #[test]
 fn input_shape_flags_are_validated() {
-    let o = run(nnc().arg("inspect").arg(tiny_cnn()).args(["--input-shape", "nosuch=1x3x32x32"]));
+    let o = run(nnc()
+        .arg("inspect")
+        .arg(tiny_cnn())
+        .args(["--input-shape", "nosuch=1x3x32x32"]));
     assert!(!o.status.success());
     assert!(stderr(&o).contains("nosuch"), "{}", stderr(&o));
-    let o = run(nnc().arg("inspect").arg(tiny_cnn()).args(["--input-shape", "input=1xbadx2"]));
+    let o = run(nnc()
+        .arg("inspect")
+        .arg(tiny_cnn())
+        .args(["--input-shape", "input=1xbadx2"]));
     assert!(!o.status.success());
     assert!(stderr(&o).contains("'bad'"), "{}", stderr(&o));
 }

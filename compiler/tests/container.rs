@@ -323,7 +323,11 @@ fn every_malformed_header_field_is_named() {
         ("padding", patched(&bytes, 74, &[0]), "padding"),
         ("integrity", patched(&bytes, 75, &[7]), "integrity"),
         ("reserved", patched(&bytes, 140, &[1]), "reserved"),
-        ("metadata length", patched(&bytes, 128, &64u64.to_le_bytes()), "metadata_length"),
+        (
+            "metadata length",
+            patched(&bytes, 128, &64u64.to_le_bytes()),
+            "metadata_length",
+        ),
         (
             "section kind",
             patched(&bytes, table, &99u32.to_le_bytes()),

@@ -314,7 +314,7 @@ fn convolution_parameters_are_range_checked() {
 #[test]
 fn subgraph_references_have_no_cycles() {
     let mut m = valid();
-    let mut reference = |target: u64| {
+    let reference = |target: u64| {
         let mut o = Operand::new(OperandType::Subgraph, vec![]);
         o.lifetime = Lifetime::Subgraph;
         o.location.offset = target;

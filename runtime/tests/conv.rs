@@ -729,6 +729,9 @@ fn pool_windows_entirely_in_padding() {
     };
     assert_eq!(run(OperationType::AveragePool2d, 0), vec![0.0, 0.0, 5.0]);
     assert_eq!(run(OperationType::L2Pool2d, 0), vec![0.0, 0.0, 5.0]);
-    assert_eq!(run(OperationType::MaxPool2d, 0), vec![f32::MIN, f32::MIN, 5.0]);
+    assert_eq!(
+        run(OperationType::MaxPool2d, 0),
+        vec![f32::MIN, f32::MIN, 5.0]
+    );
     assert_eq!(run(OperationType::MaxPool2d, 1), vec![0.0, 0.0, 5.0]);
 }

@@ -29,10 +29,12 @@ pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
 
 fn fold(model: &mut Model, i: usize) -> Result<bool, String> {
     let op = model.main.operations[i].clone();
-    let all_constant = op
-        .inputs
-        .iter()
-        .all(|&x| matches!(model.main.operands[x as usize].lifetime, Lifetime::ConstantCopy | Lifetime::ConstantReference | Lifetime::NoValue));
+    let all_constant = op.inputs.iter().all(|&x| {
+        matches!(
+            model.main.operands[x as usize].lifetime,
+            Lifetime::ConstantCopy | Lifetime::ConstantReference | Lifetime::NoValue
+        )
+    });
     if !all_constant {
         return Ok(false);
     }

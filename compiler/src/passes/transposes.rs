@@ -216,15 +216,15 @@ fn sink(model: &mut Model, t: usize, p: &[usize], c: usize) -> Result<bool, Stri
         }
         op if is_binary_elementwise(op) => {
             let mut inputs = reader.inputs.clone();
-            for k in 0..2 {
-                let v = inputs[k];
+            for slot in inputs.iter_mut().take(2) {
+                let v = *slot;
                 if v == y {
-                    inputs[k] = x;
+                    *slot = x;
                 } else if graph::is_constant(model, v) {
                     let Some(pc) = permuted_constant(model, v, rank, &inv) else {
                         return Ok(false);
                     };
-                    inputs[k] = pc;
+                    *slot = pc;
                 } else {
                     // Another transposed value with the same permutation.
                     let producers = graph::producers(model);
@@ -233,7 +233,7 @@ fn sink(model: &mut Model, t: usize, p: &[usize], c: usize) -> Result<bool, Stri
                             if model.main.operations[q].op_type == O::Transpose
                                 && perm_of(model, q).as_deref() == Some(p) =>
                         {
-                            inputs[k] = model.main.operations[q].inputs[0];
+                            *slot = model.main.operations[q].inputs[0];
                         }
                         _ => return Ok(false),
                     }

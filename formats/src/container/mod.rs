@@ -463,7 +463,9 @@ mod tests {
         for pos in 0..bytes.len() {
             let mut b = bytes.clone();
             b[pos] ^= 0x10;
-            let err = Container::open(&b, Some(key.as_bytes())).map(|_| ()).unwrap_err();
+            let err = Container::open(&b, Some(key.as_bytes()))
+                .map(|_| ())
+                .unwrap_err();
             assert!(err.is_integrity(), "flip at {pos}: {err}");
         }
     }

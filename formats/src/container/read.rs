@@ -98,7 +98,10 @@ impl<'a> Container<'a> {
     /// Opens a file for use: authenticates it first (so that any alteration is an
     /// integrity error, never a parse error), then parses it and verifies every weight
     /// field. Returns the container and its keys (`None` when unencrypted).
-    pub fn open(bytes: &'a [u8], master: Option<&[u8]>) -> Result<(Container<'a>, Option<FileKeys>), ContainerError> {
+    pub fn open(
+        bytes: &'a [u8],
+        master: Option<&[u8]>,
+    ) -> Result<(Container<'a>, Option<FileKeys>), ContainerError> {
         authenticate(bytes, master)?;
         let container = Container::parse(bytes)?;
         container.verify(master)?;
@@ -131,9 +134,13 @@ impl<'a> Container<'a> {
         let Some(keys) = authenticate(self.bytes, master)? else {
             return Ok(None);
         };
-        let algorithm = self.header.crypto.algorithm.ok_or_else(|| ContainerError::Integrity {
-            what: "the header's encryption flag".into(),
-        })?;
+        let algorithm = self
+            .header
+            .crypto
+            .algorithm
+            .ok_or_else(|| ContainerError::Integrity {
+                what: "the header's encryption flag".into(),
+            })?;
         let master = master.unwrap_or_default();
         // The header is authentic: its algorithm is the one the key was made for.
         if master.len() != algorithm.key_len() {
@@ -142,7 +149,11 @@ impl<'a> Container<'a> {
                 file: algorithm.name(),
             });
         }
-        Ok(Some(keys.with_encryption(master, &self.header.salt, algorithm)?))
+        Ok(Some(keys.with_encryption(
+            master,
+            &self.header.salt,
+            algorithm,
+        )?))
     }
 
     /// Verifies the whole file: the key identifier, the metadata tag (every byte before
@@ -162,13 +173,20 @@ impl<'a> Container<'a> {
             .iter()
             .find(|s| s.kind == SectionKind::Weights as u32)
             .ok_or(ContainerError::MissingSection("weights"))?;
-        let mut spans: Vec<(u64, u64)> =
-            self.fields.iter().flatten().map(|f| (f.offset, f.offset + f.length)).collect();
+        let mut spans: Vec<(u64, u64)> = self
+            .fields
+            .iter()
+            .flatten()
+            .map(|f| (f.offset, f.offset + f.length))
+            .collect();
         spans.sort_unstable();
         let end = weights.offset + weights.length;
         let mut pos = weights.offset;
         for (start, stop) in spans.into_iter().chain(std::iter::once((end, end))) {
-            if let Some(k) = self.bytes[pos as usize..start as usize].iter().position(|&b| b != 0) {
+            if let Some(k) = self.bytes[pos as usize..start as usize]
+                .iter()
+                .position(|&b| b != 0)
+            {
                 return Err(ContainerError::Integrity {
                     what: format!("the zero padding at byte {}", pos + k as u64),
                 });
@@ -267,15 +285,27 @@ impl<'a> Container<'a> {
         let table = self.header.section_table_offset;
         let mut covered: Vec<(u64, u64)> = vec![
             (0, HEADER_SIZE as u64),
-            (table, table + (self.sections.len() * SECTION_ENTRY_SIZE) as u64),
+            (
+                table,
+                table + (self.sections.len() * SECTION_ENTRY_SIZE) as u64,
+            ),
         ];
-        covered.extend(self.sections.iter().map(|s| (s.offset, s.offset + s.length)));
+        covered.extend(
+            self.sections
+                .iter()
+                .map(|s| (s.offset, s.offset + s.length)),
+        );
         covered.sort_unstable();
         let file_end = self.bytes.len() as u64;
         let mut pos = 0u64;
-        for (start, end) in covered.into_iter().chain(std::iter::once((file_end, file_end))) {
+        for (start, end) in covered
+            .into_iter()
+            .chain(std::iter::once((file_end, file_end)))
+        {
             if start > pos
-                && let Some(k) = self.bytes[pos as usize..start as usize].iter().position(|&b| b != 0)
+                && let Some(k) = self.bytes[pos as usize..start as usize]
+                    .iter()
+                    .position(|&b| b != 0)
             {
                 return Err(ContainerError::NonZeroPadding {
                     region: "the file",
@@ -284,8 +314,11 @@ impl<'a> Container<'a> {
             }
             pos = pos.max(end);
         }
-        for (range, field) in [(76..80, "reserved (76..80)"), (136..TAG_OFFSET, "reserved (136..224)")] {
-            if self.header.minor <= FORMAT_MINOR && self.bytes[range].iter().any(|&b| b != 0) {
+        for (range, field) in [
+            (76..80, "reserved (76..80)"),
+            (136..TAG_OFFSET, "reserved (136..224)"),
+        ] {
+            if !newer_minor(self.header.minor) && self.bytes[range].iter().any(|&b| b != 0) {
                 return Err(ContainerError::HeaderField {
                     field,
                     message: "must be zero".into(),
@@ -301,7 +334,10 @@ impl<'a> Container<'a> {
 /// that any altered byte there is an integrity error rather than a parse error. Returns
 /// the authentication keys (the caller adds the encryption key once the now-trustworthy
 /// header names the algorithm), or `None` for an unencrypted file whose digest matched.
-pub fn authenticate(bytes: &[u8], master: Option<&[u8]>) -> Result<Option<FileKeys>, ContainerError> {
+pub fn authenticate(
+    bytes: &[u8],
+    master: Option<&[u8]>,
+) -> Result<Option<FileKeys>, ContainerError> {
     if bytes.len() < HEADER_SIZE {
         return Err(ContainerError::Truncated {
             what: "the header".into(),
@@ -311,7 +347,8 @@ pub fn authenticate(bytes: &[u8], master: Option<&[u8]>) -> Result<Option<FileKe
     }
     let flags = u32::from_le_bytes([bytes[24], bytes[25], bytes[26], bytes[27]]);
     let keys = if flags & FLAG_ENCRYPTED != 0 {
-        let algorithm = Algorithm::from_code(bytes[72]).map_or("an unknown algorithm", |a| a.name());
+        let algorithm =
+            Algorithm::from_code(bytes[72]).map_or("an unknown algorithm", |a| a.name());
         let master = master.ok_or(ContainerError::KeyRequired { algorithm })?;
         if !crypto::ct_eq(&key_id(master)?, &bytes[80..96]) {
             return Err(ContainerError::Integrity {
@@ -329,13 +366,19 @@ pub fn authenticate(bytes: &[u8], master: Option<&[u8]>) -> Result<Option<FileKe
     let metadata_length = u64::from_le_bytes(length);
     if metadata_length < HEADER_SIZE as u64 || metadata_length > bytes.len() as u64 {
         return Err(ContainerError::Integrity {
-            what: format!("the metadata length ({metadata_length} bytes of a {}-byte file)", bytes.len()),
+            what: format!(
+                "the metadata length ({metadata_length} bytes of a {}-byte file)",
+                bytes.len()
+            ),
         });
     }
     let expected = tag(
         keys.as_ref(),
         label::METADATA,
-        &[&bytes[..TAG_OFFSET], &bytes[HEADER_SIZE..metadata_length as usize]],
+        &[
+            &bytes[..TAG_OFFSET],
+            &bytes[HEADER_SIZE..metadata_length as usize],
+        ],
     );
     if !crypto::ct_eq(&expected, &bytes[TAG_OFFSET..TAG_OFFSET + 32]) {
         return Err(ContainerError::Integrity {
@@ -343,6 +386,12 @@ pub fn authenticate(bytes: &[u8], master: Option<&[u8]>) -> Result<Option<FileKe
         });
     }
     Ok(keys)
+}
+
+/// True for files of a newer minor version than this reader, whose reserved bytes,
+/// unknown flags and optional unknown sections are ignored rather than refused.
+fn newer_minor(minor: u16) -> bool {
+    minor > FORMAT_MINOR
 }
 
 fn slice<'b>(bytes: &'b [u8], s: &SectionEntry) -> &'b [u8] {
@@ -404,7 +453,7 @@ fn parse_header(bytes: &[u8]) -> Result<Header, ContainerError> {
         });
     }
     let flags = r.u32("flags")?;
-    if minor <= FORMAT_MINOR && flags & !KNOWN_FLAGS != 0 {
+    if !newer_minor(minor) && flags & !KNOWN_FLAGS != 0 {
         return Err(ContainerError::HeaderField {
             field: "flags",
             message: format!("has unknown bits {:#x}", flags & !KNOWN_FLAGS),
@@ -562,11 +611,11 @@ fn parse_sections(bytes: &[u8], header: &Header) -> Result<Vec<SectionEntry>, Co
             kind: entry.kind_name(),
             message,
         };
-        if reserved != 0 && header.minor <= FORMAT_MINOR {
+        if reserved != 0 && !newer_minor(header.minor) {
             return Err(err("reserved field must be zero".into()));
         }
         if SectionKind::from_code(kind).is_none()
-            && (flags & SECTION_REQUIRED != 0 || header.minor <= FORMAT_MINOR)
+            && (flags & SECTION_REQUIRED != 0 || !newer_minor(header.minor))
         {
             return Err(err(
                 "is a section kind this nnc does not know, and the file requires it".into(),

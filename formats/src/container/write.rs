@@ -6,8 +6,8 @@ use super::binary::Writer;
 use super::read::ArenaSlot;
 use super::{
     ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FLAG_REPRODUCIBLE, FORMAT_MAJOR,
-    FORMAT_MINOR, FileKeys, HEADER_SIZE, MAGIC, METADATA_LENGTH_OFFSET, SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionKind,
-    TAG_OFFSET, dtype_code, field_tag, key_id, label, tag,
+    FORMAT_MINOR, FileKeys, HEADER_SIZE, MAGIC, METADATA_LENGTH_OFFSET, SECTION_ENTRY_SIZE,
+    SECTION_REQUIRED, SectionKind, TAG_OFFSET, dtype_code, field_tag, key_id, label, tag,
 };
 use crate::crypto::{self, Key, Mode};
 use crate::nn::{Lifetime, Model, Pool};
@@ -66,6 +66,26 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
         ));
     }
     let graph = &model.main;
+    let too_high = |rank: usize| rank > u8::MAX as usize;
+    if let Some(i) = graph
+        .operands
+        .iter()
+        .position(|o| too_high(o.dimensions.len()))
+    {
+        return Err(ContainerError::Unwritable(format!(
+            "operand {i} has rank above 255"
+        )));
+    }
+    if model
+        .input_info
+        .iter()
+        .chain(&model.output_info)
+        .any(|io| too_high(io.dims.len()))
+    {
+        return Err(ContainerError::Unwritable(
+            "a model input or output has rank above 255".into(),
+        ));
+    }
     // Each CONSTANT_REFERENCE operand goes into the field of the first operation that
     // reads it; a later reader refers to that field.
     let mut owner: Vec<Option<usize>> = vec![None; graph.operands.len()];
@@ -306,7 +326,8 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
     // The metadata tag covers every byte before the weights (their own tags, in the
     // operator info, cover them), except the tag itself.
     let metadata_length = weights_offset as usize;
-    out[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8].copy_from_slice(&weights_offset.to_le_bytes());
+    out[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8]
+        .copy_from_slice(&weights_offset.to_le_bytes());
     let parts: Vec<&[u8]> = vec![&out[..TAG_OFFSET], &out[HEADER_SIZE..metadata_length]];
     let metadata = tag(keys.as_ref(), label::METADATA, &parts);
     out[TAG_OFFSET..TAG_OFFSET + 32].copy_from_slice(&metadata);
@@ -332,12 +353,13 @@ fn encrypt_fields(
     // Largest fields first, dealt round-robin, to balance the work.
     let mut order: Vec<usize> = (0..fields.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(fields[i].plaintext.len()));
-    let results: Vec<Result<Vec<(usize, Vec<u8>)>, ContainerError>> = std::thread::scope(|scope| {
+    type Encrypted = Result<Vec<(usize, Vec<u8>)>, ContainerError>;
+    let results: Vec<Encrypted> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
                 let mine: Vec<usize> = order.iter().copied().skip(w).step_by(workers).collect();
                 let fields = &*fields;
-                scope.spawn(move || -> Result<Vec<(usize, Vec<u8>)>, ContainerError> {
+                scope.spawn(move || -> Encrypted {
                     let key = keys
                         .encryption
                         .as_ref()

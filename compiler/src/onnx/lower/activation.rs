@@ -18,7 +18,7 @@ impl Lowerer<'_> {
         }
         let x = self.tensor(n, 0)?;
         let float = self.operand_type(x) == OperandType::TensorFloat32;
-        if !float && !(op == "Relu" && x.dtype != DataType::Bool) {
+        if !(float || op == "Relu" && x.dtype != DataType::Bool) {
             return unsupported(format!("{op} on {} tensors is not supported", x.dtype));
         }
         let attr = |name: &str, default: f32| n.attrs.float_or(name, default);
@@ -157,7 +157,7 @@ impl Lowerer<'_> {
             _ if !float => None,
             (Some(l), Some(h)) if l == 0.0 && h == 6.0 => Some(OperationType::Relu6),
             (Some(l), Some(h)) if l == -1.0 && h == 1.0 => Some(OperationType::Relu1),
-            (Some(l), None) if l == 0.0 => Some(OperationType::Relu),
+            (Some(0.0), None) => Some(OperationType::Relu),
             (Some(l), Some(h)) if l == 0.0 && h >= f64::from(f32::MAX) => Some(OperationType::Relu),
             _ => None,
         };

@@ -139,7 +139,7 @@ impl Lowerer<'_> {
     }
 
     /// Back from 4-D NCHW to the ONNX rank.
-    pub(super) fn from_4d(&mut self, n: &Node, y: u32, rank: usize) -> NResult<u32> {
+    pub(super) fn back_from_4d(&mut self, n: &Node, y: u32, rank: usize) -> NResult<u32> {
         if rank == 4 {
             return Ok(y);
         }
@@ -247,7 +247,7 @@ impl Lowerer<'_> {
         }
         let yh = self.emit(n, op, inputs)?;
         let y4 = self.to_nchw(n, yh)?;
-        let y = self.from_4d(n, y4, rank)?;
+        let y = self.back_from_4d(n, y4, rank)?;
         self.set_tensor(n, 0, y, DataType::F32, false);
         Ok(())
     }
@@ -397,7 +397,7 @@ impl Lowerer<'_> {
             yh = self.emit(n, OperationType::Add, vec![yh, b, act])?;
         }
         let y4 = self.to_nchw(n, yh)?;
-        let y = self.from_4d(n, y4, rank)?;
+        let y = self.back_from_4d(n, y4, rank)?;
         self.set_tensor(n, 0, y, DataType::F32, false);
         Ok(())
     }

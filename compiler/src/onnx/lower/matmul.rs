@@ -67,7 +67,8 @@ impl Lowerer<'_> {
                     // scalar) is a bias; [M, 1] or [M, N] is added afterwards.
                     Some(Value::Const(c))
                         if c.element_count() == 1
-                            || (c.shape.last() == Some(&units) && c.shape.iter().rev().skip(1).all(|&d| d == 1)) =>
+                            || (c.shape.last() == Some(&units)
+                                && c.shape.iter().rev().skip(1).all(|&d| d == 1)) =>
                     {
                         let cb = constant::broadcast_to(c, &[units])?;
                         Some(

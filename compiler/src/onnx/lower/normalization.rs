@@ -111,7 +111,7 @@ impl Lowerer<'_> {
         let act = self.i32_const(0);
         let yh = self.emit(n, OperationType::Add, vec![scaled, b, act])?;
         let y4 = self.to_nchw(n, yh)?;
-        let y = self.from_4d(n, y4, rank)?;
+        let y = self.back_from_4d(n, y4, rank)?;
         self.set_tensor(n, 0, y, DataType::F32, false);
         Ok(())
     }

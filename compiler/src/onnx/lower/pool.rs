@@ -57,11 +57,7 @@ impl Lowerer<'_> {
                 if (ceil_out - 1) * i64::from(s) >= i64::from(input) + i64::from(a) {
                     ceil_out -= 1;
                 }
-                if ceil_out > floor_out {
-                    (s - 1) as u32
-                } else {
-                    0
-                }
+                if ceil_out > floor_out { s - 1 } else { 0 }
             };
             extra_h = extra(h, sp.kernel[0], sp.strides[0], top, bottom);
             extra_w = extra(w, sp.kernel[1], sp.strides[1], left, right);
@@ -102,7 +98,7 @@ impl Lowerer<'_> {
         }
         let yh = self.emit(n, op, inputs)?;
         let y4 = self.to_nchw(n, yh)?;
-        let y = self.from_4d(n, y4, rank)?;
+        let y = self.back_from_4d(n, y4, rank)?;
         self.set_tensor(n, 0, y, x.dtype, false);
         Ok(())
     }

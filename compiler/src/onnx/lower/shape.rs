@@ -707,7 +707,8 @@ impl Lowerer<'_> {
                     ))],
                     &n.label,
                 )?[0];
-                let extent = self.scalar_tensor(nnc_formats::nn::OperandType::TensorInt32, f64::from(dim));
+                let extent =
+                    self.scalar_tensor(nnc_formats::nn::OperandType::TensorInt32, f64::from(dim));
                 let act = self.i32_const(0);
                 let shift = self.emit(n, OperationType::Mul, vec![negative, extent, act])?;
                 let act = self.i32_const(0);
@@ -876,7 +877,7 @@ impl Lowerer<'_> {
             .attrs
             .int("blocksize")?
             .ok_or_else(|| NodeError::Invalid("blocksize is required".into()))?;
-        if bs < 1 || bs > 1 << 16 {
+        if !(1..=1 << 16).contains(&bs) {
             return invalid(format!("blocksize {bs} is out of range"));
         }
         let mut input = x.operand;
