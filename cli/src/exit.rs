@@ -26,6 +26,15 @@ pub fn code_for(err: &anyhow::Error) -> u8 {
                 _ => DATA_ERROR,
             };
         }
+        if let Some(e) = cause.downcast_ref::<nnc_runtime::RuntimeError>() {
+            use nnc_runtime::RuntimeError as R;
+            return match e {
+                R::UnsupportedOperations(_) | R::Unsupported { .. } => UNSUPPORTED,
+                R::Load(c) if !c.is_integrity() => DATA_ERROR,
+                R::InvalidModel(_) | R::Input { .. } => DATA_ERROR,
+                _ => FAILURE,
+            };
+        }
         if let Some(e) = cause.downcast_ref::<nnc_formats::container::ContainerError>() {
             return if e.is_integrity() {
                 FAILURE

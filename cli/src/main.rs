@@ -4,6 +4,7 @@ mod commands;
 mod exit;
 mod keys;
 mod output;
+mod tensors;
 
 use std::process::ExitCode;
 
@@ -30,6 +31,10 @@ enum Command {
     Verify(commands::verify::Args),
     /// Generate a random weight-encryption key.
     Keygen(commands::keygen::Args),
+    /// Run a model on tensor files.
+    Run(commands::run::Args),
+    /// Compare two tensor files within a tolerance.
+    Compare(commands::compare::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +45,8 @@ fn main() -> ExitCode {
         Command::Compile(args) => commands::compile::run(args),
         Command::Verify(args) => commands::verify::run(args),
         Command::Keygen(args) => commands::keygen::run(args),
+        Command::Run(args) => commands::run::run(args),
+        Command::Compare(args) => commands::compare::run(args),
     };
     match result {
         Ok(code) => code,

@@ -52,6 +52,18 @@ pub enum RuntimeError {
     #[error("{operation}: not supported: {reason}")]
     Unsupported { operation: OpRef, reason: String },
 
+    /// Several operations have no kernel: every one of them, listed at once.
+    #[error("{} operation(s) cannot run: {}", .0.len(), .0.iter().map(|(op, why)| format!("{op}: {why}")).collect::<Vec<_>>().join("; "))]
+    UnsupportedOperations(Vec<(OpRef, String)>),
+
+    /// A file could not be read.
+    #[error("cannot read {path}: {message}")]
+    Io { path: String, message: String },
+
+    /// The model file could not be loaded: malformed, tampered, or the wrong key.
+    #[error("cannot load the model: {0}")]
+    Load(#[from] nnc_formats::container::ContainerError),
+
     /// An operation's parameters or data are invalid (found at build or run time).
     #[error("{operation}: {message}")]
     Operation { operation: OpRef, message: String },

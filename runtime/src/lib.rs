@@ -28,14 +28,18 @@
 //! ```
 
 pub mod buffer;
+pub mod device;
 pub mod error;
 pub mod exec;
 pub mod kernels;
+pub mod model;
 pub mod tensor;
 
+pub use device::{CacheStats, SimulatedNpu};
 pub use error::{OpRef, RuntimeError};
 pub use exec::{
     ExecuteOptions, ExecutionResult, HostWeights, InputTensor, OutputBuffer, PrepareOptions,
     Program, WeightProvider, evaluate_operation,
 };
 pub use kernels::{Kernel, KernelContext, PreparedWeights};
+pub use model::{Execution, LoadOptions, PreparedModel, Timing};

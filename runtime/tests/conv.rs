@@ -711,7 +711,7 @@ fn conv_with_unsupported_type_fails_at_preparation() {
     let err = prepare(&model, 1).unwrap_err();
     let text = err.to_string();
     assert!(
-        matches!(err, nnc_runtime::RuntimeError::Unsupported { .. })
+        matches!(err, nnc_runtime::RuntimeError::UnsupportedOperations(ref ops) if ops.len() == 1)
             && text.contains("operation 0 (CONV_2D from node 'test_node')"),
         "{text}"
     );

@@ -1,9 +1,11 @@
 //! One module per subcommand, plus the options they share.
 
+pub mod compare;
 pub mod compile;
 pub mod dump;
 pub mod inspect;
 pub mod keygen;
+pub mod run;
 pub mod verify;
 
 use std::collections::HashMap;

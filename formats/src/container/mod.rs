@@ -27,7 +27,7 @@ mod read;
 mod write;
 
 pub use error::ContainerError;
-pub use read::{ArenaSlot, Container, WeightField, authenticate};
+pub use read::{ArenaSlot, Container, WeightField, authenticate, open_field, verified_field};
 pub use write::{WriteOptions, is_weight, write};
 
 use zeroize::Zeroizing;

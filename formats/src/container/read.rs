@@ -202,30 +202,19 @@ impl<'a> Container<'a> {
         keys: Option<&FileKeys>,
         op: usize,
     ) -> Result<&'a [u8], ContainerError> {
-        let field =
-            self.fields
-                .get(op)
-                .copied()
-                .flatten()
-                .ok_or_else(|| ContainerError::WeightField {
-                    operation: op,
-                    message: "does not exist".into(),
-                })?;
-        let ciphertext = &self.bytes[field.offset as usize..(field.offset + field.length) as usize];
-        let expected = field_tag(
-            keys,
-            field.index,
-            field.offset,
-            field.plaintext_length,
-            &field.iv,
-            ciphertext,
-        );
-        if !crypto::ct_eq(&expected, &field.tag) {
-            return Err(ContainerError::Integrity {
-                what: format!("weight field {} (operation {op})", field.index),
-            });
-        }
-        Ok(ciphertext)
+        let field = self.field(op)?;
+        verified_field(self.bytes, &field, keys, op)
+    }
+
+    fn field(&self, op: usize) -> Result<WeightField, ContainerError> {
+        self.fields
+            .get(op)
+            .copied()
+            .flatten()
+            .ok_or_else(|| ContainerError::WeightField {
+                operation: op,
+                message: "does not exist".into(),
+            })
     }
 
     /// Decrypts operation `op`'s weight field into `out` (replacing its contents), after
@@ -236,36 +225,8 @@ impl<'a> Container<'a> {
         op: usize,
         out: &mut Vec<u8>,
     ) -> Result<(), ContainerError> {
-        let ciphertext = self.verified_ciphertext(keys, op)?;
-        let field = self.fields[op]
-            .as_ref()
-            .ok_or_else(|| ContainerError::WeightField {
-                operation: op,
-                message: "does not exist".into(),
-            })?;
-        match (
-            keys.and_then(|k| k.encryption.as_ref()),
-            self.header.crypto.mode,
-        ) {
-            (Some(k), Some(mode)) => crypto::decrypt_into(k, mode, &field.iv, ciphertext, out)?,
-            (None, Some(_)) => {
-                return Err(ContainerError::KeyRequired {
-                    algorithm: self.header.crypto.algorithm.map_or("?", |a| a.name()),
-                });
-            }
-            _ => {
-                out.clear();
-                out.extend_from_slice(ciphertext);
-            }
-        }
-        if out.len() as u64 != field.plaintext_length {
-            // Only a tampered (yet authenticated) file could get here; treat it so.
-            out.clear();
-            return Err(ContainerError::Integrity {
-                what: format!("weight field {} (its length)", field.index),
-            });
-        }
-        Ok(())
+        let field = self.field(op)?;
+        open_field(self.bytes, &field, keys, self.header.crypto.mode, op, out)
     }
 
     /// Decrypts operation `op`'s field into a new zeroizing buffer.
@@ -394,6 +355,73 @@ fn newer_minor(minor: u16) -> bool {
     minor > FORMAT_MINOR
 }
 
+/// The ciphertext of a field inside `bytes`, after checking its tag. Takes the whole
+/// file's bytes so that a device holding a memory map re-checks a field each time it
+/// reads it (the file may have changed under the mapping since it was verified).
+pub fn verified_field<'b>(
+    bytes: &'b [u8],
+    field: &WeightField,
+    keys: Option<&FileKeys>,
+    op: usize,
+) -> Result<&'b [u8], ContainerError> {
+    let end = field
+        .offset
+        .checked_add(field.length)
+        .filter(|&e| e <= bytes.len() as u64)
+        .ok_or_else(|| ContainerError::Integrity {
+            what: format!("weight field {} (beyond the end of the file)", field.index),
+        })?;
+    let ciphertext = &bytes[field.offset as usize..end as usize];
+    let expected = field_tag(
+        keys,
+        field.index,
+        field.offset,
+        field.plaintext_length,
+        &field.iv,
+        ciphertext,
+    );
+    if !crypto::ct_eq(&expected, &field.tag) {
+        return Err(ContainerError::Integrity {
+            what: format!("weight field {} (operation {op})", field.index),
+        });
+    }
+    Ok(ciphertext)
+}
+
+/// Verifies and decrypts one field of `bytes` into `out` (replacing its contents; on error
+/// `out` is left empty).
+pub fn open_field(
+    bytes: &[u8],
+    field: &WeightField,
+    keys: Option<&FileKeys>,
+    mode: Option<Mode>,
+    op: usize,
+    out: &mut Vec<u8>,
+) -> Result<(), ContainerError> {
+    let ciphertext = verified_field(bytes, field, keys, op)?;
+    match (keys.and_then(|k| k.encryption.as_ref()), mode) {
+        (Some(k), Some(mode)) => crypto::decrypt_into(k, mode, &field.iv, ciphertext, out)?,
+        (None, Some(_)) => {
+            out.clear();
+            return Err(ContainerError::Integrity {
+                what: "the file's keys (an encrypted file read without them)".into(),
+            });
+        }
+        _ => {
+            out.clear();
+            out.extend_from_slice(ciphertext);
+        }
+    }
+    if out.len() as u64 != field.plaintext_length {
+        // Only a tampered (yet authenticated) file could get here; treat it so.
+        out.clear();
+        return Err(ContainerError::Integrity {
+            what: format!("weight field {} (its length)", field.index),
+        });
+    }
+    Ok(())
+}
+
 fn slice<'b>(bytes: &'b [u8], s: &SectionEntry) -> &'b [u8] {
     &bytes[s.offset as usize..(s.offset + s.length) as usize]
 }
@@ -403,6 +431,14 @@ fn find(sections: &[SectionEntry], kind: SectionKind) -> Result<&SectionEntry, C
         .iter()
         .find(|s| s.kind == kind as u32)
         .ok_or(ContainerError::MissingSection(kind.name()))
+}
+
+impl Header {
+    /// Reads and checks the fixed header alone (what a host does before handing the
+    /// rest of the file to a device).
+    pub fn read(bytes: &[u8]) -> Result<Header, ContainerError> {
+        parse_header(bytes)
+    }
 }
 
 fn parse_header(bytes: &[u8]) -> Result<Header, ContainerError> {

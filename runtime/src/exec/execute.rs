@@ -299,6 +299,12 @@ impl Program {
     /// the int32 range is an error), and a source-level rank-0 value is accepted and
     /// returned as such.
     pub fn execute_host(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+        self.execute_host_timed(inputs).map(|(outputs, _)| outputs)
+    }
+
+    /// [`Program::execute_host`], also returning the time spent running operations
+    /// (excluding the conversion of inputs and outputs).
+    pub fn execute_host_timed(&self, inputs: &[HostTensor]) -> Result<(Vec<HostTensor>, Duration)> {
         if inputs.len() != self.input_count() {
             return Err(RuntimeError::Count {
                 what: "inputs",
@@ -315,12 +321,14 @@ impl Program {
             .map(|(s, d)| InputTensor::with_shape(s, d))
             .collect();
         let mut sink = OwnedSink::default();
+        let start = Instant::now();
         let shapes = self.run(&views, &mut sink)?;
+        let device = start.elapsed();
         let mut result = Vec::with_capacity(shapes.len());
         for (k, (shape, bytes)) in shapes.into_iter().zip(sink.outputs).enumerate() {
             result.push(self.host_output(k, shape, bytes)?);
         }
-        Ok(result)
+        Ok((result, device))
     }
 
     fn host_input(&self, k: usize, t: &HostTensor) -> Result<(Vec<usize>, Vec<u8>)> {

@@ -138,9 +138,21 @@ impl Program {
                 _ => None,
             }
         };
+        // Build every kernel before failing, so that all unsupported operations are
+        // reported together.
         let mut kernels = Vec::with_capacity(n_ops);
+        let mut unsupported = Vec::new();
         for (i, op) in ops.iter().enumerate() {
-            kernels.push(kernels::build(op, operands, inline).map_err(|e| e.locate(i, op))?);
+            match kernels::build(op, operands, inline).map_err(|e| e.locate(i, op)) {
+                Ok(k) => kernels.push(k),
+                Err(RuntimeError::Unsupported { operation, reason }) => {
+                    unsupported.push((operation, reason))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if !unsupported.is_empty() {
+            return Err(RuntimeError::UnsupportedOperations(unsupported));
         }
 
         let mut storage: Vec<Storage> = operands

@@ -1,0 +1,268 @@
+//! `nnc run`: execute a model (compiled, or compiled in memory from a source model) on
+//! tensor files.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use nnc_compiler::emit::{self, EmitOptions};
+use nnc_formats::crypto::Mode;
+use nnc_formats::nn::IoInfo;
+use nnc_formats::tensor::HostTensor;
+use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
+use serde_json::json;
+
+use crate::keys::KeyArgs;
+use crate::output;
+use crate::tensors::{self, TensorFormat};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A compiled .nnc, or an .onnx/.tflite model (compiled in memory first).
+    pub model: PathBuf,
+    #[command(flatten)]
+    pub key: KeyArgs,
+    /// An input tensor file (.npy or ONNX .pb), as NAME=FILE or by position (repeatable).
+    #[arg(long = "input", value_name = "[NAME=]FILE")]
+    pub inputs: Vec<String>,
+    /// A directory holding input_0.npy|pb, input_1.npy|pb, ... in model input order.
+    #[arg(long, value_name = "DIR")]
+    pub input_dir: Option<PathBuf>,
+    /// Where to write output_0, output_1, ... in model output order.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub output_dir: PathBuf,
+    /// File format of the outputs.
+    #[arg(long, value_enum, default_value = "npy")]
+    pub output_format: TensorFormat,
+    /// Print preparation and execution times.
+    #[arg(long)]
+    pub timing: bool,
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Threads for the CPU kernels.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: u16,
+    /// Bound the simulated NPU's parameter cache (bytes): weights beyond it are evicted
+    /// and decrypted again when next used. Unbounded by default.
+    #[arg(long, value_name = "BYTES")]
+    pub parameter_cache: Option<u64>,
+    /// Fix a dynamic input dimension of a source model: NAME=1x3x224x224 (repeatable).
+    #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = super::parse_input_shape)]
+    pub input_shapes: Vec<(String, Vec<u32>)>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let mut npu = SimulatedNpu::new("npu0");
+    if let Some(bytes) = args.parameter_cache {
+        npu = npu.with_cache_capacity(bytes);
+    }
+    let options = LoadOptions {
+        threads: usize::from(args.threads),
+    };
+    let start = Instant::now();
+    let model = if super::is_compiled(&args.model)? {
+        if args.key.given() {
+            let key = args.key.require_raw(&args.model.display().to_string())?;
+            npu.install_key(&key);
+        }
+        PreparedModel::load_file(&args.model, &npu, &options)
+            .with_context(|| format!("cannot load {}", args.model.display()))?
+    } else {
+        if args.key.given() {
+            bail!(
+                "{} is a source model: it is compiled in memory without encryption, so it takes no key",
+                args.model.display()
+            );
+        }
+        let lowered = super::lower(
+            &args.model,
+            &super::lower_options(&args.input_shapes, false)?,
+        )?;
+        let bytes = emit::emit(
+            &lowered.model,
+            EmitOptions {
+                key: None,
+                mode: Mode::Ctr,
+                reproducible: true,
+                extra_sections: Vec::new(),
+            },
+        )?;
+        PreparedModel::load_bytes(bytes, &npu, &options)
+            .with_context(|| format!("cannot prepare {}", args.model.display()))?
+    };
+    let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
+    let inputs = gather_inputs(&args, model.inputs())?;
+    let (outputs, timing) = model.run_timed(&inputs).context("execution failed")?;
+    std::fs::create_dir_all(&args.output_dir)
+        .with_context(|| format!("cannot create {}", args.output_dir.display()))?;
+    let mut reported = Vec::new();
+    for (k, (tensor, info)) in outputs.iter().zip(model.outputs()).enumerate() {
+        let file = args
+            .output_dir
+            .join(format!("output_{k}.{}", args.output_format.extension()));
+        output::write_atomic(
+            &file,
+            &tensors::encode(tensor, &info.name, args.output_format),
+        )?;
+        reported.push(json!({
+            "name": info.name,
+            "shape": tensor.shape,
+            "dtype": tensor.dtype.name(),
+            "file": file.display().to_string(),
+        }));
+    }
+    let execute_ms = timing.in_driver.as_secs_f64() * 1e3;
+    if args.json {
+        let report = json!({
+            "schema": "nnc.run/1",
+            "model": args.model.display().to_string(),
+            "outputs": reported,
+            "timing": {
+                "prepare_ms": prepare_ms,
+                "execute_ms": execute_ms,
+                "on_device_ms": timing.on_device.as_secs_f64() * 1e3,
+            },
+            "cache": "none",
+            "device": npu.name(),
+            "parameter_cache": model.cache_stats(),
+        });
+        output::stdout(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
+    } else {
+        let mut text = String::new();
+        for r in &reported {
+            text.push_str(&format!(
+                "{} {} {:?} -> {}\n",
+                r["name"].as_str().unwrap_or(""),
+                r["dtype"].as_str().unwrap_or(""),
+                r["shape"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|d| d.as_u64()).collect::<Vec<_>>())
+                    .unwrap_or_default(),
+                r["file"].as_str().unwrap_or("")
+            ));
+        }
+        if args.timing {
+            text.push_str(&format!(
+                "timing: prepare {prepare_ms:.2} ms, execute {execute_ms:.2} ms (on device {:.2} ms)\n",
+                timing.on_device.as_secs_f64() * 1e3
+            ));
+        }
+        output::stdout(&text)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The input tensors in model input order, from --input and --input-dir, each checked
+/// against what the model declares.
+fn gather_inputs(args: &Args, declared: &[IoInfo]) -> anyhow::Result<Vec<HostTensor>> {
+    let mut files: Vec<Option<PathBuf>> = vec![None; declared.len()];
+    if let Some(dir) = &args.input_dir {
+        for (k, slot) in files.iter_mut().enumerate() {
+            let found = ["npy", "pb"]
+                .iter()
+                .map(|ext| dir.join(format!("input_{k}.{ext}")))
+                .find(|p| p.is_file());
+            match found {
+                Some(p) => *slot = Some(p),
+                None => bail!(
+                    "{} has no input_{k}.npy or input_{k}.pb (input '{}')",
+                    dir.display(),
+                    declared[k].name
+                ),
+            }
+        }
+    }
+    let names: HashSet<&str> = declared.iter().map(|d| d.name.as_str()).collect();
+    let mut next_positional = 0;
+    for entry in &args.inputs {
+        let named = entry
+            .split_once('=')
+            .filter(|(name, _)| names.contains(name));
+        let (k, path) = match named {
+            Some((name, path)) => (
+                declared.iter().position(|d| d.name == name).unwrap_or(0),
+                path,
+            ),
+            None => {
+                while next_positional < files.len() && files[next_positional].is_some() {
+                    next_positional += 1;
+                }
+                if next_positional >= files.len() {
+                    bail!(
+                        "too many inputs: the model takes {} ({})",
+                        declared.len(),
+                        input_list(declared)
+                    );
+                }
+                (next_positional, entry.as_str())
+            }
+        };
+        files[k] = Some(PathBuf::from(path));
+    }
+    let missing: Vec<String> = files
+        .iter()
+        .zip(declared)
+        .filter(|(f, _)| f.is_none())
+        .map(|(_, d)| format!("'{}'", d.name))
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "missing input(s) {}: give them with --input [NAME=]FILE or --input-dir DIR",
+            missing.join(", ")
+        );
+    }
+    files
+        .iter()
+        .zip(declared)
+        .enumerate()
+        .map(|(k, (file, info))| {
+            let path = file.as_deref().unwrap_or(Path::new(""));
+            let t = tensors::read(path)?;
+            check_input(k, info, &t, path)?;
+            Ok(t)
+        })
+        .collect()
+}
+
+fn input_list(declared: &[IoInfo]) -> String {
+    declared
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn check_input(k: usize, info: &IoInfo, t: &HostTensor, path: &Path) -> anyhow::Result<()> {
+    if t.dtype != info.dtype {
+        bail!(
+            "input '{}' (#{k}) expects {}, but {} holds {}",
+            info.name,
+            info.dtype,
+            path.display(),
+            t.dtype
+        );
+    }
+    let fits = t.shape.len() == info.dims.len()
+        && t.shape
+            .iter()
+            .zip(&info.dims)
+            .all(|(&a, &d)| d == 0 || a == d as usize);
+    if !fits {
+        let dims: Vec<String> = info
+            .dims
+            .iter()
+            .map(|&d| if d == 0 { "?".into() } else { d.to_string() })
+            .collect();
+        bail!(
+            "input '{}' (#{k}) expects shape [{}], but {} holds {:?}",
+            info.name,
+            dims.join(", "),
+            path.display(),
+            t.shape
+        );
+    }
+    Ok(())
+}

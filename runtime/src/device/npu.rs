@@ -1,0 +1,236 @@
+//! The simulated NPU and the weight provider it gives the executor.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use nnc_formats::container::{
+    Container, ContainerError, CryptoConfig, FileKeys, WeightField, authenticate, open_field,
+};
+use nnc_formats::crypto::Mode;
+use nnc_formats::nn::{Lifetime, Model};
+use zeroize::Zeroizing;
+
+use super::cache::{CacheStats, ParameterCache};
+use super::key_store::KeyStore;
+use crate::error::{OpRef, Result, RuntimeError};
+use crate::exec::WeightProvider;
+use crate::kernels::{Kernel, PreparedWeights};
+
+/// The device's crypto control register, programmed by the host from a file's header.
+pub type CryptoRegister = CryptoConfig;
+
+/// A simulated NPU: a write-only key store and a bounded parameter cache per model.
+#[derive(Debug)]
+pub struct SimulatedNpu {
+    name: String,
+    key_store: KeyStore,
+    /// Parameter-cache capacity in bytes per loaded model; `None` = unbounded.
+    cache_capacity: Option<u64>,
+}
+
+impl SimulatedNpu {
+    /// An NPU whose parameter cache holds every prepared weight (unbounded).
+    pub fn new(name: impl Into<String>) -> SimulatedNpu {
+        SimulatedNpu {
+            name: name.into(),
+            key_store: KeyStore::default(),
+            cache_capacity: None,
+        }
+    }
+
+    /// Bounds the parameter cache: weights beyond it are evicted and decrypted again on
+    /// their next use.
+    pub fn with_cache_capacity(mut self, bytes: u64) -> SimulatedNpu {
+        self.cache_capacity = Some(bytes);
+        self
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Installs the master key (write-only: nothing reads it back).
+    pub fn install_key(&self, key: &[u8]) {
+        self.key_store.install(key);
+    }
+
+    pub fn clear_key(&self) {
+        self.key_store.clear();
+    }
+
+    pub fn has_key(&self) -> bool {
+        self.key_store.has_key()
+    }
+
+    /// The device side of loading a model file whose header the host parsed into
+    /// `register`: authenticate the file with the device's own key, parse the
+    /// operator-info block, verify every weight field, and set up the decrypt path.
+    /// Returns the graph and the device's weight provider for it.
+    pub fn attach(
+        &self,
+        bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,
+        register: CryptoRegister,
+    ) -> Result<(Model, Arc<NpuWeights>)> {
+        let data: &[u8] = (*bytes).as_ref();
+        let keys = self.key_store.with_key(
+            |key| -> std::result::Result<Option<FileKeys>, ContainerError> {
+                authenticate(data, key)?;
+                let container = Container::parse(data)?;
+                container.verify(key)?;
+                container.keys(key)
+            },
+        )?;
+        let container = Container::parse(data)?;
+        if container.header.crypto != register {
+            return Err(RuntimeError::Load(ContainerError::HeaderField {
+                field: "crypto",
+                message: "the device's crypto register does not match the file's header".into(),
+            }));
+        }
+        let model = container.model.clone();
+        let refs = model
+            .main
+            .operations
+            .iter()
+            .map(|op| {
+                op.inputs
+                    .iter()
+                    .map(|&i| {
+                        let o = &model.main.operands[i as usize];
+                        (o.lifetime == Lifetime::ConstantReference).then(|| {
+                            (
+                                o.location.pool_index as usize,
+                                o.location.offset as usize,
+                                o.location.length as usize,
+                            )
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        let weights = NpuWeights {
+            fields: container.fields.clone(),
+            bytes,
+            keys,
+            mode: register.mode,
+            refs,
+            ops: model
+                .main
+                .operations
+                .iter()
+                .enumerate()
+                .map(|(i, op)| OpRef::new(Some(i), op))
+                .collect(),
+            cache: ParameterCache::new(self.cache_capacity),
+        };
+        Ok((model, Arc::new(weights)))
+    }
+}
+
+/// Where each weight input of an operation lives: (owning operation, offset in its
+/// field's plaintext, length).
+type WeightRef = Option<(usize, usize, usize)>;
+
+/// The NPU's decrypt unit and parameter cache for one loaded model. Its keys and
+/// plaintext never leave it: it hands the executor only prepared weights, which live in
+/// the cache and are zeroized when dropped.
+pub struct NpuWeights {
+    bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    fields: Vec<Option<WeightField>>,
+    keys: Option<FileKeys>,
+    mode: Option<Mode>,
+    refs: Vec<Vec<WeightRef>>,
+    ops: Vec<OpRef>,
+    cache: ParameterCache,
+}
+
+impl NpuWeights {
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    fn prepare(&self, operation: usize, kernel: &dyn Kernel) -> Result<Arc<PreparedWeights>> {
+        let (Some(op), Some(refs)) = (self.ops.get(operation), self.refs.get(operation)) else {
+            return Err(RuntimeError::Internal(format!(
+                "weights asked for missing operation {operation}"
+            )));
+        };
+        let opref = || op.clone();
+        // Decrypt each field this operation reads once (a shared constant may live in
+        // another operation's field), verifying its tag against the bytes as they are now.
+        let mut plaintext: HashMap<usize, Zeroizing<Vec<u8>>> = HashMap::new();
+        for &(owner, _, _) in refs.iter().flatten() {
+            if plaintext.contains_key(&owner) {
+                continue;
+            }
+            let field =
+                self.fields
+                    .get(owner)
+                    .copied()
+                    .flatten()
+                    .ok_or_else(|| RuntimeError::Weights {
+                        operation: opref(),
+                        message: format!("weight field of operation {owner} is missing"),
+                    })?;
+            let mut buf = Zeroizing::new(Vec::new());
+            open_field(
+                (*self.bytes).as_ref(),
+                &field,
+                self.keys.as_ref(),
+                self.mode,
+                owner,
+                &mut buf,
+            )?;
+            self.cache.decryptions.fetch_add(1, Ordering::Relaxed);
+            plaintext.insert(owner, buf);
+        }
+        let mut slices: Vec<Option<&[u8]>> = Vec::with_capacity(refs.len());
+        for r in refs {
+            slices.push(match r {
+                Some((owner, offset, length)) => {
+                    let field = &plaintext[owner];
+                    let slice = offset
+                        .checked_add(*length)
+                        .and_then(|end| field.get(*offset..end))
+                        .ok_or_else(|| RuntimeError::Weights {
+                            operation: opref(),
+                            message: format!("a weight lies outside field {owner}"),
+                        })?;
+                    Some(slice)
+                }
+                None => None,
+            });
+        }
+        let prepared = kernel.prepare_weights(&slices).map_err(|e| match e {
+            RuntimeError::Kernel(message) => RuntimeError::Operation {
+                operation: opref(),
+                message,
+            },
+            other => other,
+        })?;
+        Ok(Arc::new(prepared))
+        // `plaintext` is dropped (zeroized) here: only the prepared form remains.
+    }
+}
+
+impl WeightProvider for NpuWeights {
+    fn weights(&self, operation: usize, kernel: &dyn Kernel) -> Result<Arc<PreparedWeights>> {
+        if let Some(w) = self.cache.get(operation) {
+            return Ok(w);
+        }
+        let w = self.prepare(operation, kernel)?;
+        self.cache.insert(operation, &w);
+        Ok(w)
+    }
+
+    /// An unbounded cache is filled at load (execution then never decrypts); a bounded
+    /// one fills on demand.
+    fn preload(&self, operation: usize, kernel: &dyn Kernel) -> Result<()> {
+        if self.cache.is_bounded() {
+            Ok(())
+        } else {
+            self.weights(operation, kernel).map(|_| ())
+        }
+    }
+}
