@@ -98,13 +98,11 @@ impl SimulatedNpu {
                     .iter()
                     .map(|&i| {
                         let o = &model.main.operands[i as usize];
-                        (o.lifetime == Lifetime::ConstantReference).then(|| {
-                            (
-                                o.location.pool_index as usize,
-                                o.location.offset as usize,
-                                o.location.length as usize,
-                            )
-                        })
+                        (o.lifetime == Lifetime::ConstantReference).then_some((
+                            o.location.pool_index as usize,
+                            o.location.offset as usize,
+                            o.location.length as usize,
+                        ))
                     })
                     .collect()
             })
