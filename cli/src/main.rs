@@ -35,6 +35,8 @@ enum Command {
     Run(commands::run::Args),
     /// Compare two tensor files within a tolerance.
     Compare(commands::compare::Args),
+    /// Measure a model's execution latency on this machine.
+    Bench(commands::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +49,7 @@ fn main() -> ExitCode {
         Command::Keygen(args) => commands::keygen::run(args),
         Command::Run(args) => commands::run::run(args),
         Command::Compare(args) => commands::compare::run(args),
+        Command::Bench(args) => commands::bench::run(args),
     };
     match result {
         Ok(code) => code,

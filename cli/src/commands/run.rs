@@ -54,7 +54,9 @@ pub struct Args {
     pub input_shapes: Vec<(String, Vec<u32>)>,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+/// Loads the model named in `args` onto a fresh simulated NPU (compiling a source model in
+/// memory first). Returns the model and the device it lives on.
+pub fn load(args: &Args) -> anyhow::Result<(PreparedModel, SimulatedNpu)> {
     let mut npu = SimulatedNpu::new("npu0");
     if let Some(bytes) = args.parameter_cache {
         npu = npu.with_cache_capacity(bytes);
@@ -62,7 +64,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let options = LoadOptions {
         threads: usize::from(args.threads),
     };
-    let start = Instant::now();
     let model = if super::is_compiled(&args.model)? {
         if args.key.given() {
             let key = args.key.require_raw(&args.model.display().to_string())?;
@@ -93,6 +94,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         PreparedModel::load_bytes(bytes, &npu, &options)
             .with_context(|| format!("cannot prepare {}", args.model.display()))?
     };
+    Ok((model, npu))
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let start = Instant::now();
+    let (model, npu) = load(&args)?;
     let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
     let inputs = gather_inputs(&args, model.inputs())?;
     let (outputs, timing) = model.run_timed(&inputs).context("execution failed")?;
@@ -157,7 +164,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// The input tensors in model input order, from --input and --input-dir, each checked
 /// against what the model declares.
-fn gather_inputs(args: &Args, declared: &[IoInfo]) -> anyhow::Result<Vec<HostTensor>> {
+pub fn gather_inputs(args: &Args, declared: &[IoInfo]) -> anyhow::Result<Vec<HostTensor>> {
     let mut files: Vec<Option<PathBuf>> = vec![None; declared.len()];
     if let Some(dir) = &args.input_dir {
         for (k, slot) in files.iter_mut().enumerate() {

@@ -24,7 +24,8 @@ enum ReduceOp {
 
 struct Reduce {
     op: ReduceOp,
-    axes: Vec<i32>,
+    /// The axes when they are a constant; `None` reads them from input 1 at run time.
+    axes: Option<Vec<i32>>,
 }
 
 pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
@@ -47,9 +48,8 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     if t != expected {
         return Err(info.unsupported(format!("operand type {t}")));
     }
-    let axes = info
-        .i32_values(1)?
-        .ok_or_else(|| info.invalid("axes must be a constant"))?;
+    // Axes computed at run time (an NN tensor input like any other) are read per run.
+    let axes = info.i32_values(1)?;
     Ok(Box::new(Reduce { op, axes }))
 }
 
@@ -133,8 +133,16 @@ impl Kernel for Reduce {
     fn run(&self, ctx: &mut KernelContext) -> Result<()> {
         let input = ctx.input(0)?;
         let shape = input.shape;
+        let runtime_axes;
+        let axes: &[i32] = match &self.axes {
+            Some(a) => a,
+            None => {
+                runtime_axes = ctx.input(1)?.i32()?.to_vec();
+                &runtime_axes
+            }
+        };
         let mut reduced = vec![false; shape.len()];
-        for &a in &self.axes {
+        for &a in axes {
             reduced[axis(a, shape.len())?] = true;
         }
         let out = ctx.output(0)?;
