@@ -13,6 +13,7 @@ pub mod container;
 pub mod crypto;
 pub mod nn;
 pub mod npy;
+pub mod plan;
 pub mod tensor;
 #[doc(hidden)]
 pub mod test_support;

@@ -60,6 +60,10 @@ pub enum RuntimeError {
     #[error("cannot read {path}: {message}")]
     Io { path: String, message: String },
 
+    /// The file's execution plan does not fit its model.
+    #[error("the model's execution plan is invalid: {0}")]
+    InvalidPlan(String),
+
     /// The model file could not be loaded: malformed, tampered, or the wrong key.
     #[error("cannot load the model: {0}")]
     Load(#[from] nnc_formats::container::ContainerError),

@@ -15,8 +15,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nnc_formats::container::Header;
+use nnc_formats::container::{Container, Header, SectionKind};
 use nnc_formats::nn::IoInfo;
+use nnc_formats::plan::ExecutionPlan;
 use nnc_formats::tensor::HostTensor;
 
 use crate::device::{CacheStats, NpuWeights, SimulatedNpu};
@@ -24,6 +25,78 @@ use crate::error::{Result, RuntimeError};
 use crate::exec::{
     ExecuteOptions, InputTensor, OutputBuffer, PrepareOptions, Program, WeightProvider,
 };
+use crate::kernels::{Kernel, PreparedWeights};
+
+/// Where the devices a model runs on come from: a single device runs every step; a
+/// [`Devices`] set maps each device a model's execution plan names to its simulation.
+pub trait DeviceSource {
+    /// The device for a plan's device name.
+    fn device_for(&self, name: &str) -> &SimulatedNpu;
+}
+
+impl DeviceSource for SimulatedNpu {
+    fn device_for(&self, _: &str) -> &SimulatedNpu {
+        self
+    }
+}
+
+/// Several simulated devices, looked up by name; the first serves plan devices it has no
+/// match for.
+pub struct Devices {
+    devices: Vec<SimulatedNpu>,
+}
+
+impl Devices {
+    /// A set of devices; it must not be empty.
+    pub fn new(devices: Vec<SimulatedNpu>) -> Result<Devices> {
+        if devices.is_empty() {
+            return Err(RuntimeError::Internal("a device set needs at least one device".into()));
+        }
+        Ok(Devices { devices })
+    }
+
+    /// Installs the same key in every device's key store (write-only).
+    pub fn install_key(&self, key: &[u8]) {
+        for d in &self.devices {
+            d.install_key(key);
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &SimulatedNpu> {
+        self.devices.iter()
+    }
+}
+
+impl DeviceSource for Devices {
+    fn device_for(&self, name: &str) -> &SimulatedNpu {
+        self.devices.iter().find(|d| d.name() == name).unwrap_or(&self.devices[0])
+    }
+}
+
+/// Routes each operation's weight requests to the device that runs it.
+struct PlanWeights {
+    by_operation: Vec<usize>,
+    devices: Vec<Arc<NpuWeights>>,
+}
+
+impl PlanWeights {
+    fn device(&self, operation: usize) -> Result<&Arc<NpuWeights>> {
+        self.by_operation
+            .get(operation)
+            .and_then(|&d| self.devices.get(d))
+            .ok_or_else(|| RuntimeError::Internal(format!("no device runs operation {operation}")))
+    }
+}
+
+impl WeightProvider for PlanWeights {
+    fn weights(&self, operation: usize, kernel: &dyn Kernel) -> Result<Arc<PreparedWeights>> {
+        self.device(operation)?.weights(operation, kernel)
+    }
+
+    fn preload(&self, operation: usize, kernel: &dyn Kernel) -> Result<()> {
+        self.device(operation)?.preload(operation, kernel)
+    }
+}
 
 /// The bytes of a model file: memory-mapped, or owned.
 enum ModelBytes {
@@ -64,64 +137,106 @@ pub struct Timing {
 /// A loaded, verified, prepared model. Executions take `&self` and may run concurrently.
 pub struct PreparedModel {
     program: Program,
-    weights: Arc<NpuWeights>,
+    /// One per device the model runs on (one without an execution plan).
+    devices: Vec<Arc<NpuWeights>>,
+    plan: Option<ExecutionPlan>,
     header: Header,
     prepare_time: Duration,
 }
 
 impl PreparedModel {
     /// Loads a `.nnc` file through a memory map.
-    pub fn load_file(
-        path: &Path,
-        npu: &SimulatedNpu,
-        options: &LoadOptions,
-    ) -> Result<PreparedModel> {
+    pub fn load_file(path: &Path, devices: &impl DeviceSource, options: &LoadOptions) -> Result<PreparedModel> {
         let file = std::fs::File::open(path).map_err(|e| RuntimeError::Io {
             path: path.display().to_string(),
             message: e.to_string(),
         })?;
         // SAFETY: the mapping is read-only; if another process changes the file while it
         // is mapped, the bytes read may change but stay in bounds. Every weight field's
-        // tag is checked again each time the device reads it, so altered weights are
+        // tag is checked again each time a device reads it, so altered weights are
         // refused rather than used.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| RuntimeError::Io {
             path: path.display().to_string(),
             message: e.to_string(),
         })?;
-        PreparedModel::load(Arc::new(ModelBytes::Mapped(map)), npu, options)
+        PreparedModel::load(Arc::new(ModelBytes::Mapped(map)), devices, options)
     }
 
     /// Loads a `.nnc` file held in memory.
-    pub fn load_bytes(
-        bytes: Vec<u8>,
-        npu: &SimulatedNpu,
-        options: &LoadOptions,
-    ) -> Result<PreparedModel> {
-        PreparedModel::load(Arc::new(ModelBytes::Owned(bytes)), npu, options)
+    pub fn load_bytes(bytes: Vec<u8>, devices: &impl DeviceSource, options: &LoadOptions) -> Result<PreparedModel> {
+        PreparedModel::load(Arc::new(ModelBytes::Owned(bytes)), devices, options)
     }
 
-    fn load(
-        bytes: Arc<ModelBytes>,
-        npu: &SimulatedNpu,
-        options: &LoadOptions,
-    ) -> Result<PreparedModel> {
+    fn load(bytes: Arc<ModelBytes>, devices: &impl DeviceSource, options: &LoadOptions) -> Result<PreparedModel> {
         let start = Instant::now();
-        // Host side: parse the header and program the device's crypto control register.
-        let header = Header::read((*bytes).as_ref())?;
+        // Host side: parse the header and the file's public structure (the execution
+        // plan), and program each device's crypto control register.
+        let data: &[u8] = (*bytes).as_ref();
+        // Nothing of the file is trusted before a device holding the key authenticates it.
+        devices.device_for("").authenticate(data)?;
+        let header = Header::read(data)?;
         let register = header.crypto;
-        // Device side: authenticate, parse the operator info, verify, set up decryption.
-        let (model, weights) = npu.attach(bytes, register)?;
-        let provider: Arc<dyn WeightProvider> = weights.clone();
-        let program = Program::prepare(
-            &model,
-            provider,
-            &PrepareOptions {
-                threads: options.threads,
-            },
-        )?;
+        let plan = {
+            let container = Container::parse(data)?;
+            match container.section(SectionKind::ExecutionPlan) {
+                Some(section) => Some(
+                    ExecutionPlan::from_bytes(
+                        section,
+                        container.model.main.operations.len(),
+                        container.model.main.operands.len(),
+                    )
+                    .map_err(|e| RuntimeError::InvalidPlan(e.to_string()))?,
+                ),
+                None => None,
+            }
+        };
+        // Device side: each device authenticates the file, verifies the weight fields of
+        // the operations it runs, and sets up its decrypt path.
+        let shared: Arc<dyn AsRef<[u8]> + Send + Sync> = bytes;
+        let (model, attached, by_operation) = match &plan {
+            None => {
+                let (model, w) = devices.device_for("").attach(shared, register, None)?;
+                let n = model.main.operations.len();
+                (model, vec![w], vec![0; n])
+            }
+            Some(plan) => {
+                let mut attached = Vec::with_capacity(plan.devices.len());
+                let mut model = None;
+                for (d, device) in plan.devices.iter().enumerate() {
+                    let ops: Vec<usize> = plan
+                        .steps
+                        .iter()
+                        .filter(|s| s.device as usize == d)
+                        .flat_map(|s| s.operations.iter().map(|&o| o as usize))
+                        .collect();
+                    let (m, w) = devices.device_for(&device.name).attach(Arc::clone(&shared), register, Some(&ops))?;
+                    model.get_or_insert(m);
+                    attached.push(w);
+                }
+                let model = model.ok_or_else(|| RuntimeError::InvalidPlan("it lists no device".into()))?;
+                let mut by_operation = vec![0; model.main.operations.len()];
+                for step in &plan.steps {
+                    for &op in &step.operations {
+                        if let Some(slot) = by_operation.get_mut(op as usize) {
+                            *slot = step.device as usize;
+                        }
+                    }
+                }
+                (model, attached, by_operation)
+            }
+        };
+        let provider: Arc<dyn WeightProvider> = Arc::new(PlanWeights {
+            by_operation,
+            devices: attached.clone(),
+        });
+        // One program runs every step in order (steps are contiguous runs of operations),
+        // so a partitioned model computes exactly what a single-device one does; each
+        // step's weights come from its own device.
+        let program = Program::prepare(&model, provider, &PrepareOptions { threads: options.threads })?;
         Ok(PreparedModel {
             program,
-            weights,
+            devices: attached,
+            plan,
             header,
             prepare_time: start.elapsed(),
         })
@@ -151,8 +266,33 @@ impl PreparedModel {
         &self.program
     }
 
+    /// Parameter-cache counters summed over the model's devices.
     pub fn cache_stats(&self) -> CacheStats {
-        self.weights.cache_stats()
+        let mut total = CacheStats::default();
+        for d in &self.devices {
+            let s = d.cache_stats();
+            total.hits += s.hits;
+            total.misses += s.misses;
+            total.evictions += s.evictions;
+            total.decryptions += s.decryptions;
+            total.resident_bytes += s.resident_bytes;
+            total.capacity_bytes = match (total.capacity_bytes, s.capacity_bytes) {
+                (Some(a), Some(b)) => Some(a + b),
+                (None, c) if self.devices.len() == 1 => c,
+                (c, _) => c,
+            };
+        }
+        total
+    }
+
+    /// Parameter-cache counters per device, by device name.
+    pub fn device_stats(&self) -> Vec<(String, CacheStats)> {
+        self.devices.iter().map(|d| (d.device().to_string(), d.cache_stats())).collect()
+    }
+
+    /// The execution plan, when the model was partitioned.
+    pub fn plan(&self) -> Option<&ExecutionPlan> {
+        self.plan.as_ref()
     }
 
     /// Runs the model on host tensors (element types and shapes as the source model

@@ -63,25 +63,31 @@ impl SimulatedNpu {
         self.key_store.has_key()
     }
 
+    /// Authenticates a model file with the key in this device's key store (the key never
+    /// leaves the device): any altered byte before the weights, or a wrong key, fails here.
+    pub fn authenticate(&self, bytes: &[u8]) -> Result<()> {
+        self.key_store.with_key(|key| authenticate(bytes, key).map(|_| ()))?;
+        Ok(())
+    }
+
     /// The device side of loading a model file whose header the host parsed into
     /// `register`: authenticate the file with the device's own key, parse the
-    /// operator-info block, verify every weight field, and set up the decrypt path.
-    /// Returns the graph and the device's weight provider for it.
+    /// operator-info block, verify the weight fields of the operations this device runs
+    /// (`operations`; `None` = all), and set up the decrypt path. Returns the graph and the
+    /// device's weight provider for it.
     pub fn attach(
         &self,
         bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,
         register: CryptoRegister,
+        operations: Option<&[usize]>,
     ) -> Result<(Model, Arc<NpuWeights>)> {
         let data: &[u8] = (*bytes).as_ref();
-        let keys = self.key_store.with_key(
-            |key| -> std::result::Result<Option<FileKeys>, ContainerError> {
-                authenticate(data, key)?;
-                let container = Container::parse(data)?;
-                container.verify(key)?;
-                container.keys(key)
-            },
-        )?;
-        let container = Container::parse(data)?;
+        let (container, keys) = self.key_store.with_key(|key| -> std::result::Result<_, ContainerError> {
+            authenticate(data, key)?;
+            let container = Container::parse(data)?;
+            let keys = container.keys(key)?;
+            Ok((container, keys))
+        })?;
         if container.header.crypto != register {
             return Err(RuntimeError::Load(ContainerError::HeaderField {
                 field: "crypto",
@@ -89,7 +95,19 @@ impl SimulatedNpu {
             }));
         }
         let model = container.model.clone();
-        let refs = model
+        let mine: Vec<bool> = match operations {
+            None => vec![true; model.main.operations.len()],
+            Some(list) => {
+                let mut v = vec![false; model.main.operations.len()];
+                for &op in list {
+                    if let Some(slot) = v.get_mut(op) {
+                        *slot = true;
+                    }
+                }
+                v
+            }
+        };
+        let refs: Vec<Vec<WeightRef>> = model
             .main
             .operations
             .iter()
@@ -107,12 +125,25 @@ impl SimulatedNpu {
                     .collect()
             })
             .collect();
+        // Verify every field this device will read before anything runs.
+        let mut fields_needed: Vec<usize> = refs
+            .iter()
+            .enumerate()
+            .filter(|(op, _)| mine[*op])
+            .flat_map(|(_, r)| r.iter().flatten().map(|&(owner, _, _)| owner))
+            .collect();
+        fields_needed.sort_unstable();
+        fields_needed.dedup();
+        for owner in fields_needed {
+            container.verified_ciphertext(keys.as_ref(), owner)?;
+        }
         let weights = NpuWeights {
             fields: container.fields.clone(),
             bytes,
             keys,
             mode: register.mode,
             refs,
+            mine,
             ops: model
                 .main
                 .operations
@@ -121,6 +152,7 @@ impl SimulatedNpu {
                 .map(|(i, op)| OpRef::new(Some(i), op))
                 .collect(),
             cache: ParameterCache::new(self.cache_capacity),
+            device: self.name.clone(),
         };
         Ok((model, Arc::new(weights)))
     }
@@ -139,13 +171,26 @@ pub struct NpuWeights {
     keys: Option<FileKeys>,
     mode: Option<Mode>,
     refs: Vec<Vec<WeightRef>>,
+    /// The operations this device runs (others are refused).
+    mine: Vec<bool>,
     ops: Vec<OpRef>,
     cache: ParameterCache,
+    device: String,
 }
 
 impl NpuWeights {
     pub fn cache_stats(&self) -> CacheStats {
         self.cache.stats()
+    }
+
+    /// The name of the device holding these weights.
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
+    /// True when this device runs operation `op`.
+    pub fn runs(&self, op: usize) -> bool {
+        self.mine.get(op).copied().unwrap_or(false)
     }
 
     fn prepare(&self, operation: usize, kernel: &dyn Kernel) -> Result<Arc<PreparedWeights>> {
@@ -225,7 +270,7 @@ impl WeightProvider for NpuWeights {
     /// An unbounded cache is filled at load (execution then never decrypts); a bounded
     /// one fills on demand.
     fn preload(&self, operation: usize, kernel: &dyn Kernel) -> Result<()> {
-        if self.cache.is_bounded() {
+        if self.cache.is_bounded() || !self.runs(operation) {
             Ok(())
         } else {
             self.weights(operation, kernel).map(|_| ())
