@@ -9,6 +9,7 @@
 //! Nothing here depends on the compiler or the runtime: a device ships `formats` and
 //! `runtime` only.
 
+pub mod cache;
 pub mod container;
 pub mod crypto;
 pub mod nn;

@@ -1,0 +1,170 @@
+//! Data-cache files: prepared constants, sealed with AES-256-GCM under a key derived from
+//! the model's key, or checksummed with SHA-256 for an unencrypted model.
+//!
+//! AES-256-GCM because a cache hit must be fast (hardware AES and GHASH run at gigabytes
+//! per second, where re-decrypting SM4 fields is the slow path the cache exists to skip)
+//! and because it authenticates: a flipped bit, appended bytes, or another model's file
+//! fail before a byte is used. The nonce is random per file; the associated data binds
+//! the token and the file's position, so a file cannot be moved to another entry or slot.
+//!
+//! Layout: magic `NNCDCACH`, u16 version 1, u16 part, u16 part count, u8 protection
+//! (1 AES-256-GCM, 2 SHA-256), u8 reserved 0, token [32], nonce [12], u64 payload length,
+//! payload (GCM: ciphertext then 16-byte tag; SHA-256: plaintext then 32-byte digest).
+
+use aes_gcm::aead::{AeadInOut, KeyInit};
+use aes_gcm::{Aes256Gcm, Nonce};
+use zeroize::Zeroizing;
+
+use super::{CacheError, Token};
+use crate::crypto::{self, hkdf_sha256};
+
+const MAGIC: &[u8; 8] = b"NNCDCACH";
+const HEADER_LEN: usize = 8 + 2 + 2 + 2 + 1 + 1 + 32 + 12 + 8;
+const GCM: u8 = 1;
+const CHECKSUM: u8 = 2;
+
+/// The key that seals an encrypted model's data cache: HKDF-SHA-256 of the model's master
+/// key with the step's token as salt. Zeroized on drop.
+pub struct DataCacheKey(Zeroizing<Vec<u8>>);
+
+impl DataCacheKey {
+    pub fn derive(master: &[u8], token: &Token) -> Result<DataCacheKey, CacheError> {
+        let key = hkdf_sha256(master, token, b"nnc/v1 data cache key", 32).map_err(|e| CacheError::Options(e.to_string()))?;
+        Ok(DataCacheKey(key))
+    }
+}
+
+fn header(token: &Token, part: u16, count: u16, protection: u8, nonce: &[u8; 12], payload_len: u64) -> Vec<u8> {
+    let mut h = Vec::with_capacity(HEADER_LEN);
+    h.extend_from_slice(MAGIC);
+    h.extend_from_slice(&1u16.to_le_bytes());
+    h.extend_from_slice(&part.to_le_bytes());
+    h.extend_from_slice(&count.to_le_bytes());
+    h.push(protection);
+    h.push(0);
+    h.extend_from_slice(token);
+    h.extend_from_slice(nonce);
+    h.extend_from_slice(&payload_len.to_le_bytes());
+    h
+}
+
+/// Seals `plaintext` as data-cache file `part` of `count` for `token`.
+pub fn seal_data(key: Option<&DataCacheKey>, token: &Token, part: u16, count: u16, plaintext: &[u8]) -> Result<Vec<u8>, CacheError> {
+    match key {
+        Some(k) => {
+            let nonce: [u8; 12] = crypto::try_random_bytes().map_err(|e| CacheError::Options(e.to_string()))?;
+            let h = header(token, part, count, GCM, &nonce, plaintext.len() as u64 + 16);
+            let cipher = Aes256Gcm::new_from_slice(&k.0).map_err(|_| CacheError::Options("bad data-cache key".into()))?;
+            let mut buf = plaintext.to_vec();
+            cipher
+                .encrypt_in_place(&Nonce::from(nonce), &h, &mut buf)
+                .map_err(|_| CacheError::Options("data-cache encryption failed".into()))?;
+            let mut out = h;
+            out.extend_from_slice(&buf);
+            Ok(out)
+        }
+        None => {
+            let h = header(token, part, count, CHECKSUM, &[0; 12], plaintext.len() as u64 + 32);
+            let digest = crypto::sha256(&[&h, plaintext]);
+            let mut out = h;
+            out.extend_from_slice(plaintext);
+            out.extend_from_slice(&digest);
+            Ok(out)
+        }
+    }
+}
+
+/// Opens data-cache file `part` of `count` for `token`: checks its header, then its
+/// authentication (GCM tag, or SHA-256 checksum), and returns the plaintext (zeroized
+/// when dropped). A file from another model, slot or token, or with any changed or
+/// appended byte, is an error.
+pub fn open_data(
+    key: Option<&DataCacheKey>,
+    token: &Token,
+    part: u16,
+    count: u16,
+    file: &[u8],
+) -> Result<Zeroizing<Vec<u8>>, CacheError> {
+    let invalid = |m: &str| CacheError::Invalid {
+        token: hex::encode(token),
+        message: format!("data cache file {part}: {m}"),
+    };
+    if file.len() < HEADER_LEN || &file[..8] != MAGIC {
+        return Err(invalid("not a data-cache file"));
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([file[o], file[o + 1]]);
+    if u16_at(8) != 1 {
+        return Err(invalid("unknown version"));
+    }
+    if u16_at(10) != part || u16_at(12) != count {
+        return Err(invalid("belongs to another slot"));
+    }
+    if &file[16..48] != token {
+        return Err(invalid("belongs to another cache entry (token mismatch)"));
+    }
+    let protection = file[14];
+    let mut len = [0u8; 8];
+    len.copy_from_slice(&file[60..68]);
+    let payload_len = u64::from_le_bytes(len);
+    if payload_len != (file.len() - HEADER_LEN) as u64 {
+        return Err(invalid("length does not match (truncated or appended bytes)"));
+    }
+    let (h, payload) = file.split_at(HEADER_LEN);
+    match (protection, key) {
+        (GCM, Some(k)) => {
+            let mut nonce = [0u8; 12];
+            nonce.copy_from_slice(&h[48..60]);
+            let cipher = Aes256Gcm::new_from_slice(&k.0).map_err(|_| invalid("bad key"))?;
+            let mut buf = Zeroizing::new(payload.to_vec());
+            cipher
+                .decrypt_in_place(&Nonce::from(nonce), h, &mut *buf)
+                .map_err(|_| invalid("does not authenticate (altered, or sealed under another key)"))?;
+            Ok(buf)
+        }
+        (CHECKSUM, None) => {
+            if payload.len() < 32 {
+                return Err(invalid("too short"));
+            }
+            let (plain, digest) = payload.split_at(payload.len() - 32);
+            if !crypto::ct_eq(&crypto::sha256(&[h, plain]), digest) {
+                return Err(invalid("checksum mismatch"));
+            }
+            Ok(Zeroizing::new(plain.to_vec()))
+        }
+        (GCM, None) => Err(invalid("is encrypted but the model is not")),
+        (CHECKSUM, Some(_)) => Err(invalid("is not encrypted but the model is")),
+        _ => Err(invalid("unknown protection")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sealed_data_round_trips_and_rejects_every_alteration() {
+        let token = [7u8; 32];
+        let key = DataCacheKey::derive(b"0123456789abcdef", &token).unwrap();
+        let plain: Vec<u8> = (0..1000u32).map(|i| (i * 31) as u8).collect();
+        for k in [Some(&key), None] {
+            let file = seal_data(k, &token, 1, 2, &plain).unwrap();
+            assert_eq!(&open_data(k, &token, 1, 2, &file).unwrap()[..], &plain[..]);
+            for pos in (0..file.len()).step_by(7) {
+                let mut f = file.clone();
+                f[pos] ^= 1;
+                assert!(open_data(k, &token, 1, 2, &f).is_err(), "flip at {pos}");
+            }
+            let mut longer = file.clone();
+            longer.push(0);
+            assert!(open_data(k, &token, 1, 2, &longer).is_err());
+            assert!(open_data(k, &[8; 32], 1, 2, &file).is_err(), "another token");
+            assert!(open_data(k, &token, 0, 2, &file).is_err(), "another slot");
+        }
+        // Encrypted: the plaintext appears nowhere in the file.
+        let file = seal_data(Some(&key), &token, 0, 1, &plain).unwrap();
+        assert!(!file.windows(32).any(|w| w == &plain[100..132]));
+        // Another model's key cannot open it.
+        let other = DataCacheKey::derive(b"fedcba9876543210", &token).unwrap();
+        assert!(open_data(Some(&other), &token, 0, 1, &file).is_err());
+    }
+}

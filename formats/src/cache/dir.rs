@@ -1,0 +1,506 @@
+//! A cache directory: entries, the index, the lock.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::index::{Index, IndexEntry};
+use super::{CacheError, MAX_CACHE_FILES, Token};
+use crate::crypto::{ct_eq, sha256};
+
+/// Model-cache file header: magic, u16 version, u16 part, u16 count, u16 reserved,
+/// token [32], u64 payload length, then the payload.
+const MODEL_MAGIC: &[u8; 8] = b"NNCMCACH";
+const MODEL_HEADER_LEN: usize = 8 + 2 + 2 + 2 + 2 + 32 + 8;
+
+/// A cache directory. All access goes through its lock.
+pub struct CacheDir {
+    root: PathBuf,
+    nnc_version: String,
+}
+
+/// A held lock on a cache directory (released when dropped).
+pub struct CacheLock {
+    _file: File,
+}
+
+/// The files of one cache entry, each read once into memory; model-cache payloads have
+/// been checked against the index.
+#[derive(Debug)]
+pub struct CacheEntry {
+    /// Model-cache payloads (headers stripped), in order.
+    pub model: Vec<Vec<u8>>,
+    /// Data-cache files, whole (they authenticate themselves: `open_data`).
+    pub data: Vec<Vec<u8>>,
+}
+
+/// The outcome of looking a token up.
+#[derive(Debug)]
+pub enum Lookup {
+    Hit(CacheEntry),
+    Miss,
+    /// The entry exists but failed validation; it must not be used (the caller warns
+    /// and prepares afresh; the next store replaces it).
+    Invalid(String),
+}
+
+/// One entry, for `nnc cache ls`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct EntryInfo {
+    pub token: String,
+    pub bytes: u64,
+    pub model_files: usize,
+    pub data_files: usize,
+    pub created: u64,
+    /// Seconds since the Unix epoch of the last hit (or the creation).
+    pub last_used: u64,
+}
+
+/// What `clean` removed.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct CleanReport {
+    pub removed_entries: Vec<String>,
+    pub removed_bytes: u64,
+    pub remaining_bytes: u64,
+    /// Files and directories no index entry accounts for (interrupted writes).
+    pub removed_strays: usize,
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+fn mtime(path: &Path) -> u64 {
+    fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(unix)]
+fn private_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match fs::DirBuilder::new().recursive(true).mode(0o700).create(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(not(unix))]
+fn private_dir(path: &Path) -> std::io::Result<()> {
+    fs::create_dir_all(path)
+}
+
+/// Writes `bytes` to `target` through a 0600 temporary file beside it and a rename.
+fn write_private(target: &Path, bytes: &[u8]) -> Result<(), CacheError> {
+    let dir = target.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tmp-")
+        .tempfile_in(dir)
+        .map_err(|e| CacheError::io(dir, e))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file()
+            .set_permissions(fs::Permissions::from_mode(0o600))
+            .map_err(|e| CacheError::io(target, e))?;
+    }
+    tmp.write_all(bytes).map_err(|e| CacheError::io(target, e))?;
+    tmp.as_file().sync_all().map_err(|e| CacheError::io(target, e))?;
+    tmp.persist(target).map_err(|e| CacheError::io(target, e.error))?;
+    Ok(())
+}
+
+impl CacheDir {
+    /// Opens (creating, mode 0700) a cache directory.
+    pub fn open(root: &Path, nnc_version: &str) -> Result<CacheDir, CacheError> {
+        private_dir(root).map_err(|e| CacheError::io(root, e))?;
+        if !root.is_dir() {
+            return Err(CacheError::io(root, "is not a directory"));
+        }
+        Ok(CacheDir {
+            root: root.to_path_buf(),
+            nnc_version: nnc_version.to_string(),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn lock_file(&self) -> Result<File, CacheError> {
+        let path = self.root.join("lock");
+        OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| CacheError::io(&path, e))
+    }
+
+    /// A shared lock: readers may run together, never beside a writer.
+    pub fn lock_shared(&self) -> Result<CacheLock, CacheError> {
+        let file = self.lock_file()?;
+        file.lock_shared().map_err(|e| CacheError::io(&self.root, e))?;
+        Ok(CacheLock { _file: file })
+    }
+
+    /// An exclusive lock: one writer, no reader.
+    pub fn lock_exclusive(&self) -> Result<CacheLock, CacheError> {
+        let file = self.lock_file()?;
+        file.lock().map_err(|e| CacheError::io(&self.root, e))?;
+        Ok(CacheLock { _file: file })
+    }
+
+    fn index_path(&self) -> PathBuf {
+        self.root.join("index.json")
+    }
+
+    fn entry_dir(&self, token: &Token) -> PathBuf {
+        self.root.join(hex::encode(token))
+    }
+
+    /// The index as it stands; an index of another nnc version (or an unreadable one) is
+    /// treated as empty, so nothing it lists is ever used.
+    fn read_index(&self) -> (Index, Option<String>) {
+        let path = self.index_path();
+        match fs::read(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Index::empty(&self.nnc_version), None),
+            Err(e) => (Index::empty(&self.nnc_version), Some(format!("cannot read the index: {e}"))),
+            Ok(bytes) => match serde_json::from_slice::<Index>(&bytes) {
+                Ok(index) if index.is_current(&self.nnc_version) => (index, None),
+                Ok(index) => (
+                    Index::empty(&self.nnc_version),
+                    Some(format!("the index was written by nnc {}; it is reset", index.nnc_version)),
+                ),
+                Err(e) => (Index::empty(&self.nnc_version), Some(format!("the index is corrupt ({e}); it is reset"))),
+            },
+        }
+    }
+
+    fn write_index(&self, index: &Index) -> Result<(), CacheError> {
+        let bytes = serde_json::to_vec_pretty(index).map_err(|e| CacheError::Index {
+            path: self.index_path().display().to_string(),
+            message: e.to_string(),
+        })?;
+        write_private(&self.index_path(), &bytes)
+    }
+
+    /// Looks a token up under a shared lock. Every file is read once into memory, and
+    /// that buffer is what is hashed and returned.
+    pub fn lookup(&self, token: &Token, model_files: usize, data_files: usize) -> Result<Lookup, CacheError> {
+        let _lock = self.lock_shared()?;
+        let (index, _) = self.read_index();
+        let hex_token = hex::encode(token);
+        let Some(entry) = index.find(&hex_token) else { return Ok(Lookup::Miss) };
+        if entry.model.len() != model_files || entry.data.len() != data_files {
+            return Ok(Lookup::Invalid(format!(
+                "the entry has {} model and {} data files, the device needs {model_files} and {data_files}",
+                entry.model.len(),
+                entry.data.len()
+            )));
+        }
+        let dir = self.entry_dir(token);
+        let mut model = Vec::with_capacity(model_files);
+        for (i, expected) in entry.model.iter().enumerate() {
+            let path = dir.join(format!("model-{i}.bin"));
+            let bytes = match fs::read(&path) {
+                Ok(b) => b,
+                Err(e) => return Ok(Lookup::Invalid(format!("model cache file {i}: {e}"))),
+            };
+            if !ct_eq(hex::encode(sha256(&[&bytes])).as_bytes(), expected.as_bytes()) {
+                return Ok(Lookup::Invalid(format!("model cache file {i} does not match the index")));
+            }
+            match parse_model_file(&bytes, token, i, model_files) {
+                Ok(payload) => model.push(payload.to_vec()),
+                Err(m) => return Ok(Lookup::Invalid(format!("model cache file {i}: {m}"))),
+            }
+        }
+        let mut data = Vec::with_capacity(data_files);
+        for i in 0..data_files {
+            let path = dir.join(format!("data-{i}.bin"));
+            match fs::read(&path) {
+                Ok(b) => data.push(b),
+                Err(e) => return Ok(Lookup::Invalid(format!("data cache file {i}: {e}"))),
+            }
+        }
+        // Last use, for least-recently-used cleaning; best effort.
+        let _ = File::open(&dir).and_then(|f| f.set_modified(SystemTime::now()));
+        Ok(Lookup::Hit(CacheEntry { model, data }))
+    }
+
+    /// Stores an entry under an exclusive lock: files first (0600, renamed into place),
+    /// the index last, so an interrupted store leaves nothing the index points to. An
+    /// existing valid entry for the token (another process got there first) is kept.
+    pub fn store(&self, token: &Token, model: &[Vec<u8>], data: &[Vec<u8>]) -> Result<(), CacheError> {
+        if model.len() > MAX_CACHE_FILES || data.len() > MAX_CACHE_FILES {
+            return Err(CacheError::Options(format!("at most {MAX_CACHE_FILES} cache files of each kind")));
+        }
+        // Hash each buffer before it is written: the index records what was meant.
+        let count = model.len();
+        let model_files: Vec<Vec<u8>> = model
+            .iter()
+            .enumerate()
+            .map(|(i, payload)| model_file(token, i, count, payload))
+            .collect();
+        let model_hashes: Vec<String> = model_files.iter().map(|f| hex::encode(sha256(&[f]))).collect();
+        let data_hashes: Vec<String> = data.iter().map(|f| hex::encode(sha256(&[f]))).collect();
+        let _lock = self.lock_exclusive()?;
+        let (mut index, reset) = self.read_index();
+        if reset.is_some() {
+            // A reset index orphans every entry directory: remove them.
+            self.remove_strays(&index);
+        }
+        let hex_token = hex::encode(token);
+        if let Some(existing) = index.find(&hex_token)
+            && existing.model == model_hashes
+            && existing.data.len() == data.len()
+        {
+            return Ok(());
+        }
+        index.entries.retain(|e| e.token != hex_token);
+        let dir = self.entry_dir(token);
+        let _ = fs::remove_dir_all(&dir);
+        private_dir(&dir).map_err(|e| CacheError::io(&dir, e))?;
+        for (i, f) in model_files.iter().enumerate() {
+            write_private(&dir.join(format!("model-{i}.bin")), f)?;
+        }
+        for (i, f) in data.iter().enumerate() {
+            write_private(&dir.join(format!("data-{i}.bin")), f)?;
+        }
+        let bytes = model_files.iter().chain(data).map(|f| f.len() as u64).sum();
+        index.entries.push(IndexEntry {
+            token: hex_token,
+            model: model_hashes,
+            data: data_hashes,
+            bytes,
+            created: now(),
+        });
+        self.write_index(&index)
+    }
+
+    /// Removes a token's entry (after it failed validation, or to evict it).
+    pub fn remove(&self, token: &Token) -> Result<(), CacheError> {
+        let _lock = self.lock_exclusive()?;
+        let (mut index, _) = self.read_index();
+        let hex_token = hex::encode(token);
+        index.entries.retain(|e| e.token != hex_token);
+        let _ = fs::remove_dir_all(self.entry_dir(token));
+        self.write_index(&index)
+    }
+
+    /// Every entry, most recently used first.
+    pub fn list(&self) -> Result<Vec<EntryInfo>, CacheError> {
+        let _lock = self.lock_shared()?;
+        let (index, _) = self.read_index();
+        let mut out: Vec<EntryInfo> = index
+            .entries
+            .iter()
+            .map(|e| EntryInfo {
+                token: e.token.clone(),
+                bytes: e.bytes,
+                model_files: e.model.len(),
+                data_files: e.data.len(),
+                created: e.created,
+                last_used: mtime(&self.root.join(&e.token)).max(e.created),
+            })
+            .collect();
+        out.sort_by_key(|e| std::cmp::Reverse(e.last_used));
+        Ok(out)
+    }
+
+    /// Checks every entry against the index: each file present, model files hashing to
+    /// the index, data files to their recorded hashes. Returns each entry with its
+    /// problem, if any.
+    pub fn verify(&self) -> Result<Vec<(EntryInfo, Option<String>)>, CacheError> {
+        let entries = self.list()?;
+        let _lock = self.lock_shared()?;
+        let (index, _) = self.read_index();
+        let mut out = Vec::new();
+        for info in entries {
+            let Some(e) = index.find(&info.token) else { continue };
+            let dir = self.root.join(&e.token);
+            let mut problem = None;
+            for (kind, hashes) in [("model", &e.model), ("data", &e.data)] {
+                for (i, expected) in hashes.iter().enumerate() {
+                    let path = dir.join(format!("{kind}-{i}.bin"));
+                    match fs::read(&path) {
+                        Err(err) => problem = Some(format!("{kind} cache file {i}: {err}")),
+                        Ok(bytes) if hex::encode(sha256(&[&bytes])) != *expected => {
+                            problem = Some(format!("{kind} cache file {i} does not match the index"));
+                        }
+                        Ok(_) => {}
+                    }
+                }
+            }
+            out.push((info, problem));
+        }
+        Ok(out)
+    }
+
+    /// Removes least-recently-used entries until the cache holds at most `max_bytes`
+    /// (all of them for 0), and anything no index entry accounts for.
+    pub fn clean(&self, max_bytes: u64) -> Result<CleanReport, CacheError> {
+        let entries = self.list()?;
+        let _lock = self.lock_exclusive()?;
+        let (mut index, _) = self.read_index();
+        let mut report = CleanReport::default();
+        let mut total: u64 = index.entries.iter().map(|e| e.bytes).sum();
+        // `entries` is most recent first: evict from the end.
+        for info in entries.iter().rev() {
+            if total <= max_bytes {
+                break;
+            }
+            index.entries.retain(|e| e.token != info.token);
+            let _ = fs::remove_dir_all(self.root.join(&info.token));
+            total -= info.bytes;
+            report.removed_bytes += info.bytes;
+            report.removed_entries.push(info.token.clone());
+        }
+        report.removed_strays = self.remove_strays(&index);
+        report.remaining_bytes = total;
+        self.write_index(&index)?;
+        Ok(report)
+    }
+
+    /// Removes directory contents no index entry names (interrupted writes, old
+    /// versions). Returns how many were removed.
+    fn remove_strays(&self, index: &Index) -> usize {
+        let Ok(read) = fs::read_dir(&self.root) else { return 0 };
+        let mut removed = 0;
+        for entry in read.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == "index.json" || name == "lock" || index.find(&name).is_some() {
+                continue;
+            }
+            let path = entry.path();
+            let ok = if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+            removed += usize::from(ok.is_ok());
+        }
+        removed
+    }
+}
+
+fn model_file(token: &Token, part: usize, count: usize, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(MODEL_HEADER_LEN + payload.len());
+    f.extend_from_slice(MODEL_MAGIC);
+    f.extend_from_slice(&1u16.to_le_bytes());
+    f.extend_from_slice(&(part as u16).to_le_bytes());
+    f.extend_from_slice(&(count as u16).to_le_bytes());
+    f.extend_from_slice(&0u16.to_le_bytes());
+    f.extend_from_slice(token);
+    f.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+fn parse_model_file<'b>(bytes: &'b [u8], token: &Token, part: usize, count: usize) -> Result<&'b [u8], String> {
+    if bytes.len() < MODEL_HEADER_LEN || &bytes[..8] != MODEL_MAGIC {
+        return Err("not a model-cache file".into());
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]) as usize;
+    if u16_at(8) != 1 || u16_at(10) != part || u16_at(12) != count {
+        return Err("wrong version or slot".into());
+    }
+    if &bytes[16..48] != token {
+        return Err("belongs to another entry".into());
+    }
+    let mut len = [0u8; 8];
+    len.copy_from_slice(&bytes[48..56]);
+    if u64::from_le_bytes(len) != (bytes.len() - MODEL_HEADER_LEN) as u64 {
+        return Err("length does not match".into());
+    }
+    Ok(&bytes[MODEL_HEADER_LEN..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir() -> (tempfile::TempDir, CacheDir) {
+        let t = tempfile::tempdir().unwrap();
+        let c = CacheDir::open(&t.path().join("cache"), "test").unwrap();
+        (t, c)
+    }
+
+    #[test]
+    fn store_then_hit_then_clean() {
+        let (_t, c) = dir();
+        let token = [1u8; 32];
+        assert!(matches!(c.lookup(&token, 1, 1).unwrap(), Lookup::Miss));
+        c.store(&token, &[b"program".to_vec()], &[b"weights".to_vec()]).unwrap();
+        match c.lookup(&token, 1, 1).unwrap() {
+            Lookup::Hit(e) => {
+                assert_eq!(e.model, vec![b"program".to_vec()]);
+                assert_eq!(e.data, vec![b"weights".to_vec()]);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(c.list().unwrap().len(), 1);
+        let report = c.clean(0).unwrap();
+        assert_eq!(report.removed_entries.len(), 1);
+        assert!(matches!(c.lookup(&token, 1, 1).unwrap(), Lookup::Miss));
+    }
+
+    #[test]
+    #[cfg(unix)]
+    fn files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_t, c) = dir();
+        let token = [2u8; 32];
+        c.store(&token, &[b"p".to_vec()], &[b"d".to_vec()]).unwrap();
+        let entry = c.root().join(hex::encode(token));
+        for f in ["model-0.bin", "data-0.bin"] {
+            assert_eq!(fs::metadata(entry.join(f)).unwrap().permissions().mode() & 0o777, 0o600);
+        }
+        assert_eq!(fs::metadata(c.root().join("index.json")).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(fs::metadata(&entry).unwrap().permissions().mode() & 0o777, 0o700);
+    }
+
+    #[test]
+    fn altered_model_caches_are_invalid() {
+        let (_t, c) = dir();
+        let token = [3u8; 32];
+        c.store(&token, &[b"program bytes".to_vec()], &[]).unwrap();
+        let path = c.root().join(hex::encode(token)).join("model-0.bin");
+        let good = fs::read(&path).unwrap();
+        for pos in 0..good.len() {
+            let mut bad = good.clone();
+            bad[pos] ^= 1;
+            fs::write(&path, &bad).unwrap();
+            assert!(matches!(c.lookup(&token, 1, 0).unwrap(), Lookup::Invalid(_)), "flip at {pos}");
+        }
+        let mut longer = good.clone();
+        longer.push(0);
+        fs::write(&path, &longer).unwrap();
+        assert!(matches!(c.lookup(&token, 1, 0).unwrap(), Lookup::Invalid(_)));
+    }
+
+    #[test]
+    fn another_version_resets_the_index() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("cache");
+        let token = [4u8; 32];
+        CacheDir::open(&root, "1.0").unwrap().store(&token, &[b"p".to_vec()], &[]).unwrap();
+        let newer = CacheDir::open(&root, "2.0").unwrap();
+        assert!(matches!(newer.lookup(&token, 1, 0).unwrap(), Lookup::Miss));
+        newer.store(&[5u8; 32], &[b"q".to_vec()], &[]).unwrap();
+        // The old version's entry directory is gone.
+        assert!(!root.join(hex::encode(token)).exists());
+        assert_eq!(newer.list().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_corrupt_index_is_a_miss_not_a_crash() {
+        let (_t, c) = dir();
+        let token = [6u8; 32];
+        c.store(&token, &[b"p".to_vec()], &[]).unwrap();
+        fs::write(c.root().join("index.json"), b"{ not json").unwrap();
+        assert!(matches!(c.lookup(&token, 1, 0).unwrap(), Lookup::Miss));
+        c.store(&token, &[b"p".to_vec()], &[]).unwrap();
+        assert!(matches!(c.lookup(&token, 1, 0).unwrap(), Lookup::Hit(_)));
+    }
+}

@@ -1,0 +1,50 @@
+//! The persistent index: token -> SHA-256 of each model-cache file, kept apart from the
+//! cache entries and reset when the nnc version changes.
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the index file's layout.
+pub const INDEX_FORMAT: u32 = 1;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Index {
+    pub format: u32,
+    /// The nnc version that wrote every entry; another version resets the index.
+    pub nnc_version: String,
+    pub entries: Vec<IndexEntry>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IndexEntry {
+    /// The token, hex.
+    pub token: String,
+    /// SHA-256 of each model-cache file, hex, in file order.
+    pub model: Vec<String>,
+    /// SHA-256 of each data-cache file, hex (the files also authenticate themselves).
+    pub data: Vec<String>,
+    /// Total bytes of the entry's files.
+    pub bytes: u64,
+    /// Seconds since the Unix epoch.
+    pub created: u64,
+}
+
+impl Index {
+    pub fn empty(nnc_version: &str) -> Index {
+        Index {
+            format: INDEX_FORMAT,
+            nnc_version: nnc_version.to_string(),
+            entries: Vec::new(),
+        }
+    }
+
+    pub fn find(&self, token: &str) -> Option<&IndexEntry> {
+        self.entries.iter().find(|e| e.token == token)
+    }
+
+    /// True when this index was written by `nnc_version` in the current layout.
+    pub fn is_current(&self, nnc_version: &str) -> bool {
+        self.format == INDEX_FORMAT && self.nnc_version == nnc_version
+    }
+}
