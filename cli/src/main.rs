@@ -37,6 +37,9 @@ enum Command {
     Compare(commands::compare::Args),
     /// Measure a model's execution latency on this machine.
     Bench(commands::bench::Args),
+    /// List, verify or clean a compilation-cache directory.
+    #[command(subcommand)]
+    Cache(commands::cache::Action),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
         Command::Run(args) => commands::run::run(args),
         Command::Compare(args) => commands::compare::run(args),
         Command::Bench(args) => commands::bench::run(args),
+        Command::Cache(action) => commands::cache::run(action),
     };
     match result {
         Ok(code) => code,

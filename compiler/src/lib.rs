@@ -8,6 +8,8 @@ pub mod emit;
 pub mod error;
 pub mod onnx;
 pub mod passes;
+pub mod partition;
 pub mod pipeline;
+pub mod tflite;
 
 pub use error::{CompileError, UnsupportedReport};

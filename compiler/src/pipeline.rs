@@ -86,11 +86,7 @@ pub fn lower_bytes(
 ) -> Result<Lowered, CompileError> {
     let imported = match format {
         SourceFormat::Onnx => onnx::import_bytes(bytes, &options.import, ext)?,
-        SourceFormat::Tflite => {
-            return Err(CompileError::Options(
-                "TFLite models are not supported yet".into(),
-            ));
-        }
+        SourceFormat::Tflite => crate::tflite::import_bytes(bytes, &options.import)?,
     };
     let mut model = imported.model;
     let lowered_histogram = model.operation_histogram();

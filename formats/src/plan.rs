@@ -56,6 +56,16 @@ pub struct PlanDevice {
     /// `cpu`, `gpu`, `dsp`, `npu` or `accelerator`.
     pub kind: String,
     pub version: String,
+    /// Model-cache files the device needs per step (its profile declares 0..=32).
+    #[serde(default = "one")]
+    pub model_cache_files: u32,
+    /// Data-cache files the device needs per step (0..=32).
+    #[serde(default = "one")]
+    pub data_cache_files: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// A run of consecutive operations on one device.
@@ -152,6 +162,10 @@ impl ExecutionPlan {
             if step.device as usize >= self.devices.len() {
                 return invalid(format!("step {s} names device {} of {}", step.device, self.devices.len()));
             }
+            let d = &self.devices[step.device as usize];
+            if d.model_cache_files > 32 || d.data_cache_files > 32 {
+                return invalid(format!("device {} declares more than 32 cache files", d.name));
+            }
             if step.operations.is_empty() {
                 return invalid(format!("step {s} has no operations"));
             }
@@ -200,6 +214,8 @@ mod tests {
             name: name.into(),
             kind: kind.into(),
             version: "1".into(),
+            model_cache_files: 1,
+            data_cache_files: 2,
         };
         let placement = |op: u32, device: u32| Placement {
             operation: op,

@@ -60,6 +60,10 @@ pub enum RuntimeError {
     #[error("cannot read {path}: {message}")]
     Io { path: String, message: String },
 
+    /// The compilation cache could not be used as asked (e.g. its directory).
+    #[error("compilation cache: {0}")]
+    Cache(String),
+
     /// The file's execution plan does not fit its model.
     #[error("the model's execution plan is invalid: {0}")]
     InvalidPlan(String),

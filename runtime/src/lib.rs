@@ -28,6 +28,7 @@
 //! ```
 
 pub mod buffer;
+pub mod cache;
 pub mod device;
 pub mod error;
 pub mod exec;
@@ -35,6 +36,7 @@ pub mod kernels;
 pub mod model;
 pub mod tensor;
 
+pub use cache::{CacheConfig, CacheOutcome, CacheReport};
 pub use device::{CacheStats, SimulatedNpu};
 pub use error::{OpRef, RuntimeError};
 pub use exec::{

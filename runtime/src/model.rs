@@ -20,6 +20,7 @@ use nnc_formats::nn::IoInfo;
 use nnc_formats::plan::ExecutionPlan;
 use nnc_formats::tensor::HostTensor;
 
+use crate::cache::{self, CacheConfig, CacheOutcome, CacheReport};
 use crate::device::{CacheStats, NpuWeights, SimulatedNpu};
 use crate::error::{Result, RuntimeError};
 use crate::exec::{
@@ -118,11 +119,13 @@ impl AsRef<[u8]> for ModelBytes {
 pub struct LoadOptions {
     /// Threads for intra-operation parallelism (1: nothing is spawned).
     pub threads: usize,
+    /// Prepare from (and write) a compilation cache.
+    pub cache: Option<CacheConfig>,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { threads: 1 }
+        LoadOptions { threads: 1, cache: None }
     }
 }
 
@@ -142,6 +145,7 @@ pub struct PreparedModel {
     plan: Option<ExecutionPlan>,
     header: Header,
     prepare_time: Duration,
+    cache_report: CacheReport,
 }
 
 impl PreparedModel {
@@ -176,26 +180,50 @@ impl PreparedModel {
         devices.device_for("").authenticate(data)?;
         let header = Header::read(data)?;
         let register = header.crypto;
-        let plan = {
+        let (plan, op_count) = {
             let container = Container::parse(data)?;
-            match container.section(SectionKind::ExecutionPlan) {
+            let op_count = container.model.main.operations.len();
+            let plan = match container.section(SectionKind::ExecutionPlan) {
                 Some(section) => Some(
-                    ExecutionPlan::from_bytes(
-                        section,
-                        container.model.main.operations.len(),
-                        container.model.main.operands.len(),
-                    )
-                    .map_err(|e| RuntimeError::InvalidPlan(e.to_string()))?,
+                    ExecutionPlan::from_bytes(section, op_count, container.model.main.operands.len())
+                        .map_err(|e| RuntimeError::InvalidPlan(e.to_string()))?,
                 ),
                 None => None,
-            }
+            };
+            (plan, op_count)
         };
+        // Compilation cache: try every step's entry before touching a weight field.
+        let mut report = CacheReport::none();
+        let cache_dir = match &options.cache {
+            Some(cfg) => Some((
+                nnc_formats::cache::CacheDir::open(&cfg.dir, cache::CACHE_VERSION).map_err(|e| RuntimeError::Cache(e.to_string()))?,
+                cfg,
+            )),
+            None => None,
+        };
+        let device_names: Vec<String> = match &plan {
+            Some(p) => p.devices.iter().map(|d| d.name.clone()).collect(),
+            None => vec![devices.device_for("").name().to_string()],
+        };
+        let key_for = |device: usize, token: &nnc_formats::cache::Token| {
+            devices.device_for(device_names.get(device).map_or("", String::as_str)).data_cache_key(token)
+        };
+        let mut hit = None;
+        let mut steps = Vec::new();
+        if let Some((dir, cfg)) = &cache_dir {
+            let model_id: Vec<u8> = cfg.token.map_or(header.tag.to_vec(), |t| t.to_vec());
+            steps = cache::steps(plan.as_ref(), op_count, &model_id, &device_names[0]);
+            hit = cache::try_hit(dir, &steps, &key_for, &mut report.warnings)?;
+            report.outcome = if hit.is_some() { CacheOutcome::Hit } else { CacheOutcome::Miss };
+        }
         // Device side: each device authenticates the file, verifies the weight fields of
-        // the operations it runs, and sets up its decrypt path.
+        // the operations it runs (unless the cache supplies their prepared weights), and
+        // sets up its decrypt path.
+        let verify_fields = hit.is_none();
         let shared: Arc<dyn AsRef<[u8]> + Send + Sync> = bytes;
         let (model, attached, by_operation) = match &plan {
             None => {
-                let (model, w) = devices.device_for("").attach(shared, register, None)?;
+                let (model, w) = devices.device_for("").attach(shared, register, None, verify_fields)?;
                 let n = model.main.operations.len();
                 (model, vec![w], vec![0; n])
             }
@@ -209,7 +237,7 @@ impl PreparedModel {
                         .filter(|s| s.device as usize == d)
                         .flat_map(|s| s.operations.iter().map(|&o| o as usize))
                         .collect();
-                    let (m, w) = devices.device_for(&device.name).attach(Arc::clone(&shared), register, Some(&ops))?;
+                    let (m, w) = devices.device_for(&device.name).attach(Arc::clone(&shared), register, Some(&ops), verify_fields)?;
                     model.get_or_insert(m);
                     attached.push(w);
                 }
@@ -225,6 +253,17 @@ impl PreparedModel {
                 (model, attached, by_operation)
             }
         };
+        let image = match hit {
+            Some(h) => {
+                for (device, op, weights) in h.weights {
+                    if let Some(d) = attached.get(device) {
+                        d.insert_prepared(op, weights);
+                    }
+                }
+                Some(h.image)
+            }
+            None => None,
+        };
         let provider: Arc<dyn WeightProvider> = Arc::new(PlanWeights {
             by_operation,
             devices: attached.clone(),
@@ -232,13 +271,33 @@ impl PreparedModel {
         // One program runs every step in order (steps are contiguous runs of operations),
         // so a partitioned model computes exactly what a single-device one does; each
         // step's weights come from its own device.
-        let program = Program::prepare(&model, provider, &PrepareOptions { threads: options.threads })?;
+        let prepare_options = PrepareOptions { threads: options.threads };
+        let program = match (&image, Program::prepare_with(&model, Arc::clone(&provider), &prepare_options, image.as_ref())) {
+            (_, Ok(p)) => p,
+            (Some(_), Err(e)) => {
+                // A cached program that does not fit is never used: prepare afresh.
+                report.warnings.push(format!("discarded the cached program: {e}"));
+                report.outcome = CacheOutcome::Miss;
+                Program::prepare(&model, provider, &prepare_options)?
+            }
+            (None, Err(e)) => return Err(e),
+        };
+        if let (Some((dir, _)), CacheOutcome::Miss) = (&cache_dir, report.outcome) {
+            let image = program.image();
+            let prepared = |op: usize| -> Result<Option<zeroize::Zeroizing<Vec<u8>>>> {
+                Ok(program.prepared_weights(op)?.map(|w| w.to_bytes()))
+            };
+            if let Err(e) = cache::store(dir, &steps, &image, &prepared, &key_for) {
+                report.warnings.push(format!("could not write the cache: {e}"));
+            }
+        }
         Ok(PreparedModel {
             program,
             devices: attached,
             plan,
             header,
             prepare_time: start.elapsed(),
+            cache_report: report,
         })
     }
 
@@ -288,6 +347,11 @@ impl PreparedModel {
     /// Parameter-cache counters per device, by device name.
     pub fn device_stats(&self) -> Vec<(String, CacheStats)> {
         self.devices.iter().map(|d| (d.device().to_string(), d.cache_stats())).collect()
+    }
+
+    /// What the compilation cache did during loading.
+    pub fn cache_report(&self) -> &CacheReport {
+        &self.cache_report
     }
 
     /// The execution plan, when the model was partitioned.

@@ -43,6 +43,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         threads: args.threads,
         parameter_cache: None,
         input_shapes: Vec::new(),
+        cache_dir: None,
+        token: None,
     };
     let start = Instant::now();
     let (model, _npu) = super::run::load(&run_args)?;

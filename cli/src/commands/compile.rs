@@ -41,6 +41,13 @@ pub struct Args {
     /// Fix a dynamic input dimension: NAME=1x3x224x224 (repeatable).
     #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = super::parse_input_shape)]
     pub input_shapes: Vec<(String, Vec<u32>)>,
+    /// Also prepare the compiled model and write its compilation-cache artifacts here.
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// The token naming this model in the cache (64 hex digits); by default the file's
+    /// checksum.
+    #[arg(long, value_name = "HEX", requires = "cache_dir")]
+    pub token: Option<String>,
 }
 
 /// Stage messages on stderr, only when a person is watching.
@@ -112,6 +119,31 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     output::write_atomic(&args.output, &bytes)?;
     let container =
         Container::parse(&bytes).context("internal error: the written file does not parse")?;
+    let cache = match super::cache_config(args.cache_dir.as_deref(), args.token.as_deref())? {
+        None => serde_json::Value::Null,
+        Some(config) => {
+            progress.stage("preparing the compiled model to fill the compilation cache");
+            let dir = config.dir.display().to_string();
+            let npu = nnc_runtime::SimulatedNpu::new("npu0");
+            if let Some(k) = &key {
+                npu.install_key(k.as_bytes());
+            }
+            let options = nnc_runtime::LoadOptions {
+                threads: 1,
+                cache: Some(config),
+            };
+            let prepared = nnc_runtime::PreparedModel::load_bytes(bytes.clone(), &npu, &options)
+                .context("cannot prepare the compiled model for the cache")?;
+            let report = prepared.cache_report();
+            if let Some(w) = report.warnings.iter().find(|w| w.starts_with("could not write")) {
+                bail!("{w}");
+            }
+            for w in &report.warnings {
+                eprintln!("warning: {w}");
+            }
+            json!({"dir": dir, "outcome": report.outcome, "warnings": report.warnings})
+        }
+    };
     let fields: Vec<_> = container.fields.iter().flatten().collect();
     let weight_bytes: u64 = fields.iter().map(|f| f.plaintext_length).sum();
     let summary = json!({
@@ -130,6 +162,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "key_id": key.as_ref().map(|_| hex::encode(container.header.key_id)),
         },
         "reproducible": args.reproducible,
+        "cache": cache,
         "timing_ms": { "lower": lower_ms, "emit": emit_ms },
     });
     if args.json {

@@ -1,6 +1,7 @@
 //! One module per subcommand, plus the options they share.
 
 pub mod bench;
+pub mod cache;
 pub mod compare;
 pub mod compile;
 pub mod dump;
@@ -137,4 +138,17 @@ pub fn is_compiled(path: &Path) -> anyhow::Result<bool> {
         .read(&mut magic)
         .with_context(|| format!("cannot read {}", path.display()))?;
     Ok(n == 8 && magic == nnc_formats::container::MAGIC)
+}
+
+/// The cache configuration from `--cache-dir` and `--token`.
+pub fn cache_config(dir: Option<&Path>, token: Option<&str>) -> anyhow::Result<Option<nnc_runtime::CacheConfig>> {
+    let Some(dir) = dir else { return Ok(None) };
+    let token = match token {
+        Some(t) => Some(nnc_formats::cache::parse_token(t)?),
+        None => None,
+    };
+    Ok(Some(nnc_runtime::CacheConfig {
+        dir: dir.to_path_buf(),
+        token,
+    }))
 }

@@ -52,6 +52,12 @@ pub struct Args {
     /// Fix a dynamic input dimension of a source model: NAME=1x3x224x224 (repeatable).
     #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = super::parse_input_shape)]
     pub input_shapes: Vec<(String, Vec<u32>)>,
+    /// Prepare from this compilation cache (hit), or prepare and write it (miss).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// The token naming this model in the cache (64 hex digits), as given to compile.
+    #[arg(long, value_name = "HEX", requires = "cache_dir")]
+    pub token: Option<String>,
 }
 
 /// Loads the model named in `args` onto a fresh simulated NPU (compiling a source model in
@@ -63,6 +69,7 @@ pub fn load(args: &Args) -> anyhow::Result<(PreparedModel, SimulatedNpu)> {
     }
     let options = LoadOptions {
         threads: usize::from(args.threads),
+        cache: super::cache_config(args.cache_dir.as_deref(), args.token.as_deref())?,
     };
     let model = if super::is_compiled(&args.model)? {
         if args.key.given() {
@@ -101,6 +108,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
     let (model, npu) = load(&args)?;
     let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
+    for w in &model.cache_report().warnings {
+        eprintln!("warning: {w}");
+    }
     let inputs = gather_inputs(&args, model.inputs())?;
     let (outputs, timing) = model.run_timed(&inputs).context("execution failed")?;
     std::fs::create_dir_all(&args.output_dir)
@@ -132,7 +142,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "execute_ms": execute_ms,
                 "on_device_ms": timing.on_device.as_secs_f64() * 1e3,
             },
-            "cache": "none",
+            "cache": model.cache_report().outcome,
+            "cache_warnings": model.cache_report().warnings,
             "device": npu.name(),
             "parameter_cache": model.cache_stats(),
         });

@@ -74,17 +74,31 @@ pub fn seal_data(key: Option<&DataCacheKey>, token: &Token, part: u16, count: u1
     }
 }
 
+/// The plaintext of an opened data-cache file: decrypted in place inside the buffer the
+/// file was read into (no copy of the weights), zeroized when dropped.
+pub struct OpenedData {
+    buf: Zeroizing<Vec<u8>>,
+    range: std::ops::Range<usize>,
+}
+
+impl std::ops::Deref for OpenedData {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[self.range.clone()]
+    }
+}
+
 /// Opens data-cache file `part` of `count` for `token`: checks its header, then its
-/// authentication (GCM tag, or SHA-256 checksum), and returns the plaintext (zeroized
-/// when dropped). A file from another model, slot or token, or with any changed or
-/// appended byte, is an error.
+/// authentication (GCM tag, or SHA-256 checksum), and returns the plaintext. A file from
+/// another model, slot or token, or with any changed or appended byte, is an error.
 pub fn open_data(
     key: Option<&DataCacheKey>,
     token: &Token,
     part: u16,
     count: u16,
-    file: &[u8],
-) -> Result<Zeroizing<Vec<u8>>, CacheError> {
+    file: Vec<u8>,
+) -> Result<OpenedData, CacheError> {
+    let mut file = Zeroizing::new(file);
     let invalid = |m: &str| CacheError::Invalid {
         token: hex::encode(token),
         message: format!("data cache file {part}: {m}"),
@@ -92,11 +106,11 @@ pub fn open_data(
     if file.len() < HEADER_LEN || &file[..8] != MAGIC {
         return Err(invalid("not a data-cache file"));
     }
-    let u16_at = |o: usize| u16::from_le_bytes([file[o], file[o + 1]]);
-    if u16_at(8) != 1 {
+    let u16_at = |f: &[u8], o: usize| u16::from_le_bytes([f[o], f[o + 1]]);
+    if u16_at(&file, 8) != 1 {
         return Err(invalid("unknown version"));
     }
-    if u16_at(10) != part || u16_at(12) != count {
+    if u16_at(&file, 10) != part || u16_at(&file, 12) != count {
         return Err(invalid("belongs to another slot"));
     }
     if &file[16..48] != token {
@@ -109,27 +123,40 @@ pub fn open_data(
     if payload_len != (file.len() - HEADER_LEN) as u64 {
         return Err(invalid("length does not match (truncated or appended bytes)"));
     }
-    let (h, payload) = file.split_at(HEADER_LEN);
+    let total = file.len();
     match (protection, key) {
         (GCM, Some(k)) => {
-            let mut nonce = [0u8; 12];
-            nonce.copy_from_slice(&h[48..60]);
-            let cipher = Aes256Gcm::new_from_slice(&k.0).map_err(|_| invalid("bad key"))?;
-            let mut buf = Zeroizing::new(payload.to_vec());
-            cipher
-                .decrypt_in_place(&Nonce::from(nonce), h, &mut *buf)
-                .map_err(|_| invalid("does not authenticate (altered, or sealed under another key)"))?;
-            Ok(buf)
-        }
-        (CHECKSUM, None) => {
-            if payload.len() < 32 {
+            if total < HEADER_LEN + 16 {
                 return Err(invalid("too short"));
             }
+            let mut nonce = [0u8; 12];
+            nonce.copy_from_slice(&file[48..60]);
+            let mut tag = [0u8; 16];
+            tag.copy_from_slice(&file[total - 16..]);
+            let cipher = Aes256Gcm::new_from_slice(&k.0).map_err(|_| invalid("bad key"))?;
+            let (header, rest) = file.split_at_mut(HEADER_LEN);
+            let body = &mut rest[..total - HEADER_LEN - 16];
+            cipher
+                .decrypt_inout_detached(&Nonce::from(nonce), header, body.into(), &tag.into())
+                .map_err(|_| invalid("does not authenticate (altered, or sealed under another key)"))?;
+            Ok(OpenedData {
+                buf: file,
+                range: HEADER_LEN..total - 16,
+            })
+        }
+        (CHECKSUM, None) => {
+            if total < HEADER_LEN + 32 {
+                return Err(invalid("too short"));
+            }
+            let (h, payload) = file.split_at(HEADER_LEN);
             let (plain, digest) = payload.split_at(payload.len() - 32);
             if !crypto::ct_eq(&crypto::sha256(&[h, plain]), digest) {
                 return Err(invalid("checksum mismatch"));
             }
-            Ok(Zeroizing::new(plain.to_vec()))
+            Ok(OpenedData {
+                buf: file,
+                range: HEADER_LEN..total - 32,
+            })
         }
         (GCM, None) => Err(invalid("is encrypted but the model is not")),
         (CHECKSUM, Some(_)) => Err(invalid("is not encrypted but the model is")),
@@ -148,23 +175,23 @@ mod tests {
         let plain: Vec<u8> = (0..1000u32).map(|i| (i * 31) as u8).collect();
         for k in [Some(&key), None] {
             let file = seal_data(k, &token, 1, 2, &plain).unwrap();
-            assert_eq!(&open_data(k, &token, 1, 2, &file).unwrap()[..], &plain[..]);
+            assert_eq!(&open_data(k, &token, 1, 2, file.clone()).unwrap()[..], &plain[..]);
             for pos in (0..file.len()).step_by(7) {
                 let mut f = file.clone();
                 f[pos] ^= 1;
-                assert!(open_data(k, &token, 1, 2, &f).is_err(), "flip at {pos}");
+                assert!(open_data(k, &token, 1, 2, f).is_err(), "flip at {pos}");
             }
             let mut longer = file.clone();
             longer.push(0);
-            assert!(open_data(k, &token, 1, 2, &longer).is_err());
-            assert!(open_data(k, &[8; 32], 1, 2, &file).is_err(), "another token");
-            assert!(open_data(k, &token, 0, 2, &file).is_err(), "another slot");
+            assert!(open_data(k, &token, 1, 2, longer).is_err());
+            assert!(open_data(k, &[8; 32], 1, 2, file.clone()).is_err(), "another token");
+            assert!(open_data(k, &token, 0, 2, file.clone()).is_err(), "another slot");
         }
         // Encrypted: the plaintext appears nowhere in the file.
         let file = seal_data(Some(&key), &token, 0, 1, &plain).unwrap();
         assert!(!file.windows(32).any(|w| w == &plain[100..132]));
         // Another model's key cannot open it.
         let other = DataCacheKey::derive(b"fedcba9876543210", &token).unwrap();
-        assert!(open_data(Some(&other), &token, 0, 1, &file).is_err());
+        assert!(open_data(Some(&other), &token, 0, 1, file).is_err());
     }
 }

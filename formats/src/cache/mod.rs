@@ -27,7 +27,7 @@ mod data;
 mod dir;
 mod index;
 
-pub use data::{DataCacheKey, open_data, seal_data};
+pub use data::{DataCacheKey, OpenedData, open_data, seal_data};
 pub use dir::{CacheDir, CacheEntry, CacheLock, CleanReport, EntryInfo, Lookup};
 pub use index::{INDEX_FORMAT, Index, IndexEntry};
 

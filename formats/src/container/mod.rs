@@ -28,7 +28,7 @@ mod write;
 
 pub use error::ContainerError;
 pub use read::{ArenaSlot, Container, WeightField, authenticate, open_field, verified_field};
-pub use write::{WriteOptions, is_weight, write};
+pub use write::{WriteOptions, is_weight, is_weight_in, write};
 
 use zeroize::Zeroizing;
 

@@ -39,14 +39,32 @@ struct Field {
     tag: [u8; 32],
 }
 
-/// Whether a constant is model data to encrypt. Every tensor constant is, whatever its
-/// size (a 16-channel bias is only 64 bytes but still a trained parameter), except plain
-/// TENSOR_INT32 vectors (shapes, axes, paddings, permutations) and scalars, which are
-/// hyper-parameters and stay inline as CONSTANT_COPY.
+/// Whether a constant operand is model data, judged by the operand alone: every tensor
+/// constant is, whatever its size (a 16-channel bias is only 64 bytes but still a trained
+/// parameter), and so is anything stored by reference, except plain TENSOR_INT32 vectors
+/// (shapes, axes, paddings, permutations) and scalars, which are hyper-parameters and stay
+/// inline as CONSTANT_COPY. [`is_weight_in`] also knows how the model reads it.
 pub fn is_weight(operand: &crate::nn::Operand) -> bool {
     operand.lifetime.is_constant()
         && operand.operand_type.is_tensor()
-        && !(operand.operand_type == crate::nn::OperandType::TensorInt32 && operand.scale == 0.0)
+        && (operand.lifetime == Lifetime::ConstantReference
+            || !(operand.operand_type == crate::nn::OperandType::TensorInt32 && operand.scale == 0.0))
+}
+
+/// [`is_weight`], and also an int32 vector with scale 0 that an operation reads as its
+/// bias: with per-channel filters NNAPI gives the bias scale 0, yet it is trained data.
+pub fn is_weight_in(model: &Model, index: u32) -> bool {
+    let Some(operand) = model.operand(index) else { return false };
+    if is_weight(operand) {
+        return true;
+    }
+    operand.lifetime.is_constant()
+        && operand.operand_type.is_tensor()
+        && model.main.operations.iter().any(|op| {
+            op.inputs.iter().enumerate().any(|(k, &i)| {
+                i == index && crate::nn::signature::input_role(op.op_type, k, op.inputs.len()) == "bias"
+            })
+        })
 }
 
 fn align(v: u64) -> u64 {
@@ -101,7 +119,7 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
                     "operation {op_index} reads missing operand {i}"
                 ))
             })?;
-            if !is_weight(operand) || owner[i].is_some() {
+            if !is_weight_in(model, input) || owner[i].is_some() {
                 continue;
             }
             let available = operand.lifetime == Lifetime::ConstantCopy
@@ -127,7 +145,7 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
         }
     }
     if let Some(i) =
-        (0..graph.operands.len()).find(|&i| is_weight(&graph.operands[i]) && owner[i].is_none())
+        (0..graph.operands.len()).find(|&i| is_weight_in(model, i as u32) && owner[i].is_none())
     {
         return Err(ContainerError::Unwritable(format!(
             "operand {i} is a weight no operation reads"

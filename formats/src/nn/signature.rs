@@ -699,7 +699,8 @@ pub fn infer(
         O::Quantize => {
             ctx.count(&[1])?;
             expect_outputs(1)?;
-            let a = ctx.tensor(0, "input", FLOAT)?;
+            // Float inputs (NNAPI), or 8-bit ones: a requantization (TFLite's QUANTIZE).
+            let a = ctx.tensor(0, "input", FLOAT_QUANT)?;
             let out = outputs[0].operand_type;
             if !QUANT8.contains(&out) {
                 return Err(SignatureError::OutputType {
@@ -775,12 +776,30 @@ pub fn infer(
             ctx.count(&[4])?;
             expect_outputs(1)?;
             let input = ctx.tensor(0, "input", FLOAT_QUANT)?;
+            // Quantized inputs take 8-bit weights, per-tensor or per output unit
+            // (TENSOR_QUANT8_SYMM_PER_CHANNEL along dimension 0, as TFLite allows).
             let weight_types: &[OperandType] = if QUANT8.contains(&input.operand_type) {
-                QUANT8
+                &[
+                    OperandType::TensorQuant8Asymm,
+                    OperandType::TensorQuant8AsymmSigned,
+                    OperandType::TensorQuant8SymmPerChannel,
+                ]
             } else {
                 &[input.operand_type]
             };
             let weights = ctx.tensor(1, "weights", weight_types)?;
+            if let Some(q) = &weights.channel_quant
+                && q.channel_dim != 0
+            {
+                return Err(param_err(
+                    1,
+                    "weights",
+                    format!(
+                        "per-channel quantization must be along dimension 0, got {}",
+                        q.channel_dim
+                    ),
+                ));
+            }
             require_rank(weights, 1, "weights", 2..=2)?;
             require_rank(input, 0, "input", 2..=usize::MAX)?;
             let bias_type = if QUANT8.contains(&input.operand_type) {
@@ -935,6 +954,11 @@ pub fn infer(
             };
             let dims = &input.dimensions;
             let mut drop = vec![false; r];
+            if ctx.present(1) && ctx.i32_vector(1, "squeeze_dims")?.is_none() {
+                // squeeze_dims computed at run time: the rank of the result is unknown
+                // (repeated entries count once).
+                return single(input.operand_type, Vec::new());
+            }
             if ctx.present(1) {
                 for a in ctx.i32_values(1, "squeeze_dims")? {
                     let a = axis_in(a, r, 1, "squeeze_dims")?;
@@ -986,7 +1010,13 @@ pub fn infer(
             ctx.count(if op == O::Pad { &[2] } else { &[3] })?;
             expect_outputs(1)?;
             let input = ctx.tensor(0, "input", ANY_DATA)?;
-            let pads = ctx.i32_values(1, "paddings")?;
+            // paddings is a [rank, 2] tensor: constant, or computed at run time.
+            let pads = if ctx.inputs[1].value.is_some() {
+                Some(ctx.i32_values(1, "paddings")?)
+            } else {
+                ctx.tensor(1, "paddings", INT_VECTOR)?;
+                None
+            };
             match op {
                 O::PadV2 => {
                     let t = ctx.operand(2).operand_type;
@@ -1019,6 +1049,9 @@ pub fn infer(
             }
             let Some(r) = rank(input) else {
                 return single(input.operand_type, Vec::new());
+            };
+            let Some(pads) = pads else {
+                return single(input.operand_type, vec![0; r]);
             };
             if pads.len() != 2 * r {
                 return Err(param_err(
@@ -1115,14 +1148,22 @@ pub fn infer(
             ctx.count(&[7])?;
             expect_outputs(1)?;
             let input = ctx.tensor(0, "input", ANY_DATA)?;
-            let begin = ctx.i32_values(1, "begin")?;
-            let end = ctx.i32_values(2, "end")?;
-            let strides = ctx.i32_values(3, "strides")?;
+            // begin / end / strides are tensors: constant, or computed at run time.
+            let begin = ctx.i32_vector(1, "begin")?;
+            let end = ctx.i32_vector(2, "end")?;
+            let strides = ctx.i32_vector(3, "strides")?;
             let begin_mask = ctx.i32(4, "begin_mask")?;
             let end_mask = ctx.i32(5, "end_mask")?;
             let shrink = ctx.i32(6, "shrink_axis_mask")?;
             let Some(r) = rank(input) else {
                 return single(input.operand_type, Vec::new());
+            };
+            let (Some(begin), Some(end), Some(strides)) = (begin, end, strides) else {
+                // Extents known only at run time; shrunk dimensions leave the result.
+                let kept = (0..r)
+                    .filter(|&d| d >= 32 || shrink & (1 << d) == 0)
+                    .count();
+                return single(input.operand_type, vec![0; kept]);
             };
             if begin.len() != r || end.len() != r || strides.len() != r {
                 return Err(shape_err(format!(
@@ -1365,7 +1406,8 @@ pub fn infer(
                 _ => FLOAT_QUANT,
             };
             let input = ctx.tensor(0, "input", allowed)?;
-            let axes = ctx.i32_values(1, "axes")?;
+            // NNAPI's axes are a 1-D tensor operand, constant or computed at run time.
+            let axes = ctx.i32_vector(1, "axes")?;
             let keep = if op == O::Mean {
                 ctx.i32(2, "keep_dims")? != 0
             } else {
@@ -1373,6 +1415,20 @@ pub fn infer(
             };
             let Some(r) = rank(input) else {
                 return single(input.operand_type, Vec::new());
+            };
+            let Some(axes) = axes else {
+                // Which axes go is known only at run time: with keep_dims the rank stays
+                // and unit dimensions stay 1; without it even the rank is unknown.
+                let dims = if keep {
+                    input
+                        .dimensions
+                        .iter()
+                        .map(|&d| if d == 1 { 1 } else { 0 })
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                return single(input.operand_type, dims);
             };
             let mut reduced = vec![false; r];
             for a in axes {

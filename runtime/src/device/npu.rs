@@ -63,6 +63,18 @@ impl SimulatedNpu {
         self.key_store.has_key()
     }
 
+    /// The key sealing this device's data caches for `token`, derived inside the device
+    /// from its master key; `None` when no key is installed (an unencrypted model, whose
+    /// data caches are checksummed instead).
+    pub(crate) fn data_cache_key(&self, token: &nnc_formats::cache::Token) -> Result<Option<nnc_formats::cache::DataCacheKey>> {
+        self.key_store.with_key(|key| match key {
+            Some(k) => nnc_formats::cache::DataCacheKey::derive(k, token)
+                .map(Some)
+                .map_err(|e| RuntimeError::Internal(e.to_string())),
+            None => Ok(None),
+        })
+    }
+
     /// Authenticates a model file with the key in this device's key store (the key never
     /// leaves the device): any altered byte before the weights, or a wrong key, fails here.
     pub fn authenticate(&self, bytes: &[u8]) -> Result<()> {
@@ -80,6 +92,7 @@ impl SimulatedNpu {
         bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,
         register: CryptoRegister,
         operations: Option<&[usize]>,
+        verify_fields: bool,
     ) -> Result<(Model, Arc<NpuWeights>)> {
         let data: &[u8] = (*bytes).as_ref();
         let (container, keys) = self.key_store.with_key(|key| -> std::result::Result<_, ContainerError> {
@@ -134,8 +147,12 @@ impl SimulatedNpu {
             .collect();
         fields_needed.sort_unstable();
         fields_needed.dedup();
-        for owner in fields_needed {
-            container.verified_ciphertext(keys.as_ref(), owner)?;
+        // (A cache hit supplies prepared weights instead; any field read later is still
+        // checked when it is decrypted.)
+        if verify_fields {
+            for owner in fields_needed {
+                container.verified_ciphertext(keys.as_ref(), owner)?;
+            }
         }
         let weights = NpuWeights {
             fields: container.fields.clone(),
@@ -186,6 +203,11 @@ impl NpuWeights {
     /// The name of the device holding these weights.
     pub fn device(&self) -> &str {
         &self.device
+    }
+
+    /// Puts prepared weights (from a data cache) into the parameter cache.
+    pub(crate) fn insert_prepared(&self, op: usize, weights: PreparedWeights) {
+        self.cache.insert(op, &Arc::new(weights));
     }
 
     /// True when this device runs operation `op`.

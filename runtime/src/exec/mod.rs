@@ -15,5 +15,5 @@ pub mod weights;
 pub use execute::{ExecuteOptions, ExecutionResult, InputTensor, OutputBuffer, host_type};
 pub use fold::evaluate_operation;
 pub use plan::{ArenaPlan, Interval, plan_arena};
-pub use program::{PrepareOptions, Program};
+pub use program::{PlanImage, PrepareOptions, Program, ProgramImage};
 pub use weights::{HostWeights, WeightProvider};

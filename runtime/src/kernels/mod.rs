@@ -31,6 +31,7 @@ pub(crate) mod linalg;
 pub mod matmul;
 pub mod misc;
 pub mod pool;
+mod quant;
 pub mod reduce;
 pub mod resize;
 pub mod shape;
@@ -120,6 +121,64 @@ impl PreparedWeights {
 
     pub fn buffer_count(&self) -> usize {
         self.buffers.len()
+    }
+
+    /// Serializes the prepared weights (for a data cache, which seals them): u32 buffer
+    /// count, each buffer as u64 length and bytes, u32 view count, each view as u32
+    /// (u32::MAX for none). The result is zeroized when dropped.
+    pub fn to_bytes(&self) -> zeroize::Zeroizing<Vec<u8>> {
+        let mut out = zeroize::Zeroizing::new(Vec::with_capacity(self.byte_size() + 16));
+        out.extend_from_slice(&(self.buffers.len() as u32).to_le_bytes());
+        for b in &self.buffers {
+            out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+            out.extend_from_slice(b.as_bytes());
+        }
+        out.extend_from_slice(&(self.input_views.len() as u32).to_le_bytes());
+        for v in &self.input_views {
+            out.extend_from_slice(&v.map_or(u32::MAX, |i| i as u32).to_le_bytes());
+        }
+        out
+    }
+
+    /// Reads what [`PreparedWeights::to_bytes`] wrote; every length and index is checked.
+    pub fn from_bytes(bytes: &[u8]) -> Result<PreparedWeights> {
+        let bad = |m: &str| RuntimeError::Internal(format!("prepared weights: {m}"));
+        let mut pos = 0usize;
+        let mut take = |n: usize| -> Result<&[u8]> {
+            let end = pos.checked_add(n).filter(|&e| e <= bytes.len()).ok_or_else(|| bad("truncated"))?;
+            let s = &bytes[pos..end];
+            pos = end;
+            Ok(s)
+        };
+        let u32_of = |s: &[u8]| u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+        let count = u32_of(take(4)?) as usize;
+        if count > bytes.len() / 8 {
+            return Err(bad("buffer count exceeds the data"));
+        }
+        let mut prepared = PreparedWeights::empty();
+        for _ in 0..count {
+            let mut len = [0u8; 8];
+            len.copy_from_slice(take(8)?);
+            let len = usize::try_from(u64::from_le_bytes(len)).map_err(|_| bad("buffer too large"))?;
+            prepared.push(AlignedBuf::from_bytes(take(len)?)?);
+        }
+        let views = u32_of(take(4)?) as usize;
+        if views > bytes.len() / 4 {
+            return Err(bad("view count exceeds the data"));
+        }
+        for position in 0..views {
+            let v = u32_of(take(4)?);
+            if v != u32::MAX {
+                if v as usize >= count {
+                    return Err(bad("a view names a missing buffer"));
+                }
+                prepared.set_input_view(position, v as usize);
+            }
+        }
+        if pos != bytes.len() {
+            return Err(bad("trailing bytes"));
+        }
+        Ok(prepared)
     }
 }
 
@@ -217,6 +276,10 @@ pub fn build<'c>(
 ) -> Result<Box<dyn Kernel>> {
     let info = OpInfo::new(op, operands, &constant)?;
     info.check_signature()?;
+    // Operations with quantized operands have their own kernels (None: not quantized).
+    if let Some(kernel) = quant::build(&info) {
+        return kernel;
+    }
     use OperationType as O;
     match op.op_type {
         O::Conv2d | O::DepthwiseConv2d | O::GroupedConv2d | O::TransposeConv2d => {

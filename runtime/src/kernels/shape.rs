@@ -31,10 +31,11 @@ enum ShapeOp {
         axis: i32,
     },
     Slice,
+    /// begin / end / strides are `None` when computed at run time (read per run).
     StridedSlice {
-        begin: Vec<i32>,
-        end: Vec<i32>,
-        strides: Vec<i32>,
+        begin: Option<Vec<i32>>,
+        end: Option<Vec<i32>>,
+        strides: Option<Vec<i32>>,
         begin_mask: i32,
         end_mask: i32,
         shrink: i32,
@@ -101,9 +102,9 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
         },
         O::Slice => ShapeOp::Slice,
         O::StridedSlice => ShapeOp::StridedSlice {
-            begin: const_values(1, "begin")?,
-            end: const_values(2, "end")?,
-            strides: const_values(3, "strides")?,
+            begin: info.i32_values(1)?,
+            end: info.i32_values(2)?,
+            strides: info.i32_values(3)?,
             begin_mask: info.i32(4, "begin_mask")?,
             end_mask: info.i32(5, "end_mask")?,
             shrink: info.i32(6, "shrink_axis_mask")?,
@@ -480,6 +481,14 @@ impl ShapeKernel {
                 shrink,
             } => {
                 let r = in_shape.len();
+                let runtime = |v: &Option<Vec<i32>>, i: usize| -> Result<Vec<i32>> {
+                    match v {
+                        Some(v) => Ok(v.clone()),
+                        None => Ok(i32s(&input(i)?)?.to_vec()),
+                    }
+                };
+                let (begin, end, strides) =
+                    (runtime(begin, 1)?, runtime(end, 2)?, runtime(strides, 3)?);
                 if begin.len() != r || end.len() != r || strides.len() != r {
                     return err("begin, end and strides must hold one value per dimension");
                 }

@@ -138,6 +138,13 @@ impl Lowerer<'_> {
     /// MINIMUM (which the fusion pass may still absorb).
     fn clip(&mut self, n: &Node) -> NResult<()> {
         let x = self.tensor(n, 0)?;
+        if self.opset >= 11 {
+            let runtime =
+                |this: &Self, i: usize| matches!(this.input(n, i), Ok(Some(Value::Tensor(_))));
+            if runtime(self, 1) || runtime(self, 2) {
+                return self.clip_runtime(n, x);
+            }
+        }
         let (lo, hi) = if self.opset < 11 {
             (
                 Some(f64::from(n.attrs.float_or("min", f32::MIN)?)),
@@ -178,6 +185,32 @@ impl Lowerer<'_> {
                 y
             }
         };
+        self.set_output(n, 0, Value::Tensor(y));
+        Ok(())
+    }
+
+    /// Clip whose bounds are computed at run time: MAXIMUM with the lower bound, then
+    /// MINIMUM with the upper one, exactly ONNX's min(max(x, lo), hi) (so lo > hi yields
+    /// hi, as in ONNX).
+    fn clip_runtime(&mut self, n: &Node, x: TensorValue) -> NResult<()> {
+        let mut y = x;
+        for (i, op) in [(1, OperationType::Maximum), (2, OperationType::Minimum)] {
+            if self.input(n, i)?.is_none() {
+                continue;
+            }
+            let bound = self.tensor(n, i)?;
+            if bound.dtype != x.dtype || self.operand_type(bound) != self.operand_type(x) {
+                return super::invalid(format!(
+                    "Clip bound {i} is {}, the input is {}",
+                    bound.dtype, x.dtype
+                ));
+            }
+            if !self.dims(bound).iter().all(|&d| d == 1) {
+                return super::invalid("Clip bounds must be scalars");
+            }
+            let out = self.emit(n, op, vec![y.operand, bound.operand])?;
+            y = TensorValue { operand: out, ..x };
+        }
         self.set_output(n, 0, Value::Tensor(y));
         Ok(())
     }

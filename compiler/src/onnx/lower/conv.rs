@@ -1,14 +1,17 @@
 //! Conv and ConvTranspose.
 //!
-//! 1-D convolutions run as 2-D ones of height 1. Weights are re-laid-out at compile time
+//! 1-D convolutions run as 2-D ones of height 1. Constant weights are re-laid-out at compile time
 //! (OIHW -> OHWI for CONV_2D, -> 1HWO for DEPTHWISE_CONV_2D, IOHW -> OHWI for
-//! TRANSPOSE_CONV_2D). The operation itself runs in NHWC between two transposes.
+//! TRANSPOSE_CONV_2D); weights computed at run time get the same layout from RESHAPE and
+//! TRANSPOSE operations. The operation itself runs in NHWC between two transposes.
+
+use std::rc::Rc;
 
 use nnc_formats::nn::OperationType;
 use nnc_formats::tensor::DataType;
 
 use super::super::constant::{self, ConstTensor};
-use super::{Lowerer, NResult, Node, unsupported};
+use super::{Lowerer, NResult, Node, Value, unsupported};
 
 /// Spatial parameters shared by convolutions and pools, for two spatial axes (H, W).
 pub(super) struct Spatial {
@@ -122,6 +125,192 @@ pub(super) fn read_spatial(
     })
 }
 
+/// Convolution weights: a constant (re-laid-out at compile time) or a tensor computed at
+/// run time (re-laid-out by RESHAPE and TRANSPOSE operations; the kernels take run-time
+/// filters as they are).
+enum Filter {
+    Const(Rc<ConstTensor>),
+    Run(u32),
+}
+
+impl Filter {
+    fn clone_ref(&self) -> Filter {
+        match self {
+            Filter::Const(c) => Filter::Const(Rc::clone(c)),
+            Filter::Run(o) => Filter::Run(*o),
+        }
+    }
+}
+
+impl Lowerer<'_> {
+    /// Input `i` as convolution weights, with their shape.
+    fn filter_input(&mut self, n: &Node, i: usize) -> NResult<(Filter, Vec<usize>)> {
+        match self.required(n, i)? {
+            Value::Const(c) => {
+                let shape = c.shape.clone();
+                Ok((Filter::Const(c), shape))
+            }
+            Value::Tensor(tv) => {
+                self.require_float(n, tv)?;
+                let dims = self.known_dims(tv)?;
+                Ok((
+                    Filter::Run(tv.operand),
+                    dims.iter().map(|&d| d as usize).collect(),
+                ))
+            }
+        }
+    }
+
+    /// The weights viewed as `shape4` and permuted by `perm`, as an operand.
+    fn filter_operand(
+        &mut self,
+        n: &Node,
+        f: &Filter,
+        shape4: [usize; 4],
+        perm: [usize; 4],
+    ) -> NResult<u32> {
+        match f {
+            Filter::Const(w) => {
+                let w4 = ConstTensor {
+                    shape: shape4.to_vec(),
+                    ..(**w).clone()
+                };
+                let w4 = constant::cast(&w4, DataType::F32);
+                let t = constant::transpose(&w4, &perm)?;
+                Ok(self.const_operand(&t)?.operand)
+            }
+            Filter::Run(o) => {
+                let dims: Vec<u32> = shape4.iter().map(|&d| d as u32).collect();
+                let w4 = self.reshape_to(n, *o, &dims)?;
+                let p: Vec<i32> = perm.iter().map(|&v| v as i32).collect();
+                self.transpose_op(n, w4, &p)
+            }
+        }
+    }
+
+    /// Rows `[from, from + len)` (axis 0) of convolution weights of shape `shape`.
+    fn filter_rows(
+        &mut self,
+        n: &Node,
+        f: &Filter,
+        shape: &[usize],
+        from: usize,
+        len: usize,
+    ) -> NResult<Filter> {
+        match f {
+            Filter::Const(w) => {
+                let ranges: Vec<(i64, i64, usize)> = shape
+                    .iter()
+                    .enumerate()
+                    .map(|(d, &e)| {
+                        if d == 0 {
+                            (from as i64, 1, len)
+                        } else {
+                            (0, 1, e)
+                        }
+                    })
+                    .collect();
+                Ok(Filter::Const(Rc::new(constant::slice(w, &ranges)?)))
+            }
+            Filter::Run(o) => {
+                let mut begin = vec![0i32; shape.len()];
+                begin[0] = from as i32;
+                let mut size: Vec<i32> = shape.iter().map(|&e| e as i32).collect();
+                size[0] = len as i32;
+                let b = self.i32_vector(&begin);
+                let s = self.i32_vector(&size);
+                Ok(Filter::Run(self.emit(
+                    n,
+                    OperationType::Slice,
+                    vec![*o, b, s],
+                )?))
+            }
+        }
+    }
+
+    /// The weights with zeros inserted between their spatial taps (`dilations` per
+    /// spatial axis), and the new shape.
+    fn dilate_filter(
+        &mut self,
+        n: &Node,
+        f: Filter,
+        shape: &[usize],
+        dilations: &[i64],
+    ) -> NResult<(Filter, Vec<usize>)> {
+        if dilations.iter().all(|&d| d == 1) {
+            return Ok((f, shape.to_vec()));
+        }
+        let mut shape = shape.to_vec();
+        let mut f = f;
+        for (i, &d) in dilations.iter().enumerate() {
+            let a = i + 2;
+            let k = shape[a];
+            if d == 1 || k <= 1 {
+                continue;
+            }
+            let d = d as usize;
+            let outer: usize = shape[..a].iter().product();
+            let inner: usize = shape[a + 1..].iter().product();
+            let kd = (k - 1) * d + 1;
+            f = match f {
+                Filter::Const(w) => {
+                    let w = constant::cast(&w, DataType::F32);
+                    let v = constant::to_f32s(&w);
+                    let mut out = vec![0f32; outer * kd * inner];
+                    for o in 0..outer {
+                        for t in 0..k {
+                            for j in 0..inner {
+                                out[(o * kd + t * d) * inner + j] = v[(o * k + t) * inner + j];
+                            }
+                        }
+                    }
+                    let mut new_shape = shape.clone();
+                    new_shape[a] = kd;
+                    Filter::Const(Rc::new(constant::from_f64s(
+                        DataType::F32,
+                        new_shape,
+                        &out.iter().map(|&x| f64::from(x)).collect::<Vec<_>>(),
+                    )))
+                }
+                Filter::Run(o) => {
+                    // [outer, k, 1, inner] -> pad (0, d-1) on axis 2 -> [outer, k*d, inner]
+                    // -> the first (k-1)*d+1 taps.
+                    let t = self.reshape_to(n, o, &[outer as u32, k as u32, 1, inner as u32])?;
+                    let p = self.i32_vector(&[0, 0, 0, 0, 0, d as i32 - 1, 0, 0]);
+                    let t = self.emit(n, OperationType::Pad, vec![t, p])?;
+                    let t = self.reshape_to(n, t, &[outer as u32, (k * d) as u32, inner as u32])?;
+                    let b = self.i32_vector(&[0, 0, 0]);
+                    let s = self.i32_vector(&[outer as i32, kd as i32, inner as i32]);
+                    Filter::Run(self.emit(n, OperationType::Slice, vec![t, b, s])?)
+                }
+            };
+            shape[a] = kd;
+            if let Filter::Run(o) = f {
+                let dims: Vec<u32> = shape.iter().map(|&e| e as u32).collect();
+                f = Filter::Run(self.reshape_to(n, o, &dims)?);
+            }
+        }
+        Ok((f, shape))
+    }
+
+    /// Input 2 as the [m] bias: constant values, or a run-time operand.
+    fn bias_input(&mut self, n: &Node, m: usize) -> NResult<Result<Vec<f32>, u32>> {
+        match self.input(n, 2)? {
+            None => Ok(Ok(vec![0.0; m])),
+            Some(Value::Const(b)) if b.shape.iter().product::<usize>() == m => {
+                Ok(Ok(constant::to_f32s(&b)))
+            }
+            Some(Value::Tensor(tv)) if self.dims(tv) == [m as u32] => {
+                self.require_float(n, tv)?;
+                Ok(Err(tv.operand))
+            }
+            Some(_) => Err(super::NodeError::Invalid(format!(
+                "bias must hold {m} values"
+            ))),
+        }
+    }
+}
+
 impl Lowerer<'_> {
     /// Input as a 4-D NCHW operand (1-D inputs gain a unit height).
     pub(super) fn as_4d(&mut self, n: &Node, x: super::TensorValue) -> NResult<(u32, Vec<u32>)> {
@@ -150,18 +339,18 @@ impl Lowerer<'_> {
     pub(super) fn conv(&mut self, n: &Node) -> NResult<()> {
         let x = self.tensor(n, 0)?;
         self.require_float(n, x)?;
-        let w = self.required_const(n, 1)?;
+        let (w, w_shape) = self.filter_input(n, 1)?;
         let rank = self.rank(x);
-        if w.shape.len() != rank || !(3..=4).contains(&rank) {
+        if w_shape.len() != rank || !(3..=4).contains(&rank) {
             return unsupported(format!(
                 "convolution of rank-{rank} input with rank-{} weights is not supported (only 1-D and 2-D)",
-                w.shape.len()
+                w_shape.len()
             ));
         }
         let group = n.attrs.int_or("group", 1)?;
-        let m = w.shape[0];
-        let cg = w.shape[1];
-        let kernel: Vec<i64> = w.shape[2..].iter().map(|&d| d as i64).collect();
+        let m = w_shape[0];
+        let cg = w_shape[1];
+        let kernel: Vec<i64> = w_shape[2..].iter().map(|&d| d as i64).collect();
         if let Some(ks) = n.attrs.ints("kernel_shape")?
             && ks != kernel
         {
@@ -185,47 +374,29 @@ impl Lowerer<'_> {
         }
         let spatial_in: Vec<u32> = in_dims[2..].to_vec();
         let sp = read_spatial(n, &kernel, &spatial_in, true)?;
-        let bias = match self.const_input(n, 2)? {
-            Some(b) if b.shape.iter().product::<usize>() == m => constant::to_f32s(&b),
-            Some(_) => {
-                return Err(super::NodeError::Invalid(format!(
-                    "bias must hold {m} values"
-                )));
-            }
-            None => vec![0.0; m],
-        };
+        let bias = self.bias_input(n, m)?;
         // Weights as [M, C/g, kH, kW] regardless of rank.
-        let w4 = ConstTensor {
-            shape: vec![m, cg, sp.kernel[0] as usize, sp.kernel[1] as usize],
-            ..(*w).clone()
-        };
-        let w4 = constant::cast(&w4, DataType::F32);
+        let shape4 = [m, cg, sp.kernel[0] as usize, sp.kernel[1] as usize];
         let (x4, _) = self.as_4d(n, x)?;
         let xh = self.to_nhwc(n, x4)?;
         let depthwise = group == channels && group > 1 && cg == 1;
-        let (op, filter) = if group == 1 {
-            (
-                OperationType::Conv2d,
-                constant::transpose(&w4, &[0, 2, 3, 1])?,
-            )
+        let (op, perm) = if group == 1 {
+            (OperationType::Conv2d, [0, 2, 3, 1])
         } else if depthwise {
-            (
-                OperationType::DepthwiseConv2d,
-                constant::transpose(&w4, &[1, 2, 3, 0])?,
-            )
+            (OperationType::DepthwiseConv2d, [1, 2, 3, 0])
         } else {
             if sp.dilations != [1, 1] {
                 return unsupported(
                     "dilated grouped convolutions are not supported (GROUPED_CONV_2D has no dilation)",
                 );
             }
-            (
-                OperationType::GroupedConv2d,
-                constant::transpose(&w4, &[0, 2, 3, 1])?,
-            )
+            (OperationType::GroupedConv2d, [0, 2, 3, 1])
         };
-        let filter = self.const_operand(&filter)?.operand;
-        let bias = self.model.add_f32_tensor(vec![m as u32], &bias);
+        let filter = self.filter_operand(n, &w, shape4, perm)?;
+        let bias = match bias {
+            Ok(values) => self.model.add_f32_tensor(vec![m as u32], &values),
+            Err(operand) => operand,
+        };
         let [top, left, bottom, right] = sp.pads;
         let mut inputs = vec![xh, filter, bias];
         for v in [left, right, top, bottom, sp.strides[1], sp.strides[0]] {
@@ -255,17 +426,32 @@ impl Lowerer<'_> {
     pub(super) fn conv_transpose(&mut self, n: &Node) -> NResult<()> {
         let x = self.tensor(n, 0)?;
         self.require_float(n, x)?;
-        let w = self.required_const(n, 1)?;
+        let (w, w_shape) = self.filter_input(n, 1)?;
         let rank = self.rank(x);
-        if w.shape.len() != rank || !(3..=4).contains(&rank) {
-            return unsupported("only 1-D and 2-D ConvTranspose is supported");
+        if w_shape.len() != rank || !(3..=4).contains(&rank) {
+            return unsupported(
+                "only 1-D and 2-D ConvTranspose is supported (TRANSPOSE_CONV_2D is 2-D)",
+            );
         }
-        if n.attrs.int_or("group", 1)? != 1 {
-            return unsupported("grouped ConvTranspose is not supported");
+        let group = n.attrs.int_or("group", 1)?;
+        if group < 1 || w_shape[0] as i64 % group != 0 {
+            return Err(super::NodeError::Invalid(format!(
+                "group {group} does not divide the {} input channels",
+                w_shape[0]
+            )));
         }
-        let c = w.shape[0];
-        let m = w.shape[1];
-        let kernel: Vec<i64> = w.shape[2..].iter().map(|&d| d as i64).collect();
+        let group = group as usize;
+        // A dilated kernel is the kernel with dilation - 1 zeros between its taps: it
+        // becomes an ordinary one of extent (k - 1) * d + 1, exactly.
+        let dilations = n.attrs.ints("dilations")?.unwrap_or(vec![1; rank - 2]);
+        if dilations.len() != rank - 2 || dilations.iter().any(|&d| !(1..=1 << 16).contains(&d)) {
+            return Err(super::NodeError::Invalid("dilations out of range".into()));
+        }
+        let (w, w_shape) = self.dilate_filter(n, w, &w_shape, &dilations)?;
+        let c = w_shape[0];
+        // Output channels per group.
+        let m = w_shape[1];
+        let kernel: Vec<i64> = w_shape[2..].iter().map(|&d| d as i64).collect();
         let in_dims = self.known_dims(x)?;
         if in_dims[1] as usize != c {
             return Err(super::NodeError::Invalid(format!(
@@ -275,22 +461,12 @@ impl Lowerer<'_> {
         }
         let sr = kernel.len();
         let strides = n.attrs.ints("strides")?.unwrap_or(vec![1; sr]);
-        let dilations = n.attrs.ints("dilations")?.unwrap_or(vec![1; sr]);
         let output_padding = n.attrs.ints("output_padding")?.unwrap_or(vec![0; sr]);
         let mut pads = n.attrs.ints("pads")?.unwrap_or(vec![0; 2 * sr]);
-        if strides.len() != sr
-            || dilations.len() != sr
-            || output_padding.len() != sr
-            || pads.len() != 2 * sr
-        {
+        if strides.len() != sr || output_padding.len() != sr || pads.len() != 2 * sr {
             return Err(super::NodeError::Invalid(
                 "strides, dilations, output_padding or pads have the wrong length".into(),
             ));
-        }
-        if dilations.iter().any(|&d| d != 1) {
-            return unsupported(
-                "dilated ConvTranspose is not supported (TRANSPOSE_CONV_2D has no dilation)",
-            );
         }
         if strides.iter().any(|&s| s < 1 || s > i64::from(i32::MAX)) {
             return Err(super::NodeError::Invalid("strides out of range".into()));
@@ -312,10 +488,13 @@ impl Lowerer<'_> {
             };
             if output_shape.is_some() || auto_pad.starts_with("SAME") {
                 let total = full - target;
+                // ONNX's reference divides with floor (Python's //), which matters when
+                // the requested output is larger than the full one (negative total).
+                let half = total.div_euclid(2);
                 let (begin, end) = if auto_pad == "SAME_UPPER" {
-                    (total / 2, total - total / 2)
+                    (half, total - half)
                 } else {
-                    (total - total / 2, total / 2)
+                    (total - half, half)
                 };
                 pads[i] = begin;
                 pads[i + sr] = end;
@@ -340,59 +519,76 @@ impl Lowerer<'_> {
         let extra_begin = begin.map(|p| (-p).max(0));
         let extra_end = end.map(|p| (-p).max(0));
         let needs_extra = extra_begin.iter().chain(&extra_end).any(|&e| e > 0);
-        let w4 = ConstTensor {
-            shape: vec![c, m, k2[0] as usize, k2[1] as usize],
-            ..(*w).clone()
-        };
-        let w4 = constant::cast(&w4, DataType::F32);
-        let filter = constant::transpose(&w4, &[1, 2, 3, 0])?;
-        let filter = self.const_operand(&filter)?.operand;
-        let bias_values = match self.const_input(n, 2)? {
-            Some(b) if b.shape.iter().product::<usize>() == m => constant::to_f32s(&b),
-            Some(_) => {
-                return Err(super::NodeError::Invalid(format!(
-                    "bias must hold {m} values"
-                )));
-            }
-            None => vec![0.0; m],
-        };
-        let bias = self.model.add_f32_tensor(
-            vec![m as u32],
-            &if needs_extra {
-                vec![0.0; m]
-            } else {
-                bias_values.clone()
-            },
-        );
-        let (x4, _) = self.as_4d(n, x)?;
+        let total_m = m * group;
+        let cg = c / group;
+        let bias_values = self.bias_input(n, total_m)?;
+        // Groups: one TRANSPOSE_CONV_2D per group on its slice of the input channels and
+        // filter rows, concatenated along the channels; the bias is added after.
+        let in_bias = group == 1 && !needs_extra;
+        let (x4, d4) = self.as_4d(n, x)?;
         let xh = self.to_nhwc(n, x4)?;
-        let mut inputs = vec![xh, filter, bias];
-        for v in [
-            begin[1].max(0),
-            end[1].max(0),
-            begin[0].max(0),
-            end[0].max(0),
-            s2[1],
-            s2[0],
-        ] {
-            inputs.push(self.i32_const(v as i32));
+        let mut parts = Vec::with_capacity(group);
+        for j in 0..group {
+            let wj = if group == 1 {
+                w.clone_ref()
+            } else {
+                self.filter_rows(n, &w, &w_shape, j * cg, cg)?
+            };
+            let shape4 = [cg, m, k2[0] as usize, k2[1] as usize];
+            let filter = self.filter_operand(n, &wj, shape4, [1, 2, 3, 0])?;
+            let bias = match (&bias_values, in_bias) {
+                (Ok(v), true) => self.model.add_f32_tensor(vec![m as u32], v),
+                (Err(operand), true) => *operand,
+                (_, false) => self.model.add_f32_tensor(vec![m as u32], &vec![0.0; m]),
+            };
+            let xj = if group == 1 {
+                xh
+            } else {
+                let b = self.i32_vector(&[0, 0, 0, (j * cg) as i32]);
+                let sz = self.i32_vector(&[d4[0] as i32, d4[2] as i32, d4[3] as i32, cg as i32]);
+                self.emit(n, OperationType::Slice, vec![xh, b, sz])?
+            };
+            let mut inputs = vec![xj, filter, bias];
+            for v in [
+                begin[1].max(0),
+                end[1].max(0),
+                begin[0].max(0),
+                end[0].max(0),
+                s2[1],
+                s2[0],
+            ] {
+                inputs.push(self.i32_const(v as i32));
+            }
+            inputs.push(self.i32_const(0));
+            inputs.push(self.bool_const(false));
+            parts.push(self.emit(n, OperationType::TransposeConv2d, inputs)?);
         }
-        inputs.push(self.i32_const(0));
-        inputs.push(self.bool_const(false));
-        let mut yh = self.emit(n, OperationType::TransposeConv2d, inputs)?;
-        if needs_extra {
-            let paddings = self.i32_vector(&[
-                0,
-                0,
-                extra_begin[0] as i32,
-                extra_end[0] as i32,
-                extra_begin[1] as i32,
-                extra_end[1] as i32,
-                0,
-                0,
-            ]);
-            yh = self.emit(n, OperationType::Pad, vec![yh, paddings])?;
-            let b = self.model.add_f32_tensor(vec![m as u32], &bias_values);
+        let mut yh = if parts.len() == 1 {
+            parts[0]
+        } else {
+            let mut inputs = parts;
+            inputs.push(self.i32_const(3));
+            self.emit(n, OperationType::Concatenation, inputs)?
+        };
+        let m = total_m;
+        if needs_extra || !in_bias {
+            if needs_extra {
+                let paddings = self.i32_vector(&[
+                    0,
+                    0,
+                    extra_begin[0] as i32,
+                    extra_end[0] as i32,
+                    extra_begin[1] as i32,
+                    extra_end[1] as i32,
+                    0,
+                    0,
+                ]);
+                yh = self.emit(n, OperationType::Pad, vec![yh, paddings])?;
+            }
+            let b = match &bias_values {
+                Ok(v) => self.model.add_f32_tensor(vec![m as u32], v),
+                Err(operand) => *operand,
+            };
             let act = self.i32_const(0);
             yh = self.emit(n, OperationType::Add, vec![yh, b, act])?;
         }

@@ -113,6 +113,20 @@ impl Lowerer<'_> {
             self.set_output(n, 0, v);
             return Ok(());
         }
+        if op == "Pow"
+            && let (Some(Value::Tensor(base)), Some(Value::Tensor(exp))) =
+                (self.input(n, 0)?, self.input(n, 1)?)
+            && base.dtype == DataType::F32
+            && self.operand_type(exp) == OperandType::TensorInt32
+        {
+            // A float base with an integer exponent: POW is float-only, so the exponent is
+            // cast to float (exact up to 2^24 in magnitude; beyond that only a base of -1
+            // could tell, by parity). ONNX's result type is the base's.
+            let e = self.cast_op(n, exp.operand, OperandType::TensorFloat32)?;
+            let out = self.emit(n, OperationType::Pow, vec![base.operand, e])?;
+            self.set_tensor(n, 0, out, DataType::F32, base.scalar && exp.scalar);
+            return Ok(());
+        }
         let mut acc = self.binary_step(n, op, 0, 1)?;
         for i in 2..arity {
             let next = self.tensor(n, i)?;

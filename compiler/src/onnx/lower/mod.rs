@@ -7,6 +7,16 @@
 //! [`nnc_formats::nn::signature::infer`], the same definition the validator and runtime
 //! use.
 //!
+//! Parameters that ONNX passes as tensors (reduction axes, Reshape's shape, Slice's
+//! starts/ends/axes/steps, Pad's pads, Split's sizes, Tile's repeats, Expand's shape,
+//! Clip's bounds, convolution weights, normalization statistics) may be computed at run
+//! time. They are lowered to NN operations that take the same parameter as a tensor
+//! operand (REDUCE_*, RESHAPE, STRIDED_SLICE, PAD, SLICE, TILE, FILL, ...), with ONNX's own
+//! index normalization computed by NN integer operations; the output shapes are then
+//! known only at run time, and the executor checks them against what is declared here.
+//! Where the NN set takes such a parameter only as a scalar (TOPK_V2's k, the RESIZE_*
+//! output size), a run-time value is reported as unsupported.
+//!
 //! Each submodule lowers one family of operators.
 
 mod activation;
@@ -15,6 +25,7 @@ mod elementwise;
 mod matmul;
 mod normalization;
 mod pool;
+mod recurrent;
 mod reduce;
 mod resize;
 mod shape;
@@ -66,6 +77,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Gemm",
     "GlobalAveragePool",
     "GlobalMaxPool",
+    "GRU",
     "Greater",
     "GreaterOrEqual",
     "HardSigmoid",
@@ -78,6 +90,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Log",
     "LogSoftmax",
     "LRN",
+    "LSTM",
     "MatMul",
     "Max",
     "MaxPool",
@@ -91,6 +104,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Pad",
     "Pow",
     "PRelu",
+    "RNN",
     "Range",
     "Reciprocal",
     "ReduceL1",
@@ -255,6 +269,59 @@ impl<'e> Lowerer<'e> {
                     names.join(", ")
                 )));
             }
+        }
+        // A trailing input with a static zero-sized dimension has no elements, so its
+        // value is fully known: it becomes an empty constant instead of a model input
+        // (the NN set has no empty tensors). Only trailing ones, so that the remaining
+        // inputs keep their positions.
+        let static_empty = |i: &super::proto::ValueInfoProto| -> bool {
+            use super::proto::tensor_shape_proto::dimension::Value as D;
+            match i.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+                Some(super::proto::type_proto::Value::TensorType(tt)) => {
+                    tt.shape.as_ref().is_some_and(|s| {
+                        s.dim
+                            .iter()
+                            .any(|d| matches!(d.value, Some(D::DimValue(0))))
+                            && s.dim
+                                .iter()
+                                .all(|d| matches!(d.value, Some(D::DimValue(_))))
+                    }) && !options.input_shapes.contains_key(&i.name)
+                }
+                _ => false,
+            }
+        };
+        let mut real_inputs = real_inputs;
+        while let Some(last) = real_inputs.last() {
+            if !static_empty(last) {
+                break;
+            }
+            let Some(super::proto::type_proto::Value::TensorType(tt)) =
+                last.r#type.as_ref().and_then(|t| t.value.as_ref())
+            else {
+                break;
+            };
+            let Some(dtype) = super::tensor::host_data_type(tt.elem_type) else {
+                break;
+            };
+            use super::proto::tensor_shape_proto::dimension::Value as D;
+            let shape: Vec<usize> = tt
+                .shape
+                .iter()
+                .flat_map(|s| s.dim.iter())
+                .map(|d| match d.value {
+                    Some(D::DimValue(v)) => usize::try_from(v).unwrap_or(0),
+                    _ => 0,
+                })
+                .collect();
+            self.values.insert(
+                last.name.clone(),
+                Value::Const(Rc::new(ConstTensor {
+                    dtype,
+                    shape,
+                    data: Vec::new(),
+                })),
+            );
+            real_inputs.pop();
         }
         for input in real_inputs {
             let location = format!("graph input '{}'", input.name);
@@ -465,6 +532,7 @@ impl<'e> Lowerer<'e> {
             | "ReduceL2" | "ReduceLogSum" | "ReduceLogSumExp" | "ReduceSumSquare" => self.reduce(n),
             "ArgMax" | "ArgMin" => self.arg_reduce(n),
             "TopK" => self.topk(n),
+            "RNN" | "GRU" | "LSTM" => self.recurrent(n),
             other => unsupported(format!("no lowering for {other}")),
         }
     }
@@ -724,6 +792,58 @@ impl<'e> Lowerer<'e> {
     /// Emits a single-output operation with an inferred output type.
     pub fn emit(&mut self, n: &Node, op: OperationType, inputs: Vec<u32>) -> NResult<u32> {
         Ok(self.emit_raw(op, inputs, vec![None], &n.label)?[0])
+    }
+
+    /// Emits a single-output operation whose output rank inference cannot tell (its
+    /// parameters are computed at run time): `dims` (0 = unknown) is declared instead;
+    /// the executor checks the actual shape against it.
+    pub fn emit_declared(
+        &mut self,
+        n: &Node,
+        op: OperationType,
+        inputs: Vec<u32>,
+        dims: Vec<u32>,
+    ) -> NResult<u32> {
+        let out = self.emit(n, op, inputs)?;
+        let operand = &mut self.model.main.operands[out as usize];
+        if operand.dimensions.is_empty() {
+            operand.dimensions = dims;
+        }
+        Ok(out)
+    }
+
+    /// Emits `CAST(x)` to `to`.
+    pub fn cast_op(&mut self, n: &Node, x: u32, to: OperandType) -> NResult<u32> {
+        Ok(self.emit_raw(
+            OperationType::Cast,
+            vec![x],
+            vec![Some(Operand::new(to, vec![]))],
+            &n.label,
+        )?[0])
+    }
+
+    /// Emits a binary arithmetic operation (ADD/SUB/MUL/DIV) without activation.
+    pub fn arith(&mut self, n: &Node, op: OperationType, a: u32, b: u32) -> NResult<u32> {
+        let act = self.i32_const(0);
+        self.emit(n, op, vec![a, b, act])
+    }
+
+    /// A run-time 1-D integer parameter (ONNX int64, NN int32) and its length.
+    pub fn runtime_int_vector(&mut self, n: &Node, i: usize) -> NResult<Option<(u32, usize)>> {
+        match self.input(n, i)? {
+            Some(Value::Tensor(tv)) => {
+                if self.operand_type(tv) != OperandType::TensorInt32 {
+                    return invalid(format!("input {i} must be an integer tensor"));
+                }
+                match self.dims(tv).as_slice() {
+                    [k] if *k != 0 => Ok(Some((tv.operand, *k as usize))),
+                    _ => unsupported(format!(
+                        "run-time input {i} must be a 1-D tensor of known length"
+                    )),
+                }
+            }
+            _ => Ok(None),
+        }
     }
 
     pub fn i32_const(&mut self, v: i32) -> u32 {

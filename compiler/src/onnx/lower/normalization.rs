@@ -41,12 +41,99 @@ impl Lowerer<'_> {
         if rank == 4 { self.to_nchw(n, y) } else { Ok(y) }
     }
 
-    pub(super) fn batch_norm(&mut self, n: &Node) -> NResult<()> {
-        if n.attrs.int_or("training_mode", 0)? != 0 || (1..5).any(|i| self.output_used(n, i)) {
-            return unsupported("training-mode BatchNormalization is not supported");
+    /// BatchNormalization with run-time parameters or in training mode, as elementwise
+    /// operations in ONNX's own order: (x - mean) / sqrt(var + eps) * scale + bias, with
+    /// the [C] parameters reshaped to [C, 1, ...] to broadcast along axis 1. Training mode
+    /// uses the batch statistics (MEAN over every axis but 1; the variance is the
+    /// population variance) and also yields the running statistics
+    /// mean * momentum + batch_mean * (1 - momentum) (likewise for the variance).
+    fn batch_norm_general(&mut self, n: &Node, training: bool) -> NResult<()> {
+        let x = self.tensor(n, 0)?;
+        self.require_float(n, x)?;
+        let dims = self.known_dims(x)?;
+        let r = dims.len();
+        if r < 2 {
+            return Err(super::NodeError::Invalid(
+                "BatchNormalization needs an input of rank >= 2".into(),
+            ));
         }
+        let c = dims[1];
+        let eps = n.attrs.float_or("epsilon", 1e-5)?;
+        let mut param_dims = vec![c];
+        param_dims.extend(std::iter::repeat_n(1, r - 2));
+        let mut params = Vec::with_capacity(4);
+        for i in 1..5 {
+            let p = self.tensor(n, i)?;
+            self.require_float(n, p)?;
+            if self.dims(p) != [c] {
+                return Err(super::NodeError::Invalid(format!(
+                    "parameter {i} must have shape [{c}]"
+                )));
+            }
+            params.push(self.reshape_to(n, p.operand, &param_dims)?);
+        }
+        let (scale, bias, mut mean, mut var) = (params[0], params[1], params[2], params[3]);
+        let (run_mean, run_var) = (mean, var);
+        if training {
+            let axes: Vec<i32> = (0..r as i32).filter(|&a| a != 1).collect();
+            let a = self.i32_vector(&axes);
+            let keep = self.i32_const(1);
+            let m = self.emit(n, OperationType::Mean, vec![x.operand, a, keep])?;
+            let centered = self.arith(n, OperationType::Sub, x.operand, m)?;
+            let sq = self.arith(n, OperationType::Mul, centered, centered)?;
+            let a = self.i32_vector(&axes);
+            let keep = self.i32_const(1);
+            let v = self.emit(n, OperationType::Mean, vec![sq, a, keep])?;
+            // [1, C, 1, ...] -> [C, 1, ...]
+            mean = self.reshape_to(n, m, &param_dims)?;
+            var = self.reshape_to(n, v, &param_dims)?;
+        }
+        let mean_b = {
+            let mut d = vec![1];
+            d.extend_from_slice(&param_dims);
+            self.reshape_to(n, mean, &d)?
+        };
+        let centered = self.arith(n, OperationType::Sub, x.operand, mean_b)?;
+        let e = self.scalar_tensor(OperandType::TensorFloat32, f64::from(eps));
+        let ve = self.arith(n, OperationType::Add, var, e)?;
+        let sd = self.emit(n, OperationType::Sqrt, vec![ve])?;
+        let normed = self.arith(n, OperationType::Div, centered, sd)?;
+        let scaled = self.arith(n, OperationType::Mul, normed, scale)?;
+        let y = self.arith(n, OperationType::Add, scaled, bias)?;
+        let y = self.reshape_to(n, y, &dims)?;
+        self.set_tensor(n, 0, y, DataType::F32, false);
+        if training {
+            let momentum = f64::from(n.attrs.float_or("momentum", 0.9)?);
+            for (k, (running, batch)) in [(1, (run_mean, mean)), (2, (run_var, var))] {
+                if !self.output_used(n, k) {
+                    continue;
+                }
+                let mo = self.scalar_tensor(OperandType::TensorFloat32, momentum);
+                let a = self.arith(n, OperationType::Mul, running, mo)?;
+                let rest = self.scalar_tensor(OperandType::TensorFloat32, 1.0 - momentum);
+                let b = self.arith(n, OperationType::Mul, batch, rest)?;
+                let out = self.arith(n, OperationType::Add, a, b)?;
+                let out = self.reshape_to(n, out, &[c])?;
+                self.set_tensor(n, k, out, DataType::F32, false);
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn batch_norm(&mut self, n: &Node) -> NResult<()> {
         if n.attrs.int_or("spatial", 1)? != 1 {
             return unsupported("BatchNormalization with spatial=0 is not supported");
+        }
+        let training = n.attrs.int_or("training_mode", 0)? != 0;
+        if training && self.opset < 14 {
+            return unsupported("training-mode BatchNormalization before opset 14");
+        }
+        if !training && (1..5).any(|i| self.output_used(n, i)) {
+            return unsupported("BatchNormalization statistics outputs outside training mode");
+        }
+        let runtime = (1..5).any(|i| matches!(self.input(n, i), Ok(Some(super::Value::Tensor(_)))));
+        if training || runtime {
+            return self.batch_norm_general(n, training);
         }
         let x = self.tensor(n, 0)?;
         self.require_float(n, x)?;
@@ -83,11 +170,32 @@ impl Lowerer<'_> {
     pub(super) fn instance_norm(&mut self, n: &Node) -> NResult<()> {
         let x = self.tensor(n, 0)?;
         self.require_float(n, x)?;
-        let scale = constant::to_f32s(&*self.required_const(n, 1)?);
-        let bias = constant::to_f32s(&*self.required_const(n, 2)?);
+        // Per-channel scale and bias: constants, or [C] tensors computed at run time.
+        let mut affine = Vec::with_capacity(2);
+        for i in 1..3 {
+            affine.push(match self.input(n, i)? {
+                Some(super::Value::Tensor(t)) => {
+                    self.require_float(n, t)?;
+                    if self.dims(t).len() != 1 {
+                        return Err(super::NodeError::Invalid(
+                            "scale and bias must be 1-D".into(),
+                        ));
+                    }
+                    t.operand
+                }
+                _ => {
+                    let v = constant::to_f32s(&*self.required_const(n, i)?);
+                    self.model.add_f32_tensor(vec![v.len() as u32], &v)
+                }
+            });
+        }
         let eps = n.attrs.float_or("epsilon", 1e-5)?;
         let rank = self.rank(x);
-        if scale.len() != bias.len() {
+        let lens: Vec<&[u32]> = affine
+            .iter()
+            .map(|&o| self.model.main.operands[o as usize].dimensions.as_slice())
+            .collect();
+        if lens[0] != lens[1] {
             return Err(super::NodeError::Invalid(
                 "scale and bias differ in length".into(),
             ));
@@ -104,8 +212,7 @@ impl Lowerer<'_> {
             vec![xh, gamma, beta, e, layout],
         )?;
         // The NN operation's gamma and beta are scalars; ONNX's are per channel.
-        let s = self.model.add_f32_tensor(vec![scale.len() as u32], &scale);
-        let b = self.model.add_f32_tensor(vec![bias.len() as u32], &bias);
+        let (s, b) = (affine[0], affine[1]);
         let act = self.i32_const(0);
         let scaled = self.emit(n, OperationType::Mul, vec![normed, s, act])?;
         let act = self.i32_const(0);

@@ -5,11 +5,332 @@ use nnc_formats::nn::OperationType;
 use super::conv::read_spatial;
 use super::{Lowerer, NResult, Node, unsupported};
 
+/// One spatial axis of a window operation, in ONNX's terms.
+struct Axis {
+    input: i64,
+    kernel: i64,
+    stride: i64,
+    dilation: i64,
+    pad_begin: i64,
+    pad_end: i64,
+    output: i64,
+}
+
+/// Reads the window attributes of an N-D pool (any number of spatial axes) and computes
+/// each axis's output extent: floor((in + pads - span) / stride) + 1, or the ceiling with
+/// ceil_mode, less one when the last window would start past the input and its begin
+/// padding (ONNX's rule).
+fn pool_axes(n: &Node, kernel: &[i64], spatial_in: &[u32]) -> NResult<Vec<Axis>> {
+    let r = kernel.len();
+    let ints = |name: &str, default: i64, len: usize| -> NResult<Vec<i64>> {
+        match n.attrs.ints(name)? {
+            Some(v) if v.len() == len => Ok(v),
+            Some(v) => Err(super::NodeError::Invalid(format!(
+                "attribute '{name}' has {} values, expected {len}",
+                v.len()
+            ))),
+            None => Ok(vec![default; len]),
+        }
+    };
+    let strides = ints("strides", 1, r)?;
+    let dilations = ints("dilations", 1, r)?;
+    let mut pads = ints("pads", 0, 2 * r)?;
+    let limit = i64::from(i32::MAX);
+    for v in kernel.iter().chain(&strides).chain(&dilations) {
+        if *v < 1 || *v > limit {
+            return super::invalid("kernel_shape, strides and dilations must be in 1..=2^31-1");
+        }
+    }
+    if pads.iter().any(|&p| !(0..=limit).contains(&p)) {
+        return unsupported("negative pads are not supported");
+    }
+    let ceil_mode = n.attrs.int_or("ceil_mode", 0)? != 0;
+    let auto_pad = n.attrs.string_or("auto_pad", "NOTSET")?;
+    let mut axes = Vec::with_capacity(r);
+    for i in 0..r {
+        let input = i64::from(spatial_in[i]);
+        if input == 0 {
+            return unsupported(
+                "pooling needs the spatial size at compile time; use --input-shape",
+            );
+        }
+        let span = (kernel[i] - 1) * dilations[i] + 1;
+        match auto_pad.as_str() {
+            "NOTSET" => {}
+            "VALID" => {
+                pads[i] = 0;
+                pads[i + r] = 0;
+            }
+            "SAME_UPPER" | "SAME_LOWER" => {
+                let out = (input + strides[i] - 1) / strides[i];
+                let total = ((out - 1) * strides[i] + span - input).max(0);
+                let small = total / 2;
+                (pads[i], pads[i + r]) = if auto_pad == "SAME_UPPER" {
+                    (small, total - small)
+                } else {
+                    (total - small, small)
+                };
+            }
+            other => return super::invalid(format!("unknown auto_pad '{other}'")),
+        }
+        let room = input + pads[i] + pads[i + r] - span;
+        if room < 0 {
+            return super::invalid("the window is larger than the padded input");
+        }
+        let mut output = if ceil_mode {
+            (room + strides[i] - 1) / strides[i] + 1
+        } else {
+            room / strides[i] + 1
+        };
+        if ceil_mode && (output - 1) * strides[i] >= input + pads[i] {
+            output -= 1;
+        }
+        axes.push(Axis {
+            input,
+            kernel: kernel[i],
+            stride: strides[i],
+            dilation: dilations[i],
+            pad_begin: pads[i],
+            pad_end: pads[i + r],
+            output,
+        });
+    }
+    Ok(axes)
+}
+
 impl Lowerer<'_> {
+    /// N-D pooling from strided slices, for what the NN set's 2-D pools cannot do (3-D
+    /// and higher windows, dilation, MaxPool's Indices output). The input is padded
+    /// (-inf for max, 0 for average) to cover every window; each kernel offset is one
+    /// STRIDED_SLICE of it, and the slices are combined with MAXIMUM or ADD. Max and sum
+    /// are separable, so without Indices each spatial axis is reduced in turn (k slices
+    /// per axis, not k^d). The average divides by a compile-time count of the window
+    /// elements ONNX counts: those inside the input (count_include_pad = 0) or the whole
+    /// window (= 1, ceil-mode overhang included, as ONNX's reference does). Indices follow the
+    /// first maximum in window order (row-major offsets), as ONNX's reference does, and
+    /// address the unpadded input, row-major or (storage_order = 1) column-major over
+    /// the spatial axes.
+    fn pool_by_slices(&mut self, n: &Node, max: bool, kernel: &[i64]) -> NResult<()> {
+        use nnc_formats::nn::OperandType as T;
+        let x = self.tensor(n, 0)?;
+        self.require_float(n, x)?;
+        let dims = self.known_dims(x)?;
+        let r = dims.len();
+        let sd = kernel.len();
+        if sd + 2 != r {
+            return super::invalid(format!("{sd}-D pooling of a rank-{r} input"));
+        }
+        let axes = pool_axes(n, kernel, &dims[2..])?;
+        let want_indices = max && self.output_used(n, 1);
+        let include_pad = !max && n.attrs.int_or("count_include_pad", 0)? != 0;
+        // Pad to exactly what the windows read.
+        let mut paddings = vec![0i32; 2 * r];
+        for (i, a) in axes.iter().enumerate() {
+            let needed = (a.output - 1) * a.stride + (a.kernel - 1) * a.dilation + 1;
+            let have = a.input + a.pad_begin + a.pad_end;
+            let end = a.pad_end + (needed - have).max(0);
+            paddings[2 * (i + 2)] = i32::try_from(a.pad_begin)
+                .map_err(|_| super::NodeError::Invalid("pads out of range".into()))?;
+            paddings[2 * (i + 2) + 1] = i32::try_from(end)
+                .map_err(|_| super::NodeError::Invalid("pads out of range".into()))?;
+        }
+        let mut padded_dims: Vec<i64> = dims.iter().map(|&d| i64::from(d)).collect();
+        for d in 2..r {
+            padded_dims[d] += i64::from(paddings[2 * d]) + i64::from(paddings[2 * d + 1]);
+        }
+        let xp = if paddings.iter().any(|&p| p != 0) {
+            let p = self.i32_vector(&paddings);
+            if max {
+                let v = self.f32_const(f32::NEG_INFINITY);
+                self.emit(n, OperationType::PadV2, vec![x.operand, p, v])?
+            } else {
+                self.emit(n, OperationType::Pad, vec![x.operand, p])?
+            }
+        } else {
+            x.operand
+        };
+        // STRIDED_SLICE of `src` (extents `extents`) taking, along each axis in
+        // `offsets`, output-many elements from `offset` with the axis's stride.
+        let slice = |this: &mut Self, src: u32, extents: &[i64], offsets: &[(usize, i64)]| {
+            let mut begin = vec![0i32; r];
+            let mut end: Vec<i32> = extents.iter().map(|&e| e as i32).collect();
+            let mut stride = vec![1i32; r];
+            for &(i, off) in offsets {
+                let a = &axes[i];
+                begin[i + 2] = off as i32;
+                end[i + 2] = (off + (a.output - 1) * a.stride + 1) as i32;
+                stride[i + 2] = a.stride as i32;
+            }
+            let inputs = vec![
+                src,
+                this.i32_vector(&begin),
+                this.i32_vector(&end),
+                this.i32_vector(&stride),
+                this.i32_const(0),
+                this.i32_const(0),
+                this.i32_const(0),
+            ];
+            this.emit(n, OperationType::StridedSlice, inputs)
+        };
+        let combine = if max {
+            OperationType::Maximum
+        } else {
+            OperationType::Add
+        };
+        let mut out_dims: Vec<i64> = dims.iter().map(|&d| i64::from(d)).collect();
+        for (i, a) in axes.iter().enumerate() {
+            out_dims[i + 2] = a.output;
+        }
+        let y = if want_indices {
+            // Every kernel offset at once, tracking the first maximum and its index.
+            let windows: usize = kernel.iter().map(|&k| k as usize).product();
+            if windows > 4096 {
+                return unsupported("MaxPool Indices for windows of more than 4096 elements");
+            }
+            let storage = n.attrs.int_or("storage_order", 0)?;
+            let out_count: usize = out_dims.iter().map(|&d| d as usize).product();
+            let mut best = 0u32;
+            let mut best_idx = 0u32;
+            for w in 0..windows {
+                let mut offs = Vec::with_capacity(sd);
+                let mut rem = w;
+                for i in (0..sd).rev() {
+                    let k = kernel[i] as usize;
+                    offs.push((i, (rem % k) as i64 * axes[i].dilation));
+                    rem /= k;
+                }
+                offs.reverse();
+                let v = slice(self, xp, &padded_dims, &offs)?;
+                // The source index of every output element for this offset.
+                let mut idx = Vec::with_capacity(out_count);
+                let mut pos = vec![0i64; r];
+                for _ in 0..out_count {
+                    let plane = pos[0] * i64::from(dims[1]) + pos[1];
+                    let spatial: Vec<i64> = (0..sd)
+                        .map(|i| pos[i + 2] * axes[i].stride + offs[i].1 - axes[i].pad_begin)
+                        .collect();
+                    let mut flat = 0i64;
+                    if storage == 0 {
+                        for i in 0..sd {
+                            flat = flat * axes[i].input + spatial[i];
+                        }
+                    } else {
+                        for i in (0..sd).rev() {
+                            flat = flat * axes[i].input + spatial[i];
+                        }
+                    }
+                    let total: i64 = axes.iter().map(|a| a.input).product();
+                    // Padding positions hold -inf and never win; their index is moot.
+                    let inside = (0..sd).all(|i| (0..axes[i].input).contains(&spatial[i]));
+                    let value = if inside { plane * total + flat } else { 0 };
+                    // Indices travel as float constants (exact below 2^24) and are cast
+                    // to int32 at the end: large int32 constants are not weights.
+                    if !(0..1 << 24).contains(&value) {
+                        return unsupported("MaxPool Indices of 2^24 or more");
+                    }
+                    idx.push(value as f32);
+                    for d in (0..r).rev() {
+                        pos[d] += 1;
+                        if pos[d] < out_dims[d] {
+                            break;
+                        }
+                        pos[d] = 0;
+                    }
+                }
+                let shape: Vec<u32> = out_dims.iter().map(|&d| d as u32).collect();
+                let idx_op = self.model.add_f32_tensor(shape, &idx);
+                if w == 0 {
+                    best = v;
+                    best_idx = idx_op;
+                } else {
+                    let better = self.emit(n, OperationType::Greater, vec![v, best])?;
+                    best = self.emit(n, OperationType::Select, vec![better, v, best])?;
+                    best_idx =
+                        self.emit(n, OperationType::Select, vec![better, idx_op, best_idx])?;
+                }
+            }
+            let best_idx = self.cast_op(n, best_idx, T::TensorInt32)?;
+            self.set_tensor(n, 1, best_idx, nnc_formats::tensor::DataType::I64, false);
+            best
+        } else {
+            let mut cur = xp;
+            let mut extents = padded_dims.clone();
+            for (i, a) in axes.iter().enumerate() {
+                let mut acc = slice(self, cur, &extents, &[(i, 0)])?;
+                for j in 1..a.kernel {
+                    let s = slice(self, cur, &extents, &[(i, j * a.dilation)])?;
+                    acc = if max {
+                        self.emit(n, combine, vec![acc, s])?
+                    } else {
+                        self.arith(n, combine, acc, s)?
+                    };
+                }
+                cur = acc;
+                extents[i + 2] = a.output;
+            }
+            cur
+        };
+        let y = if max {
+            y
+        } else {
+            // Per axis, how many window elements ONNX counts at each output position;
+            // the divisor is their product (the counted region is a box).
+            let counts: Vec<Vec<f64>> = axes
+                .iter()
+                .map(|a| {
+                    // With count_include_pad ONNX's reference divides by the whole
+                    // window, the ceil-mode overhang included.
+                    let (lo, hi) = if include_pad {
+                        (i64::MIN, i64::MAX)
+                    } else {
+                        (a.pad_begin, a.pad_begin + a.input)
+                    };
+                    (0..a.output)
+                        .map(|o| {
+                            (0..a.kernel)
+                                .filter(|&j| {
+                                    let p = o * a.stride + j * a.dilation;
+                                    p >= lo && p < hi
+                                })
+                                .count() as f64
+                        })
+                        .collect()
+                })
+                .collect();
+            let mut shape = vec![1u32, 1];
+            shape.extend(axes.iter().map(|a| a.output as u32));
+            let total: usize = axes.iter().map(|a| a.output as usize).product();
+            let mut div = Vec::with_capacity(total);
+            let mut pos = vec![0usize; sd];
+            for _ in 0..total {
+                let c: f64 = (0..sd).map(|i| counts[i][pos[i]]).product();
+                div.push(c.max(1.0) as f32);
+                for d in (0..sd).rev() {
+                    pos[d] += 1;
+                    if pos[d] < counts[d].len() {
+                        break;
+                    }
+                    pos[d] = 0;
+                }
+            }
+            let d = self.model.add_f32_tensor(shape, &div);
+            self.arith(n, OperationType::Div, y, d)?
+        };
+        self.set_tensor(n, 0, y, x.dtype, false);
+        Ok(())
+    }
+
     pub(super) fn pool(&mut self, n: &Node) -> NResult<()> {
         let max = n.op() == "MaxPool";
-        if max && self.output_used(n, 1) {
-            return unsupported("MaxPool's Indices output is not supported");
+        let kernel_attr = n.attrs.ints("kernel_shape")?;
+        let dilated = n
+            .attrs
+            .ints("dilations")?
+            .is_some_and(|d| d.iter().any(|&v| v != 1));
+        if let Some(k) = &kernel_attr
+            && (k.len() > 2 || dilated || (max && self.output_used(n, 1)))
+        {
+            return self.pool_by_slices(n, max, &k.clone());
         }
         let x = self.tensor(n, 0)?;
         self.require_float(n, x)?;

@@ -6,6 +6,21 @@ use nnc_formats::tensor::DataType;
 use super::super::constant;
 use super::{Lowerer, NResult, Node, NodeError, TensorValue, Value, axis, invalid, unsupported};
 
+/// The axes of a reduction: known at compile time, or a run-time tensor of `count` axes.
+enum AxesArg {
+    Known(Vec<i32>),
+    Runtime { operand: u32, count: usize },
+}
+
+impl AxesArg {
+    fn count(&self) -> usize {
+        match self {
+            AxesArg::Known(v) => v.len(),
+            AxesArg::Runtime { count, .. } => *count,
+        }
+    }
+}
+
 impl Lowerer<'_> {
     /// The reduced axes of a Reduce* node (sorted, normalized), or `None` for the
     /// identity (`noop_with_empty_axes` with no axes).
@@ -31,45 +46,84 @@ impl Lowerer<'_> {
         let data = self.required(n, 0)?;
         let rank = self.shape_of_value(&data).len();
         let keep = n.attrs.int_or("keepdims", 1)? != 0;
-        let Some(axes) = self.reduce_axes(n, rank)? else {
-            return self.identity_value(n, data);
+        // Axes given as a run-time tensor (opset 18+ for most, 13+ for ReduceSum).
+        let runtime_axes = if n.attrs.ints("axes")?.is_none() {
+            match self.input(n, 1)? {
+                Some(Value::Tensor(tv)) => Some(tv),
+                _ => None,
+            }
+        } else {
+            None
         };
-        if let Value::Const(c) = &data {
-            let f = |g: &[f64]| -> f64 {
-                match op.as_str() {
-                    "ReduceMean" => g.iter().sum::<f64>() / g.len().max(1) as f64,
-                    "ReduceSum" => g.iter().sum(),
-                    "ReduceMax" => g.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-                    "ReduceMin" => g.iter().copied().fold(f64::INFINITY, f64::min),
-                    "ReduceProd" => g.iter().product(),
-                    "ReduceL1" => g.iter().map(|v| v.abs()).sum(),
-                    "ReduceL2" => g.iter().map(|v| v * v).sum::<f64>().sqrt(),
-                    "ReduceSumSquare" => g.iter().map(|v| v * v).sum(),
-                    "ReduceLogSum" => g.iter().sum::<f64>().ln(),
-                    _ => g.iter().map(|v| v.exp()).sum::<f64>().ln(),
-                }
+        let axes_arg = if let Some(tv) = runtime_axes {
+            let count = match self.dims(tv).as_slice() {
+                [k] if *k != 0 => *k as usize,
+                _ => return unsupported("reduction axes of unknown length"),
             };
-            let t = constant::reduce(c, &axes, keep, f)?;
-            self.set_const(n, 0, t);
+            if count > rank {
+                return invalid(format!("{count} axes for a rank-{rank} input"));
+            }
+            AxesArg::Runtime {
+                operand: tv.operand,
+                count,
+            }
+        } else {
+            let Some(axes) = self.reduce_axes(n, rank)? else {
+                return self.identity_value(n, data);
+            };
+            if let Value::Const(c) = &data {
+                let f = |g: &[f64]| -> f64 {
+                    match op.as_str() {
+                        "ReduceMean" => g.iter().sum::<f64>() / g.len().max(1) as f64,
+                        "ReduceSum" => g.iter().sum(),
+                        "ReduceMax" => g.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                        "ReduceMin" => g.iter().copied().fold(f64::INFINITY, f64::min),
+                        "ReduceProd" => g.iter().product(),
+                        "ReduceL1" => g.iter().map(|v| v.abs()).sum(),
+                        "ReduceL2" => g.iter().map(|v| v * v).sum::<f64>().sqrt(),
+                        "ReduceSumSquare" => g.iter().map(|v| v * v).sum(),
+                        "ReduceLogSum" => g.iter().sum::<f64>().ln(),
+                        _ => g.iter().map(|v| v.exp()).sum::<f64>().ln(),
+                    }
+                };
+                let t = constant::reduce(c, &axes, keep, f)?;
+                self.set_const(n, 0, t);
+                return Ok(());
+            }
+            AxesArg::Known(axes.iter().map(|&a| a as i32).collect())
+        };
+        let x = match data {
+            Value::Tensor(x) => x,
+            Value::Const(_) => self.tensor(n, 0)?,
+        };
+        let scalar = !keep && axes_arg.count() == rank;
+        if x.dtype == DataType::Bool && matches!(op.as_str(), "ReduceMax" | "ReduceMin") {
+            // On booleans max is "any" and min is "all".
+            let nn = if op == "ReduceMax" {
+                OperationType::ReduceAny
+            } else {
+                OperationType::ReduceAll
+            };
+            let y = self.reduce_emit(n, nn, x, &axes_arg, keep)?;
+            self.set_tensor(n, 0, y.operand, DataType::Bool, scalar);
             return Ok(());
         }
-        let Value::Tensor(x) = data else {
-            return invalid("unreachable");
-        };
         if x.dtype != DataType::F32 {
-            return unsupported(format!("{op} on {} tensors is not supported", x.dtype));
+            return unsupported(format!(
+                "{op} on {} tensors is not supported (the NN set reduces float tensors only)",
+                x.dtype
+            ));
         }
-        let scalar = !keep && axes.len() == rank;
-        let axes_i32: Vec<i32> = axes.iter().map(|&a| a as i32).collect();
+        let axes_i32 = &axes_arg;
         let y = match op.as_str() {
-            "ReduceMean" => self.reduce_emit(n, OperationType::Mean, x, &axes_i32, keep)?,
-            "ReduceSum" => self.reduce_emit(n, OperationType::ReduceSum, x, &axes_i32, keep)?,
-            "ReduceMax" => self.reduce_emit(n, OperationType::ReduceMax, x, &axes_i32, keep)?,
-            "ReduceMin" => self.reduce_emit(n, OperationType::ReduceMin, x, &axes_i32, keep)?,
-            "ReduceProd" => self.reduce_emit(n, OperationType::ReduceProd, x, &axes_i32, keep)?,
+            "ReduceMean" => self.reduce_emit(n, OperationType::Mean, x, axes_i32, keep)?,
+            "ReduceSum" => self.reduce_emit(n, OperationType::ReduceSum, x, axes_i32, keep)?,
+            "ReduceMax" => self.reduce_emit(n, OperationType::ReduceMax, x, axes_i32, keep)?,
+            "ReduceMin" => self.reduce_emit(n, OperationType::ReduceMin, x, axes_i32, keep)?,
+            "ReduceProd" => self.reduce_emit(n, OperationType::ReduceProd, x, axes_i32, keep)?,
             "ReduceL1" => {
                 let a = self.unary_emit(n, OperationType::Abs, x)?;
-                self.reduce_emit(n, OperationType::ReduceSum, a, &axes_i32, keep)?
+                self.reduce_emit(n, OperationType::ReduceSum, a, axes_i32, keep)?
             }
             "ReduceL2" | "ReduceSumSquare" => {
                 let act = self.i32_const(0);
@@ -78,7 +132,7 @@ impl Lowerer<'_> {
                     n,
                     OperationType::ReduceSum,
                     TensorValue { operand: sq, ..x },
-                    &axes_i32,
+                    axes_i32,
                     keep,
                 )?;
                 if op == "ReduceL2" {
@@ -88,12 +142,14 @@ impl Lowerer<'_> {
                 }
             }
             "ReduceLogSum" => {
-                let s = self.reduce_emit(n, OperationType::ReduceSum, x, &axes_i32, keep)?;
+                let s = self.reduce_emit(n, OperationType::ReduceSum, x, axes_i32, keep)?;
                 self.unary_emit(n, OperationType::Log, s)?
             }
             _ => {
                 // log(sum(exp(x))) = m + log(sum(exp(x - m))) with m = max(x): no overflow.
-                let m = self.reduce_emit(n, OperationType::ReduceMax, x, &axes_i32, true)?;
+                // Infinite maxima would give inf - inf = NaN where ONNX gives inf: rare, but
+                // exact only for finite inputs, like every float implementation of it.
+                let m = self.reduce_emit(n, OperationType::ReduceMax, x, axes_i32, true)?;
                 let act = self.i32_const(0);
                 let shifted = self.emit(n, OperationType::Sub, vec![x.operand, m.operand, act])?;
                 let e = self.unary_emit(
@@ -104,12 +160,21 @@ impl Lowerer<'_> {
                         ..x
                     },
                 )?;
-                let s = self.reduce_emit(n, OperationType::ReduceSum, e, &axes_i32, keep)?;
+                let s = self.reduce_emit(n, OperationType::ReduceSum, e, axes_i32, keep)?;
                 let l = self.unary_emit(n, OperationType::Log, s)?;
-                let m_shape = self.model.main.operands[l.operand as usize]
-                    .dimensions
-                    .clone();
-                let m = self.reshape_to(n, m.operand, &m_shape)?;
+                let m = if keep {
+                    m.operand
+                } else if let AxesArg::Known(_) = axes_i32 {
+                    let m_shape = self.model.main.operands[l.operand as usize]
+                        .dimensions
+                        .clone();
+                    self.reshape_to(n, m.operand, &m_shape)?
+                } else {
+                    // Drop the kept unit axes of m: the same reduction with keep_dims off
+                    // of a tensor that has only unit dims there.
+                    self.reduce_emit(n, OperationType::ReduceMax, m, axes_i32, false)?
+                        .operand
+                };
                 let act = self.i32_const(0);
                 let out = self.emit(n, OperationType::Add, vec![l.operand, m, act])?;
                 TensorValue { operand: out, ..x }
@@ -124,16 +189,27 @@ impl Lowerer<'_> {
         n: &Node,
         op: OperationType,
         x: TensorValue,
-        axes: &[i32],
+        axes: &AxesArg,
         keep: bool,
     ) -> NResult<TensorValue> {
-        let a = self.i32_vector(axes);
+        let a = match axes {
+            AxesArg::Known(v) => self.i32_vector(v),
+            AxesArg::Runtime { operand, .. } => *operand,
+        };
         let k = if op == OperationType::Mean {
             self.i32_const(i32::from(keep))
         } else {
             self.bool_const(keep)
         };
         let out = self.emit(n, op, vec![x.operand, a, k])?;
+        let operand = &mut self.model.main.operands[out as usize];
+        if operand.dimensions.is_empty() {
+            // Run-time axes without keep_dims: inference cannot tell the rank, but ONNX
+            // rejects repeated axes, so it is the input rank less the axis count (a
+            // repeated axis at run time then fails the executor's shape check).
+            let r = self.rank(x).saturating_sub(axes.count());
+            self.model.main.operands[out as usize].dimensions = vec![0; r.max(1)];
+        }
         Ok(TensorValue { operand: out, ..x })
     }
 
@@ -201,6 +277,12 @@ impl Lowerer<'_> {
                 .int("k")?
                 .ok_or_else(|| NodeError::Invalid("TopK needs 'k'".into()))?
         } else {
+            if let Some(Value::Tensor(_)) = self.input(n, 1)? {
+                return unsupported(
+                    "TopK with a run-time k: TOPK_V2 takes k as an INT32 scalar, and no NN \
+                     operation turns a tensor into a scalar",
+                );
+            }
             constant::to_i64s(&*self.required_const(n, 1)?)
                 .first()
                 .copied()

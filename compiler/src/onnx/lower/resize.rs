@@ -188,7 +188,12 @@ impl Lowerer<'_> {
         let mode = match mode_name.as_str() {
             "nearest" => Mode::Nearest,
             "linear" | "bilinear" => Mode::Linear,
-            other => return unsupported(format!("resize mode '{other}' is not supported")),
+            other => {
+                return unsupported(format!(
+                    "resize mode '{other}' is not supported (the NN set resizes nearest and \
+                     bilinear only)"
+                ));
+            }
         };
         let legacy = upsample || self.opset < 11;
         let (transform, rounding) = if legacy {
@@ -200,6 +205,23 @@ impl Lowerer<'_> {
                 n.attrs.string_or("nearest_mode", "round_prefer_floor")?,
             )
         };
+        // roi matters only to tf_crop_and_resize; scales and sizes fix the output shape.
+        let params: &[(usize, &str)] = if legacy {
+            &[(1, "scales")]
+        } else if transform == "tf_crop_and_resize" {
+            &[(2, "scales"), (3, "sizes"), (1, "roi")]
+        } else {
+            &[(2, "scales"), (3, "sizes")]
+        };
+        for &(i, what) in params {
+            if let Some(super::Value::Tensor(_)) = self.input(n, i)? {
+                return unsupported(format!(
+                    "{} with run-time {what}: RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR take \
+                     the output size as scalars fixed at compile time",
+                    n.op()
+                ));
+            }
+        }
         if n.attrs.int_or("antialias", 0)? != 0 {
             return unsupported("antialiased resizing is not supported");
         }

@@ -51,13 +51,40 @@ impl Lowerer<'_> {
 
     pub(super) fn identity(&mut self, n: &Node) -> NResult<()> {
         if n.op() == "Dropout" {
-            if self.output_used(n, 1) {
-                return unsupported("Dropout's mask output is not supported");
+            let training = match self.input(n, 2)? {
+                None => false,
+                Some(Value::Const(c)) => constant::to_i64s(&c).first().copied().unwrap_or(0) != 0,
+                Some(Value::Tensor(_)) => {
+                    return unsupported(
+                        "Dropout with a run-time training_mode is not supported (training \
+                         mode draws random masks, which nnc does not reproduce)",
+                    );
+                }
+            };
+            if training {
+                return unsupported(
+                    "training-mode Dropout is not supported (it draws random masks, which \
+                     nnc does not reproduce)",
+                );
             }
-            if let Some(c) = self.const_input(n, 2).ok().flatten()
-                && constant::to_i64s(&c).first().copied().unwrap_or(0) != 0
-            {
-                return unsupported("training-mode Dropout is not supported");
+            if self.output_used(n, 1) {
+                // In inference mode the mask keeps every element: all true.
+                let v = self.required(n, 0)?;
+                let shape = self.shape_of_value(&v);
+                if shape.contains(&0) {
+                    return unsupported("Dropout's mask of a tensor with dynamic dimensions");
+                }
+                let shape = to_usize_dims(&shape);
+                let count: usize = shape.iter().product();
+                let mask = ConstTensor {
+                    dtype: DataType::Bool,
+                    shape,
+                    data: vec![1; count],
+                };
+                if let Some(name) = n.proto.output.get(1) {
+                    self.values
+                        .insert(name.clone(), Value::Const(Rc::new(mask)));
+                }
             }
         }
         let v = self.required(n, 0)?;
@@ -160,7 +187,124 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// Reshape to a shape computed at run time. ONNX's 0 ("copy the input dimension")
+    /// is resolved with EQUAL/SELECT against the input's known dimensions; -1 is RESHAPE's
+    /// own. A 0 with allowzero (an empty result) fails at run time.
+    fn reshape_runtime(&mut self, n: &Node, shape: u32, k: usize) -> NResult<()> {
+        let x = self.tensor(n, 0)?;
+        let allow_zero = n.attrs.int_or("allowzero", 0)? != 0;
+        let mut target = shape;
+        if !allow_zero {
+            let in_dims = self.known_dims(x)?;
+            let repl: Vec<i32> = (0..k)
+                .map(|i| in_dims.get(i).map_or(0, |&d| d as i32))
+                .collect();
+            let repl = self.i32_vector(&repl);
+            let zero = self.scalar_tensor(nnc_formats::nn::OperandType::TensorInt32, 0.0);
+            let is_zero = self.emit(n, OperationType::Equal, vec![shape, zero])?;
+            target = self.emit(n, OperationType::Select, vec![is_zero, repl, shape])?;
+        }
+        let out = self.emit_declared(
+            n,
+            OperationType::Reshape,
+            vec![x.operand, target],
+            vec![0; k],
+        )?;
+        self.set_tensor(n, 0, out, x.dtype, false);
+        Ok(())
+    }
+
+    /// Squeeze with run-time axes: SQUEEZE takes them as a tensor (negative entries
+    /// allowed); it rejects a non-unit dimension at run time, as ONNX does.
+    fn squeeze_runtime(&mut self, n: &Node, axes: u32, k: usize) -> NResult<()> {
+        let x = self.tensor(n, 0)?;
+        let r = self.rank(x);
+        if k > r {
+            return invalid(format!("{k} axes for a rank-{r} input"));
+        }
+        let dims = self.dims(x);
+        // When exactly k dimensions are 1, any valid axes drop those.
+        let units = dims.iter().filter(|&&d| d == 1).count();
+        let declared: Vec<u32> = if units == k && !dims.contains(&0) {
+            dims.iter().copied().filter(|&d| d != 1).collect()
+        } else {
+            vec![0; r - k]
+        };
+        let scalar = declared.is_empty();
+        let declared = if scalar { vec![1] } else { declared };
+        let out = self.emit_declared(n, OperationType::Squeeze, vec![x.operand, axes], declared)?;
+        self.set_tensor(n, 0, out, x.dtype, scalar);
+        Ok(())
+    }
+
+    /// Unsqueeze with run-time axes: the target shape is computed with NN operations and
+    /// fed to RESHAPE. For output position j of R = rank + k: it is an inserted axis when
+    /// some normalized axis equals j (then 1), else it takes input dimension
+    /// j - #{axes < j}. Invalid axes (out of range, repeated) make that shape disagree with
+    /// the element count, so RESHAPE fails at run time, except when every dimension is 1.
+    fn unsqueeze_runtime(&mut self, n: &Node, axes: u32, k: usize) -> NResult<()> {
+        use nnc_formats::nn::OperandType as T;
+        let x = self.tensor(n, 0)?;
+        let in_dims = self.known_dims(x)?;
+        let r = in_dims.len();
+        let big_r = r + k;
+        let rr = big_r as i32;
+        // a < 0 ? a + R : a
+        let zero = self.scalar_tensor(T::TensorInt32, 0.0);
+        let neg = self.emit(n, OperationType::Less, vec![axes, zero])?;
+        let r_const = self.scalar_tensor(T::TensorInt32, f64::from(rr));
+        let shifted = self.arith(n, OperationType::Add, axes, r_const)?;
+        let norm = self.emit(n, OperationType::Select, vec![neg, shifted, axes])?;
+        let col_shape = self.i32_vector(&[k as i32, 1]);
+        let col = self.emit(n, OperationType::Reshape, vec![norm, col_shape])?;
+        let iota: Vec<i32> = (0..rr).collect();
+        let iota_row = self.model.add_constant(
+            nnc_formats::nn::Operand::new(T::TensorInt32, vec![1, big_r as u32]),
+            bytemuck::cast_slice(&iota),
+        );
+        let eq = self.emit(n, OperationType::Equal, vec![col, iota_row])?;
+        let axis0 = self.i32_vector(&[0]);
+        let no_keep = self.bool_const(false);
+        let is_axis = self.emit(n, OperationType::ReduceAny, vec![eq, axis0, no_keep])?;
+        let le = self.emit(n, OperationType::Less, vec![col, iota_row])?;
+        let le_f = self.cast_op(n, le, T::TensorFloat32)?;
+        let axis0 = self.i32_vector(&[0]);
+        let no_keep = self.bool_const(false);
+        let before_f = self.emit(n, OperationType::ReduceSum, vec![le_f, axis0, no_keep])?;
+        let before = self.cast_op(n, before_f, T::TensorInt32)?;
+        let iota_vec = self.i32_vector(&iota);
+        let src = self.arith(n, OperationType::Sub, iota_vec, before)?;
+        // Clamp into [0, r) for the gather; inserted positions are replaced below.
+        let lo = self.scalar_tensor(T::TensorInt32, 0.0);
+        let src = self.emit(n, OperationType::Maximum, vec![src, lo])?;
+        let hi = self.scalar_tensor(T::TensorInt32, f64::from(r.max(1) as i32 - 1));
+        let src = self.emit(n, OperationType::Minimum, vec![src, hi])?;
+        let dims_i32: Vec<i32> = if r == 0 {
+            vec![1]
+        } else {
+            in_dims.iter().map(|&d| d as i32).collect()
+        };
+        let dims_c = self.i32_vector(&dims_i32);
+        let gaxis = self.i32_const(0);
+        let gathered = self.emit(n, OperationType::Gather, vec![dims_c, gaxis, src])?;
+        let ones = self.i32_vector(&vec![1; big_r]);
+        let target = self.emit(n, OperationType::Select, vec![is_axis, ones, gathered])?;
+        let out = self.emit_declared(
+            n,
+            OperationType::Reshape,
+            vec![x.operand, target],
+            vec![0; big_r],
+        )?;
+        self.set_tensor(n, 0, out, x.dtype, false);
+        Ok(())
+    }
+
     pub(super) fn reshape(&mut self, n: &Node) -> NResult<()> {
+        if self.opset >= 5
+            && let Some((shape, k)) = self.runtime_int_vector(n, 1)?
+        {
+            return self.reshape_runtime(n, shape, k);
+        }
         let data = self.required(n, 0)?;
         let target = if self.opset < 5 {
             n.attrs
@@ -313,6 +457,15 @@ impl Lowerer<'_> {
 
     pub(super) fn squeeze_unsqueeze(&mut self, n: &Node) -> NResult<()> {
         let unsqueeze = n.op() == "Unsqueeze";
+        if n.attrs.ints("axes")?.is_none()
+            && let Some((axes, k)) = self.runtime_int_vector(n, 1)?
+        {
+            return if unsqueeze {
+                self.unsqueeze_runtime(n, axes, k)
+            } else {
+                self.squeeze_runtime(n, axes, k)
+            };
+        }
         let data = self.required(n, 0)?;
         let dims = self.shape_of_value(&data);
         let axes = ints_from_attr_or_input(self, n, "axes", 1)?;
@@ -416,7 +569,54 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// Split with run-time sizes: output j is SLICE(x, begin, size) with begin[a] the sum
+    /// of the sizes before j and size[a] = split[j], computed with NN integer operations.
+    /// Sizes that do not add up to the dimension are not diagnosed (ONNX rejects them);
+    /// a size that runs past the end fails SLICE at run time.
+    fn split_runtime(&mut self, n: &Node, split: u32, k: usize) -> NResult<()> {
+        let x = self.tensor(n, 0)?;
+        let dims = self.known_dims(x)?;
+        let r = dims.len();
+        let a = axis(n.attrs.int_or("axis", 0)?, r)?;
+        if k != n.proto.output.len() {
+            return invalid(format!(
+                "{k} split sizes for {} outputs",
+                n.proto.output.len()
+            ));
+        }
+        let onehot: Vec<i32> = (0..r).map(|d| i32::from(d == a)).collect();
+        let onehot = self.i32_vector(&onehot);
+        let base: Vec<i32> = dims
+            .iter()
+            .enumerate()
+            .map(|(d, &v)| if d == a { 0 } else { v as i32 })
+            .collect();
+        let base = self.i32_vector(&base);
+        let mut start: Option<u32> = None;
+        for j in 0..k {
+            let sj = self.element_of(n, split, j)?;
+            let begin = match start {
+                Some(s0) => self.arith(n, OperationType::Mul, onehot, s0)?,
+                None => self.i32_vector(&vec![0; r]),
+            };
+            let part = self.arith(n, OperationType::Mul, onehot, sj)?;
+            let size = self.arith(n, OperationType::Add, base, part)?;
+            let out = self.emit(n, OperationType::Slice, vec![x.operand, begin, size])?;
+            self.set_tensor(n, j, out, x.dtype, false);
+            start = Some(match start {
+                Some(s0) => self.arith(n, OperationType::Add, s0, sj)?,
+                None => sj,
+            });
+        }
+        Ok(())
+    }
+
     pub(super) fn split(&mut self, n: &Node) -> NResult<()> {
+        if n.attrs.ints("split")?.is_none()
+            && let Some((split, k)) = self.runtime_int_vector(n, 1)?
+        {
+            return self.split_runtime(n, split, k);
+        }
         let data = self.required(n, 0)?;
         let dims = self.shape_of_value(&data);
         let a = axis(n.attrs.int_or("axis", 0)?, dims.len())?;
@@ -514,7 +714,126 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// One element of a run-time int vector as a `[1]` tensor.
+    fn element_of(&mut self, n: &Node, v: u32, k: usize) -> NResult<u32> {
+        let b = self.i32_vector(&[k as i32]);
+        let s = self.i32_vector(&[1]);
+        self.emit(n, OperationType::Slice, vec![v, b, s])
+    }
+
+    /// A `[K]` int32 operand holding either input `i` (run-time) or constant values.
+    fn int_vector_operand(&mut self, n: &Node, i: usize, fallback: &[i64]) -> NResult<u32> {
+        if let Some((v, _)) = self.runtime_int_vector(n, i)? {
+            return Ok(v);
+        }
+        let values = match self.const_input(n, i)? {
+            Some(c) => constant::to_i64s(&c),
+            None => fallback.to_vec(),
+        };
+        let v: Vec<i32> = values
+            .iter()
+            .map(|&x| x.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32)
+            .collect();
+        Ok(self.i32_vector(&v))
+    }
+
+    /// Slice whose starts / ends / axes / steps are (partly) computed at run time. The
+    /// ONNX normalization (negative indices count from the end, clamping to [0, dim] for
+    /// positive steps and to [0, dim-1] / [-1, dim-1] for negative ones) is computed with
+    /// NN integer operations, then scattered into full-rank begin / end / strides for
+    /// STRIDED_SLICE. An end of -1 ("before index 0") is passed as -dim-1, which
+    /// STRIDED_SLICE reads the same way. Clamped starts and ends are exact; the result
+    /// shape is known at run time only.
+    fn slice_runtime(&mut self, n: &Node) -> NResult<()> {
+        use nnc_formats::nn::OperandType as T;
+        let x = self.tensor(n, 0)?;
+        let dims = self.known_dims(x)?;
+        let r = dims.len();
+        if r == 0 {
+            return invalid("Slice of a scalar");
+        }
+        let k = match self.runtime_int_vector(n, 1)? {
+            Some((_, k)) => k,
+            None => match self.const_input(n, 1)? {
+                Some(c) => c.element_count(),
+                None => return invalid("Slice needs starts"),
+            },
+        };
+        if k == 0 || k > r {
+            return invalid(format!("{k} slice axes for a rank-{r} input"));
+        }
+        let default_axes: Vec<i64> = (0..k as i64).collect();
+        let starts = self.int_vector_operand(n, 1, &[])?;
+        let ends = self.int_vector_operand(n, 2, &[])?;
+        let axes = self.int_vector_operand(n, 3, &default_axes)?;
+        let steps = self.int_vector_operand(n, 4, &vec![1; k])?;
+        let c = |this: &mut Self, v: f64| this.scalar_tensor(T::TensorInt32, v);
+        // axes: a < 0 ? a + r : a; the dimension of each sliced axis by GATHER (which
+        // rejects an axis out of range at run time).
+        let zero = c(self, 0.0);
+        let neg = self.emit(n, OperationType::Less, vec![axes, zero])?;
+        let rank_c = c(self, r as f64);
+        let shifted = self.arith(n, OperationType::Add, axes, rank_c)?;
+        let axes = self.emit(n, OperationType::Select, vec![neg, shifted, axes])?;
+        let dims_i32: Vec<i32> = dims.iter().map(|&d| d as i32).collect();
+        let dims_c = self.i32_vector(&dims_i32);
+        let gaxis = self.i32_const(0);
+        let dimk = self.emit(n, OperationType::Gather, vec![dims_c, gaxis, axes])?;
+        let one = c(self, 1.0);
+        let dim_m1 = self.arith(n, OperationType::Sub, dimk, one)?;
+        let pos = self.emit(n, OperationType::Greater, vec![steps, zero])?;
+        // Normalizes v: v < 0 ? v + dim : v, then clamps to [lo, hi].
+        let norm = |this: &mut Self, v: u32, lo: u32, hi: u32| -> NResult<u32> {
+            let neg = this.emit(n, OperationType::Less, vec![v, zero])?;
+            let sum = this.arith(n, OperationType::Add, v, dimk)?;
+            let v = this.emit(n, OperationType::Select, vec![neg, sum, v])?;
+            let v = this.emit(n, OperationType::Maximum, vec![v, lo])?;
+            this.emit(n, OperationType::Minimum, vec![v, hi])
+        };
+        let start_hi = self.emit(n, OperationType::Select, vec![pos, dimk, dim_m1])?;
+        let starts = norm(self, starts, zero, start_hi)?;
+        let minus_one = c(self, -1.0);
+        let end_lo = self.emit(n, OperationType::Select, vec![pos, zero, minus_one])?;
+        let ends = norm(self, ends, end_lo, start_hi)?;
+        let before = self.emit(n, OperationType::Less, vec![ends, zero])?;
+        let past = self.arith(n, OperationType::Sub, ends, dimk)?;
+        let ends = self.emit(n, OperationType::Select, vec![before, past, ends])?;
+        // Scatter into full-rank vectors: untouched axes take [0, dim) with stride 1.
+        let iota: Vec<i32> = (0..r as i32).collect();
+        let iota = self.i32_vector(&iota);
+        let mut begin = self.i32_vector(&vec![0; r]);
+        let mut end = self.i32_vector(&dims_i32);
+        let mut stride = self.i32_vector(&vec![1; r]);
+        for j in 0..k {
+            let aj = self.element_of(n, axes, j)?;
+            let hit = self.emit(n, OperationType::Equal, vec![iota, aj])?;
+            let sj = self.element_of(n, starts, j)?;
+            begin = self.emit(n, OperationType::Select, vec![hit, sj, begin])?;
+            let ej = self.element_of(n, ends, j)?;
+            end = self.emit(n, OperationType::Select, vec![hit, ej, end])?;
+            let tj = self.element_of(n, steps, j)?;
+            stride = self.emit(n, OperationType::Select, vec![hit, tj, stride])?;
+        }
+        let inputs = vec![
+            x.operand,
+            begin,
+            end,
+            stride,
+            self.i32_const(0),
+            self.i32_const(0),
+            self.i32_const(0),
+        ];
+        let out = self.emit(n, OperationType::StridedSlice, inputs)?;
+        self.set_tensor(n, 0, out, x.dtype, false);
+        Ok(())
+    }
+
     pub(super) fn slice(&mut self, n: &Node) -> NResult<()> {
+        if self.opset >= 10
+            && (1..=4).any(|i| matches!(self.input(n, i), Ok(Some(Value::Tensor(_)))))
+        {
+            return self.slice_runtime(n);
+        }
         let data = self.required(n, 0)?;
         let dims = self.shape_of_value(&data);
         let r = dims.len();
@@ -728,7 +1047,102 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// Pad whose pads, value or axes are computed at run time. The [rank, 2] paddings
+    /// are assembled with NN integer operations (per listed axis, SELECT into the
+    /// before / after vectors); a run-time constant value goes in through a mask:
+    /// SELECT(PAD(ones) == 0, value, PAD(x)). Negative pads fail PAD at run time.
+    fn pad_runtime(&mut self, n: &Node, mode: &str) -> NResult<()> {
+        use nnc_formats::nn::OperandType as T;
+        let x = self.tensor(n, 0)?;
+        let r = self.rank(x);
+        if !matches!(mode, "constant" | "reflect") {
+            return unsupported(format!(
+                "Pad mode '{mode}' with run-time pads (the NN set has PAD, PAD_V2 and \
+                 MIRROR_PAD only; '{mode}' needs the pads at compile time)"
+            ));
+        }
+        let k = match self.runtime_int_vector(n, 3)? {
+            Some((_, k)) => k,
+            None => match self.const_input(n, 3)? {
+                Some(c) => c.element_count(),
+                None => r,
+            },
+        };
+        let pads = self.int_vector_operand(n, 1, &[])?;
+        let default_axes: Vec<i64> = (0..r as i64).collect();
+        let axes = self.int_vector_operand(n, 3, &default_axes)?;
+        let zero = self.scalar_tensor(T::TensorInt32, 0.0);
+        let neg = self.emit(n, OperationType::Less, vec![axes, zero])?;
+        let rank_c = self.scalar_tensor(T::TensorInt32, r as f64);
+        let shifted = self.arith(n, OperationType::Add, axes, rank_c)?;
+        let axes = self.emit(n, OperationType::Select, vec![neg, shifted, axes])?;
+        let iota: Vec<i32> = (0..r as i32).collect();
+        let iota = self.i32_vector(&iota);
+        let mut before = self.i32_vector(&vec![0; r]);
+        let mut after = self.i32_vector(&vec![0; r]);
+        for j in 0..k {
+            let aj = self.element_of(n, axes, j)?;
+            let hit = self.emit(n, OperationType::Equal, vec![iota, aj])?;
+            let bj = self.element_of(n, pads, j)?;
+            before = self.emit(n, OperationType::Select, vec![hit, bj, before])?;
+            let ej = self.element_of(n, pads, j + k)?;
+            after = self.emit(n, OperationType::Select, vec![hit, ej, after])?;
+        }
+        let col = self.i32_vector(&[r as i32, 1]);
+        let before = self.emit(n, OperationType::Reshape, vec![before, col])?;
+        let col = self.i32_vector(&[r as i32, 1]);
+        let after = self.emit(n, OperationType::Reshape, vec![after, col])?;
+        let axis1 = self.i32_const(1);
+        let paddings = self.emit(n, OperationType::Concatenation, vec![before, after, axis1])?;
+        let out = if mode == "reflect" {
+            let m = self.i32_const(0);
+            self.emit(n, OperationType::MirrorPad, vec![x.operand, paddings, m])?
+        } else {
+            let padded = self.emit(n, OperationType::Pad, vec![x.operand, paddings])?;
+            match self.input(n, 2)? {
+                Some(Value::Tensor(v)) => {
+                    if self.operand_type(v) != self.operand_type(x) {
+                        return invalid("Pad's constant_value differs in type from the input");
+                    }
+                    let dims = self.known_dims(x)?;
+                    let dims_i32: Vec<i32> = dims.iter().map(|&d| d as i32).collect();
+                    let shape = self.i32_vector(&dims_i32);
+                    // A float mask: constant folding turns FILL into a tensor constant,
+                    // and float tensor constants travel as weights of any size.
+                    let one = self.f32_const(1.0);
+                    let ones = self.emit(n, OperationType::Fill, vec![shape, one])?;
+                    let mask = self.emit(n, OperationType::Pad, vec![ones, paddings])?;
+                    let fzero = self.scalar_tensor(T::TensorFloat32, 0.0);
+                    let outside = self.emit(n, OperationType::Equal, vec![mask, fzero])?;
+                    self.emit(n, OperationType::Select, vec![outside, v.operand, padded])?
+                }
+                Some(Value::Const(c))
+                    if constant::to_f64s(&c).first().copied().unwrap_or(0.0) != 0.0 =>
+                {
+                    let value = constant::to_f64s(&c)[0];
+                    let v = if x.dtype == DataType::F32 {
+                        self.f32_const(value as f32)
+                    } else {
+                        self.i32_const(value as i32)
+                    };
+                    self.emit(n, OperationType::PadV2, vec![x.operand, paddings, v])?
+                }
+                _ => padded,
+            }
+        };
+        self.set_tensor(n, 0, out, x.dtype, false);
+        Ok(())
+    }
+
     pub(super) fn pad(&mut self, n: &Node) -> NResult<()> {
+        if self.opset >= 11
+            && [1, 2, 3]
+                .iter()
+                .any(|&i| matches!(self.input(n, i), Ok(Some(Value::Tensor(_)))))
+        {
+            let mode = n.attrs.string_or("mode", "constant")?;
+            return self.pad_runtime(n, &mode);
+        }
         let x = self.tensor(n, 0)?;
         let r = self.rank(x);
         let mode = n.attrs.string_or("mode", "constant")?;
@@ -797,6 +1211,16 @@ impl Lowerer<'_> {
     }
 
     pub(super) fn tile(&mut self, n: &Node) -> NResult<()> {
+        if let Some((m, k)) = self.runtime_int_vector(n, 1)? {
+            // TILE takes its multiples as a tensor; the result shape is known at run time.
+            let x = self.tensor(n, 0)?;
+            if k != self.rank(x) {
+                return invalid(format!("{k} repeats for a rank-{} input", self.rank(x)));
+            }
+            let out = self.emit(n, OperationType::Tile, vec![x.operand, m])?;
+            self.set_tensor(n, 0, out, x.dtype, false);
+            return Ok(());
+        }
         let data = self.required(n, 0)?;
         let repeats = constant::to_i64s(&*self.required_const(n, 1)?);
         if repeats.iter().any(|&r| r < 1) {
@@ -822,6 +1246,32 @@ impl Lowerer<'_> {
     }
 
     pub(super) fn expand(&mut self, n: &Node) -> NResult<()> {
+        if let Some((shape, _)) = self.runtime_int_vector(n, 1)? {
+            // x * FILL(shape, 1): MUL broadcasts both ways, which is exactly Expand's rule;
+            // multiplying by one changes no value (NaN and -0 included).
+            let x = self.tensor(n, 0)?;
+            let t = self.operand_type(x);
+            let (one, fill_type) = match t {
+                nnc_formats::nn::OperandType::TensorFloat32 => (
+                    self.f32_const(1.0),
+                    nnc_formats::nn::OperandType::TensorFloat32,
+                ),
+                nnc_formats::nn::OperandType::TensorInt32 => {
+                    (self.i32_const(1), nnc_formats::nn::OperandType::TensorInt32)
+                }
+                _ => {
+                    return unsupported(format!(
+                        "Expand of {} tensors to a run-time shape is not supported",
+                        x.dtype
+                    ));
+                }
+            };
+            let _ = fill_type;
+            let ones = self.emit(n, OperationType::Fill, vec![shape, one])?;
+            let out = self.arith(n, OperationType::Mul, x.operand, ones)?;
+            self.set_tensor(n, 0, out, x.dtype, false);
+            return Ok(());
+        }
         let data = self.required(n, 0)?;
         let shape: Vec<usize> = constant::to_i64s(&*self.required_const(n, 1)?)
             .into_iter()

@@ -1,0 +1,463 @@
+//! RNN, GRU and LSTM, unrolled over their (compile-time) sequence length.
+//!
+//! The NN set's sequence operations (UNIDIRECTIONAL_SEQUENCE_RNN / _LSTM) fix gate layouts,
+//! activations and bias handling that differ from ONNX's in several places, so each time
+//! step is written out with FULLY_CONNECTED (input and recurrent projections, weights
+//! constant or computed at run time), ADD, MUL, LOGISTIC and TANH, following ONNX's
+//! equations term by term:
+//!
+//! - RNN: `H = tanh(X W^T + Wb + H R^T + Rb)`
+//! - GRU (gates z, r, h): `z = σ(X Wz^T + Wbz + H Rz^T + Rbz)`, likewise r;
+//!   `h~ = tanh(X Wh^T + Wbh + (r ⊙ H) Rh^T + Rbh)` (linear_before_reset = 0) or
+//!   `tanh(X Wh^T + Wbh + r ⊙ (H Rh^T + Rbh))` (= 1); `H = (1 - z) ⊙ h~ + z ⊙ H`
+//! - LSTM (gates i, o, f, c): `i = σ(X Wi^T + Wbi + H Ri^T + Rbi + Pi ⊙ C)`, likewise f;
+//!   `c~ = tanh(...)`, `C = f ⊙ C + i ⊙ c~`, `o = σ(... + Po ⊙ C)`, `H = o ⊙ tanh(C)`
+//!
+//! Supported: the default activations, no clip, forward / reverse / bidirectional, both
+//! layouts, initial states, peepholes, and sequence_lens in the forward direction (a
+//! batch entry past its length keeps its state and outputs zeros). Anything else is
+//! reported as unsupported.
+
+use nnc_formats::nn::{OperandType, OperationType};
+use nnc_formats::tensor::DataType;
+
+use super::{Lowerer, NResult, Node, Value, invalid, unsupported};
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cell {
+    Rnn,
+    Gru,
+    Lstm,
+}
+
+impl Lowerer<'_> {
+    /// Row block `d` of a [D, rows, cols] tensor as a [rows, cols] operand.
+    fn direction_block(
+        &mut self,
+        n: &Node,
+        t: u32,
+        d: usize,
+        rows: u32,
+        cols: u32,
+    ) -> NResult<u32> {
+        let b = self.i32_vector(&[d as i32, 0, 0]);
+        let s = self.i32_vector(&[1, rows as i32, cols as i32]);
+        let block = self.emit(n, OperationType::Slice, vec![t, b, s])?;
+        self.reshape_to(n, block, &[rows, cols])
+    }
+
+    /// Columns `[from, from + len)` of a [rows, cols] operand.
+    fn columns(&mut self, n: &Node, t: u32, rows: u32, from: u32, len: u32) -> NResult<u32> {
+        let b = self.i32_vector(&[0, from as i32]);
+        let s = self.i32_vector(&[rows as i32, len as i32]);
+        self.emit(n, OperationType::Slice, vec![t, b, s])
+    }
+
+    /// Elements `[from, from + len)` of a 1-D operand.
+    fn range_of(&mut self, n: &Node, t: u32, from: u32, len: u32) -> NResult<u32> {
+        let b = self.i32_vector(&[from as i32]);
+        let s = self.i32_vector(&[len as i32]);
+        self.emit(n, OperationType::Slice, vec![t, b, s])
+    }
+
+    fn sigmoid(&mut self, n: &Node, x: u32) -> NResult<u32> {
+        self.emit(n, OperationType::Logistic, vec![x])
+    }
+
+    fn tanh(&mut self, n: &Node, x: u32) -> NResult<u32> {
+        self.emit(n, OperationType::Tanh, vec![x])
+    }
+
+    /// Input `i` as a float operand, if present.
+    fn float_input(&mut self, n: &Node, i: usize) -> NResult<Option<u32>> {
+        if self.input(n, i)?.is_none() {
+            return Ok(None);
+        }
+        let t = self.tensor(n, i)?;
+        self.require_float(n, t)?;
+        Ok(Some(t.operand))
+    }
+
+    pub(super) fn recurrent(&mut self, n: &Node) -> NResult<()> {
+        let cell = match n.op() {
+            "RNN" => Cell::Rnn,
+            "GRU" => Cell::Gru,
+            _ => Cell::Lstm,
+        };
+        let gates: u32 = match cell {
+            Cell::Rnn => 1,
+            Cell::Gru => 3,
+            Cell::Lstm => 4,
+        };
+        let defaults: &[&str] = match cell {
+            Cell::Rnn => &["Tanh"],
+            Cell::Gru => &["Sigmoid", "Tanh"],
+            Cell::Lstm => &["Sigmoid", "Tanh", "Tanh"],
+        };
+        let acts: Option<Vec<String>> = n
+            .proto
+            .attribute
+            .iter()
+            .find(|a| a.name == "activations")
+            .map(|a| {
+                a.strings
+                    .iter()
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+                    .collect()
+            });
+        if let Some(acts) = acts {
+            let per = defaults.len();
+            let ok = !acts.is_empty()
+                && acts.len() % per == 0
+                && acts
+                    .iter()
+                    .enumerate()
+                    .all(|(k, a)| a.eq_ignore_ascii_case(defaults[k % per]));
+            if !ok {
+                return unsupported(format!(
+                    "{} with activations {acts:?} (only the defaults {defaults:?} are lowered)",
+                    n.op()
+                ));
+            }
+        }
+        if n.attrs.has("clip") {
+            return unsupported(format!("{} with clip is not supported", n.op()));
+        }
+        if cell == Cell::Lstm && n.attrs.int_or("input_forget", 0)? != 0 {
+            return unsupported("LSTM with input_forget is not supported");
+        }
+        let lbr = cell == Cell::Gru && n.attrs.int_or("linear_before_reset", 0)? != 0;
+        let layout = n.attrs.int_or("layout", 0)?;
+        let direction = n.attrs.string_or("direction", "forward")?;
+        let dirs: Vec<bool> = match direction.as_str() {
+            "forward" => vec![false],
+            "reverse" => vec![true],
+            "bidirectional" => vec![false, true],
+            other => return invalid(format!("unknown direction '{other}'")),
+        };
+        let nd = dirs.len() as u32;
+        let x = self.tensor(n, 0)?;
+        self.require_float(n, x)?;
+        let xd = self.known_dims(x)?;
+        if xd.len() != 3 {
+            return invalid(format!("{} input must be 3-D", n.op()));
+        }
+        let (s, b, i_size) = if layout == 0 {
+            (xd[0], xd[1], xd[2])
+        } else {
+            (xd[1], xd[0], xd[2])
+        };
+        let w = self.tensor(n, 1)?;
+        let r = self.tensor(n, 2)?;
+        self.require_float(n, w)?;
+        self.require_float(n, r)?;
+        let wd = self.known_dims(w)?;
+        let h = match n.attrs.int("hidden_size")? {
+            Some(v) if v >= 1 && v <= i64::from(i32::MAX) => v as u32,
+            Some(v) => return invalid(format!("hidden_size {v}")),
+            None => wd.get(1).copied().unwrap_or(0) / gates,
+        };
+        let gh = gates * h;
+        if wd != [nd, gh, i_size] || self.known_dims(r)? != [nd, gh, h] {
+            return invalid("W or R do not match hidden_size, direction and the input");
+        }
+        let bias = self.float_input(n, 3)?;
+        if let Some(bo) = bias
+            && self.model.main.operands[bo as usize].dimensions != [nd, 2 * gh]
+        {
+            return invalid("B must have shape [num_directions, 2 * gates * hidden_size]");
+        }
+        // sequence_lens: ignored when a constant equal to the full length everywhere.
+        let seq_mask_source = match self.input(n, 4)? {
+            None => None,
+            Some(Value::Const(c)) => {
+                let v = super::super::constant::to_i64s(&c);
+                if v.iter().all(|&l| l == i64::from(s)) {
+                    None
+                } else {
+                    Some(self.tensor(n, 4)?)
+                }
+            }
+            Some(Value::Tensor(t)) => Some(t),
+        };
+        if seq_mask_source.is_some() && dirs.contains(&true) {
+            return unsupported(format!(
+                "{} with sequence_lens in the reverse direction is not supported",
+                n.op()
+            ));
+        }
+        let seq_lens = match seq_mask_source {
+            Some(t) => {
+                if self.operand_type(t) != OperandType::TensorInt32 || self.dims(t) != [b] {
+                    return invalid("sequence_lens must be an int tensor of shape [batch]");
+                }
+                Some(self.reshape_to(n, t.operand, &[b, 1])?)
+            }
+            None => None,
+        };
+        let init_h = self.float_input(n, 5)?;
+        let init_c = if cell == Cell::Lstm {
+            self.float_input(n, 6)?
+        } else {
+            None
+        };
+        let peep = if cell == Cell::Lstm {
+            self.float_input(n, 7)?
+        } else {
+            None
+        };
+        // X as [S, B, I], then as S*B rows for one input projection per direction.
+        let xs = if layout == 0 {
+            x.operand
+        } else {
+            self.transpose_op(n, x.operand, &[1, 0, 2])?
+        };
+        let rows = self.reshape_to(n, xs, &[s * b, i_size])?;
+        let state_of = |this: &mut Self, init: Option<u32>, d: u32| -> NResult<u32> {
+            match init {
+                Some(t) => {
+                    // [D, B, H] (layout 0) or [B, D, H] (layout 1).
+                    let (begin, size) = if layout == 0 {
+                        ([d as i32, 0, 0], [1, b as i32, h as i32])
+                    } else {
+                        ([0, d as i32, 0], [b as i32, 1, h as i32])
+                    };
+                    let bv = this.i32_vector(&begin);
+                    let sv = this.i32_vector(&size);
+                    let sl = this.emit(n, OperationType::Slice, vec![t, bv, sv])?;
+                    this.reshape_to(n, sl, &[b, h])
+                }
+                None => Ok(this
+                    .model
+                    .add_f32_tensor(vec![b, h], &vec![0.0; (b * h) as usize])),
+            }
+        };
+        let mut ys: Vec<Vec<u32>> = vec![Vec::new(); s as usize]; // [t][d] -> [B, H]
+        let mut last_h = Vec::new();
+        let mut last_c = Vec::new();
+        for (d, &reverse) in dirs.iter().enumerate() {
+            let d32 = d as u32;
+            let wd_op = if nd == 1 {
+                self.reshape_to(n, w.operand, &[gh, i_size])?
+            } else {
+                self.direction_block(n, w.operand, d, gh, i_size)?
+            };
+            let rd_op = if nd == 1 {
+                self.reshape_to(n, r.operand, &[gh, h])?
+            } else {
+                self.direction_block(n, r.operand, d, gh, h)?
+            };
+            let (wb, rb) = match bias {
+                Some(bo) => {
+                    let row = if nd == 1 {
+                        self.reshape_to(n, bo, &[2 * gh])?
+                    } else {
+                        let bv = self.i32_vector(&[d as i32, 0]);
+                        let sv = self.i32_vector(&[1, 2 * gh as i32]);
+                        let sl = self.emit(n, OperationType::Slice, vec![bo, bv, sv])?;
+                        self.reshape_to(n, sl, &[2 * gh])?
+                    };
+                    (
+                        self.range_of(n, row, 0, gh)?,
+                        self.range_of(n, row, gh, gh)?,
+                    )
+                }
+                None => {
+                    let z = vec![0.0; gh as usize];
+                    (
+                        self.model.add_f32_tensor(vec![gh], &z),
+                        self.model.add_f32_tensor(vec![gh], &z),
+                    )
+                }
+            };
+            let act = self.i32_const(0);
+            let xw = self.emit(n, OperationType::FullyConnected, vec![rows, wd_op, wb, act])?;
+            let xw = self.reshape_to(n, xw, &[s, b, gh])?;
+            let mut hs = state_of(self, init_h, d32)?;
+            let mut cs = if cell == Cell::Lstm {
+                Some(state_of(self, init_c, d32)?)
+            } else {
+                None
+            };
+            let peeps = match peep {
+                Some(p) => {
+                    let row = if nd == 1 {
+                        self.reshape_to(n, p, &[3 * h])?
+                    } else {
+                        let bv = self.i32_vector(&[d as i32, 0]);
+                        let sv = self.i32_vector(&[1, 3 * h as i32]);
+                        let sl = self.emit(n, OperationType::Slice, vec![p, bv, sv])?;
+                        self.reshape_to(n, sl, &[3 * h])?
+                    };
+                    Some([
+                        self.range_of(n, row, 0, h)?,
+                        self.range_of(n, row, h, h)?,
+                        self.range_of(n, row, 2 * h, h)?,
+                    ])
+                }
+                None => None,
+            };
+            // GRU with linear_before_reset = 0 needs Rh and Rbh on their own.
+            let (rh, rbh) = if cell == Cell::Gru && !lbr {
+                let rh = self.direction_rows(n, rd_op, 2 * h, h, h)?;
+                let rbh = self.range_of(n, rb, 2 * h, h)?;
+                (Some(rh), Some(rbh))
+            } else {
+                (None, None)
+            };
+            let steps: Vec<u32> = if reverse {
+                (0..s).rev().collect()
+            } else {
+                (0..s).collect()
+            };
+            for t in steps {
+                let bv = self.i32_vector(&[t as i32, 0, 0]);
+                let sv = self.i32_vector(&[1, b as i32, gh as i32]);
+                let xt = self.emit(n, OperationType::Slice, vec![xw, bv, sv])?;
+                let xt = self.reshape_to(n, xt, &[b, gh])?;
+                let act = self.i32_const(0);
+                let hr = self.emit(n, OperationType::FullyConnected, vec![hs, rd_op, rb, act])?;
+                let (new_h, new_c) = match cell {
+                    Cell::Rnn => {
+                        let sum = self.arith(n, OperationType::Add, xt, hr)?;
+                        (self.tanh(n, sum)?, None)
+                    }
+                    Cell::Gru => {
+                        let xz = self.columns(n, xt, b, 0, h)?;
+                        let xr = self.columns(n, xt, b, h, h)?;
+                        let xh = self.columns(n, xt, b, 2 * h, h)?;
+                        let hz = self.columns(n, hr, b, 0, h)?;
+                        let hrr = self.columns(n, hr, b, h, h)?;
+                        let sz = self.arith(n, OperationType::Add, xz, hz)?;
+                        let z = self.sigmoid(n, sz)?;
+                        let sr = self.arith(n, OperationType::Add, xr, hrr)?;
+                        let rg = self.sigmoid(n, sr)?;
+                        let inner = if lbr {
+                            let hh = self.columns(n, hr, b, 2 * h, h)?;
+                            self.arith(n, OperationType::Mul, rg, hh)?
+                        } else {
+                            let rhs = self.arith(n, OperationType::Mul, rg, hs)?;
+                            let (Some(rh), Some(rbh)) = (rh, rbh) else {
+                                return invalid("unreachable");
+                            };
+                            let act = self.i32_const(0);
+                            self.emit(n, OperationType::FullyConnected, vec![rhs, rh, rbh, act])?
+                        };
+                        let pre = self.arith(n, OperationType::Add, xh, inner)?;
+                        let cand = self.tanh(n, pre)?;
+                        let one = self.scalar_tensor(OperandType::TensorFloat32, 1.0);
+                        let keep = self.arith(n, OperationType::Sub, one, z)?;
+                        let a = self.arith(n, OperationType::Mul, keep, cand)?;
+                        let bz = self.arith(n, OperationType::Mul, z, hs)?;
+                        (self.arith(n, OperationType::Add, a, bz)?, None)
+                    }
+                    Cell::Lstm => {
+                        let Some(c_prev) = cs else {
+                            return invalid("unreachable");
+                        };
+                        let g = self.arith(n, OperationType::Add, xt, hr)?;
+                        let gi = self.columns(n, g, b, 0, h)?;
+                        let go = self.columns(n, g, b, h, h)?;
+                        let gf = self.columns(n, g, b, 2 * h, h)?;
+                        let gc = self.columns(n, g, b, 3 * h, h)?;
+                        let with_peep =
+                            |this: &mut Self, v: u32, k: usize, c: u32| -> NResult<u32> {
+                                match peeps {
+                                    Some(p) => {
+                                        let pc = this.arith(n, OperationType::Mul, p[k], c)?;
+                                        this.arith(n, OperationType::Add, v, pc)
+                                    }
+                                    None => Ok(v),
+                                }
+                            };
+                        let gi = with_peep(self, gi, 0, c_prev)?;
+                        let ig = self.sigmoid(n, gi)?;
+                        let gf = with_peep(self, gf, 2, c_prev)?;
+                        let fg = self.sigmoid(n, gf)?;
+                        let cand = self.tanh(n, gc)?;
+                        let fc = self.arith(n, OperationType::Mul, fg, c_prev)?;
+                        let ic = self.arith(n, OperationType::Mul, ig, cand)?;
+                        let c_new = self.arith(n, OperationType::Add, fc, ic)?;
+                        let go = with_peep(self, go, 1, c_new)?;
+                        let og = self.sigmoid(n, go)?;
+                        let tc = self.tanh(n, c_new)?;
+                        (self.arith(n, OperationType::Mul, og, tc)?, Some(c_new))
+                    }
+                };
+                let (y_t, h_next, c_next) = match seq_lens {
+                    Some(lens) => {
+                        // Entries past their length keep the state and output zeros.
+                        let tc = self.scalar_tensor(OperandType::TensorInt32, f64::from(t));
+                        let live = self.emit(n, OperationType::Greater, vec![lens, tc])?;
+                        let h_next = self.emit(n, OperationType::Select, vec![live, new_h, hs])?;
+                        let zero = self.scalar_tensor(OperandType::TensorFloat32, 0.0);
+                        let y_t = self.emit(n, OperationType::Select, vec![live, new_h, zero])?;
+                        let c_next = match (new_c, cs) {
+                            (Some(c), Some(old)) => {
+                                Some(self.emit(n, OperationType::Select, vec![live, c, old])?)
+                            }
+                            _ => None,
+                        };
+                        (y_t, h_next, c_next)
+                    }
+                    None => (new_h, new_h, new_c),
+                };
+                ys[t as usize].push(y_t);
+                hs = h_next;
+                cs = c_next;
+            }
+            last_h.push(hs);
+            if let Some(c) = cs {
+                last_c.push(c);
+            }
+        }
+        // Y: [S, D, B, H] (layout 0) or [B, S, D, H] (layout 1).
+        if self.output_used(n, 0) {
+            let mut per_t = Vec::with_capacity(s as usize);
+            for row in &ys {
+                let mut parts = Vec::with_capacity(row.len());
+                for &y in row {
+                    parts.push(self.reshape_to(n, y, &[1, 1, b, h])?);
+                }
+                per_t.push(self.concat_ops(n, parts, 1)?);
+            }
+            let mut y = self.concat_ops(n, per_t, 0)?;
+            if layout != 0 {
+                y = self.transpose_op(n, y, &[2, 0, 1, 3])?;
+            }
+            self.set_tensor(n, 0, y, DataType::F32, false);
+        }
+        for (k, states) in [(1, last_h), (2, last_c)] {
+            if !self.output_used(n, k) || states.is_empty() {
+                continue;
+            }
+            let mut parts = Vec::with_capacity(states.len());
+            for st in states {
+                parts.push(self.reshape_to(n, st, &[1, b, h])?);
+            }
+            let mut y = self.concat_ops(n, parts, 0)?;
+            if layout != 0 {
+                y = self.transpose_op(n, y, &[1, 0, 2])?;
+            }
+            self.set_tensor(n, k, y, DataType::F32, false);
+        }
+        Ok(())
+    }
+
+    /// Rows `[from, from + len)` of a [rows, cols] operand.
+    fn direction_rows(&mut self, n: &Node, t: u32, from: u32, len: u32, cols: u32) -> NResult<u32> {
+        let b = self.i32_vector(&[from as i32, 0]);
+        let s = self.i32_vector(&[len as i32, cols as i32]);
+        self.emit(n, OperationType::Slice, vec![t, b, s])
+    }
+
+    /// CONCATENATION of `parts` along `axis` (one part is returned as is).
+    fn concat_ops(&mut self, n: &Node, parts: Vec<u32>, axis: i32) -> NResult<u32> {
+        if parts.len() == 1 {
+            return Ok(parts[0]);
+        }
+        let mut inputs = parts;
+        inputs.push(self.i32_const(axis));
+        self.emit(n, OperationType::Concatenation, inputs)
+    }
+}

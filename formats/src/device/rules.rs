@@ -1,0 +1,328 @@
+//! The supported-operations rules: the one definition that both decides where an
+//! operation may run and explains why a device declined it.
+//!
+//! Rule names are the profile fields a user edits to change the answer (`max_stride`,
+//! `operand_types`, ...), plus `operations` (the type is not listed), `encryption` (the
+//! device cannot decrypt the file's weights) and `model` (the operation itself is
+//! malformed, which a validated model never is).
+
+use super::{DeviceProfile, OperationRule};
+use crate::container::is_weight;
+use crate::crypto::{Algorithm, Mode};
+use crate::nn::signature::input_role;
+use crate::nn::{Lifetime, Model, Operand, OperandType, Operation, OperationType};
+use crate::plan::Decline;
+
+/// The operation type is not among the device's supported operations.
+pub const RULE_OPERATIONS: &str = "operations";
+/// The operation reads weights the device cannot decrypt.
+pub const RULE_ENCRYPTION: &str = "encryption";
+/// The operation refers to operands the model does not have.
+pub const RULE_MODEL: &str = "model";
+
+/// An operation with its operands resolved.
+struct OpView<'a> {
+    op: &'a Operation,
+    model: &'a Model,
+    inputs: Vec<&'a Operand>,
+    outputs: Vec<&'a Operand>,
+}
+
+impl<'a> OpView<'a> {
+    fn new(op: &'a Operation, model: &'a Model) -> Result<OpView<'a>, String> {
+        let resolve = |list: &[u32]| -> Result<Vec<&'a Operand>, String> {
+            list.iter()
+                .map(|&i| {
+                    model
+                        .operand(i)
+                        .ok_or_else(|| format!("operand {i} does not exist"))
+                })
+                .collect()
+        };
+        Ok(OpView {
+            op,
+            model,
+            inputs: resolve(&op.inputs)?,
+            outputs: resolve(&op.outputs)?,
+        })
+    }
+
+    /// The input named `role` (see [`input_role`]), if the operation has it with a value.
+    fn role(&self, role: &str) -> Option<(usize, &'a Operand)> {
+        let count = role_count(self.op, &self.inputs);
+        (0..self.inputs.len())
+            .find(|&k| input_role(self.op.op_type, k, count) == role)
+            .map(|k| (k, self.inputs[k]))
+            .filter(|(_, o)| o.lifetime != Lifetime::NoValue)
+    }
+
+    /// A constant INT32 scalar input by role: `None` when absent, `Err` when not constant.
+    fn i32_param(&self, role: &str) -> Option<Result<i32, String>> {
+        let (k, operand) = self.role(role)?;
+        let value = self
+            .model
+            .constant_bytes(self.op.inputs[k])
+            .filter(|b| b.len() == 4 && operand.operand_type == OperandType::Int32)
+            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        Some(value.ok_or_else(|| format!("{role} is not known at compile time")))
+    }
+
+    /// Whether the NCHW layout flag is set.
+    fn nchw(&self) -> bool {
+        self.role("layout")
+            .and_then(|(k, _)| self.model.constant_bytes(self.op.inputs[k]))
+            .is_some_and(|b| b.first().is_some_and(|&v| v != 0))
+    }
+
+    /// The operation's data tensors: its first tensor input (what NNAPI looks performance
+    /// up by) and its outputs.
+    fn data(&self) -> Vec<(String, &'a Operand)> {
+        let mut data = Vec::new();
+        if let Some((k, o)) = self
+            .inputs
+            .iter()
+            .enumerate()
+            .find(|(_, o)| o.operand_type.is_tensor() && o.lifetime != Lifetime::NoValue)
+        {
+            data.push((format!("input {k}"), *o));
+        }
+        for (k, o) in self.outputs.iter().enumerate() {
+            data.push((format!("output {k}"), *o));
+        }
+        data
+    }
+
+    /// Every tensor read or written (with a value), once each.
+    fn tensors(&self) -> Vec<(String, u32, &'a Operand)> {
+        let mut seen = Vec::new();
+        let mut out = Vec::new();
+        let inputs = self.op.inputs.iter().zip(&self.inputs).enumerate();
+        let outputs = self.op.outputs.iter().zip(&self.outputs).enumerate();
+        let all = inputs
+            .map(|(k, (i, o))| (format!("input {k}"), *i, *o))
+            .chain(outputs.map(|(k, (i, o))| (format!("output {k}"), *i, *o)));
+        for (label, index, operand) in all {
+            if operand.operand_type.is_tensor()
+                && operand.lifetime != Lifetime::NoValue
+                && !seen.contains(&index)
+            {
+                seen.push(index);
+                out.push((label, index, operand));
+            }
+        }
+        out
+    }
+}
+
+/// The input count to name roles by. `input_role` names the input counts shared by the
+/// explicit- and implicit-padding forms of CONV_2D (10) and DEPTHWISE_CONV_2D (11) as the
+/// explicit form; the implicit form has the BOOL layout flag where the explicit one has
+/// an INT32 stride, so that input tells them apart.
+fn role_count(op: &Operation, inputs: &[&Operand]) -> usize {
+    let n = inputs.len();
+    let is_bool = |k: usize| {
+        inputs
+            .get(k)
+            .is_some_and(|o| o.operand_type == OperandType::Bool)
+    };
+    match op.op_type {
+        // Any count outside {10, 11, 13} selects the implicit names.
+        OperationType::Conv2d if n == 10 && is_bool(7) => 8,
+        // Any count outside {11, 12, 14} selects the implicit names.
+        OperationType::DepthwiseConv2d if n == 11 && is_bool(8) => 9,
+        _ => n,
+    }
+}
+
+impl DeviceProfile {
+    /// Whether this device can run operation `op` of `model` (its main subgraph), given
+    /// the file's encryption. `Err` names the first rule that declines, with the value
+    /// that broke it. The partitioner decides with this function and the plan explains
+    /// with its answer, so decision and explanation cannot disagree. Never panics, also
+    /// on malformed models.
+    pub fn check(
+        &self,
+        op: &Operation,
+        model: &Model,
+        encryption: Option<(Algorithm, Mode)>,
+    ) -> Result<(), Decline> {
+        let decline = |rule: &str, detail: String| Decline {
+            device: self.name.clone(),
+            rule: rule.to_string(),
+            detail,
+        };
+        let Some(rule) = self.rule_for(op.op_type) else {
+            return Err(decline(
+                RULE_OPERATIONS,
+                format!("{} is not among its supported operations", op.op_type),
+            ));
+        };
+        let view = OpView::new(op, model).map_err(|d| decline(RULE_MODEL, d))?;
+        check_rule(rule, &view).map_err(|(rule, detail)| decline(rule, detail))?;
+        if let Some(budget) = self.memory_budget_bytes {
+            let mut total = 0u64;
+            for (label, _, operand) in view.tensors() {
+                let Some(bytes) = operand.byte_size() else {
+                    return Err(decline(
+                        "memory_budget_bytes",
+                        format!("{label} has a size unknown at compile time"),
+                    ));
+                };
+                total = total.saturating_add(bytes);
+            }
+            if total > budget {
+                return Err(decline(
+                    "memory_budget_bytes",
+                    format!(
+                        "weights and activations take {total} bytes, above the on-chip budget of {budget}"
+                    ),
+                ));
+            }
+        }
+        if let Some((algorithm, mode)) = encryption
+            && !self.decrypts(algorithm, mode)
+            && view.inputs.iter().any(|o| is_weight(o))
+        {
+            let can: Vec<String> = self
+                .decrypts
+                .iter()
+                .flat_map(|d| d.modes.iter().map(move |m| format!("{}-{m}", d.algorithm)))
+                .collect();
+            let can = if can.is_empty() {
+                "it decrypts nothing".to_string()
+            } else {
+                format!("it decrypts {}", can.join(", "))
+            };
+            return Err(decline(
+                RULE_ENCRYPTION,
+                format!("its weights are encrypted with {algorithm}-{mode}; {can}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The limits of one rule, in a fixed order; `Err((rule, detail))` for the first broken.
+fn check_rule(rule: &OperationRule, view: &OpView) -> Result<(), (&'static str, String)> {
+    if let Some(allowed) = &rule.operand_types {
+        for (label, operand) in view.data() {
+            let name = operand.operand_type.name();
+            if !allowed.iter().any(|a| a == name) {
+                return Err((
+                    "operand_types",
+                    format!("{label} is {name}, not {}", allowed.join(" or ")),
+                ));
+            }
+        }
+    }
+    if let Some(max) = rule.max_rank {
+        for (label, _, operand) in view.tensors() {
+            let rank = operand.dimensions.len();
+            if rank > max as usize {
+                return Err(("max_rank", format!("{label} has rank {rank}, above {max}")));
+            }
+        }
+    }
+    if let Some(max) = rule.max_tensor_bytes {
+        for (label, _, operand) in view.tensors() {
+            match operand.byte_size() {
+                Some(bytes) if bytes > max => {
+                    return Err((
+                        "max_tensor_bytes",
+                        format!("{label} takes {bytes} bytes, above {max}"),
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    return Err((
+                        "max_tensor_bytes",
+                        format!("{label} has a size unknown at compile time"),
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(max) = rule.max_kernel_size
+        && let Some(kernel) = kernel_size(view)
+    {
+        let (h, w) = kernel.map_err(|d| ("max_kernel_size", d))?;
+        if h > max || w > max {
+            return Err((
+                "max_kernel_size",
+                format!("kernel {h}x{w} exceeds {max}x{max}"),
+            ));
+        }
+    }
+    for (field, name, max) in [
+        ("max_stride", "stride", rule.max_stride),
+        ("max_dilation", "dilation", rule.max_dilation),
+    ] {
+        let Some(max) = max else { continue };
+        let h = view.i32_param(&format!("{name}_h"));
+        let w = view.i32_param(&format!("{name}_w"));
+        if h.is_none() && w.is_none() {
+            continue;
+        }
+        // An absent direction is 1 (dilation is optional).
+        let h = h.unwrap_or(Ok(1)).map_err(|d| (field, d))?;
+        let w = w.unwrap_or(Ok(1)).map_err(|d| (field, d))?;
+        // Compared as i64: a limit above i32::MAX must not wrap.
+        if i64::from(h) > i64::from(max) || i64::from(w) > i64::from(max) {
+            return Err((field, format!("{name} {h}x{w} exceeds {max}")));
+        }
+    }
+    if let Some(max) = rule.max_channels {
+        let nchw = view.nchw();
+        for (label, operand) in view.data() {
+            let dims = &operand.dimensions;
+            let channels = if nchw && dims.len() == 4 {
+                dims.get(1)
+            } else {
+                dims.last()
+            };
+            match channels {
+                Some(0) => {
+                    return Err((
+                        "max_channels",
+                        format!("{label} has a channel count unknown at compile time"),
+                    ));
+                }
+                Some(&c) if c > max => {
+                    return Err((
+                        "max_channels",
+                        format!("{label} has {c} channels, above {max}"),
+                    ));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Kernel (height, width) of a convolution (from its OHWI / 1HWO filter) or a pool (from
+/// its filter parameters); `None` for operations without a kernel.
+fn kernel_size(view: &OpView) -> Option<Result<(u32, u32), String>> {
+    use OperationType as O;
+    match view.op.op_type {
+        O::Conv2d | O::DepthwiseConv2d | O::GroupedConv2d | O::TransposeConv2d => {
+            let (_, filter) = view.role("filter")?;
+            Some(match filter.dimensions.as_slice() {
+                [_, h, w, _] if *h != 0 && *w != 0 => Ok((*h, *w)),
+                _ => Err(format!(
+                    "the filter's kernel size is unknown at compile time (dimensions {:?})",
+                    filter.dimensions
+                )),
+            })
+        }
+        O::AveragePool2d | O::MaxPool2d | O::L2Pool2d => {
+            let h = view.i32_param("filter_h")?;
+            let w = view.i32_param("filter_w")?;
+            Some(match (h, w) {
+                (Ok(h), Ok(w)) => Ok((h.max(0).unsigned_abs(), w.max(0).unsigned_abs())),
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            })
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,319 @@
+//! The runtime side of the compilation cache: a prepared step is written once (miss) and
+//! later prepared straight from its cache files (hit); a cache that fails validation is
+//! discarded with a warning and the step is prepared again.
+//!
+//! Per step, the model cache holds the prepared program (its operations, shapes and
+//! memory plan; see [`ProgramImage`]) and the data cache the prepared weights of its
+//! operations, sealed by the device under a key derived from the model's key. A hit
+//! skips what makes preparation slow: verifying and decrypting every weight field and
+//! re-laying the weights out for the kernels.
+
+use std::path::PathBuf;
+
+use nnc_formats::cache::{CacheDir, CacheError, Lookup, Token, TokenInputs, open_data, seal_data, token};
+use nnc_formats::plan::ExecutionPlan;
+
+use crate::error::{Result, RuntimeError};
+use crate::exec::ProgramImage;
+use crate::kernels::PreparedWeights;
+
+/// The nnc version caches are tied to: another version never reads them.
+pub const CACHE_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// How to use a compilation cache.
+#[derive(Clone, Debug)]
+pub struct CacheConfig {
+    pub dir: PathBuf,
+    /// The caller's token, standing for the model in every step's token; by default the
+    /// model file's checksum (its metadata tag, which authenticates every byte).
+    pub token: Option<Token>,
+}
+
+/// What happened with the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheOutcome {
+    /// Every step was prepared from its cache files.
+    Hit,
+    /// At least one step was prepared afresh, and its cache files written.
+    Miss,
+    /// No cache was used.
+    None,
+}
+
+/// The cache's part in a load.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CacheReport {
+    pub outcome: CacheOutcome,
+    /// Caches discarded (and why), or that could not be written.
+    pub warnings: Vec<String>,
+}
+
+impl CacheReport {
+    pub fn none() -> CacheReport {
+        CacheReport {
+            outcome: CacheOutcome::None,
+            warnings: Vec::new(),
+        }
+    }
+}
+
+/// One step as the cache sees it.
+#[derive(Clone, Debug)]
+pub(crate) struct CacheStep {
+    pub token: Token,
+    /// Index of the step's device among the attached devices.
+    pub device: usize,
+    pub operations: Vec<usize>,
+    pub model_files: usize,
+    pub data_files: usize,
+}
+
+/// The cache steps of a model: the plan's steps, or one step of every operation.
+pub(crate) fn steps(
+    plan: Option<&ExecutionPlan>,
+    operation_count: usize,
+    model_id: &[u8],
+    default_device: &str,
+) -> Vec<CacheStep> {
+    let make = |device: usize, ops: Vec<usize>, name: &str, version: &str, preference: &str, files: (u32, u32)| {
+        let ops32: Vec<u32> = ops.iter().map(|&o| o as u32).collect();
+        CacheStep {
+            token: token(&TokenInputs {
+                model: model_id,
+                operations: &ops32,
+                device_name: name,
+                device_version: version,
+                preference,
+                nnc_version: CACHE_VERSION,
+            }),
+            device,
+            operations: ops,
+            model_files: files.0 as usize,
+            data_files: files.1 as usize,
+        }
+    };
+    match plan {
+        None => vec![make(0, (0..operation_count).collect(), default_device, "simulated", "fast-single-answer", (1, 1))],
+        Some(plan) => plan
+            .steps
+            .iter()
+            .map(|s| {
+                let d = &plan.devices[s.device as usize];
+                make(
+                    s.device as usize,
+                    s.operations.iter().map(|&o| o as usize).collect(),
+                    &d.name,
+                    &d.version,
+                    plan.preference.name(),
+                    (d.model_cache_files, d.data_cache_files),
+                )
+            })
+            .collect(),
+    }
+}
+
+/// Splits `payload` into `n` contiguous parts (the files a device declares).
+pub(crate) fn split(payload: &[u8], n: usize) -> Vec<Vec<u8>> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let chunk = payload.len().div_ceil(n).max(1);
+    let mut parts: Vec<Vec<u8>> = payload.chunks(chunk).map(<[u8]>::to_vec).collect();
+    parts.resize(n, Vec::new());
+    parts
+}
+
+/// The model-cache payload of a step: its operations, then the program image.
+pub(crate) fn encode_model(step: &CacheStep, image: &ProgramImage) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(step.operations.len() as u32).to_le_bytes());
+    for &op in &step.operations {
+        out.extend_from_slice(&(op as u32).to_le_bytes());
+    }
+    out.extend_from_slice(&image.to_bytes());
+    out
+}
+
+/// Reads a step's model-cache payload back; the operations must be the step's own.
+pub(crate) fn decode_model(step: &CacheStep, payload: &[u8]) -> Result<ProgramImage> {
+    let bad = |m: &str| RuntimeError::Internal(format!("model cache: {m}"));
+    let n = payload.get(..4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize).ok_or_else(|| bad("truncated"))?;
+    let ops_end = n.checked_mul(4).and_then(|v| v.checked_add(4)).filter(|&e| e <= payload.len()).ok_or_else(|| bad("truncated"))?;
+    let ops: Vec<usize> = payload[4..ops_end]
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize)
+        .collect();
+    if ops != step.operations {
+        return Err(bad("it was written for other operations"));
+    }
+    ProgramImage::from_bytes(&payload[ops_end..])
+}
+
+/// The data-cache plaintext of one file: (operation, prepared weights) records.
+pub(crate) fn encode_data(records: &[(usize, zeroize::Zeroizing<Vec<u8>>)]) -> zeroize::Zeroizing<Vec<u8>> {
+    let mut out = zeroize::Zeroizing::new(Vec::new());
+    out.extend_from_slice(&(records.len() as u32).to_le_bytes());
+    for (op, bytes) in records {
+        out.extend_from_slice(&(*op as u32).to_le_bytes());
+        out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        out.extend_from_slice(bytes);
+    }
+    out
+}
+
+/// Reads one data-cache plaintext back into prepared weights per operation.
+pub(crate) fn decode_data(plain: &[u8], step: &CacheStep) -> Result<Vec<(usize, PreparedWeights)>> {
+    let bad = |m: &str| RuntimeError::Internal(format!("data cache: {m}"));
+    let mut pos = 0usize;
+    let mut take = |n: usize| -> Result<&[u8]> {
+        let end = pos.checked_add(n).filter(|&e| e <= plain.len()).ok_or_else(|| bad("truncated"))?;
+        let s = &plain[pos..end];
+        pos = end;
+        Ok(s)
+    };
+    let count = {
+        let b = take(4)?;
+        u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
+    };
+    if count > plain.len() / 12 {
+        return Err(bad("record count exceeds the data"));
+    }
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let b = take(4)?;
+        let op = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+        if !step.operations.contains(&op) {
+            return Err(bad("it holds weights of an operation outside the step"));
+        }
+        let mut len = [0u8; 8];
+        len.copy_from_slice(take(8)?);
+        let len = usize::try_from(u64::from_le_bytes(len)).map_err(|_| bad("record too large"))?;
+        out.push((op, PreparedWeights::from_bytes(take(len)?)?));
+    }
+    if pos != plain.len() {
+        return Err(bad("trailing bytes"));
+    }
+    Ok(out)
+}
+
+/// Everything a hit provides: the program image and the prepared weights per operation.
+pub(crate) struct Hit {
+    pub image: ProgramImage,
+    pub weights: Vec<(usize, usize, PreparedWeights)>,
+}
+
+fn cache_err(e: CacheError) -> RuntimeError {
+    RuntimeError::Cache(e.to_string())
+}
+
+/// Looks every step up. `Ok(None)` is a miss (with `warnings` for discarded entries).
+pub(crate) fn try_hit(
+    dir: &CacheDir,
+    steps: &[CacheStep],
+    key_for: &dyn Fn(usize, &Token) -> Result<Option<nnc_formats::cache::DataCacheKey>>,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Hit>> {
+    let mut image: Option<ProgramImage> = None;
+    let mut weights = Vec::new();
+    for step in steps {
+        let entry = match dir.lookup(&step.token, step.model_files, step.data_files).map_err(cache_err)? {
+            Lookup::Miss => return Ok(None),
+            Lookup::Invalid(reason) => {
+                warnings.push(format!("discarded cache entry {}: {reason}", hex::encode(step.token)));
+                let _ = dir.remove(&step.token);
+                return Ok(None);
+            }
+            Lookup::Hit(entry) => entry,
+        };
+        let decoded = (|| -> Result<(Option<ProgramImage>, Vec<(usize, PreparedWeights)>)> {
+            let step_image = if step.model_files > 0 {
+                let payload: Vec<u8> = entry.model.concat();
+                Some(decode_model(step, &payload)?)
+            } else {
+                None
+            };
+            let key = key_for(step.device, &step.token)?;
+            let mut prepared = Vec::new();
+            for (part, file) in entry.data.into_iter().enumerate() {
+                let plain = open_data(key.as_ref(), &step.token, part as u16, step.data_files as u16, file).map_err(cache_err)?;
+                prepared.extend(decode_data(&plain, step)?);
+            }
+            Ok((step_image, prepared))
+        })();
+        match decoded {
+            Ok((step_image, prepared)) => {
+                if let Some(img) = step_image {
+                    match &image {
+                        Some(existing) if *existing != img => {
+                            warnings.push(format!(
+                                "discarded cache entry {}: its program disagrees with the other steps'",
+                                hex::encode(step.token)
+                            ));
+                            let _ = dir.remove(&step.token);
+                            return Ok(None);
+                        }
+                        _ => image = Some(img),
+                    }
+                }
+                weights.extend(prepared.into_iter().map(|(op, w)| (step.device, op, w)));
+            }
+            Err(e) => {
+                warnings.push(format!("discarded cache entry {}: {e}", hex::encode(step.token)));
+                let _ = dir.remove(&step.token);
+                return Ok(None);
+            }
+        }
+    }
+    match image {
+        Some(image) => Ok(Some(Hit { image, weights })),
+        // No step keeps a model cache: nothing says how to prepare; prepare afresh.
+        None => Ok(None),
+    }
+}
+
+/// Writes every step's cache files.
+pub(crate) fn store(
+    dir: &CacheDir,
+    steps: &[CacheStep],
+    image: &ProgramImage,
+    prepared: &dyn Fn(usize) -> Result<Option<zeroize::Zeroizing<Vec<u8>>>>,
+    key_for: &dyn Fn(usize, &Token) -> Result<Option<nnc_formats::cache::DataCacheKey>>,
+) -> Result<()> {
+    for step in steps {
+        let model_parts = split(&encode_model(step, image), step.model_files);
+        let mut records: Vec<Vec<(usize, zeroize::Zeroizing<Vec<u8>>)>> = (0..step.data_files).map(|_| Vec::new()).collect();
+        if step.data_files > 0 {
+            for (k, &op) in step.operations.iter().enumerate() {
+                if let Some(bytes) = prepared(op)? {
+                    records[k % step.data_files].push((op, bytes));
+                }
+            }
+        }
+        let key = key_for(step.device, &step.token)?;
+        let mut data_files = Vec::with_capacity(step.data_files);
+        for (part, recs) in records.iter().enumerate() {
+            let plain = encode_data(recs);
+            data_files.push(seal_data(key.as_ref(), &step.token, part as u16, step.data_files as u16, &plain).map_err(cache_err)?);
+        }
+        dir.store(&step.token, &model_parts, &data_files).map_err(cache_err)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_split_and_join() {
+        let payload: Vec<u8> = (0..100).collect();
+        for n in 1..5 {
+            let parts = split(&payload, n);
+            assert_eq!(parts.len(), n);
+            assert_eq!(parts.concat(), payload);
+        }
+        assert!(split(&payload, 0).is_empty());
+        assert_eq!(split(&[], 3), vec![Vec::<u8>::new(); 3]);
+    }
+}

@@ -1,0 +1,1220 @@
+//! Quantized convolutions: CONV_2D, GROUPED_CONV_2D, DEPTHWISE_CONV_2D and
+//! TRANSPOSE_CONV_2D (uint8 and int8 activations; per-tensor uint8/int8 filters or
+//! per-channel int8 filters; int32 biases).
+//!
+//! TFLite's reference arithmetic (`reference_ops::Conv`, `reference_integer_ops::
+//! ConvPerChannel`, the depthwise and transpose variants): per output value
+//! `acc = sum (x - x_zp) * (w - w_zp)` over the taps inside the input (taps in the
+//! padding contribute nothing, as if the input were padded with its zero point),
+//! `acc += bias`, then `MultiplyByQuantizedMultiplier(acc, M_c, shift_c)` with
+//! `M_c = input_scale * filter_scale_c / output_scale` computed in double, plus the
+//! output zero point, clamped to the fused activation's range.
+//!
+//! - CONV_2D / GROUPED_CONV_2D: the [`super::gemm`] GEMM per group. A 1x1, stride-1,
+//!   unpadded convolution reads its input rows directly (only widened to i16);
+//!   others gather im2col tiles. Filters are packed when the weights are prepared.
+//! - DEPTHWISE_CONV_2D: direct loops accumulating i32 over contiguous channel blocks
+//!   (compiled a second time for AVX2), then the vectorized requantizing stage.
+//! - TRANSPOSE_CONV_2D: GEMM of the input with the repacked filter into per-pixel i32
+//!   columns, scatter-added into an i32 accumulator of the output, then requantized.
+
+use std::borrow::Cow;
+
+use nnc_formats::nn::{FusedActivation, OperandType, OperationType, PaddingScheme};
+
+use super::arith::{Multiplier, Q8, QType, activation_range};
+use super::gemm::{self, Dst, Isa, MR, PackedRhs, Stage, pack_rhs, packed_len, padded_depth};
+use super::{activation_type, check_scale, for_row_tiles, output_type, q8_bytes, q8_bytes_mut, qp};
+use crate::buffer::AlignedBuf;
+use crate::error::{Result, RuntimeError};
+use crate::kernels::conv::{Padding, window_extent};
+use crate::kernels::util::{rank4, with_nhwc};
+use crate::kernels::{Kernel, KernelContext, OpInfo, PreparedWeights};
+
+/// i16 values of A per GEMM tile (256 KiB): an im2col tile that stays in L2.
+const A_TILE_BUDGET: usize = 1 << 17;
+
+/// The quantization of a filter: element type, zero point (0 for per-channel filters)
+/// and one multiplier per output channel (or one for all).
+#[derive(Clone, Debug)]
+pub(super) struct FilterQuant {
+    pub qt: QType,
+    pub zp: i32,
+    pub multipliers: Vec<Multiplier>,
+}
+
+/// Decodes a filter's quantization and the requantization multipliers
+/// `input_scale * filter_scale_c / output_scale`, in the precision TFLite computes them:
+/// per-channel multipliers (`PopulateConvolutionQuantizationParams`) entirely in double;
+/// the per-tensor multiplier of uint8 convolutions and of FULLY_CONNECTED
+/// (`GetQuantizedConvolutionMultipler`) from the float product `input_scale *
+/// filter_scale`, divided in double.
+pub(super) fn filter_quant(
+    info: &OpInfo,
+    filter_index: usize,
+    channel_dim: u32,
+    channels: Option<usize>,
+) -> Result<FilterQuant> {
+    let input = info.operand(0)?;
+    let filter = info.operand(filter_index)?;
+    let output = info.output_operand(0)?;
+    check_scale(info, "input", input.scale)?;
+    check_scale(info, "output", output.scale)?;
+    let qt = QType::of_weights(filter.operand_type).ok_or_else(|| {
+        info.unsupported(format!("filter type {} with quantized input", filter.operand_type))
+    })?;
+    let float_product = filter.operand_type != OperandType::TensorQuant8SymmPerChannel
+        && (input.operand_type == OperandType::TensorQuant8Asymm
+            || info.op_type() == OperationType::FullyConnected);
+    let ratio = |filter_scale: f32| -> Result<Multiplier> {
+        check_scale(info, "filter", filter_scale)?;
+        let product = if float_product {
+            f64::from(input.scale * filter_scale)
+        } else {
+            f64::from(input.scale) * f64::from(filter_scale)
+        };
+        Multiplier::new(product / f64::from(output.scale)).map_err(|e| info.invalid(e.to_string()))
+    };
+    if filter.operand_type == OperandType::TensorQuant8SymmPerChannel {
+        let q = filter
+            .channel_quant
+            .as_ref()
+            .ok_or_else(|| info.invalid("per-channel filter without its scales"))?;
+        if q.channel_dim != channel_dim {
+            return Err(info.invalid(format!(
+                "per-channel filter quantized along dimension {}, expected {channel_dim}",
+                q.channel_dim
+            )));
+        }
+        if let Some(c) = channels
+            && c != q.scales.len()
+        {
+            return Err(info.invalid(format!(
+                "{} per-channel scales for {c} channels",
+                q.scales.len()
+            )));
+        }
+        Ok(FilterQuant {
+            qt,
+            zp: 0,
+            multipliers: q.scales.iter().map(|&s| ratio(s)).collect::<Result<_>>()?,
+        })
+    } else {
+        Ok(FilterQuant {
+            qt,
+            zp: filter.zero_point,
+            multipliers: vec![ratio(filter.scale)?],
+        })
+    }
+}
+
+/// Filter bytes minus the zero point, as i16 (`[-255, 255]`).
+#[inline(always)]
+fn widen(qt: QType, zp: i32, b: u8) -> i16 {
+    (qt.load(b) - zp) as i16
+}
+
+/// The multipliers of output channels `c0..c0 + n` (one shared, or per channel).
+fn multipliers_of(all: &[Multiplier], c0: usize, n: usize) -> &[Multiplier] {
+    if all.len() == 1 { all } else { &all[c0..c0 + n] }
+}
+
+#[derive(Clone, Debug)]
+struct ConvParams {
+    padding: Padding,
+    /// (height, width)
+    stride: (usize, usize),
+    dilation: (usize, usize),
+    act: FusedActivation,
+    nchw: bool,
+    groups: usize,
+    multiplier: usize,
+}
+
+/// Decodes CONV_2D / DEPTHWISE_CONV_2D / GROUPED_CONV_2D parameters (the input counts
+/// signature::infer accepts).
+fn decode_conv(info: &OpInfo) -> Result<ConvParams> {
+    let op = info.op_type();
+    let n = info.input_count();
+    let (explicit_counts, implicit_counts): (&[usize], &[usize]) = match op {
+        OperationType::Conv2d => (&[10, 11, 13], &[7, 8, 10]),
+        OperationType::DepthwiseConv2d => (&[11, 12, 14], &[8, 9, 11]),
+        _ => (&[12], &[9]),
+    };
+    let explicit = if op == OperationType::Conv2d && n == 10 {
+        info.input_type(7)? == OperandType::Int32
+    } else if op == OperationType::DepthwiseConv2d && n == 11 {
+        info.input_type(8)? == OperandType::Int32
+    } else if explicit_counts.contains(&n) {
+        true
+    } else if implicit_counts.contains(&n) {
+        false
+    } else {
+        return Err(info.invalid(format!("unexpected input count {n}")));
+    };
+    let (padding, mut next) = if explicit {
+        (
+            Padding::Explicit {
+                left: info.usize(3, "pad_left")?,
+                right: info.usize(4, "pad_right")?,
+                top: info.usize(5, "pad_top")?,
+                bottom: info.usize(6, "pad_bottom")?,
+            },
+            7,
+        )
+    } else {
+        let code = info.i32(3, "padding_scheme")?;
+        let scheme = PaddingScheme::from_code(code)
+            .ok_or_else(|| info.invalid(format!("unknown padding scheme {code}")))?;
+        (Padding::Implicit(scheme), 4)
+    };
+    let sw = info.usize(next, "stride_width")?;
+    let sh = info.usize(next + 1, "stride_height")?;
+    next += 2;
+    let (mut groups, mut multiplier) = (1, 1);
+    match op {
+        OperationType::DepthwiseConv2d => {
+            multiplier = info.usize(next, "depth_multiplier")?;
+            next += 1;
+        }
+        OperationType::GroupedConv2d => {
+            groups = info.usize(next, "num_groups")?;
+            next += 1;
+        }
+        _ => {}
+    }
+    let act = info.activation(next)?;
+    let nchw = info.optional_bool(next + 1, "layout")?;
+    let dilation = if info.input_count() > next + 2 {
+        (
+            info.usize(next + 3, "dilation_height")?,
+            info.usize(next + 2, "dilation_width")?,
+        )
+    } else {
+        (1, 1)
+    };
+    if sw == 0 || sh == 0 || dilation.0 == 0 || dilation.1 == 0 || groups == 0 || multiplier == 0 {
+        return Err(info.invalid("strides, dilations, groups and depth multiplier must be >= 1"));
+    }
+    Ok(ConvParams {
+        padding,
+        stride: (sh, sw),
+        dilation,
+        act,
+        nchw,
+        groups,
+        multiplier,
+    })
+}
+
+/// Convolution sizes in NHWC terms.
+#[derive(Clone, Copy, Debug)]
+struct Geometry {
+    n: usize,
+    ih: usize,
+    iw: usize,
+    ic: usize,
+    oh: usize,
+    ow: usize,
+    oc: usize,
+    kh: usize,
+    kw: usize,
+    sh: usize,
+    sw: usize,
+    dh: usize,
+    dw: usize,
+    pad_top: usize,
+    pad_left: usize,
+}
+
+impl Geometry {
+    fn new(
+        p: &ConvParams,
+        input: [usize; 4],
+        (kh, kw): (usize, usize),
+        output: [usize; 4],
+    ) -> Result<Geometry> {
+        let [n, ih, iw, ic] = input;
+        let (sh, sw) = p.stride;
+        let (dh, dw) = p.dilation;
+        let pad_h = p.padding.resolve(true, ih, kh, sh, dh)?;
+        let pad_w = p.padding.resolve(false, iw, kw, sw, dw)?;
+        let oh = window_extent(ih, kh, sh, dh, pad_h)?;
+        let ow = window_extent(iw, kw, sw, dw, pad_w)?;
+        if output[0] != n || output[1] != oh || output[2] != ow {
+            return Err(RuntimeError::kernel(format!(
+                "output shape {output:?} (NHWC) does not match the computed [{n}, {oh}, {ow}, _]"
+            )));
+        }
+        Ok(Geometry {
+            n,
+            ih,
+            iw,
+            ic,
+            oh,
+            ow,
+            oc: output[3],
+            kh,
+            kw,
+            sh,
+            sw,
+            dh,
+            dw,
+            pad_top: pad_h.0,
+            pad_left: pad_w.0,
+        })
+    }
+
+    #[inline(always)]
+    fn in_y(&self, oy: usize, ky: usize) -> Option<usize> {
+        (oy * self.sh + ky * self.dh)
+            .checked_sub(self.pad_top)
+            .filter(|&y| y < self.ih)
+    }
+
+    #[inline(always)]
+    fn in_x(&self, ox: usize, kx: usize) -> Option<usize> {
+        (ox * self.sw + kx * self.dw)
+            .checked_sub(self.pad_left)
+            .filter(|&x| x < self.iw)
+    }
+}
+
+/// Everything the requantizing stage needs, fixed at build time.
+#[derive(Clone, Debug)]
+struct OutputQuant {
+    in_qt: QType,
+    in_zp: i32,
+    out_qt: QType,
+    out_zp: i32,
+    range: (i32, i32),
+}
+
+fn output_quant(info: &OpInfo, act: FusedActivation) -> Result<OutputQuant> {
+    let in_qt = activation_type(info, 0)?;
+    let out_qt = output_type(info, 0)?;
+    if in_qt != out_qt {
+        return Err(info.unsupported("input and output of different 8-bit types"));
+    }
+    let out = qp(info.output_operand(0)?);
+    Ok(OutputQuant {
+        in_qt,
+        in_zp: info.operand(0)?.zero_point,
+        out_qt,
+        out_zp: out.zp,
+        range: activation_range(act, out, out_qt),
+    })
+}
+
+pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    let filter_dims = if info.is_weight(1) {
+        let dims = info
+            .dims(1)
+            .ok_or_else(|| info.invalid("constant filter with unknown dimensions"))?;
+        Some(rank4(&dims, "filter")?)
+    } else {
+        None
+    };
+    if info.input_type(2)? != OperandType::TensorInt32 {
+        return Err(info.unsupported("quantized convolution needs a TENSOR_INT32 bias"));
+    }
+    match info.op_type() {
+        OperationType::TransposeConv2d => {
+            let params = decode_transpose(info)?;
+            let oq = output_quant(info, params.act)?;
+            let channels = info.dims(1).map(|d| d[0]);
+            let fq = filter_quant(info, 1, 0, channels)?;
+            Ok(Box::new(TransposeConv {
+                params,
+                oq,
+                fq,
+                filter_dims,
+            }))
+        }
+        OperationType::DepthwiseConv2d => {
+            let params = decode_conv(info)?;
+            let oq = output_quant(info, params.act)?;
+            let channels = info.dims(1).map(|d| d[3]);
+            let fq = filter_quant(info, 1, 3, channels)?;
+            Ok(Box::new(DepthwiseConv {
+                params,
+                oq,
+                fq,
+                filter_dims,
+            }))
+        }
+        _ => {
+            let params = decode_conv(info)?;
+            let oq = output_quant(info, params.act)?;
+            let channels = info.dims(1).map(|d| d[0]);
+            let fq = filter_quant(info, 1, 0, channels)?;
+            Ok(Box::new(Conv {
+                params,
+                oq,
+                fq,
+                filter_dims,
+            }))
+        }
+    }
+}
+
+/// Input `i`'s filter dims: from the build-time weight, else from the run-time tensor.
+fn run_filter_dims(known: Option<[usize; 4]>, ctx: &KernelContext, i: usize) -> Result<[usize; 4]> {
+    match (known, ctx.optional_input(i)) {
+        (Some(d), _) => Ok(d),
+        (None, Some(f)) => rank4(f.shape, "filter"),
+        (None, None) => Err(RuntimeError::kernel("filter is missing")),
+    }
+}
+
+/// The i16 view of a prepared buffer.
+fn prepared_i16<'a>(weights: &'a PreparedWeights, index: usize) -> Result<&'a [i16]> {
+    let buf = weights
+        .buffer(index)
+        .ok_or_else(|| RuntimeError::kernel("prepared filter is missing"))?;
+    bytemuck::try_cast_slice(buf.as_bytes())
+        .map_err(|e| RuntimeError::Internal(format!("prepared filter layout: {e:?}")))
+}
+
+fn i16_buffer(values: &[i16]) -> Result<AlignedBuf> {
+    AlignedBuf::from_bytes(bytemuck::cast_slice(values))
+}
+
+/// The bias values (TENSOR_INT32), checked against the channel count.
+fn bias_values<'a>(ctx: &KernelContext<'a>, channels: usize) -> Result<&'a [i32]> {
+    let bias = ctx.input(2)?.i32()?;
+    if bias.len() != channels {
+        return Err(RuntimeError::kernel(format!(
+            "bias of {} values for {channels} output channels",
+            bias.len()
+        )));
+    }
+    Ok(bias)
+}
+
+// ---------------------------------------------------------------------------------------
+// CONV_2D and GROUPED_CONV_2D
+
+struct Conv {
+    params: ConvParams,
+    oq: OutputQuant,
+    fq: FilterQuant,
+    filter_dims: Option<[usize; 4]>,
+}
+
+/// Packs a filter `[O, KH, KW, Cg]` into one GEMM right operand per group
+/// (`B[k][j] = w[g * og + j][k] - w_zp`, k over (ky, kx, c)), concatenated.
+fn pack_conv_filter(
+    filter: &[u8],
+    [o, kh, kw, cg]: [usize; 4],
+    groups: usize,
+    fq: &FilterQuant,
+) -> Result<zeroize::Zeroizing<Vec<i16>>> {
+    if filter.len() != o * kh * kw * cg {
+        return Err(RuntimeError::kernel("filter does not match its shape"));
+    }
+    if groups == 0 || o % groups != 0 {
+        return Err(RuntimeError::kernel(format!(
+            "{o} output channels do not split into {groups} groups"
+        )));
+    }
+    let k = kh * kw * cg;
+    let og = o / groups;
+    let per_group = packed_len(k, og).ok_or_else(|| RuntimeError::kernel("filter too large"))?;
+    let mut packed = zeroize::Zeroizing::new(crate::kernels::util::filled(per_group * groups, 0i16)?);
+    for g in 0..groups {
+        pack_rhs(
+            k,
+            og,
+            |kk, j| widen(fq.qt, fq.zp, filter[(g * og + j) * k + kk]),
+            &mut packed[g * per_group..(g + 1) * per_group],
+        );
+    }
+    Ok(packed)
+}
+
+impl Kernel for Conv {
+    fn prepare_weights(&self, weights: &[Option<&[u8]>]) -> Result<PreparedWeights> {
+        let mut prepared = PreparedWeights::empty();
+        if let (Some(Some(bytes)), Some(dims)) = (weights.get(1), self.filter_dims) {
+            let packed = pack_conv_filter(bytes, dims, self.params.groups, &self.fq)?;
+            prepared.push(i16_buffer(&packed)?);
+        }
+        prepared.add_raw(weights, &[1])?;
+        Ok(prepared)
+    }
+
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let p = &self.params;
+        let input = ctx.input(0)?;
+        let x = q8_bytes(&input, "input")?;
+        let in_shape = rank4(input.shape, "input")?;
+        let fdims = run_filter_dims(self.filter_dims, ctx, 1)?;
+        let groups = p.groups;
+        let packed: Cow<[i16]> = if self.filter_dims.is_some() {
+            Cow::Borrowed(prepared_i16(ctx.weights, 0)?)
+        } else {
+            let f = ctx.input(1)?;
+            Cow::Owned(pack_conv_filter(q8_bytes(&f, "filter")?, fdims, groups, &self.fq)?.to_vec())
+        };
+        let bias = bias_values(ctx, fdims[0])?;
+        if self.fq.multipliers.len() != 1 && self.fq.multipliers.len() != fdims[0] {
+            return Err(RuntimeError::kernel("per-channel scales do not match the filter"));
+        }
+        let threads = ctx.threads;
+        let oq = &self.oq;
+        let fq = &self.fq;
+        let out_t = ctx.output(0)?;
+        let out_shape = rank4(out_t.shape, "output")?;
+        let out = q8_bytes_mut(out_t, "output")?;
+        with_nhwc(p.nchw, x, in_shape, out, out_shape, |x, in_shape, out, out_shape| {
+            let g = Geometry::new(p, in_shape, (fdims[1], fdims[2]), out_shape)?;
+            if g.oc != fdims[0] || fdims[3] * groups != g.ic || g.oc % groups != 0 {
+                return Err(RuntimeError::kernel(format!(
+                    "filter {fdims:?} and {groups} groups do not fit input channels {} and output channels {}",
+                    g.ic, g.oc
+                )));
+            }
+            let og = g.oc / groups;
+            let stages = (0..groups)
+                .map(|grp| {
+                    Stage::new(
+                        og,
+                        Some(&bias[grp * og..(grp + 1) * og]),
+                        multipliers_of(&fq.multipliers, grp * og, og),
+                        oq.out_zp,
+                        oq.range,
+                    )
+                })
+                .collect::<Result<Vec<_>>>()?;
+            conv_nhwc(&g, groups, x, oq, &packed, &stages, out, threads)
+        })
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn conv_nhwc(
+    g: &Geometry,
+    groups: usize,
+    x: &[u8],
+    oq: &OutputQuant,
+    packed: &[i16],
+    stages: &[Stage],
+    out: &mut [u8],
+    threads: usize,
+) -> Result<()> {
+    let cg = g.ic / groups;
+    let og = g.oc / groups;
+    let k = g.kh * g.kw * cg;
+    let kp = padded_depth(k);
+    let per_group = packed_len(k, og).ok_or_else(|| RuntimeError::kernel("filter too large"))?;
+    if packed.len() != per_group * groups || x.len() != g.n * g.ih * g.iw * g.ic {
+        return Err(RuntimeError::kernel("packed filter or input has the wrong size"));
+    }
+    let rows = g.n * g.oh * g.ow;
+    if out.len() != rows * g.oc {
+        return Err(RuntimeError::kernel("output has the wrong size"));
+    }
+    let pointwise = g.kh == 1
+        && g.kw == 1
+        && g.sh == 1
+        && g.sw == 1
+        && g.pad_top == 0
+        && g.pad_left == 0
+        && g.oh == g.ih
+        && g.ow == g.iw;
+    let tile = (A_TILE_BUDGET / kp.max(1)).max(MR) / MR * MR;
+    let tile = tile.min(rows.max(1));
+    let signed = oq.out_qt == QType::I8;
+    let (qt, zp) = (oq.in_qt, oq.in_zp);
+    for_row_tiles(threads, out, g.oc, tile, tile * kp, |r0, out_rows, a| {
+        let t = out_rows.len() / g.oc.max(1);
+        let a = &mut a[..t * kp];
+        for grp in 0..groups {
+            if pointwise {
+                for (r, dst) in a.chunks_exact_mut(kp).enumerate() {
+                    let src = &x[(r0 + r) * g.ic + grp * cg..][..cg];
+                    for (d, &b) in dst.iter_mut().zip(src) {
+                        *d = widen(qt, zp, b);
+                    }
+                    dst[cg..].fill(0);
+                }
+            } else {
+                im2col(g, x, qt, zp, grp * cg, cg, r0, kp, a);
+            }
+            let rhs = PackedRhs {
+                data: &packed[grp * per_group..(grp + 1) * per_group],
+                k,
+                n: og,
+            };
+            gemm::gemm(
+                a,
+                kp,
+                t,
+                &rhs,
+                Dst::Q8 {
+                    out: &mut out_rows[grp * og..],
+                    ld: g.oc,
+                    stage: &stages[grp],
+                    signed,
+                },
+            )?;
+        }
+        Ok(())
+    })
+}
+
+/// Fills `a` (rows r0.. of the im2col matrix, `kp` values each, ordered (ky, kx, c)) for
+/// channels `c0..c0 + cg`; taps outside the input are 0 (`x_zp - x_zp`).
+#[allow(clippy::too_many_arguments)]
+fn im2col(
+    g: &Geometry,
+    x: &[u8],
+    qt: QType,
+    zp: i32,
+    c0: usize,
+    cg: usize,
+    r0: usize,
+    kp: usize,
+    a: &mut [i16],
+) {
+    for (r, dst) in a.chunks_exact_mut(kp).enumerate() {
+        let row = r0 + r;
+        let ox = row % g.ow;
+        let oy = (row / g.ow) % g.oh;
+        let b = row / (g.ow * g.oh);
+        for ky in 0..g.kh {
+            let drow = &mut dst[ky * g.kw * cg..(ky + 1) * g.kw * cg];
+            let Some(iy) = g.in_y(oy, ky) else {
+                drow.fill(0);
+                continue;
+            };
+            let base = (b * g.ih + iy) * g.iw;
+            for kx in 0..g.kw {
+                let d = &mut drow[kx * cg..(kx + 1) * cg];
+                match g.in_x(ox, kx) {
+                    Some(ix) => {
+                        let s = &x[(base + ix) * g.ic + c0..][..cg];
+                        for (d, &v) in d.iter_mut().zip(s) {
+                            *d = widen(qt, zp, v);
+                        }
+                    }
+                    None => d.fill(0),
+                }
+            }
+        }
+        dst[g.kh * g.kw * cg..].fill(0);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// DEPTHWISE_CONV_2D
+
+struct DepthwiseConv {
+    params: ConvParams,
+    oq: OutputQuant,
+    fq: FilterQuant,
+    filter_dims: Option<[usize; 4]>,
+}
+
+/// The filter `[1, KH, KW, OC]` minus its zero point, as i16 in the same order.
+fn widen_filter(filter: &[u8], fq: &FilterQuant) -> Result<zeroize::Zeroizing<Vec<i16>>> {
+    let mut w = zeroize::Zeroizing::new(crate::kernels::util::filled(filter.len(), 0i16)?);
+    for (d, &b) in w.iter_mut().zip(filter) {
+        *d = widen(fq.qt, fq.zp, b);
+    }
+    Ok(w)
+}
+
+/// The depthwise filter for the AVX2 kernel: per block of 16 channels and per pair of
+/// taps `(2p, 2p + 1)` (a missing last tap is zero), the weights interleaved exactly as
+/// `vpunpcklwd` / `vpunpckhwd` interleave the two taps' inputs: 16 values for channels
+/// {0-3, 8-11} then 16 for {4-7, 12-15}, each channel's two taps adjacent. Channels past
+/// the last whole block are not packed (a scalar loop handles them).
+fn pack_depthwise_pairs(w: &[i16], taps: usize, oc: usize) -> Result<Vec<i16>> {
+    if w.len() != taps * oc {
+        return Err(RuntimeError::kernel("filter does not match its shape"));
+    }
+    let blocks = oc / DW_BLOCK;
+    let pairs = taps.div_ceil(2);
+    let mut out = crate::kernels::util::filled(blocks * pairs * 2 * DW_BLOCK, 0i16)?;
+    for b in 0..blocks {
+        for p in 0..pairs {
+            let dst = &mut out[(b * pairs + p) * 2 * DW_BLOCK..][..2 * DW_BLOCK];
+            for (i, d) in dst.iter_mut().enumerate() {
+                let (half, i) = (i / DW_BLOCK, i % DW_BLOCK);
+                let (lane, j) = (i / 8, i % 8);
+                let ch = b * DW_BLOCK + lane * 8 + half * 4 + j / 2;
+                let tap = 2 * p + j % 2;
+                *d = if tap < taps { w[tap * oc + ch] } else { 0 };
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One output row of a depth-multiplier-1 depthwise convolution, whole blocks of 16
+/// channels: per pixel and block, the input of pairs of taps, widened to i16 minus the
+/// zero point, interleaved and multiplied with `vpmaddwd` into i32 (exact: both operands
+/// lie in [-255, 255]), then the vectorized requantizing stage. Taps in the padding
+/// contribute zero. With `WIDE` the input was widened once beforehand (`x`; worth it at
+/// stride 1, where every input is read about kh * kw times), otherwise bytes are widened
+/// as they are loaded (`bytes`, of type uint8 or int8 per `SIGNED`).
+///
+/// # Safety
+/// AVX2; `x` (with `WIDE`) or `bytes` holds `n * ih * iw * ic` values, `out_row`
+/// `ow * oc`, `pairs` the packed filter of [`pack_depthwise_pairs`], `stage` covers `oc`
+/// channels, `ic == oc`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn depthwise_row_pairs_avx2<const WIDE: bool, const SIGNED: bool>(
+    g: &Geometry,
+    x: &[i16],
+    bytes: &[u8],
+    zp: i32,
+    pairs: &[i16],
+    row: usize,
+    stage: &Stage,
+    out_row: &mut [u8],
+    signed_out: bool,
+) {
+    use std::arch::x86_64::*;
+    let (oc, ic) = (g.oc, g.ic);
+    let b = row / g.oh;
+    let oy = row % g.oh;
+    let taps = g.kh * g.kw;
+    let npairs = taps.div_ceil(2);
+    let zeros = [0i16; DW_BLOCK];
+    let qt = if SIGNED { QType::I8 } else { QType::U8 };
+    let zero_points = [qt.store(zp); DW_BLOCK];
+    let zp16 = _mm256_set1_epi16(zp as i16);
+    // Per output pixel, the input offset of every tap (None: padding).
+    let mut offsets = vec![None; g.ow * 2 * npairs];
+    for ox in 0..g.ow {
+        for ky in 0..g.kh {
+            for kx in 0..g.kw {
+                if let (Some(iy), Some(ix)) = (g.in_y(oy, ky), g.in_x(ox, kx)) {
+                    offsets[ox * 2 * npairs + ky * g.kw + kx] = Some(((b * g.ih + iy) * g.iw + ix) * ic);
+                }
+            }
+        }
+    }
+    let load = |at: Option<usize>, c0: usize| -> __m256i {
+        if WIDE {
+            // SAFETY: a tap offset is a pixel inside x, and c0 + 16 <= ic; otherwise 16
+            // zeros (the padding, already offset by the zero point) are read.
+            unsafe {
+                match at {
+                    Some(o) => _mm256_loadu_si256(x.as_ptr().add(o + c0) as *const __m256i),
+                    None => _mm256_loadu_si256(zeros.as_ptr() as *const __m256i),
+                }
+            }
+        } else {
+            // SAFETY: as above, in bytes; the padding reads 16 zero points.
+            let v = unsafe {
+                match at {
+                    Some(o) => _mm_loadu_si128(bytes.as_ptr().add(o + c0) as *const __m128i),
+                    None => _mm_loadu_si128(zero_points.as_ptr() as *const __m128i),
+                }
+            };
+            let wide = if SIGNED {
+                _mm256_cvtepi8_epi16(v)
+            } else {
+                _mm256_cvtepu8_epi16(v)
+            };
+            _mm256_sub_epi16(wide, zp16)
+        }
+    };
+    for blk in 0..oc / DW_BLOCK {
+        let c0 = blk * DW_BLOCK;
+        // SAFETY: the stage is padded to whole blocks of 16 channels.
+        let (s0, s1) = unsafe { (gemm::avx2::load_stage(stage, c0), gemm::avx2::load_stage(stage, c0 + 8)) };
+        let wb = &pairs[blk * npairs * 2 * DW_BLOCK..(blk + 1) * npairs * 2 * DW_BLOCK];
+        for ox in 0..g.ow {
+            let taps_at = &offsets[ox * 2 * npairs..(ox + 1) * 2 * npairs];
+            let mut acc_lo = _mm256_setzero_si256();
+            let mut acc_hi = _mm256_setzero_si256();
+            for p in 0..npairs {
+                let x0 = load(taps_at[2 * p], c0);
+                let x1 = load(taps_at[2 * p + 1], c0);
+                // SAFETY: wb holds npairs * 32 values.
+                let (wl, wh) = unsafe {
+                    (
+                        _mm256_loadu_si256(wb.as_ptr().add(p * 32) as *const __m256i),
+                        _mm256_loadu_si256(wb.as_ptr().add(p * 32 + 16) as *const __m256i),
+                    )
+                };
+                acc_lo = _mm256_add_epi32(acc_lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1), wl));
+                acc_hi = _mm256_add_epi32(acc_hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), wh));
+            }
+            // acc_lo holds channels {0-3 | 8-11}, acc_hi {4-7 | 12-15}.
+            let v0 = _mm256_permute2x128_si256(acc_lo, acc_hi, 0x20);
+            let v1 = _mm256_permute2x128_si256(acc_lo, acc_hi, 0x31);
+            let bytes = gemm::avx2::narrow16(
+                gemm::avx2::requant8(v0, &s0),
+                gemm::avx2::requant8(v1, &s1),
+                signed_out,
+            );
+            let dst = &mut out_row[ox * oc + c0..ox * oc + c0 + DW_BLOCK];
+            // SAFETY: dst holds 16 bytes.
+            unsafe { _mm_storeu_si128(dst.as_mut_ptr() as *mut __m128i, bytes) };
+        }
+    }
+}
+
+/// Channels `c0..oc` of one depth-multiplier-1 output row, one at a time.
+#[allow(clippy::too_many_arguments)]
+fn depthwise_tail<T: Q8>(
+    g: &Geometry,
+    x: &[T],
+    zp: i32,
+    w: &[i16],
+    row: usize,
+    c0: usize,
+    stage: &Stage,
+    out_row: &mut [u8],
+) {
+    let b = row / g.oh;
+    let oy = row % g.oh;
+    for ox in 0..g.ow {
+        for c in c0..g.oc {
+            let mut acc = 0i32;
+            for ky in 0..g.kh {
+                let Some(iy) = g.in_y(oy, ky) else { continue };
+                for kx in 0..g.kw {
+                    let Some(ix) = g.in_x(ox, kx) else { continue };
+                    let xv = x[((b * g.ih + iy) * g.iw + ix) * g.ic + c].to_i32() - zp;
+                    acc += xv * i32::from(w[(ky * g.kw + kx) * g.oc + c]);
+                }
+            }
+            out_row[ox * g.oc + c] = stage.apply(c, acc) as u8;
+        }
+    }
+}
+
+impl Kernel for DepthwiseConv {
+    fn prepare_weights(&self, weights: &[Option<&[u8]>]) -> Result<PreparedWeights> {
+        let mut prepared = PreparedWeights::empty();
+        if let (Some(Some(bytes)), Some(dims)) = (weights.get(1), self.filter_dims) {
+            if bytes.len() != dims.iter().product::<usize>() {
+                return Err(RuntimeError::kernel("filter does not match its shape"));
+            }
+            let w = widen_filter(bytes, &self.fq)?;
+            prepared.push(i16_buffer(&w)?);
+            let pairs = pack_depthwise_pairs(&w, dims[1] * dims[2], dims[3])?;
+            prepared.push(i16_buffer(&pairs)?);
+        }
+        prepared.add_raw(weights, &[1])?;
+        Ok(prepared)
+    }
+
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let p = &self.params;
+        let input = ctx.input(0)?;
+        let x = q8_bytes(&input, "input")?;
+        let in_shape = rank4(input.shape, "input")?;
+        let fdims = run_filter_dims(self.filter_dims, ctx, 1)?;
+        let (w, pairs): (Cow<[i16]>, Cow<[i16]>) = if self.filter_dims.is_some() {
+            (
+                Cow::Borrowed(prepared_i16(ctx.weights, 0)?),
+                Cow::Borrowed(prepared_i16(ctx.weights, 1)?),
+            )
+        } else {
+            let f = ctx.input(1)?;
+            let w = widen_filter(q8_bytes(&f, "filter")?, &self.fq)?;
+            let pairs = pack_depthwise_pairs(&w, fdims[1] * fdims[2], fdims[3])?;
+            (Cow::Owned(w.to_vec()), Cow::Owned(pairs.to_vec()))
+        };
+        let bias = bias_values(ctx, fdims[3])?;
+        let stage = Stage::new(
+            fdims[3],
+            Some(bias),
+            &self.fq.multipliers,
+            self.oq.out_zp,
+            self.oq.range,
+        )?;
+        let threads = ctx.threads;
+        let oq = &self.oq;
+        let out_t = ctx.output(0)?;
+        let out_shape = rank4(out_t.shape, "output")?;
+        let out = q8_bytes_mut(out_t, "output")?;
+        with_nhwc(p.nchw, x, in_shape, out, out_shape, |x, in_shape, out, out_shape| {
+            let g = Geometry::new(p, in_shape, (fdims[1], fdims[2]), out_shape)?;
+            let m = p.multiplier;
+            if fdims[0] != 1 || fdims[3] != g.oc || g.ic * m != g.oc || w.len() != fdims.iter().product::<usize>() {
+                return Err(RuntimeError::kernel(format!(
+                    "filter {fdims:?} and depth multiplier {m} do not fit input channels {} and output channels {}",
+                    g.ic, g.oc
+                )));
+            }
+            if x.len() != g.n * g.ih * g.iw * g.ic || out.len() != g.n * g.oh * g.ow * g.oc {
+                return Err(RuntimeError::kernel("input or output has the wrong size"));
+            }
+            let taps = g.kh * g.kw;
+            if pairs.len() != (g.oc / DW_BLOCK) * taps.div_ceil(2) * 2 * DW_BLOCK {
+                return Err(RuntimeError::kernel("packed depthwise filter has the wrong size"));
+            }
+            let row_len = g.ow * g.oc;
+            let signed = oq.out_qt == QType::I8;
+            let isa = gemm::best_isa();
+            let fast = cfg!(target_arch = "x86_64") && isa != Isa::Portable && m == 1 && g.oc >= DW_BLOCK;
+            // At stride 1 the fast path reads the input once widened to i16 minus its zero
+            // point (each value is read about kh * kw times).
+            let widen_first = fast && g.sh == 1 && g.sw == 1;
+            let wide = if widen_first {
+                let mut v = crate::kernels::util::filled(x.len(), 0i16)?;
+                for (d, &b) in v.iter_mut().zip(x) {
+                    *d = widen(oq.in_qt, oq.in_zp, b);
+                }
+                v
+            } else {
+                Vec::new()
+            };
+            for_row_tiles(threads, out, row_len, 1, 0, |row, out_row, _| {
+                #[cfg(target_arch = "x86_64")]
+                if fast {
+                    let done = g.oc / DW_BLOCK * DW_BLOCK;
+                    // SAFETY: AVX2 is available (best_isa); the sizes of the input,
+                    // out_row, pairs and the stage were checked against the geometry.
+                    unsafe {
+                        match (widen_first, oq.in_qt) {
+                            (true, _) => depthwise_row_pairs_avx2::<true, false>(&g, &wide, x, 0, &pairs, row, &stage, out_row, signed),
+                            (false, QType::U8) => depthwise_row_pairs_avx2::<false, false>(&g, &wide, x, oq.in_zp, &pairs, row, &stage, out_row, signed),
+                            (false, QType::I8) => depthwise_row_pairs_avx2::<false, true>(&g, &wide, x, oq.in_zp, &pairs, row, &stage, out_row, signed),
+                        }
+                    }
+                    if done < g.oc {
+                        match oq.in_qt {
+                            QType::U8 => depthwise_tail::<u8>(&g, super::typed(x), oq.in_zp, &w, row, done, &stage, out_row),
+                            QType::I8 => depthwise_tail::<i8>(&g, super::typed(x), oq.in_zp, &w, row, done, &stage, out_row),
+                        }
+                    }
+                    return Ok(());
+                }
+                let mut acc = vec![0i32; g.oc];
+                match oq.in_qt {
+                    QType::U8 => depthwise_row::<u8>(&g, m, super::typed(x), oq.in_zp, &w, row, &mut acc, &stage, out_row, signed),
+                    QType::I8 => depthwise_row::<i8>(&g, m, super::typed(x), oq.in_zp, &w, row, &mut acc, &stage, out_row, signed),
+                }
+                Ok(())
+            })
+        })
+    }
+}
+
+/// One output row (batch b, row oy = `row`): accumulate, then requantize per pixel.
+#[allow(clippy::too_many_arguments)]
+fn depthwise_row<T: Q8>(
+    g: &Geometry,
+    m: usize,
+    x: &[T],
+    zp: i32,
+    w: &[i16],
+    row: usize,
+    acc: &mut [i32],
+    stage: &Stage,
+    out_row: &mut [u8],
+    signed: bool,
+) {
+    let isa = gemm::best_isa();
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        // SAFETY: AVX2 is available (best_isa checked it at run time).
+        unsafe { depthwise_row_avx2(g, m, x, zp, w, row, acc, stage, out_row, signed) };
+        return;
+    }
+    depthwise_row_impl(isa, g, m, x, zp, w, row, acc, stage, out_row, signed);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn depthwise_row_avx2<T: Q8>(
+    g: &Geometry,
+    m: usize,
+    x: &[T],
+    zp: i32,
+    w: &[i16],
+    row: usize,
+    acc: &mut [i32],
+    stage: &Stage,
+    out_row: &mut [u8],
+    signed: bool,
+) {
+    depthwise_row_impl(Isa::Avx2, g, m, x, zp, w, row, acc, stage, out_row, signed);
+}
+
+/// Channels per accumulation block: two AVX2 registers of i32.
+const DW_BLOCK: usize = 16;
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn depthwise_row_impl<T: Q8>(
+    isa: Isa,
+    g: &Geometry,
+    m: usize,
+    x: &[T],
+    zp: i32,
+    w: &[i16],
+    row: usize,
+    acc: &mut [i32],
+    stage: &Stage,
+    out_row: &mut [u8],
+    signed: bool,
+) {
+    let (oc, ic) = (g.oc, g.ic);
+    let b = row / g.oh;
+    let oy = row % g.oh;
+    // Kernel rows inside the input for this output row.
+    let taps_y: Vec<(usize, usize)> = (0..g.kh)
+        .filter_map(|ky| g.in_y(oy, ky).map(|iy| (ky, iy)))
+        .collect();
+    let taps_y = &taps_y[..];
+    for (ox, px) in out_row.chunks_exact_mut(oc).enumerate() {
+        if m == 1 {
+            let mut c0 = 0;
+            while c0 + DW_BLOCK <= oc {
+                let mut blk = [0i32; DW_BLOCK];
+                for &(ky, iy) in taps_y {
+                    let base = (b * g.ih + iy) * g.iw;
+                    for kx in 0..g.kw {
+                        let Some(ix) = g.in_x(ox, kx) else { continue };
+                        let Some(xs) = x[(base + ix) * ic + c0..].first_chunk::<DW_BLOCK>() else {
+                            continue;
+                        };
+                        let Some(ws) = w[(ky * g.kw + kx) * oc + c0..].first_chunk::<DW_BLOCK>() else {
+                            continue;
+                        };
+                        for l in 0..DW_BLOCK {
+                            blk[l] += (xs[l].to_i32() - zp) * i32::from(ws[l]);
+                        }
+                    }
+                }
+                acc[c0..c0 + DW_BLOCK].copy_from_slice(&blk);
+                c0 += DW_BLOCK;
+            }
+            if c0 < oc {
+                acc[c0..].fill(0);
+                for &(ky, iy) in taps_y {
+                    let base = (b * g.ih + iy) * g.iw;
+                    for kx in 0..g.kw {
+                        let Some(ix) = g.in_x(ox, kx) else { continue };
+                        let xs = &x[(base + ix) * ic + c0..(base + ix + 1) * ic];
+                        let ws = &w[(ky * g.kw + kx) * oc + c0..(ky * g.kw + kx + 1) * oc];
+                        for ((a, &xv), &wv) in acc[c0..].iter_mut().zip(xs).zip(ws) {
+                            *a += (xv.to_i32() - zp) * i32::from(wv);
+                        }
+                    }
+                }
+            }
+        } else {
+            acc.fill(0);
+            for &(ky, iy) in taps_y {
+                let base = (b * g.ih + iy) * g.iw;
+                for kx in 0..g.kw {
+                    let Some(ix) = g.in_x(ox, kx) else { continue };
+                    let xs = &x[(base + ix) * ic..(base + ix + 1) * ic];
+                    let ws = &w[(ky * g.kw + kx) * oc..(ky * g.kw + kx + 1) * oc];
+                    for ((a, wv), &xv) in acc.chunks_exact_mut(m).zip(ws.chunks_exact(m)).zip(xs) {
+                        let xv = xv.to_i32() - zp;
+                        for (a, &wv) in a.iter_mut().zip(wv) {
+                            *a += xv * i32::from(wv);
+                        }
+                    }
+                }
+            }
+        }
+        gemm::requantize_row(isa, acc, stage, px, signed);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// TRANSPOSE_CONV_2D
+
+#[derive(Clone, Debug)]
+enum TransposePadding {
+    Explicit { top: usize, left: usize, bottom: usize, right: usize },
+    Implicit(PaddingScheme),
+}
+
+#[derive(Clone, Debug)]
+struct TransposeParams {
+    padding: TransposePadding,
+    stride: (usize, usize),
+    act: FusedActivation,
+    nchw: bool,
+}
+
+fn decode_transpose(info: &OpInfo) -> Result<TransposeParams> {
+    let params = if info.input_count() == 11 {
+        TransposeParams {
+            padding: TransposePadding::Explicit {
+                left: info.usize(3, "pad_left")?,
+                right: info.usize(4, "pad_right")?,
+                top: info.usize(5, "pad_top")?,
+                bottom: info.usize(6, "pad_bottom")?,
+            },
+            stride: (info.usize(8, "stride_height")?, info.usize(7, "stride_width")?),
+            act: info.activation(9)?,
+            nchw: info.bool(10, "layout")?,
+        }
+    } else {
+        let code = info.i32(4, "padding_scheme")?;
+        let scheme = PaddingScheme::from_code(code)
+            .ok_or_else(|| info.invalid(format!("unknown padding scheme {code}")))?;
+        TransposeParams {
+            padding: TransposePadding::Implicit(scheme),
+            stride: (info.usize(6, "stride_height")?, info.usize(5, "stride_width")?),
+            act: info.activation(7)?,
+            nchw: info.bool(8, "layout")?,
+        }
+    };
+    if params.stride.0 == 0 || params.stride.1 == 0 {
+        return Err(info.invalid("strides must be >= 1"));
+    }
+    Ok(params)
+}
+
+struct TransposeConv {
+    params: TransposeParams,
+    oq: OutputQuant,
+    fq: FilterQuant,
+    filter_dims: Option<[usize; 4]>,
+}
+
+/// Packs a filter `[O, KH, KW, C]` as the GEMM right operand `[C, KH * KW * O]`
+/// (`B[c][(t, o)] = w[o][t][c] - w_zp`).
+fn pack_transpose_filter(
+    filter: &[u8],
+    [o, kh, kw, c]: [usize; 4],
+    fq: &FilterQuant,
+) -> Result<zeroize::Zeroizing<Vec<i16>>> {
+    if filter.len() != o * kh * kw * c {
+        return Err(RuntimeError::kernel("filter does not match its shape"));
+    }
+    let cols = kh * kw * o;
+    let len = packed_len(c, cols).ok_or_else(|| RuntimeError::kernel("filter too large"))?;
+    let mut packed = zeroize::Zeroizing::new(crate::kernels::util::filled(len, 0i16)?);
+    pack_rhs(
+        c,
+        cols,
+        |cc, j| {
+            let (t, oo) = (j / o, j % o);
+            widen(fq.qt, fq.zp, filter[(oo * kh * kw + t) * c + cc])
+        },
+        &mut packed,
+    );
+    Ok(packed)
+}
+
+impl Kernel for TransposeConv {
+    fn prepare_weights(&self, weights: &[Option<&[u8]>]) -> Result<PreparedWeights> {
+        let mut prepared = PreparedWeights::empty();
+        if let (Some(Some(bytes)), Some(dims)) = (weights.get(1), self.filter_dims) {
+            prepared.push(i16_buffer(&pack_transpose_filter(bytes, dims, &self.fq)?)?);
+        }
+        prepared.add_raw(weights, &[1])?;
+        Ok(prepared)
+    }
+
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let p = &self.params;
+        let input = ctx.input(0)?;
+        let x = q8_bytes(&input, "input")?;
+        let in_shape = rank4(input.shape, "input")?;
+        let fdims = run_filter_dims(self.filter_dims, ctx, 1)?;
+        let packed: Cow<[i16]> = if self.filter_dims.is_some() {
+            Cow::Borrowed(prepared_i16(ctx.weights, 0)?)
+        } else {
+            let f = ctx.input(1)?;
+            Cow::Owned(pack_transpose_filter(q8_bytes(&f, "filter")?, fdims, &self.fq)?.to_vec())
+        };
+        let bias = bias_values(ctx, fdims[0])?;
+        let stage = Stage::new(fdims[0], Some(bias), &self.fq.multipliers, self.oq.out_zp, self.oq.range)?;
+        let oq = &self.oq;
+        let out_t = ctx.output(0)?;
+        let out_shape = rank4(out_t.shape, "output")?;
+        let out = q8_bytes_mut(out_t, "output")?;
+        with_nhwc(p.nchw, x, in_shape, out, out_shape, |x, [n, ih, iw, ic], out, [on, oh, ow, oc]| {
+            let [fo, kh, kw, fc] = fdims;
+            if fo != oc || fc != ic || on != n {
+                return Err(RuntimeError::kernel(format!(
+                    "filter {fdims:?}, input channels {ic} and output {:?} do not fit",
+                    [on, oh, ow, oc]
+                )));
+            }
+            if x.len() != n * ih * iw * ic || out.len() != n * oh * ow * oc {
+                return Err(RuntimeError::kernel("input or output has the wrong size"));
+            }
+            let (sh, sw) = p.stride;
+            let (pad_top, pad_left) = match p.padding {
+                TransposePadding::Explicit { top, bottom, left, right } => {
+                    let eh = (sh * ih.saturating_sub(1) + kh).checked_sub(top + bottom);
+                    let ew = (sw * iw.saturating_sub(1) + kw).checked_sub(left + right);
+                    if eh != Some(oh) || ew != Some(ow) {
+                        return Err(RuntimeError::kernel(format!(
+                            "output extent {oh}x{ow} does not match the padding and strides"
+                        )));
+                    }
+                    (top, left)
+                }
+                TransposePadding::Implicit(scheme) => {
+                    let before = |i: usize, s: usize, k: usize, o: usize| -> usize {
+                        let total = (i.saturating_sub(1) * s + k).saturating_sub(o);
+                        if scheme == PaddingScheme::Same { total / 2 } else { 0 }
+                    };
+                    (before(ih, sh, kh, oh), before(iw, sw, kw, ow))
+                }
+            };
+            let cols = kh * kw * oc;
+            let kp = padded_depth(ic);
+            let mut acc = crate::kernels::util::filled(n * oh * ow * oc, 0i32)?;
+            let pixels = n * ih * iw;
+            let tile = (A_TILE_BUDGET / cols.max(kp).max(1)).clamp(1, pixels.max(1));
+            let mut a = crate::kernels::util::filled(tile * kp, 0i16)?;
+            let mut col = crate::kernels::util::filled(tile * cols, 0i32)?;
+            let rhs = PackedRhs { data: &packed, k: ic, n: cols };
+            let mut p0 = 0;
+            while p0 < pixels {
+                let p1 = (p0 + tile).min(pixels);
+                let t = p1 - p0;
+                for (r, dst) in a.chunks_exact_mut(kp).take(t).enumerate() {
+                    let src = &x[(p0 + r) * ic..(p0 + r + 1) * ic];
+                    for (d, &v) in dst.iter_mut().zip(src) {
+                        *d = widen(oq.in_qt, oq.in_zp, v);
+                    }
+                    dst[ic..].fill(0);
+                }
+                gemm::gemm(&a[..t * kp], kp, t, &rhs, Dst::I32 { out: &mut col[..t * cols], ld: cols })?;
+                for (pix, c) in (p0..p1).zip(col.chunks_exact(cols)) {
+                    let ix = pix % iw;
+                    let iy = (pix / iw) % ih;
+                    let b = pix / (iw * ih);
+                    for ky in 0..kh {
+                        let Some(oy) = (iy * sh + ky).checked_sub(pad_top).filter(|&v| v < oh) else {
+                            continue;
+                        };
+                        for kx in 0..kw {
+                            let Some(ox) = (ix * sw + kx).checked_sub(pad_left).filter(|&v| v < ow) else {
+                                continue;
+                            };
+                            let dst = &mut acc[((b * oh + oy) * ow + ox) * oc..][..oc];
+                            let src = &c[(ky * kw + kx) * oc..][..oc];
+                            for (d, s) in dst.iter_mut().zip(src) {
+                                *d = d.wrapping_add(*s);
+                            }
+                        }
+                    }
+                }
+                p0 = p1;
+            }
+            let isa = gemm::best_isa();
+            let signed = oq.out_qt == QType::I8;
+            for (a_row, o_row) in acc.chunks_exact(oc).zip(out.chunks_exact_mut(oc)) {
+                gemm::requantize_row(isa, a_row, &stage, o_row, signed);
+            }
+            Ok(())
+        })
+    }
+}

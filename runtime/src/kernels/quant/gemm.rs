@@ -1,0 +1,788 @@
+//! Integer GEMM with i32 accumulation and a fused requantizing output stage.
+//!
+//! `C[m x n] = A[m x k] * B[k x n]` where A holds activations and B weights, both already
+//! offset by their zero points and widened to i16 (so every product is exact and no
+//! zero-point correction terms are needed: `(x - x_zp) * (w - w_zp)` is what TFLite's
+//! reference kernels accumulate). Operands lie in [-255, 255], so a pair of products
+//! fits an i32 lane and AVX2's `vpmaddwd` computes exactly what the scalar code does.
+//!
+//! Layouts:
+//! - A: row-major i16 rows of `kp` values (`kp` = k rounded up to even, the pad zero).
+//! - B ([`pack_rhs`]): panels of [`NR`] = 16 columns; within a panel, for every pair of
+//!   rows `(2p, 2p + 1)` the 16 columns' values interleaved as
+//!   `b[2p][j], b[2p + 1][j]` (so one 32-bit broadcast of an A pair multiplies a whole
+//!   row of a panel). Columns past n and the pad row are zero.
+//!
+//! The micro-kernel computes a [`MR`] x 16 block in registers (12 accumulators), loops
+//! run panel-major so that a panel (at most `kp * 32` bytes) stays in L1 while the rows
+//! of the current A tile stream past it. The output stage adds the bias, requantizes
+//! per column (TFLite's `MultiplyByQuantizedMultiplier`), adds the zero point, clamps to
+//! the activation range and stores bytes; or stores raw i32 for callers that finish
+//! themselves (TRANSPOSE_CONV_2D).
+//!
+//! Two implementations, chosen at run time: AVX2 intrinsics, and portable scalar code
+//! that computes bit-identical results (tests compare them on random data).
+
+use super::arith::{Multiplier, multiply_by_quantized_multiplier};
+use crate::error::{Result, RuntimeError};
+
+/// Columns per packed panel.
+pub(crate) const NR: usize = 16;
+/// Rows per micro-kernel block.
+pub(crate) const MR: usize = 6;
+
+/// `k` rounded up to even (the depth of packed A rows and B panels).
+pub(crate) fn padded_depth(k: usize) -> usize {
+    k + (k & 1)
+}
+
+/// i16 values of a packed B of `k` x `n`.
+pub(crate) fn packed_len(k: usize, n: usize) -> Option<usize> {
+    padded_depth(k)
+        .checked_mul(n.div_ceil(NR))?
+        .checked_mul(NR)
+}
+
+/// Packs B (`k` x `n`, element (kk, j) from `get`) into `out` (see the module docs).
+pub(crate) fn pack_rhs(k: usize, n: usize, get: impl Fn(usize, usize) -> i16, out: &mut [i16]) {
+    let kp = padded_depth(k);
+    let panels = n.div_ceil(NR);
+    for t in 0..panels {
+        let panel = &mut out[t * kp * NR..(t + 1) * kp * NR];
+        for p in 0..kp / 2 {
+            let row = &mut panel[p * 2 * NR..(p + 1) * 2 * NR];
+            for j in 0..NR {
+                let col = t * NR + j;
+                for h in 0..2 {
+                    let kk = 2 * p + h;
+                    row[2 * j + h] = if col < n && kk < k { get(kk, col) } else { 0 };
+                }
+            }
+        }
+    }
+}
+
+/// A packed B and its dimensions.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PackedRhs<'a> {
+    pub data: &'a [i16],
+    pub k: usize,
+    pub n: usize,
+}
+
+/// The per-column output stage: bias, requantization, zero point and clamp. Arrays are
+/// padded to whole panels.
+#[derive(Clone, Debug)]
+pub(crate) struct Stage {
+    n: usize,
+    bias: Vec<i32>,
+    mult: Vec<i32>,
+    lshift: Vec<i32>,
+    rshift: Vec<i32>,
+    /// `(1 << rshift) - 1` and half of it: the rounding-divide constants.
+    mask: Vec<i32>,
+    half: Vec<i32>,
+    zp: i32,
+    lo: i32,
+    hi: i32,
+    /// Single rounding (ruy's `MultiplyByQuantizedMultiplier`, which TFLite's
+    /// FULLY_CONNECTED reaches): per column the total right shift `31 - shift` and its
+    /// rounding term, as i64, in blocks of 8 columns with the even columns first.
+    single: Option<(Vec<i64>, Vec<i64>)>,
+}
+
+/// Where column `j`'s single-rounding constants live (even columns of each block of 8
+/// first, matching the even/odd 64-bit products of AVX2).
+fn permuted(j: usize) -> usize {
+    let w = j % 8;
+    j / 8 * 8 + if w % 2 == 0 { w / 2 } else { 4 + w / 2 }
+}
+
+impl Stage {
+    /// `multipliers` holds one entry (per tensor) or one per column; `bias` one per
+    /// column or nothing.
+    pub fn new(
+        n: usize,
+        bias: Option<&[i32]>,
+        multipliers: &[Multiplier],
+        zp: i32,
+        (lo, hi): (i32, i32),
+    ) -> Result<Stage> {
+        if multipliers.len() != 1 && multipliers.len() != n {
+            return Err(RuntimeError::kernel(format!(
+                "{} requantization multipliers for {n} channels",
+                multipliers.len()
+            )));
+        }
+        if let Some(b) = bias
+            && b.len() != n
+        {
+            return Err(RuntimeError::kernel(format!(
+                "bias of {} values for {n} channels",
+                b.len()
+            )));
+        }
+        let padded = n.div_ceil(NR) * NR;
+        let mut s = Stage {
+            n,
+            bias: vec![0; padded],
+            mult: vec![0; padded],
+            lshift: vec![0; padded],
+            rshift: vec![0; padded],
+            mask: vec![0; padded],
+            half: vec![0; padded],
+            zp,
+            lo,
+            hi,
+            single: None,
+        };
+        for j in 0..n {
+            let m = multipliers[if multipliers.len() == 1 { 0 } else { j }];
+            if !(-31..=31).contains(&m.shift) || m.multiplier < 0 {
+                return Err(RuntimeError::kernel("requantization multiplier out of range"));
+            }
+            s.bias[j] = bias.map_or(0, |b| b[j]);
+            s.mult[j] = m.multiplier;
+            s.lshift[j] = m.shift.max(0);
+            s.rshift[j] = (-m.shift).max(0);
+            s.mask[j] = ((1i64 << s.rshift[j]) - 1) as i32;
+            s.half[j] = s.mask[j] >> 1;
+        }
+        Ok(s)
+    }
+
+    /// Switches to single rounding: `(x * multiplier + 2^(30 - shift)) >> (31 - shift)`
+    /// in 64 bits, rounding once, ties toward +infinity (ruy's
+    /// `MultiplyByQuantizedMultiplier`, on TFLite's FULLY_CONNECTED path).
+    pub fn single_rounding(mut self) -> Result<Stage> {
+        let padded = self.mult.len();
+        let mut shifts = vec![1i64; padded];
+        let mut rounds = vec![0i64; padded];
+        for j in 0..self.n {
+            let shift = self.shift(j);
+            if shift > 30 {
+                return Err(RuntimeError::kernel("requantization multiplier out of range"));
+            }
+            let total = i64::from(31 - shift);
+            shifts[permuted(j)] = total;
+            rounds[permuted(j)] = 1i64 << (total - 1);
+        }
+        self.single = Some((shifts, rounds));
+        Ok(self)
+    }
+
+    pub fn columns(&self) -> usize {
+        self.n
+    }
+
+    fn shift(&self, j: usize) -> i32 {
+        if self.lshift[j] > 0 {
+            self.lshift[j]
+        } else {
+            -self.rshift[j]
+        }
+    }
+
+    /// The stored value of column `j` for accumulator `acc` (before narrowing).
+    #[inline(always)]
+    pub fn apply(&self, j: usize, acc: i32) -> i32 {
+        let x = acc.wrapping_add(self.bias[j]);
+        let v = match &self.single {
+            Some((shifts, rounds)) => {
+                let k = permuted(j);
+                // Truncated to 32 bits as the C++ cast does.
+                ((i64::from(x) * i64::from(self.mult[j]) + rounds[k]) >> shifts[k]) as i32
+            }
+            None => multiply_by_quantized_multiplier(x, self.mult[j], self.shift(j)),
+        };
+        v.wrapping_add(self.zp).clamp(self.lo, self.hi)
+    }
+}
+
+/// Where the product goes.
+pub(crate) enum Dst<'a> {
+    /// Requantized 8-bit values, row `r` at `out[r * ld..]`, through `stage`.
+    Q8 {
+        out: &'a mut [u8],
+        ld: usize,
+        stage: &'a Stage,
+        signed: bool,
+    },
+    /// Raw i32 accumulators (no bias), row `r` at `out[r * ld..]`.
+    I32 { out: &'a mut [i32], ld: usize },
+}
+
+/// Which implementation to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Isa {
+    Portable,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
+
+/// The best implementation this CPU supports (checked once).
+pub(crate) fn best_isa() -> Isa {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::sync::OnceLock;
+        static AVX2: OnceLock<bool> = OnceLock::new();
+        if *AVX2.get_or_init(|| std::arch::is_x86_feature_detected!("avx2")) {
+            return Isa::Avx2;
+        }
+    }
+    Isa::Portable
+}
+
+/// `dst = A (m x k, rows of `lda` i16) * B`, with the best implementation.
+pub(crate) fn gemm(a: &[i16], lda: usize, m: usize, b: &PackedRhs, dst: Dst) -> Result<()> {
+    gemm_with(best_isa(), a, lda, m, b, dst)
+}
+
+fn extent(rows: usize, ld: usize, cols: usize) -> Option<usize> {
+    if rows == 0 || cols == 0 {
+        return Some(0);
+    }
+    (rows - 1).checked_mul(ld)?.checked_add(cols)
+}
+
+/// [`gemm`] with a chosen implementation (tests run both).
+pub(crate) fn gemm_with(
+    isa: Isa,
+    a: &[i16],
+    lda: usize,
+    m: usize,
+    b: &PackedRhs,
+    dst: Dst,
+) -> Result<()> {
+    let kp = padded_depth(b.k);
+    let n = b.n;
+    let bad = |what: &str| RuntimeError::Internal(format!("quantized GEMM: {what}"));
+    if lda < kp || extent(m, lda, kp).is_none_or(|e| e > a.len()) {
+        return Err(bad("left operand too short"));
+    }
+    if packed_len(b.k, n) != Some(b.data.len()) {
+        return Err(bad("packed right operand has the wrong size"));
+    }
+    match &dst {
+        Dst::Q8 { out, ld, stage, .. } => {
+            if *ld < n || extent(m, *ld, n).is_none_or(|e| e > out.len()) {
+                return Err(bad("destination too short"));
+            }
+            if stage.n != n {
+                return Err(bad("output stage does not match the columns"));
+            }
+        }
+        Dst::I32 { out, ld } => {
+            if *ld < n || extent(m, *ld, n).is_none_or(|e| e > out.len()) {
+                return Err(bad("destination too short"));
+            }
+        }
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    match isa {
+        Isa::Portable => portable::gemm(a, lda, m, b.data, kp, n, dst),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => {
+            if best_isa() != Isa::Avx2 {
+                return Err(bad("AVX2 requested on a CPU without it"));
+            }
+            // SAFETY: AVX2 is available (checked just above); every index the kernel
+            // forms is inside the slices, whose extents were checked above: A rows
+            // `r < m` of `kp <= lda` values, B panels of `kp * NR` values, destination
+            // rows `r < m` of `n <= ld` values, stage arrays padded to whole panels.
+            unsafe { avx2::gemm(a, lda, m, b.data, kp, n, dst) }
+        }
+    }
+    Ok(())
+}
+
+mod portable {
+    use super::{Dst, MR, NR};
+
+    pub(super) fn gemm(a: &[i16], lda: usize, m: usize, b: &[i16], kp: usize, n: usize, dst: Dst) {
+        let panels = n.div_ceil(NR);
+        let mut dst = dst;
+        for t in 0..panels {
+            let panel = &b[t * kp * NR..(t + 1) * kp * NR];
+            let cols = (n - t * NR).min(NR);
+            let mut r0 = 0;
+            while r0 < m {
+                let rows = (m - r0).min(MR);
+                let mut acc = [[0i32; NR]; MR];
+                for (r, acc_row) in acc.iter_mut().enumerate().take(rows) {
+                    let arow = &a[(r0 + r) * lda..(r0 + r) * lda + kp];
+                    for (p, pair) in arow.chunks_exact(2).enumerate() {
+                        let brow = &panel[p * 2 * NR..(p + 1) * 2 * NR];
+                        let (a0, a1) = (i32::from(pair[0]), i32::from(pair[1]));
+                        for (j, acc) in acc_row.iter_mut().enumerate() {
+                            // What vpmaddwd computes: the pair sum, wrapping in i32.
+                            let s = (a0 * i32::from(brow[2 * j]))
+                                .wrapping_add(a1 * i32::from(brow[2 * j + 1]));
+                            *acc = acc.wrapping_add(s);
+                        }
+                    }
+                }
+                for (r, acc_row) in acc.iter().enumerate().take(rows) {
+                    match &mut dst {
+                        Dst::Q8 {
+                            out, ld, stage, ..
+                        } => {
+                            let row = &mut out[(r0 + r) * *ld + t * NR..][..cols];
+                            for (j, o) in row.iter_mut().enumerate() {
+                                // The clamp keeps the value in the 8-bit range; the byte
+                                // is its two's complement either way.
+                                *o = stage.apply(t * NR + j, acc_row[j]) as u8;
+                            }
+                        }
+                        Dst::I32 { out, ld } => {
+                            out[(r0 + r) * *ld + t * NR..][..cols]
+                                .copy_from_slice(&acc_row[..cols]);
+                        }
+                    }
+                }
+                r0 += rows;
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{Dst, MR, NR, Stage};
+
+    /// # Safety
+    /// The CPU supports AVX2, and the slices have the extents [`super::gemm_with`]
+    /// checks.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn gemm(
+        a: &[i16],
+        lda: usize,
+        m: usize,
+        b: &[i16],
+        kp: usize,
+        n: usize,
+        dst: Dst,
+    ) {
+        let panels = n.div_ceil(NR);
+        let mut dst = dst;
+        for t in 0..panels {
+            let panel = &b[t * kp * NR..(t + 1) * kp * NR];
+            let cols = (n - t * NR).min(NR);
+            let mut r0 = 0;
+            while r0 < m {
+                let rows = (m - r0).min(MR);
+                let a0 = &a[r0 * lda..];
+                // SAFETY (for each call): rows r0..r0 + rows < m hold kp values at lda
+                // strides in `a0`, the panel holds kp * NR values.
+                unsafe {
+                    match rows {
+                        6 => block::<6>(a0, lda, panel, kp, &mut dst, r0, t, cols),
+                        5 => block::<5>(a0, lda, panel, kp, &mut dst, r0, t, cols),
+                        4 => block::<4>(a0, lda, panel, kp, &mut dst, r0, t, cols),
+                        3 => block::<3>(a0, lda, panel, kp, &mut dst, r0, t, cols),
+                        2 => block::<2>(a0, lda, panel, kp, &mut dst, r0, t, cols),
+                        _ => block::<1>(a0, lda, panel, kp, &mut dst, r0, t, cols),
+                    }
+                }
+                r0 += rows;
+            }
+        }
+    }
+
+    /// One R x 16 block: accumulate over the depth, then run the output stage.
+    ///
+    /// # Safety
+    /// AVX2; `a` holds R rows of `kp` values at `lda` strides, `panel` `kp * NR` values;
+    /// the destination rows r0..r0 + R hold columns t * NR + cols.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn block<const R: usize>(
+        a: &[i16],
+        lda: usize,
+        panel: &[i16],
+        kp: usize,
+        dst: &mut Dst,
+        r0: usize,
+        t: usize,
+        cols: usize,
+    ) {
+        debug_assert!(a.len() >= (R - 1) * lda + kp && panel.len() >= kp * NR);
+        let mut acc = [[_mm256_setzero_si256(); 2]; R];
+        let ap = a.as_ptr();
+        let bp = panel.as_ptr();
+        for p in 0..kp / 2 {
+            // SAFETY: p < kp / 2, so the two 16-value loads end at (p + 1) * 32 <=
+            // kp * NR, and the A pair at row r ends at r * lda + 2p + 2 <= r * lda + kp.
+            unsafe {
+                let b0 = _mm256_loadu_si256(bp.add(p * 2 * NR) as *const __m256i);
+                let b1 = _mm256_loadu_si256(bp.add(p * 2 * NR + 16) as *const __m256i);
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let pair = (ap.add(r * lda + 2 * p) as *const i32).read_unaligned();
+                    let av = _mm256_set1_epi32(pair);
+                    acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(av, b0));
+                    acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(av, b1));
+                }
+            }
+        }
+        match dst {
+            Dst::Q8 {
+                out,
+                ld,
+                stage,
+                signed,
+            } => {
+                let c0 = t * NR;
+                // SAFETY: the stage arrays are padded to whole panels; c0 is a multiple
+                // of 16.
+                let (s0, s1) = unsafe { (load_stage(stage, c0), load_stage(stage, c0 + 8)) };
+                for (r, acc) in acc.iter().enumerate() {
+                    let bytes = narrow16(requant8(acc[0], &s0), requant8(acc[1], &s1), *signed);
+                    let row = &mut out[(r0 + r) * *ld + c0..][..cols];
+                    if cols == NR {
+                        // SAFETY: the row holds NR bytes.
+                        unsafe { _mm_storeu_si128(row.as_mut_ptr() as *mut __m128i, bytes) };
+                    } else {
+                        let mut tmp = [0u8; NR];
+                        // SAFETY: tmp holds NR bytes.
+                        unsafe { _mm_storeu_si128(tmp.as_mut_ptr() as *mut __m128i, bytes) };
+                        row.copy_from_slice(&tmp[..cols]);
+                    }
+                }
+            }
+            Dst::I32 { out, ld } => {
+                for (r, acc) in acc.iter().enumerate() {
+                    let mut tmp = [0i32; NR];
+                    // SAFETY: tmp holds NR i32 values.
+                    unsafe {
+                        _mm256_storeu_si256(tmp.as_mut_ptr() as *mut __m256i, acc[0]);
+                        _mm256_storeu_si256(tmp.as_mut_ptr().add(8) as *mut __m256i, acc[1]);
+                    }
+                    out[(r0 + r) * *ld + t * NR..][..cols].copy_from_slice(&tmp[..cols]);
+                }
+            }
+        }
+    }
+
+    /// The stage constants of 8 columns, loaded once and applied to many rows.
+    #[derive(Clone, Copy)]
+    pub(crate) struct Stage8 {
+        bias: __m256i,
+        mult: __m256i,
+        mult_odd: __m256i,
+        lsh: __m256i,
+        rsh: __m256i,
+        mask: __m256i,
+        half: __m256i,
+        /// Single rounding: total shifts and rounding terms of the even and odd columns.
+        single: Option<[__m256i; 4]>,
+        zp: __m256i,
+        lo: __m256i,
+        hi: __m256i,
+    }
+
+    /// Loads the stage constants of columns c..c + 8.
+    ///
+    /// # Safety
+    /// AVX2; c is a multiple of 8 and the stage arrays (padded to whole panels) hold at
+    /// least c + 8 values.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    pub(crate) unsafe fn load_stage(s: &Stage, c: usize) -> Stage8 {
+        debug_assert!(c % 8 == 0 && s.mult.len() >= c + 8);
+        let load = |v: &[i32]| {
+            // SAFETY: v holds c + 8 values (caller's contract).
+            unsafe { _mm256_loadu_si256(v.as_ptr().add(c) as *const __m256i) }
+        };
+        let load64 = |v: &[i64], at: usize| {
+            // SAFETY: the permuted arrays have the padded length too.
+            unsafe { _mm256_loadu_si256(v.as_ptr().add(at) as *const __m256i) }
+        };
+        let mult = load(&s.mult);
+        Stage8 {
+            bias: load(&s.bias),
+            mult,
+            mult_odd: _mm256_srli_epi64(mult, 32),
+            lsh: load(&s.lshift),
+            rsh: load(&s.rshift),
+            mask: load(&s.mask),
+            half: load(&s.half),
+            single: s.single.as_ref().map(|(shifts, rounds)| {
+                [
+                    load64(shifts, c),
+                    load64(shifts, c + 4),
+                    load64(rounds, c),
+                    load64(rounds, c + 4),
+                ]
+            }),
+            zp: _mm256_set1_epi32(s.zp),
+            lo: _mm256_set1_epi32(s.lo),
+            hi: _mm256_set1_epi32(s.hi),
+        }
+    }
+
+    /// The output stage on 8 accumulators, as i32 in the clamp range: bias, TFLite's
+    /// `MultiplyByQuantizedMultiplier` (or ruy's single-rounding one), zero point, clamp.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    pub(crate) fn requant8(acc: __m256i, s: &Stage8) -> __m256i {
+        let zero = _mm256_setzero_si256();
+        let q = if let Some([se, so, re, ro]) = s.single {
+            let x = _mm256_add_epi32(acc, s.bias);
+            let even = _mm256_add_epi64(_mm256_mul_epi32(x, s.mult), re);
+            let odd = _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(x, 32), s.mult_odd), ro);
+            // Arithmetic 64-bit shifts from logical ones: !((!v) >> n) for negative v.
+            let arith = |v: __m256i, n: __m256i| {
+                let sign = _mm256_cmpgt_epi64(zero, v);
+                _mm256_xor_si256(_mm256_srlv_epi64(_mm256_xor_si256(v, sign), n), sign)
+            };
+            let even = arith(even, se);
+            let odd = _mm256_slli_epi64(arith(odd, so), 32);
+            _mm256_blend_epi32(even, odd, 0b1010_1010)
+        } else {
+            let x = _mm256_sllv_epi32(_mm256_add_epi32(acc, s.bias), s.lsh);
+            // SaturatingRoundingDoublingHighMul with a non-negative multiplier: the
+            // 64-bit product p, then floor((p + 2^30) / 2^31), which equals gemmlowp's
+            // truncating division of p + nudge for either sign of p. Only bits 31..62 of
+            // p + 2^30 are kept, so logical shifts give the same bits as arithmetic ones.
+            let nudge = _mm256_set1_epi64x(1 << 30);
+            let even = _mm256_mul_epi32(x, s.mult);
+            let odd = _mm256_mul_epi32(_mm256_srli_epi64(x, 32), s.mult_odd);
+            let even = _mm256_srli_epi64(_mm256_add_epi64(even, nudge), 31);
+            let odd = _mm256_slli_epi64(_mm256_add_epi64(odd, nudge), 1);
+            let high = _mm256_blend_epi32(even, odd, 0b1010_1010);
+            // RoundingDivideByPOT: arithmetic shift plus one when the remainder exceeds
+            // half the divisor (half + 1 for negative values).
+            let negative = _mm256_cmpgt_epi32(zero, high);
+            let threshold = _mm256_sub_epi32(s.half, negative);
+            let remainder = _mm256_and_si256(high, s.mask);
+            let round_up = _mm256_cmpgt_epi32(remainder, threshold);
+            _mm256_sub_epi32(_mm256_srav_epi32(high, s.rsh), round_up)
+        };
+        let q = _mm256_add_epi32(q, s.zp);
+        _mm256_min_epi32(_mm256_max_epi32(q, s.lo), s.hi)
+    }
+
+    /// Two vectors of in-range i32 values to 16 bytes, in order.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    pub(crate) fn narrow16(q0: __m256i, q1: __m256i, signed: bool) -> __m128i {
+        // packs interleaves 128-bit lanes: [q0 0-3, q1 0-3 | q0 4-7, q1 4-7]; the
+        // permute restores [q0 0-7 | q1 0-7].
+        let w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0b11_01_10_00);
+        let (lo, hi) = (_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+        if signed {
+            _mm_packs_epi16(lo, hi)
+        } else {
+            _mm_packus_epi16(lo, hi)
+        }
+    }
+}
+
+/// Applies `stage` to a row of i32 accumulators (columns 0..n), writing bytes: the
+/// stage of [`gemm`] for callers that accumulate themselves (depthwise, transpose conv).
+pub(crate) fn requantize_row(isa: Isa, acc: &[i32], stage: &Stage, out: &mut [u8], signed: bool) {
+    let n = stage.columns().min(acc.len()).min(out.len());
+    let mut c = 0;
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && best_isa() == Isa::Avx2 {
+        use std::arch::x86_64::*;
+        while c + NR <= n {
+            // SAFETY: AVX2 is available (checked); acc and out hold c + 16 values, the
+            // stage arrays are padded to whole panels (>= n rounded up to 16).
+            unsafe {
+                let v0 = _mm256_loadu_si256(acc.as_ptr().add(c) as *const __m256i);
+                let v1 = _mm256_loadu_si256(acc.as_ptr().add(c + 8) as *const __m256i);
+                let (s0, s1) = (avx2::load_stage(stage, c), avx2::load_stage(stage, c + 8));
+                let q0 = avx2::requant8(v0, &s0);
+                let q1 = avx2::requant8(v1, &s1);
+                let bytes = avx2::narrow16(q0, q1, signed);
+                _mm_storeu_si128(out.as_mut_ptr().add(c) as *mut __m128i, bytes);
+            }
+            c += NR;
+        }
+    }
+    let _ = isa;
+    for j in c..n {
+        out[j] = stage.apply(j, acc[j]) as u8;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn range(&mut self, lo: i32, hi: i32) -> i32 {
+            lo + (self.next() % (hi - lo + 1) as u64) as i32
+        }
+    }
+
+    /// The product computed plainly, in i64.
+    fn reference(a: &[i16], lda: usize, m: usize, k: usize, b: &[i16], n: usize) -> Vec<i64> {
+        let mut c = vec![0i64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                for kk in 0..k {
+                    c[i * n + j] += i64::from(a[i * lda + kk]) * i64::from(b[kk * n + j]);
+                }
+            }
+        }
+        c
+    }
+
+    fn isas() -> Vec<Isa> {
+        let mut v = vec![Isa::Portable];
+        if best_isa() != Isa::Portable {
+            v.push(best_isa());
+        }
+        v
+    }
+
+    #[test]
+    fn raw_products_match_the_plain_sum_on_every_path() {
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        for case in 0..60 {
+            let m = rng.range(1, 20) as usize;
+            let k = rng.range(1, 70) as usize;
+            let n = rng.range(1, 40) as usize;
+            let kp = padded_depth(k);
+            let lda = kp + rng.range(0, 3) as usize * 2;
+            let mut a = vec![0i16; m * lda];
+            for i in 0..m {
+                for kk in 0..k {
+                    a[i * lda + kk] = rng.range(-255, 255) as i16;
+                }
+            }
+            let b: Vec<i16> = (0..k * n).map(|_| rng.range(-255, 255) as i16).collect();
+            let mut packed = vec![0i16; packed_len(k, n).unwrap()];
+            pack_rhs(k, n, |kk, j| b[kk * n + j], &mut packed);
+            let want = reference(&a, lda, m, k, &b, n);
+            for isa in isas() {
+                let ld = n + 3;
+                let mut out = vec![0i32; m * ld];
+                let rhs = PackedRhs {
+                    data: &packed,
+                    k,
+                    n,
+                };
+                gemm_with(isa, &a, lda, m, &rhs, Dst::I32 { out: &mut out, ld }).unwrap();
+                for i in 0..m {
+                    for j in 0..n {
+                        assert_eq!(
+                            i64::from(out[i * ld + j]),
+                            want[i * n + j],
+                            "case {case} {isa:?} ({i}, {j})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn requantized_outputs_are_identical_on_every_path() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for case in 0..80 {
+            let m = rng.range(1, 15) as usize;
+            let k = rng.range(1, 300) as usize;
+            let n = rng.range(1, 50) as usize;
+            let kp = padded_depth(k);
+            let a: Vec<i16> = (0..m * kp)
+                .map(|i| {
+                    if i % kp < k {
+                        rng.range(-255, 255) as i16
+                    } else {
+                        0
+                    }
+                })
+                .collect();
+            let b: Vec<i16> = (0..k * n).map(|_| rng.range(-255, 255) as i16).collect();
+            let mut packed = vec![0i16; packed_len(k, n).unwrap()];
+            pack_rhs(k, n, |kk, j| b[kk * n + j], &mut packed);
+            let bias: Vec<i32> = (0..n).map(|_| rng.range(-100_000, 100_000)).collect();
+            // Multipliers from tiny (large right shifts) to > 1 (left shifts).
+            let mults: Vec<Multiplier> = (0..n)
+                .map(|_| {
+                    let e = rng.range(-30, 3);
+                    let frac = 0.5 + (rng.next() % 1000) as f64 / 2000.0;
+                    Multiplier::new(frac * 2f64.powi(e)).unwrap()
+                })
+                .collect();
+            let signed = case % 2 == 0;
+            let (lo, hi) = if signed { (-128, 127) } else { (0, 255) };
+            let zp = rng.range(lo, hi);
+            let stage = Stage::new(n, Some(&bias), &mults, zp, (lo, hi)).unwrap();
+            let stage = if case % 3 == 0 {
+                stage.single_rounding().unwrap()
+            } else {
+                stage
+            };
+            let want = reference(&a, kp, m, k, &b, n);
+            let mut results = Vec::new();
+            for isa in isas() {
+                let mut out = vec![0u8; m * n];
+                let rhs = PackedRhs {
+                    data: &packed,
+                    k,
+                    n,
+                };
+                let dst = Dst::Q8 {
+                    out: &mut out,
+                    ld: n,
+                    stage: &stage,
+                    signed,
+                };
+                gemm_with(isa, &a, kp, m, &rhs, dst).unwrap();
+                results.push(out);
+            }
+            for out in &results {
+                for i in 0..m {
+                    for j in 0..n {
+                        let acc = want[i * n + j] as i32;
+                        let expect = stage.apply(j, acc);
+                        let got = if signed {
+                            i32::from(out[i * n + j] as i8)
+                        } else {
+                            i32::from(out[i * n + j])
+                        };
+                        assert_eq!(got, expect, "case {case} ({i}, {j})");
+                    }
+                }
+            }
+            // requantize_row agrees too.
+            let row: Vec<i32> = (0..n).map(|j| want[j] as i32).collect();
+            for isa in isas() {
+                let mut out = vec![0u8; n];
+                requantize_row(isa, &row, &stage, &mut out, signed);
+                assert_eq!(&out[..], &results[0][..n], "case {case} {isa:?} row");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_extents_are_errors() {
+        let packed = vec![0i16; packed_len(3, 2).unwrap()];
+        let rhs = PackedRhs {
+            data: &packed,
+            k: 3,
+            n: 2,
+        };
+        let mut out = vec![0i32; 3];
+        let a = vec![0i16; 4];
+        assert!(gemm(&a, 4, 2, &rhs, Dst::I32 { out: &mut out, ld: 2 }).is_err());
+        let mut out = vec![0i32; 4];
+        assert!(gemm(&a, 4, 2, &rhs, Dst::I32 { out: &mut out, ld: 2 }).is_err());
+    }
+}

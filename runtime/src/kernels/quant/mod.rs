@@ -1,0 +1,217 @@
+//! Quantized kernels: TENSOR_QUANT8_ASYMM (uint8), TENSOR_QUANT8_ASYMM_SIGNED (int8),
+//! TENSOR_QUANT8_SYMM_PER_CHANNEL filters and TENSOR_INT32 biases.
+//!
+//! Every kernel follows the integer arithmetic of TensorFlow Lite's reference kernels
+//! (see [`arith`]), so results are bit-exact with TFLite's reference interpreter:
+//! accumulation in i32 of `(x - x_zp) * (w - w_zp)`, requantization by a Q31 multiplier
+//! and shift, saturation to the output type, fused activations as clamps in the
+//! quantized domain.
+//!
+//! Layout:
+//! - [`arith`]: fixed-point primitives (QuantizeMultiplier, SRDHM, RoundingDivideByPOT).
+//! - [`gemm`]: the i16-operand / i32-accumulator GEMM (AVX2 and portable), with a fused
+//!   requantizing output stage.
+//! - [`conv`]: CONV_2D, GROUPED_CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV_2D.
+//! - [`dense`]: FULLY_CONNECTED, BATCH_MATMUL.
+//! - [`binary`]: ADD, SUB, MUL, MAXIMUM, MINIMUM, PRELU and the comparisons.
+//! - [`unary`]: RELU/RELU1/RELU6, LOGISTIC, TANH, HARD_SWISH, QUANTIZE, DEQUANTIZE
+//!   (256-entry tables computed at build time with the reference's arithmetic).
+//! - [`pool`]: AVERAGE_POOL_2D, MAX_POOL_2D.
+//! - [`softmax`]: SOFTMAX (gemmlowp fixed point), L2_NORMALIZATION.
+//! - [`reduce`]: MEAN, REDUCE_MAX/MIN, ARGMAX/ARGMIN.
+//! - [`resize`]: RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR.
+//! - [`movement`]: CONCATENATION (requantizing), PAD/PAD_V2 (zero point), the block
+//!   rearrangements, and the byte-moving operations of `shape.rs` opened to 8-bit types.
+//!
+//! [`build`] claims an operation when any of its tensors is quantized; it returns `None`
+//! otherwise, so the float path is untouched.
+
+use nnc_formats::nn::{Operand, OperandType, OperationType};
+
+use super::{Kernel, OpInfo};
+use crate::error::{Result, RuntimeError};
+use crate::tensor::{TensorMut, TensorRef};
+
+mod arith;
+mod binary;
+mod conv;
+mod dense;
+mod gemm;
+mod movement;
+mod pool;
+mod reduce;
+mod resize;
+mod softmax;
+mod unary;
+
+use arith::{QType, Qp};
+
+/// Whether an operand holds 8-bit quantized values.
+fn is_quant8(t: OperandType) -> bool {
+    matches!(
+        t,
+        OperandType::TensorQuant8Asymm
+            | OperandType::TensorQuant8AsymmSigned
+            | OperandType::TensorQuant8Symm
+            | OperandType::TensorQuant8SymmPerChannel
+    )
+}
+
+/// The quantized kernel of an operation, or `None` when none of its tensors is
+/// quantized (or the operation is not one this module implements).
+pub(super) fn build(info: &OpInfo) -> Option<Result<Box<dyn Kernel>>> {
+    let quantized = info.operands.iter().any(|o| is_quant8(o.operand_type))
+        || info.outputs.iter().any(|o| is_quant8(o.operand_type));
+    if !quantized {
+        return None;
+    }
+    use OperationType as O;
+    let kernel = match info.op_type() {
+        O::Conv2d | O::DepthwiseConv2d | O::GroupedConv2d | O::TransposeConv2d => {
+            conv::build(info)
+        }
+        O::FullyConnected => dense::build_fully_connected(info),
+        O::BatchMatmul => dense::build_batch_matmul(info),
+        O::Add | O::Sub | O::Mul | O::Maximum | O::Minimum | O::Prelu => binary::build(info),
+        O::Equal | O::NotEqual | O::Less | O::LessEqual | O::Greater | O::GreaterEqual => {
+            binary::build_compare(info)
+        }
+        O::Relu
+        | O::Relu1
+        | O::Relu6
+        | O::Logistic
+        | O::Tanh
+        | O::HardSwish
+        | O::Quantize
+        | O::Dequantize => unary::build(info),
+        O::AveragePool2d | O::MaxPool2d => pool::build(info),
+        O::Softmax => softmax::build_softmax(info),
+        O::L2Normalization => softmax::build_l2_normalization(info),
+        O::Mean | O::ReduceMax | O::ReduceMin => reduce::build(info),
+        O::Argmax | O::Argmin => reduce::build_arg(info),
+        O::ResizeBilinear | O::ResizeNearestNeighbor => resize::build(info),
+        O::Concatenation => movement::build_concat(info),
+        O::Pad | O::PadV2 => movement::build_pad(info),
+        O::DepthToSpace | O::SpaceToDepth | O::ChannelShuffle => movement::build_block(info),
+        O::Reshape
+        | O::Squeeze
+        | O::ExpandDims
+        | O::Transpose
+        | O::Split
+        | O::Slice
+        | O::StridedSlice
+        | O::Gather
+        | O::Tile
+        | O::Pack
+        | O::Reverse
+        | O::MirrorPad => movement::build_bytes(info),
+        _ => return None,
+    };
+    Some(kernel)
+}
+
+/// Scale and zero point of an operand.
+fn qp(o: &Operand) -> Qp {
+    Qp {
+        scale: o.scale,
+        zp: o.zero_point,
+    }
+}
+
+/// The 8-bit activation type of input `i`, or an unsupported-type error.
+fn activation_type(info: &OpInfo, i: usize) -> Result<QType> {
+    let t = info.input_type(i)?;
+    QType::of(t).ok_or_else(|| info.unsupported(format!("quantized kernel for input type {t}")))
+}
+
+/// The 8-bit activation type of output `i`.
+fn output_type(info: &OpInfo, i: usize) -> Result<QType> {
+    let t = info.output_operand(i)?.operand_type;
+    QType::of(t).ok_or_else(|| info.unsupported(format!("quantized kernel for output type {t}")))
+}
+
+/// Requires a positive finite scale (the validator also does; kernels never divide by
+/// an unchecked one).
+fn check_scale(info: &OpInfo, what: &str, scale: f32) -> Result<()> {
+    if scale.is_finite() && scale > 0.0 {
+        Ok(())
+    } else {
+        Err(info.invalid(format!("{what} needs a positive scale, got {scale}")))
+    }
+}
+
+/// The stored bytes of an 8-bit tensor, checked against its shape.
+fn q8_bytes<'a>(t: &TensorRef<'a>, what: &str) -> Result<&'a [u8]> {
+    if QType::of_weights(t.operand_type).is_none() {
+        return Err(RuntimeError::kernel(format!(
+            "{what}: expected 8-bit quantized data, got {}",
+            t.operand_type
+        )));
+    }
+    let n = crate::tensor::element_count(t.shape)
+        .ok_or_else(|| RuntimeError::kernel(format!("{what}: shape overflows")))?;
+    if t.bytes.len() != n {
+        return Err(RuntimeError::kernel(format!(
+            "{what}: {} bytes for shape {:?}",
+            t.bytes.len(),
+            t.shape
+        )));
+    }
+    Ok(t.bytes)
+}
+
+/// The bytes of an 8-bit output, checked against its shape.
+fn q8_bytes_mut<'a, 'b>(t: &'b mut TensorMut<'a>, what: &str) -> Result<&'b mut [u8]> {
+    if QType::of(t.operand_type).is_none() {
+        return Err(RuntimeError::kernel(format!(
+            "{what}: expected 8-bit quantized data, got {}",
+            t.operand_type
+        )));
+    }
+    let n = crate::tensor::element_count(t.shape)
+        .ok_or_else(|| RuntimeError::kernel(format!("{what}: shape overflows")))?;
+    if t.bytes.len() != n {
+        return Err(RuntimeError::kernel(format!(
+            "{what}: {} bytes for shape {:?}",
+            t.bytes.len(),
+            t.shape
+        )));
+    }
+    Ok(t.bytes)
+}
+
+/// Bytes viewed as the element type (u8 or i8: same size and alignment).
+fn typed<T: arith::Q8>(bytes: &[u8]) -> &[T] {
+    bytemuck::cast_slice(bytes)
+}
+
+fn typed_mut<T: arith::Q8>(bytes: &mut [u8]) -> &mut [T] {
+    bytemuck::cast_slice_mut(bytes)
+}
+
+/// Runs `f(first_row, rows, scratch)` over consecutive tiles of `tile_rows` rows of
+/// `out` (`row_len` elements per row), in parallel on the current rayon pool when
+/// `threads > 1`. Each worker gets its own i16 scratch of `scratch_len` values.
+fn for_row_tiles<T: Send>(
+    threads: usize,
+    out: &mut [T],
+    row_len: usize,
+    tile_rows: usize,
+    scratch_len: usize,
+    f: impl Fn(usize, &mut [T], &mut [i16]) -> Result<()> + Sync + Send,
+) -> Result<()> {
+    use rayon::prelude::*;
+    let chunk = tile_rows.max(1) * row_len.max(1);
+    if threads > 1 && out.len() > chunk {
+        out.par_chunks_mut(chunk).enumerate().try_for_each_init(
+            || vec![0i16; scratch_len],
+            |scratch, (i, rows)| f(i * tile_rows, rows, scratch),
+        )
+    } else {
+        let mut scratch = super::util::filled(scratch_len, 0i16)?;
+        for (i, rows) in out.chunks_mut(chunk).enumerate() {
+            f(i * tile_rows, rows, &mut scratch)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,294 @@
+//! Quantized unary operations: RELU, RELU1, RELU6, LOGISTIC, TANH, HARD_SWISH,
+//! QUANTIZE (float -> 8-bit, and 8-bit -> 8-bit requantization) and DEQUANTIZE.
+//!
+//! An 8-bit input has 256 values, so every 8-bit -> 8-bit operation is a table built at
+//! build time by evaluating TFLite's reference arithmetic on each of them, and run as
+//! one lookup per element: bit-exact and fast.
+//! - RELU / RELU1 / RELU6 (`QuantizedReluX`): `out_zp + MultiplyByQuantizedMultiplier(x -
+//!   in_zp, in_scale / out_scale)` (ratio in float), clamped to the activation's range.
+//! - LOGISTIC / TANH (`LUTPopulate`): the reference builds exactly this table, in float:
+//!   dequantize, `1 / (1 + expf(-x))` or `tanhf(x)`, `round(y * (1 / out_scale))` (half
+//!   away from zero) plus the output zero point, saturated.
+//! - HARD_SWISH (`reference_ops::HardSwish`): TFLite's 16-bit fixed-point evaluation,
+//!   reproduced step by step.
+//! - QUANTIZE 8-bit -> 8-bit (`Requantize`): `MultiplyByQuantizedMultiplier(x - in_zp,
+//!   in_scale / out_scale)` (double) plus the output zero point, saturated.
+//! - QUANTIZE float32 -> 8-bit (`AffineQuantize`): `round(x / scale) + zp` in float,
+//!   rounding half away from zero, saturated (NaN maps to the zero point, infinities to
+//!   the ends of the range).
+//! - DEQUANTIZE: `(q - zp) * scale` in float (a table of 256 floats; per-channel
+//!   TENSOR_QUANT8_SYMM_PER_CHANNEL inputs use the scale of each element's channel).
+
+use nnc_formats::nn::{FusedActivation, OperandType, OperationType};
+
+use super::arith::{Multiplier, QType, Qp, activation_range, byte_table};
+use super::{check_scale, q8_bytes, qp};
+use crate::error::{Result, RuntimeError};
+use crate::kernels::{Kernel, KernelContext, OpInfo};
+
+/// A byte -> byte table.
+struct Table {
+    table: [u8; 256],
+}
+
+impl Kernel for Table {
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let x = q8_bytes(&ctx.input(0)?, "input")?;
+        let out = super::q8_bytes_mut(ctx.output(0)?, "output")?;
+        if out.len() != x.len() {
+            return Err(RuntimeError::kernel("input and output sizes differ"));
+        }
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = self.table[usize::from(v)];
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    use OperationType as O;
+    match info.op_type() {
+        O::Dequantize => return build_dequantize(info),
+        O::Quantize if !info.input_type(0)?.is_quantized() => return build_quantize_float(info),
+        _ => {}
+    }
+    let in_t = info.input_type(0)?;
+    let in_qt = QType::of(in_t)
+        .ok_or_else(|| info.unsupported(format!("quantized kernel for input type {in_t}")))?;
+    let out_qt = super::output_type(info, 0)?;
+    let (i, o) = (qp(info.operand(0)?), qp(info.output_operand(0)?));
+    check_scale(info, "input", i.scale)?;
+    check_scale(info, "output", o.scale)?;
+    if info.op_type() != O::Quantize && in_qt != out_qt {
+        return Err(info.unsupported("input and output of different 8-bit types"));
+    }
+    let invalid = |e: RuntimeError| info.invalid(e.to_string());
+    let table = match info.op_type() {
+        O::Relu | O::Relu1 | O::Relu6 => {
+            let act = FusedActivation::from_operation(info.op_type()).unwrap_or(FusedActivation::None);
+            let (lo, hi) = activation_range(act, o, out_qt);
+            let m = Multiplier::from_f32_ratio(i.scale, o.scale).map_err(invalid)?;
+            byte_table(in_qt, out_qt, |x| {
+                m.apply(x - i.zp).wrapping_add(o.zp).clamp(lo, hi)
+            })
+        }
+        O::Quantize => {
+            let m = Multiplier::from_f64_ratio(i.scale, o.scale).map_err(invalid)?;
+            byte_table(in_qt, out_qt, |x| m.apply(x - i.zp).wrapping_add(o.zp))
+        }
+        O::Logistic => float_table(in_qt, i, o, |v| 1.0 / (1.0 + (-v).exp())),
+        O::Tanh => float_table(in_qt, i, o, f32::tanh),
+        O::HardSwish => hard_swish_table(in_qt, i, o).map_err(|e| info.unsupported(e.to_string()))?,
+        other => return Err(info.unsupported(format!("no quantized kernel for {other}"))),
+    };
+    Ok(Box::new(Table { table }))
+}
+
+/// TFLite's `LUTPopulate` for 8-bit types: every value dequantized in float, transformed,
+/// rescaled by the float reciprocal of the output scale, rounded half away from zero,
+/// offset by the output zero point (in float) and saturated.
+fn float_table(qt: QType, i: Qp, o: Qp, f: impl Fn(f32) -> f32) -> [u8; 256] {
+    let inverse_scale = 1.0 / o.scale;
+    byte_table(qt, qt, |x| {
+        let dequantized = i.scale * (x - i.zp) as f32;
+        let rescaled = (f(dequantized) * inverse_scale).round();
+        // `as` saturates (and maps NaN to 0); the table stores the clamped value.
+        (rescaled + o.zp as f32) as i32
+    })
+}
+
+/// TFLite's `DownScaleInt32ToInt16Multiplier`: the top 16 bits, rounded.
+fn downscale_multiplier(m: i32) -> i16 {
+    const ROUNDING: i32 = 1 << 15;
+    if m >= i32::MAX - ROUNDING {
+        i16::MAX
+    } else {
+        ((m + ROUNDING) >> 16) as i16
+    }
+}
+
+/// gemmlowp's 16-bit `SaturatingRoundingDoublingHighMul`.
+fn srdhm16(a: i16, b: i16) -> i16 {
+    if a == b && a == i16::MIN {
+        return i16::MAX;
+    }
+    let ab = i32::from(a) * i32::from(b);
+    let nudge = if ab >= 0 { 1 << 14 } else { 1 - (1 << 14) };
+    ((ab + nudge) / (1 << 15)) as i16
+}
+
+/// TFLite's 16-bit `SaturatingDoublingHighMul` (truncating, not rounding).
+fn sdhm16(a: i16, b: i16) -> i16 {
+    if a == b && a == i16::MIN {
+        return i16::MAX;
+    }
+    ((i32::from(a) * i32::from(b)) / (1 << 15)) as i16
+}
+
+/// gemmlowp's `RoundingDivideByPOT` on int16 values (masks and sums narrowed to int16).
+fn rounding_divide16(x: i16, exponent: i32) -> i16 {
+    let mask = ((1i64 << exponent) - 1) as i16;
+    let remainder = x & mask;
+    let threshold = (mask >> 1).wrapping_add(i16::from(x < 0));
+    ((i32::from(x) >> exponent) as i16).wrapping_add(i16::from(remainder > threshold))
+}
+
+/// `value * 2^amount` saturated to int16.
+fn saturating_left_shift16(value: i16, amount: i32) -> i16 {
+    (i64::from(value) << amount).clamp(i64::from(i16::MIN), i64::from(i16::MAX)) as i16
+}
+
+/// TFLite's quantized HARD_SWISH (`reference_ops::HardSwish` with the parameters of
+/// `HardSwishPrepare`), evaluated for every input value.
+fn hard_swish_table(qt: QType, i: Qp, o: Qp) -> Result<[u8; 256]> {
+    let hires_input_scale = (1.0f32 / 128.0) * i.scale;
+    let reluish_scale = 3.0f32 / 32768.0;
+    let out_m = Multiplier::new(f64::from(hires_input_scale / o.scale))?;
+    if out_m.shift > 0 {
+        return Err(RuntimeError::kernel(
+            "HARD_SWISH with an output scale this small relative to the input's",
+        ));
+    }
+    let out_fixed = downscale_multiplier(out_m.multiplier);
+    let reluish_m = Multiplier::new(f64::from(hires_input_scale / reluish_scale))?;
+    let reluish_fixed = downscale_multiplier(reluish_m.multiplier);
+    let reluish_exp = reluish_m.shift;
+    let eval = |x: i32| -> i32 {
+        let input_value = (x - i.zp) as i16;
+        let hires = input_value.wrapping_mul(1 << 7);
+        let preshift_output = srdhm16(hires, out_fixed);
+        let mut reluish = hires;
+        if reluish_exp > 0 {
+            reluish = saturating_left_shift16(reluish, reluish_exp - 1);
+        }
+        reluish = srdhm16(reluish, reluish_fixed);
+        if reluish_exp > 0 {
+            reluish = saturating_left_shift16(reluish, 1);
+        }
+        if reluish_exp < 0 {
+            reluish = rounding_divide16(reluish, -reluish_exp);
+        }
+        // [-1, 1] -> [0, 1] in 16-bit fixed point.
+        let reluish = ((i32::from(reluish) + (1 << 15)) >> 1) as i16;
+        let preshift = sdhm16(reluish, preshift_output);
+        let out = rounding_divide16(preshift, -out_m.shift);
+        i32::from(out.wrapping_add(o.zp as i16))
+    };
+    Ok(byte_table(qt, qt, eval))
+}
+
+// ---------------------------------------------------------------------------------------
+// QUANTIZE from float32
+
+struct QuantizeFloat {
+    out_qt: QType,
+    scale: f32,
+    zp: i32,
+}
+
+fn build_quantize_float(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    let t = info.input_type(0)?;
+    if t != OperandType::TensorFloat32 {
+        return Err(info.unsupported(format!("QUANTIZE from {t}")));
+    }
+    let out_qt = super::output_type(info, 0)?;
+    let o = qp(info.output_operand(0)?);
+    check_scale(info, "output", o.scale)?;
+    Ok(Box::new(QuantizeFloat {
+        out_qt,
+        scale: o.scale,
+        zp: o.zp,
+    }))
+}
+
+impl Kernel for QuantizeFloat {
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let x = ctx.input(0)?.f32()?;
+        let out = super::q8_bytes_mut(ctx.output(0)?, "output")?;
+        if out.len() != x.len() {
+            return Err(RuntimeError::kernel("input and output sizes differ"));
+        }
+        let qt = self.out_qt;
+        for (o, &v) in out.iter_mut().zip(x) {
+            // TfLiteRound(v / scale) + zero_point, in float; `as` saturates.
+            let q = (v / self.scale).round() as i32;
+            *o = qt.store(q.saturating_add(self.zp));
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// DEQUANTIZE
+
+struct Dequantize {
+    /// One table per channel (one for per-tensor quantization).
+    tables: Vec<[f32; 256]>,
+    channel_dim: usize,
+}
+
+fn build_dequantize(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    let input = info.operand(0)?;
+    let qt = QType::of_weights(input.operand_type)
+        .ok_or_else(|| info.unsupported(format!("DEQUANTIZE of {}", input.operand_type)))?;
+    let out_t = info.output_operand(0)?.operand_type;
+    if out_t != OperandType::TensorFloat32 {
+        return Err(info.unsupported(format!("DEQUANTIZE to {out_t}")));
+    }
+    let table = |scale: f32, zp: i32| -> [f32; 256] {
+        let mut t = [0f32; 256];
+        for (byte, v) in qt.all_values() {
+            t[byte] = (v - zp) as f32 * scale;
+        }
+        t
+    };
+    if input.operand_type == OperandType::TensorQuant8SymmPerChannel {
+        let q = input
+            .channel_quant
+            .as_ref()
+            .ok_or_else(|| info.invalid("per-channel input without its scales"))?;
+        for &s in &q.scales {
+            check_scale(info, "channel", s)?;
+        }
+        return Ok(Box::new(Dequantize {
+            tables: q.scales.iter().map(|&s| table(s, 0)).collect(),
+            channel_dim: q.channel_dim as usize,
+        }));
+    }
+    check_scale(info, "input", input.scale)?;
+    Ok(Box::new(Dequantize {
+        tables: vec![table(input.scale, input.zero_point)],
+        channel_dim: 0,
+    }))
+}
+
+impl Kernel for Dequantize {
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let input = ctx.input(0)?;
+        let x = q8_bytes(&input, "input")?;
+        let shape = input.shape;
+        let out = ctx.output(0)?.f32_mut()?;
+        if out.len() != x.len() {
+            return Err(RuntimeError::kernel("input and output sizes differ"));
+        }
+        if let [table] = self.tables.as_slice() {
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = table[usize::from(v)];
+            }
+            return Ok(());
+        }
+        let (_, channels, inner) = crate::kernels::util::split_at_axis(shape, self.channel_dim);
+        if self.channel_dim >= shape.len() || channels != self.tables.len() {
+            return Err(RuntimeError::kernel(format!(
+                "{} per-channel scales for shape {shape:?} along dimension {}",
+                self.tables.len(),
+                self.channel_dim
+            )));
+        }
+        for (i, (o, &v)) in out.iter_mut().zip(x).enumerate() {
+            let c = (i / inner.max(1)) % channels;
+            *o = self.tables[c][usize::from(v)];
+        }
+        Ok(())
+    }
+}
