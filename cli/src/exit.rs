@@ -21,10 +21,15 @@ pub fn code_for(err: &anyhow::Error) -> u8 {
     for cause in err.chain() {
         if let Some(e) = cause.downcast_ref::<CompileError>() {
             return match e {
-                CompileError::Unsupported(_) => UNSUPPORTED,
+                CompileError::Unsupported(_) | CompileError::Placement(_) => UNSUPPORTED,
                 CompileError::Io { .. } | CompileError::Options(_) => FAILURE,
                 _ => DATA_ERROR,
             };
+        }
+        if cause.downcast_ref::<nnc_formats::device::DeviceError>().is_some()
+            || cause.downcast_ref::<nnc_formats::plan::PlanError>().is_some()
+        {
+            return DATA_ERROR;
         }
         if let Some(e) = cause.downcast_ref::<nnc_runtime::RuntimeError>() {
             use nnc_runtime::RuntimeError as R;

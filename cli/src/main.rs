@@ -37,6 +37,8 @@ enum Command {
     Compare(commands::compare::Args),
     /// Measure a model's execution latency on this machine.
     Bench(commands::bench::Args),
+    /// List device profiles and their capabilities.
+    Devices(commands::devices::Args),
     /// List, verify or clean a compilation-cache directory.
     #[command(subcommand)]
     Cache(commands::cache::Action),
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
         Command::Compare(args) => commands::compare::run(args),
         Command::Bench(args) => commands::bench::run(args),
         Command::Cache(action) => commands::cache::run(action),
+        Command::Devices(args) => commands::devices::run(args),
     };
     match result {
         Ok(code) => code,

@@ -394,3 +394,100 @@ fn input_shape_flags_are_validated() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("'bad'"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_partitioned_model_compiles_explains_and_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = keygen(dir.path(), "aes128");
+    let out = dir.path().join("p.nnc");
+    let profile = testdata("devices/dsp-float.json");
+    let o = run(nnc()
+        .arg("compile")
+        .arg(tiny_cnn())
+        .arg("-o")
+        .arg(&out)
+        .arg("--devices")
+        .arg(&profile)
+        .args(["--json", "--key-file"])
+        .arg(&key));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(summary["plan"]["steps"].as_array().unwrap().len() >= 2, "{}", summary["plan"]);
+
+    let o = run(nnc().arg("inspect").arg(&out).args(["--partition", "--json"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["schema"], "nnc.inspect.partition/1");
+    let steps = report["steps"].as_array().unwrap();
+    assert!(steps.iter().any(|s| s["device"] == "dsp-float"));
+    assert!(report["placements"].as_array().unwrap().iter().all(|p| !p["reason"].as_str().unwrap().is_empty()));
+
+    let outputs = dir.path().join("out");
+    let o = run(nnc()
+        .arg("run")
+        .arg(&out)
+        .arg("--key-file")
+        .arg(&key)
+        .arg("--input")
+        .arg(testdata("models/tiny_cnn.input.npy"))
+        .arg("--output-dir")
+        .arg(&outputs)
+        .arg("--json"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let devices: Vec<&str> = r["devices"].as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
+    assert!(devices.contains(&"dsp-float") && devices.len() >= 2, "{devices:?}");
+    let o = run(nnc()
+        .arg("compare")
+        .arg(outputs.join("output_0.npy"))
+        .arg(testdata("models/tiny_cnn.output.npy"))
+        .args(["--atol", "1e-5", "--rtol", "1e-4"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+
+    // The dot dump draws the steps as clusters and renders.
+    let o = run(nnc().arg("dump").arg(&out).args(["--format", "dot"]));
+    let dot = String::from_utf8_lossy(&o.stdout);
+    assert!(dot.contains("subgraph cluster_0") && dot.contains("dsp-float"), "{dot}");
+
+    // Strict partitioning onto a device that supports nothing here: exit 69, each
+    // operation listed with its rule.
+    let o = run(nnc()
+        .arg("compile")
+        .arg(tiny_cnn())
+        .arg("-o")
+        .arg(dir.path().join("strict.nnc"))
+        .arg("--devices")
+        .arg(testdata("devices/npu-int8.json"))
+        .args(["--partition", "strict", "--key-file"])
+        .arg(&key));
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    assert!(stderr(&o).contains("npu-int8") && stderr(&o).contains("operand_types"), "{}", stderr(&o));
+    assert!(!dir.path().join("strict.nnc").exists());
+
+    // Refusing plaintext fallback lists the CPU-placed operations with encrypted weights.
+    let o = run(nnc()
+        .arg("compile")
+        .arg(tiny_cnn())
+        .arg("-o")
+        .arg(dir.path().join("np.nnc"))
+        .arg("--devices")
+        .arg(&profile)
+        .args(["--encrypt", "sm4", "--mode", "cbc", "--no-plaintext-fallback", "--key-file"])
+        .arg(keygen(dir.path(), "sm4")));
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    assert!(stderr(&o).contains("host memory") || stderr(&o).contains("plaintext"), "{}", stderr(&o));
+}
+
+#[test]
+fn devices_lists_profiles_and_names_malformed_fields() {
+    let o = run(nnc().arg("devices").arg("--devices").arg(testdata("devices/npu-int8.json")));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("cpu (cpu") && text.contains("npu-int8 (npu"), "{text}");
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, r#"{"name": "x", "type": "npu", "version": "1", "performance": {"TENSOR_FLOAT32": {"exec_time": -1, "power_usage": 1}}}"#).unwrap();
+    let o = run(nnc().arg("devices").arg("--devices").arg(&bad));
+    assert_eq!(o.status.code(), Some(65), "{}", stderr(&o));
+    assert!(stderr(&o).contains("exec_time"), "{}", stderr(&o));
+}

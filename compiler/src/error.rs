@@ -31,6 +31,14 @@ pub enum CompileError {
     /// A compiler pass failed.
     #[error("pass {pass}: {message}")]
     Pass { pass: &'static str, message: String },
+    /// No placement satisfies the partitioning constraints: operations no allowed device
+    /// supports (strict mode), or encrypted weights that would have to be decrypted in
+    /// host memory when that is forbidden. Every operation concerned is listed.
+    #[error("{0}")]
+    Placement(String),
+    /// A device profile is malformed.
+    #[error("{0}")]
+    DeviceProfile(#[from] nnc_formats::device::DeviceError),
     /// Writing the `.nnc` file failed.
     #[error("{0}")]
     Container(#[from] nnc_formats::container::ContainerError),

@@ -234,10 +234,12 @@ fn placement<'a>(
     &plan.placements[i]
 }
 
+/// The message of a user-facing partition failure: a placement nothing satisfies, or an
+/// unusable profile.
 fn options_error(result: Result<(Model, ExecutionPlan), CompileError>) -> String {
     match result {
-        Err(CompileError::Options(m)) => m,
-        Err(other) => panic!("expected an options error, got {other}"),
+        Err(CompileError::Options(m)) | Err(CompileError::Placement(m)) => m,
+        Err(other) => panic!("expected a placement or options error, got {other}"),
         Ok(_) => panic!("expected an error"),
     }
 }

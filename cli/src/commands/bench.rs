@@ -47,7 +47,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         token: None,
     };
     let start = Instant::now();
-    let (model, _npu) = super::run::load(&run_args)?;
+    let (model, _devices) = super::run::load(&run_args)?;
     let prepare = start.elapsed();
     let inputs: Vec<HostTensor> = if args.inputs.is_empty() {
         model

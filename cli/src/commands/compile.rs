@@ -41,6 +41,21 @@ pub struct Args {
     /// Fix a dynamic input dimension: NAME=1x3x224x224 (repeatable).
     #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = super::parse_input_shape)]
     pub input_shapes: Vec<(String, Vec<u32>)>,
+    /// Device profiles to partition the model across (JSON; repeatable). Without any,
+    /// the model runs on one device.
+    #[arg(long = "devices", value_name = "FILE")]
+    pub devices: Vec<PathBuf>,
+    /// What the partitioner optimizes for.
+    #[arg(long, value_enum, default_value = "fast-single-answer")]
+    pub preference: super::PreferenceArg,
+    /// cpu-only: everything on the CPU; fallback: what no device supports runs on the CPU;
+    /// strict: an operation no listed device supports is an error.
+    #[arg(long, value_enum, default_value = "fallback")]
+    pub partition: super::PartitionArg,
+    /// Refuse to place operations with encrypted weights on the CPU (their weights would be
+    /// decrypted in host memory); list them instead.
+    #[arg(long)]
+    pub no_plaintext_fallback: bool,
     /// Also prepare the compiled model and write its compilation-cache artifacts here.
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
@@ -99,18 +114,66 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let lowered = super::lower(&args.model, &options)?;
     let lower_ms = started.elapsed().as_secs_f64() * 1e3;
-    progress.stage(&format!(
-        "lowered to {} operations; encrypting weights",
-        lowered.model.main.operations.len()
-    ));
+    progress.stage(&format!("lowered to {} operations", lowered.model.main.operations.len()));
+    // Partition when device profiles or a partition policy other than the default ask.
+    let partitioned = !args.devices.is_empty()
+        || !matches!(args.partition, super::PartitionArg::Fallback)
+        || args.no_plaintext_fallback;
+    let mut model = lowered.model;
+    let mut extra_sections = Vec::new();
+    let mut plan_summary = serde_json::Value::Null;
+    if partitioned {
+        let mut profiles = Vec::new();
+        for path in &args.devices {
+            profiles.extend(nnc_formats::device::load_profiles(path).map_err(nnc_compiler::CompileError::from)?);
+        }
+        progress.stage(&format!("partitioning across {} device profile(s)", profiles.len()));
+        let options = nnc_compiler::partition::PartitionOptions {
+            mode: args.partition.into(),
+            preference: args.preference.into(),
+            encryption: key.as_ref().map(|k| (k.algorithm(), mode)),
+            no_plaintext_fallback: args.no_plaintext_fallback,
+        };
+        let (reordered, plan) = nnc_compiler::partition::partition(&model, &profiles, &options)
+            .with_context(|| format!("cannot partition {}", args.model.display()))?;
+        let host: Vec<String> = plan
+            .placements
+            .iter()
+            .filter(|p| p.host_decrypted)
+            .map(|p| format!("{} {} ('{}')", p.operation, p.op_type, p.source))
+            .collect();
+        if !host.is_empty() && !args.json {
+            const SHOWN: usize = 5;
+            let mut list = host.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+            if host.len() > SHOWN {
+                list.push_str(&format!(" and {} more (`nnc inspect OUT.nnc --partition` lists all)", host.len() - SHOWN));
+            }
+            eprintln!(
+                "warning: {} operation(s) run on the CPU with encrypted weights, which are decrypted in host memory \
+                 (--no-plaintext-fallback refuses this): {list}",
+                host.len()
+            );
+        }
+        plan_summary = json!({
+            "mode": plan.mode.name(),
+            "preference": plan.preference.name(),
+            "steps": plan.steps.iter().map(|s| json!({
+                "device": plan.devices[s.device as usize].name,
+                "operations": s.operations.len(),
+            })).collect::<Vec<_>>(),
+            "host_decrypted": host,
+        });
+        extra_sections.push((nnc_formats::container::SectionKind::ExecutionPlan, plan.to_bytes()));
+        model = reordered;
+    }
     let started = Instant::now();
     let bytes = emit::emit(
-        &lowered.model,
+        &model,
         EmitOptions {
             key: key.as_ref(),
             mode,
             reproducible: args.reproducible,
-            extra_sections: Vec::new(),
+            extra_sections,
         },
     )
     .with_context(|| format!("cannot compile {}", args.model.display()))?;
@@ -163,6 +226,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
         "reproducible": args.reproducible,
         "cache": cache,
+        "plan": plan_summary,
         "timing_ms": { "lower": lower_ms, "emit": emit_ms },
     });
     if args.json {

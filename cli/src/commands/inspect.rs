@@ -26,11 +26,18 @@ pub struct Args {
     /// For a .nnc: verify it with this key too.
     #[command(flatten)]
     pub key: KeyArgs,
+    /// For a partitioned .nnc: print the placement report (which device runs each
+    /// operation, and for every device that declined it, the rule and value).
+    #[arg(long)]
+    pub partition: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if super::is_compiled(&args.model)? {
         return run_compiled(args);
+    }
+    if args.partition {
+        anyhow::bail!("--partition reports a compiled model's placement: compile with --devices first");
     }
     let options = super::lower_options(&args.input_shapes, args.no_optimize)?;
     let lowered = super::lower(&args.model, &options)?;
@@ -209,6 +216,16 @@ fn run_compiled(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         Value::Null
     };
+    if args.partition {
+        let plan = super::stored_plan(&container)?;
+        let report = partition_report(&args.model, &container, plan.as_ref());
+        if args.json {
+            output::stdout(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
+        } else {
+            output::stdout(&partition_text(&report))?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let report = compiled_report(&args.model, &container, verified);
     if args.json {
         output::stdout(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
@@ -354,6 +371,118 @@ fn compiled_text(r: &Value) -> String {
             u["inputs"].as_array().map(|a| a.len()).unwrap_or(0),
             u["outputs"].as_array().map(|a| a.len()).unwrap_or(0),
         ));
+    }
+    s
+}
+
+/// The placement report of a compiled model (a single-device report when it carries no
+/// plan).
+fn partition_report(
+    path: &std::path::Path,
+    c: &nnc_formats::container::Container,
+    plan: Option<&nnc_formats::plan::ExecutionPlan>,
+) -> Value {
+    let Some(plan) = plan else {
+        return json!({
+            "schema": "nnc.inspect.partition/1",
+            "path": path.display().to_string(),
+            "partitioned": false,
+            "steps": [{"device": "any", "operations": (0..c.model.main.operations.len()).collect::<Vec<_>>()}],
+            "placements": [],
+        });
+    };
+    let steps: Vec<Value> = plan
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let d = &plan.devices[s.device as usize];
+            json!({
+                "index": i,
+                "device": d.name,
+                "device_kind": d.kind,
+                "operations": s.operations,
+                "inputs": s.inputs,
+                "outputs": s.outputs,
+                "constants": s.constants,
+            })
+        })
+        .collect();
+    let placements: Vec<Value> = plan
+        .placements
+        .iter()
+        .map(|p| {
+            json!({
+                "operation": p.operation,
+                "type": p.op_type,
+                "source": p.source,
+                "device": plan.devices[p.device as usize].name,
+                "reason": p.reason,
+                "declined": p.declined,
+                "host_decrypted": p.host_decrypted,
+            })
+        })
+        .collect();
+    json!({
+        "schema": "nnc.inspect.partition/1",
+        "path": path.display().to_string(),
+        "partitioned": true,
+        "mode": plan.mode.name(),
+        "preference": plan.preference.name(),
+        "devices": plan.devices,
+        "steps": steps,
+        "placements": placements,
+        "host_decrypted": plan.placements.iter().filter(|p| p.host_decrypted).count(),
+    })
+}
+
+fn partition_text(r: &Value) -> String {
+    let mut s = String::new();
+    if r["partitioned"] == Value::Bool(false) {
+        s.push_str(&format!(
+            "{}: not partitioned: every operation runs on the device that loads it\n",
+            r["path"].as_str().unwrap_or("")
+        ));
+        return s;
+    }
+    s.push_str(&format!(
+        "{}: {} step(s), mode {}, preference {}\n",
+        r["path"].as_str().unwrap_or(""),
+        r["steps"].as_array().map_or(0, Vec::len),
+        r["mode"].as_str().unwrap_or(""),
+        r["preference"].as_str().unwrap_or("")
+    ));
+    for step in r["steps"].as_array().into_iter().flatten() {
+        let ops = step["operations"].as_array().cloned().unwrap_or_default();
+        s.push_str(&format!(
+            "  step {}: {} ({}), operations {}..={}, {} cross-step input(s), {} output(s)\n",
+            step["index"],
+            step["device"].as_str().unwrap_or(""),
+            step["device_kind"].as_str().unwrap_or(""),
+            ops.first().cloned().unwrap_or(Value::Null),
+            ops.last().cloned().unwrap_or(Value::Null),
+            step["inputs"].as_array().map_or(0, Vec::len),
+            step["outputs"].as_array().map_or(0, Vec::len),
+        ));
+    }
+    s.push_str("placements:\n");
+    for p in r["placements"].as_array().into_iter().flatten() {
+        s.push_str(&format!(
+            "  {:>4} {:<22} -> {:<12} {}{}\n",
+            p["operation"],
+            p["type"].as_str().unwrap_or(""),
+            p["device"].as_str().unwrap_or(""),
+            p["reason"].as_str().unwrap_or(""),
+            if p["host_decrypted"] == Value::Bool(true) { "  [weights decrypted in host memory]" } else { "" }
+        ));
+        for d in p["declined"].as_array().into_iter().flatten() {
+            s.push_str(&format!(
+                "         declined by {}: {} ({})\n",
+                d["device"].as_str().unwrap_or(""),
+                d["rule"].as_str().unwrap_or(""),
+                d["detail"].as_str().unwrap_or("")
+            ));
+        }
     }
     s
 }

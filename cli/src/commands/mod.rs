@@ -4,6 +4,7 @@ pub mod bench;
 pub mod cache;
 pub mod compare;
 pub mod compile;
+pub mod devices;
 pub mod dump;
 pub mod inspect;
 pub mod keygen;
@@ -151,4 +152,54 @@ pub fn cache_config(dir: Option<&Path>, token: Option<&str>) -> anyhow::Result<O
         dir: dir.to_path_buf(),
         token,
     }))
+}
+
+/// `--preference` of compile.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum PreferenceArg {
+    FastSingleAnswer,
+    SustainedSpeed,
+    LowPower,
+}
+
+impl From<PreferenceArg> for nnc_formats::plan::Preference {
+    fn from(p: PreferenceArg) -> Self {
+        use nnc_formats::plan::Preference as P;
+        match p {
+            PreferenceArg::FastSingleAnswer => P::FastSingleAnswer,
+            PreferenceArg::SustainedSpeed => P::SustainedSpeed,
+            PreferenceArg::LowPower => P::LowPower,
+        }
+    }
+}
+
+/// `--partition` of compile.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum PartitionArg {
+    CpuOnly,
+    Fallback,
+    Strict,
+}
+
+impl From<PartitionArg> for nnc_formats::plan::PartitionMode {
+    fn from(p: PartitionArg) -> Self {
+        use nnc_formats::plan::PartitionMode as M;
+        match p {
+            PartitionArg::CpuOnly => M::CpuOnly,
+            PartitionArg::Fallback => M::Fallback,
+            PartitionArg::Strict => M::Strict,
+        }
+    }
+}
+
+/// The execution plan stored in a compiled file, if any.
+pub fn stored_plan(c: &nnc_formats::container::Container) -> anyhow::Result<Option<nnc_formats::plan::ExecutionPlan>> {
+    match c.section(nnc_formats::container::SectionKind::ExecutionPlan) {
+        None => Ok(None),
+        Some(bytes) => Ok(Some(nnc_formats::plan::ExecutionPlan::from_bytes(
+            bytes,
+            c.model.main.operations.len(),
+            c.model.main.operands.len(),
+        )?)),
+    }
 }

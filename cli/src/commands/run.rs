@@ -11,7 +11,7 @@ use nnc_compiler::emit::{self, EmitOptions};
 use nnc_formats::crypto::Mode;
 use nnc_formats::nn::IoInfo;
 use nnc_formats::tensor::HostTensor;
-use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
+use nnc_runtime::{Devices, LoadOptions, PreparedModel, SimulatedNpu};
 use serde_json::json;
 
 use crate::keys::KeyArgs;
@@ -62,33 +62,42 @@ pub struct Args {
 
 /// Loads the model named in `args` onto a fresh simulated NPU (compiling a source model in
 /// memory first). Returns the model and the device it lives on.
-pub fn load(args: &Args) -> anyhow::Result<(PreparedModel, SimulatedNpu)> {
-    let mut npu = SimulatedNpu::new("npu0");
-    if let Some(bytes) = args.parameter_cache {
-        npu = npu.with_cache_capacity(bytes);
-    }
+pub fn load(args: &Args) -> anyhow::Result<(PreparedModel, Devices)> {
     let options = LoadOptions {
         threads: usize::from(args.threads),
         cache: super::cache_config(args.cache_dir.as_deref(), args.token.as_deref())?,
     };
-    let model = if super::is_compiled(&args.model)? {
+    let device = |name: &str| {
+        let npu = SimulatedNpu::new(name);
+        match args.parameter_cache {
+            Some(bytes) => npu.with_cache_capacity(bytes),
+            None => npu,
+        }
+    };
+    if super::is_compiled(&args.model)? {
+        let bytes = std::fs::read(&args.model).with_context(|| format!("cannot read {}", args.model.display()))?;
+        // One simulated device per device of the model's execution plan (the plan is
+        // public structure; nothing is trusted until a device authenticates the file).
+        let names: Vec<String> = match nnc_formats::container::Container::parse(&bytes)
+            .ok()
+            .and_then(|c| super::stored_plan(&c).ok().flatten())
+        {
+            Some(plan) => plan.devices.iter().map(|d| d.name.clone()).collect(),
+            None => vec!["npu0".to_string()],
+        };
+        let devices = Devices::new(names.iter().map(|n| device(n)).collect())?;
         if args.key.given() {
             let key = args.key.require_raw(&args.model.display().to_string())?;
-            npu.install_key(&key);
+            devices.install_key(&key);
         }
-        PreparedModel::load_file(&args.model, &npu, &options)
-            .with_context(|| format!("cannot load {}", args.model.display()))?
+        let model = PreparedModel::load_bytes(bytes, &devices, &options)
+            .with_context(|| format!("cannot load {}", args.model.display()))?;
+        Ok((model, devices))
     } else {
         if args.key.given() {
-            bail!(
-                "{} is a source model: it is compiled in memory without encryption, so it takes no key",
-                args.model.display()
-            );
+            bail!("{} is a source model: it is compiled in memory without encryption, so it takes no key", args.model.display());
         }
-        let lowered = super::lower(
-            &args.model,
-            &super::lower_options(&args.input_shapes, false)?,
-        )?;
+        let lowered = super::lower(&args.model, &super::lower_options(&args.input_shapes, false)?)?;
         let bytes = emit::emit(
             &lowered.model,
             EmitOptions {
@@ -98,15 +107,16 @@ pub fn load(args: &Args) -> anyhow::Result<(PreparedModel, SimulatedNpu)> {
                 extra_sections: Vec::new(),
             },
         )?;
-        PreparedModel::load_bytes(bytes, &npu, &options)
-            .with_context(|| format!("cannot prepare {}", args.model.display()))?
-    };
-    Ok((model, npu))
+        let devices = Devices::new(vec![device("npu0")])?;
+        let model = PreparedModel::load_bytes(bytes, &devices, &options)
+            .with_context(|| format!("cannot prepare {}", args.model.display()))?;
+        Ok((model, devices))
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
-    let (model, npu) = load(&args)?;
+    let (model, _devices) = load(&args)?;
     let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
     for w in &model.cache_report().warnings {
         eprintln!("warning: {w}");
@@ -144,7 +154,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             },
             "cache": model.cache_report().outcome,
             "cache_warnings": model.cache_report().warnings,
-            "device": npu.name(),
+            "devices": model.device_stats().into_iter().map(|(name, stats)| json!({"name": name, "parameter_cache": stats})).collect::<Vec<_>>(),
             "parameter_cache": model.cache_stats(),
         });
         output::stdout(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;

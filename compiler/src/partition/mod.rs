@@ -79,8 +79,8 @@ struct Answer {
 ///
 /// In fallback mode the CPU is always a candidate: the first `cpu` profile listed, or the
 /// built-in [`DeviceProfile::cpu`]. In strict mode only the listed profiles are. Failures
-/// the user must act on (strict mode, refused plaintext fallback, unusable profiles) are
-/// [`CompileError::Options`] with every operation concerned listed.
+/// the user must act on (strict mode, refused plaintext fallback) are
+/// [`CompileError::Placement`] with every operation concerned listed.
 pub fn partition(
     model: &Model,
     profiles: &[DeviceProfile],
@@ -172,7 +172,7 @@ pub fn partition(
         );
     }
     if !unsupported.is_empty() || !plaintext.is_empty() {
-        return Err(CompileError::Options(failure_message(
+        return Err(CompileError::Placement(failure_message(
             model,
             &answers,
             &devices,
