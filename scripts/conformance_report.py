@@ -21,6 +21,7 @@ import collections
 import datetime
 import glob
 import os
+import re
 import subprocess
 import tempfile
 
@@ -74,14 +75,20 @@ def nnc_reason(nnc: str, data_root: str, suite: str, test: str) -> str:
                 stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             return "timeout while collecting the reason"
-    lines = [l.strip() for l in cp.stderr.decode("utf-8", "replace").splitlines() if l.strip()]
+    text = cp.stderr.decode("utf-8", "replace")
+    # Machine-independent: the model path as the test's own.
+    text = text.replace(os.path.join(tdir, "model.onnx"), f"{test}/model.onnx")
+    lines = [l.strip() for l in text.splitlines() if l.strip()]
     if not lines:
         return f"exit {cp.returncode}, no message"
     first = lines[0]
-    if first.startswith("error: cannot ") and len(lines) > 1:
+    if first.startswith("error: ") and len(lines) > 1:
+        # The first line is the generic header ("cannot compile ...", "execution
+        # failed"); the last one names the operator and the reason.
         detail = lines[-1]
-        if detail.startswith("- "):
-            detail = detail[2:]
+        for prefix in ("- ", "caused by: "):
+            if detail.startswith(prefix):
+                detail = detail[len(prefix):]
         return f"{first} — {detail}"
     return first
 
@@ -175,11 +182,27 @@ def main() -> int:
         w(f"| {md_escape(op)} | {total} | {c.get('pass', 0)} | {c.get('fail', 0)} | "
           f"{c.get('error', 0)} | {c.get('timeout', 0)} | {c.get('unsupported', 0)} |")
     w("")
+    w("## Non-passing tests by reason")
+    w("")
+    w("| tests | status | reason |")
+    w("|---|---|---|")
+    groups: collections.Counter = collections.Counter()
+    for r in present:
+        if r["status"] == "pass":
+            continue
+        reason = reasons.get(r["test"], "")
+        key = reason.split(" — ", 1)[-1]
+        key = re.sub(r": '[^']*'$", "", key)
+        key = re.sub(r"test_data_set_\d+: ", "", key)
+        groups[(r["status"], key)] += 1
+    for (status, key), count in sorted(groups.items(), key=lambda kv: (-kv[1], kv[0])):
+        w(f"| {count} | {status} | {md_escape(key)} |")
+    w("")
     w("## Every test that does not pass")
     w("")
     w("Reason: for `fail`, the mismatch the runner reports; for `unsupported` and `error`,"
-      " the first line of nnc's stderr (followed, after a dash, by the specific reason when"
-      " that first line is only the generic header).")
+      " the first line of nnc's stderr, followed after a dash by its last line (the operator"
+      " and the specific reason) when the first line is only the generic header.")
     w("")
     w("| test | op | status | reason |")
     w("|---|---|---|---|")

@@ -26,8 +26,12 @@ pub fn code_for(err: &anyhow::Error) -> u8 {
                 _ => DATA_ERROR,
             };
         }
-        if cause.downcast_ref::<nnc_formats::device::DeviceError>().is_some()
-            || cause.downcast_ref::<nnc_formats::plan::PlanError>().is_some()
+        if cause
+            .downcast_ref::<nnc_formats::device::DeviceError>()
+            .is_some()
+            || cause
+                .downcast_ref::<nnc_formats::plan::PlanError>()
+                .is_some()
         {
             return DATA_ERROR;
         }

@@ -120,10 +120,9 @@ fn assert_correct(f: &Fixture, output: &Path) {
 fn entry_files(cache: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for e in std::fs::read_dir(cache).unwrap().flatten() {
-        if e.path().is_dir() {
-            for f in std::fs::read_dir(e.path()).unwrap().flatten() {
-                files.push(f.path());
-            }
+        // A concurrent prepare may remove a directory between the two listings.
+        if let Ok(entries) = std::fs::read_dir(e.path()) {
+            files.extend(entries.flatten().map(|f| f.path()));
         }
     }
     files.sort();

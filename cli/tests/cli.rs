@@ -412,15 +412,28 @@ fn a_partitioned_model_compiles_explains_and_runs() {
         .arg(&key));
     assert!(o.status.success(), "{}", stderr(&o));
     let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(summary["plan"]["steps"].as_array().unwrap().len() >= 2, "{}", summary["plan"]);
+    assert!(
+        summary["plan"]["steps"].as_array().unwrap().len() >= 2,
+        "{}",
+        summary["plan"]
+    );
 
-    let o = run(nnc().arg("inspect").arg(&out).args(["--partition", "--json"]));
+    let o = run(nnc()
+        .arg("inspect")
+        .arg(&out)
+        .args(["--partition", "--json"]));
     assert!(o.status.success(), "{}", stderr(&o));
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(report["schema"], "nnc.inspect.partition/1");
     let steps = report["steps"].as_array().unwrap();
     assert!(steps.iter().any(|s| s["device"] == "dsp-float"));
-    assert!(report["placements"].as_array().unwrap().iter().all(|p| !p["reason"].as_str().unwrap().is_empty()));
+    assert!(
+        report["placements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| !p["reason"].as_str().unwrap().is_empty())
+    );
 
     let outputs = dir.path().join("out");
     let o = run(nnc()
@@ -435,8 +448,16 @@ fn a_partitioned_model_compiles_explains_and_runs() {
         .arg("--json"));
     assert!(o.status.success(), "{}", stderr(&o));
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let devices: Vec<&str> = r["devices"].as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
-    assert!(devices.contains(&"dsp-float") && devices.len() >= 2, "{devices:?}");
+    let devices: Vec<&str> = r["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        devices.contains(&"dsp-float") && devices.len() >= 2,
+        "{devices:?}"
+    );
     let o = run(nnc()
         .arg("compare")
         .arg(outputs.join("output_0.npy"))
@@ -447,7 +468,10 @@ fn a_partitioned_model_compiles_explains_and_runs() {
     // The dot dump draws the steps as clusters and renders.
     let o = run(nnc().arg("dump").arg(&out).args(["--format", "dot"]));
     let dot = String::from_utf8_lossy(&o.stdout);
-    assert!(dot.contains("subgraph cluster_0") && dot.contains("dsp-float"), "{dot}");
+    assert!(
+        dot.contains("subgraph cluster_0") && dot.contains("dsp-float"),
+        "{dot}"
+    );
 
     // Strict partitioning onto a device that supports nothing here: exit 69, each
     // operation listed with its rule.
@@ -461,7 +485,11 @@ fn a_partitioned_model_compiles_explains_and_runs() {
         .args(["--partition", "strict", "--key-file"])
         .arg(&key));
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
-    assert!(stderr(&o).contains("npu-int8") && stderr(&o).contains("operand_types"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("npu-int8") && stderr(&o).contains("operand_types"),
+        "{}",
+        stderr(&o)
+    );
     assert!(!dir.path().join("strict.nnc").exists());
 
     // Refusing plaintext fallback lists the CPU-placed operations with encrypted weights.
@@ -472,18 +500,35 @@ fn a_partitioned_model_compiles_explains_and_runs() {
         .arg(dir.path().join("np.nnc"))
         .arg("--devices")
         .arg(&profile)
-        .args(["--encrypt", "sm4", "--mode", "cbc", "--no-plaintext-fallback", "--key-file"])
+        .args([
+            "--encrypt",
+            "sm4",
+            "--mode",
+            "cbc",
+            "--no-plaintext-fallback",
+            "--key-file",
+        ])
         .arg(keygen(dir.path(), "sm4")));
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
-    assert!(stderr(&o).contains("host memory") || stderr(&o).contains("plaintext"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("host memory") || stderr(&o).contains("plaintext"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
 fn devices_lists_profiles_and_names_malformed_fields() {
-    let o = run(nnc().arg("devices").arg("--devices").arg(testdata("devices/npu-int8.json")));
+    let o = run(nnc()
+        .arg("devices")
+        .arg("--devices")
+        .arg(testdata("devices/npu-int8.json")));
     assert!(o.status.success(), "{}", stderr(&o));
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(text.contains("cpu (cpu") && text.contains("npu-int8 (npu"), "{text}");
+    assert!(
+        text.contains("cpu (cpu") && text.contains("npu-int8 (npu"),
+        "{text}"
+    );
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.json");
     std::fs::write(&bad, r#"{"name": "x", "type": "npu", "version": "1", "performance": {"TENSOR_FLOAT32": {"exec_time": -1, "power_usage": 1}}}"#).unwrap();

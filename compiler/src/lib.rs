@@ -7,8 +7,8 @@
 pub mod emit;
 pub mod error;
 pub mod onnx;
-pub mod passes;
 pub mod partition;
+pub mod passes;
 pub mod pipeline;
 pub mod tflite;
 

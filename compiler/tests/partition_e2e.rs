@@ -27,13 +27,21 @@ fn profile_files() -> Vec<PathBuf> {
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
         .collect();
     files.sort();
-    assert!(files.len() >= 3, "testdata/devices ships at least three profiles");
+    assert!(
+        files.len() >= 3,
+        "testdata/devices ships at least three profiles"
+    );
     files
 }
 
 /// Compiles `model` (AES-128-CTR, which every shipped accelerator decrypts) for the given
 /// profiles and mode; returns the file and its plan.
-fn compile(model: &Model, key: &Key, profiles: &[PathBuf], mode: PartitionMode) -> (Vec<u8>, ExecutionPlan) {
+fn compile(
+    model: &Model,
+    key: &Key,
+    profiles: &[PathBuf],
+    mode: PartitionMode,
+) -> (Vec<u8>, ExecutionPlan) {
     let mut loaded = Vec::new();
     for p in profiles {
         loaded.extend(load_profiles(p).unwrap());
@@ -59,18 +67,39 @@ fn compile(model: &Model, key: &Key, profiles: &[PathBuf], mode: PartitionMode) 
 }
 
 /// Runs a compiled file on one simulated device per plan device.
-fn run(bytes: Vec<u8>, plan: &ExecutionPlan, key: &Key, input: &nnc_formats::tensor::HostTensor) -> Vec<u8> {
-    let devices = Devices::new(plan.devices.iter().map(|d| SimulatedNpu::new(d.name.clone())).collect()).unwrap();
+fn run(
+    bytes: Vec<u8>,
+    plan: &ExecutionPlan,
+    key: &Key,
+    input: &nnc_formats::tensor::HostTensor,
+) -> Vec<u8> {
+    let devices = Devices::new(
+        plan.devices
+            .iter()
+            .map(|d| SimulatedNpu::new(d.name.clone()))
+            .collect(),
+    )
+    .unwrap();
     devices.install_key(key.as_bytes());
     let model = PreparedModel::load_bytes(bytes, &devices, &LoadOptions::default()).unwrap();
     assert_eq!(model.plan().map(|p| p.steps.len()), Some(plan.steps.len()));
     let stats = model.device_stats();
-    assert_eq!(stats.len(), plan.devices.len(), "one simulated device per plan device");
-    model.run(std::slice::from_ref(input)).unwrap().remove(0).data
+    assert_eq!(
+        stats.len(),
+        plan.devices.len(),
+        "one simulated device per plan device"
+    );
+    model
+        .run(std::slice::from_ref(input))
+        .unwrap()
+        .remove(0)
+        .data
 }
 
 fn check(model_name: &str, input_name: &str) -> bool {
-    let Some(path) = shared_model(model_name) else { return false };
+    let Some(path) = shared_model(model_name) else {
+        return false;
+    };
     let model = lower_file(&path, &LowerOptions::default()).unwrap().model;
     let input = read_npy_file(path.with_file_name(input_name)).unwrap();
     let key = Key::generate(Algorithm::Aes128).unwrap();
@@ -79,7 +108,12 @@ fn check(model_name: &str, input_name: &str) -> bool {
     let reference = run(cpu_bytes, &cpu_plan, &key, &input);
     let mut multi_step = false;
     for profile in profile_files() {
-        let (bytes, plan) = compile(&model, &key, std::slice::from_ref(&profile), PartitionMode::Fallback);
+        let (bytes, plan) = compile(
+            &model,
+            &key,
+            std::slice::from_ref(&profile),
+            PartitionMode::Fallback,
+        );
         multi_step |= plan.steps.len() > 1;
         for placement in &plan.placements {
             for d in &placement.declined {
@@ -98,7 +132,8 @@ fn check(model_name: &str, input_name: &str) -> bool {
             for p in &listed {
                 if &p.name != device {
                     assert!(
-                        placement.declined.iter().any(|d| d.device == p.name) || placement.reason.contains("transfer"),
+                        placement.declined.iter().any(|d| d.device == p.name)
+                            || placement.reason.contains("transfer"),
                         "{model_name}: operation {} on {device}: no word on why {} did not take it",
                         placement.operation,
                         p.name
@@ -119,7 +154,10 @@ fn check(model_name: &str, input_name: &str) -> bool {
 #[test]
 fn partitioned_mobilenets_match_the_cpu_only_build_bit_for_bit() {
     let a = check("mobilenet_v2.onnx", "mobilenet_v2.onnx.input.npy");
-    let b = check("mobilenet_v2_int8_logits.tflite", "mobilenet_v2_int8_logits.tflite.input.npy");
+    let b = check(
+        "mobilenet_v2_int8_logits.tflite",
+        "mobilenet_v2_int8_logits.tflite.input.npy",
+    );
     if shared_model("mobilenet_v2.onnx").is_some() {
         assert!(a || b, "no shipped profile yields a multi-step plan");
     }
@@ -129,13 +167,21 @@ fn partitioned_mobilenets_match_the_cpu_only_build_bit_for_bit() {
 fn the_plan_survives_the_file() {
     // The plan survives the file: read back from the section, it is the plan compiled in.
     let tiny = lower_file(
-        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/models/tiny_cnn.onnx")),
+        Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../testdata/models/tiny_cnn.onnx"
+        )),
         &LowerOptions::default(),
     )
     .unwrap()
     .model;
     let key = Key::generate(Algorithm::Aes128).unwrap();
-    let (bytes, plan) = compile(&tiny, &key, &[profiles_dir().join("dsp-float.json")], PartitionMode::Fallback);
+    let (bytes, plan) = compile(
+        &tiny,
+        &key,
+        &[profiles_dir().join("dsp-float.json")],
+        PartitionMode::Fallback,
+    );
     let container = nnc_formats::container::Container::parse(&bytes).unwrap();
     let stored = ExecutionPlan::from_bytes(
         container.section(SectionKind::ExecutionPlan).unwrap(),

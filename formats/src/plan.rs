@@ -145,8 +145,13 @@ impl ExecutionPlan {
     /// Decodes and checks a plan against a model of `operation_count` operations and
     /// `operand_count` operands: every operation in exactly one step, steps contiguous
     /// and in order, indices in range.
-    pub fn from_bytes(bytes: &[u8], operation_count: usize, operand_count: usize) -> Result<ExecutionPlan, PlanError> {
-        let plan: ExecutionPlan = serde_json::from_slice(bytes).map_err(|e| PlanError::Json(e.to_string()))?;
+    pub fn from_bytes(
+        bytes: &[u8],
+        operation_count: usize,
+        operand_count: usize,
+    ) -> Result<ExecutionPlan, PlanError> {
+        let plan: ExecutionPlan =
+            serde_json::from_slice(bytes).map_err(|e| PlanError::Json(e.to_string()))?;
         if plan.version != Self::VERSION {
             return Err(PlanError::Version(plan.version));
         }
@@ -160,32 +165,51 @@ impl ExecutionPlan {
         let mut next = 0u32;
         for (s, step) in self.steps.iter().enumerate() {
             if step.device as usize >= self.devices.len() {
-                return invalid(format!("step {s} names device {} of {}", step.device, self.devices.len()));
+                return invalid(format!(
+                    "step {s} names device {} of {}",
+                    step.device,
+                    self.devices.len()
+                ));
             }
             let d = &self.devices[step.device as usize];
             if d.model_cache_files > 32 || d.data_cache_files > 32 {
-                return invalid(format!("device {} declares more than 32 cache files", d.name));
+                return invalid(format!(
+                    "device {} declares more than 32 cache files",
+                    d.name
+                ));
             }
             if step.operations.is_empty() {
                 return invalid(format!("step {s} has no operations"));
             }
             for &op in &step.operations {
                 if op != next {
-                    return invalid(format!("step {s}: operation {op} is out of order (expected {next})"));
+                    return invalid(format!(
+                        "step {s}: operation {op} is out of order (expected {next})"
+                    ));
                 }
                 next += 1;
             }
-            for &o in step.inputs.iter().chain(&step.outputs).chain(&step.constants) {
+            for &o in step
+                .inputs
+                .iter()
+                .chain(&step.outputs)
+                .chain(&step.constants)
+            {
                 if o as usize >= operand_count {
                     return invalid(format!("step {s} names operand {o} of {operand_count}"));
                 }
             }
         }
         if next as usize != operation_count {
-            return invalid(format!("the steps cover {next} of {operation_count} operations"));
+            return invalid(format!(
+                "the steps cover {next} of {operation_count} operations"
+            ));
         }
         if self.placements.len() != operation_count {
-            return invalid(format!("{} placements for {operation_count} operations", self.placements.len()));
+            return invalid(format!(
+                "{} placements for {operation_count} operations",
+                self.placements.len()
+            ));
         }
         for (i, p) in self.placements.iter().enumerate() {
             if p.operation as usize != i || p.device as usize >= self.devices.len() {

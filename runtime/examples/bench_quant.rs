@@ -4,13 +4,12 @@
 //! `bench_kernels`, which times the same shapes in float32.
 //!
 //! `cargo run --release -p nnc-runtime --example bench_quant [-- --threads N] [--filter S]`
+//! (`--per-op` times each operation of the int8 network on its own, per type.)
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nnc_formats::nn::{
-    ChannelQuant, IoInfo, Lifetime, Model, Operand, OperandType, OperationType,
-};
+use nnc_formats::nn::{ChannelQuant, IoInfo, Lifetime, Model, Operand, OperandType, OperationType};
 use nnc_formats::tensor::DataType;
 use nnc_runtime::{HostWeights, InputTensor, OutputBuffer, PrepareOptions, Program};
 
@@ -119,11 +118,21 @@ fn add_conv(
     (out, [n, oh, ow, out_c])
 }
 
-fn conv_layer(name: &str, dims: [u32; 4], out_c: u32, k: u32, stride: u32, depthwise: bool) -> Layer {
+fn conv_layer(
+    name: &str,
+    dims: [u32; 4],
+    out_c: u32,
+    k: u32,
+    stride: u32,
+    depthwise: bool,
+) -> Layer {
     let mut m = Model::default();
     let input = m.add_operand(activation(&dims, 0.02, -5));
-    let (output, [n, oh, ow, oc]) = add_conv(&mut m, input, dims, out_c, k, stride, depthwise, 3, 1);
-    let macs = f64::from(n * oh * ow * oc) * f64::from(k * k) * if depthwise { 1.0 } else { f64::from(dims[3]) };
+    let (output, [n, oh, ow, oc]) =
+        add_conv(&mut m, input, dims, out_c, k, stride, depthwise, 3, 1);
+    let macs = f64::from(n * oh * ow * oc)
+        * f64::from(k * k)
+        * if depthwise { 1.0 } else { f64::from(dims[3]) };
     Layer {
         name: name.to_string(),
         model: finish(m, input, output),
@@ -159,6 +168,32 @@ fn fc_layer(name: &str, batch: u32, k: u32, units: u32) -> Layer {
         input: vec![batch as usize, k as usize],
         output_len: (batch * units) as usize,
         ops: 2.0 * f64::from(batch * k * units),
+    }
+}
+
+/// ADD of two int8 tensors with different scales (a MobileNetV2 residual).
+fn add_layer(name: &str, dims: [u32; 4]) -> Layer {
+    let mut m = Model::default();
+    let input = m.add_operand(activation(&dims, 0.02, -5));
+    let n: u32 = dims.iter().product();
+    let other = m.add_constant(
+        activation(&dims, 0.03, 7),
+        &pseudo_random_bytes(n as usize, 9),
+    );
+    let act = m.add_i32(0);
+    let output = m.add_operand(activation(&dims, 0.04, -2));
+    m.add_operation(
+        OperationType::Add,
+        vec![input, other, act],
+        vec![output],
+        name,
+    );
+    Layer {
+        name: name.to_string(),
+        model: finish(m, input, output),
+        input: dims.iter().map(|&d| d as usize).collect(),
+        output_len: n as usize,
+        ops: f64::from(n),
     }
 }
 
@@ -243,6 +278,110 @@ fn mobilenet_v2() -> Layer {
     }
 }
 
+/// Operation `i` of `model` as a model of its own (its non-constant inputs become model
+/// inputs, fed with random bytes).
+fn single_operation(model: &Model, i: usize) -> (Model, Vec<Vec<usize>>) {
+    let mut m = model.clone();
+    let op = m.main.operations[i].clone();
+    m.main.operations = vec![op.clone()];
+    for operand in &mut m.main.operands {
+        if matches!(
+            operand.lifetime,
+            Lifetime::SubgraphInput | Lifetime::SubgraphOutput
+        ) {
+            operand.lifetime = Lifetime::TemporaryVariable;
+        }
+    }
+    let mut inputs = Vec::new();
+    let mut shapes = Vec::new();
+    for &o in &op.inputs {
+        let operand = &mut m.main.operands[o as usize];
+        if !operand.lifetime.is_constant() && operand.lifetime != Lifetime::NoValue {
+            operand.lifetime = Lifetime::SubgraphInput;
+            inputs.push(o);
+            shapes.push(operand.dimensions.iter().map(|&d| d as usize).collect());
+        }
+    }
+    for &o in &op.outputs {
+        m.main.operands[o as usize].lifetime = Lifetime::SubgraphOutput;
+    }
+    m.main.inputs = inputs.clone();
+    m.main.outputs = op.outputs.clone();
+    let info = |o: u32| IoInfo {
+        name: format!("t{o}"),
+        dtype: DataType::I8,
+        dims: m.main.operands[o as usize].dimensions.clone(),
+    };
+    m.input_info = inputs.iter().map(|&o| info(o)).collect();
+    m.output_info = op.outputs.iter().map(|&o| info(o)).collect();
+    (m, shapes)
+}
+
+/// Times every operation of the int8 MobileNetV2 on its own; prints the totals per
+/// operation type.
+fn per_operation(threads: usize, verbose: bool) -> Result<(), Box<dyn std::error::Error>> {
+    let net = mobilenet_v2();
+    let mut per_type: std::collections::BTreeMap<&str, (usize, Duration)> = Default::default();
+    for i in 0..net.model.main.operations.len() {
+        let (m, shapes) = single_operation(&net.model, i);
+        let weights = Arc::new(HostWeights::new(&m)?);
+        let program = Program::prepare(&m, weights, &PrepareOptions { threads })?;
+        let feeds: Vec<Vec<u8>> = shapes
+            .iter()
+            .map(|s| pseudo_random_bytes(s.iter().product(), 11))
+            .collect();
+        let out_len: usize = m.main.operands[m.main.outputs[0] as usize]
+            .dimensions
+            .iter()
+            .map(|&d| d as usize)
+            .product();
+        let mut output = vec![0u8; out_len];
+        let mut times = Vec::new();
+        for _ in 0..15 {
+            let inputs: Vec<InputTensor> = feeds
+                .iter()
+                .zip(&shapes)
+                .map(|(f, s)| InputTensor::with_shape(s, f))
+                .collect();
+            let start = Instant::now();
+            program.execute(&inputs, &mut [OutputBuffer::new(&mut output)])?;
+            times.push(start.elapsed());
+        }
+        let best = times.iter().min().copied().unwrap_or_default();
+        if verbose {
+            let dims = |o: u32| m.main.operands[o as usize].dimensions.clone();
+            let op = &m.main.operations[0];
+            println!(
+                "{:<18} {:?} -> {:?} (filter {:?}) {:>8.3} ms",
+                op.op_type.name(),
+                dims(op.inputs[0]),
+                dims(op.outputs[0]),
+                op.inputs.get(1).map(|&f| dims(f)),
+                best.as_secs_f64() * 1e3
+            );
+        }
+        let e = per_type
+            .entry(m.main.operations[0].op_type.name())
+            .or_default();
+        e.0 += 1;
+        e.1 += best;
+    }
+    let total: Duration = per_type.values().map(|v| v.1).sum();
+    println!("int8 MobileNetV2, per operation type (best of 15 each):");
+    for (name, (count, t)) in &per_type {
+        println!(
+            "{name:<20} {count:>3} ops {:>8.3} ms",
+            t.as_secs_f64() * 1e3
+        );
+    }
+    println!(
+        "{:<20}         {:>8.3} ms",
+        "total",
+        total.as_secs_f64() * 1e3
+    );
+    Ok(())
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -258,10 +397,36 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let threads = value("--threads").and_then(|v| v.parse().ok()).unwrap_or(1);
     let filter = value("--filter").unwrap_or_default();
+    // A fixed number of runs (for CPU-time measurements such as `perf stat`).
+    let runs: Option<usize> = value("--runs").and_then(|v| v.parse().ok());
+    if args.iter().any(|a| a == "--per-op") {
+        return per_operation(threads, args.iter().any(|a| a == "--verbose"));
+    }
     let layers = vec![
-        conv_layer("conv 3x3/2 224x224x3->32", [1, 224, 224, 3], 32, 3, 2, false),
-        conv_layer("conv 1x1 112x112x32->16", [1, 112, 112, 32], 16, 1, 1, false),
-        conv_layer("conv 1x1 112x112x16->96", [1, 112, 112, 16], 96, 1, 1, false),
+        conv_layer(
+            "conv 3x3/2 224x224x3->32",
+            [1, 224, 224, 3],
+            32,
+            3,
+            2,
+            false,
+        ),
+        conv_layer(
+            "conv 1x1 112x112x32->16",
+            [1, 112, 112, 32],
+            16,
+            1,
+            1,
+            false,
+        ),
+        conv_layer(
+            "conv 1x1 112x112x16->96",
+            [1, 112, 112, 16],
+            96,
+            1,
+            1,
+            false,
+        ),
         conv_layer("conv 1x1 56x56x24->144", [1, 56, 56, 24], 144, 1, 1, false),
         conv_layer("conv 1x1 56x56x144->24", [1, 56, 56, 144], 24, 1, 1, false),
         conv_layer("conv 1x1 28x28x32->192", [1, 28, 28, 32], 192, 1, 1, false),
@@ -276,6 +441,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         conv_layer("dw 3x3/1 14x14x576", [1, 14, 14, 576], 576, 3, 1, true),
         conv_layer("conv 3x3/1 28x28x64->64", [1, 28, 28, 64], 64, 3, 1, false),
         fc_layer("fc 1280->1000", 1, 1280, 1000),
+        add_layer("add 56x56x24", [1, 56, 56, 24]),
         mobilenet_v2(),
     ];
     let layers: Vec<Layer> = layers
@@ -308,13 +474,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // At least 20 runs and about 0.3 s per layer.
         let mut times = Vec::new();
         let begin = Instant::now();
-        while times.len() < 20 || (begin.elapsed() < Duration::from_millis(300) && times.len() < 2000) {
+        while times.len() < runs.unwrap_or(20)
+            || (runs.is_none()
+                && begin.elapsed() < Duration::from_millis(300)
+                && times.len() < 2000)
+        {
             times.push(run()?);
         }
         let best = times.iter().min().copied().unwrap_or_default();
         let m = median(times);
         if whole {
-            println!("sum of layer medians above: {:.3} ms", total.as_secs_f64() * 1e3);
+            println!(
+                "sum of layer medians above: {:.3} ms",
+                total.as_secs_f64() * 1e3
+            );
         } else {
             total += m;
         }

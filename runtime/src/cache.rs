@@ -10,7 +10,9 @@
 
 use std::path::PathBuf;
 
-use nnc_formats::cache::{CacheDir, CacheError, Lookup, Token, TokenInputs, open_data, seal_data, token};
+use nnc_formats::cache::{
+    CacheDir, CacheEntry, CacheError, Lookup, Token, TokenInputs, open_data, seal_data, token,
+};
 use nnc_formats::plan::ExecutionPlan;
 
 use crate::error::{Result, RuntimeError};
@@ -76,7 +78,12 @@ pub(crate) fn steps(
     model_id: &[u8],
     default_device: &str,
 ) -> Vec<CacheStep> {
-    let make = |device: usize, ops: Vec<usize>, name: &str, version: &str, preference: &str, files: (u32, u32)| {
+    let make = |device: usize,
+                ops: Vec<usize>,
+                name: &str,
+                version: &str,
+                preference: &str,
+                files: (u32, u32)| {
         let ops32: Vec<u32> = ops.iter().map(|&o| o as u32).collect();
         CacheStep {
             token: token(&TokenInputs {
@@ -94,7 +101,14 @@ pub(crate) fn steps(
         }
     };
     match plan {
-        None => vec![make(0, (0..operation_count).collect(), default_device, "simulated", "fast-single-answer", (1, 1))],
+        None => vec![make(
+            0,
+            (0..operation_count).collect(),
+            default_device,
+            "simulated",
+            "fast-single-answer",
+            (1, 1),
+        )],
         Some(plan) => plan
             .steps
             .iter()
@@ -138,8 +152,15 @@ pub(crate) fn encode_model(step: &CacheStep, image: &ProgramImage) -> Vec<u8> {
 /// Reads a step's model-cache payload back; the operations must be the step's own.
 pub(crate) fn decode_model(step: &CacheStep, payload: &[u8]) -> Result<ProgramImage> {
     let bad = |m: &str| RuntimeError::Internal(format!("model cache: {m}"));
-    let n = payload.get(..4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize).ok_or_else(|| bad("truncated"))?;
-    let ops_end = n.checked_mul(4).and_then(|v| v.checked_add(4)).filter(|&e| e <= payload.len()).ok_or_else(|| bad("truncated"))?;
+    let n = payload
+        .get(..4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+        .ok_or_else(|| bad("truncated"))?;
+    let ops_end = n
+        .checked_mul(4)
+        .and_then(|v| v.checked_add(4))
+        .filter(|&e| e <= payload.len())
+        .ok_or_else(|| bad("truncated"))?;
     let ops: Vec<usize> = payload[4..ops_end]
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize)
@@ -151,7 +172,9 @@ pub(crate) fn decode_model(step: &CacheStep, payload: &[u8]) -> Result<ProgramIm
 }
 
 /// The data-cache plaintext of one file: (operation, prepared weights) records.
-pub(crate) fn encode_data(records: &[(usize, zeroize::Zeroizing<Vec<u8>>)]) -> zeroize::Zeroizing<Vec<u8>> {
+pub(crate) fn encode_data(
+    records: &[(usize, zeroize::Zeroizing<Vec<u8>>)],
+) -> zeroize::Zeroizing<Vec<u8>> {
     let mut out = zeroize::Zeroizing::new(Vec::new());
     out.extend_from_slice(&(records.len() as u32).to_le_bytes());
     for (op, bytes) in records {
@@ -167,7 +190,10 @@ pub(crate) fn decode_data(plain: &[u8], step: &CacheStep) -> Result<Vec<(usize, 
     let bad = |m: &str| RuntimeError::Internal(format!("data cache: {m}"));
     let mut pos = 0usize;
     let mut take = |n: usize| -> Result<&[u8]> {
-        let end = pos.checked_add(n).filter(|&e| e <= plain.len()).ok_or_else(|| bad("truncated"))?;
+        let end = pos
+            .checked_add(n)
+            .filter(|&e| e <= plain.len())
+            .ok_or_else(|| bad("truncated"))?;
         let s = &plain[pos..end];
         pos = end;
         Ok(s)
@@ -207,6 +233,40 @@ fn cache_err(e: CacheError) -> RuntimeError {
     RuntimeError::Cache(e.to_string())
 }
 
+/// One step's entry, decoded: its program image (model-cache files) and its prepared
+/// weights per operation (data-cache files, decrypted).
+struct DecodedStep {
+    image: Option<ProgramImage>,
+    weights: Vec<(usize, PreparedWeights)>,
+}
+
+fn decode_entry(
+    step: &CacheStep,
+    entry: CacheEntry,
+    key_for: &dyn Fn(usize, &Token) -> Result<Option<nnc_formats::cache::DataCacheKey>>,
+) -> Result<DecodedStep> {
+    let image = if step.model_files > 0 {
+        let payload: Vec<u8> = entry.model.concat();
+        Some(decode_model(step, &payload)?)
+    } else {
+        None
+    };
+    let key = key_for(step.device, &step.token)?;
+    let mut weights = Vec::new();
+    for (part, file) in entry.data.into_iter().enumerate() {
+        let plain = open_data(
+            key.as_ref(),
+            &step.token,
+            part as u16,
+            step.data_files as u16,
+            file,
+        )
+        .map_err(cache_err)?;
+        weights.extend(decode_data(&plain, step)?);
+    }
+    Ok(DecodedStep { image, weights })
+}
+
 /// Looks every step up. `Ok(None)` is a miss (with `warnings` for discarded entries).
 pub(crate) fn try_hit(
     dir: &CacheDir,
@@ -217,32 +277,27 @@ pub(crate) fn try_hit(
     let mut image: Option<ProgramImage> = None;
     let mut weights = Vec::new();
     for step in steps {
-        let entry = match dir.lookup(&step.token, step.model_files, step.data_files).map_err(cache_err)? {
+        let entry = match dir
+            .lookup(&step.token, step.model_files, step.data_files)
+            .map_err(cache_err)?
+        {
             Lookup::Miss => return Ok(None),
             Lookup::Invalid(reason) => {
-                warnings.push(format!("discarded cache entry {}: {reason}", hex::encode(step.token)));
+                warnings.push(format!(
+                    "discarded cache entry {}: {reason}",
+                    hex::encode(step.token)
+                ));
                 let _ = dir.remove(&step.token);
                 return Ok(None);
             }
             Lookup::Hit(entry) => entry,
         };
-        let decoded = (|| -> Result<(Option<ProgramImage>, Vec<(usize, PreparedWeights)>)> {
-            let step_image = if step.model_files > 0 {
-                let payload: Vec<u8> = entry.model.concat();
-                Some(decode_model(step, &payload)?)
-            } else {
-                None
-            };
-            let key = key_for(step.device, &step.token)?;
-            let mut prepared = Vec::new();
-            for (part, file) in entry.data.into_iter().enumerate() {
-                let plain = open_data(key.as_ref(), &step.token, part as u16, step.data_files as u16, file).map_err(cache_err)?;
-                prepared.extend(decode_data(&plain, step)?);
-            }
-            Ok((step_image, prepared))
-        })();
+        let decoded = decode_entry(step, entry, key_for);
         match decoded {
-            Ok((step_image, prepared)) => {
+            Ok(DecodedStep {
+                image: step_image,
+                weights: prepared,
+            }) => {
                 if let Some(img) = step_image {
                     match &image {
                         Some(existing) if *existing != img => {
@@ -259,7 +314,10 @@ pub(crate) fn try_hit(
                 weights.extend(prepared.into_iter().map(|(op, w)| (step.device, op, w)));
             }
             Err(e) => {
-                warnings.push(format!("discarded cache entry {}: {e}", hex::encode(step.token)));
+                warnings.push(format!(
+                    "discarded cache entry {}: {e}",
+                    hex::encode(step.token)
+                ));
                 let _ = dir.remove(&step.token);
                 return Ok(None);
             }
@@ -282,7 +340,8 @@ pub(crate) fn store(
 ) -> Result<()> {
     for step in steps {
         let model_parts = split(&encode_model(step, image), step.model_files);
-        let mut records: Vec<Vec<(usize, zeroize::Zeroizing<Vec<u8>>)>> = (0..step.data_files).map(|_| Vec::new()).collect();
+        let mut records: Vec<Vec<(usize, zeroize::Zeroizing<Vec<u8>>)>> =
+            (0..step.data_files).map(|_| Vec::new()).collect();
         if step.data_files > 0 {
             for (k, &op) in step.operations.iter().enumerate() {
                 if let Some(bytes) = prepared(op)? {
@@ -294,9 +353,19 @@ pub(crate) fn store(
         let mut data_files = Vec::with_capacity(step.data_files);
         for (part, recs) in records.iter().enumerate() {
             let plain = encode_data(recs);
-            data_files.push(seal_data(key.as_ref(), &step.token, part as u16, step.data_files as u16, &plain).map_err(cache_err)?);
+            data_files.push(
+                seal_data(
+                    key.as_ref(),
+                    &step.token,
+                    part as u16,
+                    step.data_files as u16,
+                    &plain,
+                )
+                .map_err(cache_err)?,
+            );
         }
-        dir.store(&step.token, &model_parts, &data_files).map_err(cache_err)?;
+        dir.store(&step.token, &model_parts, &data_files)
+            .map_err(cache_err)?;
     }
     Ok(())
 }

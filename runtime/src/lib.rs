@@ -44,4 +44,4 @@ pub use exec::{
     Program, WeightProvider, evaluate_operation,
 };
 pub use kernels::{Kernel, KernelContext, PreparedWeights};
-pub use model::{DeviceSource, Devices, Execution, LoadOptions, PreparedModel, Timing};
+pub use model::{DeviceSource, Devices, Execution, LoadOptions, ModelFile, PreparedModel, Timing};

@@ -51,7 +51,9 @@ impl Devices {
     /// A set of devices; it must not be empty.
     pub fn new(devices: Vec<SimulatedNpu>) -> Result<Devices> {
         if devices.is_empty() {
-            return Err(RuntimeError::Internal("a device set needs at least one device".into()));
+            return Err(RuntimeError::Internal(
+                "a device set needs at least one device".into(),
+            ));
         }
         Ok(Devices { devices })
     }
@@ -70,7 +72,10 @@ impl Devices {
 
 impl DeviceSource for Devices {
     fn device_for(&self, name: &str) -> &SimulatedNpu {
-        self.devices.iter().find(|d| d.name() == name).unwrap_or(&self.devices[0])
+        self.devices
+            .iter()
+            .find(|d| d.name() == name)
+            .unwrap_or(&self.devices[0])
     }
 }
 
@@ -99,18 +104,48 @@ impl WeightProvider for PlanWeights {
     }
 }
 
-/// The bytes of a model file: memory-mapped, or owned.
+/// The bytes of a `.nnc` file: memory-mapped, or owned. Open one to read the file's public
+/// structure (such as its execution plan) and then load it, without reading it twice.
+pub struct ModelFile(ModelBytes);
+
 enum ModelBytes {
     Mapped(memmap2::Mmap),
     Owned(Vec<u8>),
 }
 
-impl AsRef<[u8]> for ModelBytes {
-    fn as_ref(&self) -> &[u8] {
-        match self {
+impl ModelFile {
+    /// Maps a `.nnc` file. Weights are paged in only when a device reads them, so a model
+    /// prepared from a compilation cache never reads its weight region at all.
+    pub fn open(path: &Path) -> Result<ModelFile> {
+        let io = |e: std::io::Error| RuntimeError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        // SAFETY: the mapping is read-only; if another process changes the file while it
+        // is mapped, the bytes read may change but stay in bounds. Every weight field's
+        // tag is checked again each time a device reads it, so altered weights are
+        // refused rather than used.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        Ok(ModelFile(ModelBytes::Mapped(map)))
+    }
+
+    /// A `.nnc` file held in memory.
+    pub fn from_bytes(bytes: Vec<u8>) -> ModelFile {
+        ModelFile(ModelBytes::Owned(bytes))
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        match &self.0 {
             ModelBytes::Mapped(m) => m,
             ModelBytes::Owned(v) => v,
         }
+    }
+}
+
+impl AsRef<[u8]> for ModelFile {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes()
     }
 }
 
@@ -125,7 +160,10 @@ pub struct LoadOptions {
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { threads: 1, cache: None }
+        LoadOptions {
+            threads: 1,
+            cache: None,
+        }
     }
 }
 
@@ -150,28 +188,37 @@ pub struct PreparedModel {
 
 impl PreparedModel {
     /// Loads a `.nnc` file through a memory map.
-    pub fn load_file(path: &Path, devices: &impl DeviceSource, options: &LoadOptions) -> Result<PreparedModel> {
-        let file = std::fs::File::open(path).map_err(|e| RuntimeError::Io {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
-        // SAFETY: the mapping is read-only; if another process changes the file while it
-        // is mapped, the bytes read may change but stay in bounds. Every weight field's
-        // tag is checked again each time a device reads it, so altered weights are
-        // refused rather than used.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| RuntimeError::Io {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
-        PreparedModel::load(Arc::new(ModelBytes::Mapped(map)), devices, options)
+    pub fn load_file(
+        path: &Path,
+        devices: &impl DeviceSource,
+        options: &LoadOptions,
+    ) -> Result<PreparedModel> {
+        PreparedModel::load(ModelFile::open(path)?, devices, options)
     }
 
     /// Loads a `.nnc` file held in memory.
-    pub fn load_bytes(bytes: Vec<u8>, devices: &impl DeviceSource, options: &LoadOptions) -> Result<PreparedModel> {
-        PreparedModel::load(Arc::new(ModelBytes::Owned(bytes)), devices, options)
+    pub fn load_bytes(
+        bytes: Vec<u8>,
+        devices: &impl DeviceSource,
+        options: &LoadOptions,
+    ) -> Result<PreparedModel> {
+        PreparedModel::load(ModelFile::from_bytes(bytes), devices, options)
     }
 
-    fn load(bytes: Arc<ModelBytes>, devices: &impl DeviceSource, options: &LoadOptions) -> Result<PreparedModel> {
+    /// Loads an opened `.nnc` file.
+    pub fn load(
+        file: ModelFile,
+        devices: &impl DeviceSource,
+        options: &LoadOptions,
+    ) -> Result<PreparedModel> {
+        PreparedModel::load_shared(Arc::new(file), devices, options)
+    }
+
+    fn load_shared(
+        bytes: Arc<ModelFile>,
+        devices: &impl DeviceSource,
+        options: &LoadOptions,
+    ) -> Result<PreparedModel> {
         let start = Instant::now();
         // Host side: parse the header and the file's public structure (the execution
         // plan), and program each device's crypto control register.
@@ -185,8 +232,12 @@ impl PreparedModel {
             let op_count = container.model.main.operations.len();
             let plan = match container.section(SectionKind::ExecutionPlan) {
                 Some(section) => Some(
-                    ExecutionPlan::from_bytes(section, op_count, container.model.main.operands.len())
-                        .map_err(|e| RuntimeError::InvalidPlan(e.to_string()))?,
+                    ExecutionPlan::from_bytes(
+                        section,
+                        op_count,
+                        container.model.main.operands.len(),
+                    )
+                    .map_err(|e| RuntimeError::InvalidPlan(e.to_string()))?,
                 ),
                 None => None,
             };
@@ -196,7 +247,8 @@ impl PreparedModel {
         let mut report = CacheReport::none();
         let cache_dir = match &options.cache {
             Some(cfg) => Some((
-                nnc_formats::cache::CacheDir::open(&cfg.dir, cache::CACHE_VERSION).map_err(|e| RuntimeError::Cache(e.to_string()))?,
+                nnc_formats::cache::CacheDir::open(&cfg.dir, cache::CACHE_VERSION)
+                    .map_err(|e| RuntimeError::Cache(e.to_string()))?,
                 cfg,
             )),
             None => None,
@@ -206,7 +258,9 @@ impl PreparedModel {
             None => vec![devices.device_for("").name().to_string()],
         };
         let key_for = |device: usize, token: &nnc_formats::cache::Token| {
-            devices.device_for(device_names.get(device).map_or("", String::as_str)).data_cache_key(token)
+            devices
+                .device_for(device_names.get(device).map_or("", String::as_str))
+                .data_cache_key(token)
         };
         let mut hit = None;
         let mut steps = Vec::new();
@@ -214,7 +268,11 @@ impl PreparedModel {
             let model_id: Vec<u8> = cfg.token.map_or(header.tag.to_vec(), |t| t.to_vec());
             steps = cache::steps(plan.as_ref(), op_count, &model_id, &device_names[0]);
             hit = cache::try_hit(dir, &steps, &key_for, &mut report.warnings)?;
-            report.outcome = if hit.is_some() { CacheOutcome::Hit } else { CacheOutcome::Miss };
+            report.outcome = if hit.is_some() {
+                CacheOutcome::Hit
+            } else {
+                CacheOutcome::Miss
+            };
         }
         // Device side: each device authenticates the file, verifies the weight fields of
         // the operations it runs (unless the cache supplies their prepared weights), and
@@ -223,7 +281,10 @@ impl PreparedModel {
         let shared: Arc<dyn AsRef<[u8]> + Send + Sync> = bytes;
         let (model, attached, by_operation) = match &plan {
             None => {
-                let (model, w) = devices.device_for("").attach(shared, register, None, verify_fields)?;
+                let (model, w) =
+                    devices
+                        .device_for("")
+                        .attach(shared, register, None, verify_fields)?;
                 let n = model.main.operations.len();
                 (model, vec![w], vec![0; n])
             }
@@ -237,11 +298,17 @@ impl PreparedModel {
                         .filter(|s| s.device as usize == d)
                         .flat_map(|s| s.operations.iter().map(|&o| o as usize))
                         .collect();
-                    let (m, w) = devices.device_for(&device.name).attach(Arc::clone(&shared), register, Some(&ops), verify_fields)?;
+                    let (m, w) = devices.device_for(&device.name).attach(
+                        Arc::clone(&shared),
+                        register,
+                        Some(&ops),
+                        verify_fields,
+                    )?;
                     model.get_or_insert(m);
                     attached.push(w);
                 }
-                let model = model.ok_or_else(|| RuntimeError::InvalidPlan("it lists no device".into()))?;
+                let model =
+                    model.ok_or_else(|| RuntimeError::InvalidPlan("it lists no device".into()))?;
                 let mut by_operation = vec![0; model.main.operations.len()];
                 for step in &plan.steps {
                     for &op in &step.operations {
@@ -271,12 +338,24 @@ impl PreparedModel {
         // One program runs every step in order (steps are contiguous runs of operations),
         // so a partitioned model computes exactly what a single-device one does; each
         // step's weights come from its own device.
-        let prepare_options = PrepareOptions { threads: options.threads };
-        let program = match (&image, Program::prepare_with(&model, Arc::clone(&provider), &prepare_options, image.as_ref())) {
+        let prepare_options = PrepareOptions {
+            threads: options.threads,
+        };
+        let program = match (
+            &image,
+            Program::prepare_with(
+                &model,
+                Arc::clone(&provider),
+                &prepare_options,
+                image.as_ref(),
+            ),
+        ) {
             (_, Ok(p)) => p,
             (Some(_), Err(e)) => {
                 // A cached program that does not fit is never used: prepare afresh.
-                report.warnings.push(format!("discarded the cached program: {e}"));
+                report
+                    .warnings
+                    .push(format!("discarded the cached program: {e}"));
                 report.outcome = CacheOutcome::Miss;
                 Program::prepare(&model, provider, &prepare_options)?
             }
@@ -288,7 +367,9 @@ impl PreparedModel {
                 Ok(program.prepared_weights(op)?.map(|w| w.to_bytes()))
             };
             if let Err(e) = cache::store(dir, &steps, &image, &prepared, &key_for) {
-                report.warnings.push(format!("could not write the cache: {e}"));
+                report
+                    .warnings
+                    .push(format!("could not write the cache: {e}"));
             }
         }
         Ok(PreparedModel {
@@ -346,7 +427,10 @@ impl PreparedModel {
 
     /// Parameter-cache counters per device, by device name.
     pub fn device_stats(&self) -> Vec<(String, CacheStats)> {
-        self.devices.iter().map(|d| (d.device().to_string(), d.cache_stats())).collect()
+        self.devices
+            .iter()
+            .map(|d| (d.device().to_string(), d.cache_stats()))
+            .collect()
     }
 
     /// What the compilation cache did during loading.

@@ -42,22 +42,30 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         Some(i) => t.split_at(i),
         None => (t, ""),
     };
-    let n: u64 = digits.parse().map_err(|_| format!("'{text}' is not a size (e.g. 500M)"))?;
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size (e.g. 500M)"))?;
     let scale: u64 = match unit.to_ascii_uppercase().as_str() {
         "" | "B" => 1,
         "K" | "KB" | "KIB" => 1 << 10,
         "M" | "MB" | "MIB" => 1 << 20,
         "G" | "GB" | "GIB" => 1 << 30,
-        _ => return Err(format!("'{text}': unknown size unit '{unit}' (use K, M or G)")),
+        _ => {
+            return Err(format!(
+                "'{text}': unknown size unit '{unit}' (use K, M or G)"
+            ));
+        }
     };
-    n.checked_mul(scale).ok_or_else(|| format!("'{text}' is too large"))
+    n.checked_mul(scale)
+        .ok_or_else(|| format!("'{text}' is too large"))
 }
 
 fn open(dir: &std::path::Path) -> anyhow::Result<CacheDir> {
     if !dir.is_dir() {
         anyhow::bail!("{} is not a cache directory", dir.display());
     }
-    CacheDir::open(dir, nnc_runtime::cache::CACHE_VERSION).with_context(|| format!("cannot open cache {}", dir.display()))
+    CacheDir::open(dir, nnc_runtime::cache::CACHE_VERSION)
+        .with_context(|| format!("cannot open cache {}", dir.display()))
 }
 
 pub fn run(action: Action) -> anyhow::Result<ExitCode> {
@@ -65,7 +73,12 @@ pub fn run(action: Action) -> anyhow::Result<ExitCode> {
         Action::Ls(d) => {
             let entries = open(&d.dir)?.list()?;
             if d.json {
-                output::stdout(&format!("{}\n", serde_json::to_string_pretty(&json!({"schema": "nnc.cache.ls/1", "entries": entries}))?))?;
+                output::stdout(&format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(
+                        &json!({"schema": "nnc.cache.ls/1", "entries": entries})
+                    )?
+                ))?;
             } else {
                 let mut text = format!("{} entries in {}\n", entries.len(), d.dir.display());
                 for e in &entries {
@@ -86,7 +99,12 @@ pub fn run(action: Action) -> anyhow::Result<ExitCode> {
                     .iter()
                     .map(|(e, p)| json!({"token": e.token, "ok": p.is_none(), "problem": p}))
                     .collect();
-                output::stdout(&format!("{}\n", serde_json::to_string_pretty(&json!({"schema": "nnc.cache.verify/1", "entries": list}))?))?;
+                output::stdout(&format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(
+                        &json!({"schema": "nnc.cache.verify/1", "entries": list})
+                    )?
+                ))?;
             } else {
                 let mut text = String::new();
                 for (e, p) in &results {
@@ -98,12 +116,21 @@ pub fn run(action: Action) -> anyhow::Result<ExitCode> {
                 text.push_str(&format!("{} entries, {bad} damaged\n", results.len()));
                 output::stdout(&text)?;
             }
-            Ok(if bad == 0 { ExitCode::SUCCESS } else { ExitCode::from(crate::exit::FAILURE) })
+            Ok(if bad == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(crate::exit::FAILURE)
+            })
         }
         Action::Clean { dir, max_size } => {
             let report = open(&dir.dir)?.clean(max_size)?;
             if dir.json {
-                output::stdout(&format!("{}\n", serde_json::to_string_pretty(&json!({"schema": "nnc.cache.clean/1", "report": report}))?))?;
+                output::stdout(&format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(
+                        &json!({"schema": "nnc.cache.clean/1", "report": report})
+                    )?
+                ))?;
             } else {
                 output::stdout(&format!(
                     "removed {} entries ({} bytes) and {} leftovers; {} bytes remain\n",

@@ -114,7 +114,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let lowered = super::lower(&args.model, &options)?;
     let lower_ms = started.elapsed().as_secs_f64() * 1e3;
-    progress.stage(&format!("lowered to {} operations", lowered.model.main.operations.len()));
+    progress.stage(&format!(
+        "lowered to {} operations",
+        lowered.model.main.operations.len()
+    ));
     // Partition when device profiles or a partition policy other than the default ask.
     let partitioned = !args.devices.is_empty()
         || !matches!(args.partition, super::PartitionArg::Fallback)
@@ -125,9 +128,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if partitioned {
         let mut profiles = Vec::new();
         for path in &args.devices {
-            profiles.extend(nnc_formats::device::load_profiles(path).map_err(nnc_compiler::CompileError::from)?);
+            profiles.extend(
+                nnc_formats::device::load_profiles(path)
+                    .map_err(nnc_compiler::CompileError::from)?,
+            );
         }
-        progress.stage(&format!("partitioning across {} device profile(s)", profiles.len()));
+        progress.stage(&format!(
+            "partitioning across {} device profile(s)",
+            profiles.len()
+        ));
         let options = nnc_compiler::partition::PartitionOptions {
             mode: args.partition.into(),
             preference: args.preference.into(),
@@ -144,9 +153,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .collect();
         if !host.is_empty() && !args.json {
             const SHOWN: usize = 5;
-            let mut list = host.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+            let mut list = host
+                .iter()
+                .take(SHOWN)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ");
             if host.len() > SHOWN {
-                list.push_str(&format!(" and {} more (`nnc inspect OUT.nnc --partition` lists all)", host.len() - SHOWN));
+                list.push_str(&format!(
+                    " and {} more (`nnc inspect OUT.nnc --partition` lists all)",
+                    host.len() - SHOWN
+                ));
             }
             eprintln!(
                 "warning: {} operation(s) run on the CPU with encrypted weights, which are decrypted in host memory \
@@ -163,7 +180,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             })).collect::<Vec<_>>(),
             "host_decrypted": host,
         });
-        extra_sections.push((nnc_formats::container::SectionKind::ExecutionPlan, plan.to_bytes()));
+        extra_sections.push((
+            nnc_formats::container::SectionKind::ExecutionPlan,
+            plan.to_bytes(),
+        ));
         model = reordered;
     }
     let started = Instant::now();
@@ -198,7 +218,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let prepared = nnc_runtime::PreparedModel::load_bytes(bytes.clone(), &npu, &options)
                 .context("cannot prepare the compiled model for the cache")?;
             let report = prepared.cache_report();
-            if let Some(w) = report.warnings.iter().find(|w| w.starts_with("could not write")) {
+            if let Some(w) = report
+                .warnings
+                .iter()
+                .find(|w| w.starts_with("could not write"))
+            {
                 bail!("{w}");
             }
             for w in &report.warnings {

@@ -32,7 +32,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let mut text = String::new();
     for p in &profiles {
-        text.push_str(&format!("{} ({}, version {})\n", p.name, p.kind.name(), p.version));
+        text.push_str(&format!(
+            "{} ({}, version {})\n",
+            p.name,
+            p.kind.name(),
+            p.version
+        ));
         let perf: Vec<String> = p
             .performance
             .iter()
@@ -40,7 +45,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .collect();
         text.push_str(&format!(
             "  performance: {}\n",
-            if perf.is_empty() { "1.0 for every type (the CPU baseline)".to_string() } else { perf.join("; ") }
+            if perf.is_empty() {
+                "1.0 for every type (the CPU baseline)".to_string()
+            } else {
+                perf.join("; ")
+            }
         ));
         if p.operations.is_empty() {
             text.push_str("  operations: every operation nnc runs\n");
@@ -64,7 +73,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 if let Some(b) = rule.max_tensor_bytes {
                     limits.push(format!("tensors <= {b} bytes"));
                 }
-                text.push_str(&format!("  {}: {}\n", rule.types.join(", "), if limits.is_empty() { "any".into() } else { limits.join(", ") }));
+                text.push_str(&format!(
+                    "  {}: {}\n",
+                    rule.types.join(", "),
+                    if limits.is_empty() {
+                        "any".into()
+                    } else {
+                        limits.join(", ")
+                    }
+                ));
             }
         }
         if let Some(b) = p.memory_budget_bytes {
@@ -73,11 +90,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let decrypts: Vec<String> = p
             .decrypts
             .iter()
-            .map(|d| format!("{} ({})", d.algorithm.name(), d.modes.iter().map(|m| m.name()).collect::<Vec<_>>().join("/")))
+            .map(|d| {
+                format!(
+                    "{} ({})",
+                    d.algorithm.name(),
+                    d.modes
+                        .iter()
+                        .map(|m| m.name())
+                        .collect::<Vec<_>>()
+                        .join("/")
+                )
+            })
             .collect();
         text.push_str(&format!(
             "  decrypts: {}\n  cache files: {} model, {} data\n",
-            if decrypts.is_empty() { "nothing".to_string() } else { decrypts.join(", ") },
+            if decrypts.is_empty() {
+                "nothing".to_string()
+            } else {
+                decrypts.join(", ")
+            },
             p.cache_files.model,
             p.cache_files.data
         ));

@@ -36,7 +36,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (model, plan) = if super::is_compiled(&args.model)? {
-        let bytes = std::fs::read(&args.model).with_context(|| format!("cannot read {}", args.model.display()))?;
+        let bytes = std::fs::read(&args.model)
+            .with_context(|| format!("cannot read {}", args.model.display()))?;
         let container = nnc_formats::container::Container::parse(&bytes)
             .with_context(|| format!("{} is not a valid nnc model file", args.model.display()))?;
         let plan = super::stored_plan(&container)?;
@@ -52,14 +53,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     if let Some(plan) = &plan {
         // One cluster per step, coloured by device; cross-step tensors stand out.
-        const PALETTE: [&str; 6] = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860"];
+        const PALETTE: [&str; 6] = [
+            "#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860",
+        ];
         for (i, step) in plan.steps.iter().enumerate() {
             let device = &plan.devices[step.device as usize];
-            dot_options.clusters.push(nnc_formats::nn::dump::DotCluster {
-                label: format!("step {i}: {} ({})", device.name, device.kind),
-                color: PALETTE[step.device as usize % PALETTE.len()].to_string(),
-                operations: step.operations.iter().map(|&o| o as usize).collect(),
-            });
+            dot_options
+                .clusters
+                .push(nnc_formats::nn::dump::DotCluster {
+                    label: format!("step {i}: {} ({})", device.name, device.kind),
+                    color: PALETTE[step.device as usize % PALETTE.len()].to_string(),
+                    operations: step.operations.iter().map(|&o| o as usize).collect(),
+                });
             for &o in step.inputs.iter().chain(&step.outputs) {
                 let operand = &model.main.operands[o as usize];
                 if operand.lifetime == nnc_formats::nn::Lifetime::TemporaryVariable {

@@ -37,7 +37,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return run_compiled(args);
     }
     if args.partition {
-        anyhow::bail!("--partition reports a compiled model's placement: compile with --devices first");
+        anyhow::bail!(
+            "--partition reports a compiled model's placement: compile with --devices first"
+        );
     }
     let options = super::lower_options(&args.input_shapes, args.no_optimize)?;
     let lowered = super::lower(&args.model, &options)?;
@@ -473,7 +475,11 @@ fn partition_text(r: &Value) -> String {
             p["type"].as_str().unwrap_or(""),
             p["device"].as_str().unwrap_or(""),
             p["reason"].as_str().unwrap_or(""),
-            if p["host_decrypted"] == Value::Bool(true) { "  [weights decrypted in host memory]" } else { "" }
+            if p["host_decrypted"] == Value::Bool(true) {
+                "  [weights decrypted in host memory]"
+            } else {
+                ""
+            }
         ));
         for d in p["declined"].as_array().into_iter().flatten() {
             s.push_str(&format!(

@@ -142,7 +142,10 @@ pub fn is_compiled(path: &Path) -> anyhow::Result<bool> {
 }
 
 /// The cache configuration from `--cache-dir` and `--token`.
-pub fn cache_config(dir: Option<&Path>, token: Option<&str>) -> anyhow::Result<Option<nnc_runtime::CacheConfig>> {
+pub fn cache_config(
+    dir: Option<&Path>,
+    token: Option<&str>,
+) -> anyhow::Result<Option<nnc_runtime::CacheConfig>> {
     let Some(dir) = dir else { return Ok(None) };
     let token = match token {
         Some(t) => Some(nnc_formats::cache::parse_token(t)?),
@@ -193,7 +196,9 @@ impl From<PartitionArg> for nnc_formats::plan::PartitionMode {
 }
 
 /// The execution plan stored in a compiled file, if any.
-pub fn stored_plan(c: &nnc_formats::container::Container) -> anyhow::Result<Option<nnc_formats::plan::ExecutionPlan>> {
+pub fn stored_plan(
+    c: &nnc_formats::container::Container,
+) -> anyhow::Result<Option<nnc_formats::plan::ExecutionPlan>> {
     match c.section(nnc_formats::container::SectionKind::ExecutionPlan) {
         None => Ok(None),
         Some(bytes) => Ok(Some(nnc_formats::plan::ExecutionPlan::from_bytes(

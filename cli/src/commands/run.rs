@@ -11,7 +11,7 @@ use nnc_compiler::emit::{self, EmitOptions};
 use nnc_formats::crypto::Mode;
 use nnc_formats::nn::IoInfo;
 use nnc_formats::tensor::HostTensor;
-use nnc_runtime::{Devices, LoadOptions, PreparedModel, SimulatedNpu};
+use nnc_runtime::{Devices, LoadOptions, ModelFile, PreparedModel, SimulatedNpu};
 use serde_json::json;
 
 use crate::keys::KeyArgs;
@@ -75,10 +75,13 @@ pub fn load(args: &Args) -> anyhow::Result<(PreparedModel, Devices)> {
         }
     };
     if super::is_compiled(&args.model)? {
-        let bytes = std::fs::read(&args.model).with_context(|| format!("cannot read {}", args.model.display()))?;
+        // Mapped, not read: a model prepared from a compilation cache never pages in its
+        // weight region.
+        let file = ModelFile::open(&args.model)
+            .with_context(|| format!("cannot read {}", args.model.display()))?;
         // One simulated device per device of the model's execution plan (the plan is
         // public structure; nothing is trusted until a device authenticates the file).
-        let names: Vec<String> = match nnc_formats::container::Container::parse(&bytes)
+        let names: Vec<String> = match nnc_formats::container::Container::parse(file.bytes())
             .ok()
             .and_then(|c| super::stored_plan(&c).ok().flatten())
         {
@@ -90,14 +93,20 @@ pub fn load(args: &Args) -> anyhow::Result<(PreparedModel, Devices)> {
             let key = args.key.require_raw(&args.model.display().to_string())?;
             devices.install_key(&key);
         }
-        let model = PreparedModel::load_bytes(bytes, &devices, &options)
+        let model = PreparedModel::load(file, &devices, &options)
             .with_context(|| format!("cannot load {}", args.model.display()))?;
         Ok((model, devices))
     } else {
         if args.key.given() {
-            bail!("{} is a source model: it is compiled in memory without encryption, so it takes no key", args.model.display());
+            bail!(
+                "{} is a source model: it is compiled in memory without encryption, so it takes no key",
+                args.model.display()
+            );
         }
-        let lowered = super::lower(&args.model, &super::lower_options(&args.input_shapes, false)?)?;
+        let lowered = super::lower(
+            &args.model,
+            &super::lower_options(&args.input_shapes, false)?,
+        )?;
         let bytes = emit::emit(
             &lowered.model,
             EmitOptions {

@@ -29,12 +29,20 @@ pub struct DataCacheKey(Zeroizing<Vec<u8>>);
 
 impl DataCacheKey {
     pub fn derive(master: &[u8], token: &Token) -> Result<DataCacheKey, CacheError> {
-        let key = hkdf_sha256(master, token, b"nnc/v1 data cache key", 32).map_err(|e| CacheError::Options(e.to_string()))?;
+        let key = hkdf_sha256(master, token, b"nnc/v1 data cache key", 32)
+            .map_err(|e| CacheError::Options(e.to_string()))?;
         Ok(DataCacheKey(key))
     }
 }
 
-fn header(token: &Token, part: u16, count: u16, protection: u8, nonce: &[u8; 12], payload_len: u64) -> Vec<u8> {
+fn header(
+    token: &Token,
+    part: u16,
+    count: u16,
+    protection: u8,
+    nonce: &[u8; 12],
+    payload_len: u64,
+) -> Vec<u8> {
     let mut h = Vec::with_capacity(HEADER_LEN);
     h.extend_from_slice(MAGIC);
     h.extend_from_slice(&1u16.to_le_bytes());
@@ -49,12 +57,20 @@ fn header(token: &Token, part: u16, count: u16, protection: u8, nonce: &[u8; 12]
 }
 
 /// Seals `plaintext` as data-cache file `part` of `count` for `token`.
-pub fn seal_data(key: Option<&DataCacheKey>, token: &Token, part: u16, count: u16, plaintext: &[u8]) -> Result<Vec<u8>, CacheError> {
+pub fn seal_data(
+    key: Option<&DataCacheKey>,
+    token: &Token,
+    part: u16,
+    count: u16,
+    plaintext: &[u8],
+) -> Result<Vec<u8>, CacheError> {
     match key {
         Some(k) => {
-            let nonce: [u8; 12] = crypto::try_random_bytes().map_err(|e| CacheError::Options(e.to_string()))?;
+            let nonce: [u8; 12] =
+                crypto::try_random_bytes().map_err(|e| CacheError::Options(e.to_string()))?;
             let h = header(token, part, count, GCM, &nonce, plaintext.len() as u64 + 16);
-            let cipher = Aes256Gcm::new_from_slice(&k.0).map_err(|_| CacheError::Options("bad data-cache key".into()))?;
+            let cipher = Aes256Gcm::new_from_slice(&k.0)
+                .map_err(|_| CacheError::Options("bad data-cache key".into()))?;
             let mut buf = plaintext.to_vec();
             cipher
                 .encrypt_in_place(&Nonce::from(nonce), &h, &mut buf)
@@ -64,7 +80,14 @@ pub fn seal_data(key: Option<&DataCacheKey>, token: &Token, part: u16, count: u1
             Ok(out)
         }
         None => {
-            let h = header(token, part, count, CHECKSUM, &[0; 12], plaintext.len() as u64 + 32);
+            let h = header(
+                token,
+                part,
+                count,
+                CHECKSUM,
+                &[0; 12],
+                plaintext.len() as u64 + 32,
+            );
             let digest = crypto::sha256(&[&h, plaintext]);
             let mut out = h;
             out.extend_from_slice(plaintext);
@@ -121,7 +144,9 @@ pub fn open_data(
     len.copy_from_slice(&file[60..68]);
     let payload_len = u64::from_le_bytes(len);
     if payload_len != (file.len() - HEADER_LEN) as u64 {
-        return Err(invalid("length does not match (truncated or appended bytes)"));
+        return Err(invalid(
+            "length does not match (truncated or appended bytes)",
+        ));
     }
     let total = file.len();
     match (protection, key) {
@@ -138,7 +163,9 @@ pub fn open_data(
             let body = &mut rest[..total - HEADER_LEN - 16];
             cipher
                 .decrypt_inout_detached(&Nonce::from(nonce), header, body.into(), &tag.into())
-                .map_err(|_| invalid("does not authenticate (altered, or sealed under another key)"))?;
+                .map_err(|_| {
+                    invalid("does not authenticate (altered, or sealed under another key)")
+                })?;
             Ok(OpenedData {
                 buf: file,
                 range: HEADER_LEN..total - 16,
@@ -175,7 +202,10 @@ mod tests {
         let plain: Vec<u8> = (0..1000u32).map(|i| (i * 31) as u8).collect();
         for k in [Some(&key), None] {
             let file = seal_data(k, &token, 1, 2, &plain).unwrap();
-            assert_eq!(&open_data(k, &token, 1, 2, file.clone()).unwrap()[..], &plain[..]);
+            assert_eq!(
+                &open_data(k, &token, 1, 2, file.clone()).unwrap()[..],
+                &plain[..]
+            );
             for pos in (0..file.len()).step_by(7) {
                 let mut f = file.clone();
                 f[pos] ^= 1;
@@ -184,8 +214,14 @@ mod tests {
             let mut longer = file.clone();
             longer.push(0);
             assert!(open_data(k, &token, 1, 2, longer).is_err());
-            assert!(open_data(k, &[8; 32], 1, 2, file.clone()).is_err(), "another token");
-            assert!(open_data(k, &token, 0, 2, file.clone()).is_err(), "another slot");
+            assert!(
+                open_data(k, &[8; 32], 1, 2, file.clone()).is_err(),
+                "another token"
+            );
+            assert!(
+                open_data(k, &token, 0, 2, file.clone()).is_err(),
+                "another slot"
+            );
         }
         // Encrypted: the plaintext appears nowhere in the file.
         let file = seal_data(Some(&key), &token, 0, 1, &plain).unwrap();

@@ -68,7 +68,9 @@ pub struct CleanReport {
 }
 
 fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 fn mtime(path: &Path) -> u64 {
@@ -82,7 +84,11 @@ fn mtime(path: &Path) -> u64 {
 #[cfg(unix)]
 fn private_dir(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    match fs::DirBuilder::new().recursive(true).mode(0o700).create(path) {
+    match fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+    {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(e),
@@ -108,9 +114,13 @@ fn write_private(target: &Path, bytes: &[u8]) -> Result<(), CacheError> {
             .set_permissions(fs::Permissions::from_mode(0o600))
             .map_err(|e| CacheError::io(target, e))?;
     }
-    tmp.write_all(bytes).map_err(|e| CacheError::io(target, e))?;
-    tmp.as_file().sync_all().map_err(|e| CacheError::io(target, e))?;
-    tmp.persist(target).map_err(|e| CacheError::io(target, e.error))?;
+    tmp.write_all(bytes)
+        .map_err(|e| CacheError::io(target, e))?;
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| CacheError::io(target, e))?;
+    tmp.persist(target)
+        .map_err(|e| CacheError::io(target, e.error))?;
     Ok(())
 }
 
@@ -144,7 +154,8 @@ impl CacheDir {
     /// A shared lock: readers may run together, never beside a writer.
     pub fn lock_shared(&self) -> Result<CacheLock, CacheError> {
         let file = self.lock_file()?;
-        file.lock_shared().map_err(|e| CacheError::io(&self.root, e))?;
+        file.lock_shared()
+            .map_err(|e| CacheError::io(&self.root, e))?;
         Ok(CacheLock { _file: file })
     }
 
@@ -168,15 +179,26 @@ impl CacheDir {
     fn read_index(&self) -> (Index, Option<String>) {
         let path = self.index_path();
         match fs::read(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Index::empty(&self.nnc_version), None),
-            Err(e) => (Index::empty(&self.nnc_version), Some(format!("cannot read the index: {e}"))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                (Index::empty(&self.nnc_version), None)
+            }
+            Err(e) => (
+                Index::empty(&self.nnc_version),
+                Some(format!("cannot read the index: {e}")),
+            ),
             Ok(bytes) => match serde_json::from_slice::<Index>(&bytes) {
                 Ok(index) if index.is_current(&self.nnc_version) => (index, None),
                 Ok(index) => (
                     Index::empty(&self.nnc_version),
-                    Some(format!("the index was written by nnc {}; it is reset", index.nnc_version)),
+                    Some(format!(
+                        "the index was written by nnc {}; it is reset",
+                        index.nnc_version
+                    )),
                 ),
-                Err(e) => (Index::empty(&self.nnc_version), Some(format!("the index is corrupt ({e}); it is reset"))),
+                Err(e) => (
+                    Index::empty(&self.nnc_version),
+                    Some(format!("the index is corrupt ({e}); it is reset")),
+                ),
             },
         }
     }
@@ -191,11 +213,18 @@ impl CacheDir {
 
     /// Looks a token up under a shared lock. Every file is read once into memory, and
     /// that buffer is what is hashed and returned.
-    pub fn lookup(&self, token: &Token, model_files: usize, data_files: usize) -> Result<Lookup, CacheError> {
+    pub fn lookup(
+        &self,
+        token: &Token,
+        model_files: usize,
+        data_files: usize,
+    ) -> Result<Lookup, CacheError> {
         let _lock = self.lock_shared()?;
         let (index, _) = self.read_index();
         let hex_token = hex::encode(token);
-        let Some(entry) = index.find(&hex_token) else { return Ok(Lookup::Miss) };
+        let Some(entry) = index.find(&hex_token) else {
+            return Ok(Lookup::Miss);
+        };
         if entry.model.len() != model_files || entry.data.len() != data_files {
             return Ok(Lookup::Invalid(format!(
                 "the entry has {} model and {} data files, the device needs {model_files} and {data_files}",
@@ -211,8 +240,13 @@ impl CacheDir {
                 Ok(b) => b,
                 Err(e) => return Ok(Lookup::Invalid(format!("model cache file {i}: {e}"))),
             };
-            if !ct_eq(hex::encode(sha256(&[&bytes])).as_bytes(), expected.as_bytes()) {
-                return Ok(Lookup::Invalid(format!("model cache file {i} does not match the index")));
+            if !ct_eq(
+                hex::encode(sha256(&[&bytes])).as_bytes(),
+                expected.as_bytes(),
+            ) {
+                return Ok(Lookup::Invalid(format!(
+                    "model cache file {i} does not match the index"
+                )));
             }
             match parse_model_file(&bytes, token, i, model_files) {
                 Ok(payload) => model.push(payload.to_vec()),
@@ -235,9 +269,16 @@ impl CacheDir {
     /// Stores an entry under an exclusive lock: files first (0600, renamed into place),
     /// the index last, so an interrupted store leaves nothing the index points to. An
     /// existing valid entry for the token (another process got there first) is kept.
-    pub fn store(&self, token: &Token, model: &[Vec<u8>], data: &[Vec<u8>]) -> Result<(), CacheError> {
+    pub fn store(
+        &self,
+        token: &Token,
+        model: &[Vec<u8>],
+        data: &[Vec<u8>],
+    ) -> Result<(), CacheError> {
         if model.len() > MAX_CACHE_FILES || data.len() > MAX_CACHE_FILES {
-            return Err(CacheError::Options(format!("at most {MAX_CACHE_FILES} cache files of each kind")));
+            return Err(CacheError::Options(format!(
+                "at most {MAX_CACHE_FILES} cache files of each kind"
+            )));
         }
         // Hash each buffer before it is written: the index records what was meant.
         let count = model.len();
@@ -246,7 +287,10 @@ impl CacheDir {
             .enumerate()
             .map(|(i, payload)| model_file(token, i, count, payload))
             .collect();
-        let model_hashes: Vec<String> = model_files.iter().map(|f| hex::encode(sha256(&[f]))).collect();
+        let model_hashes: Vec<String> = model_files
+            .iter()
+            .map(|f| hex::encode(sha256(&[f])))
+            .collect();
         let data_hashes: Vec<String> = data.iter().map(|f| hex::encode(sha256(&[f]))).collect();
         let _lock = self.lock_exclusive()?;
         let (mut index, reset) = self.read_index();
@@ -321,7 +365,9 @@ impl CacheDir {
         let (index, _) = self.read_index();
         let mut out = Vec::new();
         for info in entries {
-            let Some(e) = index.find(&info.token) else { continue };
+            let Some(e) = index.find(&info.token) else {
+                continue;
+            };
             let dir = self.root.join(&e.token);
             let mut problem = None;
             for (kind, hashes) in [("model", &e.model), ("data", &e.data)] {
@@ -330,7 +376,8 @@ impl CacheDir {
                     match fs::read(&path) {
                         Err(err) => problem = Some(format!("{kind} cache file {i}: {err}")),
                         Ok(bytes) if hex::encode(sha256(&[&bytes])) != *expected => {
-                            problem = Some(format!("{kind} cache file {i} does not match the index"));
+                            problem =
+                                Some(format!("{kind} cache file {i} does not match the index"));
                         }
                         Ok(_) => {}
                     }
@@ -369,7 +416,9 @@ impl CacheDir {
     /// Removes directory contents no index entry names (interrupted writes, old
     /// versions). Returns how many were removed.
     fn remove_strays(&self, index: &Index) -> usize {
-        let Ok(read) = fs::read_dir(&self.root) else { return 0 };
+        let Ok(read) = fs::read_dir(&self.root) else {
+            return 0;
+        };
         let mut removed = 0;
         for entry in read.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -377,7 +426,11 @@ impl CacheDir {
                 continue;
             }
             let path = entry.path();
-            let ok = if path.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+            let ok = if path.is_dir() {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            };
             removed += usize::from(ok.is_ok());
         }
         removed
@@ -397,7 +450,12 @@ fn model_file(token: &Token, part: usize, count: usize, payload: &[u8]) -> Vec<u
     f
 }
 
-fn parse_model_file<'b>(bytes: &'b [u8], token: &Token, part: usize, count: usize) -> Result<&'b [u8], String> {
+fn parse_model_file<'b>(
+    bytes: &'b [u8],
+    token: &Token,
+    part: usize,
+    count: usize,
+) -> Result<&'b [u8], String> {
     if bytes.len() < MODEL_HEADER_LEN || &bytes[..8] != MODEL_MAGIC {
         return Err("not a model-cache file".into());
     }
@@ -431,7 +489,8 @@ mod tests {
         let (_t, c) = dir();
         let token = [1u8; 32];
         assert!(matches!(c.lookup(&token, 1, 1).unwrap(), Lookup::Miss));
-        c.store(&token, &[b"program".to_vec()], &[b"weights".to_vec()]).unwrap();
+        c.store(&token, &[b"program".to_vec()], &[b"weights".to_vec()])
+            .unwrap();
         match c.lookup(&token, 1, 1).unwrap() {
             Lookup::Hit(e) => {
                 assert_eq!(e.model, vec![b"program".to_vec()]);
@@ -454,10 +513,23 @@ mod tests {
         c.store(&token, &[b"p".to_vec()], &[b"d".to_vec()]).unwrap();
         let entry = c.root().join(hex::encode(token));
         for f in ["model-0.bin", "data-0.bin"] {
-            assert_eq!(fs::metadata(entry.join(f)).unwrap().permissions().mode() & 0o777, 0o600);
+            assert_eq!(
+                fs::metadata(entry.join(f)).unwrap().permissions().mode() & 0o777,
+                0o600
+            );
         }
-        assert_eq!(fs::metadata(c.root().join("index.json")).unwrap().permissions().mode() & 0o777, 0o600);
-        assert_eq!(fs::metadata(&entry).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(
+            fs::metadata(c.root().join("index.json"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o600
+        );
+        assert_eq!(
+            fs::metadata(&entry).unwrap().permissions().mode() & 0o777,
+            0o700
+        );
     }
 
     #[test]
@@ -471,12 +543,18 @@ mod tests {
             let mut bad = good.clone();
             bad[pos] ^= 1;
             fs::write(&path, &bad).unwrap();
-            assert!(matches!(c.lookup(&token, 1, 0).unwrap(), Lookup::Invalid(_)), "flip at {pos}");
+            assert!(
+                matches!(c.lookup(&token, 1, 0).unwrap(), Lookup::Invalid(_)),
+                "flip at {pos}"
+            );
         }
         let mut longer = good.clone();
         longer.push(0);
         fs::write(&path, &longer).unwrap();
-        assert!(matches!(c.lookup(&token, 1, 0).unwrap(), Lookup::Invalid(_)));
+        assert!(matches!(
+            c.lookup(&token, 1, 0).unwrap(),
+            Lookup::Invalid(_)
+        ));
     }
 
     #[test]
@@ -484,7 +562,10 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let root = t.path().join("cache");
         let token = [4u8; 32];
-        CacheDir::open(&root, "1.0").unwrap().store(&token, &[b"p".to_vec()], &[]).unwrap();
+        CacheDir::open(&root, "1.0")
+            .unwrap()
+            .store(&token, &[b"p".to_vec()], &[])
+            .unwrap();
         let newer = CacheDir::open(&root, "2.0").unwrap();
         assert!(matches!(newer.lookup(&token, 1, 0).unwrap(), Lookup::Miss));
         newer.store(&[5u8; 32], &[b"q".to_vec()], &[]).unwrap();

@@ -79,7 +79,11 @@ pub struct TokenInputs<'a> {
 /// The token of a step: SHA-256 over every input, each length-prefixed so that no two
 /// different inputs can run together into the same bytes.
 pub fn token(inputs: &TokenInputs) -> Token {
-    let ops: Vec<u8> = inputs.operations.iter().flat_map(|o| o.to_le_bytes()).collect();
+    let ops: Vec<u8> = inputs
+        .operations
+        .iter()
+        .flat_map(|o| o.to_le_bytes())
+        .collect();
     let mut parts: Vec<Vec<u8>> = Vec::new();
     for field in [
         b"nnc/v1 cache token".as_slice(),
@@ -100,8 +104,12 @@ pub fn token(inputs: &TokenInputs) -> Token {
 /// Parses a 64-digit hex token (`--token`).
 pub fn parse_token(hex_text: &str) -> Result<Token, CacheError> {
     let mut t = [0u8; 32];
-    hex::decode_to_slice(hex_text.trim(), &mut t)
-        .map_err(|_| CacheError::Options(format!("a token is 64 hex digits, got '{}'", hex_text.trim())))?;
+    hex::decode_to_slice(hex_text.trim(), &mut t).map_err(|_| {
+        CacheError::Options(format!(
+            "a token is 64 hex digits, got '{}'",
+            hex_text.trim()
+        ))
+    })?;
     Ok(t)
 }
 

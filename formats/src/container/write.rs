@@ -48,13 +48,16 @@ pub fn is_weight(operand: &crate::nn::Operand) -> bool {
     operand.lifetime.is_constant()
         && operand.operand_type.is_tensor()
         && (operand.lifetime == Lifetime::ConstantReference
-            || !(operand.operand_type == crate::nn::OperandType::TensorInt32 && operand.scale == 0.0))
+            || !(operand.operand_type == crate::nn::OperandType::TensorInt32
+                && operand.scale == 0.0))
 }
 
 /// [`is_weight`], and also an int32 vector with scale 0 that an operation reads as its
 /// bias: with per-channel filters NNAPI gives the bias scale 0, yet it is trained data.
 pub fn is_weight_in(model: &Model, index: u32) -> bool {
-    let Some(operand) = model.operand(index) else { return false };
+    let Some(operand) = model.operand(index) else {
+        return false;
+    };
     if is_weight(operand) {
         return true;
     }
@@ -62,7 +65,8 @@ pub fn is_weight_in(model: &Model, index: u32) -> bool {
         && operand.operand_type.is_tensor()
         && model.main.operations.iter().any(|op| {
             op.inputs.iter().enumerate().any(|(k, &i)| {
-                i == index && crate::nn::signature::input_role(op.op_type, k, op.inputs.len()) == "bias"
+                i == index
+                    && crate::nn::signature::input_role(op.op_type, k, op.inputs.len()) == "bias"
             })
         })
 }

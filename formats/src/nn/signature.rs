@@ -577,6 +577,67 @@ pub fn infer(
     inputs: &[InputView],
     outputs: &[&Operand],
 ) -> Result<Vec<OutputShape>> {
+    let shapes = infer_outputs(op, inputs, outputs)?;
+    check_kept_quantization(op, inputs, outputs)?;
+    Ok(shapes)
+}
+
+/// Operations that move 8-bit quantized values without rescaling them: NNAPI requires
+/// their outputs to keep the data input's scale and zero point.
+fn check_kept_quantization(
+    op: OperationType,
+    inputs: &[InputView],
+    outputs: &[&Operand],
+) -> Result<()> {
+    use OperationType as O;
+    let data = match op {
+        O::Reshape
+        | O::Squeeze
+        | O::ExpandDims
+        | O::Transpose
+        | O::Slice
+        | O::StridedSlice
+        | O::Gather
+        | O::Split
+        | O::Tile
+        | O::Reverse
+        | O::DepthToSpace
+        | O::SpaceToDepth
+        | O::ChannelShuffle
+        | O::BatchToSpaceNd
+        | O::SpaceToBatchNd
+        | O::Pad
+        | O::PadV2
+        | O::MirrorPad => 0,
+        O::Pack => 1,
+        _ => return Ok(()),
+    };
+    let Some(input) = inputs.get(data).map(|v| v.operand) else {
+        return Ok(());
+    };
+    if !QUANT8.contains(&input.operand_type) {
+        return Ok(());
+    }
+    for (k, out) in outputs.iter().enumerate() {
+        // A zero scale is an unset template (the validator rejects it on its own).
+        if out.operand_type == input.operand_type
+            && out.scale != 0.0
+            && (out.scale != input.scale || out.zero_point != input.zero_point)
+        {
+            return Err(shape_err(format!(
+                "output {k} must keep the input's scale {} and zero point {}, got {} and {}",
+                input.scale, input.zero_point, out.scale, out.zero_point
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn infer_outputs(
+    op: OperationType,
+    inputs: &[InputView],
+    outputs: &[&Operand],
+) -> Result<Vec<OutputShape>> {
     let ctx = Ctx { inputs };
     let single = |t: OperandType, dims: Vec<u32>| -> Result<Vec<OutputShape>> {
         Ok(vec![OutputShape {

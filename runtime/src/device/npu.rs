@@ -66,7 +66,10 @@ impl SimulatedNpu {
     /// The key sealing this device's data caches for `token`, derived inside the device
     /// from its master key; `None` when no key is installed (an unencrypted model, whose
     /// data caches are checksummed instead).
-    pub(crate) fn data_cache_key(&self, token: &nnc_formats::cache::Token) -> Result<Option<nnc_formats::cache::DataCacheKey>> {
+    pub(crate) fn data_cache_key(
+        &self,
+        token: &nnc_formats::cache::Token,
+    ) -> Result<Option<nnc_formats::cache::DataCacheKey>> {
         self.key_store.with_key(|key| match key {
             Some(k) => nnc_formats::cache::DataCacheKey::derive(k, token)
                 .map(Some)
@@ -78,7 +81,8 @@ impl SimulatedNpu {
     /// Authenticates a model file with the key in this device's key store (the key never
     /// leaves the device): any altered byte before the weights, or a wrong key, fails here.
     pub fn authenticate(&self, bytes: &[u8]) -> Result<()> {
-        self.key_store.with_key(|key| authenticate(bytes, key).map(|_| ()))?;
+        self.key_store
+            .with_key(|key| authenticate(bytes, key).map(|_| ()))?;
         Ok(())
     }
 
@@ -95,12 +99,14 @@ impl SimulatedNpu {
         verify_fields: bool,
     ) -> Result<(Model, Arc<NpuWeights>)> {
         let data: &[u8] = (*bytes).as_ref();
-        let (container, keys) = self.key_store.with_key(|key| -> std::result::Result<_, ContainerError> {
-            authenticate(data, key)?;
-            let container = Container::parse(data)?;
-            let keys = container.keys(key)?;
-            Ok((container, keys))
-        })?;
+        let (container, keys) =
+            self.key_store
+                .with_key(|key| -> std::result::Result<_, ContainerError> {
+                    authenticate(data, key)?;
+                    let container = Container::parse(data)?;
+                    let keys = container.keys(key)?;
+                    Ok((container, keys))
+                })?;
         if container.header.crypto != register {
             return Err(RuntimeError::Load(ContainerError::HeaderField {
                 field: "crypto",

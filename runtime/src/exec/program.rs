@@ -240,7 +240,9 @@ impl Program {
             None => None,
         };
         if plan.is_none() && all_static && image.is_some() {
-            return Err(RuntimeError::Internal("the cached program lacks the memory plan its shapes call for".into()));
+            return Err(RuntimeError::Internal(
+                "the cached program lacks the memory plan its shapes call for".into(),
+            ));
         }
 
         let has_weights: Vec<bool> = ops
@@ -299,7 +301,10 @@ impl Program {
 
     /// Operation `op`'s prepared weights, from its weight provider (for a data cache);
     /// `None` when the operation has no weights.
-    pub(crate) fn prepared_weights(&self, op: usize) -> Result<Option<Arc<crate::kernels::PreparedWeights>>> {
+    pub(crate) fn prepared_weights(
+        &self,
+        op: usize,
+    ) -> Result<Option<Arc<crate::kernels::PreparedWeights>>> {
         match (self.has_weights.get(op), self.kernels.get(op)) {
             (Some(true), Some(kernel)) => self.weights.weights(op, kernel.as_ref()).map(Some),
             _ => Ok(None),
@@ -627,7 +632,9 @@ impl ProgramImage {
             }
             let mut dims = Vec::with_capacity(rank as usize);
             for _ in 0..rank {
-                dims.push(usize::try_from(u64r(&mut pos)?).map_err(|_| bad("dimension too large"))?);
+                dims.push(
+                    usize::try_from(u64r(&mut pos)?).map_err(|_| bad("dimension too large"))?,
+                );
             }
             shapes.push(Some(dims));
         }
@@ -636,16 +643,25 @@ impl ProgramImage {
         let plan = match flag {
             0 => None,
             1 => {
-                let arena_size = usize::try_from(u64r(&mut pos)?).map_err(|_| bad("arena too large"))?;
-                let total_size = usize::try_from(u64r(&mut pos)?).map_err(|_| bad("total too large"))?;
+                let arena_size =
+                    usize::try_from(u64r(&mut pos)?).map_err(|_| bad("arena too large"))?;
+                let total_size =
+                    usize::try_from(u64r(&mut pos)?).map_err(|_| bad("total too large"))?;
                 let mut offsets = Vec::with_capacity(operand_count);
                 let mut sizes = Vec::with_capacity(operand_count);
                 for _ in 0..operand_count {
                     let o = u64r(&mut pos)?;
-                    offsets.push(if o == NONE { None } else { Some(usize::try_from(o).map_err(|_| bad("offset too large"))?) });
-                    sizes.push(usize::try_from(u64r(&mut pos)?).map_err(|_| bad("size too large"))?);
+                    offsets.push(if o == NONE {
+                        None
+                    } else {
+                        Some(usize::try_from(o).map_err(|_| bad("offset too large"))?)
+                    });
+                    sizes
+                        .push(usize::try_from(u64r(&mut pos)?).map_err(|_| bad("size too large"))?);
                 }
-                let skip_bytes = bytes.get(pos..pos + operation_count).ok_or_else(|| bad("truncated"))?;
+                let skip_bytes = bytes
+                    .get(pos..pos + operation_count)
+                    .ok_or_else(|| bad("truncated"))?;
                 pos += operation_count;
                 Some(PlanImage {
                     offsets,
@@ -672,26 +688,47 @@ impl ProgramImage {
     /// declared dimensions; every arena slot lies inside the arena; operations skipped as
     /// aliases are reshapes whose output shares its input's slot.
     fn check(&self, model: &Model) -> Result<()> {
-        let bad = |m: String| Err(RuntimeError::Internal(format!("cached program does not fit the model: {m}")));
+        let bad = |m: String| {
+            Err(RuntimeError::Internal(format!(
+                "cached program does not fit the model: {m}"
+            )))
+        };
         let operands = &model.main.operands;
         if self.operand_count != operands.len() || self.shapes.len() != operands.len() {
-            return bad(format!("{} operands, the model has {}", self.operand_count, operands.len()));
+            return bad(format!(
+                "{} operands, the model has {}",
+                self.operand_count,
+                operands.len()
+            ));
         }
         if self.operation_count != model.main.operations.len() {
-            return bad(format!("{} operations, the model has {}", self.operation_count, model.main.operations.len()));
+            return bad(format!(
+                "{} operations, the model has {}",
+                self.operation_count,
+                model.main.operations.len()
+            ));
         }
         for (i, (shape, o)) in self.shapes.iter().zip(operands).enumerate() {
             if let Some(dims) = shape
                 && !o.operand_type.is_scalar()
                 && !o.dimensions.is_empty()
                 && (dims.len() != o.dimensions.len()
-                    || dims.iter().zip(&o.dimensions).any(|(&a, &d)| d != 0 && a != d as usize))
+                    || dims
+                        .iter()
+                        .zip(&o.dimensions)
+                        .any(|(&a, &d)| d != 0 && a != d as usize))
             {
-                return bad(format!("operand {i} has shape {dims:?}, declared {:?}", o.dimensions));
+                return bad(format!(
+                    "operand {i} has shape {dims:?}, declared {:?}",
+                    o.dimensions
+                ));
             }
         }
         if let Some(p) = &self.plan {
-            if p.offsets.len() != operands.len() || p.sizes.len() != operands.len() || p.skip.len() != self.operation_count {
+            if p.offsets.len() != operands.len()
+                || p.sizes.len() != operands.len()
+                || p.skip.len() != self.operation_count
+            {
                 return bad("plan lengths".into());
             }
             for (i, (o, &size)) in p.offsets.iter().zip(&p.sizes).enumerate() {
@@ -705,7 +742,8 @@ impl ProgramImage {
                 if p.skip[k] {
                     use nnc_formats::nn::OperationType as O;
                     let aliasing = matches!(op.op_type, O::Reshape | O::Squeeze | O::ExpandDims);
-                    let same = |a: u32, b: u32| p.offsets.get(a as usize) == p.offsets.get(b as usize);
+                    let same =
+                        |a: u32, b: u32| p.offsets.get(a as usize) == p.offsets.get(b as usize);
                     if !aliasing || !same(op.inputs[0], op.outputs[0]) {
                         return bad(format!("operation {k} is skipped but is not an alias"));
                     }

@@ -145,7 +145,10 @@ impl PreparedWeights {
         let bad = |m: &str| RuntimeError::Internal(format!("prepared weights: {m}"));
         let mut pos = 0usize;
         let mut take = |n: usize| -> Result<&[u8]> {
-            let end = pos.checked_add(n).filter(|&e| e <= bytes.len()).ok_or_else(|| bad("truncated"))?;
+            let end = pos
+                .checked_add(n)
+                .filter(|&e| e <= bytes.len())
+                .ok_or_else(|| bad("truncated"))?;
             let s = &bytes[pos..end];
             pos = end;
             Ok(s)
@@ -159,7 +162,8 @@ impl PreparedWeights {
         for _ in 0..count {
             let mut len = [0u8; 8];
             len.copy_from_slice(take(8)?);
-            let len = usize::try_from(u64::from_le_bytes(len)).map_err(|_| bad("buffer too large"))?;
+            let len =
+                usize::try_from(u64::from_le_bytes(len)).map_err(|_| bad("buffer too large"))?;
             prepared.push(AlignedBuf::from_bytes(take(len)?)?);
         }
         let views = u32_of(take(4)?) as usize;

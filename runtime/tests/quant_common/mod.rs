@@ -4,9 +4,7 @@
 
 use std::sync::Arc;
 
-use nnc_formats::nn::{
-    ChannelQuant, IoInfo, Lifetime, Model, Operand, OperandType, OperationType,
-};
+use nnc_formats::nn::{ChannelQuant, IoInfo, Lifetime, Model, Operand, OperandType, OperationType};
 use nnc_formats::tensor::{DataType, HostTensor};
 use nnc_runtime::exec::host_type;
 use nnc_runtime::{HostWeights, PrepareOptions, Program, RuntimeError};
@@ -19,9 +17,15 @@ pub const PER_CHANNEL: OperandType = OperandType::TensorQuant8SymmPerChannel;
 #[derive(Clone, Debug)]
 pub enum QArg {
     /// A model input (bytes fed at execution).
-    Input { operand: Operand, data: Vec<u8> },
+    Input {
+        operand: Operand,
+        data: Vec<u8>,
+    },
     /// A constant: inline when <= 128 bytes, a prepared weight otherwise.
-    Const { operand: Operand, data: Vec<u8> },
+    Const {
+        operand: Operand,
+        data: Vec<u8>,
+    },
     I32(i32),
     F32(f32),
     Bool(bool),
@@ -63,7 +67,10 @@ pub fn q_const(ty: OperandType, dims: &[usize], scale: f32, zp: i32, values: &[i
 /// A TENSOR_INT32 constant (biases, axes, shapes).
 pub fn i32_const(dims: &[usize], values: &[i32]) -> QArg {
     constant(
-        Operand::new(OperandType::TensorInt32, dims.iter().map(|&d| d as u32).collect()),
+        Operand::new(
+            OperandType::TensorInt32,
+            dims.iter().map(|&d| d as u32).collect(),
+        ),
         bytemuck::cast_slice(values).to_vec(),
     )
 }
@@ -133,13 +140,21 @@ pub fn qmodel(op: OperationType, args: Vec<QArg>, outputs: &[Operand]) -> (Model
     (model, feeds)
 }
 
-pub fn run_model(model: &Model, feeds: &[HostTensor], threads: usize) -> Result<Vec<HostTensor>, RuntimeError> {
+pub fn run_model(
+    model: &Model,
+    feeds: &[HostTensor],
+    threads: usize,
+) -> Result<Vec<HostTensor>, RuntimeError> {
     let weights = Arc::new(HostWeights::new(model)?);
     Program::prepare(model, weights, &PrepareOptions { threads })?.execute_host(feeds)
 }
 
 /// Runs one operation (one thread) and returns its outputs.
-pub fn run_q(op: OperationType, args: Vec<QArg>, outputs: &[Operand]) -> Result<Vec<HostTensor>, RuntimeError> {
+pub fn run_q(
+    op: OperationType,
+    args: Vec<QArg>,
+    outputs: &[Operand],
+) -> Result<Vec<HostTensor>, RuntimeError> {
     let (model, feeds) = qmodel(op, args, outputs);
     run_model(&model, &feeds, 1)
 }
@@ -237,5 +252,115 @@ pub fn range(ty: OperandType) -> (i32, i32) {
     match ty {
         OperandType::TensorQuant8Asymm => (0, 255),
         _ => (-128, 127),
+    }
+}
+
+// -----------------------------------------------------------------------------------
+// The TFLite reference arithmetic, spelled out plainly (i64/i128/f64), independent of the
+// runtime's implementation.
+
+/// TFLite's QuantizeMultiplier: real = q * 2^(shift - 31), q in [2^30, 2^31), the
+/// mantissa rounded half away from zero; multipliers below 2^-31 become (0, 0).
+pub fn ref_quantize_multiplier(real: f64) -> (i64, i32) {
+    assert!(real >= 0.0 && real.is_finite());
+    if real == 0.0 {
+        return (0, 0);
+    }
+    let mut mantissa = real;
+    let mut shift = 0;
+    while mantissa >= 1.0 {
+        mantissa /= 2.0;
+        shift += 1;
+    }
+    while mantissa < 0.5 {
+        mantissa *= 2.0;
+        shift -= 1;
+    }
+    let scaled = mantissa * 2f64.powi(31);
+    let mut q = scaled.floor() as i64 + i64::from(scaled - scaled.floor() >= 0.5);
+    if q == 1 << 31 {
+        q /= 2;
+        shift += 1;
+    }
+    if shift < -31 {
+        return (0, 0);
+    }
+    (q, shift)
+}
+
+/// Division of a by 2^n rounded toward zero (C++ integer division).
+fn div_trunc(a: i128, n: u32) -> i128 {
+    let d = 1i128 << n;
+    if a >= 0 { a / d } else { -((-a) / d) }
+}
+
+/// gemmlowp's SaturatingRoundingDoublingHighMul: (a * b + nudge) / 2^31 truncated,
+/// nudge = 2^30 for a non-negative product and 1 - 2^30 otherwise.
+pub fn ref_srdhm(a: i64, b: i64) -> i64 {
+    if a == i64::from(i32::MIN) && b == a {
+        return i64::from(i32::MAX);
+    }
+    let p = i128::from(a) * i128::from(b);
+    let nudge = if p >= 0 {
+        1i128 << 30
+    } else {
+        1 - (1i128 << 30)
+    };
+    div_trunc(p + nudge, 31) as i64
+}
+
+/// gemmlowp's RoundingDivideByPOT: x / 2^e rounded to nearest, ties away from zero.
+pub fn ref_rounding_divide(x: i64, e: i32) -> i64 {
+    if e == 0 {
+        return x;
+    }
+    let d = 1i64 << e;
+    let q = x.div_euclid(d);
+    let r = x.rem_euclid(d);
+    // Ties: away from zero.
+    if 2 * r > d || (2 * r == d && x >= 0) {
+        q + 1
+    } else {
+        q
+    }
+}
+
+/// TFLite's double-rounding MultiplyByQuantizedMultiplier on an int32 value.
+pub fn ref_mbqm(x: i64, real: f64) -> i64 {
+    let (q, shift) = ref_quantize_multiplier(real);
+    let shifted = x << shift.max(0);
+    // The C++ computes in int32: wrap like it.
+    let shifted = i64::from(shifted as i32);
+    ref_rounding_divide(ref_srdhm(shifted, q), (-shift).max(0))
+}
+
+/// Ruy's single-rounding multiply (TFLite's FULLY_CONNECTED): floor((x * q +
+/// 2^(30 - shift)) / 2^(31 - shift)).
+pub fn ref_mbqm_single(x: i64, real: f64) -> i64 {
+    let (q, shift) = ref_quantize_multiplier(real);
+    let total = 31 - shift;
+    let p = i128::from(x) * i128::from(q) + (1i128 << (total - 1));
+    (p >> total) as i32 as i64
+}
+
+/// TFLite's CalculateActivationRangeQuantized for fused activation `act`
+/// (0 none, 1 relu, 2 relu1, 3 relu6).
+pub fn ref_act_range(act: i32, scale: f32, zp: i32, ty: OperandType) -> (i64, i64) {
+    let (lo, hi) = range(ty);
+    let q = |f: f32| i64::from(zp) + (f / scale).round() as i64;
+    let (lo, hi) = (i64::from(lo), i64::from(hi));
+    match act {
+        1 => (lo.max(q(0.0)), hi),
+        2 => (lo.max(q(-1.0)), hi.min(q(1.0))),
+        3 => (lo.max(q(0.0)), hi.min(q(6.0))),
+        _ => (lo, hi),
+    }
+}
+
+/// Asserts equal 8-bit outputs, naming the first difference.
+pub fn assert_q_eq(got: &[i32], want: &[i64], context: &str) {
+    assert_eq!(got.len(), want.len(), "{context}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(i64::from(*g), *w, "{context}: element {i} of {}", got.len());
     }
 }

@@ -252,6 +252,9 @@ impl Lowerer<'_> {
             let outer: usize = shape[..a].iter().product();
             let inner: usize = shape[a + 1..].iter().product();
             let kd = (k - 1) * d + 1;
+            if outer.saturating_mul(kd).saturating_mul(inner) > constant::MAX_CONST_ELEMENTS {
+                return unsupported("dilated kernel too large");
+            }
             f = match f {
                 Filter::Const(w) => {
                     let w = constant::cast(&w, DataType::F32);

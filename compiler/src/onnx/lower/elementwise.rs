@@ -127,6 +127,18 @@ impl Lowerer<'_> {
             self.set_tensor(n, 0, out, DataType::F32, base.scalar && exp.scalar);
             return Ok(());
         }
+        if op == "Pow" {
+            let int_input = |this: &Self, i: usize| {
+                matches!(this.input(n, i), Ok(Some(Value::Tensor(t)))
+                    if this.operand_type(t) == OperandType::TensorInt32)
+            };
+            if int_input(self, 0) {
+                return unsupported(
+                    "Pow of an integer base: POW is float-only, and float powers are not \
+                     exact integer powers beyond 2^24",
+                );
+            }
+        }
         let mut acc = self.binary_step(n, op, 0, 1)?;
         for i in 2..arity {
             let next = self.tensor(n, i)?;

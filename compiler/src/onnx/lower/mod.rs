@@ -350,7 +350,14 @@ impl<'e> Lowerer<'e> {
                 report.add(
                     "input",
                     &input.name,
-                    format!("{dtype} inputs are not supported"),
+                    if matches!(dtype, DataType::U8 | DataType::I8) {
+                        format!(
+                            "{dtype} inputs are not supported (8-bit integers map to the NN \
+                             set's quantized types, not lowered from ONNX yet)"
+                        )
+                    } else {
+                        format!("{dtype} inputs are not supported")
+                    },
                 );
                 return Err(CompileError::Unsupported(report));
             };

@@ -189,6 +189,9 @@ impl Lowerer<'_> {
             }
             let storage = n.attrs.int_or("storage_order", 0)?;
             let out_count: usize = out_dims.iter().map(|&d| d as usize).product();
+            if out_count.saturating_mul(windows) > 1 << 26 {
+                return unsupported("MaxPool Indices for outputs this large");
+            }
             let mut best = 0u32;
             let mut best_idx = 0u32;
             for w in 0..windows {

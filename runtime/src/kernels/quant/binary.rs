@@ -89,7 +89,11 @@ impl Op {
             } => {
                 let s1 = m1.apply((a - zp1) << ADD_LEFT_SHIFT);
                 let s2 = m2.apply((b - zp2) << ADD_LEFT_SHIFT);
-                let raw = if sub { s1.wrapping_sub(s2) } else { s1.wrapping_add(s2) };
+                let raw = if sub {
+                    s1.wrapping_sub(s2)
+                } else {
+                    s1.wrapping_add(s2)
+                };
                 out.apply(raw).wrapping_add(out_zp).clamp(range.0, range.1)
             }
             Op::Mul {
@@ -118,8 +122,14 @@ impl Op {
                 out_zp,
                 range,
             } => {
-                let x = m1.apply(a - zp1).wrapping_add(out_zp).clamp(range.0, range.1);
-                let y = m2.apply(b - zp2).wrapping_add(out_zp).clamp(range.0, range.1);
+                let x = m1
+                    .apply(a - zp1)
+                    .wrapping_add(out_zp)
+                    .clamp(range.0, range.1);
+                let y = m2
+                    .apply(b - zp2)
+                    .wrapping_add(out_zp)
+                    .clamp(range.0, range.1);
                 if max { x.max(y) } else { x.min(y) }
             }
             Op::Prelu {
@@ -145,6 +155,9 @@ impl Op {
 struct Binary {
     op: Op,
     qt: QType,
+    /// ADD / SUB: each input's rescaled value depends on that input alone, so both are
+    /// tables over the 256 stored values (indexed by the stored byte).
+    add_tables: Option<Box<([i32; 256], [i32; 256])>>,
 }
 
 fn multiplier(info: &OpInfo, real: f64) -> Result<Multiplier> {
@@ -221,13 +234,40 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
             range,
         },
     };
-    Ok(Box::new(Binary { op, qt }))
+    let add_tables = match op {
+        Op::AddSub {
+            sub,
+            zp1,
+            zp2,
+            m1,
+            m2,
+            ..
+        } => {
+            let mut t = Box::new(([0i32; 256], [0i32; 256]));
+            for (byte, v) in qt.all_values() {
+                t.0[byte] = m1.apply((v - zp1) << ADD_LEFT_SHIFT);
+                let s2 = m2.apply((v - zp2) << ADD_LEFT_SHIFT);
+                // SUB negates the second term; wrapping as the subtraction would.
+                t.1[byte] = if sub { s2.wrapping_neg() } else { s2 };
+            }
+            Some(t)
+        }
+        _ => None,
+    };
+    Ok(Box::new(Binary { op, qt, add_tables }))
 }
 
-fn run_typed<T: Q8>(op: Op, ctx: &mut KernelContext) -> Result<()> {
+fn run_typed<T: Q8>(
+    op: Op,
+    tables: Option<&([i32; 256], [i32; 256])>,
+    ctx: &mut KernelContext,
+) -> Result<()> {
     let a = ctx.input(0)?;
     let b = ctx.input(1)?;
-    let (x, y) = (typed::<T>(q8_bytes(&a, "input0")?), typed::<T>(q8_bytes(&b, "input1")?));
+    let (x, y) = (
+        typed::<T>(q8_bytes(&a, "input0")?),
+        typed::<T>(q8_bytes(&b, "input1")?),
+    );
     let out = ctx.output(0)?;
     let so = out.shape;
     let o = typed_mut::<T>(super::q8_bytes_mut(out, "output")?);
@@ -238,20 +278,49 @@ fn run_typed<T: Q8>(op: Op, ctx: &mut KernelContext) -> Result<()> {
         };
     }
     match op {
-        Op::MaxMinRaw { max: true } => map!(|p: T, q: T| if q.to_i32() > p.to_i32() { q } else { p }),
-        Op::MaxMinRaw { max: false } => map!(|p: T, q: T| if q.to_i32() < p.to_i32() { q } else { p }),
-        Op::AddSub { .. } => map!(|p: T, q: T| T::from_i32(op.eval(p.to_i32(), q.to_i32()).clamp(T::MIN, T::MAX))),
-        Op::Mul { .. } => map!(|p: T, q: T| T::from_i32(op.eval(p.to_i32(), q.to_i32()).clamp(T::MIN, T::MAX))),
-        Op::MaxMinRescaled { .. } => map!(|p: T, q: T| T::from_i32(op.eval(p.to_i32(), q.to_i32()).clamp(T::MIN, T::MAX))),
-        Op::Prelu { .. } => map!(|p: T, q: T| T::from_i32(op.eval(p.to_i32(), q.to_i32()).clamp(T::MIN, T::MAX))),
+        Op::MaxMinRaw { max: true } => {
+            map!(|p: T, q: T| if q.to_i32() > p.to_i32() { q } else { p })
+        }
+        Op::MaxMinRaw { max: false } => {
+            map!(|p: T, q: T| if q.to_i32() < p.to_i32() { q } else { p })
+        }
+        Op::AddSub {
+            out, out_zp, range, ..
+        } => match tables {
+            Some((t1, t2)) => map!(|p: T, q: T| {
+                let (i, j) = (
+                    usize::from(bytemuck::cast::<T, u8>(p)),
+                    usize::from(bytemuck::cast::<T, u8>(q)),
+                );
+                let raw = t1[i].wrapping_add(t2[j]);
+                T::from_i32(
+                    out.apply(raw)
+                        .wrapping_add(out_zp)
+                        .clamp(range.0, range.1)
+                        .clamp(T::MIN, T::MAX),
+                )
+            }),
+            None => map!(|p: T, q: T| T::from_i32(
+                op.eval(p.to_i32(), q.to_i32()).clamp(T::MIN, T::MAX)
+            )),
+        },
+        Op::Mul { .. } => {
+            map!(|p: T, q: T| T::from_i32(op.eval(p.to_i32(), q.to_i32()).clamp(T::MIN, T::MAX)))
+        }
+        Op::MaxMinRescaled { .. } => {
+            map!(|p: T, q: T| T::from_i32(op.eval(p.to_i32(), q.to_i32()).clamp(T::MIN, T::MAX)))
+        }
+        Op::Prelu { .. } => {
+            map!(|p: T, q: T| T::from_i32(op.eval(p.to_i32(), q.to_i32()).clamp(T::MIN, T::MAX)))
+        }
     }
 }
 
 impl Kernel for Binary {
     fn run(&self, ctx: &mut KernelContext) -> Result<()> {
         match self.qt {
-            QType::U8 => run_typed::<u8>(self.op, ctx),
-            QType::I8 => run_typed::<i8>(self.op, ctx),
+            QType::U8 => run_typed::<u8>(self.op, self.add_tables.as_deref(), ctx),
+            QType::I8 => run_typed::<i8>(self.op, self.add_tables.as_deref(), ctx),
         }
     }
 }
@@ -321,7 +390,10 @@ pub(super) fn build_compare(info: &OpInfo) -> Result<Box<dyn Kernel>> {
 fn compare_typed<T: Q8>(c: &Compare, ctx: &mut KernelContext) -> Result<()> {
     let a = ctx.input(0)?;
     let b = ctx.input(1)?;
-    let (x, y) = (typed::<T>(q8_bytes(&a, "input0")?), typed::<T>(q8_bytes(&b, "input1")?));
+    let (x, y) = (
+        typed::<T>(q8_bytes(&a, "input0")?),
+        typed::<T>(q8_bytes(&b, "input1")?),
+    );
     let out = ctx.output(0)?;
     let so = out.shape;
     let o = out.u8_mut()?;

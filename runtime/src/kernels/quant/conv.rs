@@ -61,7 +61,10 @@ pub(super) fn filter_quant(
     check_scale(info, "input", input.scale)?;
     check_scale(info, "output", output.scale)?;
     let qt = QType::of_weights(filter.operand_type).ok_or_else(|| {
-        info.unsupported(format!("filter type {} with quantized input", filter.operand_type))
+        info.unsupported(format!(
+            "filter type {} with quantized input",
+            filter.operand_type
+        ))
     })?;
     let float_product = filter.operand_type != OperandType::TensorQuant8SymmPerChannel
         && (input.operand_type == OperandType::TensorQuant8Asymm
@@ -116,7 +119,11 @@ fn widen(qt: QType, zp: i32, b: u8) -> i16 {
 
 /// The multipliers of output channels `c0..c0 + n` (one shared, or per channel).
 fn multipliers_of(all: &[Multiplier], c0: usize, n: usize) -> &[Multiplier] {
-    if all.len() == 1 { all } else { &all[c0..c0 + n] }
+    if all.len() == 1 {
+        all
+    } else {
+        &all[c0..c0 + n]
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -368,7 +375,7 @@ fn run_filter_dims(known: Option<[usize; 4]>, ctx: &KernelContext, i: usize) -> 
 }
 
 /// The i16 view of a prepared buffer.
-fn prepared_i16<'a>(weights: &'a PreparedWeights, index: usize) -> Result<&'a [i16]> {
+fn prepared_i16(weights: &PreparedWeights, index: usize) -> Result<&[i16]> {
     let buf = weights
         .buffer(index)
         .ok_or_else(|| RuntimeError::kernel("prepared filter is missing"))?;
@@ -421,7 +428,8 @@ fn pack_conv_filter(
     let k = kh * kw * cg;
     let og = o / groups;
     let per_group = packed_len(k, og).ok_or_else(|| RuntimeError::kernel("filter too large"))?;
-    let mut packed = zeroize::Zeroizing::new(crate::kernels::util::filled(per_group * groups, 0i16)?);
+    let mut packed =
+        zeroize::Zeroizing::new(crate::kernels::util::filled(per_group * groups, 0i16)?);
     for g in 0..groups {
         pack_rhs(
             k,
@@ -459,7 +467,9 @@ impl Kernel for Conv {
         };
         let bias = bias_values(ctx, fdims[0])?;
         if self.fq.multipliers.len() != 1 && self.fq.multipliers.len() != fdims[0] {
-            return Err(RuntimeError::kernel("per-channel scales do not match the filter"));
+            return Err(RuntimeError::kernel(
+                "per-channel scales do not match the filter",
+            ));
         }
         let threads = ctx.threads;
         let oq = &self.oq;
@@ -467,28 +477,35 @@ impl Kernel for Conv {
         let out_t = ctx.output(0)?;
         let out_shape = rank4(out_t.shape, "output")?;
         let out = q8_bytes_mut(out_t, "output")?;
-        with_nhwc(p.nchw, x, in_shape, out, out_shape, |x, in_shape, out, out_shape| {
-            let g = Geometry::new(p, in_shape, (fdims[1], fdims[2]), out_shape)?;
-            if g.oc != fdims[0] || fdims[3] * groups != g.ic || g.oc % groups != 0 {
-                return Err(RuntimeError::kernel(format!(
-                    "filter {fdims:?} and {groups} groups do not fit input channels {} and output channels {}",
-                    g.ic, g.oc
-                )));
-            }
-            let og = g.oc / groups;
-            let stages = (0..groups)
-                .map(|grp| {
-                    Stage::new(
-                        og,
-                        Some(&bias[grp * og..(grp + 1) * og]),
-                        multipliers_of(&fq.multipliers, grp * og, og),
-                        oq.out_zp,
-                        oq.range,
-                    )
-                })
-                .collect::<Result<Vec<_>>>()?;
-            conv_nhwc(&g, groups, x, oq, &packed, &stages, out, threads)
-        })
+        with_nhwc(
+            p.nchw,
+            x,
+            in_shape,
+            out,
+            out_shape,
+            |x, in_shape, out, out_shape| {
+                let g = Geometry::new(p, in_shape, (fdims[1], fdims[2]), out_shape)?;
+                if g.oc != fdims[0] || fdims[3] * groups != g.ic || g.oc % groups != 0 {
+                    return Err(RuntimeError::kernel(format!(
+                        "filter {fdims:?} and {groups} groups do not fit input channels {} and output channels {}",
+                        g.ic, g.oc
+                    )));
+                }
+                let og = g.oc / groups;
+                let stages = (0..groups)
+                    .map(|grp| {
+                        Stage::new(
+                            og,
+                            Some(&bias[grp * og..(grp + 1) * og]),
+                            multipliers_of(&fq.multipliers, grp * og, og),
+                            oq.out_zp,
+                            oq.range,
+                        )
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                conv_nhwc(&g, groups, x, oq, &packed, &stages, out, threads)
+            },
+        )
     }
 }
 
@@ -509,20 +526,14 @@ fn conv_nhwc(
     let kp = padded_depth(k);
     let per_group = packed_len(k, og).ok_or_else(|| RuntimeError::kernel("filter too large"))?;
     if packed.len() != per_group * groups || x.len() != g.n * g.ih * g.iw * g.ic {
-        return Err(RuntimeError::kernel("packed filter or input has the wrong size"));
+        return Err(RuntimeError::kernel(
+            "packed filter or input has the wrong size",
+        ));
     }
     let rows = g.n * g.oh * g.ow;
     if out.len() != rows * g.oc {
         return Err(RuntimeError::kernel("output has the wrong size"));
     }
-    let pointwise = g.kh == 1
-        && g.kw == 1
-        && g.sh == 1
-        && g.sw == 1
-        && g.pad_top == 0
-        && g.pad_left == 0
-        && g.oh == g.ih
-        && g.ow == g.iw;
     let tile = (A_TILE_BUDGET / kp.max(1)).max(MR) / MR * MR;
     let tile = tile.min(rows.max(1));
     let signed = oq.out_qt == QType::I8;
@@ -531,16 +542,9 @@ fn conv_nhwc(
         let t = out_rows.len() / g.oc.max(1);
         let a = &mut a[..t * kp];
         for grp in 0..groups {
-            if pointwise {
-                for (r, dst) in a.chunks_exact_mut(kp).enumerate() {
-                    let src = &x[(r0 + r) * g.ic + grp * cg..][..cg];
-                    for (d, &b) in dst.iter_mut().zip(src) {
-                        *d = widen(qt, zp, b);
-                    }
-                    dst[cg..].fill(0);
-                }
-            } else {
-                im2col(g, x, qt, zp, grp * cg, cg, r0, kp, a);
+            match qt {
+                QType::U8 => im2col::<u8>(g, super::typed(x), zp, grp * cg, cg, r0, kp, a),
+                QType::I8 => im2col::<i8>(g, super::typed(x), zp, grp * cg, cg, r0, kp, a),
             }
             let rhs = PackedRhs {
                 data: &packed[grp * per_group..(grp + 1) * per_group],
@@ -564,13 +568,21 @@ fn conv_nhwc(
     })
 }
 
+/// `dst[i] = src[i] - zp` as i16.
+#[inline(always)]
+fn widen_into<T: Q8>(dst: &mut [i16], src: &[T], zp: i32) {
+    for (d, &v) in dst.iter_mut().zip(src) {
+        *d = (v.to_i32() - zp) as i16;
+    }
+}
+
 /// Fills `a` (rows r0.. of the im2col matrix, `kp` values each, ordered (ky, kx, c)) for
-/// channels `c0..c0 + cg`; taps outside the input are 0 (`x_zp - x_zp`).
+/// channels `c0..c0 + cg`, widened minus the zero point; taps outside the input are 0
+/// (`x_zp - x_zp`). A 1x1 stride-1 unpadded convolution's rows are its input rows.
 #[allow(clippy::too_many_arguments)]
-fn im2col(
+fn im2col<T: Q8>(
     g: &Geometry,
-    x: &[u8],
-    qt: QType,
+    x: &[T],
     zp: i32,
     c0: usize,
     cg: usize,
@@ -578,8 +590,24 @@ fn im2col(
     kp: usize,
     a: &mut [i16],
 ) {
+    let k = g.kh * g.kw * cg;
+    let pointwise = g.kh == 1
+        && g.kw == 1
+        && g.sh == 1
+        && g.sw == 1
+        && g.pad_top == 0
+        && g.pad_left == 0
+        && g.oh == g.ih
+        && g.ow == g.iw;
+    // With unit dilation and all channels, a kernel row is one contiguous input span.
+    let contiguous = g.dw == 1 && cg == g.ic;
     for (r, dst) in a.chunks_exact_mut(kp).enumerate() {
+        dst[k..].fill(0);
         let row = r0 + r;
+        if pointwise {
+            widen_into(&mut dst[..cg], &x[row * g.ic + c0..][..cg], zp);
+            continue;
+        }
         let ox = row % g.ow;
         let oy = (row / g.ow) % g.oh;
         let b = row / (g.ow * g.oh);
@@ -590,20 +618,28 @@ fn im2col(
                 continue;
             };
             let base = (b * g.ih + iy) * g.iw;
-            for kx in 0..g.kw {
-                let d = &mut drow[kx * cg..(kx + 1) * cg];
-                match g.in_x(ox, kx) {
-                    Some(ix) => {
-                        let s = &x[(base + ix) * g.ic + c0..][..cg];
-                        for (d, &v) in d.iter_mut().zip(s) {
-                            *d = widen(qt, zp, v);
-                        }
+            if contiguous {
+                // Valid kx range: 0 <= ox * sw + kx - pad_left < iw.
+                let start = ox * g.sw;
+                let kx0 = g.pad_left.saturating_sub(start).min(g.kw);
+                let kx1 = (g.iw + g.pad_left).saturating_sub(start).min(g.kw).max(kx0);
+                drow[..kx0 * cg].fill(0);
+                drow[kx1 * cg..].fill(0);
+                if kx1 > kx0 {
+                    let ix0 = start + kx0 - g.pad_left;
+                    let src = &x[(base + ix0) * g.ic..(base + ix0 + kx1 - kx0) * g.ic];
+                    widen_into(&mut drow[kx0 * cg..kx1 * cg], src, zp);
+                }
+            } else {
+                for kx in 0..g.kw {
+                    let d = &mut drow[kx * cg..(kx + 1) * cg];
+                    match g.in_x(ox, kx) {
+                        Some(ix) => widen_into(d, &x[(base + ix) * g.ic + c0..][..cg], zp),
+                        None => d.fill(0),
                     }
-                    None => d.fill(0),
                 }
             }
         }
-        dst[g.kh * g.kw * cg..].fill(0);
     }
 }
 
@@ -654,82 +690,78 @@ fn pack_depthwise_pairs(w: &[i16], taps: usize, oc: usize) -> Result<Vec<i16>> {
 }
 
 /// One output row of a depth-multiplier-1 depthwise convolution, whole blocks of 16
-/// channels: per pixel and block, the input of pairs of taps, widened to i16 minus the
-/// zero point, interleaved and multiplied with `vpmaddwd` into i32 (exact: both operands
-/// lie in [-255, 255]), then the vectorized requantizing stage. Taps in the padding
-/// contribute zero. With `WIDE` the input was widened once beforehand (`x`; worth it at
-/// stride 1, where every input is read about kh * kw times), otherwise bytes are widened
-/// as they are loaded (`bytes`, of type uint8 or int8 per `SIGNED`).
+/// channels: per pixel and block, the input of pairs of taps (already widened to i16
+/// minus the zero point) interleaved and multiplied with `vpmaddwd` into i32 (exact:
+/// both operands lie in [-255, 255]), then the vectorized requantizing stage. Taps in
+/// the padding contribute zero.
+///
+/// `window` holds input rows `y0..` of the row's image, widened. Returns false (having
+/// written nothing) if a tap falls outside the window.
 ///
 /// # Safety
-/// AVX2; `x` (with `WIDE`) or `bytes` holds `n * ih * iw * ic` values, `out_row`
-/// `ow * oc`, `pairs` the packed filter of [`pack_depthwise_pairs`], `stage` covers `oc`
-/// channels, `ic == oc`.
+/// AVX2; `out_row` holds `ow * oc` bytes, `pairs` the packed filter of
+/// [`pack_depthwise_pairs`], `stage` covers `oc` channels, `ic == oc`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn depthwise_row_pairs_avx2<const WIDE: bool, const SIGNED: bool>(
+unsafe fn depthwise_row_pairs_avx2(
     g: &Geometry,
-    x: &[i16],
-    bytes: &[u8],
-    zp: i32,
+    window: &[i16],
+    y0: usize,
     pairs: &[i16],
     row: usize,
     stage: &Stage,
     out_row: &mut [u8],
     signed_out: bool,
-) {
+) -> bool {
     use std::arch::x86_64::*;
     let (oc, ic) = (g.oc, g.ic);
-    let b = row / g.oh;
     let oy = row % g.oh;
     let taps = g.kh * g.kw;
     let npairs = taps.div_ceil(2);
+    let blocks = oc / DW_BLOCK;
+    if out_row.len() != g.ow * oc || pairs.len() != blocks * npairs * 2 * DW_BLOCK || ic != oc {
+        return false;
+    }
     let zeros = [0i16; DW_BLOCK];
-    let qt = if SIGNED { QType::I8 } else { QType::U8 };
-    let zero_points = [qt.store(zp); DW_BLOCK];
-    let zp16 = _mm256_set1_epi16(zp as i16);
-    // Per output pixel, the input offset of every tap (None: padding).
+    // Per output pixel, the window offset of every tap (None: padding), each checked to
+    // hold a whole pixel.
     let mut offsets = vec![None; g.ow * 2 * npairs];
     for ox in 0..g.ow {
         for ky in 0..g.kh {
             for kx in 0..g.kw {
                 if let (Some(iy), Some(ix)) = (g.in_y(oy, ky), g.in_x(ox, kx)) {
-                    offsets[ox * 2 * npairs + ky * g.kw + kx] = Some(((b * g.ih + iy) * g.iw + ix) * ic);
+                    let Some(wy) = iy.checked_sub(y0) else {
+                        return false;
+                    };
+                    let at = (wy * g.iw + ix) * ic;
+                    if at + ic > window.len() {
+                        return false;
+                    }
+                    offsets[ox * 2 * npairs + ky * g.kw + kx] = Some(at);
                 }
             }
         }
     }
     let load = |at: Option<usize>, c0: usize| -> __m256i {
-        if WIDE {
-            // SAFETY: a tap offset is a pixel inside x, and c0 + 16 <= ic; otherwise 16
-            // zeros (the padding, already offset by the zero point) are read.
-            unsafe {
-                match at {
-                    Some(o) => _mm256_loadu_si256(x.as_ptr().add(o + c0) as *const __m256i),
-                    None => _mm256_loadu_si256(zeros.as_ptr() as *const __m256i),
-                }
+        // SAFETY: a tap offset starts a whole pixel inside the window (checked above) and
+        // c0 + 16 <= ic; otherwise 16 zeros (the padding minus the zero point) are read.
+        unsafe {
+            match at {
+                Some(o) => _mm256_loadu_si256(window.as_ptr().add(o + c0) as *const __m256i),
+                None => _mm256_loadu_si256(zeros.as_ptr() as *const __m256i),
             }
-        } else {
-            // SAFETY: as above, in bytes; the padding reads 16 zero points.
-            let v = unsafe {
-                match at {
-                    Some(o) => _mm_loadu_si128(bytes.as_ptr().add(o + c0) as *const __m128i),
-                    None => _mm_loadu_si128(zero_points.as_ptr() as *const __m128i),
-                }
-            };
-            let wide = if SIGNED {
-                _mm256_cvtepi8_epi16(v)
-            } else {
-                _mm256_cvtepu8_epi16(v)
-            };
-            _mm256_sub_epi16(wide, zp16)
         }
     };
-    for blk in 0..oc / DW_BLOCK {
+    for blk in 0..blocks {
         let c0 = blk * DW_BLOCK;
         // SAFETY: the stage is padded to whole blocks of 16 channels.
-        let (s0, s1) = unsafe { (gemm::avx2::load_stage(stage, c0), gemm::avx2::load_stage(stage, c0 + 8)) };
+        let (s0, s1) = unsafe {
+            (
+                gemm::avx2::load_stage(stage, c0),
+                gemm::avx2::load_stage(stage, c0 + 8),
+            )
+        };
         let wb = &pairs[blk * npairs * 2 * DW_BLOCK..(blk + 1) * npairs * 2 * DW_BLOCK];
         for ox in 0..g.ow {
             let taps_at = &offsets[ox * 2 * npairs..(ox + 1) * 2 * npairs];
@@ -745,8 +777,10 @@ unsafe fn depthwise_row_pairs_avx2<const WIDE: bool, const SIGNED: bool>(
                         _mm256_loadu_si256(wb.as_ptr().add(p * 32 + 16) as *const __m256i),
                     )
                 };
-                acc_lo = _mm256_add_epi32(acc_lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1), wl));
-                acc_hi = _mm256_add_epi32(acc_hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), wh));
+                acc_lo =
+                    _mm256_add_epi32(acc_lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1), wl));
+                acc_hi =
+                    _mm256_add_epi32(acc_hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), wh));
             }
             // acc_lo holds channels {0-3 | 8-11}, acc_hi {4-7 | 12-15}.
             let v0 = _mm256_permute2x128_si256(acc_lo, acc_hi, 0x20);
@@ -761,7 +795,12 @@ unsafe fn depthwise_row_pairs_avx2<const WIDE: bool, const SIGNED: bool>(
             unsafe { _mm_storeu_si128(dst.as_mut_ptr() as *mut __m128i, bytes) };
         }
     }
+    true
 }
+
+/// i16 values of the widened input window of the vectorized depthwise kernel (128 KiB):
+/// the rows a band of output rows reads, kept in L2.
+const DW_WINDOW_BUDGET: usize = 1 << 16;
 
 /// Channels `c0..oc` of one depth-multiplier-1 output row, one at a time.
 #[allow(clippy::too_many_arguments)]
@@ -839,67 +878,154 @@ impl Kernel for DepthwiseConv {
         let out_t = ctx.output(0)?;
         let out_shape = rank4(out_t.shape, "output")?;
         let out = q8_bytes_mut(out_t, "output")?;
-        with_nhwc(p.nchw, x, in_shape, out, out_shape, |x, in_shape, out, out_shape| {
-            let g = Geometry::new(p, in_shape, (fdims[1], fdims[2]), out_shape)?;
-            let m = p.multiplier;
-            if fdims[0] != 1 || fdims[3] != g.oc || g.ic * m != g.oc || w.len() != fdims.iter().product::<usize>() {
-                return Err(RuntimeError::kernel(format!(
-                    "filter {fdims:?} and depth multiplier {m} do not fit input channels {} and output channels {}",
-                    g.ic, g.oc
-                )));
-            }
-            if x.len() != g.n * g.ih * g.iw * g.ic || out.len() != g.n * g.oh * g.ow * g.oc {
-                return Err(RuntimeError::kernel("input or output has the wrong size"));
-            }
-            let taps = g.kh * g.kw;
-            if pairs.len() != (g.oc / DW_BLOCK) * taps.div_ceil(2) * 2 * DW_BLOCK {
-                return Err(RuntimeError::kernel("packed depthwise filter has the wrong size"));
-            }
-            let row_len = g.ow * g.oc;
-            let signed = oq.out_qt == QType::I8;
-            let isa = gemm::best_isa();
-            let fast = cfg!(target_arch = "x86_64") && isa != Isa::Portable && m == 1 && g.oc >= DW_BLOCK;
-            // At stride 1 the fast path reads the input once widened to i16 minus its zero
-            // point (each value is read about kh * kw times).
-            let widen_first = fast && g.sh == 1 && g.sw == 1;
-            let wide = if widen_first {
-                let mut v = crate::kernels::util::filled(x.len(), 0i16)?;
-                for (d, &b) in v.iter_mut().zip(x) {
-                    *d = widen(oq.in_qt, oq.in_zp, b);
+        with_nhwc(
+            p.nchw,
+            x,
+            in_shape,
+            out,
+            out_shape,
+            |x, in_shape, out, out_shape| {
+                let g = Geometry::new(p, in_shape, (fdims[1], fdims[2]), out_shape)?;
+                let m = p.multiplier;
+                if fdims[0] != 1
+                    || fdims[3] != g.oc
+                    || g.ic * m != g.oc
+                    || w.len() != fdims.iter().product::<usize>()
+                {
+                    return Err(RuntimeError::kernel(format!(
+                        "filter {fdims:?} and depth multiplier {m} do not fit input channels {} and output channels {}",
+                        g.ic, g.oc
+                    )));
                 }
-                v
-            } else {
-                Vec::new()
-            };
-            for_row_tiles(threads, out, row_len, 1, 0, |row, out_row, _| {
-                #[cfg(target_arch = "x86_64")]
-                if fast {
-                    let done = g.oc / DW_BLOCK * DW_BLOCK;
-                    // SAFETY: AVX2 is available (best_isa); the sizes of the input,
-                    // out_row, pairs and the stage were checked against the geometry.
-                    unsafe {
-                        match (widen_first, oq.in_qt) {
-                            (true, _) => depthwise_row_pairs_avx2::<true, false>(&g, &wide, x, 0, &pairs, row, &stage, out_row, signed),
-                            (false, QType::U8) => depthwise_row_pairs_avx2::<false, false>(&g, &wide, x, oq.in_zp, &pairs, row, &stage, out_row, signed),
-                            (false, QType::I8) => depthwise_row_pairs_avx2::<false, true>(&g, &wide, x, oq.in_zp, &pairs, row, &stage, out_row, signed),
+                if x.len() != g.n * g.ih * g.iw * g.ic || out.len() != g.n * g.oh * g.ow * g.oc {
+                    return Err(RuntimeError::kernel("input or output has the wrong size"));
+                }
+                let taps = g.kh * g.kw;
+                if pairs.len() != (g.oc / DW_BLOCK) * taps.div_ceil(2) * 2 * DW_BLOCK {
+                    return Err(RuntimeError::kernel(
+                        "packed depthwise filter has the wrong size",
+                    ));
+                }
+                let row_len = g.ow * g.oc;
+                let signed = oq.out_qt == QType::I8;
+                let isa = gemm::best_isa();
+                let fast = cfg!(target_arch = "x86_64")
+                    && isa != Isa::Portable
+                    && m == 1
+                    && g.oc >= DW_BLOCK;
+                // The vectorized path reads a window of input rows widened to i16 minus
+                // the zero point (each value is read about kh * kw / (sh * sw) times),
+                // refilled as the output rows advance: at least the rows one output row
+                // needs, up to the budget.
+                let pixel_row = g.iw * g.ic;
+                let needed = (g.kh - 1) * g.dh + 1;
+                let window_rows =
+                    (DW_WINDOW_BUDGET / pixel_row.max(1)).clamp(needed, g.ih.max(needed));
+                let band = (window_rows.saturating_sub(needed) / g.sh + 1).max(1);
+                let scratch = if fast { window_rows * pixel_row } else { 0 };
+                let tile = if fast { band } else { 1 };
+                for_row_tiles(
+                    threads,
+                    out,
+                    row_len,
+                    tile,
+                    scratch,
+                    |r0, out_rows, window| {
+                        #[cfg(target_arch = "x86_64")]
+                        if fast {
+                            let done = g.oc / DW_BLOCK * DW_BLOCK;
+                            // The window's image and first row; None until filled.
+                            let mut held: Option<(usize, usize, usize)> = None;
+                            for (i, out_row) in out_rows.chunks_exact_mut(row_len).enumerate() {
+                                let row = r0 + i;
+                                let (b, oy) = (row / g.oh, row % g.oh);
+                                let lo = (oy * g.sh).saturating_sub(g.pad_top).min(g.ih);
+                                let hi = (oy * g.sh + needed).saturating_sub(g.pad_top).min(g.ih);
+                                let covered = matches!(held, Some((hb, y0, y1)) if hb == b && y0 <= lo && hi <= y1);
+                                if !covered {
+                                    let y1 = (lo + window_rows).min(g.ih);
+                                    let src = &x
+                                        [(b * g.ih + lo) * pixel_row..(b * g.ih + y1) * pixel_row];
+                                    for (d, &v) in window.iter_mut().zip(src) {
+                                        *d = widen(oq.in_qt, oq.in_zp, v);
+                                    }
+                                    held = Some((b, lo, y1));
+                                }
+                                let (_, y0, y1) = held.unwrap_or((b, lo, lo));
+                                let filled = &window[..(y1 - y0) * pixel_row];
+                                // SAFETY: AVX2 is available (best_isa); the kernel checks its
+                                // offsets against the window and its other sizes.
+                                let ok = unsafe {
+                                    depthwise_row_pairs_avx2(
+                                        &g, filled, y0, &pairs, row, &stage, out_row, signed,
+                                    )
+                                };
+                                if !ok {
+                                    return Err(RuntimeError::Internal(
+                                        "depthwise window does not cover the taps".into(),
+                                    ));
+                                }
+                                if done < g.oc {
+                                    match oq.in_qt {
+                                        QType::U8 => depthwise_tail::<u8>(
+                                            &g,
+                                            super::typed(x),
+                                            oq.in_zp,
+                                            &w,
+                                            row,
+                                            done,
+                                            &stage,
+                                            out_row,
+                                        ),
+                                        QType::I8 => depthwise_tail::<i8>(
+                                            &g,
+                                            super::typed(x),
+                                            oq.in_zp,
+                                            &w,
+                                            row,
+                                            done,
+                                            &stage,
+                                            out_row,
+                                        ),
+                                    }
+                                }
+                            }
+                            return Ok(());
                         }
-                    }
-                    if done < g.oc {
+                        let out_row = out_rows;
+                        let row = r0;
+                        let mut acc = vec![0i32; g.oc];
                         match oq.in_qt {
-                            QType::U8 => depthwise_tail::<u8>(&g, super::typed(x), oq.in_zp, &w, row, done, &stage, out_row),
-                            QType::I8 => depthwise_tail::<i8>(&g, super::typed(x), oq.in_zp, &w, row, done, &stage, out_row),
+                            QType::U8 => depthwise_row::<u8>(
+                                &g,
+                                m,
+                                super::typed(x),
+                                oq.in_zp,
+                                &w,
+                                row,
+                                &mut acc,
+                                &stage,
+                                out_row,
+                                signed,
+                            ),
+                            QType::I8 => depthwise_row::<i8>(
+                                &g,
+                                m,
+                                super::typed(x),
+                                oq.in_zp,
+                                &w,
+                                row,
+                                &mut acc,
+                                &stage,
+                                out_row,
+                                signed,
+                            ),
                         }
-                    }
-                    return Ok(());
-                }
-                let mut acc = vec![0i32; g.oc];
-                match oq.in_qt {
-                    QType::U8 => depthwise_row::<u8>(&g, m, super::typed(x), oq.in_zp, &w, row, &mut acc, &stage, out_row, signed),
-                    QType::I8 => depthwise_row::<i8>(&g, m, super::typed(x), oq.in_zp, &w, row, &mut acc, &stage, out_row, signed),
-                }
-                Ok(())
-            })
-        })
+                        Ok(())
+                    },
+                )
+            },
+        )
     }
 }
 
@@ -983,7 +1109,8 @@ fn depthwise_row_impl<T: Q8>(
                         let Some(xs) = x[(base + ix) * ic + c0..].first_chunk::<DW_BLOCK>() else {
                             continue;
                         };
-                        let Some(ws) = w[(ky * g.kw + kx) * oc + c0..].first_chunk::<DW_BLOCK>() else {
+                        let Some(ws) = w[(ky * g.kw + kx) * oc + c0..].first_chunk::<DW_BLOCK>()
+                        else {
                             continue;
                         };
                         for l in 0..DW_BLOCK {
@@ -1034,7 +1161,12 @@ fn depthwise_row_impl<T: Q8>(
 
 #[derive(Clone, Debug)]
 enum TransposePadding {
-    Explicit { top: usize, left: usize, bottom: usize, right: usize },
+    Explicit {
+        top: usize,
+        left: usize,
+        bottom: usize,
+        right: usize,
+    },
     Implicit(PaddingScheme),
 }
 
@@ -1055,7 +1187,10 @@ fn decode_transpose(info: &OpInfo) -> Result<TransposeParams> {
                 top: info.usize(5, "pad_top")?,
                 bottom: info.usize(6, "pad_bottom")?,
             },
-            stride: (info.usize(8, "stride_height")?, info.usize(7, "stride_width")?),
+            stride: (
+                info.usize(8, "stride_height")?,
+                info.usize(7, "stride_width")?,
+            ),
             act: info.activation(9)?,
             nchw: info.bool(10, "layout")?,
         }
@@ -1065,7 +1200,10 @@ fn decode_transpose(info: &OpInfo) -> Result<TransposeParams> {
             .ok_or_else(|| info.invalid(format!("unknown padding scheme {code}")))?;
         TransposeParams {
             padding: TransposePadding::Implicit(scheme),
-            stride: (info.usize(6, "stride_height")?, info.usize(5, "stride_width")?),
+            stride: (
+                info.usize(6, "stride_height")?,
+                info.usize(5, "stride_width")?,
+            ),
             act: info.activation(7)?,
             nchw: info.bool(8, "layout")?,
         }
@@ -1131,90 +1269,276 @@ impl Kernel for TransposeConv {
             Cow::Owned(pack_transpose_filter(q8_bytes(&f, "filter")?, fdims, &self.fq)?.to_vec())
         };
         let bias = bias_values(ctx, fdims[0])?;
-        let stage = Stage::new(fdims[0], Some(bias), &self.fq.multipliers, self.oq.out_zp, self.oq.range)?;
+        let stage = Stage::new(
+            fdims[0],
+            Some(bias),
+            &self.fq.multipliers,
+            self.oq.out_zp,
+            self.oq.range,
+        )?;
         let oq = &self.oq;
         let out_t = ctx.output(0)?;
         let out_shape = rank4(out_t.shape, "output")?;
         let out = q8_bytes_mut(out_t, "output")?;
-        with_nhwc(p.nchw, x, in_shape, out, out_shape, |x, [n, ih, iw, ic], out, [on, oh, ow, oc]| {
-            let [fo, kh, kw, fc] = fdims;
-            if fo != oc || fc != ic || on != n {
-                return Err(RuntimeError::kernel(format!(
-                    "filter {fdims:?}, input channels {ic} and output {:?} do not fit",
-                    [on, oh, ow, oc]
-                )));
-            }
-            if x.len() != n * ih * iw * ic || out.len() != n * oh * ow * oc {
-                return Err(RuntimeError::kernel("input or output has the wrong size"));
-            }
-            let (sh, sw) = p.stride;
-            let (pad_top, pad_left) = match p.padding {
-                TransposePadding::Explicit { top, bottom, left, right } => {
-                    let eh = (sh * ih.saturating_sub(1) + kh).checked_sub(top + bottom);
-                    let ew = (sw * iw.saturating_sub(1) + kw).checked_sub(left + right);
-                    if eh != Some(oh) || ew != Some(ow) {
-                        return Err(RuntimeError::kernel(format!(
-                            "output extent {oh}x{ow} does not match the padding and strides"
-                        )));
+        with_nhwc(
+            p.nchw,
+            x,
+            in_shape,
+            out,
+            out_shape,
+            |x, [n, ih, iw, ic], out, [on, oh, ow, oc]| {
+                let [fo, kh, kw, fc] = fdims;
+                if fo != oc || fc != ic || on != n {
+                    return Err(RuntimeError::kernel(format!(
+                        "filter {fdims:?}, input channels {ic} and output {:?} do not fit",
+                        [on, oh, ow, oc]
+                    )));
+                }
+                if x.len() != n * ih * iw * ic || out.len() != n * oh * ow * oc {
+                    return Err(RuntimeError::kernel("input or output has the wrong size"));
+                }
+                let (sh, sw) = p.stride;
+                let (pad_top, pad_left) = match p.padding {
+                    TransposePadding::Explicit {
+                        top,
+                        bottom,
+                        left,
+                        right,
+                    } => {
+                        let eh = (sh * ih.saturating_sub(1) + kh).checked_sub(top + bottom);
+                        let ew = (sw * iw.saturating_sub(1) + kw).checked_sub(left + right);
+                        if eh != Some(oh) || ew != Some(ow) {
+                            return Err(RuntimeError::kernel(format!(
+                                "output extent {oh}x{ow} does not match the padding and strides"
+                            )));
+                        }
+                        (top, left)
                     }
-                    (top, left)
-                }
-                TransposePadding::Implicit(scheme) => {
-                    let before = |i: usize, s: usize, k: usize, o: usize| -> usize {
-                        let total = (i.saturating_sub(1) * s + k).saturating_sub(o);
-                        if scheme == PaddingScheme::Same { total / 2 } else { 0 }
-                    };
-                    (before(ih, sh, kh, oh), before(iw, sw, kw, ow))
-                }
-            };
-            let cols = kh * kw * oc;
-            let kp = padded_depth(ic);
-            let mut acc = crate::kernels::util::filled(n * oh * ow * oc, 0i32)?;
-            let pixels = n * ih * iw;
-            let tile = (A_TILE_BUDGET / cols.max(kp).max(1)).clamp(1, pixels.max(1));
-            let mut a = crate::kernels::util::filled(tile * kp, 0i16)?;
-            let mut col = crate::kernels::util::filled(tile * cols, 0i32)?;
-            let rhs = PackedRhs { data: &packed, k: ic, n: cols };
-            let mut p0 = 0;
-            while p0 < pixels {
-                let p1 = (p0 + tile).min(pixels);
-                let t = p1 - p0;
-                for (r, dst) in a.chunks_exact_mut(kp).take(t).enumerate() {
-                    let src = &x[(p0 + r) * ic..(p0 + r + 1) * ic];
-                    for (d, &v) in dst.iter_mut().zip(src) {
-                        *d = widen(oq.in_qt, oq.in_zp, v);
-                    }
-                    dst[ic..].fill(0);
-                }
-                gemm::gemm(&a[..t * kp], kp, t, &rhs, Dst::I32 { out: &mut col[..t * cols], ld: cols })?;
-                for (pix, c) in (p0..p1).zip(col.chunks_exact(cols)) {
-                    let ix = pix % iw;
-                    let iy = (pix / iw) % ih;
-                    let b = pix / (iw * ih);
-                    for ky in 0..kh {
-                        let Some(oy) = (iy * sh + ky).checked_sub(pad_top).filter(|&v| v < oh) else {
-                            continue;
+                    TransposePadding::Implicit(scheme) => {
+                        let before = |i: usize, s: usize, k: usize, o: usize| -> usize {
+                            let total = (i.saturating_sub(1) * s + k).saturating_sub(o);
+                            if scheme == PaddingScheme::Same {
+                                total / 2
+                            } else {
+                                0
+                            }
                         };
-                        for kx in 0..kw {
-                            let Some(ox) = (ix * sw + kx).checked_sub(pad_left).filter(|&v| v < ow) else {
+                        (before(ih, sh, kh, oh), before(iw, sw, kw, ow))
+                    }
+                };
+                let cols = kh * kw * oc;
+                let kp = padded_depth(ic);
+                let mut acc = crate::kernels::util::filled(n * oh * ow * oc, 0i32)?;
+                let pixels = n * ih * iw;
+                let tile = (A_TILE_BUDGET / cols.max(kp).max(1)).clamp(1, pixels.max(1));
+                let mut a = crate::kernels::util::filled(tile * kp, 0i16)?;
+                let mut col = crate::kernels::util::filled(tile * cols, 0i32)?;
+                let rhs = PackedRhs {
+                    data: &packed,
+                    k: ic,
+                    n: cols,
+                };
+                let mut p0 = 0;
+                while p0 < pixels {
+                    let p1 = (p0 + tile).min(pixels);
+                    let t = p1 - p0;
+                    for (r, dst) in a.chunks_exact_mut(kp).take(t).enumerate() {
+                        let src = &x[(p0 + r) * ic..(p0 + r + 1) * ic];
+                        for (d, &v) in dst.iter_mut().zip(src) {
+                            *d = widen(oq.in_qt, oq.in_zp, v);
+                        }
+                        dst[ic..].fill(0);
+                    }
+                    gemm::gemm(
+                        &a[..t * kp],
+                        kp,
+                        t,
+                        &rhs,
+                        Dst::I32 {
+                            out: &mut col[..t * cols],
+                            ld: cols,
+                        },
+                    )?;
+                    for (pix, c) in (p0..p1).zip(col.chunks_exact(cols)) {
+                        let ix = pix % iw;
+                        let iy = (pix / iw) % ih;
+                        let b = pix / (iw * ih);
+                        for ky in 0..kh {
+                            let Some(oy) = (iy * sh + ky).checked_sub(pad_top).filter(|&v| v < oh)
+                            else {
                                 continue;
                             };
-                            let dst = &mut acc[((b * oh + oy) * ow + ox) * oc..][..oc];
-                            let src = &c[(ky * kw + kx) * oc..][..oc];
-                            for (d, s) in dst.iter_mut().zip(src) {
-                                *d = d.wrapping_add(*s);
+                            for kx in 0..kw {
+                                let Some(ox) =
+                                    (ix * sw + kx).checked_sub(pad_left).filter(|&v| v < ow)
+                                else {
+                                    continue;
+                                };
+                                let dst = &mut acc[((b * oh + oy) * ow + ox) * oc..][..oc];
+                                let src = &c[(ky * kw + kx) * oc..][..oc];
+                                for (d, s) in dst.iter_mut().zip(src) {
+                                    *d = d.wrapping_add(*s);
+                                }
                             }
                         }
                     }
+                    p0 = p1;
                 }
-                p0 = p1;
+                let isa = gemm::best_isa();
+                let signed = oq.out_qt == QType::I8;
+                for (a_row, o_row) in acc.chunks_exact(oc).zip(out.chunks_exact_mut(oc)) {
+                    gemm::requantize_row(isa, a_row, &stage, o_row, signed);
+                }
+                Ok(())
+            },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn range(&mut self, lo: i32, hi: i32) -> i32 {
+            lo + (self.next() % (hi - lo + 1) as u64) as i32
+        }
+    }
+
+    /// The AVX2 depthwise kernel (both input variants, plus the scalar tail) against the
+    /// portable loops, on random geometry and data.
+    #[test]
+    fn depthwise_paths_agree() {
+        if gemm::best_isa() == Isa::Portable {
+            return;
+        }
+        let mut rng = Rng(0x5151_7a7a_0101_3c3c);
+        for case in 0..60 {
+            let (ih, iw) = (rng.range(1, 9) as usize, rng.range(1, 9) as usize);
+            let c = [16, 19, 32, 35, 48][case % 5];
+            let (kh, kw) = (rng.range(1, 4) as usize, rng.range(1, 4) as usize);
+            let (sh, sw) = (rng.range(1, 2) as usize, rng.range(1, 2) as usize);
+            let (dh, dw) = (rng.range(1, 2) as usize, rng.range(1, 2) as usize);
+            let (pt, pl) = (rng.range(0, 2) as usize, rng.range(0, 2) as usize);
+            let (eh, ew) = ((kh - 1) * dh + 1, (kw - 1) * dw + 1);
+            if ih + 2 * pt < eh || iw + 2 * pl < ew {
+                continue;
             }
-            let isa = gemm::best_isa();
-            let signed = oq.out_qt == QType::I8;
-            for (a_row, o_row) in acc.chunks_exact(oc).zip(out.chunks_exact_mut(oc)) {
-                gemm::requantize_row(isa, a_row, &stage, o_row, signed);
+            let g = Geometry {
+                n: 1,
+                ih,
+                iw,
+                ic: c,
+                oh: (ih + 2 * pt - eh) / sh + 1,
+                ow: (iw + 2 * pl - ew) / sw + 1,
+                oc: c,
+                kh,
+                kw,
+                sh,
+                sw,
+                dh,
+                dw,
+                pad_top: pt,
+                pad_left: pl,
+            };
+            let signed = case % 2 == 0;
+            let qt = if signed { QType::I8 } else { QType::U8 };
+            let zp = rng.range(qt.min(), qt.max());
+            let x: Vec<u8> = (0..ih * iw * c).map(|_| rng.next() as u8).collect();
+            let w: Vec<i16> = (0..kh * kw * c)
+                .map(|_| rng.range(-255, 255) as i16)
+                .collect();
+            let pairs = pack_depthwise_pairs(&w, kh * kw, c).unwrap();
+            let bias: Vec<i32> = (0..c).map(|_| rng.range(-50_000, 50_000)).collect();
+            let mults: Vec<Multiplier> = (0..c)
+                .map(|_| Multiplier::new(f64::from(rng.range(1, 1000)) * 1e-5).unwrap())
+                .collect();
+            let stage =
+                Stage::new(c, Some(&bias), &mults, rng.range(-128, 127), (-128, 127)).unwrap();
+            let wide: Vec<i16> = x.iter().map(|&b| widen(qt, zp, b)).collect();
+            let row_len = g.ow * c;
+            for row in 0..g.oh {
+                let mut want = vec![0u8; row_len];
+                let mut acc = vec![0i32; c];
+                if signed {
+                    depthwise_row_impl::<i8>(
+                        Isa::Portable,
+                        &g,
+                        1,
+                        bytemuck::cast_slice(&x),
+                        zp,
+                        &w,
+                        row,
+                        &mut acc,
+                        &stage,
+                        &mut want,
+                        true,
+                    );
+                } else {
+                    depthwise_row_impl::<u8>(
+                        Isa::Portable,
+                        &g,
+                        1,
+                        &x,
+                        zp,
+                        &w,
+                        row,
+                        &mut acc,
+                        &stage,
+                        &mut want,
+                        true,
+                    );
+                }
+                let done = c / DW_BLOCK * DW_BLOCK;
+                for variant in 0..2 {
+                    let mut got = vec![0u8; row_len];
+                    // Variant 0: the whole image as the window; 1: only the rows needed.
+                    let (lo, hi) = if variant == 0 {
+                        (0, ih)
+                    } else {
+                        let lo = (row * sh).saturating_sub(pt).min(ih);
+                        (lo, (row * sh + eh).saturating_sub(pt).min(ih).max(lo))
+                    };
+                    // SAFETY: AVX2 is available (checked above).
+                    let ok = unsafe {
+                        depthwise_row_pairs_avx2(
+                            &g,
+                            &wide[lo * iw * c..hi * iw * c],
+                            lo,
+                            &pairs,
+                            row,
+                            &stage,
+                            &mut got,
+                            true,
+                        )
+                    };
+                    assert!(ok, "case {case} row {row}");
+                    if done < c {
+                        if signed {
+                            depthwise_tail::<i8>(
+                                &g,
+                                bytemuck::cast_slice(&x),
+                                zp,
+                                &w,
+                                row,
+                                done,
+                                &stage,
+                                &mut got,
+                            );
+                        } else {
+                            depthwise_tail::<u8>(&g, &x, zp, &w, row, done, &stage, &mut got);
+                        }
+                    }
+                    assert_eq!(got, want, "case {case} row {row} variant {variant}");
+                }
             }
-            Ok(())
-        })
+        }
     }
 }

@@ -71,13 +71,22 @@ pub(super) fn build_fully_connected(info: &OpInfo) -> Result<Box<dyn Kernel>> {
 }
 
 /// Packs weights `[U, K]` as the GEMM right operand `B[k][u] = w[u][k] - w_zp`.
-fn pack_weights(w: &[u8], [u, k]: [usize; 2], fq: &FilterQuant) -> Result<zeroize::Zeroizing<Vec<i16>>> {
+fn pack_weights(
+    w: &[u8],
+    [u, k]: [usize; 2],
+    fq: &FilterQuant,
+) -> Result<zeroize::Zeroizing<Vec<i16>>> {
     if w.len() != u * k {
         return Err(RuntimeError::kernel("weights do not match their shape"));
     }
     let len = packed_len(k, u).ok_or_else(|| RuntimeError::kernel("weights too large"))?;
     let mut packed = zeroize::Zeroizing::new(crate::kernels::util::filled(len, 0i16)?);
-    pack_rhs(k, u, |kk, j| (fq.qt.load(w[j * k + kk]) - fq.zp) as i16, &mut packed);
+    pack_rhs(
+        k,
+        u,
+        |kk, j| (fq.qt.load(w[j * k + kk]) - fq.zp) as i16,
+        &mut packed,
+    );
     Ok(packed)
 }
 
@@ -100,7 +109,9 @@ impl Kernel for FullyConnected {
             (None, Some(w)) => match w.shape {
                 [u, k] => [*u, *k],
                 other => {
-                    return Err(RuntimeError::kernel(format!("weights must be 2-D, got {other:?}")));
+                    return Err(RuntimeError::kernel(format!(
+                        "weights must be 2-D, got {other:?}"
+                    )));
                 }
             },
             (None, None) => return Err(RuntimeError::kernel("weights are missing")),
@@ -129,7 +140,9 @@ impl Kernel for FullyConnected {
             None => None,
         };
         if self.fq.multipliers.len() != 1 && self.fq.multipliers.len() != units {
-            return Err(RuntimeError::kernel("per-channel scales do not match the weights"));
+            return Err(RuntimeError::kernel(
+                "per-channel scales do not match the weights",
+            ));
         }
         // TFLite's FULLY_CONNECTED requantizes through ruy: single rounding.
         let stage = Stage::new(units, bias, &self.fq.multipliers, self.out_zp, self.range)?
@@ -198,7 +211,7 @@ pub(super) fn build_batch_matmul(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     check_scale(info, "output", out.scale)?;
     // GetQuantizedConvolutionMultipler: the float product, divided in double.
     let multiplier = Multiplier::new(f64::from(lhs.scale * rhs.scale) / f64::from(out.scale))
-    .map_err(|e| info.invalid(e.to_string()))?;
+        .map_err(|e| info.invalid(e.to_string()))?;
     Ok(Box::new(BatchMatmul {
         qt,
         lhs_zp: lhs.zero_point,
@@ -223,10 +236,20 @@ impl Kernel for BatchMatmul {
                 "lhs {ls:?} and rhs {rs:?} do not batch-multiply"
             )));
         }
-        let (m, k) = if self.adj_lhs { (ls[r - 1], ls[r - 2]) } else { (ls[r - 2], ls[r - 1]) };
-        let (k2, n) = if self.adj_rhs { (rs[r - 1], rs[r - 2]) } else { (rs[r - 2], rs[r - 1]) };
+        let (m, k) = if self.adj_lhs {
+            (ls[r - 1], ls[r - 2])
+        } else {
+            (ls[r - 2], ls[r - 1])
+        };
+        let (k2, n) = if self.adj_rhs {
+            (rs[r - 1], rs[r - 2])
+        } else {
+            (rs[r - 2], rs[r - 1])
+        };
         if k != k2 {
-            return Err(RuntimeError::kernel(format!("inner dimensions {k} and {k2} differ")));
+            return Err(RuntimeError::kernel(format!(
+                "inner dimensions {k} and {k2} differ"
+            )));
         }
         let batches: usize = ls[..r - 2].iter().product();
         let stage = Stage::new(
@@ -234,12 +257,21 @@ impl Kernel for BatchMatmul {
             None,
             &[self.multiplier],
             self.out_zp,
-            activation_range(FusedActivation::None, super::arith::Qp { scale: 1.0, zp: 0 }, self.qt),
+            activation_range(
+                FusedActivation::None,
+                super::arith::Qp { scale: 1.0, zp: 0 },
+                self.qt,
+            ),
         )?;
         let signed = self.qt == QType::I8;
         let out = q8_bytes_mut(ctx.output(0)?, "output")?;
-        if out.len() != batches * m * n || lhs.len() != batches * m * k || rhs.len() != batches * k * n {
-            return Err(RuntimeError::kernel("operand sizes do not match their shapes"));
+        if out.len() != batches * m * n
+            || lhs.len() != batches * m * k
+            || rhs.len() != batches * k * n
+        {
+            return Err(RuntimeError::kernel(
+                "operand sizes do not match their shapes",
+            ));
         }
         let kp = padded_depth(k);
         let mut a = crate::kernels::util::filled(m * kp, 0i16)?;
@@ -251,7 +283,11 @@ impl Kernel for BatchMatmul {
             let rr = &rhs[bt * k * n..(bt + 1) * k * n];
             for i in 0..m {
                 for kk in 0..k {
-                    let v = if self.adj_lhs { l[kk * m + i] } else { l[i * k + kk] };
+                    let v = if self.adj_lhs {
+                        l[kk * m + i]
+                    } else {
+                        l[i * k + kk]
+                    };
                     a[i * kp + kk] = (qt.load(v) - self.lhs_zp) as i16;
                 }
             }

@@ -38,9 +38,7 @@ pub(crate) fn padded_depth(k: usize) -> usize {
 
 /// i16 values of a packed B of `k` x `n`.
 pub(crate) fn packed_len(k: usize, n: usize) -> Option<usize> {
-    padded_depth(k)
-        .checked_mul(n.div_ceil(NR))?
-        .checked_mul(NR)
+    padded_depth(k).checked_mul(n.div_ceil(NR))?.checked_mul(NR)
 }
 
 /// Packs B (`k` x `n`, element (kk, j) from `get`) into `out` (see the module docs).
@@ -95,7 +93,12 @@ pub(crate) struct Stage {
 /// first, matching the even/odd 64-bit products of AVX2).
 fn permuted(j: usize) -> usize {
     let w = j % 8;
-    j / 8 * 8 + if w % 2 == 0 { w / 2 } else { 4 + w / 2 }
+    j / 8 * 8
+        + if w.is_multiple_of(2) {
+            w / 2
+        } else {
+            4 + w / 2
+        }
 }
 
 impl Stage {
@@ -139,7 +142,9 @@ impl Stage {
         for j in 0..n {
             let m = multipliers[if multipliers.len() == 1 { 0 } else { j }];
             if !(-31..=31).contains(&m.shift) || m.multiplier < 0 {
-                return Err(RuntimeError::kernel("requantization multiplier out of range"));
+                return Err(RuntimeError::kernel(
+                    "requantization multiplier out of range",
+                ));
             }
             s.bias[j] = bias.map_or(0, |b| b[j]);
             s.mult[j] = m.multiplier;
@@ -161,7 +166,9 @@ impl Stage {
         for j in 0..self.n {
             let shift = self.shift(j);
             if shift > 30 {
-                return Err(RuntimeError::kernel("requantization multiplier out of range"));
+                return Err(RuntimeError::kernel(
+                    "requantization multiplier out of range",
+                ));
             }
             let total = i64::from(31 - shift);
             shifts[permuted(j)] = total;
@@ -326,9 +333,7 @@ mod portable {
                 }
                 for (r, acc_row) in acc.iter().enumerate().take(rows) {
                     match &mut dst {
-                        Dst::Q8 {
-                            out, ld, stage, ..
-                        } => {
+                        Dst::Q8 { out, ld, stage, .. } => {
                             let row = &mut out[(r0 + r) * *ld + t * NR..][..cols];
                             for (j, o) in row.iter_mut().enumerate() {
                                 // The clamp keeps the value in the 8-bit range; the byte
@@ -493,7 +498,7 @@ pub(crate) mod avx2 {
     #[target_feature(enable = "avx2")]
     #[inline]
     pub(crate) unsafe fn load_stage(s: &Stage, c: usize) -> Stage8 {
-        debug_assert!(c % 8 == 0 && s.mult.len() >= c + 8);
+        debug_assert!(c.is_multiple_of(8) && s.mult.len() >= c + 8);
         let load = |v: &[i32]| {
             // SAFETY: v holds c + 8 values (caller's contract).
             unsafe { _mm256_loadu_si256(v.as_ptr().add(c) as *const __m256i) }
@@ -506,7 +511,7 @@ pub(crate) mod avx2 {
         Stage8 {
             bias: load(&s.bias),
             mult,
-            mult_odd: _mm256_srli_epi64(mult, 32),
+            mult_odd: _mm256_shuffle_epi32(mult, 0b11_11_01_01),
             lsh: load(&s.lshift),
             rsh: load(&s.rshift),
             mask: load(&s.mask),
@@ -534,7 +539,10 @@ pub(crate) mod avx2 {
         let q = if let Some([se, so, re, ro]) = s.single {
             let x = _mm256_add_epi32(acc, s.bias);
             let even = _mm256_add_epi64(_mm256_mul_epi32(x, s.mult), re);
-            let odd = _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(x, 32), s.mult_odd), ro);
+            let odd = _mm256_add_epi64(
+                _mm256_mul_epi32(_mm256_shuffle_epi32(x, 0b11_11_01_01), s.mult_odd),
+                ro,
+            );
             // Arithmetic 64-bit shifts from logical ones: !((!v) >> n) for negative v.
             let arith = |v: __m256i, n: __m256i| {
                 let sign = _mm256_cmpgt_epi64(zero, v);
@@ -551,7 +559,9 @@ pub(crate) mod avx2 {
             // p + 2^30 are kept, so logical shifts give the same bits as arithmetic ones.
             let nudge = _mm256_set1_epi64x(1 << 30);
             let even = _mm256_mul_epi32(x, s.mult);
-            let odd = _mm256_mul_epi32(_mm256_srli_epi64(x, 32), s.mult_odd);
+            // The odd lanes moved down by a shuffle (not a shift: the sign bits must stay,
+            // or the multiply is rewritten as an unsigned one plus corrections).
+            let odd = _mm256_mul_epi32(_mm256_shuffle_epi32(x, 0b11_11_01_01), s.mult_odd);
             let even = _mm256_srli_epi64(_mm256_add_epi64(even, nudge), 31);
             let odd = _mm256_slli_epi64(_mm256_add_epi64(odd, nudge), 1);
             let high = _mm256_blend_epi32(even, odd, 0b1010_1010);
@@ -781,8 +791,32 @@ mod tests {
         };
         let mut out = vec![0i32; 3];
         let a = vec![0i16; 4];
-        assert!(gemm(&a, 4, 2, &rhs, Dst::I32 { out: &mut out, ld: 2 }).is_err());
+        assert!(
+            gemm(
+                &a,
+                4,
+                2,
+                &rhs,
+                Dst::I32 {
+                    out: &mut out,
+                    ld: 2
+                }
+            )
+            .is_err()
+        );
         let mut out = vec![0i32; 4];
-        assert!(gemm(&a, 4, 2, &rhs, Dst::I32 { out: &mut out, ld: 2 }).is_err());
+        assert!(
+            gemm(
+                &a,
+                4,
+                2,
+                &rhs,
+                Dst::I32 {
+                    out: &mut out,
+                    ld: 2
+                }
+            )
+            .is_err()
+        );
     }
 }

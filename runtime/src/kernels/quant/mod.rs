@@ -67,9 +67,7 @@ pub(super) fn build(info: &OpInfo) -> Option<Result<Box<dyn Kernel>>> {
     }
     use OperationType as O;
     let kernel = match info.op_type() {
-        O::Conv2d | O::DepthwiseConv2d | O::GroupedConv2d | O::TransposeConv2d => {
-            conv::build(info)
-        }
+        O::Conv2d | O::DepthwiseConv2d | O::GroupedConv2d | O::TransposeConv2d => conv::build(info),
         O::FullyConnected => dense::build_fully_connected(info),
         O::BatchMatmul => dense::build_batch_matmul(info),
         O::Add | O::Sub | O::Mul | O::Maximum | O::Minimum | O::Prelu => binary::build(info),

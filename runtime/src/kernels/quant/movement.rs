@@ -15,7 +15,7 @@
 //! Every operation here except CONCATENATION requires the output to share the input's
 //! scale and zero point, as NNAPI does.
 
-use nnc_formats::nn::{Operand, OperandType, OperationType, Operation};
+use nnc_formats::nn::{Operand, OperandType, Operation, OperationType};
 
 use super::arith::{QType, Qp};
 use super::{activation_type, check_scale, is_quant8, output_type, q8_bytes, q8_bytes_mut, qp};
@@ -46,11 +46,19 @@ struct Retyped {
 }
 
 fn as_bytes_type(t: OperandType) -> OperandType {
-    if is_quant8(t) { OperandType::TensorBool8 } else { t }
+    if is_quant8(t) {
+        OperandType::TensorBool8
+    } else {
+        t
+    }
 }
 
 pub(super) fn build_bytes(info: &OpInfo) -> Result<Box<dyn Kernel>> {
-    let data = if info.op_type() == OperationType::Pack { 1 } else { 0 };
+    let data = if info.op_type() == OperationType::Pack {
+        1
+    } else {
+        0
+    };
     let t = info.input_type(data)?;
     if QType::of(t).is_none() {
         return Err(info.unsupported(format!("operand type {t}")));
@@ -183,7 +191,11 @@ impl Kernel for Concat {
         let mut total = 0;
         for (bytes, shape) in &parts {
             if shape.len() != oshape.len()
-                || shape.iter().zip(oshape).enumerate().any(|(d, (s, o))| d != a && s != o)
+                || shape
+                    .iter()
+                    .zip(oshape)
+                    .enumerate()
+                    .any(|(d, (s, o))| d != a && s != o)
             {
                 return Err(RuntimeError::kernel(format!(
                     "input {shape:?} does not concatenate into {oshape:?} along axis {a}"
@@ -195,7 +207,9 @@ impl Kernel for Concat {
             }
         }
         if total != oshape[a] {
-            return Err(RuntimeError::kernel("inputs do not add up to the output extent"));
+            return Err(RuntimeError::kernel(
+                "inputs do not add up to the output extent",
+            ));
         }
         let mut o = 0;
         for k in 0..outer {
@@ -205,7 +219,10 @@ impl Kernel for Concat {
                 let dst = &mut out[o..o + len];
                 match table {
                     None => dst.copy_from_slice(src),
-                    Some(t) => dst.iter_mut().zip(src).for_each(|(d, &s)| *d = t[usize::from(s)]),
+                    Some(t) => dst
+                        .iter_mut()
+                        .zip(src)
+                        .for_each(|(d, &s)| *d = t[usize::from(s)]),
                 }
                 o += len;
             }
@@ -358,7 +375,9 @@ impl Kernel for Block {
                 let a = axis(ax, ishape.len())?;
                 let (outer, c, inner) = crate::kernels::util::split_at_axis(ishape, a);
                 if c % groups != 0 || x.len() != out.len() || x.len() != outer * c * inner {
-                    return Err(RuntimeError::kernel("channels do not split into the groups"));
+                    return Err(RuntimeError::kernel(
+                        "channels do not split into the groups",
+                    ));
                 }
                 let per = c / groups;
                 for o in 0..outer {
@@ -374,34 +393,44 @@ impl Kernel for Block {
             Block::DepthToSpace { block: bs, nchw } | Block::SpaceToDepth { block: bs, nchw } => {
                 let to_space = matches!(self, Block::DepthToSpace { .. });
                 let (i4, o4) = (rank4(ishape, "input")?, rank4(oshape, "output")?);
-                with_nhwc(nchw, x, i4, out, o4, |x, [n, ih, iw, ic], out, [on, oh, ow, oc]| {
-                    let ok = if to_space {
-                        on == n && oh == ih * bs && ow == iw * bs && oc * bs * bs == ic
-                    } else {
-                        on == n && ih == oh * bs && iw == ow * bs && ic * bs * bs == oc
-                    };
-                    if !ok || x.len() != out.len() {
-                        return Err(RuntimeError::kernel("output shape does not match the block size"));
-                    }
-                    // In space-major terms: (b, h, w, c) of the large tensor <-> (b, h / bs,
-                    // w / bs, ((h % bs) * bs + w % bs) * C + c) of the deep one.
-                    let (sh, sw, c) = if to_space { (oh, ow, oc) } else { (ih, iw, ic) };
-                    let (dh, dw, dc) = (sh / bs, sw / bs, c * bs * bs);
-                    for b in 0..n {
-                        for h in 0..sh {
-                            for w in 0..sw {
-                                let space = ((b * sh + h) * sw + w) * c;
-                                let depth = ((b * dh + h / bs) * dw + w / bs) * dc + ((h % bs) * bs + w % bs) * c;
-                                if to_space {
-                                    out[space..space + c].copy_from_slice(&x[depth..depth + c]);
-                                } else {
-                                    out[depth..depth + c].copy_from_slice(&x[space..space + c]);
+                with_nhwc(
+                    nchw,
+                    x,
+                    i4,
+                    out,
+                    o4,
+                    |x, [n, ih, iw, ic], out, [on, oh, ow, oc]| {
+                        let ok = if to_space {
+                            on == n && oh == ih * bs && ow == iw * bs && oc * bs * bs == ic
+                        } else {
+                            on == n && ih == oh * bs && iw == ow * bs && ic * bs * bs == oc
+                        };
+                        if !ok || x.len() != out.len() {
+                            return Err(RuntimeError::kernel(
+                                "output shape does not match the block size",
+                            ));
+                        }
+                        // In space-major terms: (b, h, w, c) of the large tensor <-> (b, h / bs,
+                        // w / bs, ((h % bs) * bs + w % bs) * C + c) of the deep one.
+                        let (sh, sw, c) = if to_space { (oh, ow, oc) } else { (ih, iw, ic) };
+                        let (dh, dw, dc) = (sh / bs, sw / bs, c * bs * bs);
+                        for b in 0..n {
+                            for h in 0..sh {
+                                for w in 0..sw {
+                                    let space = ((b * sh + h) * sw + w) * c;
+                                    let depth = ((b * dh + h / bs) * dw + w / bs) * dc
+                                        + ((h % bs) * bs + w % bs) * c;
+                                    if to_space {
+                                        out[space..space + c].copy_from_slice(&x[depth..depth + c]);
+                                    } else {
+                                        out[depth..depth + c].copy_from_slice(&x[space..space + c]);
+                                    }
                                 }
                             }
                         }
-                    }
-                    Ok(())
-                })
+                        Ok(())
+                    },
+                )
             }
         }
     }

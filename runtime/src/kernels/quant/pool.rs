@@ -12,7 +12,10 @@
 use nnc_formats::nn::{OperationType, PaddingScheme};
 
 use super::arith::{Multiplier, Q8, QType, Qp, activation_range};
-use super::{activation_type, check_scale, for_row_tiles, output_type, q8_bytes, q8_bytes_mut, qp, typed, typed_mut};
+use super::{
+    activation_type, check_scale, for_row_tiles, output_type, q8_bytes, q8_bytes_mut, qp, typed,
+    typed_mut,
+};
 use crate::error::{Result, RuntimeError};
 use crate::kernels::conv::{Padding, window_extent};
 use crate::kernels::util::{rank4, with_nhwc};
@@ -96,40 +99,47 @@ impl Kernel for Pool {
         let out_t = ctx.output(0)?;
         let out_shape = rank4(out_t.shape, "output")?;
         let out = q8_bytes_mut(out_t, "output")?;
-        with_nhwc(self.nchw, x, in_shape, out, out_shape, |x, [n, ih, iw, c], out, [on, oh, ow, oc]| {
-            let (fh, fw) = self.filter;
-            let (sh, sw) = self.stride;
-            let pad_h = self.padding.resolve(true, ih, fh, sh, 1)?;
-            let pad_w = self.padding.resolve(false, iw, fw, sw, 1)?;
-            let eh = window_extent(ih, fh, sh, 1, pad_h)?;
-            let ew = window_extent(iw, fw, sw, 1, pad_w)?;
-            if [on, oh, ow, oc] != [n, eh, ew, c] {
-                return Err(RuntimeError::kernel(format!(
-                    "output shape {:?} (NHWC) does not match the computed {:?}",
-                    [on, oh, ow, oc],
-                    [n, eh, ew, c]
-                )));
-            }
-            let g = PoolGeometry {
-                ih,
-                iw,
-                c,
-                oh,
-                fh,
-                fw,
-                sh,
-                sw,
-                pt: pad_h.0,
-                pl: pad_w.0,
-            };
-            for_row_tiles(threads, out, ow * c, 1, 0, |row, out_row, _| {
-                match self.qt {
-                    QType::U8 => self.row::<u8>(&g, typed(x), row, typed_mut(out_row)),
-                    QType::I8 => self.row::<i8>(&g, typed(x), row, typed_mut(out_row)),
+        with_nhwc(
+            self.nchw,
+            x,
+            in_shape,
+            out,
+            out_shape,
+            |x, [n, ih, iw, c], out, [on, oh, ow, oc]| {
+                let (fh, fw) = self.filter;
+                let (sh, sw) = self.stride;
+                let pad_h = self.padding.resolve(true, ih, fh, sh, 1)?;
+                let pad_w = self.padding.resolve(false, iw, fw, sw, 1)?;
+                let eh = window_extent(ih, fh, sh, 1, pad_h)?;
+                let ew = window_extent(iw, fw, sw, 1, pad_w)?;
+                if [on, oh, ow, oc] != [n, eh, ew, c] {
+                    return Err(RuntimeError::kernel(format!(
+                        "output shape {:?} (NHWC) does not match the computed {:?}",
+                        [on, oh, ow, oc],
+                        [n, eh, ew, c]
+                    )));
                 }
-                Ok(())
-            })
-        })
+                let g = PoolGeometry {
+                    ih,
+                    iw,
+                    c,
+                    oh,
+                    fh,
+                    fw,
+                    sh,
+                    sw,
+                    pt: pad_h.0,
+                    pl: pad_w.0,
+                };
+                for_row_tiles(threads, out, ow * c, 1, 0, |row, out_row, _| {
+                    match self.qt {
+                        QType::U8 => self.row::<u8>(&g, typed(x), row, typed_mut(out_row)),
+                        QType::I8 => self.row::<i8>(&g, typed(x), row, typed_mut(out_row)),
+                    }
+                    Ok(())
+                })
+            },
+        )
     }
 }
 

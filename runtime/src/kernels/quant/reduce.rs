@@ -13,7 +13,9 @@
 use nnc_formats::nn::OperationType;
 
 use super::arith::{Multiplier, Q8, QType, Qp, multiply_by_quantized_multiplier};
-use super::{activation_type, check_scale, output_type, q8_bytes, q8_bytes_mut, qp, typed, typed_mut};
+use super::{
+    activation_type, check_scale, output_type, q8_bytes, q8_bytes_mut, qp, typed, typed_mut,
+};
 use crate::error::{Result, RuntimeError};
 use crate::kernels::reduce::reduce_into;
 use crate::kernels::util::{axis, split_at_axis};
@@ -69,11 +71,19 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
 }
 
 impl Reduce {
-    fn run_typed<T: Q8>(&self, x: &[T], shape: &[usize], reduced: &[bool], out: &mut [T]) -> Result<()> {
+    fn run_typed<T: Q8>(
+        &self,
+        x: &[T],
+        shape: &[usize],
+        reduced: &[bool],
+        out: &mut [T],
+    ) -> Result<()> {
         match self.kind {
             Kind::Mean => {
                 let mut sums = crate::kernels::util::filled(out.len(), 0i32)?;
-                reduce_into(x, shape, reduced, &mut sums, |a: i32, v: T| a.wrapping_add(v.to_i32()))?;
+                reduce_into(x, shape, reduced, &mut sums, |a: i32, v: T| {
+                    a.wrapping_add(v.to_i32())
+                })?;
                 let count: usize = shape
                     .iter()
                     .zip(reduced)
@@ -88,24 +98,36 @@ impl Reduce {
                 }
                 // Fold 1 / count into the multiplier as TFLite does.
                 let count = count as i64;
-                let shift = (63 - count.leading_zeros() as i32).min(32).min(31 + m.shift).max(0);
+                let shift = (63 - count.leading_zeros() as i32)
+                    .min(32)
+                    .min(31 + m.shift)
+                    .max(0);
                 let multiplier = ((i64::from(m.multiplier) << shift) / count) as i32;
                 let out_shift = m.shift - shift;
                 let offset = (i64::from(self.input.zp) * count) as i32;
                 for (o, &s) in out.iter_mut().zip(&sums) {
-                    let v = multiply_by_quantized_multiplier(s.wrapping_sub(offset), multiplier, out_shift)
-                        .wrapping_add(self.output.zp);
+                    let v = multiply_by_quantized_multiplier(
+                        s.wrapping_sub(offset),
+                        multiplier,
+                        out_shift,
+                    )
+                    .wrapping_add(self.output.zp);
                     *o = T::from_i32(v.clamp(T::MIN, T::MAX));
                 }
                 Ok(())
             }
             Kind::Max | Kind::Min => {
                 let max = self.kind == Kind::Max;
-                let mut acc = crate::kernels::util::filled(out.len(), if max { T::MIN } else { T::MAX })?;
+                let mut acc =
+                    crate::kernels::util::filled(out.len(), if max { T::MIN } else { T::MAX })?;
                 if max {
-                    reduce_into(x, shape, reduced, &mut acc, |a: i32, v: T| a.max(v.to_i32()))?;
+                    reduce_into(x, shape, reduced, &mut acc, |a: i32, v: T| {
+                        a.max(v.to_i32())
+                    })?;
                 } else {
-                    reduce_into(x, shape, reduced, &mut acc, |a: i32, v: T| a.min(v.to_i32()))?;
+                    reduce_into(x, shape, reduced, &mut acc, |a: i32, v: T| {
+                        a.min(v.to_i32())
+                    })?;
                 }
                 for (o, &a) in out.iter_mut().zip(&acc) {
                     let v = match self.rescale {

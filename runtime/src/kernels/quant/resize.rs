@@ -48,7 +48,10 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     let rescale = if input == output {
         None
     } else {
-        Some(Multiplier::from_f64_ratio(input.scale, output.scale).map_err(|e| info.invalid(e.to_string()))?)
+        Some(
+            Multiplier::from_f64_ratio(input.scale, output.scale)
+                .map_err(|e| info.invalid(e.to_string()))?,
+        )
     };
     Ok(Box::new(Resize {
         bilinear: info.op_type() == OperationType::ResizeBilinear,
@@ -72,7 +75,13 @@ fn scale_f32(input: usize, output: usize, align_corners: bool) -> f32 {
 }
 
 /// TFLite's `GetNearestNeighbor`.
-fn nearest(dst: usize, input: usize, output: usize, align_corners: bool, half_pixel: bool) -> usize {
+fn nearest(
+    dst: usize,
+    input: usize,
+    output: usize,
+    align_corners: bool,
+    half_pixel: bool,
+) -> usize {
     let scale = scale_f32(input, output, align_corners);
     let offset = if half_pixel { 0.5 } else { 0.0 };
     let v = (dst as f32 + offset) * scale;
@@ -82,9 +91,18 @@ fn nearest(dst: usize, input: usize, output: usize, align_corners: bool, half_pi
 }
 
 /// Q10 source coordinate and the two neighbours (`ComputeInterpolationValuesInteger`).
-fn interpolation_q10(dst: usize, scale_10: i64, half_pixel: bool, input: usize) -> (i64, usize, usize) {
+fn interpolation_q10(
+    dst: usize,
+    scale_10: i64,
+    half_pixel: bool,
+    input: usize,
+) -> (i64, usize, usize) {
     let v = dst as i64;
-    let scaled = if half_pixel { v * scale_10 + scale_10 / 2 - (1 << 9) } else { v * scale_10 };
+    let scaled = if half_pixel {
+        v * scale_10 + scale_10 / 2 - (1 << 9)
+    } else {
+        v * scale_10
+    };
     // C++ division truncates toward zero.
     let lower = (scaled / (1 << 10)).max(0);
     let upper = ((scaled + (1 << 10) - 1) / (1 << 10)).min(input as i64 - 1);
@@ -92,13 +110,26 @@ fn interpolation_q10(dst: usize, scale_10: i64, half_pixel: bool, input: usize) 
 }
 
 fn scale_q10(input: usize, output: usize, align_corners: bool) -> i64 {
-    let (i, o) = if align_corners && output > 1 { (input - 1, output - 1) } else { (input, output) };
+    let (i, o) = if align_corners && output > 1 {
+        (input - 1, output - 1)
+    } else {
+        (input, output)
+    };
     (((1i64 << 10) * i as i64) + o as i64 / 2) / (o as i64).max(1)
 }
 
 /// Float source coordinate and the two neighbours (`ComputeInterpolationValues`).
-fn interpolation_f32(dst: usize, scale: f32, half_pixel: bool, input: usize) -> (f32, usize, usize) {
-    let scaled = if half_pixel { (dst as f32 + 0.5) * scale - 0.5 } else { dst as f32 * scale };
+fn interpolation_f32(
+    dst: usize,
+    scale: f32,
+    half_pixel: bool,
+    input: usize,
+) -> (f32, usize, usize) {
+    let scaled = if half_pixel {
+        (dst as f32 + 0.5) * scale - 0.5
+    } else {
+        dst as f32 * scale
+    };
     let lower = (scaled.floor() as i64).max(0);
     let upper = (scaled.ceil() as i64).min(input as i64 - 1);
     (scaled, lower.max(0) as usize, upper.max(0) as usize)
@@ -112,71 +143,94 @@ impl Kernel for Resize {
         let out_t = ctx.output(0)?;
         let out4 = rank4(out_t.shape, "output")?;
         let out = q8_bytes_mut(out_t, "output")?;
-        with_nhwc(self.nchw, x, in4, out, out4, |x, [n, ih, iw, c], out, [on, oh, ow, oc]| {
-            if on != n || oc != c || ih == 0 || iw == 0 || x.len() != n * ih * iw * c || out.len() != n * oh * ow * c {
-                return Err(RuntimeError::kernel(format!(
-                    "output {:?} does not resize input {:?}",
-                    [on, oh, ow, oc],
-                    [n, ih, iw, c]
-                )));
-            }
-            let qt = self.qt;
-            let px = |b: usize, y: usize, xx: usize| &x[((b * ih + y) * iw + xx) * c..][..c];
-            let finish = |v: i32| -> u8 {
-                match self.rescale {
-                    Some(m) => qt.store(m.apply(v - self.input.zp).wrapping_add(self.output.zp)),
-                    None => qt.store(v),
+        with_nhwc(
+            self.nchw,
+            x,
+            in4,
+            out,
+            out4,
+            |x, [n, ih, iw, c], out, [on, oh, ow, oc]| {
+                if on != n
+                    || oc != c
+                    || ih == 0
+                    || iw == 0
+                    || x.len() != n * ih * iw * c
+                    || out.len() != n * oh * ow * c
+                {
+                    return Err(RuntimeError::kernel(format!(
+                        "output {:?} does not resize input {:?}",
+                        [on, oh, ow, oc],
+                        [n, ih, iw, c]
+                    )));
                 }
-            };
-            let (hs10, ws10) = (scale_q10(ih, oh, self.align_corners), scale_q10(iw, ow, self.align_corners));
-            let (hs, ws) = (scale_f32(ih, oh, self.align_corners), scale_f32(iw, ow, self.align_corners));
-            for b in 0..n {
-                for y in 0..oh {
-                    for xo in 0..ow {
-                        let dst = &mut out[((b * oh + y) * ow + xo) * c..][..c];
-                        if !self.bilinear {
-                            let sy = nearest(y, ih, oh, self.align_corners, self.half_pixel);
-                            let sx = nearest(xo, iw, ow, self.align_corners, self.half_pixel);
-                            for (d, &s) in dst.iter_mut().zip(px(b, sy, sx)) {
-                                *d = finish(qt.load(s));
-                            }
-                        } else if qt == QType::I8 {
-                            let (sy, y0, y1) = interpolation_q10(y, hs10, self.half_pixel, ih);
-                            let (sx, x0, x1) = interpolation_q10(xo, ws10, self.half_pixel, iw);
-                            let dy = sy - (1 << 10) * y0 as i64;
-                            let dx = sx - (1 << 10) * x0 as i64;
-                            let (p00, p10, p01, p11) = (px(b, y0, x0), px(b, y1, x0), px(b, y0, x1), px(b, y1, x1));
-                            for k in 0..c {
-                                let v = |p: &[u8]| i64::from(qt.load(p[k]));
-                                let sum = v(p00) * ((1 << 10) - dy) * ((1 << 10) - dx)
-                                    + v(p10) * dy * ((1 << 10) - dx)
-                                    + v(p01) * ((1 << 10) - dy) * dx
-                                    + v(p11) * dy * dx;
-                                let round = if sum > 0 { 1 << 19 } else { -(1 << 19) };
-                                // Truncating division, as in C++; the cast keeps the low byte
-                                // like the reference's static_cast<int8_t>.
-                                dst[k] = finish(i32::from(((sum + round) / (1 << 20)) as i8));
-                            }
-                        } else {
-                            let (sy, y0, y1) = interpolation_f32(y, hs, self.half_pixel, ih);
-                            let (sx, x0, x1) = interpolation_f32(xo, ws, self.half_pixel, iw);
-                            let (dy, dx) = (sy - y0 as f32, sx - x0 as f32);
-                            let (p00, p10, p01, p11) = (px(b, y0, x0), px(b, y1, x0), px(b, y0, x1), px(b, y1, x1));
-                            for k in 0..c {
-                                let v = |p: &[u8]| f32::from(p[k]);
-                                let sum = v(p00) * (1.0 - dy) * (1.0 - dx)
-                                    + v(p10) * dy * (1.0 - dx)
-                                    + v(p01) * (1.0 - dy) * dx
-                                    + v(p11) * dy * dx
-                                    + 0.5;
-                                // static_cast<uint8_t>: truncation (the sum lies in [0, 255.5]).
-                                dst[k] = finish(sum as u8 as i32);
+                let qt = self.qt;
+                let px = |b: usize, y: usize, xx: usize| &x[((b * ih + y) * iw + xx) * c..][..c];
+                let finish = |v: i32| -> u8 {
+                    match self.rescale {
+                        Some(m) => {
+                            qt.store(m.apply(v - self.input.zp).wrapping_add(self.output.zp))
+                        }
+                        None => qt.store(v),
+                    }
+                };
+                let (hs10, ws10) = (
+                    scale_q10(ih, oh, self.align_corners),
+                    scale_q10(iw, ow, self.align_corners),
+                );
+                let (hs, ws) = (
+                    scale_f32(ih, oh, self.align_corners),
+                    scale_f32(iw, ow, self.align_corners),
+                );
+                for b in 0..n {
+                    for y in 0..oh {
+                        for xo in 0..ow {
+                            let dst = &mut out[((b * oh + y) * ow + xo) * c..][..c];
+                            if !self.bilinear {
+                                let sy = nearest(y, ih, oh, self.align_corners, self.half_pixel);
+                                let sx = nearest(xo, iw, ow, self.align_corners, self.half_pixel);
+                                for (d, &s) in dst.iter_mut().zip(px(b, sy, sx)) {
+                                    *d = finish(qt.load(s));
+                                }
+                            } else if qt == QType::I8 {
+                                let (sy, y0, y1) = interpolation_q10(y, hs10, self.half_pixel, ih);
+                                let (sx, x0, x1) = interpolation_q10(xo, ws10, self.half_pixel, iw);
+                                let dy = sy - (1 << 10) * y0 as i64;
+                                let dx = sx - (1 << 10) * x0 as i64;
+                                let (p00, p10, p01, p11) =
+                                    (px(b, y0, x0), px(b, y1, x0), px(b, y0, x1), px(b, y1, x1));
+                                for k in 0..c {
+                                    let v = |p: &[u8]| i64::from(qt.load(p[k]));
+                                    let sum = v(p00) * ((1 << 10) - dy) * ((1 << 10) - dx)
+                                        + v(p10) * dy * ((1 << 10) - dx)
+                                        + v(p01) * ((1 << 10) - dy) * dx
+                                        + v(p11) * dy * dx;
+                                    let round = if sum > 0 { 1 << 19 } else { -(1 << 19) };
+                                    // Truncating division, as in C++; the cast keeps the low byte
+                                    // like the reference's static_cast<int8_t>.
+                                    dst[k] = finish(i32::from(((sum + round) / (1 << 20)) as i8));
+                                }
+                            } else {
+                                let (sy, y0, y1) = interpolation_f32(y, hs, self.half_pixel, ih);
+                                let (sx, x0, x1) = interpolation_f32(xo, ws, self.half_pixel, iw);
+                                let (dy, dx) = (sy - y0 as f32, sx - x0 as f32);
+                                let (p00, p10, p01, p11) =
+                                    (px(b, y0, x0), px(b, y1, x0), px(b, y0, x1), px(b, y1, x1));
+                                for k in 0..c {
+                                    let v = |p: &[u8]| f32::from(p[k]);
+                                    let sum = v(p00) * (1.0 - dy) * (1.0 - dx)
+                                        + v(p10) * dy * (1.0 - dx)
+                                        + v(p01) * (1.0 - dy) * dx
+                                        + v(p11) * dy * dx
+                                        + 0.5;
+                                    // static_cast<uint8_t>: truncation (the sum lies in [0, 255.5]).
+                                    dst[k] = finish(sum as u8 as i32);
+                                }
                             }
                         }
                     }
                 }
-            }
-            Ok(())
-        })
+                Ok(())
+            },
+        )
     }
 }

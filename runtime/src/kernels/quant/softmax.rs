@@ -17,7 +17,9 @@
 //! `GetInvSqrtQuantizedMultiplierExp` (Newton-Raphson in Q3.28), applied with
 //! `MultiplyByQuantizedMultiplier`.
 
-use super::arith::{Multiplier, QType, Qp, multiply_by_quantized_multiplier, rounding_divide_by_pot, srdhm};
+use super::arith::{
+    Multiplier, QType, Qp, multiply_by_quantized_multiplier, rounding_divide_by_pot, srdhm,
+};
 use super::{activation_type, check_scale, output_type, q8_bytes, q8_bytes_mut, qp};
 use crate::error::{Result, RuntimeError};
 use crate::kernels::util::{axis, split_at_axis};
@@ -133,7 +135,10 @@ fn reciprocal(x: i32, integer_digits: i32) -> (i32, i32) {
     let headroom_plus_one = (x as u32).leading_zeros().min(31) as i32;
     let num_bits_over_unit = integer_digits - headroom_plus_one;
     let shifted_sum_minus_one = ((x as u32) << headroom_plus_one).wrapping_sub(1 << 31) as i32;
-    (one_over_one_plus_x_for_x_in_0_1(shifted_sum_minus_one), num_bits_over_unit)
+    (
+        one_over_one_plus_x_for_x_in_0_1(shifted_sum_minus_one),
+        num_bits_over_unit,
+    )
 }
 
 // ---------------------------------------------------------------------------------------
@@ -150,7 +155,11 @@ enum SoftmaxMode {
         diff_min: i32,
     },
     /// Double precision for non-standard output quantization.
-    Float { beta: f64, input_scale: f64, output: Qp },
+    Float {
+        beta: f64,
+        input_scale: f64,
+        output: Qp,
+    },
 }
 
 struct Softmax {
@@ -171,11 +180,16 @@ pub(super) fn build_softmax(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     if !(beta.is_finite() && beta > 0.0) {
         return Err(info.invalid(format!("beta must be > 0, got {beta}")));
     }
-    let axis = if info.input_count() > 2 { info.i32(2, "axis")? } else { -1 };
+    let axis = if info.input_count() > 2 {
+        info.i32(2, "axis")?
+    } else {
+        -1
+    };
     let standard = o.scale == 1.0 / 256.0 && o.zp == qt.min();
     // PreprocessSoftmaxScaling: beta * input_scale * 2^(31 - 5), capped at 2^31 - 1.
-    let real = (f64::from(beta) * f64::from(i.scale) * f64::from(1u32 << (31 - SCALED_DIFF_INTEGER_BITS)))
-        .min(f64::from(i32::MAX));
+    let real =
+        (f64::from(beta) * f64::from(i.scale) * f64::from(1u32 << (31 - SCALED_DIFF_INTEGER_BITS)))
+            .min(f64::from(i32::MAX));
     let fixed = if standard && real > 1.0 {
         let m = Multiplier::new(real).map_err(|e| info.invalid(e.to_string()))?;
         // CalculateInputRadius(5, left_shift, 31).
@@ -256,7 +270,11 @@ impl Kernel for Softmax {
         let input = ctx.input(0)?;
         let x = q8_bytes(&input, "input")?;
         let shape = input.shape;
-        let a = if shape.is_empty() { 0 } else { axis(self.axis, shape.len())? };
+        let a = if shape.is_empty() {
+            0
+        } else {
+            axis(self.axis, shape.len())?
+        };
         let (outer, len, inner) = split_at_axis(shape, a);
         let out = q8_bytes_mut(ctx.output(0)?, "output")?;
         if out.len() != x.len() || x.len() != outer * len * inner {
@@ -298,7 +316,11 @@ fn inv_sqrt_multiplier(input: i32) -> (i32, i32) {
     let mut x = F3_ONE;
     for _ in 0..5 {
         let x3 = rescale(srdhm(srdhm(x, x), x), 9, 3);
-        x = rescale(srdhm(HALF_THREE, x).wrapping_sub(srdhm(half_input, x3)), 6, 3);
+        x = rescale(
+            srdhm(HALF_THREE, x).wrapping_sub(srdhm(half_input, x3)),
+            6,
+            3,
+        );
     }
     const HALF_SQRT_2: i32 = 1_518_500_250;
     let mut inv = srdhm(x, HALF_SQRT_2);
@@ -327,7 +349,11 @@ pub(super) fn build_l2_normalization(info: &OpInfo) -> Result<Box<dyn Kernel>> {
             "quantized L2_NORMALIZATION needs output scale 1/128 and zero point {want_zp}"
         )));
     }
-    let axis = if info.input_count() > 1 { info.i32(1, "axis")? } else { -1 };
+    let axis = if info.input_count() > 1 {
+        info.i32(1, "axis")?
+    } else {
+        -1
+    };
     Ok(Box::new(L2Norm {
         qt,
         zp: info.operand(0)?.zero_point,
@@ -340,7 +366,11 @@ impl Kernel for L2Norm {
         let input = ctx.input(0)?;
         let x = q8_bytes(&input, "input")?;
         let shape = input.shape;
-        let a = if shape.is_empty() { 0 } else { axis(self.axis, shape.len())? };
+        let a = if shape.is_empty() {
+            0
+        } else {
+            axis(self.axis, shape.len())?
+        };
         let (outer, len, inner) = split_at_axis(shape, a);
         let out = q8_bytes_mut(ctx.output(0)?, "output")?;
         if out.len() != x.len() || x.len() != outer * len * inner {
@@ -360,7 +390,9 @@ impl Kernel for L2Norm {
                     let d = qt.load(x[at(c)]) - self.zp;
                     out[at(c)] = match qt {
                         // 128 * d rescaled, offset by the zero point 128.
-                        QType::U8 => qt.store(128 + multiply_by_quantized_multiplier(128 * d, m, shift)),
+                        QType::U8 => {
+                            qt.store(128 + multiply_by_quantized_multiplier(128 * d, m, shift))
+                        }
                         // Output scale 1/128: the shift gains 7.
                         QType::I8 => qt.store(multiply_by_quantized_multiplier(d, m, shift + 7)),
                     };

@@ -65,7 +65,8 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     let invalid = |e: RuntimeError| info.invalid(e.to_string());
     let table = match info.op_type() {
         O::Relu | O::Relu1 | O::Relu6 => {
-            let act = FusedActivation::from_operation(info.op_type()).unwrap_or(FusedActivation::None);
+            let act =
+                FusedActivation::from_operation(info.op_type()).unwrap_or(FusedActivation::None);
             let (lo, hi) = activation_range(act, o, out_qt);
             let m = Multiplier::from_f32_ratio(i.scale, o.scale).map_err(invalid)?;
             byte_table(in_qt, out_qt, |x| {
@@ -78,7 +79,9 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
         }
         O::Logistic => float_table(in_qt, i, o, |v| 1.0 / (1.0 + (-v).exp())),
         O::Tanh => float_table(in_qt, i, o, f32::tanh),
-        O::HardSwish => hard_swish_table(in_qt, i, o).map_err(|e| info.unsupported(e.to_string()))?,
+        O::HardSwish => {
+            hard_swish_table(in_qt, i, o).map_err(|e| info.unsupported(e.to_string()))?
+        }
         other => return Err(info.unsupported(format!("no quantized kernel for {other}"))),
     };
     Ok(Box::new(Table { table }))
