@@ -28,6 +28,10 @@ import tempfile
 import onnx
 
 STATUSES = ("pass", "fail", "error", "timeout", "unsupported", "missing")
+# What nnc prints when `nnc run` binds graph inputs of a source model at compile time,
+# and the hint of its unsupported-operation message.
+BOUND_NOTE = "at compile time; bound"
+BIND_HINT = "needed at compile time; bind"
 # The tolerance the runner applies; scripts/onnx-conformance passes no --rtol/--atol.
 RTOL, ATOL = 1e-3, 1e-5
 
@@ -78,7 +82,9 @@ def nnc_reason(nnc: str, data_root: str, suite: str, test: str) -> str:
     text = cp.stderr.decode("utf-8", "replace")
     # Machine-independent: the model path as the test's own.
     text = text.replace(os.path.join(tdir, "model.onnx"), f"{test}/model.onnx")
-    lines = [l.strip() for l in text.splitlines() if l.strip()]
+    # Notes (inputs bound at compile time) and the --bind-input hint are not reasons.
+    lines = [l.strip() for l in text.splitlines()
+             if l.strip() and not l.startswith("note: ") and BIND_HINT not in l]
     if not lines:
         return f"exit {cp.returncode}, no message"
     first = lines[0]
@@ -91,6 +97,29 @@ def nnc_reason(nnc: str, data_root: str, suite: str, test: str) -> str:
                 detail = detail[len(prefix):]
         return f"{first} — {detail}"
     return first
+
+
+def bound_inputs(nnc: str, data_root: str, suite: str, test: str) -> str | None:
+    """The note nnc prints when it bound inputs of the test's model at compile time, or
+    None (the test passed without binding)."""
+    tdir = os.path.join(data_root, suite, test)
+    sets = sorted(glob.glob(os.path.join(tdir, "test_data_set_*")))
+    if not sets:
+        return None
+    with tempfile.TemporaryDirectory(prefix="nnc_conf_") as tmp:
+        try:
+            cp = subprocess.run(
+                [nnc, "run", os.path.join(tdir, "model.onnx"), "--input-dir", sets[0],
+                 "--output-dir", tmp, "--output-format", "pb"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120,
+                stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return None
+    for line in cp.stderr.decode("utf-8", "replace").splitlines():
+        if line.startswith("note: ") and BOUND_NOTE in line:
+            m = re.search(r"needs inputs? (.*) at compile time", line)
+            return m.group(1) if m else "?"
+    return None
 
 
 def md_escape(s: str) -> str:
@@ -129,6 +158,14 @@ def main() -> int:
         op_of[r["test"]] = op
         per_op[op][r["status"]] += 1
 
+    # Passes that needed inputs bound at compile time, counted apart.
+    bound = {}
+    for r in present:
+        if r["status"] == "pass":
+            note = bound_inputs(a.nnc, a.data_root, r["suite"], r["test"])
+            if note is not None:
+                bound[r["test"]] = note
+
     reasons = {}
     for r in present:
         if r["status"] in ("unsupported", "error"):
@@ -155,6 +192,12 @@ def main() -> int:
       " the numbers compare directly. The kernels themselves are tested against float64"
       " references to the stricter NNAPI float32 tolerance (atol 1e-5, rtol 5 * 2^-23)"
       " in runtime/tests.")
+    w("- Compile-time inputs: where the NN set needs a value at compile time that the test"
+      " model declares as a graph input (Resize's scales or sizes, TopK's k, Pad's pads,"
+      " Dropout's training_mode, QLinear* scales and zero points), `nnc run` compiles the"
+      " source model with exactly those inputs bound to the supplied input files, as"
+      " `nnc compile --bind-input NAME=FILE` would, and prints a note on stderr naming"
+      " them. Such passes are counted below and listed at the end.")
     w("")
     w("## Totals")
     w("")
@@ -171,6 +214,8 @@ def main() -> int:
     w(f"- Passing allow-listed tests: **{n_pass} of {n_present}**.")
     w(f"- Passing among the tests nnc does not reject as unsupported (exit 69): "
       f"**{n_pass} of {attempted} = {rate:.1f}%**.")
+    w(f"- Of the passing tests, **{len(bound)}** pass only with graph inputs bound at"
+      f" compile time ({n_pass - len(bound)} without).")
     w("")
     w("## Per operator")
     w("")
@@ -211,6 +256,14 @@ def main() -> int:
             continue
         w(f"| {r['test']} | {md_escape(op_of.get(r['test'], '?'))} | {r['status']} | "
           f"{md_escape(reasons.get(r['test'], ''))} |")
+    if bound:
+        w("")
+        w("## Tests passing with inputs bound at compile time")
+        w("")
+        w("| test | op | bound inputs |")
+        w("|---|---|---|")
+        for test in sorted(bound):
+            w(f"| {test} | {md_escape(op_of.get(test, '?'))} | {md_escape(bound[test])} |")
     missing = [r["test"] for r in rows if r["status"] == "missing"]
     if missing:
         w("")

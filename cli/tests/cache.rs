@@ -119,7 +119,11 @@ fn assert_correct(f: &Fixture, output: &Path) {
 
 fn entry_files(cache: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
-    for e in std::fs::read_dir(cache).unwrap().flatten() {
+    // The adversary may look before the first prepare has created the directory.
+    let Ok(top) = std::fs::read_dir(cache) else {
+        return files;
+    };
+    for e in top.flatten() {
         // A concurrent prepare may remove a directory between the two listings.
         if let Ok(entries) = std::fs::read_dir(e.path()) {
             files.extend(entries.flatten().map(|f| f.path()));
@@ -343,6 +347,7 @@ fn another_models_cache_copied_over_during_prepares_never_crashes_or_misleads() 
                     dir: cache.clone(),
                     token: None,
                 }),
+                ..Default::default()
             };
             let model = PreparedModel::load_bytes(model_bytes.clone(), &npu, &options)
                 .unwrap_or_else(|e| panic!("round {round}: prepare failed: {e}"));

@@ -536,3 +536,328 @@ fn devices_lists_profiles_and_names_malformed_fields() {
     assert_eq!(o.status.code(), Some(65), "{}", stderr(&o));
     assert!(stderr(&o).contains("exec_time"), "{}", stderr(&o));
 }
+
+// ---- compile-time input binding -------------------------------------------------------
+
+/// Resize(X [1,1,2,2], scales) with `scales` a graph input, written to `dir/model.onnx`,
+/// with X = [[1,2],[3,4]] and scales = [1,1,2,3] beside it as .npy files.
+fn resize_with_runtime_scales(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    use nnc_compiler::onnx::proto::{
+        GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto,
+        ValueInfoProto, encode_model, tensor_shape_proto, type_proto,
+    };
+    use nnc_formats::tensor::{DataType, HostTensor};
+    let info = |name: &str, dims: &[i64]| ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: 1,
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&d| tensor_shape_proto::Dimension {
+                            value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
+                            denotation: String::new(),
+                        })
+                        .collect(),
+                }),
+            })),
+            denotation: String::new(),
+        }),
+        ..Default::default()
+    };
+    let model = ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 19,
+        }],
+        graph: Some(GraphProto {
+            node: vec![NodeProto {
+                op_type: "Resize".into(),
+                name: "resize".into(),
+                input: vec!["X".into(), String::new(), "scales".into()],
+                output: vec!["Y".into()],
+                ..Default::default()
+            }],
+            name: "g".into(),
+            input: vec![info("X", &[1, 1, 2, 2]), info("scales", &[4])],
+            output: vec![info("Y", &[1, 1, 4, 6])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let path = dir.join("model.onnx");
+    std::fs::write(&path, encode_model(&model)).unwrap();
+    let f32s = |shape: Vec<usize>, v: &[f32]| HostTensor {
+        dtype: DataType::F32,
+        shape,
+        data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+    };
+    let x = dir.join("x.npy");
+    nnc_formats::npy::write_npy_file(&x, &f32s(vec![1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0])).unwrap();
+    let scales = dir.join("scales.npy");
+    nnc_formats::npy::write_npy_file(&scales, &f32s(vec![4], &[1.0, 1.0, 2.0, 3.0])).unwrap();
+    (path, x, scales)
+}
+
+/// Nearest resize of [[1,2],[3,4]] by (2, 3).
+const RESIZED: [f32; 24] = [
+    1., 1., 1., 2., 2., 2., 1., 1., 1., 2., 2., 2., 3., 3., 3., 4., 4., 4., 3., 3., 3., 4., 4., 4.,
+];
+
+fn read_f32s(path: &Path) -> (Vec<usize>, Vec<f32>) {
+    let t = nnc_formats::npy::read_npy_file(path).unwrap();
+    let v = t
+        .data
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    (t.shape, v)
+}
+
+#[test]
+fn compile_bind_input_freezes_a_graph_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, x, scales) = resize_with_runtime_scales(dir.path());
+    let out = dir.path().join("m.nnc");
+    // Unbound: unsupported, naming the input and the flag.
+    let o = run(nnc()
+        .arg("compile")
+        .arg(&model)
+        .arg("-o")
+        .arg(&out)
+        .args(["--encrypt", "none"]));
+    assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
+    let text = stderr(&o);
+    assert!(text.contains("Resize with run-time scales"), "{text}");
+    assert!(
+        text.contains("graph input 'scales' is needed at compile time")
+            && text.contains("--bind-input NAME=FILE"),
+        "{text}"
+    );
+    assert!(!out.exists());
+    // An unknown name, a mistyped value and a malformed flag are clear errors.
+    let o = run(nnc()
+        .arg("compile")
+        .arg(&model)
+        .arg("-o")
+        .arg(&out)
+        .args(["--encrypt", "none", "--bind-input"])
+        .arg(format!("scale={}", scales.display())));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("'scale'") && stderr(&o).contains("X, scales"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(nnc()
+        .arg("compile")
+        .arg(&model)
+        .arg("-o")
+        .arg(&out)
+        .args(["--encrypt", "none", "--bind-input"])
+        .arg(format!("scales={}", x.display())));
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--bind-input scales: the model declares shape [4]"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(nnc().arg("compile").arg(&model).arg("-o").arg(&out).args([
+        "--encrypt",
+        "none",
+        "--bind-input",
+        "scales",
+    ]));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // Bound: compiles; the compiled model takes X only and runs without a note.
+    let o = run(nnc()
+        .arg("compile")
+        .arg(&model)
+        .arg("-o")
+        .arg(&out)
+        .args(["--encrypt", "none", "--bind-input"])
+        .arg(format!("scales={}", scales.display())));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let results = dir.path().join("out");
+    let o = run(nnc()
+        .arg("run")
+        .arg(&out)
+        .arg("--input")
+        .arg(&x)
+        .arg("--output-dir")
+        .arg(&results));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("note:"), "{}", stderr(&o));
+    assert_eq!(
+        read_f32s(&results.join("output_0.npy")),
+        (vec![1, 1, 4, 6], RESIZED.to_vec())
+    );
+}
+
+#[test]
+fn run_binds_compile_time_inputs_of_a_source_model_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, x, scales) = resize_with_runtime_scales(dir.path());
+    // By name and through --input-dir (input_0 = X, input_1 = scales).
+    let inputs = dir.path().join("inputs");
+    std::fs::create_dir(&inputs).unwrap();
+    std::fs::copy(&x, inputs.join("input_0.npy")).unwrap();
+    std::fs::copy(&scales, inputs.join("input_1.npy")).unwrap();
+    for (k, args) in [
+        vec![
+            "--input".to_string(),
+            format!("scales={}", scales.display()),
+            "--input".to_string(),
+            format!("X={}", x.display()),
+        ],
+        vec!["--input-dir".to_string(), inputs.display().to_string()],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let results = dir.path().join(format!("out{k}"));
+        let o = run(nnc()
+            .arg("run")
+            .arg(&model)
+            .args(&args)
+            .arg("--output-dir")
+            .arg(&results));
+        assert!(o.status.success(), "{}", stderr(&o));
+        let notes: Vec<String> = stderr(&o)
+            .lines()
+            .filter(|l| l.starts_with("note:"))
+            .map(str::to_string)
+            .collect();
+        assert_eq!(notes.len(), 1, "{}", stderr(&o));
+        assert!(
+            notes[0].contains("needs input 'scales' at compile time"),
+            "{}",
+            notes[0]
+        );
+        assert_eq!(
+            read_f32s(&results.join("output_0.npy")),
+            (vec![1, 1, 4, 6], RESIZED.to_vec())
+        );
+    }
+    // A missing compile-time input is still an error naming what is missing.
+    let o = run(nnc()
+        .arg("run")
+        .arg(&model)
+        .arg("--input")
+        .arg(format!("X={}", x.display()))
+        .arg("--output-dir")
+        .arg(dir.path().join("out2")));
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("'scales'"), "{}", stderr(&o));
+}
+
+// ---- 8-bit integer tensors ------------------------------------------------------------
+
+#[test]
+fn uint8_arithmetic_wraps_like_numpy_through_npy_and_pb_files() {
+    use nnc_compiler::onnx::proto::{
+        GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto,
+        ValueInfoProto, decode_tensor, encode_model, tensor_shape_proto, type_proto,
+    };
+    use nnc_formats::tensor::{DataType, HostTensor};
+    let dir = tempfile::tempdir().unwrap();
+    let info = |name: &str, elem_type: i32| ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type,
+                shape: Some(TensorShapeProto {
+                    dim: vec![tensor_shape_proto::Dimension {
+                        value: Some(tensor_shape_proto::dimension::Value::DimValue(4)),
+                        denotation: String::new(),
+                    }],
+                }),
+            })),
+            denotation: String::new(),
+        }),
+        ..Default::default()
+    };
+    let node = |op: &str, inputs: &[&str], output: &str| NodeProto {
+        op_type: op.into(),
+        name: output.into(),
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.into()],
+        ..Default::default()
+    };
+    // uint8: sum = a + b, product = a * b, diff = a - b; int8: m = max(c, d).
+    let model = ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 14,
+        }],
+        graph: Some(GraphProto {
+            node: vec![
+                node("Add", &["a", "b"], "sum"),
+                node("Mul", &["a", "b"], "product"),
+                node("Sub", &["a", "b"], "diff"),
+                node("Max", &["c", "d"], "m"),
+            ],
+            name: "g".into(),
+            input: vec![info("a", 2), info("b", 2), info("c", 3), info("d", 3)],
+            output: vec![
+                info("sum", 2),
+                info("product", 2),
+                info("diff", 2),
+                info("m", 3),
+            ],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let path = dir.path().join("m.onnx");
+    std::fs::write(&path, encode_model(&model)).unwrap();
+    let write = |name: &str, dtype: DataType, data: Vec<u8>| {
+        let file = dir.path().join(format!("{name}.npy"));
+        let t = HostTensor {
+            dtype,
+            shape: vec![4],
+            data,
+        };
+        nnc_formats::npy::write_npy_file(&file, &t).unwrap();
+        format!("{name}={}", file.display())
+    };
+    let (a, b) = ([200u8, 17, 0, 255], [100u8, 15, 1, 255]);
+    let (c, d) = ([-128i8, 5, 127, -1], [3i8, -7, 0, -2]);
+    let out = dir.path().join("out");
+    let o = run(nnc()
+        .arg("run")
+        .arg(&path)
+        .args(["--input", &write("a", DataType::U8, a.to_vec())])
+        .args(["--input", &write("b", DataType::U8, b.to_vec())])
+        .args([
+            "--input",
+            &write("c", DataType::I8, c.iter().map(|&v| v as u8).collect()),
+        ])
+        .args([
+            "--input",
+            &write("d", DataType::I8, d.iter().map(|&v| v as u8).collect()),
+        ])
+        .arg("--output-dir")
+        .arg(&out)
+        .args(["--output-format", "pb"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let read = |k: usize| {
+        let bytes = std::fs::read(out.join(format!("output_{k}.pb"))).unwrap();
+        let t = nnc_compiler::onnx::tensor::tensor_to_host(
+            &decode_tensor(&bytes).unwrap(),
+            &nnc_compiler::onnx::tensor::ExternalDataContext::none(),
+        )
+        .unwrap();
+        (t.dtype, t.data)
+    };
+    let wrap =
+        |f: fn(u8, u8) -> u8| -> Vec<u8> { a.iter().zip(&b).map(|(&x, &y)| f(x, y)).collect() };
+    assert_eq!(read(0), (DataType::U8, wrap(u8::wrapping_add)));
+    assert_eq!(read(1), (DataType::U8, wrap(u8::wrapping_mul)));
+    assert_eq!(read(2), (DataType::U8, wrap(u8::wrapping_sub)));
+    let max: Vec<u8> = c.iter().zip(&d).map(|(&x, &y)| x.max(y) as u8).collect();
+    assert_eq!(read(3), (DataType::I8, max));
+}

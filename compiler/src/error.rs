@@ -70,6 +70,11 @@ pub struct UnsupportedReport {
 pub struct UnsupportedNode {
     pub node: String,
     pub reason: String,
+    /// When the node failed only because some of its parameters are computed at run
+    /// time: the graph inputs they derive from, which would have to be bound to values
+    /// at compile time. Empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub compile_time_inputs: Vec<String>,
 }
 
 impl UnsupportedReport {
@@ -81,13 +86,48 @@ impl UnsupportedReport {
     }
 
     pub fn add(&mut self, op_type: &str, node: &str, reason: impl Into<String>) {
+        self.add_needing_inputs(op_type, node, reason, Vec::new());
+    }
+
+    /// Adds a node that would lower if the graph inputs `inputs` were known at compile
+    /// time.
+    pub fn add_needing_inputs(
+        &mut self,
+        op_type: &str,
+        node: &str,
+        reason: impl Into<String>,
+        inputs: Vec<String>,
+    ) {
         self.operators
             .entry(op_type.to_string())
             .or_default()
             .push(UnsupportedNode {
                 node: node.to_string(),
                 reason: reason.into(),
+                compile_time_inputs: inputs,
             });
+    }
+
+    /// Every graph input some node needs at compile time (sorted, deduplicated).
+    pub fn compile_time_inputs(&self) -> Vec<String> {
+        let set: std::collections::BTreeSet<&str> = self
+            .operators
+            .values()
+            .flatten()
+            .flat_map(|n| n.compile_time_inputs.iter().map(String::as_str))
+            .collect();
+        set.into_iter().map(str::to_string).collect()
+    }
+
+    /// The graph inputs to bind when binding them is all the model needs, i.e. every
+    /// listed node failed only for want of compile-time values of graph inputs.
+    pub fn only_needs_bound_inputs(&self) -> Option<Vec<String>> {
+        let all = self
+            .operators
+            .values()
+            .flatten()
+            .all(|n| !n.compile_time_inputs.is_empty());
+        (all && !self.is_empty()).then(|| self.compile_time_inputs())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -134,6 +174,23 @@ impl fmt::Display for UnsupportedReport {
                 }
                 write!(f, "\n      {reason}: {list}")?;
             }
+        }
+        let inputs = self.compile_time_inputs();
+        if !inputs.is_empty() {
+            let list: Vec<String> = inputs.iter().map(|i| format!("'{i}'")).collect();
+            write!(
+                f,
+                "\n  {} {} {} needed at compile time; bind {} to fixed values with \
+                 --bind-input NAME=FILE (.npy or .pb)",
+                if inputs.len() == 1 {
+                    "graph input"
+                } else {
+                    "graph inputs"
+                },
+                list.join(", "),
+                if inputs.len() == 1 { "is" } else { "are" },
+                if inputs.len() == 1 { "it" } else { "them" },
+            )?;
         }
         Ok(())
     }

@@ -86,7 +86,16 @@ pub fn lower_bytes(
 ) -> Result<Lowered, CompileError> {
     let imported = match format {
         SourceFormat::Onnx => onnx::import_bytes(bytes, &options.import, ext)?,
-        SourceFormat::Tflite => crate::tflite::import_bytes(bytes, &options.import)?,
+        SourceFormat::Tflite => {
+            if !options.import.bound_inputs.is_empty() {
+                return Err(CompileError::Options(
+                    "--bind-input applies to ONNX models only (TFLite models carry their \
+                     parameters as constants already)"
+                        .into(),
+                ));
+            }
+            crate::tflite::import_bytes(bytes, &options.import)?
+        }
     };
     let mut model = imported.model;
     let lowered_histogram = model.operation_histogram();
@@ -102,4 +111,18 @@ pub fn lower_bytes(
         lowered_histogram,
         passes,
     })
+}
+
+/// The inputs a source ONNX model declares (initializers excluded), in order; empty for
+/// other formats. For matching tensor files to inputs before compiling.
+pub fn declared_inputs(path: &Path) -> Result<Vec<onnx::DeclaredInput>, CompileError> {
+    let bytes = std::fs::read(path).map_err(|source| CompileError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    if detect_format(path, &bytes) != Some(SourceFormat::Onnx) {
+        return Ok(Vec::new());
+    }
+    let model = onnx::proto::decode_model(bytes.into())?;
+    Ok(onnx::declared_inputs(&model))
 }

@@ -1733,3 +1733,574 @@ fn tiny_cnn_folds_batch_norm_fuses_activations_and_keeps_one_transpose() {
         fc_bias
     );
 }
+
+// ---- compile-time input binding ---------------------------------------------------------
+
+mod binding {
+    use std::collections::HashMap;
+
+    use nnc_compiler::CompileError;
+    use nnc_compiler::onnx::proto::{
+        AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto,
+        TypeProto, ValueInfoProto, attribute_proto, encode_model, tensor_shape_proto, type_proto,
+    };
+    use nnc_compiler::onnx::tensor::ExternalDataContext;
+    use nnc_compiler::pipeline::{LowerOptions, Lowered, SourceFormat, lower_bytes};
+    use nnc_formats::nn::OperationType;
+    use nnc_formats::tensor::{DataType, HostTensor};
+
+    use super::{i32s, only, role, scalar_bool, scalar_i32};
+
+    // ONNX TensorProto.DataType codes.
+    pub(super) const FLOAT: i32 = 1;
+    pub(super) const INT32: i32 = 6;
+    pub(super) const INT64: i32 = 7;
+    pub(super) const BOOL: i32 = 9;
+
+    pub(super) fn info(name: &str, elem_type: i32, dims: &[i64]) -> ValueInfoProto {
+        let dim = dims
+            .iter()
+            .map(|&d| tensor_shape_proto::Dimension {
+                value: Some(tensor_shape_proto::dimension::Value::DimValue(d)),
+                denotation: String::new(),
+            })
+            .collect();
+        ValueInfoProto {
+            name: name.into(),
+            r#type: Some(TypeProto {
+                value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                    elem_type,
+                    shape: Some(TensorShapeProto { dim }),
+                })),
+                denotation: String::new(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    pub(super) fn node(
+        op: &str,
+        inputs: &[&str],
+        outputs: &[&str],
+        attrs: Vec<AttributeProto>,
+    ) -> NodeProto {
+        NodeProto {
+            op_type: op.into(),
+            name: format!("{op}_0"),
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: outputs.iter().map(|s| s.to_string()).collect(),
+            attribute: attrs,
+            ..Default::default()
+        }
+    }
+
+    pub(super) fn string_attr(name: &str, value: &str) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: Some(attribute_proto::AttributeType::String as i32),
+            s: Some(value.as_bytes().to_vec().into()),
+            ..Default::default()
+        }
+    }
+
+    fn ints_attr(name: &str, values: &[i64]) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: Some(attribute_proto::AttributeType::Ints as i32),
+            ints: values.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    pub(super) fn int_attr(name: &str, value: i64) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: Some(attribute_proto::AttributeType::Int as i32),
+            i: Some(value),
+            ..Default::default()
+        }
+    }
+
+    pub(super) fn model(
+        nodes: Vec<NodeProto>,
+        inputs: Vec<ValueInfoProto>,
+        outputs: Vec<ValueInfoProto>,
+        opset: i64,
+    ) -> ModelProto {
+        ModelProto {
+            ir_version: 8,
+            opset_import: vec![OperatorSetIdProto {
+                domain: String::new(),
+                version: opset,
+            }],
+            graph: Some(GraphProto {
+                node: nodes,
+                name: "g".into(),
+                input: inputs,
+                output: outputs,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    pub(super) fn lower_bound(
+        m: &ModelProto,
+        bound: &[(&str, HostTensor)],
+    ) -> Result<Lowered, CompileError> {
+        let mut options = LowerOptions::default();
+        options.import.bound_inputs = bound
+            .iter()
+            .map(|(n, t)| (n.to_string(), t.clone()))
+            .collect::<HashMap<_, _>>();
+        lower_bytes(
+            encode_model(m).into(),
+            SourceFormat::Onnx,
+            &ExternalDataContext::none(),
+            &options,
+        )
+    }
+
+    pub(super) fn f32_tensor(shape: &[usize], v: &[f32]) -> HostTensor {
+        HostTensor {
+            dtype: DataType::F32,
+            shape: shape.to_vec(),
+            data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+
+    fn i64_tensor(shape: &[usize], v: &[i64]) -> HostTensor {
+        HostTensor {
+            dtype: DataType::I64,
+            shape: shape.to_vec(),
+            data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+
+    fn bool_scalar(v: bool) -> HostTensor {
+        HostTensor {
+            dtype: DataType::Bool,
+            shape: vec![],
+            data: vec![u8::from(v)],
+        }
+    }
+
+    /// Resize(X [1,1,2,2], scales: a graph input), opset 19, with extra attributes.
+    fn resize_scales(attrs: Vec<AttributeProto>, scales_len: i64) -> ModelProto {
+        model(
+            vec![node("Resize", &["X", "", "scales"], &["Y"], attrs)],
+            vec![
+                info("X", FLOAT, &[1, 1, 2, 2]),
+                info("scales", FLOAT, &[scales_len]),
+            ],
+            vec![info("Y", FLOAT, &[])],
+            19,
+        )
+    }
+
+    pub(super) fn unsupported(
+        result: Result<Lowered, CompileError>,
+    ) -> nnc_compiler::UnsupportedReport {
+        match result {
+            Err(CompileError::Unsupported(report)) => report,
+            Err(other) => panic!("expected an unsupported-operation error, got: {other}"),
+            Ok(_) => panic!("expected an unsupported-operation error, the model lowered"),
+        }
+    }
+
+    #[test]
+    fn a_run_time_resize_scale_names_the_input_to_bind() {
+        let report = unsupported(lower_bound(&resize_scales(vec![], 4), &[]));
+        assert_eq!(
+            report.only_needs_bound_inputs(),
+            Some(vec!["scales".to_string()])
+        );
+        let text = report.to_string();
+        assert!(text.contains("Resize with run-time scales"), "{text}");
+        assert!(
+            text.contains("graph input 'scales' is needed at compile time")
+                && text.contains("--bind-input NAME=FILE"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_bound_scale_becomes_a_constant_and_leaves_the_inputs() {
+        let scales = f32_tensor(&[4], &[1.0, 1.0, 2.0, 3.0]);
+        let lowered = lower_bound(&resize_scales(vec![], 4), &[("scales", scales)]).unwrap();
+        let m = &lowered.model;
+        let names: Vec<&str> = m.input_info.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(names, ["X"]);
+        let resize = only(m, OperationType::ResizeNearestNeighbor);
+        assert_eq!(
+            (
+                scalar_i32(m, resize, "width"),
+                scalar_i32(m, resize, "height")
+            ),
+            (6, 4)
+        );
+        // half_pixel + round_prefer_floor on an integer upscale reads floor(o / s).
+        assert!(!scalar_bool(m, resize, "align_corners"));
+        assert!(!scalar_bool(m, resize, "half_pixel"));
+        assert_eq!(m.output_info[0].dims, [1, 1, 4, 6]);
+    }
+
+    #[test]
+    fn resize_axes_and_keep_aspect_ratio_policies() {
+        let sizes_model = |policy: &str| {
+            model(
+                vec![node(
+                    "Resize",
+                    &["X", "", "", "sizes"],
+                    &["Y"],
+                    vec![
+                        ints_attr("axes", &[3, 2]),
+                        string_attr("keep_aspect_ratio_policy", policy),
+                    ],
+                )],
+                vec![info("X", FLOAT, &[1, 1, 2, 2]), info("sizes", INT64, &[2])],
+                vec![info("Y", FLOAT, &[])],
+                19,
+            )
+        };
+        // sizes (w, h) = (8, 7): one scale for both axes, the smaller or the larger ratio.
+        for (policy, expected) in [
+            ("stretch", [1, 1, 7, 8]),
+            ("not_larger", [1, 1, 7, 7]),
+            ("not_smaller", [1, 1, 8, 8]),
+        ] {
+            let lowered = lower_bound(
+                &sizes_model(policy),
+                &[("sizes", i64_tensor(&[2], &[8, 7]))],
+            )
+            .unwrap_or_else(|e| panic!("{policy}: {e}"));
+            assert_eq!(lowered.model.output_info[0].dims, expected, "{policy}");
+        }
+    }
+
+    #[test]
+    fn resize_sampling_no_nn_setting_matches_stays_unsupported_after_binding() {
+        // 2 -> 1 rows at scale 0.6 with half_pixel reads row 1/3, the NN set row 0.5.
+        let m = resize_scales(vec![string_attr("mode", "linear")], 4);
+        let report = unsupported(lower_bound(
+            &m,
+            &[("scales", f32_tensor(&[4], &[1.0, 1.0, 0.6, 0.6]))],
+        ));
+        assert_eq!(report.only_needs_bound_inputs(), None);
+        assert!(
+            report.to_string().contains("samples differently"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn binding_checks_the_name_type_and_shape() {
+        let m = resize_scales(vec![], 4);
+        let scales = f32_tensor(&[4], &[1.0, 1.0, 2.0, 2.0]);
+        let err = lower_bound(&m, &[("scale", scales.clone())]).err().unwrap();
+        assert!(
+            matches!(&err, CompileError::Options(t) if t.contains("'scale'") && t.contains("X, scales")),
+            "{err}"
+        );
+        let err = lower_bound(&m, &[("scales", i64_tensor(&[4], &[1, 1, 2, 2]))])
+            .err()
+            .unwrap();
+        assert!(
+            matches!(&err, CompileError::Options(t) if t.contains("declares float32") && t.contains("int64")),
+            "{err}"
+        );
+        let err = lower_bound(&m, &[("scales", f32_tensor(&[2], &[2.0, 2.0]))])
+            .err()
+            .unwrap();
+        assert!(
+            matches!(&err, CompileError::Options(t) if t.contains("shape [4]") && t.contains("[2]")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn topk_k_derived_from_an_input_names_that_input() {
+        // k passes through an Identity: the graph input it comes from is the one to bind.
+        let m = model(
+            vec![
+                node("Identity", &["kin"], &["k"], vec![]),
+                node(
+                    "TopK",
+                    &["x", "k"],
+                    &["values", "indices"],
+                    vec![int_attr("axis", 1)],
+                ),
+            ],
+            vec![info("x", FLOAT, &[3, 4]), info("kin", INT64, &[1])],
+            vec![info("values", FLOAT, &[]), info("indices", INT64, &[])],
+            11,
+        );
+        let report = unsupported(lower_bound(&m, &[]));
+        assert_eq!(
+            report.only_needs_bound_inputs(),
+            Some(vec!["kin".to_string()])
+        );
+        let lowered = lower_bound(&m, &[("kin", i64_tensor(&[1], &[3]))]).unwrap();
+        let topk = only(&lowered.model, OperationType::TopkV2);
+        assert_eq!(scalar_i32(&lowered.model, topk, "k"), 3);
+        assert_eq!(lowered.model.output_info[0].dims, [3, 3]);
+    }
+
+    #[test]
+    fn edge_and_wrap_pads_gather_constant_indices() {
+        let pad = |mode: &str| {
+            model(
+                vec![node(
+                    "Pad",
+                    &["x", "pads"],
+                    &["y"],
+                    vec![string_attr("mode", mode)],
+                )],
+                vec![info("x", INT32, &[2, 3]), info("pads", INT64, &[4])],
+                vec![info("y", INT32, &[])],
+                21,
+            )
+        };
+        // pads: 0 rows before, 2 columns before, 1 row after, 4 columns after.
+        let pads = i64_tensor(&[4], &[0, 2, 1, 4]);
+        for (mode, rows, cols) in [
+            ("edge", vec![0, 1, 1], vec![0, 0, 0, 1, 2, 2, 2, 2, 2]),
+            ("wrap", vec![0, 1, 0], vec![1, 2, 0, 1, 2, 0, 1, 2, 0]),
+        ] {
+            let report = unsupported(lower_bound(&pad(mode), &[]));
+            assert_eq!(
+                report.only_needs_bound_inputs(),
+                Some(vec!["pads".to_string()]),
+                "{mode}"
+            );
+            let lowered = lower_bound(&pad(mode), &[("pads", pads.clone())]).unwrap();
+            let m = &lowered.model;
+            let gathers: Vec<(i32, Vec<i32>)> = m
+                .main
+                .operations
+                .iter()
+                .filter(|o| o.op_type == OperationType::Gather)
+                .map(|o| (scalar_i32(m, o, "axis"), i32s(m, role(o, "indices"))))
+                .collect();
+            assert_eq!(gathers, [(0, rows), (1, cols)], "{mode}");
+            assert_eq!(m.output_info[0].dims, [3, 9], "{mode}");
+        }
+    }
+
+    #[test]
+    fn dropout_training_mode_is_the_identity_only_with_ratio_zero() {
+        let m = model(
+            vec![node("Dropout", &["x", "r", "t"], &["y", "mask"], vec![])],
+            vec![
+                info("x", FLOAT, &[2, 3]),
+                info("r", FLOAT, &[]),
+                info("t", BOOL, &[]),
+            ],
+            vec![info("y", FLOAT, &[]), info("mask", BOOL, &[])],
+            13,
+        );
+        let report = unsupported(lower_bound(&m, &[]));
+        assert_eq!(
+            report.only_needs_bound_inputs(),
+            Some(vec!["t".to_string()])
+        );
+        // Training with ratio 0: y = x and an all-true mask, no random draw.
+        let lowered = lower_bound(
+            &m,
+            &[("t", bool_scalar(true)), ("r", f32_tensor(&[], &[0.0]))],
+        )
+        .unwrap();
+        let m2 = &lowered.model;
+        assert_eq!(m2.output_info.len(), 2);
+        let mask = m2.main.outputs[1];
+        let source = m2
+            .main
+            .operations
+            .iter()
+            .find(|o| o.outputs.contains(&mask))
+            .expect("the mask is written by an operation");
+        let value = m2
+            .constant_bytes(source.inputs[0])
+            .expect("a constant mask");
+        assert_eq!(value, [1u8; 6]);
+        // Inference mode needs no ratio.
+        assert!(lower_bound(&m, &[("t", bool_scalar(false))]).is_ok());
+        // Training with a ratio above 0 draws random masks: still unsupported, and no
+        // binding helps.
+        let report = unsupported(lower_bound(
+            &m,
+            &[("t", bool_scalar(true)), ("r", f32_tensor(&[], &[0.5]))],
+        ));
+        assert_eq!(report.only_needs_bound_inputs(), None);
+        assert!(report.to_string().contains("random masks"), "{report}");
+    }
+}
+
+// ---- 8-bit integer tensors -----------------------------------------------------------------
+
+mod int8 {
+    use nnc_compiler::onnx::proto::TensorProto;
+    use nnc_formats::nn::{Model, OperandType, OperationType};
+    use nnc_formats::tensor::DataType;
+
+    use super::binding::{FLOAT, info, lower_bound, model, node, unsupported};
+    use super::only;
+
+    const UINT8: i32 = 2;
+    const INT8: i32 = 3;
+
+    fn op_types(m: &Model) -> Vec<OperationType> {
+        m.main.operations.iter().map(|o| o.op_type).collect()
+    }
+
+    #[test]
+    fn uint8_inputs_are_quant8_operands_with_unit_scale() {
+        let m = model(
+            vec![node("Max", &["a", "b"], &["y"], vec![])],
+            vec![info("a", INT8, &[3]), info("b", INT8, &[3])],
+            vec![info("y", INT8, &[])],
+            13,
+        );
+        let lowered = lower_bound(&m, &[]).unwrap();
+        let m = &lowered.model;
+        for &i in m.main.inputs.iter().chain(&m.main.outputs) {
+            let o = &m.main.operands[i as usize];
+            assert_eq!(
+                (o.operand_type, o.scale, o.zero_point),
+                (OperandType::TensorQuant8AsymmSigned, 1.0, 0)
+            );
+        }
+        assert_eq!(op_types(m), [OperationType::Maximum]);
+        assert_eq!(m.output_info[0].dtype, DataType::I8);
+    }
+
+    #[test]
+    fn uint8_arithmetic_wraps_through_int32() {
+        let m = model(
+            vec![node("Mul", &["a", "b"], &["y"], vec![])],
+            vec![info("a", UINT8, &[4]), info("b", UINT8, &[4])],
+            vec![info("y", UINT8, &[])],
+            14,
+        );
+        let lowered = lower_bound(&m, &[]).unwrap();
+        use OperationType as O;
+        // x * y in int32, then y - 256 * floor(y / 256), then back to 8 bits.
+        assert_eq!(
+            op_types(&lowered.model),
+            [O::Cast, O::Cast, O::Mul, O::Div, O::Mul, O::Sub, O::Cast]
+        );
+        // int8 adds 128 before the reduction and subtracts it after; int8 Div stays out.
+        let signed = |op: &str| {
+            model(
+                vec![node(op, &["a", "b"], &["y"], vec![])],
+                vec![info("a", INT8, &[4]), info("b", INT8, &[4])],
+                vec![info("y", INT8, &[])],
+                14,
+            )
+        };
+        let lowered = lower_bound(&signed("Sub"), &[]).unwrap();
+        assert_eq!(
+            op_types(&lowered.model),
+            [
+                O::Cast,
+                O::Cast,
+                O::Sub,
+                O::Add,
+                O::Div,
+                O::Mul,
+                O::Sub,
+                O::Sub,
+                O::Cast
+            ]
+        );
+        let report = unsupported(lower_bound(&signed("Div"), &[]));
+        assert!(
+            report.to_string().contains("int8 Div truncates"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn quantize_linear_rounds_half_to_even_before_quantize() {
+        let m = model(
+            vec![node("QuantizeLinear", &["x", "s", "z"], &["y"], vec![])],
+            vec![
+                info("x", FLOAT, &[6]),
+                info("s", FLOAT, &[]),
+                info("z", UINT8, &[]),
+            ],
+            vec![info("y", UINT8, &[])],
+            21,
+        );
+        let lowered = lower_bound(&m, &[]).unwrap();
+        let m = &lowered.model;
+        use OperationType as O;
+        assert_eq!(
+            op_types(m),
+            [O::Div, O::Add, O::Sub, O::Cast, O::Add, O::Quantize]
+        );
+        let q = only(m, O::Quantize);
+        let out = &m.main.operands[q.outputs[0] as usize];
+        assert_eq!(
+            (out.operand_type, out.scale, out.zero_point),
+            (OperandType::TensorQuant8Asymm, 1.0, 0)
+        );
+    }
+
+    #[test]
+    fn qlinear_matmul_reinterprets_its_operands_for_batch_matmul() {
+        let scalar = |name: &str, dtype: i32, bytes: Vec<u8>| TensorProto {
+            name: name.into(),
+            data_type: dtype,
+            raw_data: Some(bytes.into()),
+            ..Default::default()
+        };
+        let inputs = ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"];
+        let mut m = model(
+            vec![node("QLinearMatMul", &inputs, &["y"], vec![])],
+            vec![info("a", UINT8, &[2, 4]), info("b", UINT8, &[4, 3])],
+            vec![info("y", UINT8, &[])],
+            21,
+        );
+        // Scales and zero points as graph inputs: needed at compile time.
+        let mut runtime = m.clone();
+        let g = runtime.graph.as_mut().unwrap();
+        for name in ["sa", "sb", "sy"] {
+            g.input.push(info(name, FLOAT, &[]));
+        }
+        for name in ["za", "zb", "zy"] {
+            g.input.push(info(name, UINT8, &[]));
+        }
+        let report = unsupported(lower_bound(&runtime, &[]));
+        assert_eq!(
+            report.only_needs_bound_inputs(),
+            Some(
+                ["sa", "sb", "sy", "za", "zb", "zy"]
+                    .map(String::from)
+                    .to_vec()
+            )
+        );
+        // As initializers: one quantized BATCH_MATMUL between reinterpreting CASTs.
+        let g = m.graph.as_mut().unwrap();
+        for (name, value) in [("sa", 0.5f32), ("sb", 0.25), ("sy", 2.0)] {
+            g.initializer
+                .push(scalar(name, FLOAT, value.to_le_bytes().to_vec()));
+        }
+        for (name, value) in [("za", 3u8), ("zb", 7), ("zy", 9)] {
+            g.initializer.push(scalar(name, UINT8, vec![value]));
+        }
+        let lowered = lower_bound(&m, &[]).unwrap();
+        let m = &lowered.model;
+        let mm = only(m, OperationType::BatchMatmul);
+        let quant = |i: u32| {
+            let o = &m.main.operands[i as usize];
+            (o.operand_type, o.scale, o.zero_point)
+        };
+        let t = OperandType::TensorQuant8Asymm;
+        assert_eq!(quant(mm.inputs[0]), (t, 0.5, 3));
+        assert_eq!(quant(mm.inputs[1]), (t, 0.25, 7));
+        assert_eq!(quant(mm.outputs[0]), (t, 2.0, 9));
+        assert_eq!(quant(m.main.outputs[0]), (t, 1.0, 0));
+        assert_eq!(m.output_info[0].dtype, DataType::U8);
+    }
+}

@@ -222,7 +222,10 @@ fn reference_shapes(case: &str) -> ImportOptions {
             )
         })
         .collect();
-    ImportOptions { input_shapes }
+    ImportOptions {
+        input_shapes,
+        ..Default::default()
+    }
 }
 
 // ---- the corpus ---------------------------------------------------------------------
@@ -802,6 +805,7 @@ fn shape_folds_and_input_shapes_override_the_stored_ones() {
     // run did.
     let options = ImportOptions {
         input_shapes: [(m.input_info[0].name.clone(), vec![2, 4, 3])].into(),
+        ..Default::default()
     };
     let m = lower_with("shape_reshape", &options);
     assert_eq!(histogram(&m), BTreeMap::from([("RESHAPE", 1)]));
@@ -811,6 +815,7 @@ fn shape_folds_and_input_shapes_override_the_stored_ones() {
     // A fixed dimension cannot be overridden.
     let bad = ImportOptions {
         input_shapes: [(m.input_info[0].name.clone(), vec![2, 5, 3])].into(),
+        ..Default::default()
     };
     let err = compile(model_bytes("shape_reshape"), &bad).expect_err("fixed dimension");
     assert!(matches!(err, CompileError::Options(_)), "{err}");

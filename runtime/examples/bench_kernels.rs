@@ -331,7 +331,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for layer in &layers {
         let whole = layer.name.starts_with("MobileNetV2");
         let weights = Arc::new(HostWeights::new(&layer.model)?);
-        let program = Program::prepare(&layer.model, weights, &PrepareOptions { threads })?;
+        let program = Program::prepare(
+            &layer.model,
+            weights,
+            &PrepareOptions {
+                threads,
+                ..Default::default()
+            },
+        )?;
         let input = pseudo_random(layer.input.iter().product(), 5);
         let mut output = vec![0f32; layer.output_len];
         let mut run = || -> Result<Duration, nnc_runtime::RuntimeError> {

@@ -325,7 +325,14 @@ fn per_operation(threads: usize, verbose: bool) -> Result<(), Box<dyn std::error
     for i in 0..net.model.main.operations.len() {
         let (m, shapes) = single_operation(&net.model, i);
         let weights = Arc::new(HostWeights::new(&m)?);
-        let program = Program::prepare(&m, weights, &PrepareOptions { threads })?;
+        let program = Program::prepare(
+            &m,
+            weights,
+            &PrepareOptions {
+                threads,
+                ..Default::default()
+            },
+        )?;
         let feeds: Vec<Vec<u8>> = shapes
             .iter()
             .map(|s| pseudo_random_bytes(s.iter().product(), 11))
@@ -457,7 +464,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for layer in &layers {
         let whole = layer.name.starts_with("MobileNetV2");
         let weights = Arc::new(HostWeights::new(&layer.model)?);
-        let program = Program::prepare(&layer.model, weights, &PrepareOptions { threads })?;
+        let program = Program::prepare(
+            &layer.model,
+            weights,
+            &PrepareOptions {
+                threads,
+                ..Default::default()
+            },
+        )?;
         let input = pseudo_random_bytes(layer.input.iter().product(), 5);
         let mut output = vec![0u8; layer.output_len];
         let mut run = || -> Result<Duration, nnc_runtime::RuntimeError> {

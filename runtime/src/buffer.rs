@@ -44,11 +44,29 @@ impl AlignedBuf {
         Ok(AlignedBuf { blocks, len })
     }
 
-    /// A copy of `bytes`.
+    /// A copy of `bytes`, written in one pass (a cache hit copies whole models this way,
+    /// so zero-filling first would double the memory traffic).
     pub fn from_bytes(bytes: &[u8]) -> Result<AlignedBuf> {
-        let mut buf = AlignedBuf::zeroed(bytes.len())?;
-        buf.as_bytes_mut().copy_from_slice(bytes);
-        Ok(buf)
+        let mut blocks = Vec::new();
+        blocks
+            .try_reserve_exact(bytes.len().div_ceil(ALIGN))
+            .map_err(|_| RuntimeError::OutOfMemory { bytes: bytes.len() })?;
+        let mut chunks = bytes.chunks_exact(ALIGN);
+        blocks.extend(chunks.by_ref().map(|c| {
+            let mut block = Block([0; ALIGN]);
+            block.0.copy_from_slice(c);
+            block
+        }));
+        let tail = chunks.remainder();
+        if !tail.is_empty() {
+            let mut block = Block([0; ALIGN]);
+            block.0[..tail.len()].copy_from_slice(tail);
+            blocks.push(block);
+        }
+        Ok(AlignedBuf {
+            blocks,
+            len: bytes.len(),
+        })
     }
 
     /// A copy of `values`.
@@ -140,6 +158,17 @@ mod tests {
         assert_eq!(buf.as_bytes().as_ptr() as usize % ALIGN, 0);
         assert_eq!(buf.as_f32(), &[1.0, 2.0, 3.0]);
         assert_eq!(buf.capacity(), 64);
+    }
+
+    #[test]
+    fn copies_are_exact_with_a_zeroed_tail() {
+        for len in [0usize, 1, 63, 64, 65, 200] {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + 1) as u8).collect();
+            let buf = AlignedBuf::from_bytes(&bytes).unwrap();
+            assert_eq!(buf.as_bytes(), &bytes[..]);
+            assert_eq!(buf.capacity(), len.div_ceil(ALIGN) * ALIGN);
+            assert_eq!(buf.as_bytes().as_ptr() as usize % ALIGN, 0);
+        }
     }
 
     #[test]

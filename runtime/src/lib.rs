@@ -43,5 +43,5 @@ pub use exec::{
     ExecuteOptions, ExecutionResult, HostWeights, InputTensor, OutputBuffer, PrepareOptions,
     Program, WeightProvider, evaluate_operation,
 };
-pub use kernels::{Kernel, KernelContext, PreparedWeights};
+pub use kernels::{Kernel, KernelContext, PreparedWeights, Requantization};
 pub use model::{DeviceSource, Devices, Execution, LoadOptions, ModelFile, PreparedModel, Timing};

@@ -26,7 +26,7 @@ use crate::error::{Result, RuntimeError};
 use crate::exec::{
     ExecuteOptions, InputTensor, OutputBuffer, PrepareOptions, Program, WeightProvider,
 };
-use crate::kernels::{Kernel, PreparedWeights};
+use crate::kernels::{Kernel, PreparedWeights, Requantization};
 
 /// Where the devices a model runs on come from: a single device runs every step; a
 /// [`Devices`] set maps each device a model's execution plan names to its simulation.
@@ -156,6 +156,8 @@ pub struct LoadOptions {
     pub threads: usize,
     /// Prepare from (and write) a compilation cache.
     pub cache: Option<CacheConfig>,
+    /// How quantized convolutions and products requantize.
+    pub requantization: Requantization,
 }
 
 impl Default for LoadOptions {
@@ -163,6 +165,7 @@ impl Default for LoadOptions {
         LoadOptions {
             threads: 1,
             cache: None,
+            requantization: Requantization::default(),
         }
     }
 }
@@ -340,6 +343,7 @@ impl PreparedModel {
         // step's weights come from its own device.
         let prepare_options = PrepareOptions {
             threads: options.threads,
+            requantization: options.requantization,
         };
         let program = match (
             &image,

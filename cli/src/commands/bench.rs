@@ -25,6 +25,9 @@ pub struct Args {
     /// Threads for the CPU kernels.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: u16,
+    /// How quantized convolutions, products and means requantize (as for `nnc run`).
+    #[arg(long, value_enum, default_value_t = super::run::RequantizationArg::Float)]
+    pub requantization: super::run::RequantizationArg,
     /// Print one JSON object on stdout.
     #[arg(long)]
     pub json: bool,
@@ -41,6 +44,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         timing: false,
         json: false,
         threads: args.threads,
+        requantization: args.requantization,
         parameter_cache: None,
         input_shapes: Vec::new(),
         cache_dir: None,

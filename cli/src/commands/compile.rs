@@ -41,6 +41,11 @@ pub struct Args {
     /// Fix a dynamic input dimension: NAME=1x3x224x224 (repeatable).
     #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = super::parse_input_shape)]
     pub input_shapes: Vec<(String, Vec<u32>)>,
+    /// Bind a graph input to a fixed value at compile time: NAME=FILE (.npy or ONNX .pb;
+    /// repeatable). The input becomes a constant and leaves the compiled model's inputs,
+    /// for parameters the NN set needs at compile time (Resize's scales, TopK's k, ...).
+    #[arg(long = "bind-input", value_name = "NAME=FILE", value_parser = super::parse_bind_input)]
+    pub bind_inputs: Vec<(String, PathBuf)>,
     /// Device profiles to partition the model across (JSON; repeatable). Without any,
     /// the model runs on one device.
     #[arg(long = "devices", value_name = "FILE")]
@@ -110,7 +115,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     progress.stage(&format!("lowering {}", args.model.display()));
-    let options = super::lower_options(&args.input_shapes, false)?;
+    let mut options = super::lower_options(&args.input_shapes, false)?;
+    super::bind_inputs(&mut options, &args.bind_inputs)?;
     let started = Instant::now();
     let lowered = super::lower(&args.model, &options)?;
     let lower_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -214,6 +220,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let options = nnc_runtime::LoadOptions {
                 threads: 1,
                 cache: Some(config),
+                ..Default::default()
             };
             let prepared = nnc_runtime::PreparedModel::load_bytes(bytes.clone(), &npu, &options)
                 .context("cannot prepare the compiled model for the cache")?;

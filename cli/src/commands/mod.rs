@@ -38,6 +38,36 @@ pub fn parse_input_shape(text: &str) -> Result<(String, Vec<u32>), String> {
     Ok((name.to_string(), dims))
 }
 
+/// `--bind-input NAME=FILE`.
+pub fn parse_bind_input(text: &str) -> Result<(String, std::path::PathBuf), String> {
+    let (name, file) = text
+        .split_once('=')
+        .ok_or_else(|| format!("'{text}' is not NAME=FILE (e.g. scales=scales.npy)"))?;
+    if name.is_empty() || file.is_empty() {
+        return Err(format!("'{text}' needs both an input name and a file"));
+    }
+    Ok((name.to_string(), std::path::PathBuf::from(file)))
+}
+
+/// Reads the tensor files of `--bind-input` into the import options.
+pub fn bind_inputs(
+    options: &mut LowerOptions,
+    bindings: &[(String, std::path::PathBuf)],
+) -> anyhow::Result<()> {
+    for (name, file) in bindings {
+        let value = crate::tensors::read(file).with_context(|| format!("--bind-input {name}"))?;
+        if options
+            .import
+            .bound_inputs
+            .insert(name.clone(), value)
+            .is_some()
+        {
+            bail!("--bind-input is given twice for '{name}'");
+        }
+    }
+    Ok(())
+}
+
 /// Lowering options from the shared command-line flags.
 pub fn lower_options(
     input_shapes: &[(String, Vec<u32>)],

@@ -45,6 +45,10 @@ pub struct Args {
     /// Threads for the CPU kernels.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: u16,
+    /// How quantized convolutions, products and means requantize: `float` is XNNPACK's
+    /// arithmetic (LiteRT's default CPU path), `fixed-point` TFLite's reference kernels.
+    #[arg(long, value_enum, default_value_t = RequantizationArg::Float)]
+    pub requantization: RequantizationArg,
     /// Bound the simulated NPU's parameter cache (bytes): weights beyond it are evicted
     /// and decrypted again when next used. Unbounded by default.
     #[arg(long, value_name = "BYTES")]
@@ -63,9 +67,27 @@ pub struct Args {
 /// Loads the model named in `args` onto a fresh simulated NPU (compiling a source model in
 /// memory first). Returns the model and the device it lives on.
 pub fn load(args: &Args) -> anyhow::Result<(PreparedModel, Devices)> {
+    let (model, devices, _) = load_binding(args, false)?;
+    Ok((model, devices))
+}
+
+/// Inputs of a source model that were bound at compile time, and the input tensors of
+/// the model compiled with them (in its input order), already read.
+pub struct Bound {
+    pub names: Vec<String>,
+    pub inputs: Vec<HostTensor>,
+}
+
+/// [`load`]; with `bind`, a source model that can be compiled only with some inputs known
+/// at compile time has exactly those bound to the supplied input files (with a note).
+pub fn load_binding(
+    args: &Args,
+    bind: bool,
+) -> anyhow::Result<(PreparedModel, Devices, Option<Bound>)> {
     let options = LoadOptions {
         threads: usize::from(args.threads),
         cache: super::cache_config(args.cache_dir.as_deref(), args.token.as_deref())?,
+        requantization: args.requantization.into(),
     };
     let device = |name: &str| {
         let npu = SimulatedNpu::new(name);
@@ -95,7 +117,7 @@ pub fn load(args: &Args) -> anyhow::Result<(PreparedModel, Devices)> {
         }
         let model = PreparedModel::load(file, &devices, &options)
             .with_context(|| format!("cannot load {}", args.model.display()))?;
-        Ok((model, devices))
+        Ok((model, devices, None))
     } else {
         if args.key.given() {
             bail!(
@@ -103,10 +125,7 @@ pub fn load(args: &Args) -> anyhow::Result<(PreparedModel, Devices)> {
                 args.model.display()
             );
         }
-        let lowered = super::lower(
-            &args.model,
-            &super::lower_options(&args.input_shapes, false)?,
-        )?;
+        let (lowered, bound) = compile_source(args, bind)?;
         let bytes = emit::emit(
             &lowered.model,
             EmitOptions {
@@ -119,18 +138,106 @@ pub fn load(args: &Args) -> anyhow::Result<(PreparedModel, Devices)> {
         let devices = Devices::new(vec![device("npu0")])?;
         let model = PreparedModel::load_bytes(bytes, &devices, &options)
             .with_context(|| format!("cannot prepare {}", args.model.display()))?;
-        Ok((model, devices))
+        Ok((model, devices, bound))
     }
+}
+
+/// Compiles a source model in memory. When `bind` is set, input files are supplied and
+/// the only obstacle is graph inputs needed at compile time (Resize's scales, TopK's k,
+/// ...), those inputs are bound to the supplied values and the model is compiled again,
+/// as `nnc compile --bind-input` would; a note on stderr names them.
+fn compile_source(
+    args: &Args,
+    bind: bool,
+) -> anyhow::Result<(nnc_compiler::pipeline::Lowered, Option<Bound>)> {
+    use nnc_compiler::CompileError;
+    let context = || format!("cannot compile {}", args.model.display());
+    let mut options = super::lower_options(&args.input_shapes, false)?;
+    let first = nnc_compiler::pipeline::lower_file(&args.model, &options);
+    let supplied = args.input_dir.is_some() || !args.inputs.is_empty();
+    let mut needed = match &first {
+        Err(CompileError::Unsupported(report)) if bind && supplied => {
+            match report.only_needs_bound_inputs() {
+                Some(needed) => needed,
+                None => return Ok((first.with_context(context)?, None)),
+            }
+        }
+        _ => return Ok((first.with_context(context)?, None)),
+    };
+    let declared = nnc_compiler::pipeline::declared_inputs(&args.model).with_context(context)?;
+    let names: Vec<String> = declared.iter().map(|d| d.name.clone()).collect();
+    let files = input_files(args, &names)?;
+    let mut tensors: Vec<Option<HostTensor>> = vec![None; names.len()];
+    let mut bound: Vec<String> = Vec::new();
+    let result = loop {
+        for name in &needed {
+            let Some(k) = names.iter().position(|n| n == name) else {
+                bail!("internal: the model needs unknown input '{name}' at compile time");
+            };
+            let value = match &tensors[k] {
+                Some(t) => t.clone(),
+                None => {
+                    let t = tensors::read(&files[k])?;
+                    tensors[k] = Some(t.clone());
+                    t
+                }
+            };
+            options.import.bound_inputs.insert(name.clone(), value);
+            bound.push(name.clone());
+        }
+        match nnc_compiler::pipeline::lower_file(&args.model, &options) {
+            // Binding may make later nodes lowerable that need further inputs.
+            Err(CompileError::Unsupported(report)) => match report.only_needs_bound_inputs() {
+                Some(more) if more.iter().all(|m| !bound.contains(m)) => needed = more,
+                _ => break Err(CompileError::Unsupported(report)),
+            },
+            other => break other,
+        }
+    };
+    let list: Vec<String> = bound.iter().map(|b| format!("'{b}'")).collect();
+    eprintln!(
+        "note: {} needs {} {} at compile time; bound {} to the supplied value{} \
+         (as `nnc compile --bind-input NAME=FILE` would)",
+        args.model.display(),
+        if bound.len() == 1 { "input" } else { "inputs" },
+        list.join(", "),
+        if bound.len() == 1 { "it" } else { "them" },
+        if bound.len() == 1 { "" } else { "s" },
+    );
+    let lowered = result.with_context(context)?;
+    let mut inputs = Vec::with_capacity(lowered.model.input_info.len());
+    for (k, info) in lowered.model.input_info.iter().enumerate() {
+        let j = names
+            .iter()
+            .position(|n| *n == info.name)
+            .with_context(|| format!("internal: compiled input '{}' is not declared", info.name))?;
+        let t = match tensors[j].take() {
+            Some(t) => t,
+            None => tensors::read(&files[j])?,
+        };
+        check_input(k, info, &t, &files[j])?;
+        inputs.push(t);
+    }
+    Ok((
+        lowered,
+        Some(Bound {
+            names: bound,
+            inputs,
+        }),
+    ))
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
-    let (model, _devices) = load(&args)?;
+    let (model, _devices, bound) = load_binding(&args, true)?;
     let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
     for w in &model.cache_report().warnings {
         eprintln!("warning: {w}");
     }
-    let inputs = gather_inputs(&args, model.inputs())?;
+    let (inputs, bound_names) = match bound {
+        Some(b) => (b.inputs, b.names),
+        None => (gather_inputs(&args, model.inputs())?, Vec::new()),
+    };
     let (outputs, timing) = model.run_timed(&inputs).context("execution failed")?;
     std::fs::create_dir_all(&args.output_dir)
         .with_context(|| format!("cannot create {}", args.output_dir.display()))?;
@@ -156,6 +263,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "schema": "nnc.run/1",
             "model": args.model.display().to_string(),
             "outputs": reported,
+            "bound_inputs": bound_names,
             "timing": {
                 "prepare_ms": prepare_ms,
                 "execute_ms": execute_ms,
@@ -195,6 +303,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// The input tensors in model input order, from --input and --input-dir, each checked
 /// against what the model declares.
 pub fn gather_inputs(args: &Args, declared: &[IoInfo]) -> anyhow::Result<Vec<HostTensor>> {
+    let names: Vec<String> = declared.iter().map(|d| d.name.clone()).collect();
+    let files = input_files(args, &names)?;
+    files
+        .iter()
+        .zip(declared)
+        .enumerate()
+        .map(|(k, (path, info))| {
+            let t = tensors::read(path)?;
+            check_input(k, info, &t, path)?;
+            Ok(t)
+        })
+        .collect()
+}
+
+/// The file of every input named in `declared` (in that order), from --input and
+/// --input-dir.
+fn input_files(args: &Args, declared: &[String]) -> anyhow::Result<Vec<PathBuf>> {
     let mut files: Vec<Option<PathBuf>> = vec![None; declared.len()];
     if let Some(dir) = &args.input_dir {
         for (k, slot) in files.iter_mut().enumerate() {
@@ -207,22 +332,19 @@ pub fn gather_inputs(args: &Args, declared: &[IoInfo]) -> anyhow::Result<Vec<Hos
                 None => bail!(
                     "{} has no input_{k}.npy or input_{k}.pb (input '{}')",
                     dir.display(),
-                    declared[k].name
+                    declared[k]
                 ),
             }
         }
     }
-    let names: HashSet<&str> = declared.iter().map(|d| d.name.as_str()).collect();
+    let names: HashSet<&str> = declared.iter().map(String::as_str).collect();
     let mut next_positional = 0;
     for entry in &args.inputs {
         let named = entry
             .split_once('=')
             .filter(|(name, _)| names.contains(name));
         let (k, path) = match named {
-            Some((name, path)) => (
-                declared.iter().position(|d| d.name == name).unwrap_or(0),
-                path,
-            ),
+            Some((name, path)) => (declared.iter().position(|d| d == name).unwrap_or(0), path),
             None => {
                 while next_positional < files.len() && files[next_positional].is_some() {
                     next_positional += 1;
@@ -243,7 +365,7 @@ pub fn gather_inputs(args: &Args, declared: &[IoInfo]) -> anyhow::Result<Vec<Hos
         .iter()
         .zip(declared)
         .filter(|(f, _)| f.is_none())
-        .map(|(_, d)| format!("'{}'", d.name))
+        .map(|(_, d)| format!("'{d}'"))
         .collect();
     if !missing.is_empty() {
         bail!(
@@ -251,25 +373,11 @@ pub fn gather_inputs(args: &Args, declared: &[IoInfo]) -> anyhow::Result<Vec<Hos
             missing.join(", ")
         );
     }
-    files
-        .iter()
-        .zip(declared)
-        .enumerate()
-        .map(|(k, (file, info))| {
-            let path = file.as_deref().unwrap_or(Path::new(""));
-            let t = tensors::read(path)?;
-            check_input(k, info, &t, path)?;
-            Ok(t)
-        })
-        .collect()
+    Ok(files.into_iter().flatten().collect())
 }
 
-fn input_list(declared: &[IoInfo]) -> String {
-    declared
-        .iter()
-        .map(|d| d.name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
+fn input_list(declared: &[String]) -> String {
+    declared.join(", ")
 }
 
 fn check_input(k: usize, info: &IoInfo, t: &HostTensor, path: &Path) -> anyhow::Result<()> {
@@ -302,4 +410,20 @@ fn check_input(k: usize, info: &IoInfo, t: &HostTensor, path: &Path) -> anyhow::
         );
     }
     Ok(())
+}
+
+/// `--requantization`: the runtime's [`nnc_runtime::Requantization`] as a command-line value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RequantizationArg {
+    Float,
+    FixedPoint,
+}
+
+impl From<RequantizationArg> for nnc_runtime::Requantization {
+    fn from(arg: RequantizationArg) -> Self {
+        match arg {
+            RequantizationArg::Float => nnc_runtime::Requantization::Float,
+            RequantizationArg::FixedPoint => nnc_runtime::Requantization::FixedPoint,
+        }
+    }
 }

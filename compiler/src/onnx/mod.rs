@@ -30,6 +30,10 @@ pub const SUPPORTED_OPSETS: std::ops::RangeInclusive<i64> = 7..=22;
 pub struct ImportOptions {
     /// Fixed dimensions for inputs with dynamic ones (`--input-shape NAME=1x3x224x224`).
     pub input_shapes: HashMap<String, Vec<u32>>,
+    /// Graph inputs bound to fixed values (`--bind-input NAME=FILE`): each becomes a
+    /// constant, as if it were an initializer, and is no longer an input of the compiled
+    /// model. Its type and shape must agree with the input's declaration. (ONNX only.)
+    pub bound_inputs: HashMap<String, nnc_formats::tensor::HostTensor>,
 }
 
 /// What the importer learned about the source model, for `nnc inspect`.
@@ -126,6 +130,14 @@ pub fn import_model(
                 report.add(&op_key(node), &node_label(node), reason);
                 poisoned.extend(node.output.iter().map(String::as_str));
             }
+            Err(lower::NodeError::NeedsConstant { values, reason }) => {
+                let inputs = graph_inputs_feeding(graph, &values)
+                    .into_iter()
+                    .filter(|i| !options.bound_inputs.contains_key(i))
+                    .collect();
+                report.add_needing_inputs(&op_key(node), &node_label(node), reason, inputs);
+                poisoned.extend(node.output.iter().map(String::as_str));
+            }
             Err(lower::NodeError::Invalid(message)) => {
                 return Err(CompileError::invalid(
                     format!("node '{}' ({})", node_label(node), node.op_type),
@@ -141,6 +153,86 @@ pub fn import_model(
     let model = lowerer.finish();
     nn::validate(&model)?;
     Ok(Imported { model, source })
+}
+
+/// The graph inputs (not initializers) that the values `names` are computed from,
+/// in graph input order.
+fn graph_inputs_feeding(graph: &GraphProto, names: &[String]) -> Vec<String> {
+    let initializers: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
+    let mut producer: HashMap<&str, &NodeProto> = HashMap::new();
+    for node in &graph.node {
+        for out in &node.output {
+            producer.insert(out.as_str(), node);
+        }
+    }
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut stack: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut found: HashSet<&str> = HashSet::new();
+    while let Some(name) = stack.pop() {
+        if name.is_empty() || !seen.insert(name) || initializers.contains(name) {
+            continue;
+        }
+        match producer.get(name) {
+            Some(node) => stack.extend(node.input.iter().map(String::as_str)),
+            None => {
+                found.insert(name);
+            }
+        }
+    }
+    graph
+        .input
+        .iter()
+        .filter(|i| found.contains(i.name.as_str()))
+        .map(|i| i.name.clone())
+        .collect()
+}
+
+/// A graph input as the model declares it: its element type (`None` when it is not a
+/// tensor of a known type) and dimensions (`0` for unknown ones; `None` for an unknown
+/// rank).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeclaredInput {
+    pub name: String,
+    pub dtype: Option<DataType>,
+    pub dims: Option<Vec<i64>>,
+}
+
+/// The graph inputs of a model that are not initializers, in order.
+pub fn declared_inputs(model: &ModelProto) -> Vec<DeclaredInput> {
+    let Some(graph) = model.graph.as_ref() else {
+        return Vec::new();
+    };
+    let initializers: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
+    graph
+        .input
+        .iter()
+        .filter(|i| !initializers.contains(i.name.as_str()))
+        .map(declared_input)
+        .collect()
+}
+
+fn declared_input(input: &proto::ValueInfoProto) -> DeclaredInput {
+    use proto::tensor_shape_proto::dimension::Value as D;
+    match input.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+        Some(proto::type_proto::Value::TensorType(tt)) => DeclaredInput {
+            name: input.name.clone(),
+            dtype: tensor::host_data_type(tt.elem_type),
+            dims: tt.shape.as_ref().map(|s| {
+                s.dim
+                    .iter()
+                    .map(|d| match d.value {
+                        Some(D::DimValue(v)) => v,
+                        _ => 0,
+                    })
+                    .collect()
+            }),
+        },
+        _ => DeclaredInput {
+            name: input.name.clone(),
+            dtype: None,
+            dims: None,
+        },
+    }
 }
 
 fn op_key(node: &NodeProto) -> String {
@@ -281,12 +373,16 @@ fn topological_order(graph: &GraphProto) -> Result<Vec<usize>, CompileError> {
     Ok(order)
 }
 
-/// The NN operand type that computes an ONNX element type, if any.
+/// The NN operand type that computes an ONNX element type, if any. ONNX's 8-bit
+/// integers are the NN set's 8-bit quantized types with scale 1 and zero point 0 (see
+/// [`lower::plain_quant8`]), so that their values are the integers themselves.
 pub fn nn_type_for(dtype: DataType) -> Option<nn::OperandType> {
     match dtype {
         DataType::F32 => Some(nn::OperandType::TensorFloat32),
         DataType::I64 | DataType::I32 => Some(nn::OperandType::TensorInt32),
         DataType::Bool => Some(nn::OperandType::TensorBool8),
+        DataType::U8 => Some(nn::OperandType::TensorQuant8Asymm),
+        DataType::I8 => Some(nn::OperandType::TensorQuant8AsymmSigned),
         _ => None,
     }
 }

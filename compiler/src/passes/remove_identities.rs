@@ -18,9 +18,13 @@ fn identity_reason(model: &Model, i: usize) -> Option<&'static str> {
     let out = *op.outputs.first()?;
     let din = &model.main.operands[first as usize];
     let dout = &model.main.operands[out as usize];
+    // Equal quantization too: a CAST between 8-bit operands of different scales is a
+    // reinterpretation, not an identity.
     let same_dims = din.is_fully_specified()
         && din.dimensions == dout.dimensions
-        && din.operand_type == dout.operand_type;
+        && din.operand_type == dout.operand_type
+        && din.scale == dout.scale
+        && din.zero_point == dout.zero_point;
     let all = |operand: u32, pred: &dyn Fn(f32) -> bool| -> bool {
         match graph::const_f32s(model, operand) {
             Some(v) => !v.is_empty() && v.iter().all(|&x| pred(x)),

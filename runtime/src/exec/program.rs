@@ -15,7 +15,7 @@ use super::plan::{ArenaPlan, Interval, plan_arena};
 use super::weights::WeightProvider;
 use crate::buffer::AlignedBuf;
 use crate::error::{OpRef, Result, RuntimeError};
-use crate::kernels::{self, Kernel, Scratch};
+use crate::kernels::{self, Kernel, Requantization, Scratch};
 use crate::tensor::byte_size;
 
 /// How to prepare a program.
@@ -24,11 +24,16 @@ pub struct PrepareOptions {
     /// Threads for intra-operation parallelism (1 = run on the caller's thread only,
     /// nothing is spawned).
     pub threads: usize,
+    /// How quantized convolutions and products requantize.
+    pub requantization: Requantization,
 }
 
 impl Default for PrepareOptions {
     fn default() -> Self {
-        PrepareOptions { threads: 1 }
+        PrepareOptions {
+            threads: 1,
+            requantization: Requantization::default(),
+        }
     }
 }
 
@@ -155,7 +160,9 @@ impl Program {
         let mut kernels = Vec::with_capacity(n_ops);
         let mut unsupported = Vec::new();
         for (i, op) in ops.iter().enumerate() {
-            match kernels::build(op, operands, inline).map_err(|e| e.locate(i, op)) {
+            match kernels::build_with(op, operands, inline, options.requantization)
+                .map_err(|e| e.locate(i, op))
+            {
                 Ok(k) => kernels.push(k),
                 Err(RuntimeError::Unsupported { operation, reason }) => {
                     unsupported.push((operation, reason))

@@ -4,8 +4,12 @@
 //!   smallest index; NaN never wins against a number.
 //! - TOPK_V2: the k largest values along the last axis, sorted descending, with their
 //!   int32 indices; ties put the smaller index first.
-//! - CAST between float32, int32 and bool8: float to int truncates toward zero and
-//!   saturates, NaN becomes 0 (Rust's `as`); to bool is `!= 0`; from bool is 0 or 1.
+//! - CAST between float32, int32, bool8 and the 8-bit quantized types: float to int
+//!   truncates toward zero and saturates, NaN becomes 0 (Rust's `as`); to bool is `!= 0`;
+//!   from bool is 0 or 1. As NNAPI's CAST, a cast to or from TENSOR_QUANT8_ASYMM(_SIGNED)
+//!   ignores scale and zero point: the stored integer is the value, and values outside
+//!   the 8-bit range saturate (as NNAPI's reference implementation does), so compilers
+//!   wanting C-style wrap-around reduce the values first.
 
 use std::cmp::Ordering;
 
@@ -48,6 +52,8 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
                     OperandType::TensorFloat32
                         | OperandType::TensorInt32
                         | OperandType::TensorBool8
+                        | OperandType::TensorQuant8Asymm
+                        | OperandType::TensorQuant8AsymmSigned
                 )
             };
             if !ok(from) || !ok(to) {
@@ -202,6 +208,63 @@ impl Kernel for TopK {
 
 struct Cast;
 
+/// CAST with an 8-bit quantized side (quantization parameters ignored). Every source
+/// value is exact in f64, so one conversion path serves all pairs.
+fn cast_8bit(from: OperandType, src: &[u8], to: OperandType, dst: &mut [u8]) -> Result<()> {
+    use OperandType as T;
+    let values: Vec<f64> = match from {
+        T::TensorQuant8Asymm => src.iter().map(|&b| f64::from(b)).collect(),
+        T::TensorQuant8AsymmSigned => src.iter().map(|&b| f64::from(b as i8)).collect(),
+        T::TensorBool8 => src.iter().map(|&b| f64::from(u8::from(b != 0))).collect(),
+        T::TensorInt32 => src
+            .chunks_exact(4)
+            .map(|c| f64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect(),
+        T::TensorFloat32 => src
+            .chunks_exact(4)
+            .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect(),
+        other => {
+            return Err(RuntimeError::kernel(format!(
+                "cast from {other} is not implemented"
+            )));
+        }
+    };
+    let width = match to {
+        T::TensorInt32 | T::TensorFloat32 => 4,
+        _ => 1,
+    };
+    if dst.len() != values.len() * width {
+        return Err(RuntimeError::kernel("input and output sizes differ"));
+    }
+    // `as` from f64 truncates toward zero, saturates and maps NaN to 0.
+    match to {
+        T::TensorQuant8Asymm => dst.iter_mut().zip(&values).for_each(|(o, &v)| *o = v as u8),
+        T::TensorQuant8AsymmSigned => dst
+            .iter_mut()
+            .zip(&values)
+            .for_each(|(o, &v)| *o = (v as i8) as u8),
+        T::TensorBool8 => dst
+            .iter_mut()
+            .zip(&values)
+            .for_each(|(o, &v)| *o = u8::from(v != 0.0)),
+        T::TensorInt32 => dst
+            .chunks_exact_mut(4)
+            .zip(&values)
+            .for_each(|(o, &v)| o.copy_from_slice(&(v as i32).to_le_bytes())),
+        T::TensorFloat32 => dst
+            .chunks_exact_mut(4)
+            .zip(&values)
+            .for_each(|(o, &v)| o.copy_from_slice(&(v as f32).to_le_bytes())),
+        other => {
+            return Err(RuntimeError::kernel(format!(
+                "cast to {other} is not implemented"
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl Kernel for Cast {
     fn run(&self, ctx: &mut KernelContext) -> Result<()> {
         let input = ctx.input(0)?;
@@ -210,6 +273,11 @@ impl Kernel for Cast {
             return Err(RuntimeError::kernel("input and output sizes differ"));
         }
         use OperandType as T;
+        let quant8 =
+            |t: OperandType| matches!(t, T::TensorQuant8Asymm | T::TensorQuant8AsymmSigned);
+        if quant8(input.operand_type) || quant8(out.operand_type) {
+            return cast_8bit(input.operand_type, input.bytes, out.operand_type, out.bytes);
+        }
         match (input.operand_type, out.operand_type) {
             (T::TensorFloat32, T::TensorFloat32)
             | (T::TensorInt32, T::TensorInt32)
@@ -298,5 +366,75 @@ impl Kernel for Rank {
             }
             _ => Err(RuntimeError::kernel("RANK writes one int32 value")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cast(from: OperandType, src: &[u8], to: OperandType, width: usize) -> Vec<u8> {
+        let count = match from {
+            OperandType::TensorInt32 | OperandType::TensorFloat32 => src.len() / 4,
+            _ => src.len(),
+        };
+        let mut dst = vec![0u8; count * width];
+        cast_8bit(from, src, to, &mut dst).unwrap();
+        dst
+    }
+
+    #[test]
+    fn casts_to_8_bits_saturate_and_ignore_quantization() {
+        use OperandType as T;
+        let ints: Vec<u8> = [-300i32, -129, -1, 0, 127, 200, 255, 256, 70000]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(
+            cast(T::TensorInt32, &ints, T::TensorQuant8Asymm, 1),
+            [0, 0, 0, 0, 127, 200, 255, 255, 255]
+        );
+        let signed: Vec<i8> = cast(T::TensorInt32, &ints, T::TensorQuant8AsymmSigned, 1)
+            .into_iter()
+            .map(|b| b as i8)
+            .collect();
+        assert_eq!(signed, [-128, -128, -1, 0, 127, 127, 127, 127, 127]);
+        let floats: Vec<u8> = [-1.5f32, 2.7, f32::NAN, 300.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(
+            cast(T::TensorFloat32, &floats, T::TensorQuant8Asymm, 1),
+            [0, 2, 0, 255]
+        );
+    }
+
+    #[test]
+    fn casts_from_8_bits_are_exact() {
+        use OperandType as T;
+        let back = cast(
+            T::TensorQuant8AsymmSigned,
+            &[0x80, 0xff, 0, 127],
+            T::TensorInt32,
+            4,
+        );
+        let ints: Vec<i32> = back
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert_eq!(ints, [-128, -1, 0, 127]);
+        assert_eq!(
+            cast(T::TensorQuant8Asymm, &[0, 3, 255], T::TensorBool8, 1),
+            [0, 1, 1]
+        );
+        assert_eq!(
+            cast(
+                T::TensorQuant8Asymm,
+                &[200, 100],
+                T::TensorQuant8AsymmSigned,
+                1
+            ),
+            [127, 100]
+        );
     }
 }

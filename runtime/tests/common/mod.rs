@@ -224,7 +224,14 @@ pub fn single_op(
 
 pub fn prepare(model: &Model, threads: usize) -> Result<Program, RuntimeError> {
     let weights = Arc::new(HostWeights::new(model)?);
-    Program::prepare(model, weights, &PrepareOptions { threads })
+    Program::prepare(
+        model,
+        weights,
+        &PrepareOptions {
+            threads,
+            ..Default::default()
+        },
+    )
 }
 
 /// Prepares and executes a model with host tensors.

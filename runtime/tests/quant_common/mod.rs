@@ -7,7 +7,7 @@ use std::sync::Arc;
 use nnc_formats::nn::{ChannelQuant, IoInfo, Lifetime, Model, Operand, OperandType, OperationType};
 use nnc_formats::tensor::{DataType, HostTensor};
 use nnc_runtime::exec::host_type;
-use nnc_runtime::{HostWeights, PrepareOptions, Program, RuntimeError};
+use nnc_runtime::{HostWeights, PrepareOptions, Program, Requantization, RuntimeError};
 
 pub const U8: OperandType = OperandType::TensorQuant8Asymm;
 pub const I8: OperandType = OperandType::TensorQuant8AsymmSigned;
@@ -140,13 +140,28 @@ pub fn qmodel(op: OperationType, args: Vec<QArg>, outputs: &[Operand]) -> (Model
     (model, feeds)
 }
 
+/// Runs with TFLite's reference arithmetic ([`Requantization::FixedPoint`]): the
+/// references of these tests are TFLite's reference kernels.
 pub fn run_model(
     model: &Model,
     feeds: &[HostTensor],
     threads: usize,
 ) -> Result<Vec<HostTensor>, RuntimeError> {
+    run_model_with(model, feeds, threads, Requantization::FixedPoint)
+}
+
+pub fn run_model_with(
+    model: &Model,
+    feeds: &[HostTensor],
+    threads: usize,
+    requantization: Requantization,
+) -> Result<Vec<HostTensor>, RuntimeError> {
     let weights = Arc::new(HostWeights::new(model)?);
-    Program::prepare(model, weights, &PrepareOptions { threads })?.execute_host(feeds)
+    let options = PrepareOptions {
+        threads,
+        requantization,
+    };
+    Program::prepare(model, weights, &options)?.execute_host(feeds)
 }
 
 /// Runs one operation (one thread) and returns its outputs.

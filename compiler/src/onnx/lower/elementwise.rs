@@ -175,6 +175,31 @@ impl Lowerer<'_> {
         let is_int = t == OperandType::TensorInt32;
         let is_bool = t == OperandType::TensorBool8;
         let scalar = a.scalar && b.scalar;
+        if super::is_quant8(t) {
+            let signed = t == OperandType::TensorQuant8AsymmSigned;
+            let int_op = match op {
+                "Add" | "Sum" => Some(OperationType::Add),
+                "Sub" => Some(OperationType::Sub),
+                "Mul" => Some(OperationType::Mul),
+                // Unsigned quotients are non-negative: floor and truncation agree.
+                "Div" if !signed => Some(OperationType::Div),
+                "Div" => {
+                    return unsupported("int8 Div truncates in ONNX but rounds down in the NN set");
+                }
+                "Mean" => {
+                    return unsupported(format!("Mean of {} tensors is not supported", a.dtype));
+                }
+                _ => None,
+            };
+            if let Some(int_op) = int_op {
+                let out = self.int8_arith(n, int_op, a, b)?;
+                return Ok(TensorValue {
+                    operand: out,
+                    dtype: a.dtype,
+                    scalar,
+                });
+            }
+        }
         let arith = |o: OperationType| (o, true);
         let (nn_op, with_act) = match op {
             "Add" | "Sum" | "Mean" if is_float || is_int => arith(OperationType::Add),
@@ -185,8 +210,9 @@ impl Lowerer<'_> {
                 return unsupported("integer Div truncates in ONNX but rounds down in the NN set");
             }
             "Pow" if is_float => (OperationType::Pow, false),
-            "Max" if is_float || is_int => (OperationType::Maximum, false),
-            "Min" if is_float || is_int => (OperationType::Minimum, false),
+            // On 8-bit operands of equal quantization these compare the stored integers.
+            "Max" if !is_bool => (OperationType::Maximum, false),
+            "Min" if !is_bool => (OperationType::Minimum, false),
             "Equal" => (OperationType::Equal, false),
             "Less" if !is_bool => (OperationType::Less, false),
             "Greater" if !is_bool => (OperationType::Greater, false),
@@ -213,6 +239,57 @@ impl Lowerer<'_> {
             dtype,
             scalar,
         })
+    }
+
+    /// ONNX arithmetic on uint8 / int8 tensors wraps modulo 256, as NumPy's does; the NN
+    /// set's quantized ADD/SUB/MUL saturate instead. So the operands are cast to int32
+    /// (exact), the int32 operation runs (exact for 8-bit operands), and the result is
+    /// reduced into the 8-bit range, `r = w - 256 * floor(w / 256)` with
+    /// `w = v (+ 128 for int8)`, before the cast back (which then never saturates).
+    fn int8_arith(
+        &mut self,
+        n: &Node,
+        op: OperationType,
+        a: TensorValue,
+        b: TensorValue,
+    ) -> NResult<u32> {
+        use OperandType as T;
+        let t = self.operand_type(a);
+        let signed = t == T::TensorQuant8AsymmSigned;
+        // Signed quotients would need truncation; binary_emit refuses them.
+        let ai = self.cast_op(n, a.operand, T::TensorInt32)?;
+        let bi = self.cast_op(n, b.operand, T::TensorInt32)?;
+        let v = self.arith(n, op, ai, bi)?;
+        if op == OperationType::Div && !signed {
+            return self.cast_op(n, v, t);
+        }
+        self.wrap_to_8bit(n, v, t)
+    }
+
+    /// An int32 operand reduced modulo 256 into the range of the 8-bit type `t` (C's and
+    /// NumPy's conversion), then cast to `t`.
+    fn wrap_to_8bit(&mut self, n: &Node, v: u32, t: OperandType) -> NResult<u32> {
+        let signed = t == OperandType::TensorQuant8AsymmSigned;
+        let int = |operand: u32| TensorValue {
+            operand,
+            dtype: DataType::I32,
+            scalar: false,
+        };
+        let mut v = v;
+        if signed {
+            v = self
+                .with_scalar(n, OperationType::Add, int(v), 128.0)?
+                .operand;
+        }
+        let q = self.with_scalar(n, OperationType::Div, int(v), 256.0)?;
+        let m = self.with_scalar(n, OperationType::Mul, q, 256.0)?;
+        v = self.arith(n, OperationType::Sub, v, m.operand)?;
+        if signed {
+            v = self
+                .with_scalar(n, OperationType::Sub, int(v), 128.0)?
+                .operand;
+        }
+        self.cast_op(n, v, t)
     }
 
     /// Emits an arithmetic operation with one constant scalar operand (`x op c`).
@@ -411,9 +488,21 @@ impl Lowerer<'_> {
                 let Some(target) = super::super::nn_type_for(to) else {
                     return unsupported(format!("Cast to {to} is not supported"));
                 };
-                if target == self.operand_type(x) {
+                let source = self.operand_type(x);
+                if target == source {
                     // int64 <-> int32 both compute as TENSOR_INT32: only the label changes.
                     self.set_tensor(n, 0, x.operand, to, x.scalar);
+                    return Ok(());
+                }
+                if super::is_quant8(target) {
+                    // ONNX converts integers to 8 bits modulo 256; CAST would saturate.
+                    let v = if source == OperandType::TensorInt32 {
+                        x.operand
+                    } else {
+                        self.cast_op(n, x.operand, OperandType::TensorInt32)?
+                    };
+                    let out = self.wrap_to_8bit(n, v, target)?;
+                    self.set_tensor(n, 0, out, to, x.scalar);
                     return Ok(());
                 }
                 let out = self.emit_raw(

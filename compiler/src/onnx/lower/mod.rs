@@ -15,7 +15,9 @@
 //! index normalization computed by NN integer operations; the output shapes are then
 //! known only at run time, and the executor checks them against what is declared here.
 //! Where the NN set takes such a parameter only as a scalar (TOPK_V2's k, the RESIZE_*
-//! output size), a run-time value is reported as unsupported.
+//! output size) or fixes it per operand (quantization), a run-time value is reported as
+//! [`NodeError::NeedsConstant`], naming the values; the importer traces them back to
+//! graph inputs, which `--bind-input` (or `nnc run`, from its input files) can bind.
 //!
 //! Each submodule lowers one family of operators.
 
@@ -25,6 +27,7 @@ mod elementwise;
 mod matmul;
 mod normalization;
 mod pool;
+mod quant;
 mod recurrent;
 mod reduce;
 mod resize;
@@ -65,6 +68,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "ConvTranspose",
     "Cos",
     "DepthToSpace",
+    "DequantizeLinear",
     "Div",
     "Dropout",
     "Elu",
@@ -104,6 +108,9 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Pad",
     "Pow",
     "PRelu",
+    "QLinearConv",
+    "QLinearMatMul",
+    "QuantizeLinear",
     "RNN",
     "Range",
     "Reciprocal",
@@ -154,6 +161,10 @@ pub enum NodeError {
     Unsupported(String),
     /// The node breaks ONNX's rules (a malformed model).
     Invalid(String),
+    /// Well-formed, but it needs the values named in `values` (inputs of the node) at
+    /// compile time, and they are computed at run time. Binding the graph inputs they
+    /// derive from (`--bind-input`) makes them constants.
+    NeedsConstant { values: Vec<String>, reason: String },
 }
 
 pub type NResult<T> = Result<T, NodeError>;
@@ -261,6 +272,30 @@ impl<'e> Lowerer<'e> {
             .iter()
             .filter(|i| !self.values.contains_key(&i.name))
             .collect();
+        for (name, value) in &options.bound_inputs {
+            let Some(input) = real_inputs.iter().find(|i| &i.name == name) else {
+                let names: Vec<&str> = real_inputs.iter().map(|i| i.name.as_str()).collect();
+                return Err(CompileError::Options(format!(
+                    "--bind-input names '{name}', but the model's inputs are: {}",
+                    names.join(", ")
+                )));
+            };
+            if options.input_shapes.contains_key(name) {
+                return Err(CompileError::Options(format!(
+                    "'{name}' is given both --bind-input and --input-shape; a bound input's \
+                     shape is its value's"
+                )));
+            }
+            check_bound_input(&super::declared_input(input), value)?;
+        }
+        for (name, value) in &options.bound_inputs {
+            self.values
+                .insert(name.clone(), Value::Const(Rc::new(value.clone())));
+        }
+        let real_inputs: Vec<_> = real_inputs
+            .into_iter()
+            .filter(|i| !options.bound_inputs.contains_key(&i.name))
+            .collect();
         for name in options.input_shapes.keys() {
             if !real_inputs.iter().any(|i| &i.name == name) {
                 let names: Vec<&str> = real_inputs.iter().map(|i| i.name.as_str()).collect();
@@ -350,14 +385,7 @@ impl<'e> Lowerer<'e> {
                 report.add(
                     "input",
                     &input.name,
-                    if matches!(dtype, DataType::U8 | DataType::I8) {
-                        format!(
-                            "{dtype} inputs are not supported (8-bit integers map to the NN \
-                             set's quantized types, not lowered from ONNX yet)"
-                        )
-                    } else {
-                        format!("{dtype} inputs are not supported")
-                    },
+                    format!("{dtype} inputs are not supported"),
                 );
                 return Err(CompileError::Unsupported(report));
             };
@@ -417,9 +445,11 @@ impl<'e> Lowerer<'e> {
                 dims = fixed.clone();
             }
             let scalar = dims.is_empty();
-            let mut operand =
-                Operand::new(operand_type, if scalar { vec![1] } else { dims.clone() })
-                    .with_name(&input.name);
+            let mut operand = plain_quant8(Operand::new(
+                operand_type,
+                if scalar { vec![1] } else { dims.clone() },
+            ))
+            .with_name(&input.name);
             operand.lifetime = Lifetime::SubgraphInput;
             let index = self.model.add_operand(operand);
             self.model.main.inputs.push(index);
@@ -540,6 +570,10 @@ impl<'e> Lowerer<'e> {
             "ArgMax" | "ArgMin" => self.arg_reduce(n),
             "TopK" => self.topk(n),
             "RNN" | "GRU" | "LSTM" => self.recurrent(n),
+            "QuantizeLinear" => self.quantize_linear(n),
+            "DequantizeLinear" => self.dequantize_linear(n),
+            "QLinearMatMul" => self.qlinear_matmul(n),
+            "QLinearConv" => self.qlinear_conv(n),
             other => unsupported(format!("no lowering for {other}")),
         }
     }
@@ -575,10 +609,35 @@ impl<'e> Lowerer<'e> {
         match self.input(n, i)? {
             None => Ok(None),
             Some(Value::Const(c)) => Ok(Some(c)),
-            Some(Value::Tensor(_)) => unsupported(format!(
-                "input {i} ('{}') must be known at compile time, but is computed at run time",
-                self.input_name(n, i).unwrap_or("")
+            Some(Value::Tensor(_)) => Err(self.needs_constant(
+                n,
+                &[i],
+                format!(
+                    "input {i} ('{}') must be known at compile time, but is computed at run time",
+                    self.input_name(n, i).unwrap_or("")
+                ),
             )),
+        }
+    }
+
+    /// The error for a node that needs inputs `indices` at compile time: those of them
+    /// that are run-time values are named, so that the importer can tell which graph
+    /// inputs would have to be bound.
+    pub fn needs_constant(
+        &self,
+        n: &Node,
+        indices: &[usize],
+        reason: impl Into<String>,
+    ) -> NodeError {
+        let values = indices
+            .iter()
+            .filter_map(|&i| self.input_name(n, i))
+            .filter(|name| matches!(self.values.get(*name), Some(Value::Tensor(_))))
+            .map(str::to_string)
+            .collect();
+        NodeError::NeedsConstant {
+            values,
+            reason: reason.into(),
         }
     }
 
@@ -638,6 +697,8 @@ impl<'e> Lowerer<'e> {
                 bytemuck::cast_slice(&constant::to_f32s(c)).to_vec(),
             ),
             DataType::Bool => (OperandType::TensorBool8, c.data.clone()),
+            DataType::U8 => (OperandType::TensorQuant8Asymm, c.data.clone()),
+            DataType::I8 => (OperandType::TensorQuant8AsymmSigned, c.data.clone()),
             DataType::I64
             | DataType::I32
             | DataType::U32
@@ -656,7 +717,6 @@ impl<'e> Lowerer<'e> {
                 }
                 (OperandType::TensorInt32, out)
             }
-            other => return unsupported(format!("{other} tensors are not supported here")),
         };
         let dtype = match c.dtype {
             DataType::F64 | DataType::F16 => DataType::F32,
@@ -667,7 +727,7 @@ impl<'e> Lowerer<'e> {
         };
         let operand = self
             .model
-            .add_constant(Operand::new(operand_type, dims), &bytes);
+            .add_constant(plain_quant8(Operand::new(operand_type, dims)), &bytes);
         Ok(TensorValue {
             operand,
             dtype: if c.dtype == DataType::I32 {
@@ -789,6 +849,19 @@ impl<'e> Lowerer<'e> {
         for (mut template, shape) in templates.into_iter().zip(inferred) {
             template.operand_type = shape.operand_type;
             template.dimensions = shape.dimensions;
+            if is_quant8(template.operand_type) && template.scale == 0.0 {
+                // A quantized output nobody parameterized keeps the quantization of its
+                // first input of the same type: what data movement, MAXIMUM/MINIMUM and
+                // MAX_POOL_2D require. Arithmetic passes explicit templates.
+                if let Some(q) = inputs
+                    .iter()
+                    .map(|&i| &self.model.main.operands[i as usize])
+                    .find(|o| o.operand_type == template.operand_type)
+                {
+                    template.scale = q.scale;
+                    template.zero_point = q.zero_point;
+                }
+            }
             template.lifetime = Lifetime::TemporaryVariable;
             out.push(self.model.add_operand(template));
         }
@@ -824,7 +897,7 @@ impl<'e> Lowerer<'e> {
         Ok(self.emit_raw(
             OperationType::Cast,
             vec![x],
-            vec![Some(Operand::new(to, vec![]))],
+            vec![Some(plain_quant8(Operand::new(to, vec![])))],
             &n.label,
         )?[0])
     }
@@ -879,6 +952,14 @@ impl<'e> Lowerer<'e> {
             OperandType::TensorBool8 => self
                 .model
                 .add_constant(Operand::new(operand_type, vec![1]), &[u8::from(v != 0.0)]),
+            OperandType::TensorQuant8Asymm => self.model.add_constant(
+                plain_quant8(Operand::new(operand_type, vec![1])),
+                &[v.clamp(0.0, 255.0) as u8],
+            ),
+            OperandType::TensorQuant8AsymmSigned => self.model.add_constant(
+                plain_quant8(Operand::new(operand_type, vec![1])),
+                &[(v.clamp(-128.0, 127.0) as i8) as u8],
+            ),
             _ => self.model.add_f32_tensor(vec![1], &[v as f32]),
         }
     }
@@ -931,9 +1012,69 @@ impl<'e> Lowerer<'e> {
     }
 }
 
+/// True for the 8-bit quantized tensor types ONNX's uint8 and int8 compute in.
+pub fn is_quant8(t: OperandType) -> bool {
+    matches!(
+        t,
+        OperandType::TensorQuant8Asymm | OperandType::TensorQuant8AsymmSigned
+    )
+}
+
+/// An 8-bit operand holding plain integers: scale 1, zero point 0, so that its real
+/// value is its stored value. Other operands are returned unchanged.
+pub fn plain_quant8(operand: Operand) -> Operand {
+    if is_quant8(operand.operand_type) {
+        operand.with_quant(1.0, 0)
+    } else {
+        operand
+    }
+}
+
+/// A bound value must be what the input declares: same element type, same rank, and
+/// the same size wherever the declaration fixes one.
+fn check_bound_input(
+    declared: &super::DeclaredInput,
+    value: &nnc_formats::tensor::HostTensor,
+) -> Result<(), CompileError> {
+    let name = &declared.name;
+    match declared.dtype {
+        Some(dtype) if dtype == value.dtype => {}
+        Some(dtype) => {
+            return Err(CompileError::Options(format!(
+                "--bind-input {name}: the model declares {dtype}, the value is {}",
+                value.dtype
+            )));
+        }
+        None => {
+            return Err(CompileError::Options(format!(
+                "--bind-input {name}: the input is not a tensor of a supported element type"
+            )));
+        }
+    }
+    if let Some(dims) = &declared.dims {
+        let fits = dims.len() == value.shape.len()
+            && dims
+                .iter()
+                .zip(&value.shape)
+                .all(|(&d, &v)| d <= 0 || usize::try_from(d).is_ok_and(|d| d == v));
+        if !fits {
+            let shown: Vec<String> = dims
+                .iter()
+                .map(|&d| if d <= 0 { "?".into() } else { d.to_string() })
+                .collect();
+            return Err(CompileError::Options(format!(
+                "--bind-input {name}: the model declares shape [{}], the value has shape {:?}",
+                shown.join(", "),
+                value.shape
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn node_error_to_compile(e: NodeError, location: &str) -> CompileError {
     match e {
-        NodeError::Unsupported(m) => {
+        NodeError::Unsupported(m) | NodeError::NeedsConstant { reason: m, .. } => {
             let mut report = crate::error::UnsupportedReport::new("ONNX");
             report.add("output", location, m);
             CompileError::Unsupported(report)

@@ -336,7 +336,10 @@ impl Lowerer<'_> {
             return self.pool_by_slices(n, max, &k.clone());
         }
         let x = self.tensor(n, 0)?;
-        self.require_float(n, x)?;
+        // MAX_POOL_2D on 8-bit operands compares the stored integers: exact.
+        if !(max && super::is_quant8(self.operand_type(x))) {
+            self.require_float(n, x)?;
+        }
         let rank = self.rank(x);
         let kernel = n
             .attrs

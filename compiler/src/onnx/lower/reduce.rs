@@ -278,10 +278,12 @@ impl Lowerer<'_> {
                 .ok_or_else(|| NodeError::Invalid("TopK needs 'k'".into()))?
         } else {
             if let Some(Value::Tensor(_)) = self.input(n, 1)? {
-                return unsupported(
+                return Err(self.needs_constant(
+                    n,
+                    &[1],
                     "TopK with a run-time k: TOPK_V2 takes k as an INT32 scalar, and no NN \
                      operation turns a tensor into a scalar",
-                );
+                ));
             }
             constant::to_i64s(&*self.required_const(n, 1)?)
                 .first()

@@ -10,7 +10,7 @@
 use nnc_formats::nn::OperationType;
 
 use super::super::constant;
-use super::{Lowerer, NResult, Node, unsupported};
+use super::{Lowerer, NResult, Node, invalid, unsupported};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
@@ -68,23 +68,30 @@ pub fn nn_bilinear_coordinate(
 }
 
 /// ONNX's source coordinate for output index `o` (before rounding), or `None` for a
-/// transformation nnc does not support.
+/// transformation nnc does not support. `length` is the resized length as ONNX's
+/// reference defines it, `scale * input` (not rounded), which `align_corners` and
+/// `half_pixel_symmetric` divide by.
 fn onnx_coordinate(mode: &str, o: u32, input: u32, output: u32, scale: f64) -> Option<f64> {
     let (o, input, output) = (f64::from(o), f64::from(input), f64::from(output));
+    let length = scale * input;
     Some(match mode {
         "half_pixel" => (o + 0.5) / scale - 0.5,
+        "half_pixel_symmetric" => {
+            let offset = input / 2.0 * (1.0 - output / length);
+            offset + (o + 0.5) / scale - 0.5
+        }
         "pytorch_half_pixel" => {
-            if output > 1.0 {
+            if length > 1.0 {
                 (o + 0.5) / scale - 0.5
             } else {
-                0.0
+                -0.5
             }
         }
         "align_corners" => {
-            if output == 1.0 {
+            if length == 1.0 {
                 0.0
             } else {
-                o * (input - 1.0) / (output - 1.0)
+                o * (input - 1.0) / (length - 1.0)
             }
         }
         "asymmetric" => o / scale,
@@ -175,14 +182,30 @@ fn choose_flags(
     ))
 }
 
+/// The run-time-independent attributes of a Resize node that no NN setting can serve.
+fn static_unsupported(transform: &str, antialias: bool, mode: Mode) -> Option<String> {
+    if transform == "tf_crop_and_resize" {
+        return Some(
+            "coordinate_transformation_mode 'tf_crop_and_resize' is not supported (the NN \
+             set resizes whole images)"
+                .into(),
+        );
+    }
+    if onnx_coordinate(transform, 0, 1, 1, 1.0).is_none() {
+        return Some(format!(
+            "coordinate_transformation_mode '{transform}' is not supported"
+        ));
+    }
+    // Antialiasing widens the filter when downsampling; upsampling is unaffected, but
+    // whether a node downsamples may depend on run-time values, so it is refused.
+    if antialias && mode == Mode::Linear {
+        return Some("antialiased resizing is not supported".into());
+    }
+    None
+}
+
 impl Lowerer<'_> {
     pub(super) fn resize(&mut self, n: &Node) -> NResult<()> {
-        let x = self.tensor(n, 0)?;
-        self.require_float(n, x)?;
-        let dims = self.known_dims(x)?;
-        if dims.len() != 4 {
-            return unsupported("only 4-D (NCHW) resizing is supported");
-        }
         let upsample = n.op() == "Upsample";
         let mode_name = n.attrs.string_or("mode", "nearest")?;
         let mode = match mode_name.as_str() {
@@ -205,33 +228,60 @@ impl Lowerer<'_> {
                 n.attrs.string_or("nearest_mode", "round_prefer_floor")?,
             )
         };
-        // roi matters only to tf_crop_and_resize; scales and sizes fix the output shape.
+        let antialias = n.attrs.int_or("antialias", 0)? != 0;
+        if let Some(reason) = static_unsupported(&transform, antialias, mode) {
+            return unsupported(reason);
+        }
+        if mode == Mode::Nearest && onnx_round(0.5, &rounding).is_none() {
+            return unsupported(format!("nearest_mode '{rounding}' is not supported"));
+        }
+        let policy = n.attrs.string_or("keep_aspect_ratio_policy", "stretch")?;
+        if !matches!(policy.as_str(), "stretch" | "not_larger" | "not_smaller") {
+            return invalid(format!("unknown keep_aspect_ratio_policy '{policy}'"));
+        }
+        // Scales and sizes fix the output shape; the NN operations take it as scalars.
         let params: &[(usize, &str)] = if legacy {
             &[(1, "scales")]
-        } else if transform == "tf_crop_and_resize" {
-            &[(2, "scales"), (3, "sizes"), (1, "roi")]
         } else {
             &[(2, "scales"), (3, "sizes")]
         };
         for &(i, what) in params {
             if let Some(super::Value::Tensor(_)) = self.input(n, i)? {
-                return unsupported(format!(
-                    "{} with run-time {what}: RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR take \
-                     the output size as scalars fixed at compile time",
-                    n.op()
+                return Err(self.needs_constant(
+                    n,
+                    &[i],
+                    format!(
+                        "{} with run-time {what}: RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR \
+                         take the output size as scalars fixed at compile time",
+                        n.op()
+                    ),
                 ));
             }
         }
-        if n.attrs.int_or("antialias", 0)? != 0 {
-            return unsupported("antialiased resizing is not supported");
+        let x = self.tensor(n, 0)?;
+        self.require_float(n, x)?;
+        let dims = self.known_dims(x)?;
+        if dims.len() != 4 {
+            return unsupported("only 4-D (NCHW) resizing is supported");
         }
-        if n.attrs.has("axes") {
-            return unsupported("Resize with 'axes' is not supported");
-        }
-        if n.attrs.string_or("keep_aspect_ratio_policy", "stretch")? != "stretch" {
-            return unsupported("keep_aspect_ratio_policy other than 'stretch' is not supported");
-        }
-        // Scales or sizes, per the opset's input layout.
+        let rank = dims.len();
+        let axes: Vec<usize> = match n.attrs.ints("axes")? {
+            Some(a) if !legacy => {
+                let axes: Vec<usize> = a
+                    .iter()
+                    .map(|&v| super::axis(v, rank))
+                    .collect::<NResult<_>>()?;
+                let mut sorted = axes.clone();
+                sorted.sort_unstable();
+                sorted.dedup();
+                if sorted.len() != axes.len() {
+                    return invalid(format!("axes {a:?} repeat an axis"));
+                }
+                axes
+            }
+            _ => (0..rank).collect(),
+        };
+        // Scales or sizes, per the opset's input layout, for the listed axes.
         let (scales, sizes): (Option<Vec<f64>>, Option<Vec<i64>>) = if upsample && self.opset < 9 {
             (
                 n.attrs
@@ -252,49 +302,11 @@ impl Lowerer<'_> {
                 .filter(|v| !v.is_empty());
             (scales, sizes)
         };
-        let (out_h, out_w, sh, sw) = match (scales, sizes) {
-            (_, Some(s)) if s.len() == 4 => {
-                if s[0] != i64::from(dims[0]) || s[1] != i64::from(dims[1]) {
-                    return unsupported("resizing the batch or channel dimension is not supported");
-                }
-                if s[2] < 1 || s[3] < 1 || s[2] > i64::from(i32::MAX) || s[3] > i64::from(i32::MAX)
-                {
-                    return Err(super::NodeError::Invalid(format!(
-                        "sizes {s:?} out of range"
-                    )));
-                }
-                let (h, w) = (s[2] as u32, s[3] as u32);
-                (
-                    h,
-                    w,
-                    f64::from(h) / f64::from(dims[2]),
-                    f64::from(w) / f64::from(dims[3]),
-                )
-            }
-            (Some(s), _) if s.len() == 4 => {
-                if s[0] != 1.0 || s[1] != 1.0 {
-                    return unsupported("resizing the batch or channel dimension is not supported");
-                }
-                if !(s[2] > 0.0 && s[3] > 0.0) {
-                    return Err(super::NodeError::Invalid(format!(
-                        "scales {s:?} must be positive"
-                    )));
-                }
-                let h = (f64::from(dims[2]) * s[2]).floor();
-                let w = (f64::from(dims[3]) * s[3]).floor();
-                if !(1.0..=f64::from(i32::MAX)).contains(&h)
-                    || !(1.0..=f64::from(i32::MAX)).contains(&w)
-                {
-                    return unsupported("resizing to an empty or huge output is not supported");
-                }
-                (h as u32, w as u32, s[2], s[3])
-            }
-            _ => {
-                return Err(super::NodeError::Invalid(
-                    "Resize needs 4 scales or 4 sizes".into(),
-                ));
-            }
-        };
+        let (out, scale) = output_geometry(&dims, &axes, scales, sizes, &policy)?;
+        if out[0] != dims[0] || out[1] != dims[1] || scale[0] != 1.0 || scale[1] != 1.0 {
+            return unsupported("resizing the batch or channel dimension is not supported");
+        }
+        let (out_h, out_w, sh, sw) = (out[2], out[3], scale[2], scale[3]);
         let (align, half) = choose_flags(
             mode,
             &transform,
@@ -323,6 +335,71 @@ impl Lowerer<'_> {
         self.set_tensor(n, 0, y, x.dtype, false);
         Ok(())
     }
+}
+
+/// The output dimensions and the per-dimension scales ONNX's coordinate transformations
+/// use, as ONNX's reference computes them: from scales, `floor(input * scale)`; from
+/// sizes, the sizes with scale `size / input`, or under keep_aspect_ratio_policy one
+/// scale for all listed axes (the smallest or largest ratio) and sizes
+/// `floor(input * scale + 0.5)`.
+fn output_geometry(
+    dims: &[u32],
+    axes: &[usize],
+    scales: Option<Vec<f64>>,
+    sizes: Option<Vec<i64>>,
+    policy: &str,
+) -> NResult<(Vec<u32>, Vec<f64>)> {
+    let rank = dims.len();
+    let to_dim = |v: f64| -> NResult<u32> {
+        if (1.0..=f64::from(i32::MAX)).contains(&v) {
+            Ok(v as u32)
+        } else {
+            unsupported("resizing to an empty or huge output is not supported")
+        }
+    };
+    if let Some(s) = sizes {
+        if s.len() != axes.len() {
+            return invalid(format!("{} sizes for {} axes", s.len(), axes.len()));
+        }
+        if s.iter().any(|&v| v < 1 || v > i64::from(i32::MAX)) {
+            return invalid(format!("sizes {s:?} out of range"));
+        }
+        let mut out: Vec<u32> = dims.to_vec();
+        let mut scale = vec![1.0; rank];
+        for (k, &a) in axes.iter().enumerate() {
+            scale[a] = s[k] as f64 / f64::from(dims[a]);
+            out[a] = s[k] as u32;
+        }
+        if policy != "stretch" {
+            let listed = axes.iter().map(|&a| scale[a]);
+            let one = if policy == "not_larger" {
+                listed.fold(f64::INFINITY, f64::min)
+            } else {
+                listed.fold(f64::NEG_INFINITY, f64::max)
+            };
+            for &a in axes {
+                scale[a] = one;
+                out[a] = to_dim((one * f64::from(dims[a]) + 0.5).floor())?;
+            }
+        }
+        return Ok((out, scale));
+    }
+    if let Some(s) = scales {
+        if s.len() != axes.len() {
+            return invalid(format!("{} scales for {} axes", s.len(), axes.len()));
+        }
+        if s.iter().any(|&v| v.is_nan() || v <= 0.0) {
+            return invalid(format!("scales {s:?} must be positive"));
+        }
+        let mut out: Vec<u32> = dims.to_vec();
+        let mut scale = vec![1.0; rank];
+        for (k, &a) in axes.iter().enumerate() {
+            scale[a] = s[k];
+            out[a] = to_dim((f64::from(dims[a]) * s[k]).floor())?;
+        }
+        return Ok((out, scale));
+    }
+    invalid("Resize needs scales or sizes")
 }
 
 #[cfg(test)]

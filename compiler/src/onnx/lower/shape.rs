@@ -55,20 +55,44 @@ impl Lowerer<'_> {
                 None => false,
                 Some(Value::Const(c)) => constant::to_i64s(&c).first().copied().unwrap_or(0) != 0,
                 Some(Value::Tensor(_)) => {
-                    return unsupported(
+                    return Err(self.needs_constant(
+                        n,
+                        &[2],
                         "Dropout with a run-time training_mode is not supported (training \
                          mode draws random masks, which nnc does not reproduce)",
-                    );
+                    ));
                 }
             };
             if training {
-                return unsupported(
-                    "training-mode Dropout is not supported (it draws random masks, which \
-                     nnc does not reproduce)",
-                );
+                // With ratio 0 training mode drops nothing: the identity, deterministic.
+                let ratio = if self.opset < 12 {
+                    f64::from(n.attrs.float_or("ratio", 0.5)?)
+                } else {
+                    match self.input(n, 1)? {
+                        None => 0.5,
+                        Some(Value::Const(c)) => {
+                            constant::to_f64s(&c).first().copied().unwrap_or(0.5)
+                        }
+                        Some(Value::Tensor(_)) => {
+                            return Err(self.needs_constant(
+                                n,
+                                &[1],
+                                "training-mode Dropout with a run-time ratio is not supported \
+                                 (a ratio above 0 draws random masks, which nnc does not \
+                                 reproduce)",
+                            ));
+                        }
+                    }
+                };
+                if ratio != 0.0 {
+                    return unsupported(
+                        "training-mode Dropout is not supported (it draws random masks, which \
+                         nnc does not reproduce)",
+                    );
+                }
             }
             if self.output_used(n, 1) {
-                // In inference mode the mask keeps every element: all true.
+                // Without dropping (inference, or ratio 0) the mask keeps every element.
                 let v = self.required(n, 0)?;
                 let shape = self.shape_of_value(&v);
                 if shape.contains(&0) {
@@ -1056,9 +1080,14 @@ impl Lowerer<'_> {
         let x = self.tensor(n, 0)?;
         let r = self.rank(x);
         if !matches!(mode, "constant" | "reflect") {
-            return unsupported(format!(
-                "Pad mode '{mode}' with run-time pads (the NN set has PAD, PAD_V2 and \
-                 MIRROR_PAD only; '{mode}' needs the pads at compile time)"
+            return Err(self.needs_constant(
+                n,
+                &[1, 3],
+                format!(
+                    "Pad mode '{mode}' with run-time pads (the NN set has PAD, PAD_V2 and \
+                     MIRROR_PAD only; '{mode}' is lowered to GATHER with indices fixed at \
+                     compile time)"
+                ),
             ));
         }
         let k = match self.runtime_int_vector(n, 3)? {
@@ -1201,13 +1230,57 @@ impl Lowerer<'_> {
                 let m = self.i32_const(0);
                 self.emit(n, OperationType::MirrorPad, vec![x.operand, p, m])?
             }
-            "edge" | "wrap" => {
-                return unsupported(format!("Pad mode '{mode}' has no NN operation"));
-            }
+            "edge" | "wrap" => self.pad_by_gather(n, x, &paddings, mode == "wrap")?,
             other => return invalid(format!("unknown Pad mode '{other}'")),
         };
         self.set_tensor(n, 0, out, x.dtype, false);
         Ok(())
+    }
+
+    /// Pad modes the NN set has no operation for, as one GATHER per padded axis with
+    /// constant indices: output position `i` of an axis of size `d` padded by `before`
+    /// reads `clamp(i - before, 0, d - 1)` ('edge') or `(i - before) mod d` ('wrap').
+    /// Pure data movement, so exact for every type GATHER takes.
+    fn pad_by_gather(
+        &mut self,
+        n: &Node,
+        x: TensorValue,
+        paddings: &[i32],
+        wrap: bool,
+    ) -> NResult<u32> {
+        let dims = self.dims(x);
+        let mut out = x.operand;
+        for (a, &d) in dims.iter().enumerate() {
+            let (before, after) = (i64::from(paddings[2 * a]), i64::from(paddings[2 * a + 1]));
+            if before == 0 && after == 0 {
+                continue;
+            }
+            if d == 0 {
+                return unsupported(
+                    "Pad 'edge' / 'wrap' of a dimension of unknown size; fix it with \
+                     --input-shape",
+                );
+            }
+            let d = i64::from(d);
+            let len = d + before + after;
+            if len > i64::from(i32::MAX) {
+                return invalid("pad too large");
+            }
+            let indices: Vec<i32> = (0..len)
+                .map(|i| {
+                    let src = i - before;
+                    (if wrap {
+                        src.rem_euclid(d)
+                    } else {
+                        src.clamp(0, d - 1)
+                    }) as i32
+                })
+                .collect();
+            let axis = self.i32_const(a as i32);
+            let idx = self.i32_vector(&indices);
+            out = self.emit(n, OperationType::Gather, vec![out, axis, idx])?;
+        }
+        Ok(out)
     }
 
     pub(super) fn tile(&mut self, n: &Node) -> NResult<()> {

@@ -29,7 +29,7 @@ use crate::buffer::AlignedBuf;
 use crate::error::{Result, RuntimeError};
 use crate::kernels::conv::{Padding, window_extent};
 use crate::kernels::util::{rank4, with_nhwc};
-use crate::kernels::{Kernel, KernelContext, OpInfo, PreparedWeights};
+use crate::kernels::{Kernel, KernelContext, OpInfo, PreparedWeights, Requantization};
 
 /// i16 values of A per GEMM tile (256 KiB): an im2col tile that stays in L2.
 const A_TILE_BUDGET: usize = 1 << 17;
@@ -41,6 +41,31 @@ pub(super) struct FilterQuant {
     pub qt: QType,
     pub zp: i32,
     pub multipliers: Vec<Multiplier>,
+    /// The same ratios as single-precision scales, when requantizing in float.
+    pub float_scales: Option<Vec<f32>>,
+}
+
+impl FilterQuant {
+    /// The output stage of channels `c0..c0 + n`, in the operation's requantization.
+    pub fn stage(
+        &self,
+        c0: usize,
+        n: usize,
+        bias: Option<&[i32]>,
+        zp: i32,
+        range: (i32, i32),
+    ) -> Result<Stage> {
+        let stage = Stage::new(n, bias, multipliers_of(&self.multipliers, c0, n), zp, range)?;
+        match &self.float_scales {
+            Some(scales) if scales.len() == 1 => stage.float_scales(scales),
+            Some(scales) => stage.float_scales(&scales[c0..c0 + n]),
+            None => Ok(stage),
+        }
+    }
+
+    pub fn is_float(&self) -> bool {
+        self.float_scales.is_some()
+    }
 }
 
 /// Decodes a filter's quantization and the requantization multipliers
@@ -78,6 +103,9 @@ pub(super) fn filter_quant(
         };
         Multiplier::new(product / f64::from(output.scale)).map_err(|e| info.invalid(e.to_string()))
     };
+    // XNNPACK's order of single-precision operations.
+    let float = info.requantization == Requantization::Float;
+    let float_scale = |filter_scale: f32| input.scale * filter_scale / output.scale;
     if filter.operand_type == OperandType::TensorQuant8SymmPerChannel {
         let q = filter
             .channel_quant
@@ -101,12 +129,14 @@ pub(super) fn filter_quant(
             qt,
             zp: 0,
             multipliers: q.scales.iter().map(|&s| ratio(s)).collect::<Result<_>>()?,
+            float_scales: float.then(|| q.scales.iter().map(|&s| float_scale(s)).collect()),
         })
     } else {
         Ok(FilterQuant {
             qt,
             zp: filter.zero_point,
             multipliers: vec![ratio(filter.scale)?],
+            float_scales: float.then(|| vec![float_scale(filter.scale)]),
         })
     }
 }
@@ -494,10 +524,10 @@ impl Kernel for Conv {
                 let og = g.oc / groups;
                 let stages = (0..groups)
                     .map(|grp| {
-                        Stage::new(
+                        fq.stage(
+                            grp * og,
                             og,
                             Some(&bias[grp * og..(grp + 1) * og]),
-                            multipliers_of(&fq.multipliers, grp * og, og),
                             oq.out_zp,
                             oq.range,
                         )
@@ -866,13 +896,9 @@ impl Kernel for DepthwiseConv {
             (Cow::Owned(w.to_vec()), Cow::Owned(pairs.to_vec()))
         };
         let bias = bias_values(ctx, fdims[3])?;
-        let stage = Stage::new(
-            fdims[3],
-            Some(bias),
-            &self.fq.multipliers,
-            self.oq.out_zp,
-            self.oq.range,
-        )?;
+        let stage = self
+            .fq
+            .stage(0, fdims[3], Some(bias), self.oq.out_zp, self.oq.range)?;
         let threads = ctx.threads;
         let oq = &self.oq;
         let out_t = ctx.output(0)?;
@@ -1269,13 +1295,9 @@ impl Kernel for TransposeConv {
             Cow::Owned(pack_transpose_filter(q8_bytes(&f, "filter")?, fdims, &self.fq)?.to_vec())
         };
         let bias = bias_values(ctx, fdims[0])?;
-        let stage = Stage::new(
-            fdims[0],
-            Some(bias),
-            &self.fq.multipliers,
-            self.oq.out_zp,
-            self.oq.range,
-        )?;
+        let stage = self
+            .fq
+            .stage(0, fdims[0], Some(bias), self.oq.out_zp, self.oq.range)?;
         let oq = &self.oq;
         let out_t = ctx.output(0)?;
         let out_shape = rank4(out_t.shape, "output")?;

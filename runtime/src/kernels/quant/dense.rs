@@ -24,7 +24,7 @@ use super::gemm::{self, Dst, MR, PackedRhs, Stage, pack_rhs, packed_len, padded_
 use super::{activation_type, check_scale, for_row_tiles, output_type, q8_bytes, q8_bytes_mut, qp};
 use crate::buffer::AlignedBuf;
 use crate::error::{Result, RuntimeError};
-use crate::kernels::{Kernel, KernelContext, OpInfo, PreparedWeights};
+use crate::kernels::{Kernel, KernelContext, OpInfo, PreparedWeights, Requantization};
 
 /// i16 values of A per GEMM tile.
 const A_TILE_BUDGET: usize = 1 << 17;
@@ -144,9 +144,13 @@ impl Kernel for FullyConnected {
                 "per-channel scales do not match the weights",
             ));
         }
+        let stage = self.fq.stage(0, units, bias, self.out_zp, self.range)?;
         // TFLite's FULLY_CONNECTED requantizes through ruy: single rounding.
-        let stage = Stage::new(units, bias, &self.fq.multipliers, self.out_zp, self.range)?
-            .single_rounding()?;
+        let stage = if self.fq.is_float() {
+            stage
+        } else {
+            stage.single_rounding()?
+        };
         let batch = x.len() / k;
         let kp = padded_depth(k);
         let threads = ctx.threads;
@@ -196,6 +200,7 @@ struct BatchMatmul {
     rhs_zp: i32,
     out_zp: i32,
     multiplier: Multiplier,
+    float_scale: Option<f32>,
     adj_lhs: bool,
     adj_rhs: bool,
 }
@@ -212,12 +217,15 @@ pub(super) fn build_batch_matmul(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     // GetQuantizedConvolutionMultipler: the float product, divided in double.
     let multiplier = Multiplier::new(f64::from(lhs.scale * rhs.scale) / f64::from(out.scale))
         .map_err(|e| info.invalid(e.to_string()))?;
+    let float_scale =
+        (info.requantization == Requantization::Float).then(|| lhs.scale * rhs.scale / out.scale);
     Ok(Box::new(BatchMatmul {
         qt,
         lhs_zp: lhs.zero_point,
         rhs_zp: rhs.zero_point,
         out_zp: out.zero_point,
         multiplier,
+        float_scale,
         adj_lhs: info.bool(2, "adj_lhs")?,
         adj_rhs: info.bool(3, "adj_rhs")?,
     }))
@@ -263,6 +271,10 @@ impl Kernel for BatchMatmul {
                 self.qt,
             ),
         )?;
+        let stage = match self.float_scale {
+            Some(scale) => stage.float_scales(&[scale])?,
+            None => stage,
+        };
         let signed = self.qt == QType::I8;
         let out = q8_bytes_mut(ctx.output(0)?, "output")?;
         if out.len() != batches * m * n

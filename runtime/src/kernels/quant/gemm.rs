@@ -87,6 +87,17 @@ pub(crate) struct Stage {
     /// FULLY_CONNECTED reaches): per column the total right shift `31 - shift` and its
     /// rounding term, as i64, in blocks of 8 columns with the even columns first.
     single: Option<(Vec<i64>, Vec<i64>)>,
+    /// Single-precision requantization ([`crate::kernels::Requantization::Float`]): per column the
+    /// scale, and the clamp range less the zero point, as f32.
+    float: Option<FloatStage>,
+}
+
+/// The constants of the single-precision output stage.
+#[derive(Clone, Debug)]
+struct FloatStage {
+    scale: Vec<f32>,
+    lo: f32,
+    hi: f32,
 }
 
 /// Where column `j`'s single-rounding constants live (even columns of each block of 8
@@ -138,6 +149,7 @@ impl Stage {
             lo,
             hi,
             single: None,
+            float: None,
         };
         for j in 0..n {
             let m = multipliers[if multipliers.len() == 1 { 0 } else { j }];
@@ -178,6 +190,35 @@ impl Stage {
         Ok(self)
     }
 
+    /// Switches to single-precision requantization: the accumulator plus bias converted
+    /// to f32, times the f32 scale `input_scale * filter_scale / output_scale`, clamped
+    /// to the activation range less the zero point, rounded half to even, plus the zero
+    /// point. `scales` holds one entry (per tensor) or one per column.
+    pub fn float_scales(mut self, scales: &[f32]) -> Result<Stage> {
+        if scales.len() != 1 && scales.len() != self.n {
+            return Err(RuntimeError::kernel(format!(
+                "{} requantization scales for {} channels",
+                scales.len(),
+                self.n
+            )));
+        }
+        if scales.iter().any(|s| !s.is_finite() || *s <= 0.0) {
+            return Err(RuntimeError::kernel(
+                "requantization scale is not a positive finite number",
+            ));
+        }
+        let mut scale = vec![0f32; self.mult.len()];
+        for (j, s) in scale.iter_mut().enumerate().take(self.n) {
+            *s = scales[if scales.len() == 1 { 0 } else { j }];
+        }
+        self.float = Some(FloatStage {
+            scale,
+            lo: (self.lo - self.zp) as f32,
+            hi: (self.hi - self.zp) as f32,
+        });
+        Ok(self)
+    }
+
     pub fn columns(&self) -> usize {
         self.n
     }
@@ -194,6 +235,12 @@ impl Stage {
     #[inline(always)]
     pub fn apply(&self, j: usize, acc: i32) -> i32 {
         let x = acc.wrapping_add(self.bias[j]);
+        if let Some(f) = &self.float {
+            // Clamping before the conversion keeps out-of-range products defined; the
+            // bounds are integers, so it commutes with the rounding.
+            let v = (x as f32 * f.scale[j]).clamp(f.lo, f.hi);
+            return (v.round_ties_even() as i32).wrapping_add(self.zp);
+        }
         let v = match &self.single {
             Some((shifts, rounds)) => {
                 let k = permuted(j);
@@ -485,6 +532,8 @@ pub(crate) mod avx2 {
         half: __m256i,
         /// Single rounding: total shifts and rounding terms of the even and odd columns.
         single: Option<[__m256i; 4]>,
+        /// Single precision: scales, and the clamp range less the zero point.
+        float: Option<[__m256; 3]>,
         zp: __m256i,
         lo: __m256i,
         hi: __m256i,
@@ -524,6 +573,14 @@ pub(crate) mod avx2 {
                     load64(rounds, c + 4),
                 ]
             }),
+            float: s.float.as_ref().map(|f| {
+                [
+                    // SAFETY: the scale array has the padded length too.
+                    unsafe { _mm256_loadu_ps(f.scale.as_ptr().add(c)) },
+                    _mm256_set1_ps(f.lo),
+                    _mm256_set1_ps(f.hi),
+                ]
+            }),
             zp: _mm256_set1_epi32(s.zp),
             lo: _mm256_set1_epi32(s.lo),
             hi: _mm256_set1_epi32(s.hi),
@@ -536,7 +593,12 @@ pub(crate) mod avx2 {
     #[inline]
     pub(crate) fn requant8(acc: __m256i, s: &Stage8) -> __m256i {
         let zero = _mm256_setzero_si256();
-        let q = if let Some([se, so, re, ro]) = s.single {
+        let q = if let Some([scale, lo, hi]) = s.float {
+            let x = _mm256_cvtepi32_ps(_mm256_add_epi32(acc, s.bias));
+            let v = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(x, scale), lo), hi);
+            // The default MXCSR rounding: to nearest, ties to even.
+            _mm256_cvtps_epi32(v)
+        } else if let Some([se, so, re, ro]) = s.single {
             let x = _mm256_add_epi32(acc, s.bias);
             let even = _mm256_add_epi64(_mm256_mul_epi32(x, s.mult), re);
             let odd = _mm256_add_epi64(
@@ -702,6 +764,33 @@ mod tests {
     }
 
     #[test]
+    fn float_requantization_rounds_half_to_even_and_clamps() {
+        let stage = Stage::new(
+            1,
+            Some(&[0]),
+            &[Multiplier::new(0.5).unwrap()],
+            3,
+            (-128, 127),
+        )
+        .unwrap()
+        .float_scales(&[0.5])
+        .unwrap();
+        // 2.5 -> 2, 3.5 -> 4, -2.5 -> -2, then the zero point.
+        assert_eq!(stage.apply(0, 5), 2 + 3);
+        assert_eq!(stage.apply(0, 7), 4 + 3);
+        assert_eq!(stage.apply(0, -5), -2 + 3);
+        // Far out of range saturates, both ways.
+        assert_eq!(stage.apply(0, i32::MAX), 127);
+        assert_eq!(stage.apply(0, i32::MIN), -128);
+        assert!(
+            Stage::new(1, None, &[Multiplier::new(0.5).unwrap()], 0, (0, 255))
+                .unwrap()
+                .float_scales(&[f32::NAN])
+                .is_err()
+        );
+    }
+
+    #[test]
     fn requantized_outputs_are_identical_on_every_path() {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         for case in 0..80 {
@@ -723,21 +812,24 @@ mod tests {
             pack_rhs(k, n, |kk, j| b[kk * n + j], &mut packed);
             let bias: Vec<i32> = (0..n).map(|_| rng.range(-100_000, 100_000)).collect();
             // Multipliers from tiny (large right shifts) to > 1 (left shifts).
-            let mults: Vec<Multiplier> = (0..n)
+            let reals: Vec<f64> = (0..n)
                 .map(|_| {
                     let e = rng.range(-30, 3);
                     let frac = 0.5 + (rng.next() % 1000) as f64 / 2000.0;
-                    Multiplier::new(frac * 2f64.powi(e)).unwrap()
+                    frac * 2f64.powi(e)
                 })
                 .collect();
+            let mults: Vec<Multiplier> =
+                reals.iter().map(|&r| Multiplier::new(r).unwrap()).collect();
+            let scales: Vec<f32> = reals.iter().map(|&r| r as f32).collect();
             let signed = case % 2 == 0;
             let (lo, hi) = if signed { (-128, 127) } else { (0, 255) };
             let zp = rng.range(lo, hi);
             let stage = Stage::new(n, Some(&bias), &mults, zp, (lo, hi)).unwrap();
-            let stage = if case % 3 == 0 {
-                stage.single_rounding().unwrap()
-            } else {
-                stage
+            let stage = match case % 3 {
+                0 => stage.single_rounding().unwrap(),
+                1 => stage.float_scales(&scales).unwrap(),
+                _ => stage,
             };
             let want = reference(&a, kp, m, k, &b, n);
             let mut results = Vec::new();

@@ -19,7 +19,7 @@ use super::{
 use crate::error::{Result, RuntimeError};
 use crate::kernels::reduce::reduce_into;
 use crate::kernels::util::{axis, split_at_axis};
-use crate::kernels::{Kernel, KernelContext, OpInfo};
+use crate::kernels::{Kernel, KernelContext, OpInfo, Requantization};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -35,6 +35,8 @@ struct Reduce {
     output: Qp,
     /// input_scale / output_scale (MEAN always; MAX/MIN when the quantizations differ).
     rescale: Option<Multiplier>,
+    /// MEAN in single precision ([`Requantization::Float`]).
+    float_mean: bool,
     /// The axes when constant; otherwise read from input 1 per run.
     axes: Option<Vec<i32>>,
 }
@@ -66,6 +68,7 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
         input,
         output,
         rescale,
+        float_mean: kind == Kind::Mean && info.requantization == Requantization::Float,
         axes: info.i32_values(1)?,
     }))
 }
@@ -96,6 +99,17 @@ impl Reduce {
                 if count == 0 {
                     return Ok(());
                 }
+                let offset = (i64::from(self.input.zp) * count as i64) as i32;
+                if self.float_mean {
+                    // XNNPACK's order: input_scale / (output_scale * count) in f32.
+                    let scale = self.input.scale / (self.output.scale * count as f32);
+                    for (o, &s) in out.iter_mut().zip(&sums) {
+                        let v = (s.wrapping_sub(offset) as f32 * scale).round_ties_even();
+                        let v = (v as i32).saturating_add(self.output.zp);
+                        *o = T::from_i32(v.clamp(T::MIN, T::MAX));
+                    }
+                    return Ok(());
+                }
                 // Fold 1 / count into the multiplier as TFLite does.
                 let count = count as i64;
                 let shift = (63 - count.leading_zeros() as i32)
@@ -104,7 +118,6 @@ impl Reduce {
                     .max(0);
                 let multiplier = ((i64::from(m.multiplier) << shift) / count) as i32;
                 let out_shift = m.shift - shift;
-                let offset = (i64::from(self.input.zp) * count) as i32;
                 for (o, &s) in out.iter_mut().zip(&sums) {
                     let v = multiply_by_quantized_multiplier(
                         s.wrapping_sub(offset),
