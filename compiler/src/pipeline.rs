@@ -61,20 +61,52 @@ pub struct Lowered {
     pub passes: Vec<PassReport>,
 }
 
+/// A source model read into memory once, so that it can be lowered several times (e.g.
+/// again with inputs bound) without going back to the disk.
+pub struct SourceFile {
+    pub bytes: bytes::Bytes,
+    pub format: SourceFormat,
+    pub ext: onnx::tensor::ExternalDataContext,
+}
+
+impl SourceFile {
+    pub fn read(path: &Path) -> Result<SourceFile, CompileError> {
+        let bytes = std::fs::read(path).map_err(|source| CompileError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let format = detect_format(path, &bytes).ok_or_else(|| {
+            CompileError::Options(format!(
+                "{}: cannot tell the model format (expected a .onnx or .tflite file)",
+                path.display()
+            ))
+        })?;
+        Ok(SourceFile {
+            bytes: bytes.into(),
+            format,
+            ext: onnx::tensor::ExternalDataContext::for_model_file(path),
+        })
+    }
+
+    /// Lowers and optimizes the model.
+    pub fn lower(&self, options: &LowerOptions) -> Result<Lowered, CompileError> {
+        lower_bytes(self.bytes.clone(), self.format, &self.ext, options)
+    }
+
+    /// The inputs an ONNX model declares (initializers excluded), in order; empty for
+    /// other formats. For matching tensor files to inputs before compiling.
+    pub fn declared_inputs(&self) -> Result<Vec<onnx::DeclaredInput>, CompileError> {
+        if self.format != SourceFormat::Onnx {
+            return Ok(Vec::new());
+        }
+        let model = onnx::proto::decode_model(self.bytes.clone())?;
+        Ok(onnx::declared_inputs(&model))
+    }
+}
+
 /// Reads, lowers and optimizes the model at `path`.
 pub fn lower_file(path: &Path, options: &LowerOptions) -> Result<Lowered, CompileError> {
-    let bytes = std::fs::read(path).map_err(|source| CompileError::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
-    let format = detect_format(path, &bytes).ok_or_else(|| {
-        CompileError::Options(format!(
-            "{}: cannot tell the model format (expected a .onnx or .tflite file)",
-            path.display()
-        ))
-    })?;
-    let ext = onnx::tensor::ExternalDataContext::for_model_file(path);
-    lower_bytes(bytes.into(), format, &ext, options)
+    SourceFile::read(path)?.lower(options)
 }
 
 /// Lowers and optimizes a model held in memory.
@@ -111,18 +143,4 @@ pub fn lower_bytes(
         lowered_histogram,
         passes,
     })
-}
-
-/// The inputs a source ONNX model declares (initializers excluded), in order; empty for
-/// other formats. For matching tensor files to inputs before compiling.
-pub fn declared_inputs(path: &Path) -> Result<Vec<onnx::DeclaredInput>, CompileError> {
-    let bytes = std::fs::read(path).map_err(|source| CompileError::Io {
-        path: path.display().to_string(),
-        source,
-    })?;
-    if detect_format(path, &bytes) != Some(SourceFormat::Onnx) {
-        return Ok(Vec::new());
-    }
-    let model = onnx::proto::decode_model(bytes.into())?;
-    Ok(onnx::declared_inputs(&model))
 }

@@ -153,7 +153,8 @@ fn compile_source(
     use nnc_compiler::CompileError;
     let context = || format!("cannot compile {}", args.model.display());
     let mut options = super::lower_options(&args.input_shapes, false)?;
-    let first = nnc_compiler::pipeline::lower_file(&args.model, &options);
+    let source = nnc_compiler::pipeline::SourceFile::read(&args.model).with_context(context)?;
+    let first = source.lower(&options);
     let supplied = args.input_dir.is_some() || !args.inputs.is_empty();
     let mut needed = match &first {
         Err(CompileError::Unsupported(report)) if bind && supplied => {
@@ -164,7 +165,7 @@ fn compile_source(
         }
         _ => return Ok((first.with_context(context)?, None)),
     };
-    let declared = nnc_compiler::pipeline::declared_inputs(&args.model).with_context(context)?;
+    let declared = source.declared_inputs().with_context(context)?;
     let names: Vec<String> = declared.iter().map(|d| d.name.clone()).collect();
     let files = input_files(args, &names)?;
     let mut tensors: Vec<Option<HostTensor>> = vec![None; names.len()];
@@ -185,7 +186,7 @@ fn compile_source(
             options.import.bound_inputs.insert(name.clone(), value);
             bound.push(name.clone());
         }
-        match nnc_compiler::pipeline::lower_file(&args.model, &options) {
+        match source.lower(&options) {
             // Binding may make later nodes lowerable that need further inputs.
             Err(CompileError::Unsupported(report)) => match report.only_needs_bound_inputs() {
                 Some(more) if more.iter().all(|m| !bound.contains(m)) => needed = more,

@@ -274,8 +274,7 @@ impl<'a> KernelContext<'a> {
 /// Both are faithful to the quantized model; they differ in the last unit now and then,
 /// and deep networks can amplify that (MobileNetV2 int8 logits differ by up to 21 units
 /// between the two). Every other quantized kernel computes the same either way.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Requantization {
     /// The scale `input_scale * filter_scale / output_scale` in single precision, the
     /// accumulator converted to f32 and multiplied, rounded half to even: the arithmetic
@@ -285,15 +284,6 @@ pub enum Requantization {
     /// A Q31 multiplier and shift with gemmlowp's rounding: TensorFlow Lite's reference
     /// kernels (and the NNAPI reference implementation built on them), bit for bit.
     FixedPoint,
-}
-
-impl Requantization {
-    pub fn name(self) -> &'static str {
-        match self {
-            Requantization::Float => "float",
-            Requantization::FixedPoint => "fixed-point",
-        }
-    }
 }
 
 /// Builds the kernel of one operation with the default [`Requantization`].
