@@ -45,9 +45,23 @@ pub enum CompileError {
     /// The options given to the compiler are inconsistent.
     #[error("{0}")]
     Options(String),
+    /// The model asks for more memory than a resource limit allows.
+    #[error("{location}: {error}")]
+    Limit {
+        location: String,
+        #[source]
+        error: nnc_formats::limits::LimitError,
+    },
 }
 
 impl CompileError {
+    pub fn limit(location: impl Into<String>, error: nnc_formats::limits::LimitError) -> CompileError {
+        CompileError::Limit {
+            location: location.into(),
+            error,
+        }
+    }
+
     pub fn invalid(location: impl Into<String>, message: impl Into<String>) -> CompileError {
         CompileError::InvalidModel {
             location: location.into(),

@@ -9,6 +9,8 @@ pub mod error;
 pub mod onnx;
 pub mod partition;
 pub mod passes;
+#[doc(hidden)]
+pub mod synthetic;
 pub mod pipeline;
 pub mod tflite;
 

@@ -13,6 +13,7 @@ pub mod cache;
 pub mod container;
 pub mod crypto;
 pub mod device;
+pub mod limits;
 pub mod nn;
 pub mod npy;
 pub mod plan;

@@ -5,15 +5,118 @@
 //! lowering; this module evaluates them. Float arithmetic here rounds to f32 after every
 //! operation, as an f32 kernel would.
 
-use nnc_formats::tensor::{DataType, HostTensor, element_count};
+use std::cell::Cell;
+
+use nnc_formats::limits::{LimitError, LimitKind, Limits};
+use nnc_formats::tensor::{DataType, HostTensor};
 
 /// A tensor whose value is known at compile time (ONNX shape: `[]` is a scalar).
 pub type ConstTensor = HostTensor;
 
-/// Largest constant the evaluator will materialize, in elements (1 GiB of f32).
-pub const MAX_CONST_ELEMENTS: usize = 1 << 28;
+/// Why an evaluation failed: the node is malformed, or it would exceed a limit.
+#[derive(Debug)]
+pub enum EvalError {
+    Invalid(String),
+    Limit(LimitError),
+}
 
-pub type EvalResult<T> = Result<T, String>;
+impl std::fmt::Display for EvalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EvalError::Invalid(m) => f.write_str(m),
+            EvalError::Limit(e) => e.fmt(f),
+        }
+    }
+}
+
+impl From<String> for EvalError {
+    fn from(message: String) -> EvalError {
+        EvalError::Invalid(message)
+    }
+}
+
+impl From<&str> for EvalError {
+    fn from(message: &str) -> EvalError {
+        EvalError::Invalid(message.to_string())
+    }
+}
+
+impl From<LimitError> for EvalError {
+    fn from(e: LimitError) -> EvalError {
+        EvalError::Limit(e)
+    }
+}
+
+pub type EvalResult<T> = Result<T, EvalError>;
+
+/// How much compile-time evaluation may hold: the `folded` limit plus four times the
+/// model's own weights (so that dequantizing or re-laying out real weights is never
+/// refused, while a small file cannot fold itself into gigabytes). Every constant the
+/// importer keeps is charged ([`FoldBudget::charge`]); every evaluation that may create
+/// more data than it reads checks for room first ([`FoldBudget::room`]), before it
+/// allocates.
+#[derive(Debug)]
+pub struct FoldBudget {
+    allowance: u64,
+    used: Cell<u64>,
+}
+
+impl FoldBudget {
+    pub fn new(limits: &Limits, model_weight_bytes: u64) -> FoldBudget {
+        FoldBudget {
+            allowance: limits
+                .max_folded_bytes
+                .saturating_add(model_weight_bytes.saturating_mul(4)),
+            used: Cell::new(0),
+        }
+    }
+
+    /// A budget that refuses nothing a 64-bit size can describe (tests, tools).
+    pub fn unlimited() -> FoldBudget {
+        FoldBudget {
+            allowance: u64::MAX,
+            used: Cell::new(0),
+        }
+    }
+
+    fn bytes_of(shape: &[usize], dtype: DataType) -> Option<u64> {
+        shape
+            .iter()
+            .try_fold(dtype.size() as u64, |acc, &d| acc.checked_mul(d as u64))
+    }
+
+    fn exceeded(&self, shape: &[usize], requested: Option<u64>) -> LimitError {
+        LimitError {
+            kind: LimitKind::Folded,
+            what: format!("evaluating a constant of shape {shape:?} at compile time"),
+            requested: requested.map(|r| r.saturating_add(self.used.get())),
+            limit: self.allowance,
+        }
+    }
+
+    /// Checks that a tensor of `shape` and `dtype` fits in what is left, without charging
+    /// it; returns its element count.
+    pub fn room(&self, shape: &[usize], dtype: DataType) -> EvalResult<usize> {
+        let bytes = Self::bytes_of(shape, dtype);
+        match bytes {
+            Some(b) if b <= self.allowance.saturating_sub(self.used.get()) => {
+                Ok(shape.iter().product())
+            }
+            _ => Err(self.exceeded(shape, bytes).into()),
+        }
+    }
+
+    /// Charges a constant the importer keeps.
+    pub fn charge(&self, t: &ConstTensor) -> EvalResult<()> {
+        let bytes = t.data.len() as u64;
+        let used = self.used.get().saturating_add(bytes);
+        if used > self.allowance {
+            return Err(self.exceeded(&t.shape, Some(bytes)).into());
+        }
+        self.used.set(used);
+        Ok(())
+    }
+}
 
 pub fn is_float(dtype: DataType) -> bool {
     matches!(dtype, DataType::F32 | DataType::F64 | DataType::F16)
@@ -101,15 +204,6 @@ pub fn to_f32s(t: &ConstTensor) -> Vec<f32> {
     to_f64s(t).into_iter().map(|v| v as f32).collect()
 }
 
-fn check_size(shape: &[usize]) -> EvalResult<usize> {
-    match element_count(shape) {
-        Some(n) if n <= MAX_CONST_ELEMENTS => Ok(n),
-        _ => Err(format!(
-            "constant of shape {shape:?} is too large to evaluate at compile time"
-        )),
-    }
-}
-
 /// Builds a tensor of `dtype` from f64 values (rounding/truncating as the type requires).
 pub fn from_f64s(dtype: DataType, shape: Vec<usize>, values: &[f64]) -> ConstTensor {
     let mut data = Vec::with_capacity(values.len() * dtype.size());
@@ -188,7 +282,7 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> EvalResult<Vec<usize>> {
             (x, y) => {
                 return Err(format!(
                     "shapes {a:?} and {b:?} do not broadcast ({x} vs {y})"
-                ));
+                ).into());
             }
         };
     }
@@ -222,9 +316,13 @@ fn broadcast_index_map(src: &[usize], out: &[usize]) -> Vec<usize> {
 }
 
 /// Expands `t` to `shape` by broadcasting.
-pub fn broadcast_to(t: &ConstTensor, shape: &[usize]) -> EvalResult<ConstTensor> {
+pub fn broadcast_to(
+    t: &ConstTensor,
+    shape: &[usize],
+    budget: &FoldBudget,
+) -> EvalResult<ConstTensor> {
     let out_shape = broadcast_shape(&t.shape, shape)?;
-    check_size(&out_shape)?;
+    budget.room(&out_shape, t.dtype)?;
     let size = t.dtype.size();
     let map = broadcast_index_map(&t.shape, &out_shape);
     let mut data = Vec::with_capacity(map.len() * size);
@@ -272,9 +370,16 @@ impl BinaryOp {
     }
 }
 
-pub fn binary(op: BinaryOp, a: &ConstTensor, b: &ConstTensor) -> EvalResult<ConstTensor> {
+pub fn binary(
+    op: BinaryOp,
+    a: &ConstTensor,
+    b: &ConstTensor,
+    budget: &FoldBudget,
+) -> EvalResult<ConstTensor> {
     let shape = broadcast_shape(&a.shape, &b.shape)?;
-    check_size(&shape)?;
+    // The evaluation holds f64 copies and index maps: room for four times the output.
+    budget.room(&shape, DataType::F64)?;
+    budget.room(&shape, a.dtype)?;
     let ma = broadcast_index_map(&a.shape, &shape);
     let mb = broadcast_index_map(&b.shape, &shape);
     let out_type =
@@ -399,7 +504,7 @@ fn strides_of(shape: &[usize]) -> Vec<usize> {
 pub fn norm_axis(axis: i64, rank: usize) -> EvalResult<usize> {
     let r = rank as i64;
     if axis < -r || axis >= r {
-        return Err(format!("axis {axis} is out of range for rank {rank}"));
+        return Err(format!("axis {axis} is out of range for rank {rank}").into());
     }
     Ok(if axis < 0 {
         (axis + r) as usize
@@ -409,7 +514,12 @@ pub fn norm_axis(axis: i64, rank: usize) -> EvalResult<usize> {
 }
 
 /// ONNX Gather along `axis` with (possibly negative) indices.
-pub fn gather(data: &ConstTensor, indices: &ConstTensor, axis: i64) -> EvalResult<ConstTensor> {
+pub fn gather(
+    data: &ConstTensor,
+    indices: &ConstTensor,
+    axis: i64,
+    budget: &FoldBudget,
+) -> EvalResult<ConstTensor> {
     let r = data.shape.len();
     if r == 0 {
         return Err("Gather needs data of rank >= 1".into());
@@ -423,19 +533,19 @@ pub fn gather(data: &ConstTensor, indices: &ConstTensor, axis: i64) -> EvalResul
             if j < 0 || j >= dim {
                 Err(format!(
                     "gather index {i} is out of range for a dimension of size {dim}"
-                ))
+                ).into())
             } else {
                 Ok(j as usize)
             }
         })
-        .collect::<EvalResult<_>>()?;
+        .collect::<Result<_, String>>()?;
     let outer: usize = data.shape[..axis].iter().product();
     let inner: usize = data.shape[axis + 1..].iter().product();
     let size = data.dtype.size();
     let mut shape = data.shape[..axis].to_vec();
     shape.extend_from_slice(&indices.shape);
     shape.extend_from_slice(&data.shape[axis + 1..]);
-    check_size(&shape)?;
+    budget.room(&shape, data.dtype)?;
     let mut out = Vec::new();
     for o in 0..outer {
         for &i in &idx {
@@ -451,7 +561,7 @@ pub fn gather(data: &ConstTensor, indices: &ConstTensor, axis: i64) -> EvalResul
 }
 
 /// ONNX Concat along `axis`.
-pub fn concat(parts: &[&ConstTensor], axis: i64) -> EvalResult<ConstTensor> {
+pub fn concat(parts: &[&ConstTensor], axis: i64, budget: &FoldBudget) -> EvalResult<ConstTensor> {
     let first = parts.first().ok_or("Concat of nothing")?;
     let r = first.shape.len();
     if r == 0 {
@@ -466,12 +576,14 @@ pub fn concat(parts: &[&ConstTensor], axis: i64) -> EvalResult<ConstTensor> {
         }
         for d in 0..r {
             if d != axis && p.shape[d] != first.shape[d] {
-                return Err(format!("Concat inputs differ in dimension {d}"));
+                return Err(format!("Concat inputs differ in dimension {d}").into());
             }
         }
-        shape[axis] += p.shape[axis];
+        shape[axis] = shape[axis]
+            .checked_add(p.shape[axis])
+            .ok_or("Concat output is too large")?;
     }
-    check_size(&shape)?;
+    budget.room(&shape, first.dtype)?;
     let outer: usize = first.shape[..axis].iter().product();
     let size = first.dtype.size();
     let mut out = Vec::new();
@@ -489,9 +601,35 @@ pub fn concat(parts: &[&ConstTensor], axis: i64) -> EvalResult<ConstTensor> {
 }
 
 /// Strided slice with already-normalized `(start, step, count)` per axis.
-pub fn slice(t: &ConstTensor, ranges: &[(i64, i64, usize)]) -> EvalResult<ConstTensor> {
+pub fn slice(
+    t: &ConstTensor,
+    ranges: &[(i64, i64, usize)],
+    budget: &FoldBudget,
+) -> EvalResult<ConstTensor> {
+    if ranges.len() != t.shape.len() {
+        return Err(format!(
+            "{} slice ranges for a tensor of rank {}",
+            ranges.len(),
+            t.shape.len()
+        )
+        .into());
+    }
+    for (d, &(start, step, count)) in ranges.iter().enumerate() {
+        let last = (count as i64)
+            .checked_sub(1)
+            .and_then(|k| k.checked_mul(step))
+            .and_then(|k| k.checked_add(start));
+        let inside = |i: Option<i64>| i.is_some_and(|i| i >= 0 && (i as u64) < t.shape[d] as u64);
+        if count > 0 && !(inside(Some(start)) && inside(last)) {
+            return Err(format!(
+                "slice of axis {d} (start {start}, step {step}, {count} elements) leaves its {} elements",
+                t.shape[d]
+            )
+            .into());
+        }
+    }
     let shape: Vec<usize> = ranges.iter().map(|r| r.2).collect();
-    check_size(&shape)?;
+    budget.room(&shape, t.dtype)?;
     let strides = strides_of(&t.shape);
     let size = t.dtype.size();
     let total: usize = shape.iter().product();
@@ -522,12 +660,12 @@ pub fn slice(t: &ConstTensor, ranges: &[(i64, i64, usize)]) -> EvalResult<ConstT
 pub fn transpose(t: &ConstTensor, perm: &[usize]) -> EvalResult<ConstTensor> {
     let r = t.shape.len();
     if perm.len() != r {
-        return Err(format!("perm {perm:?} does not match rank {r}"));
+        return Err(format!("perm {perm:?} does not match rank {r}").into());
     }
     let mut seen = vec![false; r];
     for &p in perm {
         if p >= r || seen[p] {
-            return Err(format!("{perm:?} is not a permutation"));
+            return Err(format!("{perm:?} is not a permutation").into());
         }
         seen[p] = true;
     }
@@ -556,12 +694,18 @@ pub fn transpose(t: &ConstTensor, perm: &[usize]) -> EvalResult<ConstTensor> {
 }
 
 /// Repeats along each axis.
-pub fn tile(t: &ConstTensor, repeats: &[usize]) -> EvalResult<ConstTensor> {
+pub fn tile(t: &ConstTensor, repeats: &[usize], budget: &FoldBudget) -> EvalResult<ConstTensor> {
     if repeats.len() != t.shape.len() {
         return Err("Tile repeats do not match the rank".into());
     }
-    let shape: Vec<usize> = t.shape.iter().zip(repeats).map(|(d, r)| d * r).collect();
-    check_size(&shape)?;
+    let shape = t
+        .shape
+        .iter()
+        .zip(repeats)
+        .map(|(d, r)| d.checked_mul(*r))
+        .collect::<Option<Vec<usize>>>()
+        .ok_or("Tile output is too large")?;
+    budget.room(&shape, t.dtype)?;
     let in_strides = strides_of(&t.shape);
     let size = t.dtype.size();
     let total: usize = shape.iter().product();
@@ -588,8 +732,8 @@ pub fn tile(t: &ConstTensor, repeats: &[usize]) -> EvalResult<ConstTensor> {
 }
 
 /// A tensor of `shape` filled with the single element of `value`.
-pub fn fill(value: &ConstTensor, shape: Vec<usize>) -> EvalResult<ConstTensor> {
-    let n = check_size(&shape)?;
+pub fn fill(value: &ConstTensor, shape: Vec<usize>, budget: &FoldBudget) -> EvalResult<ConstTensor> {
+    let n = budget.room(&shape, value.dtype)?;
     let size = value.dtype.size();
     let elem = value.data.get(..size).ok_or("fill value is empty")?;
     let mut data = Vec::with_capacity(n * size);
@@ -656,19 +800,23 @@ pub fn reduce(
 mod tests {
     use super::*;
 
+    fn budget() -> FoldBudget {
+        FoldBudget::unlimited()
+    }
+
     #[test]
     fn shape_chain_folds() {
         // Shape -> Gather(0) -> Unsqueeze -> Concat with [-1]
         let shape = i64_tensor(vec![4], &[1, 3, 224, 224]);
         let idx = i64_tensor(vec![], &[0]);
-        let batch = gather(&shape, &idx, 0).unwrap();
+        let batch = gather(&shape, &idx, 0, &budget()).unwrap();
         assert_eq!(batch.shape, Vec::<usize>::new());
         let batch = HostTensor {
             shape: vec![1],
             ..batch
         };
         let minus_one = i64_tensor(vec![1], &[-1]);
-        let target = concat(&[&batch, &minus_one], 0).unwrap();
+        let target = concat(&[&batch, &minus_one], 0, &budget()).unwrap();
         assert_eq!(to_i64s(&target), vec![1, -1]);
     }
 
@@ -676,10 +824,10 @@ mod tests {
     fn binary_broadcasts_and_rounds_to_f32() {
         let a = f32_tensor(vec![2, 1], &[1.0, 2.0]);
         let b = f32_tensor(vec![3], &[0.1, 0.2, 0.3]);
-        let c = binary(BinaryOp::Add, &a, &b).unwrap();
+        let c = binary(BinaryOp::Add, &a, &b, &budget()).unwrap();
         assert_eq!(c.shape, vec![2, 3]);
         assert_eq!(to_f32s(&c), vec![1.1, 1.2, 1.3, 2.1, 2.2, 2.3]);
-        let e = binary(BinaryOp::Less, &a, &b).unwrap();
+        let e = binary(BinaryOp::Less, &a, &b, &budget()).unwrap();
         assert_eq!(e.dtype, DataType::Bool);
     }
 
@@ -687,7 +835,7 @@ mod tests {
     fn integer_division_by_zero_is_an_error() {
         let a = i64_tensor(vec![1], &[1]);
         let z = i64_tensor(vec![1], &[0]);
-        assert!(binary(BinaryOp::Div, &a, &z).is_err());
+        assert!(binary(BinaryOp::Div, &a, &z, &budget()).is_err());
     }
 
     #[test]
@@ -695,24 +843,62 @@ mod tests {
         let t = i64_tensor(vec![2, 3], &[0, 1, 2, 3, 4, 5]);
         let tt = transpose(&t, &[1, 0]).unwrap();
         assert_eq!(to_i64s(&tt), vec![0, 3, 1, 4, 2, 5]);
-        let s = slice(&t, &[(1, 1, 1), (2, -1, 2)]).unwrap();
+        let s = slice(&t, &[(1, 1, 1), (2, -1, 2)], &budget()).unwrap();
         assert_eq!(to_i64s(&s), vec![5, 4]);
     }
 
     #[test]
     fn gather_rejects_out_of_range() {
         let t = i64_tensor(vec![3], &[1, 2, 3]);
-        assert!(gather(&t, &i64_tensor(vec![1], &[3]), 0).is_err());
+        assert!(gather(&t, &i64_tensor(vec![1], &[3]), 0, &budget()).is_err());
         assert_eq!(
-            to_i64s(&gather(&t, &i64_tensor(vec![1], &[-1]), 0).unwrap()),
+            to_i64s(&gather(&t, &i64_tensor(vec![1], &[-1]), 0, &budget()).unwrap()),
             vec![3]
         );
     }
 
     #[test]
-    fn oversized_constants_are_refused() {
+    fn oversized_constants_are_refused_before_allocating() {
         let v = i64_tensor(vec![], &[0]);
-        assert!(fill(&v, vec![1 << 20, 1 << 20]).is_err());
+        let small = FoldBudget::new(&Limits::default(), 0);
+        match fill(&v, vec![1 << 20, 1 << 20], &small) {
+            Err(EvalError::Limit(e)) => {
+                assert_eq!(e.kind, LimitKind::Folded);
+                assert!(e.to_string().contains("--limit folded=SIZE"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Overflowing shapes are limit errors too, not panics.
+        assert!(fill(&v, vec![usize::MAX, 4], &budget()).is_err());
+        assert!(tile(&v, &[], &budget()).is_ok());
+        let t = i64_tensor(vec![2], &[1, 2]);
+        assert!(tile(&t, &[usize::MAX], &budget()).is_err());
+    }
+
+    #[test]
+    fn the_budget_counts_every_kept_constant() {
+        let limits = Limits {
+            max_folded_bytes: 64,
+            ..Limits::default()
+        };
+        let budget = FoldBudget::new(&limits, 0);
+        let t = i64_tensor(vec![4], &[1, 2, 3, 4]);
+        budget.charge(&t).unwrap();
+        budget.charge(&t).unwrap();
+        assert!(matches!(budget.charge(&t), Err(EvalError::Limit(_))));
+        // Four times the model's own weights come on top.
+        let roomy = FoldBudget::new(&limits, 16);
+        for _ in 0..4 {
+            roomy.charge(&t).unwrap();
+        }
+    }
+
+    #[test]
+    fn slices_outside_the_tensor_are_errors() {
+        let t = i64_tensor(vec![2, 3], &[0, 1, 2, 3, 4, 5]);
+        assert!(slice(&t, &[(0, 1, 2)], &budget()).is_err());
+        assert!(slice(&t, &[(0, 1, 3), (0, 1, 3)], &budget()).is_err());
+        assert!(slice(&t, &[(1, 1, 1), (2, i64::MAX, 2)], &budget()).is_err());
     }
 
     #[test]

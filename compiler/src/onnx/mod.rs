@@ -34,6 +34,8 @@ pub struct ImportOptions {
     /// constant, as if it were an initializer, and is no longer an input of the compiled
     /// model. Its type and shape must agree with the input's declaration. (ONNX only.)
     pub bound_inputs: HashMap<String, nnc_formats::tensor::HostTensor>,
+    /// What the model may make the compiler allocate.
+    pub limits: nnc_formats::limits::Limits,
 }
 
 /// What the importer learned about the source model, for `nnc inspect`.
@@ -90,7 +92,7 @@ pub fn import_model(
         node_count: graph.node.len(),
         operators,
     };
-    let mut lowerer = lower::Lowerer::new(opset, ext);
+    let mut lowerer = lower::Lowerer::new(opset, ext, &options.limits);
     lowerer.add_initializers(graph)?;
     lowerer.add_inputs(graph, options)?;
 
@@ -137,6 +139,12 @@ pub fn import_model(
                     .collect();
                 report.add_needing_inputs(&op_key(node), &node_label(node), reason, inputs);
                 poisoned.extend(node.output.iter().map(String::as_str));
+            }
+            Err(lower::NodeError::Limit(error)) => {
+                return Err(CompileError::limit(
+                    format!("node '{}' ({})", node_label(node), node.op_type),
+                    error,
+                ));
             }
             Err(lower::NodeError::Invalid(message)) => {
                 return Err(CompileError::invalid(

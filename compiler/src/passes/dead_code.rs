@@ -12,31 +12,31 @@ use super::graph::Uses;
 
 pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
     let mut changes = BTreeMap::new();
-    // Dead operations, last to first so that chains die in one sweep.
-    let mut removed_ops = 0;
-    loop {
-        let uses = Uses::of(model);
-        let before = model.main.operations.len();
-        let mut keep = vec![true; before];
-        for (i, op) in model.main.operations.iter().enumerate().rev() {
-            let live = op
-                .outputs
-                .iter()
-                .any(|&o| uses.is_output[o as usize] || uses.count(o) > 0);
-            keep[i] = live;
-        }
-        let mut idx = 0;
-        model.main.operations.retain(|_| {
-            let k = keep[idx];
-            idx += 1;
-            k
-        });
-        let removed = before - model.main.operations.len();
-        removed_ops += removed;
-        if removed == 0 {
-            break;
+    // Dead operations, last to first: an operation dies when nothing reads its outputs,
+    // and its own reads stop counting at once, so a whole dead chain goes in one sweep.
+    let uses = Uses::of(model);
+    let mut reads: Vec<usize> = uses.readers.iter().map(Vec::len).collect();
+    let count = model.main.operations.len();
+    let mut keep = vec![true; count];
+    for (i, op) in model.main.operations.iter().enumerate().rev() {
+        let live = op
+            .outputs
+            .iter()
+            .any(|&o| uses.is_output[o as usize] || reads[o as usize] > 0);
+        if !live {
+            keep[i] = false;
+            for &input in &op.inputs {
+                reads[input as usize] -= 1;
+            }
         }
     }
+    let mut idx = 0;
+    model.main.operations.retain(|_| {
+        let k = keep[idx];
+        idx += 1;
+        k
+    });
+    let removed_ops = count - model.main.operations.len();
     if removed_ops > 0 {
         changes.insert("dead operations removed".into(), removed_ops);
     }

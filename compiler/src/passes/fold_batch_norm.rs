@@ -6,21 +6,22 @@ use std::collections::BTreeMap;
 
 use nnc_formats::nn::{FusedActivation, Lifetime, Model, OperandIndex, OperandType, OperationType};
 
-use super::graph::{self, Uses};
+use super::graph::{self, GraphIndex};
 
 pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
     let mut changes = BTreeMap::new();
-    let mut i = 0;
-    while i < model.main.operations.len() {
-        match try_fold(model, i) {
-            Some(kind) => {
-                *changes
-                    .entry(format!("{kind} folded into the preceding layer"))
-                    .or_insert(0) += 1;
-            }
-            None => i += 1,
+    let mut index = GraphIndex::new(model);
+    for i in 0..model.main.operations.len() {
+        if index.is_removed(i) {
+            continue;
+        }
+        if let Some(kind) = try_fold(model, &mut index, i) {
+            *changes
+                .entry(format!("{kind} folded into the preceding layer"))
+                .or_insert(0) += 1;
         }
     }
+    index.compact(model);
     Ok(changes)
 }
 
@@ -49,20 +50,19 @@ fn per_channel(
     }
 }
 
-fn try_fold(model: &mut Model, i: usize) -> Option<&'static str> {
+fn try_fold(model: &mut Model, index: &mut GraphIndex, i: usize) -> Option<&'static str> {
     use OperationType as O;
     let op = model.main.operations[i].clone();
     if !matches!(op.op_type, O::Mul | O::Add | O::Sub) {
         return None;
     }
-    let uses = Uses::of(model);
     let (x, c) = (op.inputs[0], op.inputs[1]);
     if model.main.operands[x as usize].lifetime != Lifetime::TemporaryVariable
-        || uses.single_reader(x) != Some(i)
+        || index.single_reader(model, x) != Some(i)
     {
         return None;
     }
-    let p = graph::producers(model)[x as usize]?;
+    let p = index.producer(x)?;
     let layer = model.main.operations[p].clone();
     let filter_axis = match layer.op_type {
         O::Conv2d | O::GroupedConv2d | O::FullyConnected => 0,
@@ -120,11 +120,10 @@ fn try_fold(model: &mut Model, i: usize) -> Option<&'static str> {
     let new_bias = model.add_f32_tensor(vec![channels as u32], &bias);
     let y = op.outputs[0];
     let activation = op.inputs[2];
-    let layer_mut = &mut model.main.operations[p];
-    layer_mut.inputs[1] = new_filter;
-    layer_mut.inputs[2] = new_bias;
-    layer_mut.inputs[act_k] = activation;
-    layer_mut.outputs[0] = y;
-    model.main.operations.remove(i);
+    index.remove(model, i);
+    index.set_input(model, p, 1, new_filter);
+    index.set_input(model, p, 2, new_bias);
+    index.set_input(model, p, act_k, activation);
+    index.set_output(model, p, 0, y);
     Some(kind)
 }

@@ -8,26 +8,37 @@ use std::collections::BTreeMap;
 
 use nnc_formats::nn::{Lifetime, Model, Operand};
 
-use super::graph::{self, Uses};
+use super::graph::GraphIndex;
 
 /// Results larger than this stay computed at run time (folding would bloat the file).
 const MAX_FOLDED_BYTES: u64 = 64 << 20;
+/// Nor does one run fold more than this in all: a small model must not grow into a large
+/// file (the runtime computes what is not folded).
+const MAX_FOLDED_TOTAL: u64 = 256 << 20;
 
 pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
     let mut changes = BTreeMap::new();
-    let mut i = 0;
-    while i < model.main.operations.len() {
-        if fold(model, i)? {
-            let name = "operations evaluated at compile time".to_string();
-            *changes.entry(name).or_insert(0) += 1;
+    let mut index = GraphIndex::new(model);
+    let mut total = 0u64;
+    for i in 0..model.main.operations.len() {
+        if index.is_removed(i) {
             continue;
         }
-        i += 1;
+        if fold(model, &mut index, i, &mut total)? {
+            let name = "operations evaluated at compile time".to_string();
+            *changes.entry(name).or_insert(0) += 1;
+        }
     }
+    index.compact(model);
     Ok(changes)
 }
 
-fn fold(model: &mut Model, i: usize) -> Result<bool, String> {
+fn fold(
+    model: &mut Model,
+    index: &mut GraphIndex,
+    i: usize,
+    folded_so_far: &mut u64,
+) -> Result<bool, String> {
     let op = model.main.operations[i].clone();
     let all_constant = op.inputs.iter().all(|&x| {
         matches!(
@@ -38,17 +49,16 @@ fn fold(model: &mut Model, i: usize) -> Result<bool, String> {
     if !all_constant {
         return Ok(false);
     }
-    let uses = Uses::of(model);
     let mut total = 0u64;
     for &o in &op.outputs {
         let operand = &model.main.operands[o as usize];
         // A model output must stay written by an operation.
-        if uses.is_output[o as usize] || !operand.is_fully_specified() {
+        if index.is_output(o) || !operand.is_fully_specified() {
             return Ok(false);
         }
-        total += operand.byte_size().unwrap_or(u64::MAX);
+        total = total.saturating_add(operand.byte_size().unwrap_or(u64::MAX));
     }
-    if total > MAX_FOLDED_BYTES {
+    if total > MAX_FOLDED_BYTES || folded_so_far.saturating_add(total) > MAX_FOLDED_TOTAL {
         return Ok(false);
     }
     let results = {
@@ -60,6 +70,8 @@ fn fold(model: &mut Model, i: usize) -> Result<bool, String> {
             Err(_) => return Ok(false),
         }
     };
+    *folded_so_far += total;
+    index.remove(model, i);
     for (&o, bytes) in op.outputs.iter().zip(results) {
         let template = model.main.operands[o as usize].clone();
         let folded = model.add_constant(
@@ -70,8 +82,7 @@ fn fold(model: &mut Model, i: usize) -> Result<bool, String> {
             },
             &bytes,
         );
-        graph::replace_reads(model, o, folded, i + 1);
+        index.replace_reads(model, o, folded);
     }
-    model.main.operations.remove(i);
     Ok(true)
 }

@@ -5,36 +5,41 @@ use std::collections::BTreeMap;
 
 use nnc_formats::nn::{FusedActivation, Lifetime, Model};
 
-use super::graph::{self, Uses};
+use super::graph::{self, GraphIndex};
 
 pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
     let mut changes = BTreeMap::new();
-    let mut i = 0;
-    while i < model.main.operations.len() {
-        if let Some((activation, into)) = try_fuse(model, i) {
+    let mut index = GraphIndex::new(model);
+    for i in 0..model.main.operations.len() {
+        if index.is_removed(i) {
+            continue;
+        }
+        if let Some((activation, into)) = try_fuse(model, &mut index, i) {
             *changes
                 .entry(format!("{activation} fused into {into}"))
                 .or_insert(0) += 1;
-            continue;
         }
-        i += 1;
     }
+    index.compact(model);
     Ok(changes)
 }
 
 /// Fuses activation operation `i` into its producer; returns (activation, producer type).
-fn try_fuse(model: &mut Model, i: usize) -> Option<(&'static str, &'static str)> {
+fn try_fuse(
+    model: &mut Model,
+    index: &mut GraphIndex,
+    i: usize,
+) -> Option<(&'static str, &'static str)> {
     let op = &model.main.operations[i];
     let activation = FusedActivation::from_operation(op.op_type)?;
     let (x, y) = (op.inputs[0], op.outputs[0]);
-    let uses = Uses::of(model);
     // The producer's output must feed only this activation.
-    if uses.single_reader(x).is_none()
+    if index.single_reader(model, x).is_none()
         || model.main.operands[x as usize].lifetime != Lifetime::TemporaryVariable
     {
         return None;
     }
-    let p = graph::producers(model)[x as usize]?;
+    let p = index.producer(x)?;
     let producer = &model.main.operations[p];
     let k = graph::activation_input(producer)?;
     if graph::const_i32(model, producer.inputs[k]) != Some(FusedActivation::None as i32) {
@@ -49,10 +54,9 @@ fn try_fuse(model: &mut Model, i: usize) -> Option<(&'static str, &'static str)>
         return None;
     }
     let code = model.add_i32(activation as i32);
-    let producer = &mut model.main.operations[p];
-    producer.inputs[k] = code;
-    producer.outputs[0] = y;
-    let into = producer.op_type.name();
-    model.main.operations.remove(i);
+    let into = model.main.operations[p].op_type.name();
+    index.remove(model, i);
+    index.set_input(model, p, k, code);
+    index.set_output(model, p, 0, y);
     Some((activation.name(), into))
 }

@@ -49,6 +49,264 @@ impl Uses {
     }
 }
 
+/// Readers and writers of every operand, kept current while a pass edits the graph, so
+/// that a pass over n operations costs O(n) instead of recomputing [`Uses`] after each
+/// change (which made long chains quadratic). Operations are removed lazily: they are
+/// marked, keep their index until [`GraphIndex::compact`], and no longer count as
+/// readers or writers. Operands may be added at any time.
+pub struct GraphIndex {
+    /// Per operand, operations that read it; may hold stale entries (removed operations,
+    /// or ones rewired since), which the accessors filter out.
+    readers: Vec<Vec<usize>>,
+    /// Per operand, how many live reads it has (an operation reading it twice counts
+    /// twice).
+    read_count: Vec<usize>,
+    producer: Vec<Option<usize>>,
+    is_output: Vec<bool>,
+    removed: Vec<bool>,
+    /// Per operation, where it belongs in the final order: (position of the original
+    /// operation it was placed after, sequence). Only operations added by
+    /// [`GraphIndex::push_after`] make compaction re-sort the graph.
+    order: Vec<(usize, usize)>,
+    pushed: usize,
+}
+
+impl GraphIndex {
+    pub fn new(model: &Model) -> GraphIndex {
+        let n = model.main.operands.len();
+        let mut index = GraphIndex {
+            readers: vec![Vec::new(); n],
+            read_count: vec![0; n],
+            producer: vec![None; n],
+            is_output: vec![false; n],
+            removed: vec![false; model.main.operations.len()],
+            order: (0..model.main.operations.len()).map(|i| (i, 0)).collect(),
+            pushed: 0,
+        };
+        for (i, op) in model.main.operations.iter().enumerate() {
+            for &input in &op.inputs {
+                index.add_read(input, i);
+            }
+            for &output in &op.outputs {
+                if let Some(slot) = index.producer.get_mut(output as usize) {
+                    *slot = Some(i);
+                }
+            }
+        }
+        for &o in &model.main.outputs {
+            if let Some(flag) = index.is_output.get_mut(o as usize) {
+                *flag = true;
+            }
+        }
+        index
+    }
+
+    /// Makes room for operands added since the index was built.
+    fn grow(&mut self, operand: OperandIndex) {
+        let need = operand as usize + 1;
+        if self.readers.len() < need {
+            self.readers.resize(need, Vec::new());
+            self.read_count.resize(need, 0);
+            self.producer.resize(need, None);
+            self.is_output.resize(need, false);
+        }
+    }
+
+    fn add_read(&mut self, operand: OperandIndex, op: usize) {
+        self.grow(operand);
+        let readers = &mut self.readers[operand as usize];
+        if readers.last() != Some(&op) {
+            readers.push(op);
+        }
+        self.read_count[operand as usize] += 1;
+    }
+
+    fn drop_read(&mut self, operand: OperandIndex) {
+        if let Some(c) = self.read_count.get_mut(operand as usize) {
+            *c = c.saturating_sub(1);
+        }
+    }
+
+    pub fn is_removed(&self, op: usize) -> bool {
+        self.removed.get(op).copied().unwrap_or(true)
+    }
+
+    pub fn is_output(&self, operand: OperandIndex) -> bool {
+        self.is_output.get(operand as usize).copied().unwrap_or(false)
+    }
+
+    /// Live reads of an operand.
+    pub fn count(&self, operand: OperandIndex) -> usize {
+        self.read_count.get(operand as usize).copied().unwrap_or(0)
+    }
+
+    /// The live operations reading `operand`, each once, in graph order.
+    pub fn readers(&self, model: &Model, operand: OperandIndex) -> Vec<usize> {
+        let mut out: Vec<usize> = self
+            .readers
+            .get(operand as usize)
+            .map(|r| {
+                r.iter()
+                    .copied()
+                    .filter(|&op| {
+                        !self.removed[op] && model.main.operations[op].inputs.contains(&operand)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The one operation reading `operand` once, when it is not a model output.
+    pub fn single_reader(&self, model: &Model, operand: OperandIndex) -> Option<usize> {
+        if self.count(operand) != 1 || self.is_output(operand) {
+            return None;
+        }
+        self.readers(model, operand).first().copied()
+    }
+
+    pub fn producer(&self, operand: OperandIndex) -> Option<usize> {
+        self.producer
+            .get(operand as usize)
+            .copied()
+            .flatten()
+            .filter(|&op| !self.removed[op])
+    }
+
+    /// Sets input `k` of operation `op`.
+    pub fn set_input(&mut self, model: &mut Model, op: usize, k: usize, operand: OperandIndex) {
+        let old = model.main.operations[op].inputs[k];
+        self.drop_read(old);
+        model.main.operations[op].inputs[k] = operand;
+        self.add_read(operand, op);
+    }
+
+    /// Sets output `k` of operation `op`.
+    pub fn set_output(&mut self, model: &mut Model, op: usize, k: usize, operand: OperandIndex) {
+        let old = model.main.operations[op].outputs[k];
+        if let Some(slot) = self.producer.get_mut(old as usize)
+            && *slot == Some(op)
+        {
+            *slot = None;
+        }
+        model.main.operations[op].outputs[k] = operand;
+        self.grow(operand);
+        self.producer[operand as usize] = Some(op);
+    }
+
+    /// Replaces every input of operation `op`.
+    pub fn set_inputs(&mut self, model: &mut Model, op: usize, inputs: Vec<OperandIndex>) {
+        for &old in &model.main.operations[op].inputs {
+            self.drop_read(old);
+        }
+        for &new in &inputs {
+            self.add_read(new, op);
+        }
+        model.main.operations[op].inputs = inputs;
+    }
+
+    /// Marks operation `op` removed: its reads and writes no longer count.
+    pub fn remove(&mut self, model: &Model, op: usize) {
+        if self.is_removed(op) {
+            return;
+        }
+        self.removed[op] = true;
+        for &input in &model.main.operations[op].inputs {
+            self.drop_read(input);
+        }
+        for &output in &model.main.operations[op].outputs {
+            if let Some(slot) = self.producer.get_mut(output as usize)
+                && *slot == Some(op)
+            {
+                *slot = None;
+            }
+        }
+    }
+
+    /// Makes every live reader of `from` read `to` instead.
+    pub fn replace_reads(&mut self, model: &mut Model, from: OperandIndex, to: OperandIndex) {
+        for op in self.readers(model, from) {
+            for k in 0..model.main.operations[op].inputs.len() {
+                if model.main.operations[op].inputs[k] == from {
+                    self.set_input(model, op, k, to);
+                }
+            }
+        }
+    }
+
+    /// Adds an operation to be placed right after operation `after` (it may read what
+    /// `after` writes); returns its index. Its outputs must be operands nothing else
+    /// writes.
+    pub fn push_after(&mut self, model: &mut Model, after: usize, op: Operation) -> usize {
+        let i = model.main.operations.len();
+        self.pushed += 1;
+        self.order.push((self.order[after].0, self.pushed));
+        self.removed.push(false);
+        for &input in &op.inputs {
+            self.add_read(input, i);
+        }
+        for &output in &op.outputs {
+            self.grow(output);
+            self.producer[output as usize] = Some(i);
+        }
+        model.main.operations.push(op);
+        i
+    }
+
+    /// Drops the removed operations from the model (indices change afterwards) and,
+    /// when operations were added, restores a topological order: dependencies first,
+    /// otherwise each operation where it was placed.
+    pub fn compact(self, model: &mut Model) {
+        let ops = std::mem::take(&mut model.main.operations);
+        let live: Vec<usize> = (0..ops.len()).filter(|&i| !self.removed[i]).collect();
+        if self.pushed == 0 {
+            model.main.operations = ops
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, op)| (!self.removed[i]).then_some(op))
+                .collect();
+            return;
+        }
+        // Kahn's algorithm, taking ready operations by their placement.
+        let mut pending = vec![0usize; ops.len()];
+        let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); ops.len()];
+        for &i in &live {
+            for &input in &ops[i].inputs {
+                if let Some(p) = self.producer.get(input as usize).copied().flatten()
+                    && p != i
+                    && !self.removed[p]
+                {
+                    pending[i] += 1;
+                    dependents[p].push(i);
+                }
+            }
+        }
+        let mut ready: std::collections::BinaryHeap<std::cmp::Reverse<((usize, usize), usize)>> =
+            live.iter()
+                .filter(|&&i| pending[i] == 0)
+                .map(|&i| std::cmp::Reverse((self.order[i], i)))
+                .collect();
+        let mut sorted = Vec::with_capacity(live.len());
+        while let Some(std::cmp::Reverse((_, i))) = ready.pop() {
+            sorted.push(i);
+            for &d in &dependents[i] {
+                pending[d] -= 1;
+                if pending[d] == 0 {
+                    ready.push(std::cmp::Reverse((self.order[d], d)));
+                }
+            }
+        }
+        debug_assert_eq!(sorted.len(), live.len(), "a pass created a cycle");
+        let mut slots: Vec<Option<Operation>> = ops.into_iter().map(Some).collect();
+        model.main.operations = sorted
+            .into_iter()
+            .filter_map(|i| slots[i].take())
+            .collect();
+    }
+}
+
 /// The operation writing each operand.
 pub fn producers(model: &Model) -> Vec<Option<usize>> {
     model.producers()
@@ -113,31 +371,43 @@ pub fn replace_reads(model: &mut Model, from: OperandIndex, to: OperandIndex, st
 /// `y` instead, if `x` is a temporary nobody else reads. Returns false (and changes
 /// nothing) when neither is possible.
 pub fn bypass(model: &mut Model, op_index: usize, data_input: usize) -> bool {
+    let mut index = GraphIndex::new(model);
+    let done = bypass_indexed(model, &mut index, op_index, data_input);
+    index.compact(model);
+    done
+}
+
+/// [`bypass`] on a pass's [`GraphIndex`]: the operation is marked removed.
+pub fn bypass_indexed(
+    model: &mut Model,
+    index: &mut GraphIndex,
+    op_index: usize,
+    data_input: usize,
+) -> bool {
     let op = &model.main.operations[op_index];
     let (x, y) = (op.inputs[data_input], op.outputs[0]);
-    let uses = Uses::of(model);
-    if !uses.is_output[y as usize] {
-        replace_reads(model, y, x, op_index + 1);
-        model.main.operations.remove(op_index);
+    if !index.is_output(y) {
+        index.remove(model, op_index);
+        index.replace_reads(model, y, x);
         return true;
     }
     let x_operand = &model.main.operands[x as usize];
     if x_operand.lifetime != Lifetime::TemporaryVariable
-        || uses.count(x) != 1
-        || uses.is_output[x as usize]
+        || index.count(x) != 1
+        || index.is_output(x)
     {
         return false;
     }
-    let Some(writer) = producers(model)[x as usize] else {
+    let Some(writer) = index.producer(x) else {
         return false;
     };
     // The output operand takes over x's shape (they are equal for a pass-through).
-    for out in &mut model.main.operations[writer].outputs {
-        if *out == x {
-            *out = y;
+    index.remove(model, op_index);
+    for k in 0..model.main.operations[writer].outputs.len() {
+        if model.main.operations[writer].outputs[k] == x {
+            index.set_output(model, writer, k, y);
         }
     }
-    model.main.operations.remove(op_index);
     true
 }
 
@@ -150,6 +420,27 @@ pub fn insert_operation(
     inputs: Vec<OperandIndex>,
     templates: &[Operand],
     source: &str,
+) -> Result<Vec<OperandIndex>, String> {
+    let outputs = new_outputs(model, op_type, &inputs, templates)?;
+    model.main.operations.insert(
+        position,
+        Operation {
+            op_type,
+            inputs,
+            outputs: outputs.clone(),
+            source: source.to_string(),
+        },
+    );
+    Ok(outputs)
+}
+
+/// Fresh temporaries for the outputs of an `op_type` operation on `inputs`, with inferred
+/// shapes and the type and quantization of `templates`.
+pub fn new_outputs(
+    model: &mut Model,
+    op_type: OperationType,
+    inputs: &[OperandIndex],
+    templates: &[Operand],
 ) -> Result<Vec<OperandIndex>, String> {
     let shapes = {
         let views: Vec<InputView> = inputs
@@ -171,15 +462,6 @@ pub fn insert_operation(
         operand.location = Default::default();
         outputs.push(model.add_operand(operand));
     }
-    model.main.operations.insert(
-        position,
-        Operation {
-            op_type,
-            inputs,
-            outputs: outputs.clone(),
-            source: source.to_string(),
-        },
-    );
     Ok(outputs)
 }
 

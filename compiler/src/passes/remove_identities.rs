@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use nnc_formats::nn::{FusedActivation, Model, OperationType};
 
-use super::graph;
+use super::graph::{self, GraphIndex};
 
 /// Why operation `i` is an identity, if it is one.
 fn identity_reason(model: &Model, i: usize) -> Option<&'static str> {
@@ -64,25 +64,30 @@ fn identity_reason(model: &Model, i: usize) -> Option<&'static str> {
 
 pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
     let mut changes: BTreeMap<String, usize> = BTreeMap::new();
+    // One sweep rewires whole chains (readers are rewired as each identity goes); a
+    // second finds nothing more unless a collapse exposed a new identity.
     loop {
         let mut changed = false;
-        let mut i = 0;
-        while i < model.main.operations.len() {
+        let mut index = GraphIndex::new(model);
+        for i in 0..model.main.operations.len() {
+            if index.is_removed(i) {
+                continue;
+            }
             if let Some(reason) = identity_reason(model, i)
-                && graph::bypass(model, i, 0)
+                && graph::bypass_indexed(model, &mut index, i, 0)
             {
                 *changes.entry(format!("removed: {reason}")).or_insert(0) += 1;
                 changed = true;
                 continue;
             }
-            if collapse_reshape_chain(model, i) {
+            if collapse_reshape_chain(model, &mut index, i) {
                 *changes
                     .entry("reshape chains collapsed".into())
                     .or_insert(0) += 1;
                 changed = true;
             }
-            i += 1;
         }
+        index.compact(model);
         if !changed {
             break;
         }
@@ -91,7 +96,7 @@ pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
 }
 
 /// `RESHAPE(RESHAPE(x))` reads `x` directly (the inner one dies if nothing else reads it).
-fn collapse_reshape_chain(model: &mut Model, i: usize) -> bool {
+fn collapse_reshape_chain(model: &mut Model, index: &mut GraphIndex, i: usize) -> bool {
     let op = &model.main.operations[i];
     if !matches!(
         op.op_type,
@@ -104,8 +109,7 @@ fn collapse_reshape_chain(model: &mut Model, i: usize) -> bool {
         return false;
     }
     let input = op.inputs[0];
-    let producers = graph::producers(model);
-    let Some(p) = producers[input as usize] else {
+    let Some(p) = index.producer(input) else {
         return false;
     };
     let inner = &model.main.operations[p];
@@ -118,8 +122,7 @@ fn collapse_reshape_chain(model: &mut Model, i: usize) -> bool {
     let source = inner.inputs[0];
     let dims = model.main.operands[out as usize].dimensions.clone();
     let shape = model.add_i32_vector(&dims.iter().map(|&d| d as i32).collect::<Vec<_>>());
-    let op = &mut model.main.operations[i];
-    op.op_type = OperationType::Reshape;
-    op.inputs = vec![source, shape];
+    model.main.operations[i].op_type = OperationType::Reshape;
+    index.set_inputs(model, i, vec![source, shape]);
     true
 }

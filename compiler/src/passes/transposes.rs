@@ -8,11 +8,11 @@
 //!
 //! A transpose `y = T(x, p)` means `y.dims[k] = x.dims[p[k]]`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
-use nnc_formats::nn::{Lifetime, Model, Operand, OperandIndex, OperandType, OperationType};
+use nnc_formats::nn::{Lifetime, Model, Operand, OperandIndex, OperationType};
 
-use super::graph::{self, Uses};
+use super::graph::{self, GraphIndex};
 
 fn perm_of(model: &Model, op_index: usize) -> Option<Vec<usize>> {
     let op = &model.main.operations[op_index];
@@ -118,40 +118,36 @@ fn permuted_constant(
 
 pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
     let mut changes = BTreeMap::new();
-    let mut guard = 0;
-    loop {
-        guard += 1;
-        if guard > 10_000 {
-            return Err("transpose optimization did not converge".into());
-        }
-        if !step(model, &mut changes)? {
-            break;
-        }
-    }
-    Ok(changes)
-}
-
-/// Applies one rewrite; false when none applies.
-fn step(model: &mut Model, changes: &mut BTreeMap<String, usize>) -> Result<bool, String> {
-    let uses = Uses::of(model);
-    let producers = graph::producers(model);
-    for t in 0..model.main.operations.len() {
-        if model.main.operations[t].op_type != OperationType::Transpose {
+    let mut index = GraphIndex::new(model);
+    // A worklist of transposes: each rewrite queues the transposes it creates or changes,
+    // so the pass costs time in proportion to the rewrites, not graph size times them.
+    let mut work: VecDeque<usize> = (0..model.main.operations.len())
+        .filter(|&t| model.main.operations[t].op_type == OperationType::Transpose)
+        .collect();
+    // Every rewrite moves a transpose toward the outputs or removes one; this bound only
+    // turns a bug into an error instead of a hang.
+    let mut budget = 64 * (model.main.operations.len() + 16);
+    while let Some(t) = work.pop_front() {
+        if index.is_removed(t) || model.main.operations[t].op_type != OperationType::Transpose {
             continue;
         }
+        if budget == 0 {
+            return Err("transpose optimization did not converge".into());
+        }
+        budget -= 1;
         let Some(p) = perm_of(model, t) else { continue };
         let (x, y) = (
             model.main.operations[t].inputs[0],
             model.main.operations[t].outputs[0],
         );
-        if is_identity(&p) && graph::bypass(model, t, 0) {
+        if is_identity(&p) && graph::bypass_indexed(model, &mut index, t, 0) {
             *changes
                 .entry("identity transposes removed".into())
                 .or_insert(0) += 1;
-            return Ok(true);
+            continue;
         }
         // T(T(w, p0), p) = T(w, p0 o p)
-        if let Some(inner) = producers[x as usize]
+        if let Some(inner) = index.producer(x)
             && model.main.operations[inner].op_type == OperationType::Transpose
             && let Some(p0) = perm_of(model, inner)
             && p0.len() == p.len()
@@ -160,45 +156,75 @@ fn step(model: &mut Model, changes: &mut BTreeMap<String, usize>) -> Result<bool
             let composed: Vec<usize> = p.iter().map(|&i| p0[i]).collect();
             let perm =
                 model.add_i32_vector(&composed.iter().map(|&v| v as i32).collect::<Vec<_>>());
-            model.main.operations[t].inputs = vec![w, perm];
-            // Drop the inner transpose now if nothing else reads it, so that it does
-            // not count as a reader in the rewrites that follow.
-            if uses.count(x) == 1 && !uses.is_output[x as usize] {
-                model.main.operations.remove(inner);
+            index.set_inputs(model, t, vec![w, perm]);
+            // Drop the inner transpose now if nothing else reads it, so that it does not
+            // count as a reader in the rewrites that follow.
+            if index.count(x) == 0 && !index.is_output(x) {
+                index.remove(model, inner);
             }
             *changes
                 .entry("transpose pairs composed".into())
                 .or_insert(0) += 1;
-            return Ok(true);
+            work.push_back(t);
+            continue;
         }
-        if uses.is_output[y as usize] {
+        if index.is_output(y) {
             continue;
         }
         // Sink past each reader that allows it.
-        let readers = uses.readers[y as usize].clone();
-        for &c in &readers {
-            if sink(model, t, &p, c)? {
-                *changes.entry("transposes sunk".into()).or_insert(0) += 1;
-                return Ok(true);
+        for c in index.readers(model, y) {
+            match sink(model, &mut index, t, &p, c)? {
+                Sunk::No => {}
+                Sunk::InPlace => {
+                    *changes.entry("transposes sunk".into()).or_insert(0) += 1;
+                }
+                Sunk::Before(new_transpose) => {
+                    *changes.entry("transposes sunk".into()).or_insert(0) += 1;
+                    work.push_back(new_transpose);
+                    // A transpose reading the new one may now compose with it.
+                    let out = model.main.operations[new_transpose].outputs[0];
+                    for r in index.readers(model, out) {
+                        if model.main.operations[r].op_type == OperationType::Transpose {
+                            work.push_back(r);
+                        }
+                    }
+                }
             }
         }
-        if readers.is_empty() {
-            continue;
+        if index.count(y) == 0 && !index.is_output(y) {
+            index.remove(model, t);
         }
     }
-    Ok(false)
+    index.compact(model);
+    Ok(changes)
+}
+
+/// What sinking a transpose into one reader did.
+enum Sunk {
+    /// The reader does not allow it.
+    No,
+    /// The reader now reads the transpose's input and needs no transpose after it.
+    InPlace,
+    /// The reader now reads the transpose's input and is followed by this new transpose.
+    Before(usize),
 }
 
 /// Rewrites reader `c` of transpose `t` to read the transpose's input, re-applying the
-/// transpose to `c`'s output. Returns false when `c` does not allow it.
-fn sink(model: &mut Model, t: usize, p: &[usize], c: usize) -> Result<bool, String> {
+/// transpose to `c`'s output.
+fn sink(
+    model: &mut Model,
+    index: &mut GraphIndex,
+    t: usize,
+    p: &[usize],
+    c: usize,
+) -> Result<Sunk, String> {
     use OperationType as O;
     let x = model.main.operations[t].inputs[0];
     let y = model.main.operations[t].outputs[0];
     let rank = p.len();
     let reader = model.main.operations[c].clone();
     if reader.outputs.len() != 1 {
-        return Ok(false);
+        return Ok(Sunk::No);
     }
     let out = reader.outputs[0];
     let out_operand = model.main.operands[out as usize].clone();
@@ -208,7 +234,7 @@ fn sink(model: &mut Model, t: usize, p: &[usize], c: usize) -> Result<bool, Stri
     match reader.op_type {
         op if is_unary_elementwise(op) || op == O::Elu => {
             if reader.inputs[0] != y {
-                return Ok(false);
+                return Ok(Sunk::No);
             }
             let mut inputs = reader.inputs.clone();
             inputs[0] = x;
@@ -222,20 +248,19 @@ fn sink(model: &mut Model, t: usize, p: &[usize], c: usize) -> Result<bool, Stri
                     *slot = x;
                 } else if graph::is_constant(model, v) {
                     let Some(pc) = permuted_constant(model, v, rank, &inv) else {
-                        return Ok(false);
+                        return Ok(Sunk::No);
                     };
                     *slot = pc;
                 } else {
                     // Another transposed value with the same permutation.
-                    let producers = graph::producers(model);
-                    match producers[v as usize] {
+                    match index.producer(v) {
                         Some(q)
                             if model.main.operations[q].op_type == O::Transpose
                                 && perm_of(model, q).as_deref() == Some(p) =>
                         {
                             *slot = model.main.operations[q].inputs[0];
                         }
-                        _ => return Ok(false),
+                        _ => return Ok(Sunk::No),
                     }
                 }
             }
@@ -249,16 +274,16 @@ fn sink(model: &mut Model, t: usize, p: &[usize], c: usize) -> Result<bool, Stri
         | O::ReduceAny
         | O::ReduceAll => {
             if reader.inputs[0] != y {
-                return Ok(false);
+                return Ok(Sunk::No);
             }
             let Some(axes) = graph::const_i32s(model, reader.inputs[1]) else {
-                return Ok(false);
+                return Ok(Sunk::No);
             };
             let keep = match reader.op_type {
                 O::Mean => graph::const_i32(model, reader.inputs[2]).map(|v| v != 0),
                 _ => graph::const_bool(model, reader.inputs[2]),
             };
-            let Some(keep) = keep else { return Ok(false) };
+            let Some(keep) = keep else { return Ok(Sunk::No) };
             let mapped: Vec<usize> = axes
                 .iter()
                 .map(|&a| {
@@ -292,7 +317,7 @@ fn sink(model: &mut Model, t: usize, p: &[usize], c: usize) -> Result<bool, Stri
         }
         O::Softmax | O::LogSoftmax | O::L2Normalization => {
             if reader.inputs[0] != y {
-                return Ok(false);
+                return Ok(Sunk::No);
             }
             let axis_index = if reader.op_type == O::L2Normalization {
                 1
@@ -302,7 +327,7 @@ fn sink(model: &mut Model, t: usize, p: &[usize], c: usize) -> Result<bool, Stri
             let axis = match reader.inputs.get(axis_index) {
                 Some(&a) => match graph::const_i32(model, a) {
                     Some(v) => v,
-                    None => return Ok(false),
+                    None => return Ok(Sunk::No),
                 },
                 None => -1,
             };
@@ -324,9 +349,8 @@ fn sink(model: &mut Model, t: usize, p: &[usize], c: usize) -> Result<bool, Stri
         O::Concatenation => {
             let n = reader.inputs.len() - 1;
             let Some(axis) = graph::const_i32(model, reader.inputs[n]) else {
-                return Ok(false);
+                return Ok(Sunk::No);
             };
-            let producers = graph::producers(model);
             let mut inputs = Vec::with_capacity(n + 1);
             for &v in &reader.inputs[..n] {
                 if v == y {
@@ -334,17 +358,17 @@ fn sink(model: &mut Model, t: usize, p: &[usize], c: usize) -> Result<bool, Stri
                 } else if graph::is_constant(model, v) {
                     match permuted_constant(model, v, rank, &inv) {
                         Some(pc) => inputs.push(pc),
-                        None => return Ok(false),
+                        None => return Ok(Sunk::No),
                     }
                 } else {
-                    match producers[v as usize] {
+                    match index.producer(v) {
                         Some(q)
                             if model.main.operations[q].op_type == O::Transpose
                                 && perm_of(model, q).as_deref() == Some(p) =>
                         {
                             inputs.push(model.main.operations[q].inputs[0]);
                         }
-                        _ => return Ok(false),
+                        _ => return Ok(Sunk::No),
                     }
                 }
             }
@@ -360,12 +384,12 @@ fn sink(model: &mut Model, t: usize, p: &[usize], c: usize) -> Result<bool, Stri
             // A transpose that moves only unit dimensions is itself a reshape.
             let x_dims = model.main.operands[x as usize].dimensions.clone();
             if reader.inputs[0] != y || !moves_only_unit_dims(&x_dims, p) {
-                return Ok(false);
+                return Ok(Sunk::No);
             }
-            model.main.operations[c].inputs[0] = x;
-            return Ok(true);
+            index.set_input(model, c, 0, x);
+            return Ok(Sunk::InPlace);
         }
-        _ => return Ok(false),
+        _ => return Ok(Sunk::No),
     }
     // Replace the reader by its rewritten form followed by the transpose.
     let template = Operand {
@@ -374,14 +398,16 @@ fn sink(model: &mut Model, t: usize, p: &[usize], c: usize) -> Result<bool, Stri
         ..out_operand.clone()
     };
     let source = reader.source.clone();
-    model.main.operations.remove(c);
-    let new_out =
-        graph::insert_operation(model, c, reader.op_type, new_inputs, &[template], &source)?[0];
+    // The reader, rewritten in place, writes a new operand; a new transpose after it
+    // writes the reader's original output.
+    let new_out = graph::new_outputs(model, reader.op_type, &new_inputs, &[template])?[0];
+    index.set_inputs(model, c, new_inputs);
+    index.set_output(model, c, 0, new_out);
     let perm_operand =
         model.add_i32_vector(&out_perm.iter().map(|&v| v as i32).collect::<Vec<_>>());
-    // The re-applied transpose writes the reader's original output operand.
-    model.main.operations.insert(
-        c + 1,
+    let new_transpose = index.push_after(
+        model,
+        c,
         nnc_formats::nn::Operation {
             op_type: O::Transpose,
             inputs: vec![new_out, perm_operand],
@@ -389,15 +415,14 @@ fn sink(model: &mut Model, t: usize, p: &[usize], c: usize) -> Result<bool, Stri
             source,
         },
     );
-    let _ = OperandType::TensorFloat32;
     let _ = t;
-    Ok(true)
+    Ok(Sunk::Before(new_transpose))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nnc_formats::nn::{IoInfo, validate};
+    use nnc_formats::nn::{IoInfo, OperandType, validate};
     use nnc_formats::tensor::DataType;
 
     fn io(model: &mut Model, dims: Vec<u32>, lifetime: Lifetime) -> OperandIndex {

@@ -210,7 +210,7 @@ impl Lowerer<'_> {
                         }
                     })
                     .collect();
-                Ok(Filter::Const(Rc::new(constant::slice(w, &ranges)?)))
+                Ok(Filter::Const(Rc::new(constant::slice(w, &ranges, &self.budget)?)))
             }
             Filter::Run(o) => {
                 let mut begin = vec![0i32; shape.len()];
@@ -252,7 +252,11 @@ impl Lowerer<'_> {
             let outer: usize = shape[..a].iter().product();
             let inner: usize = shape[a + 1..].iter().product();
             let kd = (k - 1) * d + 1;
-            if outer.saturating_mul(kd).saturating_mul(inner) > constant::MAX_CONST_ELEMENTS {
+            if self
+                .budget
+                .room(&[outer, kd, inner], nnc_formats::tensor::DataType::F32)
+                .is_err()
+            {
                 return unsupported("dilated kernel too large");
             }
             f = match f {

@@ -98,13 +98,13 @@ impl Lowerer<'_> {
         if let Some(consts) = self.all_const(n)? {
             let mut acc = (*consts[0]).clone();
             for c in &consts[1..] {
-                acc = constant::binary(const_op, &acc, c)?;
+                acc = constant::binary(const_op, &acc, c, &self.budget)?;
             }
             if op == "Mean" {
                 let count = constant::from_f64s(acc.dtype, vec![], &[consts.len() as f64]);
-                acc = constant::binary(BinaryOp::Div, &acc, &count)?;
+                acc = constant::binary(BinaryOp::Div, &acc, &count, &self.budget)?;
             }
-            self.set_const(n, 0, acc);
+            self.set_const(n, 0, acc)?;
             return Ok(());
         }
         if arity == 1 {
@@ -353,7 +353,7 @@ impl Lowerer<'_> {
                 ),
                 _ => return unsupported(format!("no constant evaluation for {op}")),
             };
-            self.set_const(n, 0, folded);
+            self.set_const(n, 0, folded)?;
             return Ok(());
         }
         let x = self.tensor(n, 0)?;
@@ -425,9 +425,9 @@ impl Lowerer<'_> {
                 &c[2].shape,
             )?;
             let (cb, xb, yb) = (
-                constant::broadcast_to(&c[0], &shape)?,
-                constant::broadcast_to(&c[1], &shape)?,
-                constant::broadcast_to(&c[2], &shape)?,
+                constant::broadcast_to(&c[0], &shape, &self.budget)?,
+                constant::broadcast_to(&c[1], &shape, &self.budget)?,
+                constant::broadcast_to(&c[2], &shape, &self.budget)?,
             );
             let _ = cond;
             let size = xb.dtype.size();
@@ -444,7 +444,7 @@ impl Lowerer<'_> {
                     shape,
                     data,
                 },
-            );
+            )?;
             return Ok(());
         }
         let cond = self.tensor(n, 0)?;
@@ -481,7 +481,7 @@ impl Lowerer<'_> {
         };
         match self.required(n, 0)? {
             Value::Const(c) => {
-                self.set_const(n, 0, constant::cast(&c, to));
+                self.set_const(n, 0, constant::cast(&c, to))?;
                 Ok(())
             }
             Value::Tensor(x) => {

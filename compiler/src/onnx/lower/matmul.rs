@@ -70,7 +70,7 @@ impl Lowerer<'_> {
                             || (c.shape.last() == Some(&units)
                                 && c.shape.iter().rev().skip(1).all(|&d| d == 1)) =>
                     {
-                        let cb = constant::broadcast_to(c, &[units])?;
+                        let cb = constant::broadcast_to(c, &[units], &self.budget)?;
                         Some(
                             constant::to_f32s(&cb)
                                 .into_iter()

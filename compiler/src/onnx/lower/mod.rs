@@ -165,6 +165,8 @@ pub enum NodeError {
     /// compile time, and they are computed at run time. Binding the graph inputs they
     /// derive from (`--bind-input`) makes them constants.
     NeedsConstant { values: Vec<String>, reason: String },
+    /// Lowering it would exceed a resource limit.
+    Limit(nnc_formats::limits::LimitError),
 }
 
 pub type NResult<T> = Result<T, NodeError>;
@@ -181,6 +183,21 @@ impl From<String> for NodeError {
     /// Attribute and constant-evaluation errors describe malformed nodes.
     fn from(message: String) -> NodeError {
         NodeError::Invalid(message)
+    }
+}
+
+impl From<constant::EvalError> for NodeError {
+    fn from(e: constant::EvalError) -> NodeError {
+        match e {
+            constant::EvalError::Invalid(m) => NodeError::Invalid(m),
+            constant::EvalError::Limit(l) => NodeError::Limit(l),
+        }
+    }
+}
+
+impl From<nnc_formats::limits::LimitError> for NodeError {
+    fn from(e: nnc_formats::limits::LimitError) -> NodeError {
+        NodeError::Limit(e)
     }
 }
 
@@ -222,16 +239,25 @@ pub struct Lowerer<'e> {
     materialized: HashMap<String, TensorValue>,
     pub opset: i64,
     ext: &'e ExternalDataContext,
+    pub limits: nnc_formats::limits::Limits,
+    /// What compile-time evaluation may still allocate.
+    pub budget: constant::FoldBudget,
 }
 
 impl<'e> Lowerer<'e> {
-    pub fn new(opset: i64, ext: &'e ExternalDataContext) -> Lowerer<'e> {
+    pub fn new(
+        opset: i64,
+        ext: &'e ExternalDataContext,
+        limits: &nnc_formats::limits::Limits,
+    ) -> Lowerer<'e> {
         Lowerer {
             model: Model::default(),
             values: HashMap::new(),
             materialized: HashMap::new(),
             opset,
             ext,
+            limits: *limits,
+            budget: constant::FoldBudget::new(limits, 0),
         }
     }
 
@@ -254,11 +280,15 @@ impl<'e> Lowerer<'e> {
             );
             return Err(CompileError::Unsupported(report));
         }
+        let mut weight_bytes = 0u64;
         for t in &graph.initializer {
             let host = tensor_to_host(t, self.ext)?;
+            weight_bytes = weight_bytes.saturating_add(host.data.len() as u64);
             self.values
                 .insert(t.name.clone(), Value::Const(Rc::new(host)));
         }
+        // Folding may transform the model's own weights (dequantize, re-lay out) freely.
+        self.budget = constant::FoldBudget::new(&self.limits, weight_bytes);
         Ok(())
     }
 
@@ -808,8 +838,12 @@ impl<'e> Lowerer<'e> {
         );
     }
 
-    pub fn set_const(&mut self, n: &Node, i: usize, c: ConstTensor) {
+    /// Binds output `i` to a constant the importer evaluated, charging it to the fold
+    /// budget.
+    pub fn set_const(&mut self, n: &Node, i: usize, c: ConstTensor) -> NResult<()> {
+        self.budget.charge(&c)?;
         self.set_output(n, i, Value::Const(Rc::new(c)));
+        Ok(())
     }
 
     /// True when output `i` is consumed (named).
@@ -1080,6 +1114,7 @@ fn node_error_to_compile(e: NodeError, location: &str) -> CompileError {
             CompileError::Unsupported(report)
         }
         NodeError::Invalid(m) => CompileError::invalid(location, m),
+        NodeError::Limit(e) => CompileError::limit(location, e),
     }
 }
 
@@ -1102,5 +1137,5 @@ pub(crate) fn ints_from_attr_or_input(
 
 /// Normalizes an axis against `rank`, as a node error.
 pub(crate) fn axis(a: i64, rank: usize) -> NResult<usize> {
-    constant::norm_axis(a, rank).map_err(NodeError::Invalid)
+    constant::norm_axis(a, rank).map_err(NodeError::from)
 }

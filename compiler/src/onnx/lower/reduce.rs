@@ -87,7 +87,7 @@ impl Lowerer<'_> {
                     }
                 };
                 let t = constant::reduce(c, &axes, keep, f)?;
-                self.set_const(n, 0, t);
+                self.set_const(n, 0, t)?;
                 return Ok(());
             }
             AxesArg::Known(axes.iter().map(|&a| a as i32).collect())

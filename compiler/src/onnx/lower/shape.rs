@@ -135,7 +135,7 @@ impl Lowerer<'_> {
         } else {
             return invalid("Constant has no value attribute");
         };
-        self.set_const(n, 0, value);
+        self.set_const(n, 0, value)?;
         Ok(())
     }
 
@@ -149,7 +149,7 @@ impl Lowerer<'_> {
         }
         let dims: Vec<i64> = dims.iter().map(|&d| i64::from(d)).collect();
         if n.op() == "Size" {
-            self.set_const(n, 0, constant::i64_tensor(vec![], &[dims.iter().product()]));
+            self.set_const(n, 0, constant::i64_tensor(vec![], &[dims.iter().product()]))?;
             return Ok(());
         }
         let r = dims.len() as i64;
@@ -161,7 +161,7 @@ impl Lowerer<'_> {
         } else {
             Vec::new()
         };
-        self.set_const(n, 0, constant::i64_tensor(vec![slice.len()], &slice));
+        self.set_const(n, 0, constant::i64_tensor(vec![slice.len()], &slice))?;
         Ok(())
     }
 
@@ -179,7 +179,7 @@ impl Lowerer<'_> {
                 .map_err(|e| NodeError::Invalid(e.to_string()))?,
             None => constant::f32_tensor(vec![1], &[0.0]),
         };
-        self.set_const(n, 0, constant::fill(&value, dims)?);
+        self.set_const(n, 0, constant::fill(&value, dims, &self.budget)?)?;
         Ok(())
     }
 
@@ -187,28 +187,36 @@ impl Lowerer<'_> {
         let start = self.required_const(n, 0)?;
         let limit = self.required_const(n, 1)?;
         let delta = self.required_const(n, 2)?;
+        let scalar = |t: &ConstTensor, what: &str| -> NResult<f64> {
+            match constant::to_f64s(t).as_slice() {
+                [v] => Ok(*v),
+                other => invalid(format!(
+                    "Range's {what} must be a scalar, it has {} elements",
+                    other.len()
+                )),
+            }
+        };
         let (s, l, d) = (
-            constant::to_f64s(&start)[0..1]
-                .first()
-                .copied()
-                .unwrap_or(0.0),
-            constant::to_f64s(&limit).first().copied().unwrap_or(0.0),
-            constant::to_f64s(&delta).first().copied().unwrap_or(0.0),
+            scalar(&start, "start")?,
+            scalar(&limit, "limit")?,
+            scalar(&delta, "delta")?,
         );
-        if d == 0.0 {
-            return invalid("Range delta is 0");
+        if d == 0.0 || !d.is_finite() || !s.is_finite() || !l.is_finite() {
+            return invalid(format!(
+                "Range needs finite start, limit and a non-zero delta (got {s}, {l}, {d})"
+            ));
         }
         let count = ((l - s) / d).ceil().max(0.0);
-        if count > constant::MAX_CONST_ELEMENTS as f64 {
-            return invalid(format!("Range of {count} elements is too large"));
-        }
-        let values: Vec<f64> = (0..count as usize).map(|i| s + i as f64 * d).collect();
+        // Room for the f64 values and the result, before either is allocated.
+        let len = if count >= 1e15 { usize::MAX } else { count as usize };
+        self.budget.room(&[len], nnc_formats::tensor::DataType::F64)?;
+        self.budget.room(&[len], start.dtype)?;
+        let values: Vec<f64> = (0..len).map(|i| s + i as f64 * d).collect();
         self.set_const(
             n,
             0,
             constant::from_f64s(start.dtype, vec![values.len()], &values),
-        );
-        Ok(())
+        )
     }
 
     /// Reshape to a shape computed at run time. ONNX's 0 ("copy the input dimension")
@@ -409,7 +417,7 @@ impl Lowerer<'_> {
                         shape,
                         ..(*c).clone()
                     },
-                );
+                )?;
             }
             Value::Tensor(tv) => {
                 let nn_dims = if dims.is_empty() {
@@ -465,7 +473,7 @@ impl Lowerer<'_> {
         match data {
             Value::Const(c) => {
                 let t = constant::transpose(&c, &perm)?;
-                self.set_const(n, 0, t);
+                self.set_const(n, 0, t)?;
             }
             Value::Tensor(tv) => {
                 if perm.iter().enumerate().all(|(i, &p)| i == p) || r <= 1 {
@@ -556,8 +564,8 @@ impl Lowerer<'_> {
         }
         if consts.len() == count {
             let refs: Vec<&ConstTensor> = consts.iter().map(Rc::as_ref).collect();
-            let c = constant::concat(&refs, a)?;
-            self.set_const(n, 0, c);
+            let c = constant::concat(&refs, a, &self.budget)?;
+            self.set_const(n, 0, c)?;
             return Ok(());
         }
         let mut operands = Vec::new();
@@ -657,13 +665,22 @@ impl Lowerer<'_> {
                 })
                 .collect::<NResult<_>>()?,
             None => {
-                let parts = n
-                    .attrs
-                    .int("num_outputs")?
-                    .map(|v| v as usize)
-                    .unwrap_or(outputs);
+                // Opset 18's num_outputs names how many outputs the node has: anything
+                // else is a malformed node (and must not size an allocation).
+                let parts = match n.attrs.int("num_outputs")? {
+                    None => outputs,
+                    Some(v) if usize::try_from(v).is_ok_and(|v| v == outputs) => outputs,
+                    Some(v) => {
+                        return invalid(format!(
+                            "num_outputs is {v}, but the node has {outputs} outputs"
+                        ));
+                    }
+                };
                 if parts == 0 {
                     return invalid("Split into zero parts");
+                }
+                if parts > extent as usize {
+                    return invalid(format!("cannot split {extent} into {parts} parts"));
                 }
                 // Opset 18: uneven splits give the last part the remainder.
                 let chunk = extent.div_ceil(parts as u32);
@@ -701,8 +718,8 @@ impl Lowerer<'_> {
                         }
                     })
                     .collect();
-                let part = constant::slice(c, &ranges)?;
-                self.set_const(n, k, part);
+                let part = constant::slice(c, &ranges, &self.budget)?;
+                self.set_const(n, k, part)?;
                 start += i64::from(s);
             }
             return Ok(());
@@ -885,7 +902,13 @@ impl Lowerer<'_> {
         };
         let axes: Vec<usize> = match axes {
             Some(a) => a.iter().map(|&x| axis(x, r)).collect::<NResult<_>>()?,
-            None => (0..starts.len()).collect(),
+            None if starts.len() <= r => (0..starts.len()).collect(),
+            None => {
+                return invalid(format!(
+                    "{} starts for an input of rank {r}",
+                    starts.len()
+                ));
+            }
         };
         let steps = steps.unwrap_or(vec![1; starts.len()]);
         if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
@@ -917,11 +940,8 @@ impl Lowerer<'_> {
                     norm(ends[k]).clamp(-1, dim - 1),
                 )
             };
-            let count = if step > 0 {
-                ((end - start).max(0) + step - 1) / step
-            } else {
-                ((start - end).max(0) + (-step) - 1) / (-step)
-            };
+            let span = if step > 0 { end - start } else { start - end };
+            let count = (span.max(0) as u64).div_ceil(step.unsigned_abs());
             if count == 0 {
                 return unsupported("slices producing empty tensors are not supported");
             }
@@ -929,8 +949,8 @@ impl Lowerer<'_> {
         }
         match data {
             Value::Const(c) => {
-                let t = constant::slice(&c, &ranges)?;
-                self.set_const(n, 0, t);
+                let t = constant::slice(&c, &ranges, &self.budget)?;
+                self.set_const(n, 0, t)?;
             }
             Value::Tensor(tv) => {
                 let out = if ranges.iter().all(|r| r.1 == 1) {
@@ -996,8 +1016,8 @@ impl Lowerer<'_> {
         }
         let a = axis(n.attrs.int_or("axis", 0)?, r)?;
         if let (Value::Const(d), Value::Const(i)) = (&data, &indices) {
-            let t = constant::gather(d, i, a as i64)?;
-            self.set_const(n, 0, t);
+            let t = constant::gather(d, i, a as i64, &self.budget)?;
+            self.set_const(n, 0, t)?;
             return Ok(());
         }
         let idx_shape = self.shape_of_value(&indices);
@@ -1301,8 +1321,8 @@ impl Lowerer<'_> {
         }
         if let Value::Const(c) = &data {
             let reps: Vec<usize> = repeats.iter().map(|&r| r as usize).collect();
-            let t = constant::tile(c, &reps)?;
-            self.set_const(n, 0, t);
+            let t = constant::tile(c, &reps, &self.budget)?;
+            self.set_const(n, 0, t)?;
             return Ok(());
         }
         let Value::Tensor(tv) = data else {
@@ -1354,8 +1374,8 @@ impl Lowerer<'_> {
             })
             .collect::<NResult<_>>()?;
         if let Value::Const(c) = &data {
-            let t = constant::broadcast_to(c, &shape)?;
-            self.set_const(n, 0, t);
+            let t = constant::broadcast_to(c, &shape, &self.budget)?;
+            self.set_const(n, 0, t)?;
             return Ok(());
         }
         let Value::Tensor(tv) = data else {

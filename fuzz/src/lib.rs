@@ -1,0 +1,345 @@
+//! The fuzz targets of nnc: one per parser and loader, each a function from bytes to
+//! nothing that must never panic, abort, hang or allocate without bound on any input.
+//!
+//! `scripts/fuzz TARGET SECONDS` runs one under libFuzzer (`cargo fuzz`, stable toolchain,
+//! no sanitizer: Rust's own checks plus overflow checks and debug assertions); the
+//! binaries in `fuzz_targets/` are one line each. `tests/replay.rs` runs every target
+//! over its committed corpus (`corpus/TARGET/`) and every input that once crashed it
+//! (`regressions/TARGET/`), so CI replays them without a fuzzer.
+//!
+//! Errors are the expected outcome for almost every input; only a panic is a finding.
+//! Each target uses small resource limits so that a run explores instead of
+//! allocating: a limit hit is an error like any other.
+
+use std::path::Path;
+
+use bytes::Bytes;
+use nnc_compiler::onnx::tensor::{ExternalDataContext, tensor_to_host};
+use nnc_compiler::pipeline::{self, LowerOptions, SourceFormat};
+use nnc_formats::container::Container;
+use nnc_formats::crypto::{Algorithm, Key, Mode};
+use nnc_formats::limits::Limits;
+use nnc_formats::tensor::HostTensor;
+use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
+
+/// Every target, by the name its binary and corpus directory carry.
+pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+    ("onnx_import", onnx_import),
+    ("tflite_import", tflite_import),
+    ("nnc_file", nnc_file),
+    ("cache_dir", cache_dir),
+    ("device_profile", device_profile),
+    ("npy", npy),
+    ("tensor_proto", tensor_proto),
+    ("compile_pipeline", compile_pipeline),
+];
+
+/// The fixed key of every file the targets seal: the fuzzer plays a key holder, so that
+/// it reaches the parser and loader behind the authentication tags.
+pub const FUZZ_KEY: [u8; 16] = *b"nnc fuzzing key!";
+
+/// Limits small enough that a fuzzing run explores rather than allocates.
+pub fn fuzz_limits() -> Limits {
+    Limits {
+        max_tensor_bytes: 16 << 20,
+        max_folded_bytes: 32 << 20,
+        max_operations: 20_000,
+        max_arena_bytes: 64 << 20,
+    }
+}
+
+fn lower_options() -> LowerOptions {
+    let mut options = LowerOptions::default();
+    options.import.limits = fuzz_limits();
+    options
+}
+
+/// ONNX model bytes through decoding, lowering and the optimization passes.
+pub fn onnx_import(data: &[u8]) {
+    let _ = pipeline::lower_bytes(
+        Bytes::copy_from_slice(data),
+        SourceFormat::Onnx,
+        &ExternalDataContext::none(),
+        &lower_options(),
+    );
+}
+
+/// TFLite model bytes through the flatbuffer verifier, lowering and the passes.
+pub fn tflite_import(data: &[u8]) {
+    let _ = pipeline::lower_bytes(
+        Bytes::copy_from_slice(data),
+        SourceFormat::Tflite,
+        &ExternalDataContext::none(),
+        &lower_options(),
+    );
+}
+
+/// `.nnc` bytes as a reader meets them (verify, inspect, load with a key), then the same
+/// bytes sealed again with the key, which takes them past authentication into the
+/// structural parser, the field checks, the decryption and the runtime's loader.
+pub fn nnc_file(data: &[u8]) {
+    examine_nnc(data);
+    let mut sealed = data.to_vec();
+    if nnc_formats::container::reseal(&mut sealed, Some(&FUZZ_KEY)).is_ok() {
+        examine_nnc(&sealed);
+    }
+}
+
+fn examine_nnc(bytes: &[u8]) {
+    if let Ok(c) = Container::parse(bytes) {
+        let _ = c.verify(Some(&FUZZ_KEY));
+        let _ = c.verify(None);
+        // What `nnc inspect` and `nnc dump` render.
+        let _ = nnc_formats::nn::dump::to_text(&c.model);
+        let _ = nnc_formats::nn::dump::to_json(&c.model);
+        let _ = nnc_formats::nn::dump::to_dot(&c.model);
+        if let Some(plan) = c.section(nnc_formats::container::SectionKind::ExecutionPlan) {
+            let _ = nnc_formats::plan::ExecutionPlan::from_bytes(
+                plan,
+                c.model.main.operations.len(),
+                c.model.main.operands.len(),
+            );
+        }
+    }
+    let npu = SimulatedNpu::new("npu0");
+    npu.install_key(&FUZZ_KEY);
+    if let Ok(model) = PreparedModel::load_bytes(bytes.to_vec(), &npu, &load_options()) {
+        run_with_zeros(&model);
+    }
+}
+
+fn load_options() -> LoadOptions {
+    LoadOptions {
+        limits: fuzz_limits(),
+        ..LoadOptions::default()
+    }
+}
+
+/// Runs a prepared model once on zero inputs of its declared shapes (unknown dimensions
+/// taken as 1), unless they would be large.
+fn run_with_zeros(model: &PreparedModel) {
+    let mut inputs = Vec::new();
+    for info in model.inputs() {
+        let shape: Vec<usize> = info.dims.iter().map(|&d| (d as usize).max(1)).collect();
+        let bytes = shape
+            .iter()
+            .try_fold(info.dtype.size(), |acc, &d| acc.checked_mul(d));
+        match bytes {
+            Some(n) if n <= 1 << 20 => inputs.push(HostTensor {
+                dtype: info.dtype,
+                shape,
+                data: vec![0; n],
+            }),
+            _ => return,
+        }
+    }
+    let _ = model.run(&inputs);
+}
+
+/// A compilation-cache directory whose files come from the input, looked up for a small
+/// model that was compiled and cached properly first: the runtime must treat whatever it
+/// finds as a hit or a miss, never fail the load; `nnc cache` listing, verification and
+/// cleaning must cope too.
+///
+/// The input is split into files at `\n--\n` separators: index, model cache, data cache.
+pub fn cache_dir(data: &[u8]) {
+    let Some((model, key)) = cached_model() else {
+        return;
+    };
+    let Ok(tmp) = tempfile::tempdir() else { return };
+    let root = tmp.path().join("cache");
+    let options = LoadOptions {
+        cache: Some(nnc_runtime::CacheConfig {
+            dir: root.clone(),
+            token: None,
+        }),
+        ..load_options()
+    };
+    let npu = SimulatedNpu::new("npu0");
+    npu.install_key(key.as_bytes());
+    // A real entry first, so that the fuzzed files land where the runtime looks.
+    if PreparedModel::load_bytes(model.clone(), &npu, &options).is_err() {
+        return;
+    }
+    let Some(entry) = first_entry(&root) else {
+        return;
+    };
+    let mut parts = split_parts(data).into_iter();
+    for path in [
+        root.join("index.json"),
+        entry.join("model-0.bin"),
+        entry.join("data-0.bin"),
+    ] {
+        if let Some(part) = parts.next() {
+            let _ = std::fs::write(&path, part);
+        }
+    }
+    match PreparedModel::load_bytes(model, &npu, &options) {
+        Ok(prepared) => run_with_zeros(&prepared),
+        Err(e) => panic!("a cache directory made the load fail: {e}"),
+    }
+    if let Ok(dir) = nnc_formats::cache::CacheDir::open(&root, nnc_runtime::cache::CACHE_VERSION) {
+        let _ = dir.list();
+        let _ = dir.verify(None);
+        let _ = dir.clean(0);
+    }
+}
+
+fn split_parts(data: &[u8]) -> Vec<&[u8]> {
+    let sep = b"\n--\n";
+    let mut parts = Vec::new();
+    let mut rest = data;
+    while let Some(pos) = rest.windows(sep.len()).position(|w| w == sep) {
+        parts.push(&rest[..pos]);
+        rest = &rest[pos + sep.len()..];
+    }
+    parts.push(rest);
+    parts
+}
+
+fn first_entry(root: &Path) -> Option<std::path::PathBuf> {
+    std::fs::read_dir(root)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+}
+
+/// A tiny compiled model (FULLY_CONNECTED with weights, then RELU) and its key.
+fn cached_model() -> Option<(Vec<u8>, Key)> {
+    use nnc_formats::nn::{IoInfo, Lifetime, Model, Operand, OperandType, OperationType};
+    use nnc_formats::tensor::DataType;
+    let mut m = Model::default();
+    let mut x = Operand::new(OperandType::TensorFloat32, vec![1, 4]);
+    x.lifetime = Lifetime::SubgraphInput;
+    let x = m.add_operand(x);
+    let w: Vec<f32> = (0..16).map(|i| i as f32 * 0.25 - 2.0).collect();
+    let w = m.add_f32_tensor(vec![4, 4], &w);
+    let b = m.add_f32_tensor(vec![4], &[0.5; 4]);
+    let act = m.add_i32(1);
+    let mut y = Operand::new(OperandType::TensorFloat32, vec![1, 4]);
+    y.lifetime = Lifetime::SubgraphOutput;
+    let y = m.add_operand(y);
+    m.add_operation(OperationType::FullyConnected, vec![x, w, b, act], vec![y], "fc");
+    m.main.inputs = vec![x];
+    m.main.outputs = vec![y];
+    let info = |n: &str| IoInfo {
+        name: n.into(),
+        dtype: DataType::F32,
+        dims: vec![1, 4],
+    };
+    m.input_info = vec![info("x")];
+    m.output_info = vec![info("y")];
+    let key = Key::new(Algorithm::Aes128, &FUZZ_KEY).ok()?;
+    let bytes = nnc_compiler::emit::emit(
+        &m,
+        nnc_compiler::emit::EmitOptions {
+            key: Some(&key),
+            mode: Mode::Ctr,
+            reproducible: true,
+            extra_sections: Vec::new(),
+        },
+    )
+    .ok()?;
+    Some((bytes, key))
+}
+
+/// Device-profile JSON through parsing and validation, and, when it is accepted,
+/// partitioning a small model across it.
+pub fn device_profile(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(profiles) = nnc_formats::device::parse_profiles(text, "fuzz.json") else {
+        return;
+    };
+    let Some(model) = small_model() else { return };
+    for mode in [
+        nnc_formats::plan::PartitionMode::Fallback,
+        nnc_formats::plan::PartitionMode::Strict,
+    ] {
+        let options = nnc_compiler::partition::PartitionOptions {
+            mode,
+            preference: nnc_formats::plan::Preference::FastSingleAnswer,
+            encryption: Some((Algorithm::Aes128, Mode::Ctr)),
+            no_plaintext_fallback: false,
+        };
+        let _ = nnc_compiler::partition::partition(&model, &profiles, &options);
+    }
+}
+
+/// The README's example model, lowered (it mixes convolutions, pools, fully-connected
+/// and elementwise operations, so a profile's rules all have something to decide).
+fn small_model() -> Option<nnc_formats::nn::Model> {
+    static MODEL: std::sync::OnceLock<Option<nnc_formats::nn::Model>> = std::sync::OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let bytes = include_bytes!("../../testdata/models/tiny_cnn.onnx");
+            pipeline::lower_bytes(
+                Bytes::from_static(bytes),
+                SourceFormat::Onnx,
+                &ExternalDataContext::none(),
+                &LowerOptions::default(),
+            )
+            .ok()
+            .map(|l| l.model)
+        })
+        .clone()
+}
+
+/// `.npy` bytes: reading, and when accepted, writing and reading back the same tensor.
+pub fn npy(data: &[u8]) {
+    if let Ok(t) = nnc_formats::npy::read_npy(data) {
+        let again = nnc_formats::npy::read_npy(&nnc_formats::npy::write_npy(&t))
+            .expect("a tensor nnc wrote must read back");
+        assert_eq!(again, t, "npy round trip changed the tensor");
+    }
+}
+
+/// ONNX `TensorProto` bytes (the `.pb` tensor files of `nnc run` and the ONNX test
+/// suites): decoding and conversion to a host tensor.
+pub fn tensor_proto(data: &[u8]) {
+    if let Ok(proto) = nnc_compiler::onnx::proto::decode_tensor(data) {
+        let _ = tensor_to_host(&proto, &ExternalDataContext::none());
+    }
+}
+
+/// A source model (ONNX or TFLite, told apart as `nnc compile` does) through the whole
+/// pipeline: lowering, optimization, encryption into a `.nnc`, verification, loading on
+/// the simulated NPU, and one execution.
+pub fn compile_pipeline(data: &[u8]) {
+    let format = if data.len() >= 8 && &data[4..8] == b"TFL3" {
+        SourceFormat::Tflite
+    } else {
+        SourceFormat::Onnx
+    };
+    let Ok(lowered) = pipeline::lower_bytes(
+        Bytes::copy_from_slice(data),
+        format,
+        &ExternalDataContext::none(),
+        &lower_options(),
+    ) else {
+        return;
+    };
+    let Ok(key) = Key::new(Algorithm::Aes128, &FUZZ_KEY) else {
+        return;
+    };
+    let bytes = nnc_compiler::emit::emit(
+        &lowered.model,
+        nnc_compiler::emit::EmitOptions {
+            key: Some(&key),
+            mode: Mode::Cbc,
+            reproducible: true,
+            extra_sections: Vec::new(),
+        },
+    )
+    .expect("a model nnc lowered and validated must emit");
+    let (container, _) = Container::open(&bytes, Some(&FUZZ_KEY))
+        .expect("a file nnc wrote must open with its key");
+    drop(container);
+    let npu = SimulatedNpu::new("npu0");
+    npu.install_key(&FUZZ_KEY);
+    if let Ok(model) = PreparedModel::load_bytes(bytes, &npu, &load_options()) {
+        run_with_zeros(&model);
+    }
+}
