@@ -1,70 +1,238 @@
-//! Exit codes and error reporting.
+//! Exit codes and error reporting: one table, used the same way by every subcommand
+//! (documented in docs/CLI.md, one test per row in cli/tests/exit_codes.rs).
 //!
-//! | code | meaning |
-//! |---|---|
-//! | 0 | success |
-//! | 1 | failure (I/O, verification, execution) |
-//! | 2 | bad command line (clap) |
-//! | 65 | the input is malformed (model, tensor file, device profile, `.nnc`) |
-//! | 69 | the model uses something nnc does not support (as `sysexits.h` EX_UNAVAILABLE) |
+//! | code | kind | meaning |
+//! |---|---|---|
+//! | 0 | | success |
+//! | 1 | `failure` | the operation ran and failed: an execution error, `compare` found differences, `cache verify` found damage, an I/O error while working |
+//! | 2 | `usage` | bad command line: unknown or conflicting options, a missing key, a bad `--limit` |
+//! | 3 | `integrity` | verification failed: wrong key, tampered file, or a file not authenticated with the key given |
+//! | 4 | `limit` | the input needs more memory than a resource limit allows (`--limit NAME=SIZE`) |
+//! | 65 | `malformed-input` | a model, `.nnc`, tensor file or device profile is malformed, or of an unknown type |
+//! | 66 | `missing-input` | an input file (model, key, tensor, profile) does not exist or cannot be read |
+//! | 69 | `unsupported` | the model uses something nnc cannot compile or run (all of it is listed) |
+//! | 70 | `internal` | a bug in nnc; the message says where |
+//! | 73 | `cannot-write` | an output cannot be written: `-o` names a device, directory or an input, or the write failed |
+//! | 130 | | interrupted by SIGINT (143: SIGTERM), as the shell reports it; no partial output is left |
 
+use std::io::ErrorKind;
 use std::process::ExitCode;
 
 use nnc_compiler::CompileError;
+use nnc_formats::container::ContainerError;
+use serde_json::json;
 
-pub const FAILURE: u8 = 1;
-pub const DATA_ERROR: u8 = 65;
-pub const UNSUPPORTED: u8 = 69;
+/// The kinds of failure, each with its exit code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Failure = 1,
+    Usage = 2,
+    Integrity = 3,
+    Limit = 4,
+    Malformed = 65,
+    MissingInput = 66,
+    Unsupported = 69,
+    Internal = 70,
+    CannotWrite = 73,
+}
 
-/// The exit code an error maps to.
-pub fn code_for(err: &anyhow::Error) -> u8 {
+impl Exit {
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The name `--json` error objects carry.
+    pub fn name(self) -> &'static str {
+        match self {
+            Exit::Failure => "failure",
+            Exit::Usage => "usage",
+            Exit::Integrity => "integrity",
+            Exit::Limit => "limit",
+            Exit::Malformed => "malformed-input",
+            Exit::MissingInput => "missing-input",
+            Exit::Unsupported => "unsupported",
+            Exit::Internal => "internal",
+            Exit::CannotWrite => "cannot-write",
+        }
+    }
+}
+
+/// An error the CLI itself raises, with its kind.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct CliError {
+    pub kind: Exit,
+    pub message: String,
+}
+
+/// An error of kind `kind`.
+pub fn err(kind: Exit, message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(CliError {
+        kind,
+        message: message.into(),
+    })
+}
+
+/// Reads an input file: a missing or unreadable one is `missing-input`, naming `what`.
+pub fn read_input(path: &std::path::Path, what: &str) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| {
+        err(
+            Exit::MissingInput,
+            format!("cannot read {what} {}: {e}", path.display()),
+        )
+    })
+}
+
+fn container_kind(e: &ContainerError) -> Exit {
+    match e {
+        _ if e.is_integrity() => Exit::Integrity,
+        ContainerError::KeyRequired { .. } => Exit::Usage,
+        // A key of another length can only be the wrong key.
+        ContainerError::KeyAlgorithm { .. } | ContainerError::Crypto(_) => Exit::Integrity,
+        ContainerError::Unwritable(_) => Exit::Unsupported,
+        _ => Exit::Malformed,
+    }
+}
+
+fn io_kind(e: &std::io::Error) -> Exit {
+    match e.kind() {
+        ErrorKind::NotFound | ErrorKind::PermissionDenied | ErrorKind::IsADirectory => {
+            Exit::MissingInput
+        }
+        _ => Exit::Failure,
+    }
+}
+
+/// The kind an error maps to: the first cause in its chain that says.
+pub fn kind_of(err: &anyhow::Error) -> Exit {
     for cause in err.chain() {
-        if let Some(e) = cause.downcast_ref::<CompileError>() {
-            return match e {
-                CompileError::Unsupported(_) | CompileError::Placement(_) => UNSUPPORTED,
-                CompileError::Io { .. } | CompileError::Options(_) => FAILURE,
-                _ => DATA_ERROR,
-            };
+        if let Some(e) = cause.downcast_ref::<CliError>() {
+            return e.kind;
         }
         if cause
-            .downcast_ref::<nnc_formats::device::DeviceError>()
+            .downcast_ref::<nnc_formats::limits::LimitError>()
             .is_some()
-            || cause
-                .downcast_ref::<nnc_formats::plan::PlanError>()
-                .is_some()
         {
-            return DATA_ERROR;
+            return Exit::Limit;
+        }
+        if let Some(e) = cause.downcast_ref::<CompileError>() {
+            return match e {
+                CompileError::Unsupported(_) | CompileError::Placement(_) => Exit::Unsupported,
+                CompileError::Io { source, .. } => io_kind(source),
+                CompileError::Options(_) => Exit::Usage,
+                CompileError::Limit { .. } => Exit::Limit,
+                CompileError::Pass { .. } => Exit::Internal,
+                CompileError::Container(c) => container_kind(c),
+                _ => Exit::Malformed,
+            };
         }
         if let Some(e) = cause.downcast_ref::<nnc_runtime::RuntimeError>() {
             use nnc_runtime::RuntimeError as R;
             return match e {
-                R::UnsupportedOperations(_) | R::Unsupported { .. } => UNSUPPORTED,
-                R::Load(c) if !c.is_integrity() => DATA_ERROR,
-                R::InvalidModel(_) | R::Input { .. } => DATA_ERROR,
-                _ => FAILURE,
+                R::UnsupportedOperations(_) | R::Unsupported { .. } => Exit::Unsupported,
+                R::Load(c) => container_kind(c),
+                R::InvalidModel(_) | R::Input { .. } | R::InvalidPlan(_) | R::Count { .. } => {
+                    Exit::Malformed
+                }
+                R::Limit(_) => Exit::Limit,
+                R::Io { .. } => Exit::MissingInput,
+                R::Internal(_) => Exit::Internal,
+                _ => Exit::Failure,
             };
         }
-        if let Some(e) = cause.downcast_ref::<nnc_formats::container::ContainerError>() {
-            return if e.is_integrity() {
-                FAILURE
-            } else {
-                DATA_ERROR
+        if let Some(e) = cause.downcast_ref::<ContainerError>() {
+            return container_kind(e);
+        }
+        if let Some(e) = cause.downcast_ref::<nnc_formats::device::DeviceError>() {
+            return match e {
+                nnc_formats::device::DeviceError::Io { source, .. } => io_kind(source),
+                _ => Exit::Malformed,
             };
+        }
+        if cause
+            .downcast_ref::<nnc_formats::plan::PlanError>()
+            .is_some()
+        {
+            return Exit::Malformed;
+        }
+        if let Some(e) = cause.downcast_ref::<nnc_formats::npy::NpyError>() {
+            return match e {
+                nnc_formats::npy::NpyError::Io { source, .. } => io_kind(source),
+                _ => Exit::Malformed,
+            };
+        }
+        if let Some(e) = cause.downcast_ref::<nnc_formats::cache::CacheError>() {
+            return match e {
+                nnc_formats::cache::CacheError::Options(_) => Exit::Usage,
+                _ => Exit::Failure,
+            };
+        }
+        if cause
+            .downcast_ref::<nnc_compiler::onnx::proto::OnnxDecodeError>()
+            .is_some()
+            || cause
+                .downcast_ref::<nnc_compiler::onnx::tensor::OnnxTensorError>()
+                .is_some()
+        {
+            return Exit::Malformed;
+        }
+        if let Some(e) = cause.downcast_ref::<std::io::Error>() {
+            return io_kind(e);
         }
     }
-    FAILURE
+    Exit::Failure
 }
 
-/// Prints the error chain on stderr and returns the matching exit code.
-pub fn report(err: &anyhow::Error) -> ExitCode {
-    let mut message = format!("error: {err}");
+/// The error's message and its causes, each said once (library errors often embed their
+/// source's text already).
+fn messages(err: &anyhow::Error) -> (String, Vec<String>) {
+    let head = err.to_string();
+    let mut seen = head.clone();
+    let mut causes = Vec::new();
     for cause in err.chain().skip(1) {
-        // Library errors often embed their source's text already; print it once.
         let text = cause.to_string();
-        if !message.contains(&text) {
-            message.push_str(&format!("\n  caused by: {text}"));
+        if !seen.contains(&text) {
+            seen.push_str(&text);
+            causes.push(text);
         }
     }
-    eprintln!("{message}");
-    ExitCode::from(code_for(err))
+    (head, causes)
+}
+
+/// Prints an error (on stderr, or as one JSON object on stdout with `--json`) and returns
+/// its exit code.
+pub fn report(err: &anyhow::Error, json: bool, command: &str) -> ExitCode {
+    let kind = kind_of(err);
+    let (message, causes) = messages(err);
+    print_error(kind, &message, &causes, json, command);
+    ExitCode::from(kind.code())
+}
+
+/// Prints an error of a known kind.
+pub fn print_error(kind: Exit, message: &str, causes: &[String], json: bool, command: &str) {
+    if json {
+        let object = json!({
+            "schema": "nnc.error/1",
+            "command": command,
+            "ok": false,
+            "exit_code": kind.code(),
+            "kind": kind.name(),
+            "message": message,
+            "causes": causes,
+        });
+        let text = serde_json::to_string_pretty(&object).unwrap_or_else(|_| "{}".into());
+        let _ = crate::output::stdout(&format!("{text}\n"));
+    } else {
+        let mut text = match kind {
+            Exit::Internal => format!("internal error: {message}"),
+            _ => format!("error: {message}"),
+        };
+        for cause in causes {
+            text.push_str(&format!("\n  caused by: {cause}"));
+        }
+        if kind == Exit::Internal {
+            text.push_str("\n  (this is a bug in nnc; please report it with the command that caused it)");
+        }
+        eprintln!("{text}");
+    }
 }

@@ -2,9 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
 use nnc_formats::crypto::{Algorithm, Key};
 use zeroize::Zeroizing;
+
+use crate::exit::{Exit, err};
 
 /// Where a key comes from.
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -26,15 +27,20 @@ impl KeyArgs {
     fn hex(&self) -> anyhow::Result<Option<(Zeroizing<String>, String)>> {
         if let Some(path) = &self.key_file {
             warn_if_readable_by_others(path);
-            let text = Zeroizing::new(
-                std::fs::read_to_string(path)
-                    .with_context(|| format!("cannot read key file {}", path.display()))?,
-            );
+            let text = Zeroizing::new(std::fs::read_to_string(path).map_err(|e| {
+                err(
+                    Exit::MissingInput,
+                    format!("cannot read key file {}: {e}", path.display()),
+                )
+            })?);
             return Ok(Some((text, format!("key file {}", path.display()))));
         }
         if let Some(var) = &self.key_env {
             let value = std::env::var(var).map_err(|_| {
-                anyhow::anyhow!("environment variable {var} is not set (or not UTF-8)")
+                err(
+                    Exit::MissingInput,
+                    format!("environment variable {var} is not set (or not UTF-8)"),
+                )
             })?;
             return Ok(Some((
                 Zeroizing::new(value),
@@ -49,8 +55,12 @@ impl KeyArgs {
         let Some((hex, source)) = self.hex()? else {
             return Ok(None);
         };
-        let key = Key::from_hex(algorithm, &hex)
-            .with_context(|| format!("{source} does not hold a valid {} key", algorithm.name()))?;
+        let key = Key::from_hex(algorithm, &hex).map_err(|e| {
+            err(
+                Exit::Malformed,
+                format!("{source} does not hold a valid {} key: {e}", algorithm.name()),
+            )
+        })?;
         Ok(Some(key))
     }
 
@@ -58,25 +68,43 @@ impl KeyArgs {
     /// says which algorithm they are for. `what` names the file in the error.
     pub fn require_raw(&self, what: &str) -> anyhow::Result<Zeroizing<Vec<u8>>> {
         let Some((hex, source)) = self.hex()? else {
-            bail!("{what} is encrypted; give its key with --key-file FILE or --key-env VAR");
+            return Err(err(
+                Exit::Usage,
+                format!("{what} needs its key; give it with --key-file FILE or --key-env VAR"),
+            ));
         };
         let text = hex.trim();
         if let Some(pos) = text.bytes().position(|b| !b.is_ascii_hexdigit()) {
             // Never echo key material: name the position only.
-            bail!(
-                "{source} is not a hex key: character {} is not a hex digit",
-                pos + 1
-            );
+            return Err(err(
+                Exit::Malformed,
+                format!(
+                    "{source} is not a hex key: character {} is not a hex digit",
+                    pos + 1
+                ),
+            ));
         }
         if text.len() % 2 != 0 {
-            bail!(
-                "{source} is not a hex key: it has an odd number of digits ({})",
-                text.len()
-            );
+            return Err(err(
+                Exit::Malformed,
+                format!(
+                    "{source} is not a hex key: it has an odd number of digits ({})",
+                    text.len()
+                ),
+            ));
         }
         let mut bytes = Zeroizing::new(vec![0u8; text.len() / 2]);
         hex::decode_to_slice(text, &mut bytes)
-            .map_err(|_| anyhow::anyhow!("{source} is not a hex key"))?;
+            .map_err(|_| err(Exit::Malformed, format!("{source} is not a hex key")))?;
+        if !matches!(bytes.len(), 16 | 24 | 32) {
+            return Err(err(
+                Exit::Malformed,
+                format!(
+                    "{source} holds {} bytes; nnc keys are 16, 24 or 32 bytes (nnc keygen)",
+                    bytes.len()
+                ),
+            ));
+        }
         Ok(bytes)
     }
 }

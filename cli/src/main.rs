@@ -4,9 +4,11 @@ mod commands;
 mod exit;
 mod keys;
 mod output;
+mod progress;
 mod tensors;
 
 use std::process::ExitCode;
+use std::sync::Mutex;
 
 use clap::{Parser, Subcommand};
 
@@ -44,22 +46,109 @@ enum Command {
     Cache(commands::cache::Action),
 }
 
+impl Command {
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Inspect(_) => "inspect",
+            Command::Dump(_) => "dump",
+            Command::Compile(_) => "compile",
+            Command::Verify(_) => "verify",
+            Command::Keygen(_) => "keygen",
+            Command::Run(_) => "run",
+            Command::Compare(_) => "compare",
+            Command::Bench(_) => "bench",
+            Command::Devices(_) => "devices",
+            Command::Cache(_) => "cache",
+        }
+    }
+
+    fn run(self) -> anyhow::Result<ExitCode> {
+        match self {
+            Command::Inspect(args) => commands::inspect::run(args),
+            Command::Dump(args) => commands::dump::run(args),
+            Command::Compile(args) => commands::compile::run(args),
+            Command::Verify(args) => commands::verify::run(args),
+            Command::Keygen(args) => commands::keygen::run(args),
+            Command::Run(args) => commands::run::run(args),
+            Command::Compare(args) => commands::compare::run(args),
+            Command::Bench(args) => commands::bench::run(args),
+            Command::Cache(action) => commands::cache::run(action),
+            Command::Devices(args) => commands::devices::run(args),
+        }
+    }
+}
+
+/// Where a panic happened and what it said, for the error report (the default hook's
+/// output, with its backtrace, is not what a user of a command-line tool should read).
+static PANIC: Mutex<Option<String>> = Mutex::new(None);
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Inspect(args) => commands::inspect::run(args),
-        Command::Dump(args) => commands::dump::run(args),
-        Command::Compile(args) => commands::compile::run(args),
-        Command::Verify(args) => commands::verify::run(args),
-        Command::Keygen(args) => commands::keygen::run(args),
-        Command::Run(args) => commands::run::run(args),
-        Command::Compare(args) => commands::compare::run(args),
-        Command::Bench(args) => commands::bench::run(args),
-        Command::Cache(action) => commands::cache::run(action),
-        Command::Devices(args) => commands::devices::run(args),
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // Known before parsing, so that even a command line clap refuses gets a JSON error.
+    let json = argv.iter().any(|a| a == "--json");
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+                || matches!(
+                    e.kind(),
+                    ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                )
+                || !json
+            {
+                e.exit();
+            }
+            let command = argv
+                .get(1)
+                .and_then(|a| a.to_str())
+                .unwrap_or("")
+                .to_string();
+            let message = e.kind().as_str().unwrap_or("invalid command line").to_string();
+            let detail = e.to_string();
+            let first_line = detail
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("error: ")
+                .to_string();
+            exit::print_error(
+                exit::Exit::Usage,
+                if first_line.is_empty() { &message } else { &first_line },
+                &[],
+                true,
+                &command,
+            );
+            return ExitCode::from(exit::Exit::Usage.code());
+        }
     };
+    let command = cli.command.name();
+    std::panic::set_hook(Box::new(|info| {
+        let location = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        let mut slot = PANIC.lock().unwrap_or_else(|e| e.into_inner());
+        slot.get_or_insert(format!("{message}{location}"));
+    }));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cli.command.run()));
     match result {
-        Ok(code) => code,
-        Err(err) => exit::report(&err),
+        Ok(Ok(code)) => code,
+        Ok(Err(err)) => exit::report(&err, json, command),
+        Err(_) => {
+            let what = PANIC
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+                .unwrap_or_else(|| "a panic".into());
+            exit::print_error(exit::Exit::Internal, &what, &[], json, command);
+            ExitCode::from(exit::Exit::Internal.code())
+        }
     }
 }

@@ -1,9 +1,20 @@
-//! Writing results: stdout that tolerates a closed pipe, and files written atomically.
+//! Writing results: stdout that tolerates a closed pipe, and output files written so that
+//! no failure, kill or race leaves anything half-written or replaces what it must not.
+//!
+//! An output path must be a regular file or a new path: a device, FIFO, socket, directory
+//! or symbolic link there is refused, as is a path that is one of the command's inputs
+//! (the same file, by device and inode). The bytes go to an unnamed temporary file
+//! (Linux `O_TMPFILE`, mode 0600) that is linked into the directory only when complete and
+//! then renamed over the target, so a killed process leaves no file at all. Where
+//! `O_TMPFILE` is unavailable, a named temporary file of nnc's own pattern is used; each
+//! writer holds a lock on its temporary file, and every write first removes the
+//! temporary files of that pattern that nobody holds (leftovers of killed writers).
 
+use std::fs::File;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::Context;
+use crate::exit::{Exit, err};
 
 /// Writes to stdout; a reader that went away (`nnc dump ... | head`) is not an error.
 pub fn stdout(text: &str) -> anyhow::Result<()> {
@@ -11,41 +22,302 @@ pub fn stdout(text: &str) -> anyhow::Result<()> {
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(e).context("cannot write to standard output"),
+        Err(e) => Err(err(Exit::Failure, format!("cannot write to standard output: {e}"))),
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory and a rename,
-/// so that a failure never leaves a partial file at `path`.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("cannot create a file in {}", dir.display()))?;
-    tmp.write_all(bytes)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    // Temporary files are created 0600; outputs are ordinary files (keys use keygen).
+/// Permissions of an output: ordinary files, or owner-only (keys).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Public,
+    Private,
+}
+
+impl Mode {
     #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644))
-            .with_context(|| format!("cannot set permissions of {}", path.display()))?;
+    fn bits(self) -> u32 {
+        match self {
+            Mode::Public => 0o644,
+            Mode::Private => 0o600,
+        }
     }
-    tmp.as_file()
-        .sync_all()
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    tmp.persist(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
+}
+
+/// Refuses an output path that is not a regular file or a new path, or that is the same
+/// file as one of `inputs`.
+pub fn check_output(path: &Path, inputs: &[&Path]) -> anyhow::Result<()> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(err(
+                Exit::CannotWrite,
+                format!("cannot write {}: {e}", path.display()),
+            ));
+        }
+    };
+    let ft = meta.file_type();
+    if !ft.is_file() {
+        let what = if ft.is_dir() {
+            "a directory"
+        } else if ft.is_symlink() {
+            "a symbolic link"
+        } else {
+            file_kind(&ft)
+        };
+        return Err(err(
+            Exit::CannotWrite,
+            format!(
+                "refusing to write {}: it is {what}; nnc writes only regular files (or a new path)",
+                path.display()
+            ),
+        ));
+    }
+    for input in inputs {
+        if same_file(path, input) {
+            return Err(err(
+                Exit::CannotWrite,
+                format!(
+                    "refusing to write {}: it is an input of this command ({})",
+                    path.display(),
+                    input.display()
+                ),
+            ));
+        }
+    }
     Ok(())
 }
 
-/// Writes to a file atomically, or to stdout when `path` is `None` or `-`.
-pub fn to_file_or_stdout(path: Option<&Path>, text: &str) -> anyhow::Result<()> {
+#[cfg(unix)]
+fn file_kind(ft: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_char_device() || ft.is_block_device() {
+        "a device"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+#[cfg(not(unix))]
+fn file_kind(_: &std::fs::FileType) -> &'static str {
+    "not a regular file"
+}
+
+#[cfg(unix)]
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn same_file(a: &Path, b: &Path) -> bool {
+    matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+}
+
+/// Writes `bytes` to `path` (checked with [`check_output`] against `inputs`) so that the
+/// file appears complete or not at all.
+pub fn write_file(path: &Path, bytes: &[u8], mode: Mode, inputs: &[&Path]) -> anyhow::Result<()> {
+    check_output(path, inputs)?;
+    let cannot = |e: std::io::Error| {
+        err(
+            Exit::CannotWrite,
+            format!("cannot write {}: {e}", path.display()),
+        )
+    };
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| {
+            err(
+                Exit::CannotWrite,
+                format!("cannot write {}: it names no file", path.display()),
+            )
+        })?
+        .to_string_lossy()
+        .into_owned();
+    let prefix = format!(".{name}.nnc-tmp-");
+    remove_stale_temporaries(&dir, &prefix);
+    let file = match unnamed_temporary(&dir) {
+        Some(f) => f,
+        None => named_temporary(&dir, &prefix).map_err(cannot)?.0,
+    };
+    write_through(file, bytes, &dir, &prefix, path, mode).map_err(cannot)
+}
+
+/// Fills `file`, gives it a temporary name if it has none, and renames it over `target`.
+fn write_through(
+    mut file: TempFile,
+    bytes: &[u8],
+    dir: &Path,
+    prefix: &str,
+    target: &Path,
+    mode: Mode,
+) -> std::io::Result<()> {
+    file.handle.write_all(bytes)?;
+    file.handle.sync_all()?;
+    let temp_path = match &file.path {
+        Some(p) => p.clone(),
+        None => link_unnamed(&file.handle, dir, prefix)?,
+    };
+    file.path = Some(temp_path.clone());
+    std::fs::rename(&temp_path, target)?;
+    file.path = None;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        file.handle
+            .set_permissions(std::fs::Permissions::from_mode(mode.bits()))?;
+    }
+    #[cfg(not(unix))]
+    let _ = mode;
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// A temporary file being written: locked for as long as it is open, and removed if
+/// dropped while it still has a temporary name.
+struct TempFile {
+    handle: File,
+    path: Option<PathBuf>,
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if let Some(p) = &self.path {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// An unnamed file in `dir` (Linux `O_TMPFILE`, mode 0600), or `None` where the kernel
+/// or file system does not offer them.
+#[cfg(target_os = "linux")]
+fn unnamed_temporary(dir: &Path) -> Option<TempFile> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let handle = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir)
+        .ok()?;
+    handle.try_lock().ok()?;
+    Some(TempFile { handle, path: None })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn unnamed_temporary(_: &Path) -> Option<TempFile> {
+    None
+}
+
+/// Gives an unnamed file a temporary name in `dir` (hard-linking its `/proc` entry).
+#[cfg(target_os = "linux")]
+fn link_unnamed(file: &File, dir: &Path, prefix: &str) -> std::io::Result<PathBuf> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let source = std::ffi::CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
+        .map_err(std::io::Error::other)?;
+    for _ in 0..16 {
+        let target = dir.join(format!("{prefix}{:016x}", rand_suffix()));
+        let c_target = std::ffi::CString::new(target.as_os_str().as_bytes())
+            .map_err(std::io::Error::other)?;
+        // SAFETY: both paths are NUL-terminated C strings that outlive the call.
+        let r = unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                source.as_ptr(),
+                libc::AT_FDCWD,
+                c_target.as_ptr(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
+        };
+        if r == 0 {
+            return Ok(target);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::AlreadyExists {
+            return Err(e);
+        }
+    }
+    Err(std::io::Error::other("no free temporary name"))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn link_unnamed(_: &File, _: &Path, _: &str) -> std::io::Result<PathBuf> {
+    Err(std::io::Error::other("unnamed temporary files are not supported"))
+}
+
+/// A new named temporary file (mode 0600, locked) of nnc's pattern in `dir`.
+fn named_temporary(dir: &Path, prefix: &str) -> std::io::Result<(TempFile, PathBuf)> {
+    for _ in 0..16 {
+        let path = dir.join(format!("{prefix}{:016x}", rand_suffix()));
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true).write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        match options.open(&path) {
+            Ok(handle) => {
+                handle.lock()?;
+                return Ok((
+                    TempFile {
+                        handle,
+                        path: Some(path.clone()),
+                    },
+                    path,
+                ));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other("no free temporary name"))
+}
+
+/// Removes temporary files of `prefix` in `dir` that no live writer holds locked.
+fn remove_stale_temporaries(dir: &Path, prefix: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().starts_with(prefix) {
+            continue;
+        }
+        let path = entry.path();
+        if let Ok(f) = File::open(&path)
+            && f.try_lock().is_ok()
+        {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+fn rand_suffix() -> u64 {
+    nnc_formats::crypto::try_random_bytes::<8>().map_or_else(
+        |_| u64::from(std::process::id()) ^ 0x9e37_79b9_7f4a_7c15,
+        u64::from_le_bytes,
+    )
+}
+
+/// Writes text to a file (see [`write_file`]), or to stdout when `path` is `None` or `-`.
+pub fn to_file_or_stdout(path: Option<&Path>, text: &str, inputs: &[&Path]) -> anyhow::Result<()> {
     match path {
-        Some(p) if p != Path::new("-") => write_atomic(p, text.as_bytes()),
+        Some(p) if p != Path::new("-") => write_file(p, text.as_bytes(), Mode::Public, inputs),
         _ => stdout(text),
     }
 }

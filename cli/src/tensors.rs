@@ -2,9 +2,11 @@
 
 use std::path::Path;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use nnc_compiler::onnx::{proto, tensor};
 use nnc_formats::tensor::HostTensor;
+
+use crate::exit::{Exit, err, read_input};
 
 /// File formats for tensors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -33,20 +35,25 @@ impl TensorFormat {
 /// Reads a tensor file, its format chosen by extension.
 pub fn read(path: &Path) -> anyhow::Result<HostTensor> {
     match TensorFormat::of(path) {
-        Some(TensorFormat::Npy) => nnc_formats::npy::read_npy_file(path)
-            .with_context(|| format!("cannot read tensor file {}", path.display())),
+        Some(TensorFormat::Npy) => {
+            let bytes = read_input(path, "tensor file")?;
+            nnc_formats::npy::read_npy(&bytes)
+                .with_context(|| format!("{} is not a valid .npy file", path.display()))
+        }
         Some(TensorFormat::Pb) => {
-            let bytes =
-                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            let bytes = read_input(path, "tensor file")?;
             let proto = proto::decode_tensor(&bytes)
                 .with_context(|| format!("{} is not an ONNX TensorProto", path.display()))?;
             tensor::tensor_to_host(&proto, &tensor::ExternalDataContext::none())
                 .with_context(|| format!("cannot read tensor file {}", path.display()))
         }
-        None => bail!(
-            "{}: unknown tensor file type (expected .npy or .pb)",
-            path.display()
-        ),
+        None => Err(err(
+            Exit::Malformed,
+            format!(
+                "{}: unknown tensor file type (expected .npy or .pb)",
+                path.display()
+            ),
+        )),
     }
 }
 

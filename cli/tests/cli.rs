@@ -124,7 +124,7 @@ fn a_wrong_key_fails_verification_as_wrong_key_or_tampered_file() {
         .success()
     );
     let o = run(nnc().arg("verify").arg(&out).arg("--key-file").arg(&other));
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(3), "integrity failures exit 3");
     assert!(
         stderr(&o).contains("wrong key or tampered file"),
         "{}",
@@ -645,7 +645,7 @@ fn compile_bind_input_freezes_a_graph_input() {
         .arg(&out)
         .args(["--encrypt", "none", "--bind-input"])
         .arg(format!("scale={}", scales.display())));
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("'scale'") && stderr(&o).contains("X, scales"),
         "{}",

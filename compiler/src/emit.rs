@@ -10,6 +10,8 @@ use crate::error::CompileError;
 pub struct EmitOptions<'a> {
     pub key: Option<&'a Key>,
     pub mode: Mode,
+    /// With a key: plaintext weights, the file authenticated with it (no secrecy).
+    pub authenticate_only: bool,
     pub reproducible: bool,
     /// Further sections to embed (the execution plan).
     pub extra_sections: Vec<(SectionKind, Vec<u8>)>,
@@ -25,6 +27,7 @@ pub fn emit(model: &Model, options: EmitOptions) -> Result<Vec<u8>, CompileError
     let write_options = WriteOptions {
         key: options.key,
         mode: options.mode,
+        authenticate_only: options.authenticate_only,
         reproducible: options.reproducible,
         producer: producer(),
         arena: None,

@@ -76,10 +76,11 @@ impl SourceFile {
             source,
         })?;
         let format = detect_format(path, &bytes).ok_or_else(|| {
-            CompileError::Options(format!(
-                "{}: cannot tell the model format (expected a .onnx or .tflite file)",
-                path.display()
-            ))
+            CompileError::invalid(
+                path.display().to_string(),
+                "not a model nnc reads: expected an ONNX (.onnx), TFLite (.tflite) or compiled \
+                 (.nnc) file",
+            )
         })?;
         Ok(SourceFile {
             bytes: bytes.into(),
@@ -102,6 +103,35 @@ impl SourceFile {
         let model = onnx::proto::decode_model(self.bytes.clone())?;
         Ok(onnx::declared_inputs(&model))
     }
+}
+
+/// Refuses a model with a tensor beyond the `tensor` limit: the runtime would have to
+/// allocate it (declared shapes cost nothing to write down).
+fn check_tensor_sizes(
+    model: &Model,
+    limits: &nnc_formats::limits::Limits,
+) -> Result<(), CompileError> {
+    for (i, o) in model.main.operands.iter().enumerate() {
+        if o.dimensions.contains(&0) {
+            continue;
+        }
+        let elements = nnc_formats::limits::element_count(&o.dimensions);
+        let size = o.operand_type.element_size().unwrap_or(1) as u64;
+        limits
+            .check_tensor(
+                || {
+                    if o.name.is_empty() {
+                        format!("operand {i}")
+                    } else {
+                        format!("operand {i} ('{}')", o.name)
+                    }
+                },
+                elements,
+                size,
+            )
+            .map_err(|e| CompileError::limit("model", e))?;
+    }
+    Ok(())
 }
 
 /// Reads, lowers and optimizes the model at `path`.
@@ -130,6 +160,7 @@ pub fn lower_bytes(
         }
     };
     let mut model = imported.model;
+    check_tensor_sizes(&model, &options.import.limits)?;
     let lowered_histogram = model.operation_histogram();
     let passes = if options.no_optimize {
         Vec::new()

@@ -33,6 +33,7 @@ fn compile(model: &Model, key: Option<&Key>, mode: Mode) -> Vec<u8> {
         EmitOptions {
             key,
             mode,
+            authenticate_only: false,
             reproducible: false,
             extra_sections: Vec::new(),
         },
@@ -404,6 +405,7 @@ fn reproducible_files_are_byte_identical() {
             EmitOptions {
                 key: Some(&key),
                 mode: Mode::Cbc,
+                authenticate_only: false,
                 reproducible: true,
                 extra_sections: Vec::new(),
             },

@@ -46,6 +46,7 @@ fn compile(model: &Model, key: Option<&Key>, mode: Mode) -> Vec<u8> {
         EmitOptions {
             key,
             mode,
+            authenticate_only: false,
             reproducible: false,
             extra_sections: Vec::new(),
         },

@@ -58,6 +58,7 @@ fn compile(
         EmitOptions {
             key: Some(key),
             mode: Mode::Ctr,
+            authenticate_only: false,
             reproducible: false,
             extra_sections: vec![(SectionKind::ExecutionPlan, plan.to_bytes())],
         },

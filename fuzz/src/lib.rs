@@ -43,7 +43,6 @@ pub fn fuzz_limits() -> Limits {
     Limits {
         max_tensor_bytes: 16 << 20,
         max_folded_bytes: 32 << 20,
-        max_operations: 20_000,
         max_arena_bytes: 64 << 20,
     }
 }
@@ -92,7 +91,7 @@ fn examine_nnc(bytes: &[u8]) {
         // What `nnc inspect` and `nnc dump` render.
         let _ = nnc_formats::nn::dump::to_text(&c.model);
         let _ = nnc_formats::nn::dump::to_json(&c.model);
-        let _ = nnc_formats::nn::dump::to_dot(&c.model);
+        let _ = nnc_formats::nn::dump::to_dot(&c.model, &Default::default());
         if let Some(plan) = c.section(nnc_formats::container::SectionKind::ExecutionPlan) {
             let _ = nnc_formats::plan::ExecutionPlan::from_bytes(
                 plan,
@@ -205,8 +204,25 @@ fn first_entry(root: &Path) -> Option<std::path::PathBuf> {
         .find(|p| p.is_dir())
 }
 
-/// A tiny compiled model (FULLY_CONNECTED with weights, then RELU) and its key.
+/// A tiny compiled model (FULLY_CONNECTED with weights and a fused RELU) and its key.
 fn cached_model() -> Option<(Vec<u8>, Key)> {
+    let m = cached_model_graph()?;
+    let key = Key::new(Algorithm::Aes128, &FUZZ_KEY).ok()?;
+    let bytes = nnc_compiler::emit::emit(
+        &m,
+        nnc_compiler::emit::EmitOptions {
+            key: Some(&key),
+            mode: Mode::Ctr,
+            authenticate_only: false,
+            reproducible: true,
+            extra_sections: Vec::new(),
+        },
+    )
+    .ok()?;
+    Some((bytes, key))
+}
+
+fn cached_model_graph() -> Option<nnc_formats::nn::Model> {
     use nnc_formats::nn::{IoInfo, Lifetime, Model, Operand, OperandType, OperationType};
     use nnc_formats::tensor::DataType;
     let mut m = Model::default();
@@ -230,18 +246,7 @@ fn cached_model() -> Option<(Vec<u8>, Key)> {
     };
     m.input_info = vec![info("x")];
     m.output_info = vec![info("y")];
-    let key = Key::new(Algorithm::Aes128, &FUZZ_KEY).ok()?;
-    let bytes = nnc_compiler::emit::emit(
-        &m,
-        nnc_compiler::emit::EmitOptions {
-            key: Some(&key),
-            mode: Mode::Ctr,
-            reproducible: true,
-            extra_sections: Vec::new(),
-        },
-    )
-    .ok()?;
-    Some((bytes, key))
+    Some(m)
 }
 
 /// Device-profile JSON through parsing and validation, and, when it is accepted,
@@ -329,6 +334,7 @@ pub fn compile_pipeline(data: &[u8]) {
         nnc_compiler::emit::EmitOptions {
             key: Some(&key),
             mode: Mode::Cbc,
+            authenticate_only: false,
             reproducible: true,
             extra_sections: Vec::new(),
         },
@@ -342,4 +348,88 @@ pub fn compile_pipeline(data: &[u8]) {
     if let Ok(model) = PreparedModel::load_bytes(bytes, &npu, &load_options()) {
         run_with_zeros(&model);
     }
+}
+
+/// Seeds made by nnc itself for `target` (file name, bytes): what no file in the
+/// repository provides. Empty for targets seeded from files only.
+pub fn generated_seeds(target: &str) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    match target {
+        "nnc_file" => {
+            let models: Vec<(&str, nnc_formats::nn::Model)> = [
+                ("fc", cached_model_graph()),
+                ("tiny_cnn", small_model()),
+            ]
+            .into_iter()
+            .filter_map(|(n, m)| Some((n, m?)))
+            .collect();
+            let Ok(key) = Key::new(Algorithm::Aes128, &FUZZ_KEY) else {
+                return out;
+            };
+            for (name, model) in &models {
+                for (label, key, mode, authenticate_only) in [
+                    ("none", None, Mode::Ctr, false),
+                    ("hmac", Some(&key), Mode::Ctr, true),
+                    ("ctr", Some(&key), Mode::Ctr, false),
+                    ("cbc", Some(&key), Mode::Cbc, false),
+                    ("ecb", Some(&key), Mode::Ecb, false),
+                ] {
+                    if let Ok(bytes) = nnc_compiler::emit::emit(
+                        model,
+                        nnc_compiler::emit::EmitOptions {
+                            key,
+                            mode,
+                            authenticate_only,
+                            reproducible: true,
+                            extra_sections: Vec::new(),
+                        },
+                    ) {
+                        out.push((format!("{name}-{label}.nnc"), bytes));
+                    }
+                }
+            }
+        }
+        "cache_dir" => {
+            if let Some(parts) = real_cache_files() {
+                out.push(("cache.bin".into(), parts.join(&b"\n--\n"[..])));
+            }
+        }
+        "npy" => {
+            use nnc_formats::tensor::DataType;
+            for dtype in DataType::ALL {
+                let t = HostTensor {
+                    dtype,
+                    shape: vec![2, 3],
+                    data: (0..6 * dtype.size()).map(|i| i as u8).collect(),
+                };
+                out.push((format!("{}.npy", dtype.name()), nnc_formats::npy::write_npy(&t)));
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// The files of a real compilation-cache entry of [`cached_model`]: index, model cache,
+/// data cache.
+fn real_cache_files() -> Option<Vec<Vec<u8>>> {
+    let (model, key) = cached_model()?;
+    let tmp = tempfile::tempdir().ok()?;
+    let root = tmp.path().join("cache");
+    let options = LoadOptions {
+        cache: Some(nnc_runtime::CacheConfig {
+            dir: root.clone(),
+            token: None,
+        }),
+        ..load_options()
+    };
+    let npu = SimulatedNpu::new("npu0");
+    npu.install_key(key.as_bytes());
+    PreparedModel::load_bytes(model, &npu, &options).ok()?;
+    let entry = first_entry(&root)?;
+    Some(vec![
+        std::fs::read(root.join("index.json")).ok()?,
+        std::fs::read(entry.join("model-0.bin")).ok()?,
+        std::fs::read(entry.join("data-0.bin")).ok()?,
+    ])
 }

@@ -243,7 +243,7 @@ struct DecodedStep {
 fn decode_entry(
     step: &CacheStep,
     entry: CacheEntry,
-    key_for: &dyn Fn(usize, &Token) -> Result<Option<nnc_formats::cache::DataCacheKey>>,
+    key: Option<&nnc_formats::cache::CacheKey>,
 ) -> Result<DecodedStep> {
     let image = if step.model_files > 0 {
         let payload: Vec<u8> = entry.model.concat();
@@ -251,11 +251,10 @@ fn decode_entry(
     } else {
         None
     };
-    let key = key_for(step.device, &step.token)?;
     let mut weights = Vec::new();
     for (part, file) in entry.data.into_iter().enumerate() {
         let plain = open_data(
-            key.as_ref(),
+            key,
             &step.token,
             part as u16,
             step.data_files as u16,
@@ -271,14 +270,15 @@ fn decode_entry(
 pub(crate) fn try_hit(
     dir: &CacheDir,
     steps: &[CacheStep],
-    key_for: &dyn Fn(usize, &Token) -> Result<Option<nnc_formats::cache::DataCacheKey>>,
+    key_for: &dyn Fn(usize, &Token) -> Result<Option<nnc_formats::cache::CacheKey>>,
     warnings: &mut Vec<String>,
 ) -> Result<Option<Hit>> {
     let mut image: Option<ProgramImage> = None;
     let mut weights = Vec::new();
     for step in steps {
+        let key = key_for(step.device, &step.token)?;
         let entry = match dir
-            .lookup(&step.token, step.model_files, step.data_files)
+            .lookup(&step.token, step.model_files, step.data_files, key.as_ref())
             .map_err(cache_err)?
         {
             Lookup::Miss => return Ok(None),
@@ -292,7 +292,7 @@ pub(crate) fn try_hit(
             }
             Lookup::Hit(entry) => entry,
         };
-        let decoded = decode_entry(step, entry, key_for);
+        let decoded = decode_entry(step, entry, key.as_ref());
         match decoded {
             Ok(DecodedStep {
                 image: step_image,
@@ -336,7 +336,7 @@ pub(crate) fn store(
     steps: &[CacheStep],
     image: &ProgramImage,
     prepared: &dyn Fn(usize) -> Result<Option<zeroize::Zeroizing<Vec<u8>>>>,
-    key_for: &dyn Fn(usize, &Token) -> Result<Option<nnc_formats::cache::DataCacheKey>>,
+    key_for: &dyn Fn(usize, &Token) -> Result<Option<nnc_formats::cache::CacheKey>>,
 ) -> Result<()> {
     for step in steps {
         let model_parts = split(&encode_model(step, image), step.model_files);
@@ -364,7 +364,7 @@ pub(crate) fn store(
                 .map_err(cache_err)?,
             );
         }
-        dir.store(&step.token, &model_parts, &data_files)
+        dir.store(&step.token, &model_parts, &data_files, key.as_ref())
             .map_err(cache_err)?;
     }
     Ok(())

@@ -108,6 +108,10 @@ pub enum RuntimeError {
     #[error("{operation}: weights unavailable: {message}")]
     Weights { operation: OpRef, message: String },
 
+    /// The model asks for more memory than a resource limit allows.
+    #[error(transparent)]
+    Limit(#[from] nnc_formats::limits::LimitError),
+
     /// A buffer could not be allocated.
     #[error("cannot allocate {bytes} bytes")]
     OutOfMemory { bytes: usize },

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nnc_formats::container::{Container, Header, SectionKind};
+use nnc_formats::container::{Container, Header, SectionKind, copy_metadata};
 use nnc_formats::nn::IoInfo;
 use nnc_formats::plan::ExecutionPlan;
 use nnc_formats::tensor::HostTensor;
@@ -158,6 +158,8 @@ pub struct LoadOptions {
     pub cache: Option<CacheConfig>,
     /// How quantized convolutions and products requantize.
     pub requantization: Requantization,
+    /// How much memory the model may make the runtime allocate.
+    pub limits: nnc_formats::limits::Limits,
 }
 
 impl Default for LoadOptions {
@@ -166,6 +168,7 @@ impl Default for LoadOptions {
             threads: 1,
             cache: None,
             requantization: Requantization::default(),
+            limits: nnc_formats::limits::Limits::default(),
         }
     }
 }
@@ -227,11 +230,12 @@ impl PreparedModel {
         // plan), and program each device's crypto control register.
         let data: &[u8] = (*bytes).as_ref();
         // Nothing of the file is trusted before a device holding the key authenticates it.
-        devices.device_for("").authenticate(data)?;
-        let header = Header::read(data)?;
-        let register = header.crypto;
-        let (plan, op_count) = {
-            let container = Container::parse(data)?;
+        // The metadata region is copied once; authentication, the host's parse and every
+        // device's parse read that copy, never the (possibly memory-mapped) file again.
+        let metadata = copy_metadata(data)?;
+        devices.device_for("").authenticate(&metadata)?;
+        let (header, plan, op_count) = {
+            let container = Container::parse_with_metadata(data, metadata.clone())?;
             let op_count = container.model.main.operations.len();
             let plan = match container.section(SectionKind::ExecutionPlan) {
                 Some(section) => Some(
@@ -244,8 +248,9 @@ impl PreparedModel {
                 ),
                 None => None,
             };
-            (plan, op_count)
+            (container.header.clone(), plan, op_count)
         };
+        let register = header.crypto;
         // Compilation cache: try every step's entry before touching a weight field.
         let mut report = CacheReport::none();
         let cache_dir = match &options.cache {
@@ -263,7 +268,7 @@ impl PreparedModel {
         let key_for = |device: usize, token: &nnc_formats::cache::Token| {
             devices
                 .device_for(device_names.get(device).map_or("", String::as_str))
-                .data_cache_key(token)
+                .cache_key(token)
         };
         let mut hit = None;
         let mut steps = Vec::new();
@@ -287,7 +292,7 @@ impl PreparedModel {
                 let (model, w) =
                     devices
                         .device_for("")
-                        .attach(shared, register, None, verify_fields)?;
+                        .attach(shared, metadata, register, None, verify_fields)?;
                 let n = model.main.operations.len();
                 (model, vec![w], vec![0; n])
             }
@@ -303,6 +308,7 @@ impl PreparedModel {
                         .collect();
                     let (m, w) = devices.device_for(&device.name).attach(
                         Arc::clone(&shared),
+                        metadata.clone(),
                         register,
                         Some(&ops),
                         verify_fields,
@@ -323,17 +329,44 @@ impl PreparedModel {
                 (model, attached, by_operation)
             }
         };
-        let image = match hit {
-            Some(h) => {
-                for (device, op, weights) in h.weights {
-                    if let Some(d) = attached.get(device) {
-                        d.insert_prepared(op, weights);
+        // What nothing authenticates (the cache of a model without a key) is checked
+        // before use: prepared weights must have the layout their kernels expect, and the
+        // cached program is only compared with the one derived here.
+        let keyed = header.crypto.is_keyed();
+        let mut cached_image = None;
+        if let Some(h) = hit.take() {
+            let bad_layout = (!keyed)
+                .then(|| {
+                    h.weights.iter().find(|(device, op, weights)| {
+                        !prepared_layout_ok(&model, &attached, *device, *op, weights, options)
+                    })
+                })
+                .flatten()
+                .map(|(_, op, _)| *op);
+            match bad_layout {
+                Some(op) => {
+                    report.warnings.push(format!(
+                        "discarded the cache: the prepared weights of operation {op} do not \
+                         have the layout its kernel expects"
+                    ));
+                    report.outcome = CacheOutcome::Miss;
+                    if let Some((dir, _)) = &cache_dir {
+                        for step in &steps {
+                            let _ = dir.remove(&step.token);
+                        }
                     }
                 }
-                Some(h.image)
+                None => {
+                    for (device, op, weights) in h.weights {
+                        if let Some(d) = attached.get(device) {
+                            d.insert_prepared(op, weights);
+                        }
+                    }
+                    cached_image = Some(h.image);
+                }
             }
-            None => None,
-        };
+        }
+        let image = if keyed { cached_image.clone() } else { None };
         let provider: Arc<dyn WeightProvider> = Arc::new(PlanWeights {
             by_operation,
             devices: attached.clone(),
@@ -344,6 +377,7 @@ impl PreparedModel {
         let prepare_options = PrepareOptions {
             threads: options.threads,
             requantization: options.requantization,
+            limits: options.limits,
         };
         let program = match (
             &image,
@@ -365,6 +399,26 @@ impl PreparedModel {
             }
             (None, Err(e)) => return Err(e),
         };
+        if !keyed
+            && let Some(cached) = &cached_image
+            && *cached != program.image()
+        {
+            report.warnings.push(
+                "discarded the cached program: it differs from the one this model prepares \
+                 to (stale or altered)"
+                    .into(),
+            );
+            report.outcome = CacheOutcome::Miss;
+        }
+        if report.outcome == CacheOutcome::Miss
+            && let Some((dir, _)) = &cache_dir
+            && !report.warnings.is_empty()
+        {
+            // A bad entry is cleaned before it is written anew.
+            for step in &steps {
+                let _ = dir.remove(&step.token);
+            }
+        }
         if let (Some((dir, _)), CacheOutcome::Miss) = (&cache_dir, report.outcome) {
             let image = program.image();
             let prepared = |op: usize| -> Result<Option<zeroize::Zeroizing<Vec<u8>>>> {
@@ -484,6 +538,34 @@ impl PreparedModel {
         Execution {
             handle: std::thread::spawn(move || model.run(&inputs)),
         }
+    }
+}
+
+/// True when cached prepared weights for operation `op` have the layout its kernel
+/// prepares (see [`NpuWeights::layout_matches`]).
+fn prepared_layout_ok(
+    model: &nnc_formats::nn::Model,
+    attached: &[Arc<NpuWeights>],
+    device: usize,
+    op: usize,
+    weights: &PreparedWeights,
+    options: &LoadOptions,
+) -> bool {
+    let (Some(d), Some(operation)) = (attached.get(device), model.main.operations.get(op)) else {
+        return false;
+    };
+    let inline = |i: u32| match model.main.operands.get(i as usize)?.lifetime {
+        nnc_formats::nn::Lifetime::ConstantCopy => model.constant_bytes(i),
+        _ => None,
+    };
+    match crate::kernels::build_with(
+        operation,
+        &model.main.operands,
+        inline,
+        options.requantization,
+    ) {
+        Ok(kernel) => d.layout_matches(op, kernel.as_ref(), weights),
+        Err(_) => false,
     }
 }
 

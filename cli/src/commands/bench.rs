@@ -31,6 +31,8 @@ pub struct Args {
     /// Print one JSON object on stdout.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub limits: super::LimitArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -49,6 +51,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         input_shapes: Vec::new(),
         cache_dir: None,
         token: None,
+        limits: args.limits.clone(),
     };
     let start = Instant::now();
     let (model, _devices) = super::run::load(&run_args)?;

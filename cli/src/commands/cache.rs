@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use nnc_formats::cache::CacheDir;
+use nnc_formats::cache::{CacheDir, EntryStatus};
 use serde_json::json;
 
 use crate::output;
@@ -13,15 +13,22 @@ use crate::output;
 pub enum Action {
     /// List entries with their size and last use, most recent first.
     Ls(Dir),
-    /// Check every entry's files against the index; exit 1 if any is damaged.
-    Verify(Dir),
+    /// Check every entry's files against the index, and with the models' key, each
+    /// authenticated entry's tag; exit 1 if any is damaged.
+    Verify {
+        #[command(flatten)]
+        dir: Dir,
+        /// The models' key: entries of models with a key are checked only with it.
+        #[command(flatten)]
+        key: crate::keys::KeyArgs,
+    },
     /// Remove least-recently-used entries beyond a size limit, and leftovers of
     /// interrupted writes.
     Clean {
         #[command(flatten)]
         dir: Dir,
         /// Keep at most this much (e.g. 500M, 2G, 123456; default 0: remove everything).
-        #[arg(long, value_name = "SIZE", value_parser = parse_size, default_value = "0")]
+        #[arg(long, value_name = "SIZE", value_parser = nnc_formats::limits::parse_size, default_value = "0")]
         max_size: u64,
     },
 }
@@ -35,34 +42,12 @@ pub struct Dir {
     pub json: bool,
 }
 
-/// `123`, `64K`, `500M`, `2G` (powers of 1024).
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let (digits, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => t.split_at(i),
-        None => (t, ""),
-    };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("'{text}' is not a size (e.g. 500M)"))?;
-    let scale: u64 = match unit.to_ascii_uppercase().as_str() {
-        "" | "B" => 1,
-        "K" | "KB" | "KIB" => 1 << 10,
-        "M" | "MB" | "MIB" => 1 << 20,
-        "G" | "GB" | "GIB" => 1 << 30,
-        _ => {
-            return Err(format!(
-                "'{text}': unknown size unit '{unit}' (use K, M or G)"
-            ));
-        }
-    };
-    n.checked_mul(scale)
-        .ok_or_else(|| format!("'{text}' is too large"))
-}
-
 fn open(dir: &std::path::Path) -> anyhow::Result<CacheDir> {
     if !dir.is_dir() {
-        anyhow::bail!("{} is not a cache directory", dir.display());
+        return Err(crate::exit::err(
+            crate::exit::Exit::MissingInput,
+            format!("{} is not a cache directory", dir.display()),
+        ));
     }
     CacheDir::open(dir, nnc_runtime::cache::CACHE_VERSION)
         .with_context(|| format!("cannot open cache {}", dir.display()))
@@ -91,13 +76,29 @@ pub fn run(action: Action) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Action::Verify(d) => {
-            let results = open(&d.dir)?.verify()?;
-            let bad = results.iter().filter(|(_, p)| p.is_some()).count();
+        Action::Verify { dir: d, key } => {
+            let master = if key.given() {
+                Some(key.require_raw("the cache's models")?)
+            } else {
+                None
+            };
+            let results = open(&d.dir)?.verify(master.as_deref().map(|k| k.as_slice()))?;
+            let bad = results
+                .iter()
+                .filter(|(_, s)| matches!(s, EntryStatus::Damaged(_)))
+                .count();
+            let unchecked = results
+                .iter()
+                .filter(|(_, s)| matches!(s, EntryStatus::Unchecked(_)))
+                .count();
             if d.json {
                 let list: Vec<_> = results
                     .iter()
-                    .map(|(e, p)| json!({"token": e.token, "ok": p.is_none(), "problem": p}))
+                    .map(|(e, s)| match s {
+                        EntryStatus::Ok => json!({"token": e.token, "status": "ok", "ok": true}),
+                        EntryStatus::Unchecked(why) => json!({"token": e.token, "status": "unchecked", "ok": true, "problem": why}),
+                        EntryStatus::Damaged(why) => json!({"token": e.token, "status": "damaged", "ok": false, "problem": why}),
+                    })
                     .collect();
                 output::stdout(&format!(
                     "{}\n",
@@ -107,19 +108,27 @@ pub fn run(action: Action) -> anyhow::Result<ExitCode> {
                 ))?;
             } else {
                 let mut text = String::new();
-                for (e, p) in &results {
-                    match p {
-                        None => text.push_str(&format!("  {}  OK\n", e.token)),
-                        Some(p) => text.push_str(&format!("  {}  DAMAGED: {p}\n", e.token)),
+                for (e, s) in &results {
+                    match s {
+                        EntryStatus::Ok => text.push_str(&format!("  {}  OK\n", e.token)),
+                        EntryStatus::Unchecked(why) => {
+                            text.push_str(&format!("  {}  NOT CHECKED: {why}\n", e.token))
+                        }
+                        EntryStatus::Damaged(why) => {
+                            text.push_str(&format!("  {}  DAMAGED: {why}\n", e.token))
+                        }
                     }
                 }
-                text.push_str(&format!("{} entries, {bad} damaged\n", results.len()));
+                text.push_str(&format!(
+                    "{} entries, {bad} damaged, {unchecked} not checked\n",
+                    results.len()
+                ));
                 output::stdout(&text)?;
             }
             Ok(if bad == 0 {
                 ExitCode::SUCCESS
             } else {
-                ExitCode::from(crate::exit::FAILURE)
+                ExitCode::from(crate::exit::Exit::Failure.code())
             })
         }
         Action::Clean { dir, max_size } => {

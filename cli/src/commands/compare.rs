@@ -3,9 +3,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::bail;
 use nnc_formats::tensor::{DataType, HostTensor};
+use serde_json::json;
 
+use crate::exit::{Exit, err};
 use crate::output;
 use crate::tensors;
 
@@ -24,6 +25,9 @@ pub struct Args {
     /// Tolerance for integer elements (e.g. 1 for quantized outputs).
     #[arg(long, default_value_t = 0)]
     pub int_tolerance: i64,
+    /// Print the result as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn values(t: &HostTensor) -> Vec<f64> {
@@ -78,14 +82,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let actual = tensors::read(&args.actual)?;
     let expected = tensors::read(&args.expected)?;
     if actual.dtype != expected.dtype {
-        bail!(
-            "element types differ: {} vs {}",
-            actual.dtype,
-            expected.dtype
-        );
+        return Err(err(
+            Exit::Failure,
+            format!(
+                "element types differ: {} vs {}",
+                actual.dtype, expected.dtype
+            ),
+        ));
     }
     if actual.shape != expected.shape {
-        bail!("shapes differ: {:?} vs {:?}", actual.shape, expected.shape);
+        return Err(err(
+            Exit::Failure,
+            format!("shapes differ: {:?} vs {:?}", actual.shape, expected.shape),
+        ));
     }
     let float = matches!(actual.dtype, DataType::F32 | DataType::F64 | DataType::F16);
     let (a, e) = (values(&actual), values(&expected));
@@ -120,10 +129,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         worst.1,
         worst.0
     );
-    output::stdout(&summary)?;
+    if args.json {
+        let report = json!({
+            "schema": "nnc.compare/1",
+            "ok": failures == 0,
+            "elements": a.len(),
+            "outside_tolerance": failures,
+            "largest_difference": if worst.1.is_finite() { json!(worst.1) } else { json!(null) },
+            "at_element": worst.0,
+            "atol": args.atol,
+            "rtol": args.rtol,
+            "int_tolerance": args.int_tolerance,
+        });
+        output::stdout(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
+    } else {
+        output::stdout(&summary)?;
+    }
     Ok(if failures == 0 {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(crate::exit::FAILURE)
+        ExitCode::from(Exit::Failure.code())
     })
 }

@@ -1,19 +1,20 @@
 //! `nnc compile`: a source model in, an encrypted `.nnc` out.
 
-use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use nnc_compiler::emit::{self, EmitOptions};
 use nnc_formats::container::Container;
-use nnc_formats::crypto::{Algorithm, Mode};
+use nnc_formats::crypto::{Algorithm, Key, Mode};
 use serde_json::json;
 
 use super::{EncryptArg, ModeArg};
+use crate::exit::{Exit, err};
 use crate::keys::KeyArgs;
 use crate::output;
+use crate::progress::Progress;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -23,7 +24,9 @@ pub struct Args {
     #[arg(short, long, value_name = "OUT.nnc")]
     pub output: PathBuf,
     /// Weight cipher. The default, AES-128, runs on AES-NI; SM4 is for deployments that
-    /// must use it. `none` writes plaintext weights (still integrity-checked).
+    /// must use it. `none` writes plaintext weights: with a key, the file is still
+    /// authenticated with it (HMAC-SHA-256); without one, only SHA-256 digests protect
+    /// it against corruption (not against deliberate changes).
     #[arg(long, value_enum, default_value = "aes128")]
     pub encrypt: EncryptArg,
     /// Cipher mode. The default, CTR, needs no padding and decrypts in parallel; ECB
@@ -68,59 +71,64 @@ pub struct Args {
     /// checksum.
     #[arg(long, value_name = "HEX", requires = "cache_dir")]
     pub token: Option<String>,
+    #[command(flatten)]
+    pub limits: super::LimitArgs,
 }
 
-/// Stage messages on stderr, only when a person is watching.
-struct Progress {
-    on: bool,
-    start: Instant,
-}
-
-impl Progress {
-    fn stage(&self, what: &str) {
-        if self.on {
-            eprintln!("nnc: [{:>6.2}s] {what}", self.start.elapsed().as_secs_f64());
-        }
-    }
+/// The key of `--encrypt none` with a key: any nnc key authenticates (its length only
+/// decides which AES key type carries it; it encrypts nothing).
+fn authentication_key(args: &Args) -> anyhow::Result<Key> {
+    let raw = args.key.require_raw("--encrypt none with a key")?;
+    let algorithm = match raw.len() {
+        24 => Algorithm::Aes192,
+        32 => Algorithm::Aes256,
+        _ => Algorithm::Aes128,
+    };
+    Ok(Key::new(algorithm, &raw)?)
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let progress = Progress {
-        on: std::io::stderr().is_terminal() && !args.json,
-        start: Instant::now(),
-    };
+    let progress = Progress::new(!args.json);
     let algorithm: Option<Algorithm> = args.encrypt.into();
     let mode: Mode = args.mode.into();
     let key = match algorithm {
         Some(a) => match args.key.load(a)? {
             Some(k) => Some(k),
-            None => bail!(
-                "nnc compile encrypts weights ({}-{} by default) and needs a key: pass --key-file FILE or --key-env VAR \
-                 (make one with `nnc keygen --algorithm {} -o FILE`), or --encrypt none",
-                a.name(),
-                mode.name(),
-                a.name()
-            ),
-        },
-        None => {
-            if args.key.given() {
-                bail!("--encrypt none takes no key");
+            None => {
+                return Err(err(
+                    Exit::Usage,
+                    format!(
+                        "nnc compile encrypts weights ({}-{} by default) and needs a key: pass --key-file FILE or --key-env VAR \
+                         (make one with `nnc keygen --algorithm {} -o FILE`), or --encrypt none",
+                        a.name(),
+                        mode.name(),
+                        a.name()
+                    ),
+                ));
             }
-            None
-        }
+        },
+        None if args.key.given() => Some(authentication_key(&args)?),
+        None => None,
     };
-    if mode == Mode::Ecb && key.is_some() {
+    let authenticate_only = algorithm.is_none() && key.is_some();
+    // Every file the command reads; the output may be none of them.
+    let mut inputs: Vec<&Path> = vec![args.model.as_path()];
+    inputs.extend(args.bind_inputs.iter().map(|(_, p)| p.as_path()));
+    inputs.extend(args.devices.iter().map(PathBuf::as_path));
+    inputs.extend(args.key.key_file.as_deref());
+    output::check_output(&args.output, &inputs)?;
+    if mode == Mode::Ecb && algorithm.is_some() {
         eprintln!(
             "warning: ECB encrypts equal weight blocks to equal ciphertext blocks, revealing patterns; prefer ctr or cbc"
         );
     }
-    progress.stage(&format!("lowering {}", args.model.display()));
-    let mut options = super::lower_options(&args.input_shapes, false)?;
+    progress.stage(format!("lowering {}", args.model.display()));
+    let mut options = super::lower_options(&args.input_shapes, false, args.limits.limits())?;
     super::bind_inputs(&mut options, &args.bind_inputs)?;
     let started = Instant::now();
     let lowered = super::lower(&args.model, &options)?;
     let lower_ms = started.elapsed().as_secs_f64() * 1e3;
-    progress.stage(&format!(
+    progress.stage(format!(
         "lowered to {} operations",
         lowered.model.main.operations.len()
     ));
@@ -139,14 +147,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     .map_err(nnc_compiler::CompileError::from)?,
             );
         }
-        progress.stage(&format!(
+        progress.stage(format!(
             "partitioning across {} device profile(s)",
             profiles.len()
         ));
         let options = nnc_compiler::partition::PartitionOptions {
             mode: args.partition.into(),
             preference: args.preference.into(),
-            encryption: key.as_ref().map(|k| (k.algorithm(), mode)),
+            encryption: algorithm.map(|a| (a, mode)),
             no_plaintext_fallback: args.no_plaintext_fallback,
         };
         let (reordered, plan) = nnc_compiler::partition::partition(&model, &profiles, &options)
@@ -193,19 +201,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         model = reordered;
     }
     let started = Instant::now();
+    progress.stage(if algorithm.is_some() {
+        "encrypting the weights"
+    } else {
+        "writing the weights"
+    });
     let bytes = emit::emit(
         &model,
         EmitOptions {
             key: key.as_ref(),
             mode,
+            authenticate_only,
             reproducible: args.reproducible,
             extra_sections,
         },
     )
     .with_context(|| format!("cannot compile {}", args.model.display()))?;
     let emit_ms = started.elapsed().as_secs_f64() * 1e3;
-    progress.stage(&format!("writing {}", args.output.display()));
-    output::write_atomic(&args.output, &bytes)?;
+    progress.stage(format!("writing {}", args.output.display()));
+    output::write_file(&args.output, &bytes, output::Mode::Public, &inputs)?;
     let container =
         Container::parse(&bytes).context("internal error: the written file does not parse")?;
     let cache = match super::cache_config(args.cache_dir.as_deref(), args.token.as_deref())? {
@@ -220,6 +234,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let options = nnc_runtime::LoadOptions {
                 threads: 1,
                 cache: Some(config),
+                limits: args.limits.limits(),
                 ..Default::default()
             };
             let prepared = nnc_runtime::PreparedModel::load_bytes(bytes.clone(), &npu, &options)
@@ -230,7 +245,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .iter()
                 .find(|w| w.starts_with("could not write"))
             {
-                bail!("{w}");
+                return Err(err(Exit::CannotWrite, w.clone()));
             }
             for w in &report.warnings {
                 eprintln!("warning: {w}");
@@ -250,7 +265,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "weight_bytes": weight_bytes,
         "encryption": {
             "algorithm": algorithm.map_or("none", |a| a.name()),
-            "mode": if key.is_some() { mode.name() } else { "none" },
+            "mode": if algorithm.is_some() { mode.name() } else { "none" },
             "padding": container.header.crypto.padding.name(),
             "integrity": container.header.crypto.integrity.name(),
             "key_id": key.as_ref().map(|_| hex::encode(container.header.key_id)),
@@ -277,7 +292,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     mode.name(),
                     container.header.crypto.integrity.name()
                 ),
-                None => "unencrypted (SHA-256 digests)".into(),
+                None if key.is_some() => {
+                    "unencrypted, authenticated with the key (HMAC-SHA-256)".into()
+                }
+                None => "unencrypted and unauthenticated (SHA-256 digests detect corruption only)"
+                    .into(),
             }
         );
     }

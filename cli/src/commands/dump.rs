@@ -6,7 +6,9 @@ use anyhow::Context;
 use std::process::ExitCode;
 
 use nnc_formats::nn::dump::{self, DotOptions};
+use serde_json::json;
 
+use crate::exit::{Exit, err, read_input};
 use crate::output;
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -32,18 +34,36 @@ pub struct Args {
     /// Dump the model as the frontend lowered it, before optimization passes.
     #[arg(long)]
     pub no_optimize: bool,
+    #[command(flatten)]
+    pub limits: super::LimitArgs,
+    /// JSON on stdout: the graph as JSON (as `--format json`), or with `-o`, a summary of
+    /// what was written. Failures are one JSON error object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let to_stdout = args.output.as_deref().is_none_or(|p| p == std::path::Path::new("-"));
+    let format = match (args.json, args.format) {
+        (true, Format::Text) if to_stdout => Format::Json,
+        (true, Format::Json) | (false, _) => args.format,
+        (true, _) if !to_stdout => args.format,
+        (true, _) => {
+            return Err(err(
+                Exit::Usage,
+                "--json prints the graph as JSON on stdout; with --format dot, write the graph with -o FILE",
+            ));
+        }
+    };
     let (model, plan) = if super::is_compiled(&args.model)? {
-        let bytes = std::fs::read(&args.model)
-            .with_context(|| format!("cannot read {}", args.model.display()))?;
+        let bytes = read_input(&args.model, "model")?;
         let container = nnc_formats::container::Container::parse(&bytes)
             .with_context(|| format!("{} is not a valid nnc model file", args.model.display()))?;
         let plan = super::stored_plan(&container)?;
         (container.model, plan)
     } else {
-        let options = super::lower_options(&args.input_shapes, args.no_optimize)?;
+        let options =
+            super::lower_options(&args.input_shapes, args.no_optimize, args.limits.limits())?;
         (super::lower(&args.model, &options)?.model, None)
     };
     let model = &model;
@@ -73,11 +93,24 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let text = match args.format {
+    let text = match format {
         Format::Dot => dump::to_dot(model, &dot_options),
         Format::Json => format!("{}\n", serde_json::to_string_pretty(&dump::to_json(model))?),
         Format::Text => dump::to_text(model),
     };
-    output::to_file_or_stdout(args.output.as_deref(), &text)?;
+    output::to_file_or_stdout(args.output.as_deref(), &text, &[args.model.as_path()])?;
+    if args.json && !to_stdout {
+        let written = args.output.as_ref().map(|p| p.display().to_string());
+        output::stdout(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&json!({
+                "schema": "nnc.dump/1",
+                "model": args.model.display().to_string(),
+                "format": match format { Format::Dot => "dot", Format::Json => "json", Format::Text => "text" },
+                "output": written,
+                "bytes": text.len(),
+            }))?
+        ))?;
+    }
     Ok(ExitCode::SUCCESS)
 }

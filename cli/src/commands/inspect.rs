@@ -30,6 +30,8 @@ pub struct Args {
     /// operation, and for every device that declined it, the rule and value).
     #[arg(long)]
     pub partition: bool,
+    #[command(flatten)]
+    pub limits: super::LimitArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -37,11 +39,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return run_compiled(args);
     }
     if args.partition {
-        anyhow::bail!(
-            "--partition reports a compiled model's placement: compile with --devices first"
-        );
+        return Err(crate::exit::err(
+            crate::exit::Exit::Usage,
+            "--partition reports a compiled model's placement: compile with --devices first",
+        ));
     }
-    let options = super::lower_options(&args.input_shapes, args.no_optimize)?;
+    let options =
+        super::lower_options(&args.input_shapes, args.no_optimize, args.limits.limits())?;
     let lowered = super::lower(&args.model, &options)?;
     let report = source_report(&args.model, &lowered);
     if args.json {
@@ -202,14 +206,15 @@ fn source_text(r: &Value) -> String {
 fn run_compiled(args: Args) -> anyhow::Result<ExitCode> {
     use anyhow::Context;
     use nnc_formats::container::Container;
-    let bytes = std::fs::read(&args.model)
-        .with_context(|| format!("cannot read {}", args.model.display()))?;
+    let bytes = crate::exit::read_input(&args.model, "model")?;
     let container = Container::parse(&bytes)
         .with_context(|| format!("{} is not a valid nnc model file", args.model.display()))?;
-    let verified = if args.key.given() || !container.is_encrypted() {
-        let key = match container.header.crypto.algorithm {
-            Some(_) => Some(args.key.require_raw(&args.model.display().to_string())?),
-            None => None,
+    // Checked when a key is given, or when none is needed.
+    let verified = if args.key.given() || !container.header.crypto.is_keyed() {
+        let key = if args.key.given() {
+            Some(args.key.require_raw(&args.model.display().to_string())?)
+        } else {
+            None
         };
         container
             .verify(key.as_deref().map(|k| k.as_slice()))
@@ -274,7 +279,9 @@ pub fn compiled_report(
             "mode": h.crypto.mode.map(|m| m.name()),
             "padding": h.crypto.padding.name(),
             "integrity": h.crypto.integrity.name(),
-            "key_id": h.crypto.is_encrypted().then(|| hex::encode(h.key_id)),
+            "authenticated": h.crypto.is_keyed(),
+            "protection": super::verify::protection(&h.crypto).0,
+            "key_id": h.crypto.is_keyed().then(|| hex::encode(h.key_id)),
         },
         "reproducible": h.flags & FLAG_REPRODUCIBLE != 0,
         "sections": c.sections.iter().map(|s| json!({"kind": s.kind_name(), "offset": s.offset, "length": s.length})).collect::<Vec<_>>(),
@@ -315,8 +322,16 @@ fn compiled_text(r: &Value) -> String {
                 ""
             }
         ));
+    } else if crypto["authenticated"] == Value::Bool(true) {
+        s.push_str(&format!(
+            "encryption: none (weights in plaintext), authenticated with the key: integrity {}, key id {}\n",
+            crypto["integrity"].as_str().unwrap_or(""),
+            crypto["key_id"].as_str().unwrap_or("")
+        ));
     } else {
-        s.push_str("encryption: none (weights in plaintext), integrity SHA-256\n");
+        s.push_str(
+            "encryption: none (weights in plaintext), not authenticated: SHA-256 digests detect corruption only\n",
+        );
     }
     s.push_str(match &r["verified"] {
         Value::Bool(true) => "verified: yes\n",

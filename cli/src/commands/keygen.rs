@@ -1,13 +1,15 @@
 //! `nnc keygen`: a new random key, written to a file only its owner can read.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
 use nnc_formats::crypto::{Algorithm, Key};
+use serde_json::json;
+use zeroize::Zeroizing;
 
 use super::AlgorithmArg;
+use crate::exit::{Exit, err};
+use crate::output;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -20,47 +22,44 @@ pub struct Args {
     /// Replace an existing file.
     #[arg(long)]
     pub force: bool,
+    /// Print a JSON summary on stdout (never the key).
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let algorithm: Algorithm = args.algorithm.into();
-    if args.output.exists() && !args.force {
-        bail!(
-            "{} exists; pass --force to replace it",
+    if std::fs::symlink_metadata(&args.output).is_ok() && !args.force {
+        return Err(err(
+            Exit::CannotWrite,
+            format!(
+                "{} exists; pass --force to replace it",
+                args.output.display()
+            ),
+        ));
+    }
+    let key = Key::generate(algorithm)?;
+    let mut text: Zeroizing<String> = key.to_hex();
+    text.push('\n');
+    // Owner-only from the first byte: the temporary file is created 0600.
+    output::write_file(&args.output, text.as_bytes(), output::Mode::Private, &[])?;
+    let key_id = hex::encode(nnc_formats::container::key_id(key.as_bytes())?);
+    if args.json {
+        output::stdout(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&json!({
+                "schema": "nnc.keygen/1",
+                "output": args.output.display().to_string(),
+                "algorithm": algorithm.name(),
+                "key_id": key_id,
+            }))?
+        ))?;
+    } else {
+        eprintln!(
+            "wrote a new {} key to {} (mode 600; key id {key_id})",
+            algorithm.name(),
             args.output.display()
         );
     }
-    let key = Key::generate(algorithm)?;
-    let hex = key.to_hex();
-    let dir = match args.output.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    // NamedTempFile is created with mode 0600, so the key is never readable by others,
-    // not even for a moment; the rename then puts it in place.
-    let mut tmp = tempfile::NamedTempFile::new_in(&dir)
-        .with_context(|| format!("cannot create a file in {}", dir.display()))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o600))
-            .context("cannot restrict the key file's permissions")?;
-    }
-    tmp.write_all(hex.as_bytes())
-        .and_then(|()| tmp.write_all(b"\n"))
-        .context("cannot write the key")?;
-    tmp.as_file().sync_all().context("cannot write the key")?;
-    if args.force {
-        tmp.persist(&args.output)
-    } else {
-        tmp.persist_noclobber(&args.output)
-    }
-    .with_context(|| format!("cannot write {}", args.output.display()))?;
-    eprintln!(
-        "wrote a new {} key to {} (mode 600)",
-        algorithm.name(),
-        args.output.display()
-    );
     Ok(ExitCode::SUCCESS)
 }

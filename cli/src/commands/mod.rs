@@ -14,8 +14,32 @@ pub mod verify;
 use std::collections::HashMap;
 use std::path::Path;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use nnc_compiler::pipeline::{self, LowerOptions, Lowered};
+use nnc_formats::limits::{LimitKind, Limits};
+
+use crate::exit::{Exit, err};
+
+/// `--limit NAME=SIZE`, shared by every command that lowers or loads a model.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct LimitArgs {
+    /// Set a resource limit (repeatable): `tensor` (the largest tensor; default 1G),
+    /// `folded` (constants compile-time evaluation may create beyond the model's own
+    /// weights; default 256M), `arena` (intermediate tensors of one execution; default
+    /// 2G). SIZE takes K, M, G or T.
+    #[arg(long = "limit", value_name = "NAME=SIZE", value_parser = nnc_formats::limits::parse_limit)]
+    pub limits: Vec<(LimitKind, u64)>,
+}
+
+impl LimitArgs {
+    pub fn limits(&self) -> Limits {
+        let mut limits = Limits::default();
+        for &(kind, bytes) in &self.limits {
+            limits.set(kind, bytes);
+        }
+        limits
+    }
+}
 
 /// `--input-shape NAME=1x3x224x224` (also `NAME=1,3,224,224`).
 pub fn parse_input_shape(text: &str) -> Result<(String, Vec<u32>), String> {
@@ -62,7 +86,10 @@ pub fn bind_inputs(
             .insert(name.clone(), value)
             .is_some()
         {
-            bail!("--bind-input is given twice for '{name}'");
+            return Err(err(
+                Exit::Usage,
+                format!("--bind-input is given twice for '{name}'"),
+            ));
         }
     }
     Ok(())
@@ -72,11 +99,15 @@ pub fn bind_inputs(
 pub fn lower_options(
     input_shapes: &[(String, Vec<u32>)],
     no_optimize: bool,
+    limits: Limits,
 ) -> anyhow::Result<LowerOptions> {
     let mut shapes = HashMap::new();
     for (name, dims) in input_shapes {
         if shapes.insert(name.clone(), dims.clone()).is_some() {
-            bail!("--input-shape is given twice for '{name}'");
+            return Err(err(
+                Exit::Usage,
+                format!("--input-shape is given twice for '{name}'"),
+            ));
         }
     }
     let mut options = LowerOptions {
@@ -84,6 +115,7 @@ pub fn lower_options(
         ..Default::default()
     };
     options.import.input_shapes = shapes;
+    options.import.limits = limits;
     Ok(options)
 }
 
@@ -159,16 +191,29 @@ impl From<ModeArg> for nnc_formats::crypto::Mode {
     }
 }
 
-/// True when the file starts with the `.nnc` magic.
+/// True when the file is a compiled model: it starts with the `.nnc` magic, or is named
+/// `.nnc` (so that a damaged magic reads as a damaged `.nnc`, not as a source model).
 pub fn is_compiled(path: &Path) -> anyhow::Result<bool> {
     use std::io::Read;
-    let mut f =
-        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let cannot = |e: std::io::Error| {
+        err(
+            Exit::MissingInput,
+            format!("cannot read {}: {e}", path.display()),
+        )
+    };
+    let mut f = std::fs::File::open(path).map_err(cannot)?;
     let mut magic = [0u8; 8];
-    let n = f
-        .read(&mut magic)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(n == 8 && magic == nnc_formats::container::MAGIC)
+    let mut n = 0;
+    while n < magic.len() {
+        match f.read(&mut magic[n..]).map_err(cannot)? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    let named_nnc = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("nnc"));
+    Ok(named_nnc || (n == 8 && magic == nnc_formats::container::MAGIC))
 }
 
 /// The cache configuration from `--cache-dir` and `--token`.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use nnc_compiler::emit::{self, EmitOptions};
 use nnc_formats::crypto::Mode;
 use nnc_formats::nn::IoInfo;
@@ -14,6 +14,7 @@ use nnc_formats::tensor::HostTensor;
 use nnc_runtime::{Devices, LoadOptions, ModelFile, PreparedModel, SimulatedNpu};
 use serde_json::json;
 
+use crate::exit::{Exit, err};
 use crate::keys::KeyArgs;
 use crate::output;
 use crate::tensors::{self, TensorFormat};
@@ -62,6 +63,8 @@ pub struct Args {
     /// The token naming this model in the cache (64 hex digits), as given to compile.
     #[arg(long, value_name = "HEX", requires = "cache_dir")]
     pub token: Option<String>,
+    #[command(flatten)]
+    pub limits: super::LimitArgs,
 }
 
 /// Loads the model named in `args` onto a fresh simulated NPU (compiling a source model in
@@ -88,6 +91,7 @@ pub fn load_binding(
         threads: usize::from(args.threads),
         cache: super::cache_config(args.cache_dir.as_deref(), args.token.as_deref())?,
         requantization: args.requantization.into(),
+        limits: args.limits.limits(),
     };
     let device = |name: &str| {
         let npu = SimulatedNpu::new(name);
@@ -120,10 +124,13 @@ pub fn load_binding(
         Ok((model, devices, None))
     } else {
         if args.key.given() {
-            bail!(
-                "{} is a source model: it is compiled in memory without encryption, so it takes no key",
-                args.model.display()
-            );
+            return Err(err(
+                Exit::Usage,
+                format!(
+                    "{} is a source model: it is compiled in memory without encryption, so it takes no key",
+                    args.model.display()
+                ),
+            ));
         }
         let (lowered, bound) = compile_source(args, bind)?;
         let bytes = emit::emit(
@@ -131,6 +138,7 @@ pub fn load_binding(
             EmitOptions {
                 key: None,
                 mode: Mode::Ctr,
+                authenticate_only: false,
                 reproducible: true,
                 extra_sections: Vec::new(),
             },
@@ -152,7 +160,7 @@ fn compile_source(
 ) -> anyhow::Result<(nnc_compiler::pipeline::Lowered, Option<Bound>)> {
     use nnc_compiler::CompileError;
     let context = || format!("cannot compile {}", args.model.display());
-    let mut options = super::lower_options(&args.input_shapes, false)?;
+    let mut options = super::lower_options(&args.input_shapes, false, args.limits.limits())?;
     let source = nnc_compiler::pipeline::SourceFile::read(&args.model).with_context(context)?;
     let first = source.lower(&options);
     let supplied = args.input_dir.is_some() || !args.inputs.is_empty();
@@ -173,7 +181,10 @@ fn compile_source(
     let result = loop {
         for name in &needed {
             let Some(k) = names.iter().position(|n| n == name) else {
-                bail!("internal: the model needs unknown input '{name}' at compile time");
+                return Err(err(
+                    Exit::Internal,
+                    format!("the model needs unknown input '{name}' at compile time"),
+                ));
             };
             let value = match &tensors[k] {
                 Some(t) => t.clone(),
@@ -240,16 +251,28 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => (gather_inputs(&args, model.inputs())?, Vec::new()),
     };
     let (outputs, timing) = model.run_timed(&inputs).context("execution failed")?;
-    std::fs::create_dir_all(&args.output_dir)
-        .with_context(|| format!("cannot create {}", args.output_dir.display()))?;
+    std::fs::create_dir_all(&args.output_dir).map_err(|e| {
+        err(
+            Exit::CannotWrite,
+            format!("cannot create {}: {e}", args.output_dir.display()),
+        )
+    })?;
+    // No output may replace a file the run read.
+    let mut read: Vec<PathBuf> = vec![args.model.clone()];
+    if let Ok(files) = input_files(&args, &model.inputs().iter().map(|i| i.name.clone()).collect::<Vec<_>>()) {
+        read.extend(files);
+    }
+    let read: Vec<&Path> = read.iter().map(PathBuf::as_path).collect();
     let mut reported = Vec::new();
     for (k, (tensor, info)) in outputs.iter().zip(model.outputs()).enumerate() {
         let file = args
             .output_dir
             .join(format!("output_{k}.{}", args.output_format.extension()));
-        output::write_atomic(
+        output::write_file(
             &file,
             &tensors::encode(tensor, &info.name, args.output_format),
+            output::Mode::Public,
+            &read,
         )?;
         reported.push(json!({
             "name": info.name,
@@ -330,11 +353,16 @@ fn input_files(args: &Args, declared: &[String]) -> anyhow::Result<Vec<PathBuf>>
                 .find(|p| p.is_file());
             match found {
                 Some(p) => *slot = Some(p),
-                None => bail!(
-                    "{} has no input_{k}.npy or input_{k}.pb (input '{}')",
-                    dir.display(),
-                    declared[k]
-                ),
+                None => {
+                    return Err(err(
+                        Exit::MissingInput,
+                        format!(
+                            "{} has no input_{k}.npy or input_{k}.pb (input '{}')",
+                            dir.display(),
+                            declared[k]
+                        ),
+                    ));
+                }
             }
         }
     }
@@ -351,11 +379,14 @@ fn input_files(args: &Args, declared: &[String]) -> anyhow::Result<Vec<PathBuf>>
                     next_positional += 1;
                 }
                 if next_positional >= files.len() {
-                    bail!(
-                        "too many inputs: the model takes {} ({})",
-                        declared.len(),
-                        input_list(declared)
-                    );
+                    return Err(err(
+                        Exit::Usage,
+                        format!(
+                            "too many inputs: the model takes {} ({})",
+                            declared.len(),
+                            input_list(declared)
+                        ),
+                    ));
                 }
                 (next_positional, entry.as_str())
             }
@@ -369,10 +400,13 @@ fn input_files(args: &Args, declared: &[String]) -> anyhow::Result<Vec<PathBuf>>
         .map(|(_, d)| format!("'{d}'"))
         .collect();
     if !missing.is_empty() {
-        bail!(
-            "missing input(s) {}: give them with --input [NAME=]FILE or --input-dir DIR",
-            missing.join(", ")
-        );
+        return Err(err(
+            Exit::Usage,
+            format!(
+                "missing input(s) {}: give them with --input [NAME=]FILE or --input-dir DIR",
+                missing.join(", ")
+            ),
+        ));
     }
     Ok(files.into_iter().flatten().collect())
 }
@@ -383,13 +417,16 @@ fn input_list(declared: &[String]) -> String {
 
 fn check_input(k: usize, info: &IoInfo, t: &HostTensor, path: &Path) -> anyhow::Result<()> {
     if t.dtype != info.dtype {
-        bail!(
-            "input '{}' (#{k}) expects {}, but {} holds {}",
-            info.name,
-            info.dtype,
-            path.display(),
-            t.dtype
-        );
+        return Err(err(
+            Exit::Malformed,
+            format!(
+                "input '{}' (#{k}) expects {}, but {} holds {}",
+                info.name,
+                info.dtype,
+                path.display(),
+                t.dtype
+            ),
+        ));
     }
     let fits = t.shape.len() == info.dims.len()
         && t.shape
@@ -402,13 +439,16 @@ fn check_input(k: usize, info: &IoInfo, t: &HostTensor, path: &Path) -> anyhow::
             .iter()
             .map(|&d| if d == 0 { "?".into() } else { d.to_string() })
             .collect();
-        bail!(
-            "input '{}' (#{k}) expects shape [{}], but {} holds {:?}",
-            info.name,
-            dims.join(", "),
-            path.display(),
-            t.shape
-        );
+        return Err(err(
+            Exit::Malformed,
+            format!(
+                "input '{}' (#{k}) expects shape [{}], but {} holds {:?}",
+                info.name,
+                dims.join(", "),
+                path.display(),
+                t.shape
+            ),
+        ));
     }
     Ok(())
 }

@@ -1,12 +1,14 @@
-//! `nnc verify`: checks a `.nnc` file completely: structure, key, every tag.
+//! `nnc verify`: checks a `.nnc` file completely: structure, key, every tag, and says
+//! what protects it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use nnc_formats::container::Container;
+use nnc_formats::container::{Container, CryptoConfig};
 use serde_json::json;
 
+use crate::exit::read_input;
 use crate::keys::KeyArgs;
 use crate::output;
 
@@ -21,11 +23,29 @@ pub struct Args {
     pub json: bool,
 }
 
+/// What protects a file, in one word (`--json`) and in a sentence.
+pub fn protection(crypto: &CryptoConfig) -> (&'static str, &'static str) {
+    match (crypto.is_encrypted(), crypto.is_keyed()) {
+        (true, _) => (
+            "encrypted",
+            "weights encrypted; every byte authenticated with the key (HMAC-SHA-256)",
+        ),
+        (false, true) => (
+            "authenticated",
+            "weights NOT encrypted; every byte authenticated with the key (HMAC-SHA-256)",
+        ),
+        (false, false) => (
+            "digests",
+            "NOT encrypted and NOT authenticated: SHA-256 digests detect corruption only; \
+             anyone can write a file that passes (compile with a key for authenticity)",
+        ),
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let bytes = std::fs::read(&args.model)
-        .with_context(|| format!("cannot read {}", args.model.display()))?;
-    // A key only when one is given: an encrypted file without one fails with a message
-    // that says so.
+    let bytes = read_input(&args.model, "model")?;
+    // A key only when one is given: a file that needs one fails with a message that says
+    // so, and a key given for a file that is not authenticated with one is refused.
     let key = if args.key.given() {
         Some(args.key.require_raw(&args.model.display().to_string())?)
     } else {
@@ -34,6 +54,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (container, _) = Container::open(&bytes, key.as_deref().map(|k| k.as_slice()))
         .with_context(|| format!("{} failed verification", args.model.display()))?;
     let fields = container.fields.iter().flatten().count();
+    let (kind, sentence) = protection(&container.header.crypto);
     if args.json {
         output::stdout(&format!(
             "{}\n",
@@ -42,19 +63,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "model": args.model.display().to_string(),
                 "ok": true,
                 "encrypted": container.is_encrypted(),
+                "authenticated": container.header.crypto.is_keyed(),
+                "protection": kind,
                 "weight_fields": fields,
             }))?
         ))?;
     } else {
         output::stdout(&format!(
-            "{}: OK ({} weight fields and the metadata authenticate{})\n",
+            "{}: OK ({} weight fields and the metadata check out): {sentence}\n",
             args.model.display(),
             fields,
-            if container.is_encrypted() {
-                " under the given key"
-            } else {
-                "; unencrypted, SHA-256 digests"
-            }
         ))?;
     }
     Ok(ExitCode::SUCCESS)

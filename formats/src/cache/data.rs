@@ -23,15 +23,37 @@ const HEADER_LEN: usize = 8 + 2 + 2 + 2 + 1 + 1 + 32 + 12 + 8;
 const GCM: u8 = 1;
 const CHECKSUM: u8 = 2;
 
-/// The key that seals an encrypted model's data cache: HKDF-SHA-256 of the model's master
-/// key with the step's token as salt. Zeroized on drop.
-pub struct DataCacheKey(Zeroizing<Vec<u8>>);
+/// The keys of one cache entry of a model that has a key: HKDF-SHA-256 of the model's
+/// master key with the step's token as salt, one for sealing the data-cache files
+/// (AES-256-GCM) and one for authenticating the entry in the index (HMAC-SHA-256 over the
+/// digests of every file of the entry). Zeroized on drop.
+pub struct CacheKey {
+    data: Zeroizing<Vec<u8>>,
+    index: Zeroizing<Vec<u8>>,
+}
 
-impl DataCacheKey {
-    pub fn derive(master: &[u8], token: &Token) -> Result<DataCacheKey, CacheError> {
-        let key = hkdf_sha256(master, token, b"nnc/v1 data cache key", 32)
-            .map_err(|e| CacheError::Options(e.to_string()))?;
-        Ok(DataCacheKey(key))
+impl CacheKey {
+    pub fn derive(master: &[u8], token: &Token) -> Result<CacheKey, CacheError> {
+        let derive = |label: &[u8]| {
+            hkdf_sha256(master, token, label, 32).map_err(|e| CacheError::Options(e.to_string()))
+        };
+        Ok(CacheKey {
+            data: derive(b"nnc/v1 data cache key")?,
+            index: derive(b"nnc/v1 cache index key")?,
+        })
+    }
+
+    /// The tag of an index entry: binds the token to the digest of every model- and
+    /// data-cache file, so no file can be changed (nor its digest in the index) without
+    /// the model's key.
+    pub fn entry_tag(&self, token: &Token, model: &[String], data: &[String]) -> String {
+        let mut parts: Vec<&[u8]> = vec![b"nnc/v1 cache entry", token];
+        let counts = [model.len() as u32, data.len() as u32].map(u32::to_le_bytes);
+        parts.push(&counts[0]);
+        parts.extend(model.iter().map(String::as_bytes));
+        parts.push(&counts[1]);
+        parts.extend(data.iter().map(String::as_bytes));
+        hex::encode(crypto::hmac_sha256(&self.index, &parts))
     }
 }
 
@@ -58,7 +80,7 @@ fn header(
 
 /// Seals `plaintext` as data-cache file `part` of `count` for `token`.
 pub fn seal_data(
-    key: Option<&DataCacheKey>,
+    key: Option<&CacheKey>,
     token: &Token,
     part: u16,
     count: u16,
@@ -69,7 +91,7 @@ pub fn seal_data(
             let nonce: [u8; 12] =
                 crypto::try_random_bytes().map_err(|e| CacheError::Options(e.to_string()))?;
             let h = header(token, part, count, GCM, &nonce, plaintext.len() as u64 + 16);
-            let cipher = Aes256Gcm::new_from_slice(&k.0)
+            let cipher = Aes256Gcm::new_from_slice(&k.data)
                 .map_err(|_| CacheError::Options("bad data-cache key".into()))?;
             let mut buf = plaintext.to_vec();
             cipher
@@ -115,7 +137,7 @@ impl std::ops::Deref for OpenedData {
 /// authentication (GCM tag, or SHA-256 checksum), and returns the plaintext. A file from
 /// another model, slot or token, or with any changed or appended byte, is an error.
 pub fn open_data(
-    key: Option<&DataCacheKey>,
+    key: Option<&CacheKey>,
     token: &Token,
     part: u16,
     count: u16,
@@ -158,7 +180,7 @@ pub fn open_data(
             nonce.copy_from_slice(&file[48..60]);
             let mut tag = [0u8; 16];
             tag.copy_from_slice(&file[total - 16..]);
-            let cipher = Aes256Gcm::new_from_slice(&k.0).map_err(|_| invalid("bad key"))?;
+            let cipher = Aes256Gcm::new_from_slice(&k.data).map_err(|_| invalid("bad key"))?;
             let (header, rest) = file.split_at_mut(HEADER_LEN);
             let body = &mut rest[..total - HEADER_LEN - 16];
             cipher
@@ -198,7 +220,7 @@ mod tests {
     #[test]
     fn sealed_data_round_trips_and_rejects_every_alteration() {
         let token = [7u8; 32];
-        let key = DataCacheKey::derive(b"0123456789abcdef", &token).unwrap();
+        let key = CacheKey::derive(b"0123456789abcdef", &token).unwrap();
         let plain: Vec<u8> = (0..1000u32).map(|i| (i * 31) as u8).collect();
         for k in [Some(&key), None] {
             let file = seal_data(k, &token, 1, 2, &plain).unwrap();
@@ -227,7 +249,7 @@ mod tests {
         let file = seal_data(Some(&key), &token, 0, 1, &plain).unwrap();
         assert!(!file.windows(32).any(|w| w == &plain[100..132]));
         // Another model's key cannot open it.
-        let other = DataCacheKey::derive(b"fedcba9876543210", &token).unwrap();
+        let other = CacheKey::derive(b"fedcba9876543210", &token).unwrap();
         assert!(open_data(Some(&other), &token, 0, 1, file).is_err());
     }
 }

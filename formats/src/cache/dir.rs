@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::index::{Index, IndexEntry};
-use super::{CacheError, MAX_CACHE_FILES, Token};
+use super::{CacheError, CacheKey, MAX_CACHE_FILES, Token};
 use crate::crypto::{ct_eq, sha256};
 
 /// Model-cache file header: magic, u16 version, u16 part, u16 count, u16 reserved,
@@ -55,6 +55,15 @@ pub struct EntryInfo {
     pub created: u64,
     /// Seconds since the Unix epoch of the last hit (or the creation).
     pub last_used: u64,
+}
+
+/// What `verify` found of one entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryStatus {
+    Ok,
+    /// Authenticated with a key that was not given: its tag was not checked.
+    Unchecked(String),
+    Damaged(String),
 }
 
 /// What `clean` removed.
@@ -212,12 +221,15 @@ impl CacheDir {
     }
 
     /// Looks a token up under a shared lock. Every file is read once into memory, and
-    /// that buffer is what is hashed and returned.
+    /// that buffer is what is hashed and returned. `key` is the entry's key when the
+    /// model has one: the entry must then carry a tag that authenticates under it (and
+    /// must carry none otherwise).
     pub fn lookup(
         &self,
         token: &Token,
         model_files: usize,
         data_files: usize,
+        key: Option<&CacheKey>,
     ) -> Result<Lookup, CacheError> {
         let _lock = self.lock_shared()?;
         let (index, _) = self.read_index();
@@ -225,6 +237,9 @@ impl CacheDir {
         let Some(entry) = index.find(&hex_token) else {
             return Ok(Lookup::Miss);
         };
+        if let Some(problem) = entry_auth_problem(entry, token, key) {
+            return Ok(Lookup::Invalid(problem));
+        }
         if entry.model.len() != model_files || entry.data.len() != data_files {
             return Ok(Lookup::Invalid(format!(
                 "the entry has {} model and {} data files, the device needs {model_files} and {data_files}",
@@ -274,6 +289,7 @@ impl CacheDir {
         token: &Token,
         model: &[Vec<u8>],
         data: &[Vec<u8>],
+        key: Option<&CacheKey>,
     ) -> Result<(), CacheError> {
         if model.len() > MAX_CACHE_FILES || data.len() > MAX_CACHE_FILES {
             return Err(CacheError::Options(format!(
@@ -302,6 +318,7 @@ impl CacheDir {
         if let Some(existing) = index.find(&hex_token)
             && existing.model == model_hashes
             && existing.data.len() == data.len()
+            && entry_auth_problem(existing, token, key).is_none()
         {
             return Ok(());
         }
@@ -316,12 +333,14 @@ impl CacheDir {
             write_private(&dir.join(format!("data-{i}.bin")), f)?;
         }
         let bytes = model_files.iter().chain(data).map(|f| f.len() as u64).sum();
+        let tag = key.map(|k| k.entry_tag(token, &model_hashes, &data_hashes));
         index.entries.push(IndexEntry {
             token: hex_token,
             model: model_hashes,
             data: data_hashes,
             bytes,
             created: now(),
+            tag,
         });
         self.write_index(&index)
     }
@@ -357,9 +376,13 @@ impl CacheDir {
     }
 
     /// Checks every entry against the index: each file present, model files hashing to
-    /// the index, data files to their recorded hashes. Returns each entry with its
-    /// problem, if any.
-    pub fn verify(&self) -> Result<Vec<(EntryInfo, Option<String>)>, CacheError> {
+    /// the index, data files to their recorded hashes, and, given the models' master key,
+    /// each authenticated entry's tag. Returns each entry with its problem, if any; an
+    /// authenticated entry checked without a key reports that it could not be checked.
+    pub fn verify(
+        &self,
+        master: Option<&[u8]>,
+    ) -> Result<Vec<(EntryInfo, EntryStatus)>, CacheError> {
         let entries = self.list()?;
         let _lock = self.lock_shared()?;
         let (index, _) = self.read_index();
@@ -370,6 +393,17 @@ impl CacheDir {
             };
             let dir = self.root.join(&e.token);
             let mut problem = None;
+            let mut unchecked = false;
+            let token = parse_hex_token(&e.token);
+            match (&e.tag, master, token) {
+                (_, _, None) => problem = Some("its token is not 64 hex digits".into()),
+                (Some(_), Some(master), Some(token)) => {
+                    let key = CacheKey::derive(master, &token)?;
+                    problem = entry_auth_problem(e, &token, Some(&key));
+                }
+                (Some(_), None, Some(_)) => unchecked = true,
+                (None, _, Some(_)) => {}
+            }
             for (kind, hashes) in [("model", &e.model), ("data", &e.data)] {
                 for (i, expected) in hashes.iter().enumerate() {
                     let path = dir.join(format!("{kind}-{i}.bin"));
@@ -383,7 +417,15 @@ impl CacheDir {
                     }
                 }
             }
-            out.push((info, problem));
+            let status = match (problem, unchecked) {
+                (Some(p), _) => EntryStatus::Damaged(p),
+                (None, true) => EntryStatus::Unchecked(
+                    "authenticated with its model's key: give it (--key-file) to check the entry"
+                        .into(),
+                ),
+                (None, false) => EntryStatus::Ok,
+            };
+            out.push((info, status));
         }
         Ok(out)
     }
@@ -434,6 +476,33 @@ impl CacheDir {
             removed += usize::from(ok.is_ok());
         }
         removed
+    }
+}
+
+fn parse_hex_token(text: &str) -> Option<Token> {
+    let mut t = [0u8; 32];
+    hex::decode_to_slice(text, &mut t).ok().map(|()| t)
+}
+
+/// Why an index entry cannot be trusted for a model with key `key` (`None`: a model
+/// without a key), if it cannot.
+fn entry_auth_problem(entry: &IndexEntry, token: &Token, key: Option<&CacheKey>) -> Option<String> {
+    match (key, &entry.tag) {
+        (Some(k), Some(tag)) => {
+            let expected = k.entry_tag(token, &entry.model, &entry.data);
+            (!ct_eq(expected.as_bytes(), tag.as_bytes())).then(|| {
+                "its index entry does not authenticate under the model's key (altered, or \
+                 written for another key)"
+                    .to_string()
+            })
+        }
+        (Some(_), None) => Some(
+            "its index entry is not authenticated, but the model has a key".to_string(),
+        ),
+        (None, Some(_)) => Some(
+            "its index entry is authenticated with a key, but the model has none".to_string(),
+        ),
+        (None, None) => None,
     }
 }
 
@@ -488,10 +557,10 @@ mod tests {
     fn store_then_hit_then_clean() {
         let (_t, c) = dir();
         let token = [1u8; 32];
-        assert!(matches!(c.lookup(&token, 1, 1).unwrap(), Lookup::Miss));
-        c.store(&token, &[b"program".to_vec()], &[b"weights".to_vec()])
+        assert!(matches!(c.lookup(&token, 1, 1, None).unwrap(), Lookup::Miss));
+        c.store(&token, &[b"program".to_vec()], &[b"weights".to_vec()], None)
             .unwrap();
-        match c.lookup(&token, 1, 1).unwrap() {
+        match c.lookup(&token, 1, 1, None).unwrap() {
             Lookup::Hit(e) => {
                 assert_eq!(e.model, vec![b"program".to_vec()]);
                 assert_eq!(e.data, vec![b"weights".to_vec()]);
@@ -501,7 +570,7 @@ mod tests {
         assert_eq!(c.list().unwrap().len(), 1);
         let report = c.clean(0).unwrap();
         assert_eq!(report.removed_entries.len(), 1);
-        assert!(matches!(c.lookup(&token, 1, 1).unwrap(), Lookup::Miss));
+        assert!(matches!(c.lookup(&token, 1, 1, None).unwrap(), Lookup::Miss));
     }
 
     #[test]
@@ -510,7 +579,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let (_t, c) = dir();
         let token = [2u8; 32];
-        c.store(&token, &[b"p".to_vec()], &[b"d".to_vec()]).unwrap();
+        c.store(&token, &[b"p".to_vec()], &[b"d".to_vec()], None).unwrap();
         let entry = c.root().join(hex::encode(token));
         for f in ["model-0.bin", "data-0.bin"] {
             assert_eq!(
@@ -536,7 +605,7 @@ mod tests {
     fn altered_model_caches_are_invalid() {
         let (_t, c) = dir();
         let token = [3u8; 32];
-        c.store(&token, &[b"program bytes".to_vec()], &[]).unwrap();
+        c.store(&token, &[b"program bytes".to_vec()], &[], None).unwrap();
         let path = c.root().join(hex::encode(token)).join("model-0.bin");
         let good = fs::read(&path).unwrap();
         for pos in 0..good.len() {
@@ -544,7 +613,7 @@ mod tests {
             bad[pos] ^= 1;
             fs::write(&path, &bad).unwrap();
             assert!(
-                matches!(c.lookup(&token, 1, 0).unwrap(), Lookup::Invalid(_)),
+                matches!(c.lookup(&token, 1, 0, None).unwrap(), Lookup::Invalid(_)),
                 "flip at {pos}"
             );
         }
@@ -552,7 +621,7 @@ mod tests {
         longer.push(0);
         fs::write(&path, &longer).unwrap();
         assert!(matches!(
-            c.lookup(&token, 1, 0).unwrap(),
+            c.lookup(&token, 1, 0, None).unwrap(),
             Lookup::Invalid(_)
         ));
     }
@@ -564,24 +633,69 @@ mod tests {
         let token = [4u8; 32];
         CacheDir::open(&root, "1.0")
             .unwrap()
-            .store(&token, &[b"p".to_vec()], &[])
+            .store(&token, &[b"p".to_vec()], &[], None)
             .unwrap();
         let newer = CacheDir::open(&root, "2.0").unwrap();
-        assert!(matches!(newer.lookup(&token, 1, 0).unwrap(), Lookup::Miss));
-        newer.store(&[5u8; 32], &[b"q".to_vec()], &[]).unwrap();
+        assert!(matches!(newer.lookup(&token, 1, 0, None).unwrap(), Lookup::Miss));
+        newer.store(&[5u8; 32], &[b"q".to_vec()], &[], None).unwrap();
         // The old version's entry directory is gone.
         assert!(!root.join(hex::encode(token)).exists());
         assert_eq!(newer.list().unwrap().len(), 1);
     }
 
     #[test]
+    fn entries_of_keyed_models_authenticate_their_files() {
+        let (_t, c) = dir();
+        let token = [9u8; 32];
+        let key = CacheKey::derive(&[1u8; 16], &token).unwrap();
+        c.store(&token, &[b"program".to_vec()], &[b"sealed".to_vec()], Some(&key))
+            .unwrap();
+        assert!(matches!(
+            c.lookup(&token, 1, 1, Some(&key)).unwrap(),
+            Lookup::Hit(_)
+        ));
+        // Another key, or none, is not this entry's.
+        let other = CacheKey::derive(&[2u8; 16], &token).unwrap();
+        assert!(matches!(
+            c.lookup(&token, 1, 1, Some(&other)).unwrap(),
+            Lookup::Invalid(_)
+        ));
+        assert!(matches!(
+            c.lookup(&token, 1, 1, None).unwrap(),
+            Lookup::Invalid(_)
+        ));
+        // Editing a file and its digest in the index, as anyone with write access could,
+        // no longer makes a valid entry.
+        let path = c.root().join(hex::encode(token)).join("model-0.bin");
+        let mut bytes = fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        fs::write(&path, &bytes).unwrap();
+        let index_path = c.root().join("index.json");
+        let mut index: Index = serde_json::from_slice(&fs::read(&index_path).unwrap()).unwrap();
+        index.entries[0].model[0] = hex::encode(sha256(&[&bytes]));
+        fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();
+        match c.lookup(&token, 1, 1, Some(&key)).unwrap() {
+            Lookup::Invalid(reason) => assert!(reason.contains("authenticate"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        let report = c.verify(Some(&[1u8; 16])).unwrap();
+        assert!(
+            matches!(report[0].1, EntryStatus::Damaged(_)),
+            "verify must find the altered entry"
+        );
+        let unchecked = c.verify(None).unwrap();
+        assert!(matches!(&unchecked[0].1, EntryStatus::Unchecked(w) if w.contains("--key-file")));
+    }
+
+    #[test]
     fn a_corrupt_index_is_a_miss_not_a_crash() {
         let (_t, c) = dir();
         let token = [6u8; 32];
-        c.store(&token, &[b"p".to_vec()], &[]).unwrap();
+        c.store(&token, &[b"p".to_vec()], &[], None).unwrap();
         fs::write(c.root().join("index.json"), b"{ not json").unwrap();
-        assert!(matches!(c.lookup(&token, 1, 0).unwrap(), Lookup::Miss));
-        c.store(&token, &[b"p".to_vec()], &[]).unwrap();
-        assert!(matches!(c.lookup(&token, 1, 0).unwrap(), Lookup::Hit(_)));
+        assert!(matches!(c.lookup(&token, 1, 0, None).unwrap(), Lookup::Miss));
+        c.store(&token, &[b"p".to_vec()], &[], None).unwrap();
+        assert!(matches!(c.lookup(&token, 1, 0, None).unwrap(), Lookup::Hit(_)));
     }
 }

@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Version of the index file's layout.
-pub const INDEX_FORMAT: u32 = 1;
+/// Version of the index file's layout (2: entries of models with a key carry a tag).
+pub const INDEX_FORMAT: u32 = 2;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -28,6 +28,11 @@ pub struct IndexEntry {
     pub bytes: u64,
     /// Seconds since the Unix epoch.
     pub created: u64,
+    /// For a model with a key: HMAC-SHA-256 under the entry's [`super::CacheKey`] over the
+    /// token and every digest above, hex. Absent for a model without a key, whose entry
+    /// is protected against corruption only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
 }
 
 impl Index {

@@ -27,8 +27,8 @@ mod data;
 mod dir;
 mod index;
 
-pub use data::{DataCacheKey, OpenedData, open_data, seal_data};
-pub use dir::{CacheDir, CacheEntry, CacheLock, CleanReport, EntryInfo, Lookup};
+pub use data::{CacheKey, OpenedData, open_data, seal_data};
+pub use dir::{CacheDir, CacheEntry, CacheLock, CleanReport, EntryInfo, EntryStatus, Lookup};
 pub use index::{INDEX_FORMAT, Index, IndexEntry};
 
 use crate::crypto::sha256;

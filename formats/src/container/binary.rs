@@ -54,6 +54,11 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Bytes read so far.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
     pub fn remaining(&self) -> usize {
         self.data.len() - self.pos
     }

@@ -52,8 +52,18 @@ pub enum ContainerError {
     /// altered file, and says so.
     #[error("wrong key or tampered file: {what} does not authenticate")]
     Integrity { what: String },
-    #[error("the file is encrypted ({algorithm}); a key is required (--key-file or --key-env)")]
-    KeyRequired { algorithm: &'static str },
+    /// The file is encrypted (`algorithm`) or authenticated with a key (`None`), and no
+    /// key was given.
+    #[error("{}", key_required(.algorithm))]
+    KeyRequired { algorithm: Option<&'static str> },
+    /// A key was given but the file is not authenticated with any key (SHA-256 digests
+    /// only): accepting it would let whoever can replace the file substitute any model.
+    #[error(
+        "the file is not authenticated with a key (SHA-256 digests only, written with \
+         --encrypt none and no key), but a key was given: refusing it, as anyone could \
+         have written it"
+    )]
+    NotAuthenticated,
     #[error("the key is for {key} but the file is encrypted with {file}")]
     KeyAlgorithm {
         key: &'static str,
@@ -65,9 +75,21 @@ pub enum ContainerError {
     Crypto(#[from] CryptoError),
 }
 
+fn key_required(algorithm: &Option<&'static str>) -> String {
+    match algorithm {
+        Some(a) => format!("the file is encrypted ({a}); its key is required (--key-file or --key-env)"),
+        None => "the file is authenticated with a key (its weights are not encrypted); the key is \
+                 required (--key-file or --key-env)"
+            .into(),
+    }
+}
+
 impl ContainerError {
     /// True for failures that mean "wrong key or tampered file".
     pub fn is_integrity(&self) -> bool {
-        matches!(self, ContainerError::Integrity { .. })
+        matches!(
+            self,
+            ContainerError::Integrity { .. } | ContainerError::NotAuthenticated
+        )
     }
 }

@@ -27,8 +27,11 @@ mod read;
 mod write;
 
 pub use error::ContainerError;
-pub use read::{ArenaSlot, Container, WeightField, authenticate, open_field, verified_field};
-pub use write::{WriteOptions, is_weight, is_weight_in, write};
+pub use read::{
+    ArenaSlot, Container, WeightField, authenticate, authenticate_metadata, copy_metadata,
+    open_field, reseal, verified_field,
+};
+pub use write::{WriteOptions, is_weight, is_weight_in, weights_of, write};
 
 use zeroize::Zeroizing;
 
@@ -143,6 +146,16 @@ impl CryptoConfig {
         }
     }
 
+    /// Plaintext weights, authenticated with HMAC-SHA-256 under the key.
+    pub fn authenticated() -> CryptoConfig {
+        CryptoConfig {
+            algorithm: None,
+            mode: None,
+            padding: Padding::None,
+            integrity: Integrity::HmacSha256,
+        }
+    }
+
     pub fn encrypted(algorithm: Algorithm, mode: Mode) -> CryptoConfig {
         CryptoConfig {
             algorithm: Some(algorithm),
@@ -154,6 +167,12 @@ impl CryptoConfig {
 
     pub fn is_encrypted(&self) -> bool {
         self.algorithm.is_some()
+    }
+
+    /// True when the file is authenticated with a key (encrypted or not); false for
+    /// SHA-256 digests, which detect corruption but not deliberate modification.
+    pub fn is_keyed(&self) -> bool {
+        self.integrity == Integrity::HmacSha256
     }
 }
 
@@ -230,6 +249,17 @@ pub struct FileKeys {
     /// `None` until the algorithm is known (the writer knows it; a reader learns it from
     /// the authenticated header).
     pub encryption: Option<Key>,
+}
+
+/// Key material never appears in debug output.
+impl std::fmt::Debug for FileKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.encryption.is_some() {
+            "FileKeys(authentication, encryption: redacted)"
+        } else {
+            "FileKeys(authentication: redacted)"
+        })
+    }
 }
 
 impl FileKeys {
@@ -364,6 +394,7 @@ mod tests {
             key,
             mode,
             reproducible,
+            authenticate_only: false,
             producer: "nnc test".into(),
             arena: None,
             extra_sections: Vec::new(),
@@ -466,8 +497,95 @@ mod tests {
             let err = Container::open(&b, Some(key.as_bytes()))
                 .map(|_| ())
                 .unwrap_err();
-            assert!(err.is_integrity(), "flip at {pos}: {err}");
+            // The magic says what kind of file this is; every other byte authenticates.
+            if pos < MAGIC.len() {
+                assert!(matches!(err, ContainerError::BadMagic { .. }), "flip at {pos}: {err}");
+            } else {
+                assert!(err.is_integrity(), "flip at {pos}: {err}");
+            }
         }
+    }
+
+    #[test]
+    fn authenticated_plaintext_needs_its_key_and_no_key_means_no_downgrade() {
+        let m = model();
+        let key = Key::generate(Algorithm::Aes128).unwrap();
+        let mut o = options(Some(&key), Mode::Ctr, false);
+        o.authenticate_only = true;
+        let bytes = write(&m, &o).unwrap();
+        // The weights are in plaintext, the file is authenticated with the key.
+        let w = m.constant_bytes(1).unwrap();
+        assert!(bytes.windows(64).any(|win| win == &w[..64]));
+        let (c, keys) = Container::open(&bytes, Some(key.as_bytes())).unwrap();
+        assert!(!c.is_encrypted() && c.header.crypto.is_keyed());
+        let plain = c.decrypt_field(keys.as_ref(), 0).unwrap();
+        assert_eq!(&plain[..w.len()], w);
+        assert!(matches!(
+            Container::open(&bytes, None).unwrap_err(),
+            ContainerError::KeyRequired { algorithm: None }
+        ));
+        let other = Key::generate(Algorithm::Aes128).unwrap();
+        assert!(Container::open(&bytes, Some(other.as_bytes())).unwrap_err().is_integrity());
+        // Every byte is covered, as in an encrypted file.
+        for pos in 8..bytes.len() {
+            let mut b = bytes.clone();
+            b[pos] ^= 0x01;
+            assert!(Container::open(&b, Some(key.as_bytes())).is_err(), "flip at {pos}");
+        }
+        // A file with digests only is refused whenever a key is given: anyone could have
+        // written it in place of the real one.
+        let plain_file = write(&m, &options(None, Mode::Ctr, false)).unwrap();
+        Container::open(&plain_file, None).unwrap();
+        assert!(matches!(
+            Container::open(&plain_file, Some(key.as_bytes())).unwrap_err(),
+            ContainerError::NotAuthenticated
+        ));
+        assert!(matches!(
+            authenticate(&plain_file, Some(key.as_bytes())).unwrap_err(),
+            ContainerError::NotAuthenticated
+        ));
+    }
+
+    #[test]
+    fn sections_other_than_the_weights_lie_in_the_authenticated_region() {
+        let m = model();
+        let key = Key::generate(Algorithm::Aes128).unwrap();
+        let mut o = options(Some(&key), Mode::Ctr, false);
+        o.extra_sections = vec![(SectionKind::ExecutionPlan, vec![7u8; 40])];
+        let mut bytes = write(&m, &o).unwrap();
+        let c = Container::parse(&bytes).unwrap();
+        let weights = *c
+            .sections
+            .iter()
+            .find(|s| s.kind == SectionKind::Weights as u32)
+            .unwrap();
+        let plan_index = c
+            .sections
+            .iter()
+            .position(|s| s.kind == SectionKind::ExecutionPlan as u32)
+            .unwrap();
+        // Point the plan at the weight section's bytes (after the metadata region).
+        let entry = c.header.section_table_offset as usize + plan_index * SECTION_ENTRY_SIZE;
+        bytes[entry + 8..entry + 16].copy_from_slice(&weights.offset.to_le_bytes());
+        reseal(&mut bytes, Some(key.as_bytes())).unwrap();
+        let err = Container::open(&bytes, Some(key.as_bytes())).unwrap_err();
+        assert!(
+            err.to_string().contains("authenticated"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn resealing_makes_any_edit_authenticate() {
+        let m = model();
+        let key = Key::generate(Algorithm::Sm4).unwrap();
+        let mut bytes = write(&m, &options(Some(&key), Mode::Cbc, false)).unwrap();
+        let c = Container::parse(&bytes).unwrap();
+        let field = c.fields[0].unwrap();
+        bytes[field.offset as usize + 3] ^= 0x20;
+        assert!(Container::open(&bytes, Some(key.as_bytes())).is_err());
+        reseal(&mut bytes, Some(key.as_bytes())).unwrap();
+        Container::open(&bytes, Some(key.as_bytes())).unwrap();
     }
 
     #[test]

@@ -48,9 +48,16 @@ fn hex32<S: serde::Serializer>(v: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
 
 /// A parsed `.nnc` file. Parsing checks the structure completely (every count, offset,
 /// length, code and the stored graph); [`Container::verify`] then checks authenticity.
+///
+/// Everything before the weights (header, section table, operator info, execution plan)
+/// is read from a private copy taken once, so a memory-mapped file that another process
+/// changes cannot show one set of bytes to authentication and another to the parser.
+/// Weight fields are read from the file itself and checked against their tags each time.
 #[derive(Debug)]
 pub struct Container<'a> {
     bytes: &'a [u8],
+    /// The metadata region `[0, metadata_length)`, copied.
+    meta: Vec<u8>,
     pub header: Header,
     pub sections: Vec<SectionEntry>,
     /// The graph. Constant weights are not at hand: pool `i` is operation `i`'s field
@@ -62,15 +69,64 @@ pub struct Container<'a> {
     pub arena_size: Option<u64>,
     /// Per operand, its arena slot (temporaries of a static plan).
     pub arena: Vec<Option<ArenaSlot>>,
+    /// Per operation with a field, where its tag sits in the file (for [`reseal`]).
+    tag_offsets: Vec<Option<u64>>,
+}
+
+/// A copy of the metadata region of `bytes`: its length is read once from the header
+/// and bounded by the file, and the region is copied in one go.
+pub fn copy_metadata(bytes: &[u8]) -> Result<Vec<u8>, ContainerError> {
+    if bytes.len() < 8 || bytes[..8] != MAGIC {
+        return Err(ContainerError::BadMagic { expected: MAGIC });
+    }
+    if bytes.len() < HEADER_SIZE {
+        return Err(ContainerError::Truncated {
+            what: "the header".into(),
+            needed: HEADER_SIZE as u64,
+            available: bytes.len() as u64,
+        });
+    }
+    let mut length = [0u8; 8];
+    length.copy_from_slice(&bytes[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8]);
+    let metadata_length = u64::from_le_bytes(length);
+    if metadata_length < HEADER_SIZE as u64 || metadata_length > bytes.len() as u64 {
+        return Err(ContainerError::HeaderField {
+            field: "metadata_length",
+            message: format!(
+                "is {metadata_length}, outside the {}-byte file's {HEADER_SIZE}..={} range",
+                bytes.len(),
+                bytes.len()
+            ),
+        });
+    }
+    let mut meta = bytes[..metadata_length as usize].to_vec();
+    // The copy must describe itself: if the length changed while copying, the copy's
+    // own field is what the tag and the parser see.
+    meta[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8]
+        .copy_from_slice(&metadata_length.to_le_bytes());
+    Ok(meta)
 }
 
 impl<'a> Container<'a> {
-    /// Parses a file held in memory (or memory-mapped).
+    /// Parses a file held in memory (or memory-mapped). Authenticity is not checked:
+    /// see [`Container::authenticated`] and [`Container::verify`].
     pub fn parse(bytes: &'a [u8]) -> Result<Container<'a>, ContainerError> {
-        let header = parse_header(bytes)?;
-        let sections = parse_sections(bytes, &header)?;
-        let info_entry = find(&sections, SectionKind::OperatorInfo)?;
-        let weights_entry = find(&sections, SectionKind::Weights)?;
+        let meta = copy_metadata(bytes)?;
+        Container::parse_with_metadata(bytes, meta)
+    }
+
+    /// Parses a file whose metadata region was copied by [`copy_metadata`] (and perhaps
+    /// authenticated with [`authenticate_metadata`]): the structure comes from `meta`,
+    /// weight fields from `bytes`.
+    pub fn parse_with_metadata(
+        bytes: &'a [u8],
+        meta: Vec<u8>,
+    ) -> Result<Container<'a>, ContainerError> {
+        let file_len = bytes.len() as u64;
+        let header = parse_header(&meta, file_len)?;
+        let sections = parse_sections(&meta, &header, file_len)?;
+        let info_entry = *find(&sections, SectionKind::OperatorInfo)?;
+        let weights_entry = *find(&sections, SectionKind::Weights)?;
         if header.metadata_length != weights_entry.offset {
             return Err(ContainerError::HeaderField {
                 field: "metadata_length",
@@ -80,19 +136,44 @@ impl<'a> Container<'a> {
                 ),
             });
         }
-        let info = slice(bytes, info_entry);
-        let (model, fields, arena_size, arena) = parse_operator_info(info, &header, weights_entry)?;
+        let info = slice(&meta, &info_entry);
+        let (model, fields, arena_size, arena, tag_offsets) =
+            parse_operator_info(info, info_entry.offset, &header, &weights_entry)?;
         let container = Container {
             bytes,
+            meta,
             header,
             sections,
             model,
             fields,
             arena_size,
             arena,
+            tag_offsets,
         };
         container.check_padding()?;
         Ok(container)
+    }
+
+    /// Authenticates and parses a file: its metadata region is copied once, that copy is
+    /// authenticated (key identifier and metadata tag, or the digest of a file without a
+    /// key), and the same copy is parsed. Weight fields are not checked here (see
+    /// [`Container::verify`]). Returns the container and its keys (`None` for a file
+    /// without a key).
+    pub fn authenticated(
+        bytes: &'a [u8],
+        master: Option<&[u8]>,
+    ) -> Result<(Container<'a>, Option<FileKeys>), ContainerError> {
+        let meta = copy_metadata(bytes).map_err(|e| match e {
+            // A damaged length field is an altered header, like any other byte of it.
+            ContainerError::HeaderField { .. } => ContainerError::Integrity {
+                what: "the metadata length".into(),
+            },
+            other => other,
+        })?;
+        authenticate_metadata(&meta, master)?;
+        let container = Container::parse_with_metadata(bytes, meta)?;
+        let keys = container.keys(master)?;
+        Ok((container, keys))
     }
 
     /// Opens a file for use: authenticates it first (so that any alteration is an
@@ -102,10 +183,8 @@ impl<'a> Container<'a> {
         bytes: &'a [u8],
         master: Option<&[u8]>,
     ) -> Result<(Container<'a>, Option<FileKeys>), ContainerError> {
-        authenticate(bytes, master)?;
-        let container = Container::parse(bytes)?;
-        container.verify(master)?;
-        let keys = container.keys(master)?;
+        let (container, keys) = Container::authenticated(bytes, master)?;
+        container.verify_with(keys.as_ref())?;
         Ok((container, keys))
     }
 
@@ -114,12 +193,15 @@ impl<'a> Container<'a> {
         self.bytes
     }
 
-    /// The bytes of a section, if present.
-    pub fn section(&self, kind: SectionKind) -> Option<&'a [u8]> {
-        self.sections
-            .iter()
-            .find(|s| s.kind == kind as u32)
-            .map(|s| slice(self.bytes, s))
+    /// The bytes of a section, if present (the weight section from the file, every other
+    /// one from the authenticated copy).
+    pub fn section(&self, kind: SectionKind) -> Option<&[u8]> {
+        let s = self.sections.iter().find(|s| s.kind == kind as u32)?;
+        Some(if kind == SectionKind::Weights {
+            slice(self.bytes, s)
+        } else {
+            slice(&self.meta, s)
+        })
     }
 
     pub fn is_encrypted(&self) -> bool {
@@ -131,16 +213,13 @@ impl<'a> Container<'a> {
     /// fail as integrity errors before the header's algorithm is trusted. `None` for an
     /// unencrypted file (whose metadata digest was checked).
     pub fn keys(&self, master: Option<&[u8]>) -> Result<Option<FileKeys>, ContainerError> {
-        let Some(keys) = authenticate(self.bytes, master)? else {
+        let Some(keys) = authenticate_metadata(&self.meta, master)? else {
             return Ok(None);
         };
-        let algorithm = self
-            .header
-            .crypto
-            .algorithm
-            .ok_or_else(|| ContainerError::Integrity {
-                what: "the header's encryption flag".into(),
-            })?;
+        // Authenticated plaintext: the keys authenticate, nothing decrypts.
+        let Some(algorithm) = self.header.crypto.algorithm else {
+            return Ok(Some(keys));
+        };
         let master = master.unwrap_or_default();
         // The header is authentic: its algorithm is the one the key was made for.
         if master.len() != algorithm.key_len() {
@@ -161,9 +240,14 @@ impl<'a> Container<'a> {
     /// between fields. Nothing should be decrypted or executed before this succeeds.
     pub fn verify(&self, master: Option<&[u8]>) -> Result<(), ContainerError> {
         let keys = self.keys(master)?;
+        self.verify_with(keys.as_ref())
+    }
+
+    /// [`Container::verify`] with keys already derived (and the metadata authenticated).
+    fn verify_with(&self, keys: Option<&FileKeys>) -> Result<(), ContainerError> {
         for index in 0..self.fields.len() {
             if self.fields[index].is_some() {
-                self.verified_ciphertext(keys.as_ref(), index)?;
+                self.verified_ciphertext(keys, index)?;
             }
         }
         // Between fields the weight section holds only zero padding, which no field tag
@@ -258,19 +342,41 @@ impl<'a> Container<'a> {
         );
         covered.sort_unstable();
         let file_end = self.bytes.len() as u64;
+        let meta_end = self.meta.len() as u64;
+        // The first non-zero byte of [a, b): the metadata copy below its end, the file
+        // beyond it.
+        let nonzero = |a: u64, b: u64| -> Option<u64> {
+            let in_meta = (a < meta_end)
+                .then(|| {
+                    self.meta[a as usize..b.min(meta_end) as usize]
+                        .iter()
+                        .position(|&x| x != 0)
+                        .map(|k| a + k as u64)
+                })
+                .flatten();
+            in_meta.or_else(|| {
+                let from = a.max(meta_end);
+                (b > from)
+                    .then(|| {
+                        self.bytes[from as usize..b as usize]
+                            .iter()
+                            .position(|&x| x != 0)
+                            .map(|k| from + k as u64)
+                    })
+                    .flatten()
+            })
+        };
         let mut pos = 0u64;
         for (start, end) in covered
             .into_iter()
             .chain(std::iter::once((file_end, file_end)))
         {
             if start > pos
-                && let Some(k) = self.bytes[pos as usize..start as usize]
-                    .iter()
-                    .position(|&b| b != 0)
+                && let Some(offset) = nonzero(pos, start)
             {
                 return Err(ContainerError::NonZeroPadding {
                     region: "the file",
-                    offset: pos + k as u64,
+                    offset,
                 });
             }
             pos = pos.max(end);
@@ -279,7 +385,7 @@ impl<'a> Container<'a> {
             (76..80, "reserved (76..80)"),
             (136..TAG_OFFSET, "reserved (136..224)"),
         ] {
-            if !newer_minor(self.header.minor) && self.bytes[range].iter().any(|&b| b != 0) {
+            if !newer_minor(self.header.minor) && self.meta[range].iter().any(|&b| b != 0) {
                 return Err(ContainerError::HeaderField {
                     field,
                     message: "must be zero".into(),
@@ -290,15 +396,75 @@ impl<'a> Container<'a> {
     }
 }
 
-/// Authenticates a file before anything in it is trusted: checks the key identifier and
-/// the metadata tag over `[0, metadata_length)`, reading only fixed header positions, so
-/// that any altered byte there is an integrity error rather than a parse error. Returns
-/// the authentication keys (the caller adds the encryption key once the now-trustworthy
-/// header names the algorithm), or `None` for an unencrypted file whose digest matched.
+/// Authenticates a file before anything in it is trusted: copies its metadata region
+/// once and checks the key identifier and the metadata tag over that copy, reading only
+/// fixed header positions, so that any altered byte there is an integrity error rather
+/// than a parse error. Returns the authentication keys (the caller adds the encryption
+/// key once the now-trustworthy header names the algorithm), or `None` for a file
+/// without a key whose digest matched.
+///
+/// No downgrade: when a key is given, a file that is not authenticated with a key (SHA-256
+/// digests only) is refused, since anyone could have written it.
 pub fn authenticate(
     bytes: &[u8],
     master: Option<&[u8]>,
 ) -> Result<Option<FileKeys>, ContainerError> {
+    let meta = copy_metadata(bytes).map_err(|e| match e {
+        ContainerError::HeaderField { .. } => ContainerError::Integrity {
+            what: "the metadata length".into(),
+        },
+        other => other,
+    })?;
+    authenticate_metadata(&meta, master)
+}
+
+/// [`authenticate`] on a metadata region already copied by [`copy_metadata`].
+pub fn authenticate_metadata(
+    meta: &[u8],
+    master: Option<&[u8]>,
+) -> Result<Option<FileKeys>, ContainerError> {
+    let flags = u32::from_le_bytes([meta[24], meta[25], meta[26], meta[27]]);
+    let encrypted = flags & FLAG_ENCRYPTED != 0;
+    let keyed = encrypted || meta[75] == Integrity::HmacSha256.code();
+    let keys = if keyed {
+        let algorithm = encrypted.then(|| {
+            Algorithm::from_code(meta[72]).map_or("an unknown algorithm", |a| a.name())
+        });
+        let master = master.ok_or(ContainerError::KeyRequired { algorithm })?;
+        if !crypto::ct_eq(&key_id(master)?, &meta[80..96]) {
+            return Err(ContainerError::Integrity {
+                what: "the key identifier".into(),
+            });
+        }
+        let mut salt = [0u8; 32];
+        salt.copy_from_slice(&meta[96..128]);
+        Some(FileKeys::derive(master, &salt)?)
+    } else {
+        if master.is_some() {
+            return Err(ContainerError::NotAuthenticated);
+        }
+        None
+    };
+    let expected = tag(
+        keys.as_ref(),
+        label::METADATA,
+        &[&meta[..TAG_OFFSET], &meta[HEADER_SIZE..]],
+    );
+    if !crypto::ct_eq(&expected, &meta[TAG_OFFSET..TAG_OFFSET + 32]) {
+        return Err(ContainerError::Integrity {
+            what: "the header and operator info".into(),
+        });
+    }
+    Ok(keys)
+}
+
+/// Recomputes every tag of a file in place (each weight field's over its bytes as they
+/// are, then the metadata tag), as a writer holding `master` would, and sets the key
+/// identifier. For fuzzing and tests: it turns any bytes into a file that authenticates,
+/// so the parser and loader behind authentication can be exercised. Fields are re-tagged
+/// only when the structure parses; the metadata tag always is.
+#[doc(hidden)]
+pub fn reseal(bytes: &mut [u8], master: Option<&[u8]>) -> Result<(), ContainerError> {
     if bytes.len() < HEADER_SIZE {
         return Err(ContainerError::Truncated {
             what: "the header".into(),
@@ -307,33 +473,56 @@ pub fn authenticate(
         });
     }
     let flags = u32::from_le_bytes([bytes[24], bytes[25], bytes[26], bytes[27]]);
-    let keys = if flags & FLAG_ENCRYPTED != 0 {
-        let algorithm =
-            Algorithm::from_code(bytes[72]).map_or("an unknown algorithm", |a| a.name());
-        let master = master.ok_or(ContainerError::KeyRequired { algorithm })?;
-        if !crypto::ct_eq(&key_id(master)?, &bytes[80..96]) {
-            return Err(ContainerError::Integrity {
-                what: "the key identifier".into(),
-            });
+    let keyed = flags & FLAG_ENCRYPTED != 0 || bytes[75] == Integrity::HmacSha256.code();
+    let keys = match (keyed, master) {
+        (true, Some(master)) => {
+            bytes[80..96].copy_from_slice(&key_id(master)?);
+            let mut salt = [0u8; 32];
+            salt.copy_from_slice(&bytes[96..128]);
+            Some(FileKeys::derive(master, &salt)?)
         }
-        let mut salt = [0u8; 32];
-        salt.copy_from_slice(&bytes[96..128]);
-        Some(FileKeys::derive(master, &salt)?)
-    } else {
-        None
+        (true, None) => return Err(ContainerError::KeyRequired { algorithm: None }),
+        (false, _) => None,
     };
+    let fields: Vec<(WeightField, u64)> = match Container::parse(bytes) {
+        Ok(c) => c
+            .fields
+            .iter()
+            .zip(&c.tag_offsets)
+            .filter_map(|(f, t)| Some(((*f)?, (*t)?)))
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    for (field, tag_offset) in fields {
+        let end = field.offset.saturating_add(field.length);
+        let (Some(ciphertext), Ok(at)) = (
+            bytes.get(field.offset as usize..end as usize),
+            usize::try_from(tag_offset),
+        ) else {
+            continue;
+        };
+        let t = field_tag(
+            keys.as_ref(),
+            field.index,
+            field.offset,
+            field.plaintext_length,
+            &field.iv,
+            ciphertext,
+        );
+        if let Some(slot) = bytes.get_mut(at..at + 32) {
+            slot.copy_from_slice(&t);
+        }
+    }
     let mut length = [0u8; 8];
     length.copy_from_slice(&bytes[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8]);
     let metadata_length = u64::from_le_bytes(length);
     if metadata_length < HEADER_SIZE as u64 || metadata_length > bytes.len() as u64 {
-        return Err(ContainerError::Integrity {
-            what: format!(
-                "the metadata length ({metadata_length} bytes of a {}-byte file)",
-                bytes.len()
-            ),
+        return Err(ContainerError::HeaderField {
+            field: "metadata_length",
+            message: "lies outside the file".into(),
         });
     }
-    let expected = tag(
+    let t = tag(
         keys.as_ref(),
         label::METADATA,
         &[
@@ -341,12 +530,8 @@ pub fn authenticate(
             &bytes[HEADER_SIZE..metadata_length as usize],
         ],
     );
-    if !crypto::ct_eq(&expected, &bytes[TAG_OFFSET..TAG_OFFSET + 32]) {
-        return Err(ContainerError::Integrity {
-            what: "the header and operator info".into(),
-        });
-    }
-    Ok(keys)
+    bytes[TAG_OFFSET..TAG_OFFSET + 32].copy_from_slice(&t);
+    Ok(())
 }
 
 /// True for files of a newer minor version than this reader, whose reserved bytes,
@@ -437,11 +622,13 @@ impl Header {
     /// Reads and checks the fixed header alone (what a host does before handing the
     /// rest of the file to a device).
     pub fn read(bytes: &[u8]) -> Result<Header, ContainerError> {
-        parse_header(bytes)
+        parse_header(bytes, bytes.len() as u64)
     }
 }
 
-fn parse_header(bytes: &[u8]) -> Result<Header, ContainerError> {
+/// The fixed header from the start of `bytes` (a metadata copy or the whole file) of a
+/// file of `file_len` bytes.
+fn parse_header(bytes: &[u8], file_len: u64) -> Result<Header, ContainerError> {
     if bytes.len() < 8 || bytes[..8] != MAGIC {
         return Err(ContainerError::BadMagic { expected: MAGIC });
     }
@@ -471,19 +658,18 @@ fn parse_header(bytes: &[u8]) -> Result<Header, ContainerError> {
         });
     }
     let file_size = r.u64("file_size")?;
-    if file_size != bytes.len() as u64 {
-        return Err(if file_size > bytes.len() as u64 {
+    if file_size != file_len {
+        return Err(if file_size > file_len {
             ContainerError::Truncated {
                 what: "the file (header field 'file_size')".into(),
                 needed: file_size,
-                available: bytes.len() as u64,
+                available: file_len,
             }
         } else {
             ContainerError::HeaderField {
                 field: "file_size",
                 message: format!(
-                    "says {file_size} bytes but the file has {} (trailing data)",
-                    bytes.len()
+                    "says {file_size} bytes but the file has {file_len} (trailing data)"
                 ),
             }
         });
@@ -572,13 +758,12 @@ fn parse_crypto(
                 "an unencrypted file must have algorithm, mode and padding 0".into(),
             ));
         }
-        if integrity != Integrity::Sha256 {
-            return Err(field_err(
-                "integrity",
-                "an unencrypted file uses SHA-256 digests (code 2)".into(),
-            ));
-        }
-        return Ok(CryptoConfig::none());
+        // Unencrypted: SHA-256 digests, or HMAC-SHA-256 under the key (authenticated
+        // plaintext).
+        return Ok(match integrity {
+            Integrity::Sha256 => CryptoConfig::none(),
+            Integrity::HmacSha256 => CryptoConfig::authenticated(),
+        });
     }
     let algorithm = Algorithm::from_code(a)
         .ok_or_else(|| field_err("algorithm", format!("unknown code {a}")))?;
@@ -603,7 +788,15 @@ fn parse_crypto(
     })
 }
 
-fn parse_sections(bytes: &[u8], header: &Header) -> Result<Vec<SectionEntry>, ContainerError> {
+/// The section table, read from the metadata copy `meta` of a `file_len`-byte file. Every
+/// section but the weights must lie inside the metadata region, which the header's tag
+/// authenticates.
+fn parse_sections(
+    meta: &[u8],
+    header: &Header,
+    file_len: u64,
+) -> Result<Vec<SectionEntry>, ContainerError> {
+    let bytes = meta;
     let count = header.section_count as usize;
     let table_len = (count * SECTION_ENTRY_SIZE) as u64;
     let table_offset = header.section_table_offset;
@@ -617,11 +810,20 @@ fn parse_sections(bytes: &[u8], header: &Header) -> Result<Vec<SectionEntry>, Co
     }
     match table_offset.checked_add(table_len) {
         Some(end) if end <= bytes.len() as u64 => {}
+        Some(end) if end <= file_len => {
+            return Err(ContainerError::HeaderField {
+                field: "section_table_offset",
+                message: format!(
+                    "puts the table at {table_offset}..{end}, beyond the metadata region (0..{})",
+                    bytes.len()
+                ),
+            });
+        }
         _ => {
             return Err(ContainerError::Truncated {
                 what: format!("the section table ({count} entries at offset {table_offset})"),
                 needed: table_offset.saturating_add(table_len),
-                available: bytes.len() as u64,
+                available: file_len,
             });
         }
     }
@@ -663,11 +865,18 @@ fn parse_sections(bytes: &[u8], header: &Header) -> Result<Vec<SectionEntry>, Co
             )));
         }
         match offset.checked_add(length) {
-            Some(end) if end <= bytes.len() as u64 => {}
+            Some(end) if end <= file_len => {
+                if kind != SectionKind::Weights as u32 && end > bytes.len() as u64 {
+                    return Err(err(format!(
+                        "offset {offset} + length {length} lies outside the authenticated \
+                         metadata region (0..{}); only the weight section may follow it",
+                        bytes.len()
+                    )));
+                }
+            }
             _ => {
                 return Err(err(format!(
-                    "offset {offset} + length {length} lies beyond the end of the file ({} bytes)",
-                    bytes.len()
+                    "offset {offset} + length {length} lies beyond the end of the file ({file_len} bytes)"
                 )));
             }
         }
@@ -699,6 +908,7 @@ type OperatorInfo = (
     Vec<Option<WeightField>>,
     Option<u64>,
     Vec<Option<ArenaSlot>>,
+    Vec<Option<u64>>,
 );
 
 /// Smallest encoded sizes, for bounding counts before allocating.
@@ -706,8 +916,11 @@ const MIN_OPERAND_BYTES: usize = 16 + 20 + 4;
 const MIN_OPERATION_BYTES: usize = 4 + 4 + 4 + 4 + 4;
 const MIN_IO_BYTES: usize = 4 + 4;
 
+/// The operator-info section `info`, which starts at `info_offset` in the file. Returns
+/// the graph, the fields, the arena plan and, per field, where its tag lies in the file.
 fn parse_operator_info(
     info: &[u8],
+    info_offset: u64,
     header: &Header,
     weights: &SectionEntry,
 ) -> Result<OperatorInfo, ContainerError> {
@@ -846,6 +1059,7 @@ fn parse_operator_info(
         }
     }
     let mut fields = Vec::with_capacity(operation_count);
+    let mut tag_offsets = Vec::with_capacity(operation_count);
     let mut next_field = 0u32;
     let weights_end = weights.offset + weights.length;
     for op_index in 0..operation_count {
@@ -876,6 +1090,7 @@ fn parse_operator_info(
                 let length = r.u64("field.length")?;
                 let plaintext_length = r.u64("field.plaintext_length")?;
                 let iv: [u8; 16] = r.array("field.iv")?;
+                let tag_offset = info_offset + r.position() as u64;
                 let tag: [u8; 32] = r.array("field.tag")?;
                 let err = |message: String| ContainerError::WeightField {
                     operation: op_index,
@@ -913,6 +1128,7 @@ fn parse_operator_info(
                     tag,
                 };
                 next_field += 1;
+                tag_offsets.push(Some(tag_offset));
                 Some(f)
             }
             other => {
@@ -922,6 +1138,9 @@ fn parse_operator_info(
                 ));
             }
         };
+        if field.is_none() {
+            tag_offsets.push(None);
+        }
         fields.push(field);
         model.main.operations.push(Operation {
             op_type,
@@ -955,5 +1174,5 @@ fn parse_operator_info(
         })
         .collect();
     crate::nn::validate(&model)?;
-    Ok((model, fields, arena_size, arena))
+    Ok((model, fields, arena_size, arena, tag_offsets))
 }

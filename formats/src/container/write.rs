@@ -17,6 +17,10 @@ pub struct WriteOptions<'a> {
     /// The master key; `None` writes an unencrypted file (with SHA-256 digests).
     pub key: Option<&'a Key>,
     pub mode: Mode,
+    /// With a key: keep the weights in plaintext and only authenticate the file
+    /// (HMAC-SHA-256 under a key derived from the master key), for users who need
+    /// integrity without secrecy.
+    pub authenticate_only: bool,
     /// Derive the salt and every IV from the key and the content (a keyed PRF), so the
     /// same model, options and key give byte-identical files; different plaintexts never
     /// share an IV.
@@ -55,20 +59,26 @@ pub fn is_weight(operand: &crate::nn::Operand) -> bool {
 /// [`is_weight`], and also an int32 vector with scale 0 that an operation reads as its
 /// bias: with per-channel filters NNAPI gives the bias scale 0, yet it is trained data.
 pub fn is_weight_in(model: &Model, index: u32) -> bool {
-    let Some(operand) = model.operand(index) else {
-        return false;
-    };
-    if is_weight(operand) {
-        return true;
+    weights_of(model).get(index as usize).copied().unwrap_or(false)
+}
+
+/// [`is_weight_in`] for every operand at once, in one pass over the graph.
+pub fn weights_of(model: &Model) -> Vec<bool> {
+    let operands = &model.main.operands;
+    let mut weight: Vec<bool> = operands.iter().map(is_weight).collect();
+    for op in &model.main.operations {
+        for (k, &i) in op.inputs.iter().enumerate() {
+            if let Some(o) = operands.get(i as usize)
+                && !weight[i as usize]
+                && o.lifetime.is_constant()
+                && o.operand_type.is_tensor()
+                && crate::nn::signature::input_role(op.op_type, k, op.inputs.len()) == "bias"
+            {
+                weight[i as usize] = true;
+            }
+        }
     }
-    operand.lifetime.is_constant()
-        && operand.operand_type.is_tensor()
-        && model.main.operations.iter().any(|op| {
-            op.inputs.iter().enumerate().any(|(k, &i)| {
-                i == index
-                    && crate::nn::signature::input_role(op.op_type, k, op.inputs.len()) == "bias"
-            })
-        })
+    weight
 }
 
 fn align(v: u64) -> u64 {
@@ -115,6 +125,7 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
     let mut plaintexts: Vec<Zeroizing<Vec<u8>>> = (0..graph.operations.len())
         .map(|_| Zeroizing::new(Vec::new()))
         .collect();
+    let weights = weights_of(model);
     for (op_index, op) in graph.operations.iter().enumerate() {
         for &input in &op.inputs {
             let i = input as usize;
@@ -123,7 +134,7 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
                     "operation {op_index} reads missing operand {i}"
                 ))
             })?;
-            if !is_weight_in(model, input) || owner[i].is_some() {
+            if !weights[i] || owner[i].is_some() {
                 continue;
             }
             let available = operand.lifetime == Lifetime::ConstantCopy
@@ -149,7 +160,7 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
         }
     }
     if let Some(i) =
-        (0..graph.operands.len()).find(|&i| is_weight_in(model, i as u32) && owner[i].is_none())
+        (0..graph.operands.len()).find(|&i| weights[i] && owner[i].is_none())
     {
         return Err(ContainerError::Unwritable(format!(
             "operand {i} is a weight no operation reads"
@@ -171,8 +182,10 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
         }
     }
     let inline = inline.buf;
+    let encrypt = options.key.is_some() && !options.authenticate_only;
     let crypto_config = match options.key {
-        Some(k) => CryptoConfig::encrypted(k.algorithm(), options.mode),
+        Some(k) if encrypt => CryptoConfig::encrypted(k.algorithm(), options.mode),
+        Some(_) => CryptoConfig::authenticated(),
         None => CryptoConfig::none(),
     };
     let mut fields: Vec<Field> = plaintexts
@@ -210,16 +223,17 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
         (Some(_), false) => crypto::try_random_bytes::<32>()?,
     };
     let keys = match options.key {
-        Some(k) => Some(FileKeys::derive(k.as_bytes(), &salt)?.with_encryption(
+        Some(k) if encrypt => Some(FileKeys::derive(k.as_bytes(), &salt)?.with_encryption(
             k.as_bytes(),
             &salt,
             k.algorithm(),
         )?),
+        Some(k) => Some(FileKeys::derive(k.as_bytes(), &salt)?),
         None => None,
     };
     // IVs and ciphertexts.
     for (index, f) in fields.iter_mut().enumerate() {
-        if let Some(k) = &keys {
+        if let Some(k) = keys.as_ref().filter(|_| encrypt) {
             f.iv = if options.reproducible {
                 let digest = crypto::sha256(&[&f.plaintext]);
                 let full = crypto::hmac_sha256(
@@ -300,7 +314,7 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
     h.u32(HEADER_SIZE as u32);
     h.u64(file_size);
     let mut flags = 0;
-    if keys.is_some() {
+    if encrypt {
         flags |= FLAG_ENCRYPTED;
     }
     if options.reproducible {
@@ -363,7 +377,7 @@ fn encrypt_fields(
     keys: Option<&FileKeys>,
     mode: Mode,
 ) -> Result<(), ContainerError> {
-    let Some(keys) = keys else {
+    let Some(keys) = keys.filter(|k| k.encryption.is_some()) else {
         for f in fields.iter_mut() {
             f.ciphertext = f.plaintext.to_vec();
         }
@@ -446,6 +460,12 @@ fn encode_operator_info(
     arena: Option<&(u64, Vec<Option<ArenaSlot>>)>,
 ) -> Vec<u8> {
     let g = &model.main;
+    let mut field_of: Vec<Option<&Descriptor>> = vec![None; g.operations.len()];
+    for d in fields {
+        if let Some(slot) = field_of.get_mut(d.0) {
+            *slot = Some(d);
+        }
+    }
     let mut w = Writer::default();
     w.u32(g.operands.len() as u32);
     w.u32(g.operations.len() as u32);
@@ -523,7 +543,7 @@ fn encode_operator_info(
             w.u32(o);
         }
         w.str(&op.source);
-        match fields.iter().find(|d| d.0 == op_index) {
+        match field_of[op_index] {
             Some(&(_, offset, length, plaintext_len, iv, tag)) => {
                 w.u8(1);
                 w.bytes(&[0; 3]);

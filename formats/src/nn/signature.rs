@@ -1261,7 +1261,7 @@ fn infer_outputs(
                 let len = if stride > 0 {
                     ((e - b).max(0) + i64::from(stride) - 1) / i64::from(stride)
                 } else {
-                    ((b - e).max(0) + i64::from(-stride) - 1) / i64::from(-stride)
+                    ((b - e).max(0) - i64::from(stride) - 1) / -i64::from(stride)
                 };
                 if shrinks {
                     if len != 1 {
@@ -1434,21 +1434,33 @@ fn infer_outputs(
                 return single(input.operand_type, Vec::new());
             }
             let (n, h, w, c) = split_nhwc(&input.dimensions, nchw);
+            let square = u64::from(block) * u64::from(block);
+            let extent = |v: u64| {
+                u32::try_from(v)
+                    .ok()
+                    .filter(|&v| v <= i32::MAX as u32)
+                    .ok_or_else(|| shape_err(format!("an output extent ({v}) overflows")))
+            };
             let dims = if op == O::DepthToSpace {
-                if c != 0 && c % (block * block) != 0 {
+                if c != 0 && u64::from(c) % square != 0 {
                     return Err(shape_err(format!(
-                        "depth {c} is not divisible by block_size^2 = {}",
-                        block * block
+                        "depth {c} is not divisible by block_size^2 = {square}"
                     )));
                 }
-                join_nhwc(n, h * block, w * block, c / (block * block), nchw)
+                join_nhwc(
+                    n,
+                    extent(u64::from(h) * u64::from(block))?,
+                    extent(u64::from(w) * u64::from(block))?,
+                    extent(u64::from(c) / square)?,
+                    nchw,
+                )
             } else {
                 if (h != 0 && h % block != 0) || (w != 0 && w % block != 0) {
                     return Err(shape_err(format!(
                         "height {h} and width {w} must be divisible by block_size {block}"
                     )));
                 }
-                join_nhwc(n, h / block, w / block, c * block * block, nchw)
+                join_nhwc(n, h / block, w / block, extent(u64::from(c) * square)?, nchw)
             };
             single(input.operand_type, dims)
         }
@@ -1959,7 +1971,10 @@ fn infer_conv(op: OperationType, ctx: &Ctx, output_count: usize) -> Result<Vec<O
                 merge_dim(in_channels, f[3], "input channels vs filter depth")?;
             }
             O::DepthwiseConv2d => {
-                if in_channels != 0 && f[3] != 0 && f[3] != in_channels * multiplier {
+                if in_channels != 0
+                    && f[3] != 0
+                    && u64::from(f[3]) != u64::from(in_channels) * u64::from(multiplier)
+                {
                     return Err(shape_err(format!(
                         "filter depth {} != input channels {in_channels} x depth_multiplier {multiplier}",
                         f[3]
@@ -1969,7 +1984,8 @@ fn infer_conv(op: OperationType, ctx: &Ctx, output_count: usize) -> Result<Vec<O
             _ => {
                 if in_channels != 0
                     && f[3] != 0
-                    && (!in_channels.is_multiple_of(groups) || f[3] * groups != in_channels)
+                    && (!in_channels.is_multiple_of(groups)
+                        || u64::from(f[3]) * u64::from(groups) != u64::from(in_channels))
                 {
                     return Err(shape_err(format!(
                         "input channels {in_channels} != {groups} groups x filter depth {}",

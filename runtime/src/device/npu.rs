@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use nnc_formats::container::{
-    Container, ContainerError, CryptoConfig, FileKeys, WeightField, authenticate, open_field,
+    Container, ContainerError, CryptoConfig, FileKeys, WeightField, authenticate_metadata,
+    open_field,
 };
 use nnc_formats::crypto::Mode;
 use nnc_formats::nn::{Lifetime, Model};
@@ -66,23 +67,25 @@ impl SimulatedNpu {
     /// The key sealing this device's data caches for `token`, derived inside the device
     /// from its master key; `None` when no key is installed (an unencrypted model, whose
     /// data caches are checksummed instead).
-    pub(crate) fn data_cache_key(
+    pub(crate) fn cache_key(
         &self,
         token: &nnc_formats::cache::Token,
-    ) -> Result<Option<nnc_formats::cache::DataCacheKey>> {
+    ) -> Result<Option<nnc_formats::cache::CacheKey>> {
         self.key_store.with_key(|key| match key {
-            Some(k) => nnc_formats::cache::DataCacheKey::derive(k, token)
+            Some(k) => nnc_formats::cache::CacheKey::derive(k, token)
                 .map(Some)
                 .map_err(|e| RuntimeError::Internal(e.to_string())),
             None => Ok(None),
         })
     }
 
-    /// Authenticates a model file with the key in this device's key store (the key never
-    /// leaves the device): any altered byte before the weights, or a wrong key, fails here.
-    pub fn authenticate(&self, bytes: &[u8]) -> Result<()> {
+    /// Authenticates a model file's metadata region (copied once by
+    /// [`nnc_formats::container::copy_metadata`]) with the key in this device's key store
+    /// (the key never leaves the device): any altered byte before the weights, a wrong
+    /// key, or a file not authenticated with a key while one is installed fails here.
+    pub fn authenticate(&self, metadata: &[u8]) -> Result<()> {
         self.key_store
-            .with_key(|key| authenticate(bytes, key).map(|_| ()))?;
+            .with_key(|key| authenticate_metadata(metadata, key).map(|_| ()))?;
         Ok(())
     }
 
@@ -94,16 +97,19 @@ impl SimulatedNpu {
     pub fn attach(
         &self,
         bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,
+        metadata: Vec<u8>,
         register: CryptoRegister,
         operations: Option<&[usize]>,
         verify_fields: bool,
     ) -> Result<(Model, Arc<NpuWeights>)> {
         let data: &[u8] = (*bytes).as_ref();
+        // The device authenticates the host's copy of the metadata and parses that same
+        // copy: nothing it trusts is read twice from a file that might change.
         let (container, keys) =
             self.key_store
                 .with_key(|key| -> std::result::Result<_, ContainerError> {
-                    authenticate(data, key)?;
-                    let container = Container::parse(data)?;
+                    authenticate_metadata(&metadata, key)?;
+                    let container = Container::parse_with_metadata(data, metadata)?;
                     let keys = container.keys(key)?;
                     Ok((container, keys))
                 })?;
@@ -214,6 +220,30 @@ impl NpuWeights {
     /// Puts prepared weights (from a data cache) into the parameter cache.
     pub(crate) fn insert_prepared(&self, op: usize, weights: PreparedWeights) {
         self.cache.insert(op, &Arc::new(weights));
+    }
+
+    /// True when `weights` have the layout `kernel` prepares for operation `op` (buffer
+    /// sizes and views), found by preparing zeros of the weights' sizes: nothing is
+    /// decrypted. For prepared weights nothing authenticated (the data cache of a model
+    /// without a key), so that kernels never meet buffers of the wrong size.
+    pub(crate) fn layout_matches(
+        &self,
+        op: usize,
+        kernel: &dyn Kernel,
+        weights: &PreparedWeights,
+    ) -> bool {
+        let Some(refs) = self.refs.get(op) else {
+            return false;
+        };
+        let zeros: Vec<Option<Vec<u8>>> = refs
+            .iter()
+            .map(|r| r.map(|(_, _, length)| vec![0u8; length]))
+            .collect();
+        let slices: Vec<Option<&[u8]>> = zeros.iter().map(|z| z.as_deref()).collect();
+        match kernel.prepare_weights(&slices) {
+            Ok(expected) => expected.layout() == weights.layout(),
+            Err(_) => false,
+        }
     }
 
     /// True when this device runs operation `op`.

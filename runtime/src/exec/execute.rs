@@ -747,6 +747,11 @@ impl Program {
                 let dims: Vec<usize> = shape.dimensions.iter().map(|&d| d as usize).collect();
                 let size = byte_size(operand.operand_type, &dims)
                     .ok_or_else(|| located(format!("output {k} has no byte size")))?;
+                self.limits.check(
+                    nnc_formats::limits::LimitKind::Tensor,
+                    || format!("output {k} of {}", op.op_type.name()),
+                    Some(size as u64),
+                )?;
                 out_bufs.push(AlignedBuf::zeroed(size)?);
                 shapes[o as usize] = Some(dims);
             }

@@ -9,6 +9,7 @@
 use std::sync::{Arc, Mutex};
 
 use nnc_formats::nn::signature::{self, InputView};
+use nnc_formats::limits::{LimitKind, Limits};
 use nnc_formats::nn::{Lifetime, Model, Operand, OperandType, OperationType, Pool};
 
 use super::plan::{ArenaPlan, Interval, plan_arena};
@@ -26,6 +27,8 @@ pub struct PrepareOptions {
     pub threads: usize,
     /// How quantized convolutions and products requantize.
     pub requantization: Requantization,
+    /// How much memory the model may make the runtime allocate.
+    pub limits: Limits,
 }
 
 impl Default for PrepareOptions {
@@ -33,6 +36,7 @@ impl Default for PrepareOptions {
         PrepareOptions {
             threads: 1,
             requantization: Requantization::default(),
+            limits: Limits::default(),
         }
     }
 }
@@ -86,6 +90,7 @@ pub struct Program {
     pub(crate) plan: Option<StaticPlan>,
     pub(crate) weights: Arc<dyn WeightProvider>,
     pub(crate) threads: usize,
+    pub(crate) limits: Limits,
     pub(crate) pool: Option<rayon::ThreadPool>,
     pub(crate) states: Mutex<Vec<ExecState>>,
 }
@@ -228,6 +233,19 @@ impl Program {
                     .collect()
             }
         };
+        // Nothing is allocated for a tensor beyond the limits, however the model got its
+        // shapes (declared, inferred, or from a cached program).
+        for (i, (o, shape)) in operands.iter().zip(&static_shapes).enumerate() {
+            if let Some(dims) = shape {
+                let elements = dims
+                    .iter()
+                    .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+                let size = o.operand_type.element_size().unwrap_or(1) as u64;
+                options
+                    .limits
+                    .check_tensor(|| format!("operand {i}"), elements, size)?;
+            }
+        }
         let all_static = operands
             .iter()
             .zip(&static_shapes)
@@ -246,6 +264,13 @@ impl Program {
             )?),
             None => None,
         };
+        if let Some(p) = &plan {
+            options.limits.check(
+                LimitKind::Arena,
+                || "the model's memory plan".to_string(),
+                Some(p.arena.arena_size as u64),
+            )?;
+        }
         if plan.is_none() && all_static && image.is_some() {
             return Err(RuntimeError::Internal(
                 "the cached program lacks the memory plan its shapes call for".into(),
@@ -301,6 +326,7 @@ impl Program {
             plan,
             weights,
             threads,
+            limits: options.limits,
             pool,
             states: Mutex::new(Vec::new()),
         })

@@ -123,6 +123,15 @@ impl PreparedWeights {
         self.buffers.len()
     }
 
+    /// The length of every buffer and which buffer each input sees: what a kernel's
+    /// preparation determines from its static parameters alone, whatever the weights.
+    pub fn layout(&self) -> (Vec<usize>, Vec<Option<usize>>) {
+        (
+            self.buffers.iter().map(AlignedBuf::len).collect(),
+            self.input_views.clone(),
+        )
+    }
+
     /// Serializes the prepared weights (for a data cache, which seals them): u32 buffer
     /// count, each buffer as u64 length and bytes, u32 view count, each view as u32
     /// (u32::MAX for none). The result is zeroized when dropped.

@@ -160,6 +160,7 @@ pub fn run_model_with(
     let options = PrepareOptions {
         threads,
         requantization,
+        ..Default::default()
     };
     Program::prepare(model, weights, &options)?.execute_host(feeds)
 }

@@ -372,10 +372,21 @@ impl Lowerer<'_> {
         let in_count: Option<u64> = if in_dims.contains(&0) {
             None
         } else {
-            Some(in_dims.iter().map(|&d| u64::from(d)).product())
+            Some(
+                in_dims
+                    .iter()
+                    .try_fold(1u64, |acc, &d| acc.checked_mul(u64::from(d)))
+                    .ok_or_else(|| NodeError::Invalid("the input's element count overflows".into()))?,
+            )
         };
         if let Some(total) = in_count {
-            let known: u64 = dims.iter().filter(|&&d| d > 0).map(|&d| d as u64).product();
+            let known: u64 = dims
+                .iter()
+                .filter(|&&d| d > 0)
+                .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
+                .ok_or_else(|| {
+                    NodeError::Invalid(format!("shape {target:?} has more elements than 2^64"))
+                })?;
             if let Some(pos) = dims.iter().position(|&d| d == -1) {
                 if known == 0 || total % known != 0 {
                     return invalid(format!("cannot reshape {total} elements into {target:?}"));
