@@ -12,6 +12,11 @@ use std::sync::Mutex;
 
 use clap::{Parser, Subcommand};
 
+/// Every freed block is wiped: decrypted weights pass through buffers nnc does not own
+/// (the GEMM crate's packing scratch, reallocated vectors). See nnc_runtime::alloc.
+#[global_allocator]
+static ALLOCATOR: nnc_runtime::alloc::WipingAllocator = nnc_runtime::alloc::WipingAllocator;
+
 /// nnc: an ahead-of-time compiler for neural-network models into the NN operation set,
 /// with encrypted weights.
 #[derive(Parser)]
@@ -137,7 +142,13 @@ fn main() -> ExitCode {
         let mut slot = PANIC.lock().unwrap_or_else(|e| e.into_inner());
         slot.get_or_insert(format!("{message}{location}"));
     }));
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cli.command.run()));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // How tests reach the internal-error path (exit 70); no input can.
+        if std::env::var_os("NNC_TEST_INTERNAL_PANIC").is_some() {
+            panic!("NNC_TEST_INTERNAL_PANIC is set");
+        }
+        cli.command.run()
+    }));
     match result {
         Ok(Ok(code)) => code,
         Ok(Err(err)) => exit::report(&err, json, command),

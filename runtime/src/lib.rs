@@ -27,6 +27,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod alloc;
 pub mod buffer;
 pub mod cache;
 pub mod device;
