@@ -231,7 +231,9 @@ pub fn print_error(kind: Exit, message: &str, causes: &[String], json: bool, com
             text.push_str(&format!("\n  caused by: {cause}"));
         }
         if kind == Exit::Internal {
-            text.push_str("\n  (this is a bug in nnc; please report it with the command that caused it)");
+            text.push_str(
+                "\n  (this is a bug in nnc; please report it with the command that caused it)",
+            );
         }
         eprintln!("{text}");
     }

@@ -58,7 +58,10 @@ impl KeyArgs {
         let key = Key::from_hex(algorithm, &hex).map_err(|e| {
             err(
                 Exit::Malformed,
-                format!("{source} does not hold a valid {} key: {e}", algorithm.name()),
+                format!(
+                    "{source} does not hold a valid {} key: {e}",
+                    algorithm.name()
+                ),
             )
         })?;
         Ok(Some(key))

@@ -109,7 +109,11 @@ fn main() -> ExitCode {
                 .and_then(|a| a.to_str())
                 .unwrap_or("")
                 .to_string();
-            let message = e.kind().as_str().unwrap_or("invalid command line").to_string();
+            let message = e
+                .kind()
+                .as_str()
+                .unwrap_or("invalid command line")
+                .to_string();
             let detail = e.to_string();
             let first_line = detail
                 .lines()
@@ -119,7 +123,11 @@ fn main() -> ExitCode {
                 .to_string();
             exit::print_error(
                 exit::Exit::Usage,
-                if first_line.is_empty() { &message } else { &first_line },
+                if first_line.is_empty() {
+                    &message
+                } else {
+                    &first_line
+                },
                 &[],
                 true,
                 &command,

@@ -22,7 +22,10 @@ pub fn stdout(text: &str) -> anyhow::Result<()> {
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        Err(e) => Err(err(Exit::Failure, format!("cannot write to standard output: {e}"))),
+        Err(e) => Err(err(
+            Exit::Failure,
+            format!("cannot write to standard output: {e}"),
+        )),
     }
 }
 
@@ -231,8 +234,8 @@ fn link_unnamed(file: &File, dir: &Path, prefix: &str) -> std::io::Result<PathBu
         .map_err(std::io::Error::other)?;
     for _ in 0..16 {
         let target = dir.join(format!("{prefix}{:016x}", rand_suffix()));
-        let c_target = std::ffi::CString::new(target.as_os_str().as_bytes())
-            .map_err(std::io::Error::other)?;
+        let c_target =
+            std::ffi::CString::new(target.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
         // SAFETY: both paths are NUL-terminated C strings that outlive the call.
         let r = unsafe {
             libc::linkat(
@@ -256,7 +259,9 @@ fn link_unnamed(file: &File, dir: &Path, prefix: &str) -> std::io::Result<PathBu
 
 #[cfg(not(target_os = "linux"))]
 fn link_unnamed(_: &File, _: &Path, _: &str) -> std::io::Result<PathBuf> {
-    Err(std::io::Error::other("unnamed temporary files are not supported"))
+    Err(std::io::Error::other(
+        "unnamed temporary files are not supported",
+    ))
 }
 
 /// A new named temporary file (mode 0600, locked) of nnc's pattern in `dir`.

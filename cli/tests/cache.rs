@@ -415,6 +415,10 @@ fn eight_processes_preparing_into_one_empty_cache_all_succeed() {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 #[cfg(unix)]
 fn a_process_killed_while_writing_never_leaves_a_usable_partial_file() {
     // MobileNetV2's 14 MB of weights make the write long enough to interrupt.
@@ -479,6 +483,10 @@ fn a_process_killed_while_writing_never_leaves_a_usable_partial_file() {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn no_plaintext_weight_window_is_in_the_cache_directory() {
     let Some(source) = nnc_formats::test_support::shared_model("mobilenet_v2.onnx") else {
         return;

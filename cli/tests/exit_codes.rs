@@ -26,7 +26,9 @@ fn code(o: &Output) -> Option<i32> {
 
 fn keygen(dir: &Path, name: &str) -> PathBuf {
     let key = dir.join(name);
-    let o = run(nnc().args(["keygen", "--algorithm", "aes128", "-o"]).arg(&key));
+    let o = run(nnc()
+        .args(["keygen", "--algorithm", "aes128", "-o"])
+        .arg(&key));
     assert!(o.status.success(), "{}", stderr(&o));
     key
 }
@@ -100,7 +102,11 @@ fn row_3_integrity_wrong_key_or_tampered_file() {
     let key = keygen(dir.path(), "k");
     let other = keygen(dir.path(), "other");
     let model = compiled(dir.path(), &key);
-    let o = run(nnc().arg("verify").arg(&model).arg("--key-file").arg(&other));
+    let o = run(nnc()
+        .arg("verify")
+        .arg(&model)
+        .arg("--key-file")
+        .arg(&other));
     assert_eq!(code(&o), Some(3), "{}", stderr(&o));
     let mut bytes = std::fs::read(&model).unwrap();
     bytes[300] ^= 1;
@@ -108,7 +114,11 @@ fn row_3_integrity_wrong_key_or_tampered_file() {
     for command in ["verify", "run"] {
         let o = run(nnc().arg(command).arg(&model).arg("--key-file").arg(&key));
         assert_eq!(code(&o), Some(3), "{command}: {}", stderr(&o));
-        assert!(stderr(&o).contains("wrong key or tampered file"), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("wrong key or tampered file"),
+            "{}",
+            stderr(&o)
+        );
     }
 }
 
@@ -150,7 +160,11 @@ fn row_65_malformed_input() {
     for command in ["verify", "inspect", "run"] {
         let o = run(nnc().arg(command).arg(&model).arg("--key-file").arg(&key));
         assert_eq!(code(&o), Some(65), "{command}: {}", stderr(&o));
-        assert!(stderr(&o).contains("bad magic"), "{command}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("bad magic"),
+            "{command}: {}",
+            stderr(&o)
+        );
     }
     let o = run(nnc().arg("dump").arg(&model));
     assert_eq!(code(&o), Some(65), "dump: {}", stderr(&o));
@@ -176,7 +190,11 @@ fn row_66_missing_input_the_same_from_every_command() {
         .arg(&missing_key));
     assert_eq!(code(&o), Some(66), "compile: {}", stderr(&o));
     for command in ["verify", "run", "inspect"] {
-        let o = run(nnc().arg(command).arg(&model).arg("--key-file").arg(&missing_key));
+        let o = run(nnc()
+            .arg(command)
+            .arg(&model)
+            .arg("--key-file")
+            .arg(&missing_key));
         assert_eq!(code(&o), Some(66), "{command}: {}", stderr(&o));
     }
     let o = run(nnc().arg("inspect").arg(dir.path().join("no-such.onnx")));
@@ -185,7 +203,9 @@ fn row_66_missing_input_the_same_from_every_command() {
 
 #[test]
 fn row_69_unsupported() {
-    let o = run(nnc().arg("inspect").arg(testdata("onnx/unsupported_ops/model.onnx")));
+    let o = run(nnc()
+        .arg("inspect")
+        .arg(testdata("onnx/unsupported_ops/model.onnx")));
     assert_eq!(code(&o), Some(69), "{}", stderr(&o));
 }
 
@@ -255,12 +275,23 @@ fn json_failure(args: &[&std::ffi::OsStr], expected: i32) {
     let o = run(nnc().args(args).arg("--json"));
     let described = format!("{args:?}");
     assert_eq!(code(&o), Some(expected), "{described}: {}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("{described}: stdout is not one JSON object ({e}): {:?}", String::from_utf8_lossy(&o.stdout)));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{described}: stdout is not one JSON object ({e}): {:?}",
+            String::from_utf8_lossy(&o.stdout)
+        )
+    });
     assert_eq!(v["schema"], "nnc.error/1", "{described}");
     assert_eq!(v["ok"], false, "{described}");
-    assert_eq!(v["exit_code"].as_i64(), Some(i64::from(expected)), "{described}");
-    assert!(v["kind"].as_str().is_some_and(|k| !k.is_empty()), "{described}");
+    assert_eq!(
+        v["exit_code"].as_i64(),
+        Some(i64::from(expected)),
+        "{described}"
+    );
+    assert!(
+        v["kind"].as_str().is_some_and(|k| !k.is_empty()),
+        "{described}"
+    );
     assert!(
         v["message"].as_str().is_some_and(|m| !m.is_empty()),
         "{described}"
@@ -280,12 +311,31 @@ fn every_subcommand_prints_a_json_error_object_on_failure() {
     let s = |t: &'static str| OsStr::new(t);
     json_failure(&[s("inspect"), m], 66);
     json_failure(&[s("dump"), m], 66);
-    json_failure(&[s("compile"), m, s("-o"), o, s("--encrypt"), s("none")], 66);
+    json_failure(
+        &[s("compile"), m, s("-o"), o, s("--encrypt"), s("none")],
+        66,
+    );
     json_failure(&[s("verify"), missing_nnc.as_os_str()], 66);
-    json_failure(&[s("keygen"), s("--algorithm"), s("aes128"), s("-o"), s("/dev/null")], 73);
+    json_failure(
+        &[
+            s("keygen"),
+            s("--algorithm"),
+            s("aes128"),
+            s("-o"),
+            s("/dev/null"),
+        ],
+        73,
+    );
     json_failure(&[s("run"), m], 66);
     let missing_npy = dir.path().join("missing.npy");
-    json_failure(&[s("compare"), missing_npy.as_os_str(), missing_npy.as_os_str()], 66);
+    json_failure(
+        &[
+            s("compare"),
+            missing_npy.as_os_str(),
+            missing_npy.as_os_str(),
+        ],
+        66,
+    );
     json_failure(&[s("bench"), m], 66);
     let bad_profile = dir.path().join("p.json");
     std::fs::write(&bad_profile, "{ not json").unwrap();

@@ -24,7 +24,9 @@ fn stderr(o: &Output) -> String {
 
 fn keygen(dir: &Path) -> PathBuf {
     let key = dir.join("k.key");
-    let o = run(nnc().args(["keygen", "--algorithm", "aes128", "-o"]).arg(&key));
+    let o = run(nnc()
+        .args(["keygen", "--algorithm", "aes128", "-o"])
+        .arg(&key));
     assert!(o.status.success(), "{}", stderr(&o));
     key
 }
@@ -51,7 +53,11 @@ fn every_crafted_model_is_refused_cleanly_within_a_gigabyte() {
         .filter(|p| p.extension().is_some_and(|e| e == "onnx"))
         .collect();
     models.sort();
-    assert!(models.len() >= 14, "testdata/hostile has {} models", models.len());
+    assert!(
+        models.len() >= 14,
+        "testdata/hostile has {} models",
+        models.len()
+    );
     for model in &models {
         let out = dir.path().join("out.nnc");
         let o = run(nnc()
@@ -89,21 +95,17 @@ fn a_limit_can_be_raised_and_lowered() {
     let dir = tempfile::tempdir().unwrap();
     let model = testdata("hostile/constant_of_shape_many.onnx");
     let out = dir.path().join("out.nnc");
-    let o = run(nnc()
-        .arg("compile")
-        .arg(&model)
-        .arg("-o")
-        .arg(&out)
-        .args(["--encrypt", "none", "--limit", "folded=1K"]));
+    let o = run(nnc().arg("compile").arg(&model).arg("-o").arg(&out).args([
+        "--encrypt",
+        "none",
+        "--limit",
+        "folded=1K",
+    ]));
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
     assert!(stderr(&o).contains("folded limit"), "{}", stderr(&o));
-    let o = run(nnc()
-        .args(["inspect", "--limit", "folded=2Q"])
-        .arg(&model));
+    let o = run(nnc().args(["inspect", "--limit", "folded=2Q"]).arg(&model));
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    let o = run(nnc()
-        .args(["inspect", "--limit", "speed=2G"])
-        .arg(&model));
+    let o = run(nnc().args(["inspect", "--limit", "speed=2G"]).arg(&model));
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     // A tensor limit below the model's tensors refuses even a small valid model.
     let o = run(nnc()
@@ -119,12 +121,11 @@ fn compile_chain(dir: &Path, name: &str, bytes: Vec<u8>) {
     let model = dir.join(name);
     std::fs::write(&model, bytes).unwrap();
     let out = dir.join(format!("{name}.nnc"));
-    let o = run(nnc()
-        .arg("compile")
-        .arg(&model)
-        .arg("-o")
-        .arg(&out)
-        .args(["--encrypt", "none", "--json"]));
+    let o = run(nnc().arg("compile").arg(&model).arg("-o").arg(&out).args([
+        "--encrypt",
+        "none",
+        "--json",
+    ]));
     assert!(o.status.success(), "{name}: {}", stderr(&o));
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(report["operations"].as_u64().unwrap() >= 1, "{report}");
@@ -135,10 +136,18 @@ fn chains_of_a_hundred_thousand_nodes_compile() {
     use nnc_compiler::synthetic::{ChainOp, onnx_chain, tflite_chain};
     let dir = tempfile::tempdir().unwrap();
     compile_chain(dir.path(), "relu.onnx", onnx_chain(ChainOp::Relu, 100_000));
-    compile_chain(dir.path(), "identity.onnx", onnx_chain(ChainOp::Identity, 100_000));
+    compile_chain(
+        dir.path(),
+        "identity.onnx",
+        onnx_chain(ChainOp::Identity, 100_000),
+    );
     compile_chain(dir.path(), "relu.tflite", tflite_chain(100_000));
     // Layout operations: 20,000 pools wrapped in 40,000 transposes that must cancel.
-    compile_chain(dir.path(), "maxpool.onnx", onnx_chain(ChainOp::MaxPool, 20_000));
+    compile_chain(
+        dir.path(),
+        "maxpool.onnx",
+        onnx_chain(ChainOp::MaxPool, 20_000),
+    );
 }
 
 #[test]
@@ -173,9 +182,20 @@ fn outputs_never_replace_devices_directories_links_or_inputs() {
         assert_eq!(o.status.code(), Some(73), "{what}: {}", stderr(&o));
         assert!(stderr(&o).contains(what), "{what}: {}", stderr(&o));
         let o = run(nnc().arg("dump").arg(&model).arg("-o").arg(target));
-        assert_eq!(o.status.code(), Some(73), "dump onto {what}: {}", stderr(&o));
+        assert_eq!(
+            o.status.code(),
+            Some(73),
+            "dump onto {what}: {}",
+            stderr(&o)
+        );
     }
-    assert!(Path::new("/dev/null").metadata().unwrap().file_type().is_char_device_like());
+    assert!(
+        Path::new("/dev/null")
+            .metadata()
+            .unwrap()
+            .file_type()
+            .is_char_device_like()
+    );
     assert_eq!(std::fs::read(&model).unwrap(), original);
     assert!(!dir.path().join("target.nnc").exists());
 }
@@ -285,9 +305,15 @@ fn a_key_never_accepts_a_file_that_is_not_authenticated_with_it() {
     let o = run(nnc().arg("verify").arg(&authed));
     assert_eq!(o.status.code(), Some(2), "a missing key: {}", stderr(&o));
     let other = dir.path().join("other.key");
-    let o = run(nnc().args(["keygen", "--algorithm", "aes256", "-o"]).arg(&other));
+    let o = run(nnc()
+        .args(["keygen", "--algorithm", "aes256", "-o"])
+        .arg(&other));
     assert!(o.status.success());
-    let o = run(nnc().arg("verify").arg(&authed).arg("--key-file").arg(&other));
+    let o = run(nnc()
+        .arg("verify")
+        .arg(&authed)
+        .arg("--key-file")
+        .arg(&other));
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     let o = run(nnc()
         .arg("run")

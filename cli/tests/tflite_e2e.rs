@@ -95,6 +95,10 @@ fn max_int8_difference(a: &HostTensor, b: &HostTensor) -> i32 {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn mobilenet_v2_float_tflite_matches_litert() {
     let Some(model) = shared_model("mobilenet_v2.tflite") else {
         return;
@@ -110,6 +114,10 @@ fn mobilenet_v2_float_tflite_matches_litert() {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn mobilenet_v2_int8_logits_within_three_units_of_litert() {
     let Some(model) = shared_model("mobilenet_v2_int8_logits.tflite") else {
         return;
@@ -120,6 +128,10 @@ fn mobilenet_v2_int8_logits_within_three_units_of_litert() {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn mobilenet_v2_int8_within_one_unit_of_litert() {
     let Some(model) = shared_model("mobilenet_v2_int8.tflite") else {
         return;
@@ -130,6 +142,10 @@ fn mobilenet_v2_int8_within_one_unit_of_litert() {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn fixed_point_requantization_is_a_different_faithful_arithmetic() {
     // TFLite's reference arithmetic runs the same model to a different answer: the
     // network amplifies last-unit rounding differences. The run option exists, and it

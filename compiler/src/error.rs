@@ -55,7 +55,10 @@ pub enum CompileError {
 }
 
 impl CompileError {
-    pub fn limit(location: impl Into<String>, error: nnc_formats::limits::LimitError) -> CompileError {
+    pub fn limit(
+        location: impl Into<String>,
+        error: nnc_formats::limits::LimitError,
+    ) -> CompileError {
         CompileError::Limit {
             location: location.into(),
             error,

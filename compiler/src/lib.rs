@@ -9,9 +9,9 @@ pub mod error;
 pub mod onnx;
 pub mod partition;
 pub mod passes;
+pub mod pipeline;
 #[doc(hidden)]
 pub mod synthetic;
-pub mod pipeline;
 pub mod tflite;
 
 pub use error::{CompileError, UnsupportedReport};

@@ -62,6 +62,10 @@ fn weights(model: &Model) -> Vec<(usize, Vec<u8>)> {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn every_algorithm_and_mode_decrypts_to_the_lowered_weights() {
     let Some(model) = mobilenet() else { return };
     let expected = weights(model);
@@ -131,6 +135,10 @@ fn find_window(file: &[u8], blocks: &HashSet<[u8; 16]>, data: &[u8]) -> Option<u
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn no_plaintext_window_of_any_weight_survives() {
     let Some(model) = mobilenet() else { return };
     let expected = weights(model);
@@ -165,6 +173,10 @@ fn section(c: &Container, kind: SectionKind) -> (usize, usize) {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn a_flipped_byte_anywhere_fails_verification() {
     let Some(model) = mobilenet() else { return };
     let key = Key::generate(Algorithm::Aes128).unwrap();
@@ -196,9 +208,11 @@ fn a_flipped_byte_anywhere_fails_verification() {
     for &pos in &positions {
         let mut b = bytes.clone();
         b[pos] ^= 1 << (pos % 8);
-        // Opening authenticates before parsing: every alteration is an integrity error.
+        // Opening authenticates before parsing: every alteration is an integrity error
+        // (the magic says what kind of file it is).
         match Container::open(&b, Some(key.as_bytes())) {
             Ok(_) => panic!("a flipped bit at byte {pos} went unnoticed"),
+            Err(ContainerError::BadMagic { .. }) if pos < 8 => {}
             Err(e) => assert!(e.is_integrity(), "byte {pos}: not an integrity error: {e}"),
         }
         let region = match pos {
@@ -216,6 +230,10 @@ fn a_flipped_byte_anywhere_fails_verification() {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn truncation_at_every_section_boundary_is_detected() {
     let Some(model) = mobilenet() else { return };
     let key = Key::generate(Algorithm::Sm4).unwrap();
@@ -256,6 +274,10 @@ fn truncation_at_every_section_boundary_is_detected() {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn a_wrong_key_is_reported_as_wrong_key_or_tampered_file() {
     let Some(model) = mobilenet() else { return };
     let key = Key::generate(Algorithm::Aes256).unwrap();
@@ -280,6 +302,10 @@ fn patched(bytes: &[u8], offset: usize, value: &[u8]) -> Vec<u8> {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn every_malformed_header_field_is_named() {
     let Some(model) = mobilenet() else { return };
     let key = Key::generate(Algorithm::Aes128).unwrap();
@@ -396,6 +422,10 @@ fn every_malformed_header_field_is_named() {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn reproducible_files_are_byte_identical() {
     let Some(model) = mobilenet() else { return };
     let key = Key::generate(Algorithm::Sm4).unwrap();
@@ -418,4 +448,49 @@ fn reproducible_files_are_byte_identical() {
     let c = Container::parse(&a).unwrap();
     let ivs: HashSet<[u8; 16]> = c.fields.iter().flatten().map(|f| f.iv).collect();
     assert_eq!(ivs.len(), c.fields.iter().flatten().count());
+}
+
+/// The README's example model, compiled with `key` (small enough to flip every byte).
+fn tiny_compiled(key: &Key, mode: Mode) -> Vec<u8> {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/models/tiny_cnn.onnx");
+    let model = lower_file(&path, &LowerOptions::default()).unwrap().model;
+    compile(&model, Some(key), mode)
+}
+
+#[test]
+fn every_metadata_byte_and_sampled_weight_bytes_are_refused_by_reader_and_runtime() {
+    use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
+    let key = Key::generate(Algorithm::Aes256).unwrap();
+    let bytes = tiny_compiled(&key, Mode::Cbc);
+    let c = Container::parse(&bytes).unwrap();
+    let metadata = c.header.metadata_length as usize;
+    // Every byte of the header, section table and operation table (the whole metadata
+    // region), then 16 bytes of every weight field: its first, its last, and 14 between.
+    let mut positions: Vec<usize> = (0..metadata).collect();
+    let mut fields = 0;
+    for f in c.fields.iter().flatten() {
+        fields += 1;
+        let (start, len) = (f.offset as usize, f.length as usize);
+        positions.extend((0..16).map(|k| start + k * (len - 1) / 15));
+    }
+    assert!(fields >= 4, "{fields} weight fields");
+    let npu = SimulatedNpu::new("npu0");
+    npu.install_key(key.as_bytes());
+    // The unaltered file loads, so each failure below is the flip's doing.
+    PreparedModel::load_bytes(bytes.clone(), &npu, &LoadOptions::default()).unwrap();
+    for &pos in &positions {
+        let mut b = bytes.clone();
+        b[pos] ^= 1 << (pos % 8);
+        match Container::open(&b, Some(key.as_bytes())) {
+            Ok(_) => panic!("a flipped bit at byte {pos} went unnoticed by the reader"),
+            Err(ContainerError::BadMagic { .. }) if pos < 8 => {}
+            Err(e) => assert!(e.is_integrity(), "byte {pos}: {e}"),
+        }
+        assert!(
+            PreparedModel::load_bytes(b, &npu, &LoadOptions::default()).is_err(),
+            "a flipped bit at byte {pos} went unnoticed by the runtime"
+        );
+    }
+    assert!(positions.len() > metadata, "{} positions", positions.len());
 }

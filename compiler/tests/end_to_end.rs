@@ -77,6 +77,10 @@ fn assert_close(actual: &[f32], expected: &[f32], atol: f32, rtol: f32, what: &s
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn mobilenet_v2_encrypted_reproduces_onnx_runtime() {
     let Some(m) = mobilenet() else { return };
     for (algorithm, mode) in [(Algorithm::Sm4, Mode::Cbc), (Algorithm::Aes128, Mode::Ctr)] {
@@ -97,6 +101,10 @@ fn mobilenet_v2_encrypted_reproduces_onnx_runtime() {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn tampered_files_and_wrong_keys_are_refused_at_load() {
     let Some(m) = mobilenet() else { return };
     let key = Key::generate(Algorithm::Aes128).unwrap();
@@ -130,6 +138,10 @@ fn tampered_files_and_wrong_keys_are_refused_at_load() {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn a_parameter_cache_smaller_than_the_model_gives_the_same_outputs() {
     let Some(m) = mobilenet() else { return };
     let key = Key::generate(Algorithm::Sm4).unwrap();
@@ -160,6 +172,10 @@ fn a_parameter_cache_smaller_than_the_model_gives_the_same_outputs() {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn four_threads_executing_one_prepared_model_all_get_correct_results() {
     let Some(m) = mobilenet() else { return };
     let bytes = compile(&m.model, None, Mode::Ctr);
@@ -213,6 +229,10 @@ fn four_threads_executing_one_prepared_model_all_get_correct_results() {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn several_prepared_models_coexist_on_one_device() {
     let Some(m) = mobilenet() else { return };
     let tiny = lower_file(

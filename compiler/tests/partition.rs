@@ -884,6 +884,10 @@ fn testdata(name: &str) -> PathBuf {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn mobilenet_v2_partitions_for_every_shipped_profile() {
     let Some(path) = nnc_formats::test_support::shared_model("mobilenet_v2.onnx") else {
         return;

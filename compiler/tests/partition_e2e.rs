@@ -153,6 +153,10 @@ fn check(model_name: &str, input_name: &str) -> bool {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn partitioned_mobilenets_match_the_cpu_only_build_bit_for_bit() {
     let a = check("mobilenet_v2.onnx", "mobilenet_v2.onnx.input.npy");
     let b = check(

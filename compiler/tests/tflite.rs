@@ -1034,6 +1034,10 @@ fn check_shared_io(name: &str, model: &Model) {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn mobilenet_v2_float() {
     let Some(bytes) = shared("mobilenet_v2.tflite") else {
         return;
@@ -1119,11 +1123,19 @@ fn check_int8_mobilenet(name: &str, softmax: bool, output_quant: (f32, i32)) {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn mobilenet_v2_int8() {
     check_int8_mobilenet("mobilenet_v2_int8.tflite", true, (1.0 / 256.0, -128));
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn mobilenet_v2_int8_logits() {
     check_int8_mobilenet("mobilenet_v2_int8_logits.tflite", false, (0.013_864, -15));
 }
@@ -1296,6 +1308,10 @@ fn mutated_models_never_panic() {
 }
 
 #[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
 fn mutated_mobilenet_never_panics() {
     let Some(original) = shared("mobilenet_v2_int8_logits.tflite") else {
         return;

@@ -149,7 +149,12 @@ pub fn element_count<T: Copy + Into<u64>>(dims: &[T]) -> Option<u64> {
 
 /// `1.5 GiB`, `64 MiB`, `512 B`.
 pub fn format_size(bytes: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
     for (unit, size) in UNITS {
         if bytes >= size {
             let v = bytes as f64 / size as f64;
@@ -181,7 +186,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "M" | "MB" | "MIB" => 20,
         "G" | "GB" | "GIB" => 30,
         "T" | "TB" | "TIB" => 40,
-        _ => return Err(format!("'{text}': unknown size unit '{unit}' (use K, M, G or T)")),
+        _ => {
+            return Err(format!(
+                "'{text}': unknown size unit '{unit}' (use K, M, G or T)"
+            ));
+        }
     };
     n.checked_mul(1u64 << shift)
         .ok_or_else(|| format!("'{text}' is too large"))
@@ -194,7 +203,10 @@ pub fn parse_limit(text: &str) -> Result<(LimitKind, u64), String> {
         .ok_or_else(|| format!("'{text}' is not NAME=SIZE (e.g. folded=1G)"))?;
     let kind = LimitKind::from_name(name.trim()).ok_or_else(|| {
         let names: Vec<&str> = LimitKind::ALL.iter().map(|k| k.name()).collect();
-        format!("unknown limit '{name}'; the limits are {}", names.join(", "))
+        format!(
+            "unknown limit '{name}'; the limits are {}",
+            names.join(", ")
+        )
     })?;
     Ok((kind, parse_size(size)?))
 }
@@ -234,10 +246,24 @@ mod tests {
         assert!(text.contains("--limit tensor=SIZE"), "{text}");
         assert!(text.contains("4 TiB"), "{text}");
         let overflow = limits
-            .check_tensor(|| "x".into(), element_count(&[u32::MAX, u32::MAX, u32::MAX]), 4)
+            .check_tensor(
+                || "x".into(),
+                element_count(&[u32::MAX, u32::MAX, u32::MAX]),
+                4,
+            )
             .unwrap_err();
-        assert!(overflow.to_string().contains("more than 2^64"), "{overflow}");
-        assert_eq!(parse_limit("folded=1G").unwrap(), (LimitKind::Folded, 1 << 30));
-        assert!(parse_limit("speed=1G").unwrap_err().contains("tensor, folded, arena"));
+        assert!(
+            overflow.to_string().contains("more than 2^64"),
+            "{overflow}"
+        );
+        assert_eq!(
+            parse_limit("folded=1G").unwrap(),
+            (LimitKind::Folded, 1 << 30)
+        );
+        assert!(
+            parse_limit("speed=1G")
+                .unwrap_err()
+                .contains("tensor, folded, arena")
+        );
     }
 }

@@ -22,8 +22,12 @@ use nnc_formats::limits::Limits;
 use nnc_formats::tensor::HostTensor;
 use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
 
+/// A fuzz target: bytes in, nothing out; only a panic (or abort, hang, runaway
+/// allocation) is a finding.
+pub type Target = fn(&[u8]);
+
 /// Every target, by the name its binary and corpus directory carry.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("onnx_import", onnx_import),
     ("tflite_import", tflite_import),
     ("nnc_file", nnc_file),
@@ -236,7 +240,12 @@ fn cached_model_graph() -> Option<nnc_formats::nn::Model> {
     let mut y = Operand::new(OperandType::TensorFloat32, vec![1, 4]);
     y.lifetime = Lifetime::SubgraphOutput;
     let y = m.add_operand(y);
-    m.add_operation(OperationType::FullyConnected, vec![x, w, b, act], vec![y], "fc");
+    m.add_operation(
+        OperationType::FullyConnected,
+        vec![x, w, b, act],
+        vec![y],
+        "fc",
+    );
     m.main.inputs = vec![x];
     m.main.outputs = vec![y];
     let info = |n: &str| IoInfo {
@@ -340,8 +349,8 @@ pub fn compile_pipeline(data: &[u8]) {
         },
     )
     .expect("a model nnc lowered and validated must emit");
-    let (container, _) = Container::open(&bytes, Some(&FUZZ_KEY))
-        .expect("a file nnc wrote must open with its key");
+    let (container, _) =
+        Container::open(&bytes, Some(&FUZZ_KEY)).expect("a file nnc wrote must open with its key");
     drop(container);
     let npu = SimulatedNpu::new("npu0");
     npu.install_key(&FUZZ_KEY);
@@ -356,13 +365,11 @@ pub fn generated_seeds(target: &str) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
     match target {
         "nnc_file" => {
-            let models: Vec<(&str, nnc_formats::nn::Model)> = [
-                ("fc", cached_model_graph()),
-                ("tiny_cnn", small_model()),
-            ]
-            .into_iter()
-            .filter_map(|(n, m)| Some((n, m?)))
-            .collect();
+            let models: Vec<(&str, nnc_formats::nn::Model)> =
+                [("fc", cached_model_graph()), ("tiny_cnn", small_model())]
+                    .into_iter()
+                    .filter_map(|(n, m)| Some((n, m?)))
+                    .collect();
             let Ok(key) = Key::new(Algorithm::Aes128, &FUZZ_KEY) else {
                 return out;
             };
@@ -402,7 +409,10 @@ pub fn generated_seeds(target: &str) -> Vec<(String, Vec<u8>)> {
                     shape: vec![2, 3],
                     data: (0..6 * dtype.size()).map(|i| i as u8).collect(),
                 };
-                out.push((format!("{}.npy", dtype.name()), nnc_formats::npy::write_npy(&t)));
+                out.push((
+                    format!("{}.npy", dtype.name()),
+                    nnc_formats::npy::write_npy(&t),
+                ));
             }
         }
         _ => {}

@@ -253,14 +253,8 @@ fn decode_entry(
     };
     let mut weights = Vec::new();
     for (part, file) in entry.data.into_iter().enumerate() {
-        let plain = open_data(
-            key,
-            &step.token,
-            part as u16,
-            step.data_files as u16,
-            file,
-        )
-        .map_err(cache_err)?;
+        let plain = open_data(key, &step.token, part as u16, step.data_files as u16, file)
+            .map_err(cache_err)?;
         weights.extend(decode_data(&plain, step)?);
     }
     Ok(DecodedStep { image, weights })

@@ -289,10 +289,13 @@ impl PreparedModel {
         let shared: Arc<dyn AsRef<[u8]> + Send + Sync> = bytes;
         let (model, attached, by_operation) = match &plan {
             None => {
-                let (model, w) =
-                    devices
-                        .device_for("")
-                        .attach(shared, metadata, register, None, verify_fields)?;
+                let (model, w) = devices.device_for("").attach(
+                    shared,
+                    metadata,
+                    register,
+                    None,
+                    verify_fields,
+                )?;
                 let n = model.main.operations.len();
                 (model, vec![w], vec![0; n])
             }

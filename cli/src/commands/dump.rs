@@ -43,7 +43,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let to_stdout = args.output.as_deref().is_none_or(|p| p == std::path::Path::new("-"));
+    let to_stdout = args
+        .output
+        .as_deref()
+        .is_none_or(|p| p == std::path::Path::new("-"));
     let format = match (args.json, args.format) {
         (true, Format::Text) if to_stdout => Format::Json,
         (true, Format::Json) | (false, _) => args.format,

@@ -44,8 +44,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "--partition reports a compiled model's placement: compile with --devices first",
         ));
     }
-    let options =
-        super::lower_options(&args.input_shapes, args.no_optimize, args.limits.limits())?;
+    let options = super::lower_options(&args.input_shapes, args.no_optimize, args.limits.limits())?;
     let lowered = super::lower(&args.model, &options)?;
     let report = source_report(&args.model, &lowered);
     if args.json {

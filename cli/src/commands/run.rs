@@ -259,7 +259,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })?;
     // No output may replace a file the run read.
     let mut read: Vec<PathBuf> = vec![args.model.clone()];
-    if let Ok(files) = input_files(&args, &model.inputs().iter().map(|i| i.name.clone()).collect::<Vec<_>>()) {
+    if let Ok(files) = input_files(
+        &args,
+        &model
+            .inputs()
+            .iter()
+            .map(|i| i.name.clone())
+            .collect::<Vec<_>>(),
+    ) {
         read.extend(files);
     }
     let read: Vec<&Path> = read.iter().map(PathBuf::as_path).collect();

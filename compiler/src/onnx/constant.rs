@@ -280,9 +280,7 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> EvalResult<Vec<usize>> {
             (1, y) => y,
             (x, 1) => x,
             (x, y) => {
-                return Err(format!(
-                    "shapes {a:?} and {b:?} do not broadcast ({x} vs {y})"
-                ).into());
+                return Err(format!("shapes {a:?} and {b:?} do not broadcast ({x} vs {y})").into());
             }
         };
     }
@@ -533,7 +531,7 @@ pub fn gather(
             if j < 0 || j >= dim {
                 Err(format!(
                     "gather index {i} is out of range for a dimension of size {dim}"
-                ).into())
+                ))
             } else {
                 Ok(j as usize)
             }
@@ -732,7 +730,11 @@ pub fn tile(t: &ConstTensor, repeats: &[usize], budget: &FoldBudget) -> EvalResu
 }
 
 /// A tensor of `shape` filled with the single element of `value`.
-pub fn fill(value: &ConstTensor, shape: Vec<usize>, budget: &FoldBudget) -> EvalResult<ConstTensor> {
+pub fn fill(
+    value: &ConstTensor,
+    shape: Vec<usize>,
+    budget: &FoldBudget,
+) -> EvalResult<ConstTensor> {
     let n = budget.room(&shape, value.dtype)?;
     let size = value.dtype.size();
     let elem = value.data.get(..size).ok_or("fill value is empty")?;

@@ -132,7 +132,10 @@ impl GraphIndex {
     }
 
     pub fn is_output(&self, operand: OperandIndex) -> bool {
-        self.is_output.get(operand as usize).copied().unwrap_or(false)
+        self.is_output
+            .get(operand as usize)
+            .copied()
+            .unwrap_or(false)
     }
 
     /// Live reads of an operand.
@@ -300,10 +303,7 @@ impl GraphIndex {
         }
         debug_assert_eq!(sorted.len(), live.len(), "a pass created a cycle");
         let mut slots: Vec<Option<Operation>> = ops.into_iter().map(Some).collect();
-        model.main.operations = sorted
-            .into_iter()
-            .filter_map(|i| slots[i].take())
-            .collect();
+        model.main.operations = sorted.into_iter().filter_map(|i| slots[i].take()).collect();
     }
 }
 

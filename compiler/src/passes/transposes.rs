@@ -283,7 +283,9 @@ fn sink(
                 O::Mean => graph::const_i32(model, reader.inputs[2]).map(|v| v != 0),
                 _ => graph::const_bool(model, reader.inputs[2]),
             };
-            let Some(keep) = keep else { return Ok(Sunk::No) };
+            let Some(keep) = keep else {
+                return Ok(Sunk::No);
+            };
             let mapped: Vec<usize> = axes
                 .iter()
                 .map(|&a| {

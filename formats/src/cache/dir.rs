@@ -496,12 +496,12 @@ fn entry_auth_problem(entry: &IndexEntry, token: &Token, key: Option<&CacheKey>)
                     .to_string()
             })
         }
-        (Some(_), None) => Some(
-            "its index entry is not authenticated, but the model has a key".to_string(),
-        ),
-        (None, Some(_)) => Some(
-            "its index entry is authenticated with a key, but the model has none".to_string(),
-        ),
+        (Some(_), None) => {
+            Some("its index entry is not authenticated, but the model has a key".to_string())
+        }
+        (None, Some(_)) => {
+            Some("its index entry is authenticated with a key, but the model has none".to_string())
+        }
         (None, None) => None,
     }
 }
@@ -557,7 +557,10 @@ mod tests {
     fn store_then_hit_then_clean() {
         let (_t, c) = dir();
         let token = [1u8; 32];
-        assert!(matches!(c.lookup(&token, 1, 1, None).unwrap(), Lookup::Miss));
+        assert!(matches!(
+            c.lookup(&token, 1, 1, None).unwrap(),
+            Lookup::Miss
+        ));
         c.store(&token, &[b"program".to_vec()], &[b"weights".to_vec()], None)
             .unwrap();
         match c.lookup(&token, 1, 1, None).unwrap() {
@@ -570,7 +573,10 @@ mod tests {
         assert_eq!(c.list().unwrap().len(), 1);
         let report = c.clean(0).unwrap();
         assert_eq!(report.removed_entries.len(), 1);
-        assert!(matches!(c.lookup(&token, 1, 1, None).unwrap(), Lookup::Miss));
+        assert!(matches!(
+            c.lookup(&token, 1, 1, None).unwrap(),
+            Lookup::Miss
+        ));
     }
 
     #[test]
@@ -579,7 +585,8 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let (_t, c) = dir();
         let token = [2u8; 32];
-        c.store(&token, &[b"p".to_vec()], &[b"d".to_vec()], None).unwrap();
+        c.store(&token, &[b"p".to_vec()], &[b"d".to_vec()], None)
+            .unwrap();
         let entry = c.root().join(hex::encode(token));
         for f in ["model-0.bin", "data-0.bin"] {
             assert_eq!(
@@ -605,7 +612,8 @@ mod tests {
     fn altered_model_caches_are_invalid() {
         let (_t, c) = dir();
         let token = [3u8; 32];
-        c.store(&token, &[b"program bytes".to_vec()], &[], None).unwrap();
+        c.store(&token, &[b"program bytes".to_vec()], &[], None)
+            .unwrap();
         let path = c.root().join(hex::encode(token)).join("model-0.bin");
         let good = fs::read(&path).unwrap();
         for pos in 0..good.len() {
@@ -636,8 +644,13 @@ mod tests {
             .store(&token, &[b"p".to_vec()], &[], None)
             .unwrap();
         let newer = CacheDir::open(&root, "2.0").unwrap();
-        assert!(matches!(newer.lookup(&token, 1, 0, None).unwrap(), Lookup::Miss));
-        newer.store(&[5u8; 32], &[b"q".to_vec()], &[], None).unwrap();
+        assert!(matches!(
+            newer.lookup(&token, 1, 0, None).unwrap(),
+            Lookup::Miss
+        ));
+        newer
+            .store(&[5u8; 32], &[b"q".to_vec()], &[], None)
+            .unwrap();
         // The old version's entry directory is gone.
         assert!(!root.join(hex::encode(token)).exists());
         assert_eq!(newer.list().unwrap().len(), 1);
@@ -648,8 +661,13 @@ mod tests {
         let (_t, c) = dir();
         let token = [9u8; 32];
         let key = CacheKey::derive(&[1u8; 16], &token).unwrap();
-        c.store(&token, &[b"program".to_vec()], &[b"sealed".to_vec()], Some(&key))
-            .unwrap();
+        c.store(
+            &token,
+            &[b"program".to_vec()],
+            &[b"sealed".to_vec()],
+            Some(&key),
+        )
+        .unwrap();
         assert!(matches!(
             c.lookup(&token, 1, 1, Some(&key)).unwrap(),
             Lookup::Hit(_)
@@ -694,8 +712,14 @@ mod tests {
         let token = [6u8; 32];
         c.store(&token, &[b"p".to_vec()], &[], None).unwrap();
         fs::write(c.root().join("index.json"), b"{ not json").unwrap();
-        assert!(matches!(c.lookup(&token, 1, 0, None).unwrap(), Lookup::Miss));
+        assert!(matches!(
+            c.lookup(&token, 1, 0, None).unwrap(),
+            Lookup::Miss
+        ));
         c.store(&token, &[b"p".to_vec()], &[], None).unwrap();
-        assert!(matches!(c.lookup(&token, 1, 0, None).unwrap(), Lookup::Hit(_)));
+        assert!(matches!(
+            c.lookup(&token, 1, 0, None).unwrap(),
+            Lookup::Hit(_)
+        ));
     }
 }

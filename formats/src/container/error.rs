@@ -77,7 +77,9 @@ pub enum ContainerError {
 
 fn key_required(algorithm: &Option<&'static str>) -> String {
     match algorithm {
-        Some(a) => format!("the file is encrypted ({a}); its key is required (--key-file or --key-env)"),
+        Some(a) => {
+            format!("the file is encrypted ({a}); its key is required (--key-file or --key-env)")
+        }
         None => "the file is authenticated with a key (its weights are not encrypted); the key is \
                  required (--key-file or --key-env)"
             .into(),

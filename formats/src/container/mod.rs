@@ -499,7 +499,10 @@ mod tests {
                 .unwrap_err();
             // The magic says what kind of file this is; every other byte authenticates.
             if pos < MAGIC.len() {
-                assert!(matches!(err, ContainerError::BadMagic { .. }), "flip at {pos}: {err}");
+                assert!(
+                    matches!(err, ContainerError::BadMagic { .. }),
+                    "flip at {pos}: {err}"
+                );
             } else {
                 assert!(err.is_integrity(), "flip at {pos}: {err}");
             }
@@ -525,12 +528,19 @@ mod tests {
             ContainerError::KeyRequired { algorithm: None }
         ));
         let other = Key::generate(Algorithm::Aes128).unwrap();
-        assert!(Container::open(&bytes, Some(other.as_bytes())).unwrap_err().is_integrity());
+        assert!(
+            Container::open(&bytes, Some(other.as_bytes()))
+                .unwrap_err()
+                .is_integrity()
+        );
         // Every byte is covered, as in an encrypted file.
         for pos in 8..bytes.len() {
             let mut b = bytes.clone();
             b[pos] ^= 0x01;
-            assert!(Container::open(&b, Some(key.as_bytes())).is_err(), "flip at {pos}");
+            assert!(
+                Container::open(&b, Some(key.as_bytes())).is_err(),
+                "flip at {pos}"
+            );
         }
         // A file with digests only is refused whenever a key is given: anyone could have
         // written it in place of the real one.
@@ -569,10 +579,7 @@ mod tests {
         bytes[entry + 8..entry + 16].copy_from_slice(&weights.offset.to_le_bytes());
         reseal(&mut bytes, Some(key.as_bytes())).unwrap();
         let err = Container::open(&bytes, Some(key.as_bytes())).unwrap_err();
-        assert!(
-            err.to_string().contains("authenticated"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("authenticated"), "{err}");
     }
 
     #[test]

@@ -89,14 +89,17 @@ pub fn copy_metadata(bytes: &[u8]) -> Result<Vec<u8>, ContainerError> {
     let mut length = [0u8; 8];
     length.copy_from_slice(&bytes[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8]);
     let metadata_length = u64::from_le_bytes(length);
-    if metadata_length < HEADER_SIZE as u64 || metadata_length > bytes.len() as u64 {
+    if metadata_length > bytes.len() as u64 {
+        return Err(ContainerError::Truncated {
+            what: "the metadata region (header field 'metadata_length')".into(),
+            needed: metadata_length,
+            available: bytes.len() as u64,
+        });
+    }
+    if metadata_length < HEADER_SIZE as u64 {
         return Err(ContainerError::HeaderField {
             field: "metadata_length",
-            message: format!(
-                "is {metadata_length}, outside the {}-byte file's {HEADER_SIZE}..={} range",
-                bytes.len(),
-                bytes.len()
-            ),
+            message: format!("is {metadata_length}, less than the {HEADER_SIZE}-byte header"),
         });
     }
     let mut meta = bytes[..metadata_length as usize].to_vec();
@@ -163,13 +166,7 @@ impl<'a> Container<'a> {
         bytes: &'a [u8],
         master: Option<&[u8]>,
     ) -> Result<(Container<'a>, Option<FileKeys>), ContainerError> {
-        let meta = copy_metadata(bytes).map_err(|e| match e {
-            // A damaged length field is an altered header, like any other byte of it.
-            ContainerError::HeaderField { .. } => ContainerError::Integrity {
-                what: "the metadata length".into(),
-            },
-            other => other,
-        })?;
+        let meta = copy_for_authentication(bytes)?;
         authenticate_metadata(&meta, master)?;
         let container = Container::parse_with_metadata(bytes, meta)?;
         let keys = container.keys(master)?;
@@ -409,13 +406,23 @@ pub fn authenticate(
     bytes: &[u8],
     master: Option<&[u8]>,
 ) -> Result<Option<FileKeys>, ContainerError> {
-    let meta = copy_metadata(bytes).map_err(|e| match e {
-        ContainerError::HeaderField { .. } => ContainerError::Integrity {
-            what: "the metadata length".into(),
-        },
-        other => other,
-    })?;
+    let meta = copy_for_authentication(bytes)?;
     authenticate_metadata(&meta, master)
+}
+
+/// [`copy_metadata`] before authentication: a metadata length that does not fit a file
+/// with a whole header is an altered header byte like any other.
+fn copy_for_authentication(bytes: &[u8]) -> Result<Vec<u8>, ContainerError> {
+    match copy_metadata(bytes) {
+        Err(ContainerError::Truncated { .. } | ContainerError::HeaderField { .. })
+            if bytes.len() >= HEADER_SIZE =>
+        {
+            Err(ContainerError::Integrity {
+                what: "the metadata length".into(),
+            })
+        }
+        other => other,
+    }
 }
 
 /// [`authenticate`] on a metadata region already copied by [`copy_metadata`].
@@ -427,9 +434,8 @@ pub fn authenticate_metadata(
     let encrypted = flags & FLAG_ENCRYPTED != 0;
     let keyed = encrypted || meta[75] == Integrity::HmacSha256.code();
     let keys = if keyed {
-        let algorithm = encrypted.then(|| {
-            Algorithm::from_code(meta[72]).map_or("an unknown algorithm", |a| a.name())
-        });
+        let algorithm = encrypted
+            .then(|| Algorithm::from_code(meta[72]).map_or("an unknown algorithm", |a| a.name()));
         let master = master.ok_or(ContainerError::KeyRequired { algorithm })?;
         if !crypto::ct_eq(&key_id(master)?, &meta[80..96]) {
             return Err(ContainerError::Integrity {

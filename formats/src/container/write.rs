@@ -59,7 +59,10 @@ pub fn is_weight(operand: &crate::nn::Operand) -> bool {
 /// [`is_weight`], and also an int32 vector with scale 0 that an operation reads as its
 /// bias: with per-channel filters NNAPI gives the bias scale 0, yet it is trained data.
 pub fn is_weight_in(model: &Model, index: u32) -> bool {
-    weights_of(model).get(index as usize).copied().unwrap_or(false)
+    weights_of(model)
+        .get(index as usize)
+        .copied()
+        .unwrap_or(false)
 }
 
 /// [`is_weight_in`] for every operand at once, in one pass over the graph.
@@ -159,9 +162,7 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
             owner[i] = Some(op_index);
         }
     }
-    if let Some(i) =
-        (0..graph.operands.len()).find(|&i| weights[i] && owner[i].is_none())
-    {
+    if let Some(i) = (0..graph.operands.len()).find(|&i| weights[i] && owner[i].is_none()) {
         return Err(ContainerError::Unwritable(format!(
             "operand {i} is a weight no operation reads"
         )));

@@ -1460,7 +1460,13 @@ fn infer_outputs(
                         "height {h} and width {w} must be divisible by block_size {block}"
                     )));
                 }
-                join_nhwc(n, h / block, w / block, extent(u64::from(c) * square)?, nchw)
+                join_nhwc(
+                    n,
+                    h / block,
+                    w / block,
+                    extent(u64::from(c) * square)?,
+                    nchw,
+                )
             };
             single(input.operand_type, dims)
         }

@@ -8,8 +8,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use nnc_formats::nn::signature::{self, InputView};
 use nnc_formats::limits::{LimitKind, Limits};
+use nnc_formats::nn::signature::{self, InputView};
 use nnc_formats::nn::{Lifetime, Model, Operand, OperandType, OperationType, Pool};
 
 use super::plan::{ArenaPlan, Interval, plan_arena};

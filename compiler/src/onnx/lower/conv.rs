@@ -210,7 +210,11 @@ impl Lowerer<'_> {
                         }
                     })
                     .collect();
-                Ok(Filter::Const(Rc::new(constant::slice(w, &ranges, &self.budget)?)))
+                Ok(Filter::Const(Rc::new(constant::slice(
+                    w,
+                    &ranges,
+                    &self.budget,
+                )?)))
             }
             Filter::Run(o) => {
                 let mut begin = vec![0i32; shape.len()];

@@ -208,8 +208,13 @@ impl Lowerer<'_> {
         }
         let count = ((l - s) / d).ceil().max(0.0);
         // Room for the f64 values and the result, before either is allocated.
-        let len = if count >= 1e15 { usize::MAX } else { count as usize };
-        self.budget.room(&[len], nnc_formats::tensor::DataType::F64)?;
+        let len = if count >= 1e15 {
+            usize::MAX
+        } else {
+            count as usize
+        };
+        self.budget
+            .room(&[len], nnc_formats::tensor::DataType::F64)?;
         self.budget.room(&[len], start.dtype)?;
         let values: Vec<f64> = (0..len).map(|i| s + i as f64 * d).collect();
         self.set_const(
@@ -376,7 +381,9 @@ impl Lowerer<'_> {
                 in_dims
                     .iter()
                     .try_fold(1u64, |acc, &d| acc.checked_mul(u64::from(d)))
-                    .ok_or_else(|| NodeError::Invalid("the input's element count overflows".into()))?,
+                    .ok_or_else(|| {
+                        NodeError::Invalid("the input's element count overflows".into())
+                    })?,
             )
         };
         if let Some(total) = in_count {
@@ -915,10 +922,7 @@ impl Lowerer<'_> {
             Some(a) => a.iter().map(|&x| axis(x, r)).collect::<NResult<_>>()?,
             None if starts.len() <= r => (0..starts.len()).collect(),
             None => {
-                return invalid(format!(
-                    "{} starts for an input of rank {r}",
-                    starts.len()
-                ));
+                return invalid(format!("{} starts for an input of rank {r}", starts.len()));
             }
         };
         let steps = steps.unwrap_or(vec![1; starts.len()]);
