@@ -73,7 +73,10 @@ fn inspect_and_dump_match_their_snapshots() {
     let d = dir.path();
     for (from, to) in [
         ("testdata/models/tiny_cnn.onnx", "tiny_cnn.onnx"),
-        ("testdata/tflite/conv_same_relu6_int8/model.tflite", "conv_int8.tflite"),
+        (
+            "testdata/tflite/conv_same_relu6_int8/model.tflite",
+            "conv_int8.tflite",
+        ),
         ("testdata/devices/npu-int8.json", "npu-int8.json"),
         ("cli/tests/snapshots/test.key", "test.key"),
     ] {
@@ -108,29 +111,65 @@ fn inspect_and_dump_match_their_snapshots() {
     let mut mismatches = Vec::new();
     let cases: &[(&str, &[&str])] = &[
         ("inspect-tiny_cnn.onnx.txt", &["inspect", "tiny_cnn.onnx"]),
-        ("inspect-tiny_cnn.onnx.json", &["inspect", "tiny_cnn.onnx", "--json"]),
-        ("inspect-conv_int8.tflite.txt", &["inspect", "conv_int8.tflite"]),
-        ("inspect-conv_int8.tflite.json", &["inspect", "conv_int8.tflite", "--json"]),
+        (
+            "inspect-tiny_cnn.onnx.json",
+            &["inspect", "tiny_cnn.onnx", "--json"],
+        ),
+        (
+            "inspect-conv_int8.tflite.txt",
+            &["inspect", "conv_int8.tflite"],
+        ),
+        (
+            "inspect-conv_int8.tflite.json",
+            &["inspect", "conv_int8.tflite", "--json"],
+        ),
         (
             "inspect-tiny_cnn.nnc.txt",
             &["inspect", "tiny_cnn.nnc", "--key-file", "test.key"],
         ),
         (
             "inspect-tiny_cnn.nnc.json",
-            &["inspect", "tiny_cnn.nnc", "--key-file", "test.key", "--json"],
+            &[
+                "inspect",
+                "tiny_cnn.nnc",
+                "--key-file",
+                "test.key",
+                "--json",
+            ],
         ),
         (
             "inspect-partition-conv_int8.nnc.txt",
             &["inspect", "conv_int8.nnc", "--partition"],
         ),
-        ("dump-tiny_cnn.onnx.dot", &["dump", "tiny_cnn.onnx", "--format", "dot"]),
-        ("dump-tiny_cnn.onnx.json", &["dump", "tiny_cnn.onnx", "--format", "json"]),
-        ("dump-tiny_cnn.onnx.txt", &["dump", "tiny_cnn.onnx", "--format", "text"]),
+        (
+            "dump-tiny_cnn.onnx.dot",
+            &["dump", "tiny_cnn.onnx", "--format", "dot"],
+        ),
+        (
+            "dump-tiny_cnn.onnx.json",
+            &["dump", "tiny_cnn.onnx", "--format", "json"],
+        ),
+        (
+            "dump-tiny_cnn.onnx.txt",
+            &["dump", "tiny_cnn.onnx", "--format", "text"],
+        ),
         ("dump-conv_int8.tflite.txt", &["dump", "conv_int8.tflite"]),
-        ("dump-tiny_cnn.nnc.dot", &["dump", "tiny_cnn.nnc", "--format", "dot"]),
-        ("dump-tiny_cnn.nnc.json", &["dump", "tiny_cnn.nnc", "--format", "json"]),
-        ("dump-tiny_cnn.nnc.txt", &["dump", "tiny_cnn.nnc", "--format", "text"]),
-        ("dump-conv_int8.nnc.dot", &["dump", "conv_int8.nnc", "--format", "dot"]),
+        (
+            "dump-tiny_cnn.nnc.dot",
+            &["dump", "tiny_cnn.nnc", "--format", "dot"],
+        ),
+        (
+            "dump-tiny_cnn.nnc.json",
+            &["dump", "tiny_cnn.nnc", "--format", "json"],
+        ),
+        (
+            "dump-tiny_cnn.nnc.txt",
+            &["dump", "tiny_cnn.nnc", "--format", "text"],
+        ),
+        (
+            "dump-conv_int8.nnc.dot",
+            &["dump", "conv_int8.nnc", "--format", "dot"],
+        ),
     ];
     for (name, args) in cases {
         check(name, &nnc(d, args), &mut mismatches);

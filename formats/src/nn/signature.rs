@@ -299,6 +299,20 @@ pub fn f16_to_f32(h: u16) -> f32 {
     half::f16::from_bits(h).to_f32()
 }
 
+/// The highest rank an operand may have (the `.nnc` format stores ranks in one byte).
+pub const MAX_RANK: usize = 255;
+
+/// `rank` unknown dimensions, for an output whose rank is the length of a run-time shape
+/// vector: refused beyond [`MAX_RANK`] before anything is allocated.
+fn unknown_dims(rank: u32) -> Result<Vec<u32>> {
+    if rank as usize > MAX_RANK {
+        return Err(shape_err(format!(
+            "the output would have rank {rank}, above the highest rank {MAX_RANK}"
+        )));
+    }
+    Ok(vec![0; rank as usize])
+}
+
 fn shape_err(message: impl Into<String>) -> SignatureError {
     SignatureError::Shape(message.into())
 }
@@ -985,8 +999,8 @@ fn infer_outputs(
             let input = ctx.tensor(0, "input", ANY_DATA)?;
             let shape_operand = ctx.tensor(1, "shape", INT_VECTOR)?;
             let Some(shape) = ctx.i32_vector(1, "shape")? else {
-                let r = shape_operand.dimensions.first().copied().unwrap_or(0) as usize;
-                return single(input.operand_type, vec![0; r]);
+                let r = shape_operand.dimensions.first().copied().unwrap_or(0);
+                return single(input.operand_type, unknown_dims(r)?);
             };
             single(input.operand_type, reshape_dims(input, &shape)?)
         }
@@ -1723,7 +1737,7 @@ fn infer_outputs(
                     .collect::<Result<Vec<_>>>()?,
                 None => {
                     let n = ctx.operand(0).dimensions.first().copied().unwrap_or(0);
-                    vec![0; n as usize]
+                    unknown_dims(n)?
                 }
             };
             single(t, out)
