@@ -151,7 +151,7 @@ fn activation(model: &Model, op: &Operation) -> i32 {
 fn assert_io(case: &str, model: &Model) {
     let dir = case_dir(case);
     let bytes = bytes::Bytes::from(model_bytes(case));
-    let tfl = read(&bytes).expect("readable");
+    let tfl = read(&bytes, &Default::default()).expect("readable");
     for (kind, infos, operands, tensors) in [
         ("input", &model.input_info, &model.main.inputs, &tfl.inputs),
         (
@@ -209,7 +209,7 @@ fn assert_io(case: &str, model: &Model) {
 /// the stored shape only for inputs with dynamic dimensions).
 fn reference_shapes(case: &str) -> ImportOptions {
     let bytes = bytes::Bytes::from(model_bytes(case));
-    let tfl = read(&bytes).expect("readable");
+    let tfl = read(&bytes, &Default::default()).expect("readable");
     let input_shapes = tfl
         .inputs
         .iter()
@@ -558,7 +558,7 @@ fn pools() {
 /// The TFLite tensor named `name` in a case's file.
 fn tensor_quant(case: &str, name: &str) -> (Vec<f32>, Vec<i64>, usize) {
     let bytes = bytes::Bytes::from(model_bytes(case));
-    let tfl = read(&bytes).expect("readable");
+    let tfl = read(&bytes, &Default::default()).expect("readable");
     let t = tfl
         .tensors
         .iter()
@@ -728,7 +728,7 @@ fn float16_weights_fold_to_float32_constants() {
     assert_eq!(filter.operand_type, OperandType::TensorFloat32);
     // The values are exactly the float16 values of the file.
     let bytes = bytes::Bytes::from(model_bytes("conv_float16_weights"));
-    let tfl = read(&bytes).expect("readable");
+    let tfl = read(&bytes, &Default::default()).expect("readable");
     let half = tfl
         .tensors
         .iter()
@@ -775,7 +775,7 @@ fn sparse_weights_densify_to_the_reference_result() {
 #[test]
 fn buffers_stored_after_the_flatbuffer_are_read() {
     let bytes = bytes::Bytes::from(model_bytes("external_buffers"));
-    let tfl = read(&bytes).expect("readable");
+    let tfl = read(&bytes, &Default::default()).expect("readable");
     let filter = tfl
         .tensors
         .iter()
@@ -1190,7 +1190,7 @@ fn truncated_files_are_rejected_at_every_length() {
         // Every byte nnc reads lies before this: the flatbuffer's tables and the
         // tensors' data. (Unread bytes can follow, such as metadata buffers.)
         let shared = bytes::Bytes::from(bytes.clone());
-        let tfl = read(&shared).expect("readable");
+        let tfl = read(&shared, &Default::default()).expect("readable");
         let data_end = tfl
             .tensors
             .iter()

@@ -40,7 +40,7 @@ pub const FORMAT: &str = "TFLite";
 
 /// Verifies, reads and lowers a TFLite model held in memory.
 pub fn import_bytes(bytes: Bytes, options: &ImportOptions) -> Result<Imported, CompileError> {
-    let tfl = model::read(&bytes)?;
+    let tfl = model::read(&bytes, &options.limits)?;
     if tfl.version != SCHEMA_VERSION {
         let mut report = UnsupportedReport::new(FORMAT);
         report.add(

@@ -141,7 +141,12 @@ fn invalid(location: impl Into<String>, message: impl Into<String>) -> CompileEr
 
 /// Verifies the flatbuffer and reads the main subgraph. `bytes` is the whole file:
 /// buffers stored after the flatbuffer are located by their file offset.
-pub fn read(bytes: &Bytes) -> Result<TflModel<'_>, CompileError> {
+/// Densifying sparse constants counts against the `folded` limit (plus four times the
+/// file's size, as for ONNX folding relative to the model's own weights).
+pub fn read<'b>(
+    bytes: &'b Bytes,
+    limits: &nnc_formats::limits::Limits,
+) -> Result<TflModel<'b>, CompileError> {
     if bytes.len() < 8 {
         return Err(invalid(
             "file",
@@ -183,8 +188,14 @@ pub fn read(bytes: &Bytes) -> Result<TflModel<'_>, CompileError> {
         .map(|t| t.iter().collect())
         .unwrap_or_default();
     let mut tensors = Vec::with_capacity(fb_tensors.len());
+    let mut densify_budget = DensifyBudget {
+        limit: limits
+            .max_folded_bytes
+            .saturating_add((bytes.len() as u64).saturating_mul(4)),
+        used: 0,
+    };
     for (index, t) in fb_tensors.iter().enumerate() {
-        tensors.push(read_tensor(index, t, &buffers, bytes)?);
+        tensors.push(read_tensor(index, t, &buffers, bytes, &mut densify_budget)?);
     }
     let count = tensors.len();
     let tensor_list = |list: Option<flatbuffers::Vector<'_, i32>>, what: &str| {
@@ -300,11 +311,18 @@ pub fn type_name(ty: fb::TensorType) -> String {
         .unwrap_or_else(|| format!("type {}", ty.0))
 }
 
+/// What densifying sparse constants may still allocate.
+struct DensifyBudget {
+    limit: u64,
+    used: u64,
+}
+
 fn read_tensor(
     index: usize,
     t: &fb::Tensor,
     buffers: &[fb::Buffer],
     file: &Bytes,
+    budget: &mut DensifyBudget,
 ) -> Result<TensorDesc, CompileError> {
     let name = t.name().unwrap_or_default().to_string();
     let location = || format!("tensor {index} ('{name}')");
@@ -351,6 +369,20 @@ fn read_tensor(
                     invalid(location(), format!("is a sparse {} tensor", type_name(ty)))
                 })?;
                 check_dense_size(elements, elem).map_err(|m| invalid(location(), m))?;
+                let dense_bytes = elements.saturating_mul(elem as u64);
+                let used = budget.used.saturating_add(dense_bytes);
+                if used > budget.limit {
+                    return Err(CompileError::limit(
+                        location(),
+                        nnc_formats::limits::LimitError {
+                            kind: nnc_formats::limits::LimitKind::Folded,
+                            what: "densifying the model's sparse constants".into(),
+                            requested: Some(used),
+                            limit: budget.limit,
+                        },
+                    ));
+                }
+                budget.used = used;
                 let dense = sparse::densify(&shape, elem, &raw, &sp)
                     .map_err(|m| invalid(location(), format!("sparse encoding: {m}")))?;
                 Some(Bytes::from(dense))
