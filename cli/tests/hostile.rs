@@ -136,6 +136,17 @@ fn chains_of_a_hundred_thousand_nodes_compile() {
     use nnc_compiler::synthetic::{ChainOp, onnx_chain, tflite_chain};
     let dir = tempfile::tempdir().unwrap();
     compile_chain(dir.path(), "relu.onnx", onnx_chain(ChainOp::Relu, 100_000));
+    // And the runtime prepares and runs one (its memory planner is not quadratic).
+    let x = nnc_formats::tensor::HostTensor::from_f32(vec![1, 4, 2, 2], &[0.5; 16]).unwrap();
+    nnc_formats::npy::write_npy_file(dir.path().join("x.npy"), &x).unwrap();
+    let o = run(nnc()
+        .arg("run")
+        .arg(dir.path().join("relu.onnx.nnc"))
+        .arg("--input")
+        .arg(dir.path().join("x.npy"))
+        .arg("--output-dir")
+        .arg(dir.path()));
+    assert!(o.status.success(), "{}", stderr(&o));
     compile_chain(
         dir.path(),
         "identity.onnx",

@@ -146,11 +146,25 @@ fn run_with_zeros(model: &PreparedModel) {
 ///
 /// The input is split into files at `\n--\n` separators: index, model cache, data cache.
 pub fn cache_dir(data: &[u8]) {
-    let Some((model, key)) = cached_model() else {
+    let Some(real) = real_cache() else {
         return;
     };
     let Ok(tmp) = tempfile::tempdir() else { return };
     let root = tmp.path().join("cache");
+    let entry = root.join(&real.entry);
+    if std::fs::create_dir_all(&entry).is_err() {
+        return;
+    }
+    // The real entry's files, each replaced by a part of the input where there is one.
+    let mut parts = split_parts(data).into_iter();
+    for (path, good) in [
+        (root.join("index.json"), &real.files[0]),
+        (entry.join("model-0.bin"), &real.files[1]),
+        (entry.join("data-0.bin"), &real.files[2]),
+    ] {
+        let bytes: &[u8] = parts.next().unwrap_or(good);
+        let _ = std::fs::write(&path, bytes);
+    }
     let options = LoadOptions {
         cache: Some(nnc_runtime::CacheConfig {
             dir: root.clone(),
@@ -159,33 +173,58 @@ pub fn cache_dir(data: &[u8]) {
         ..load_options()
     };
     let npu = SimulatedNpu::new("npu0");
-    npu.install_key(key.as_bytes());
-    // A real entry first, so that the fuzzed files land where the runtime looks.
-    if PreparedModel::load_bytes(model.clone(), &npu, &options).is_err() {
-        return;
-    }
-    let Some(entry) = first_entry(&root) else {
-        return;
-    };
-    let mut parts = split_parts(data).into_iter();
-    for path in [
-        root.join("index.json"),
-        entry.join("model-0.bin"),
-        entry.join("data-0.bin"),
-    ] {
-        if let Some(part) = parts.next() {
-            let _ = std::fs::write(&path, part);
-        }
-    }
-    match PreparedModel::load_bytes(model, &npu, &options) {
+    npu.install_key(real.key.as_bytes());
+    match PreparedModel::load_bytes(real.model.clone(), &npu, &options) {
         Ok(prepared) => run_with_zeros(&prepared),
         Err(e) => panic!("a cache directory made the load fail: {e}"),
     }
     if let Ok(dir) = nnc_formats::cache::CacheDir::open(&root, nnc_runtime::cache::CACHE_VERSION) {
         let _ = dir.list();
+        let _ = dir.verify(Some(&FUZZ_KEY));
         let _ = dir.verify(None);
         let _ = dir.clean(0);
     }
+}
+
+/// A small compiled model, its key, and the files of its real cache entry, made once.
+struct RealCache {
+    model: Vec<u8>,
+    key: Key,
+    entry: String,
+    files: [Vec<u8>; 3],
+}
+
+fn real_cache() -> Option<&'static RealCache> {
+    static REAL: std::sync::OnceLock<Option<RealCache>> = std::sync::OnceLock::new();
+    REAL.get_or_init(|| {
+        let (model, key) = cached_model()?;
+        let tmp = tempfile::tempdir().ok()?;
+        let root = tmp.path().join("cache");
+        let options = LoadOptions {
+            cache: Some(nnc_runtime::CacheConfig {
+                dir: root.clone(),
+                token: None,
+            }),
+            ..load_options()
+        };
+        let npu = SimulatedNpu::new("npu0");
+        npu.install_key(key.as_bytes());
+        PreparedModel::load_bytes(model.clone(), &npu, &options).ok()?;
+        let entry_dir = first_entry(&root)?;
+        let entry = entry_dir.file_name()?.to_string_lossy().into_owned();
+        let files = [
+            std::fs::read(root.join("index.json")).ok()?,
+            std::fs::read(entry_dir.join("model-0.bin")).ok()?,
+            std::fs::read(entry_dir.join("data-0.bin")).ok()?,
+        ];
+        Some(RealCache {
+            model,
+            key,
+            entry,
+            files,
+        })
+    })
+    .as_ref()
 }
 
 fn split_parts(data: &[u8]) -> Vec<&[u8]> {
@@ -397,8 +436,14 @@ pub fn generated_seeds(target: &str) -> Vec<(String, Vec<u8>)> {
             }
         }
         "cache_dir" => {
-            if let Some(parts) = real_cache_files() {
-                out.push(("cache.bin".into(), parts.join(&b"\n--\n"[..])));
+            if let Some(real) = real_cache() {
+                out.push(("cache.bin".into(), real.files.join(&b"\n--\n"[..])));
+                // A cache without the index, and one with the index alone.
+                out.push((
+                    "no-index.bin".into(),
+                    [&b""[..], &real.files[1], &real.files[2]].join(&b"\n--\n"[..]),
+                ));
+                out.push(("index-only.bin".into(), real.files[0].clone()));
             }
         }
         "npy" => {
@@ -418,28 +463,4 @@ pub fn generated_seeds(target: &str) -> Vec<(String, Vec<u8>)> {
         _ => {}
     }
     out
-}
-
-/// The files of a real compilation-cache entry of [`cached_model`]: index, model cache,
-/// data cache.
-fn real_cache_files() -> Option<Vec<Vec<u8>>> {
-    let (model, key) = cached_model()?;
-    let tmp = tempfile::tempdir().ok()?;
-    let root = tmp.path().join("cache");
-    let options = LoadOptions {
-        cache: Some(nnc_runtime::CacheConfig {
-            dir: root.clone(),
-            token: None,
-        }),
-        ..load_options()
-    };
-    let npu = SimulatedNpu::new("npu0");
-    npu.install_key(key.as_bytes());
-    PreparedModel::load_bytes(model, &npu, &options).ok()?;
-    let entry = first_entry(&root)?;
-    Some(vec![
-        std::fs::read(root.join("index.json")).ok()?,
-        std::fs::read(entry.join("model-0.bin")).ok()?,
-        std::fs::read(entry.join("data-0.bin")).ok()?,
-    ])
 }

@@ -54,8 +54,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         limits: args.limits.clone(),
     };
     let start = Instant::now();
+    let progress = crate::progress::Progress::new(!args.json);
+    progress.stage(format!("preparing {}", args.model.display()));
     let (model, _devices) = super::run::load(&run_args)?;
     let prepare = start.elapsed();
+    // Nothing redraws while executions are timed.
+    drop(progress);
     let inputs: Vec<HostTensor> = if args.inputs.is_empty() {
         model
             .inputs()

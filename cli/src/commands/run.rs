@@ -241,8 +241,11 @@ fn compile_source(
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let start = Instant::now();
+    let progress = crate::progress::Progress::new(!args.json);
+    progress.stage(format!("preparing {}", args.model.display()));
     let (model, _devices, bound) = load_binding(&args, true)?;
     let prepare_ms = start.elapsed().as_secs_f64() * 1e3;
+    progress.stage("running");
     for w in &model.cache_report().warnings {
         eprintln!("warning: {w}");
     }
@@ -251,6 +254,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => (gather_inputs(&args, model.inputs())?, Vec::new()),
     };
     let (outputs, timing) = model.run_timed(&inputs).context("execution failed")?;
+    drop(progress);
     std::fs::create_dir_all(&args.output_dir).map_err(|e| {
         err(
             Exit::CannotWrite,

@@ -20,6 +20,7 @@ pub struct Interval {
 }
 
 impl Interval {
+    #[cfg(test)]
     fn overlaps(&self, other: &Interval) -> bool {
         self.first <= other.last && other.first <= self.last
     }
@@ -50,15 +51,31 @@ pub fn plan_arena(buffers: &[Interval]) -> Result<ArenaPlan> {
             .then(a.cmp(&b))
     });
     let mut offsets = vec![0usize; buffers.len()];
-    let mut placed: Vec<usize> = Vec::with_capacity(buffers.len());
     let mut arena_size = 0usize;
+    // The placed buffers live at each step, so that finding the ones a buffer's lifetime
+    // overlaps costs its lifetime, not the number placed (a scan of every placed buffer
+    // made long graphs quadratic). Lifetimes ending "never" (model outputs) end at the
+    // last step any buffer starts or ends at.
+    let horizon = buffers
+        .iter()
+        .flat_map(|b| [b.first, b.last])
+        .filter(|&t| t != usize::MAX)
+        .max()
+        .unwrap_or(0);
+    let span = |b: &Interval| b.first.min(horizon)..=b.last.min(horizon);
+    let mut live_at: Vec<Vec<usize>> = vec![Vec::new(); horizon + 1];
+    let mut seen = vec![usize::MAX; buffers.len()];
     for &i in &order {
         let size = sizes[i];
-        let mut conflicts: Vec<(usize, usize)> = placed
-            .iter()
-            .filter(|&&j| buffers[j].overlaps(&buffers[i]))
-            .map(|&j| (offsets[j], offsets[j] + sizes[j]))
-            .collect();
+        let mut conflicts: Vec<(usize, usize)> = Vec::new();
+        for t in span(&buffers[i]) {
+            for &j in &live_at[t] {
+                if seen[j] != i {
+                    seen[j] = i;
+                    conflicts.push((offsets[j], offsets[j] + sizes[j]));
+                }
+            }
+        }
         conflicts.sort_unstable();
         let mut best: Option<(usize, usize)> = None; // (gap size, offset)
         let mut cursor = 0usize;
@@ -77,7 +94,9 @@ pub fn plan_arena(buffers: &[Interval]) -> Result<ArenaPlan> {
         };
         offsets[i] = offset;
         arena_size = arena_size.max(offset.checked_add(size).ok_or_else(overflow)?);
-        placed.push(i);
+        for t in span(&buffers[i]) {
+            live_at[t].push(i);
+        }
     }
     let total_size = sizes
         .iter()
