@@ -565,3 +565,128 @@ fn no_plaintext_weight_window_is_in_the_cache_directory() {
         "the scan would not notice plaintext"
     );
 }
+
+/// Edits a cached program and writes its new digest into the index, as anyone who can
+/// write the cache directory could.
+fn edit_program_and_its_digest(cache: &Path) {
+    let model_file = file_named(cache, "model-");
+    let mut bytes = std::fs::read(&model_file).unwrap();
+    let last = bytes.len() - 9;
+    bytes[last] ^= 0x41;
+    std::fs::write(&model_file, &bytes).unwrap();
+    let index_path = cache.join("index.json");
+    let mut index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&index_path).unwrap()).unwrap();
+    let digest = {
+        use std::fmt::Write;
+        let d = nnc_formats::crypto::sha256(&[&bytes]);
+        d.iter().fold(String::new(), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+    };
+    index["entries"][0]["model"][0] = serde_json::Value::String(digest);
+    std::fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();
+}
+
+#[test]
+fn an_edited_program_with_an_updated_digest_is_a_reported_and_cleaned_miss() {
+    let f = tiny();
+    let cache = f.dir.path().join("cache");
+    run(&f, Some(&cache), "first");
+    edit_program_and_its_digest(&cache);
+    // `cache verify` finds it with the model's key, and says what it could not check
+    // without.
+    let o = nnc()
+        .args(["cache", "verify"])
+        .arg(&cache)
+        .arg("--key-file")
+        .arg(&f.key)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("DAMAGED"));
+    let o = nnc()
+        .args(["cache", "verify"])
+        .arg(&cache)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("NOT CHECKED"));
+    // A run never fails on it: a miss, reported, the entry replaced.
+    let (outcome, warnings, out) = run(&f, Some(&cache), "second");
+    assert_eq!(outcome, "miss");
+    assert!(
+        warnings.iter().any(|w| w.contains("authenticate")),
+        "{warnings:?}"
+    );
+    assert_correct(&f, &out);
+    let (outcome, warnings, out) = run(&f, Some(&cache), "third");
+    assert_eq!(
+        (outcome.as_str(), warnings.len()),
+        ("hit", 0),
+        "{warnings:?}"
+    );
+    assert_correct(&f, &out);
+    let o = nnc()
+        .args(["cache", "verify"])
+        .arg(&cache)
+        .arg("--key-file")
+        .arg(&f.key)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}
+
+#[test]
+fn an_unkeyed_models_edited_program_is_only_compared_never_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.nnc");
+    let o = nnc()
+        .arg("compile")
+        .arg(testdata("models/tiny_cnn.onnx"))
+        .arg("-o")
+        .arg(&model)
+        .args(["--encrypt", "none"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cache = dir.path().join("cache");
+    let run_once = |out: &str| {
+        let o = nnc()
+            .arg("run")
+            .arg(&model)
+            .arg("--input")
+            .arg(testdata("models/tiny_cnn.input.npy"))
+            .arg("--output-dir")
+            .arg(dir.path().join(out))
+            .arg("--cache-dir")
+            .arg(&cache)
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let compare = nnc()
+            .arg("compare")
+            .arg(dir.path().join(out).join("output_0.npy"))
+            .arg(testdata("models/tiny_cnn.output.npy"))
+            .output()
+            .unwrap();
+        assert!(
+            compare.status.success(),
+            "wrong output after an edited cache"
+        );
+        v["cache"].as_str().unwrap().to_string()
+    };
+    assert_eq!(run_once("first"), "miss");
+    assert_eq!(run_once("second"), "hit");
+    edit_program_and_its_digest(&cache);
+    assert_eq!(run_once("third"), "miss");
+    assert_eq!(run_once("fourth"), "hit");
+}
