@@ -59,22 +59,24 @@ fn lower_options() -> LowerOptions {
 
 /// ONNX model bytes through decoding, lowering and the optimization passes.
 pub fn onnx_import(data: &[u8]) {
-    let _ = pipeline::lower_bytes(
-        Bytes::copy_from_slice(data),
-        SourceFormat::Onnx,
-        &ExternalDataContext::none(),
-        &lower_options(),
-    );
+    let _ = lower(data, SourceFormat::Onnx);
 }
 
 /// TFLite model bytes through the flatbuffer verifier, lowering and the passes.
 pub fn tflite_import(data: &[u8]) {
-    let _ = pipeline::lower_bytes(
+    let _ = lower(data, SourceFormat::Tflite);
+}
+
+fn lower(
+    data: &[u8],
+    format: SourceFormat,
+) -> Result<pipeline::Lowered, nnc_compiler::CompileError> {
+    pipeline::lower_bytes(
         Bytes::copy_from_slice(data),
-        SourceFormat::Tflite,
+        format,
         &ExternalDataContext::none(),
         &lower_options(),
-    );
+    )
 }
 
 /// `.nnc` bytes as a reader meets them (verify, inspect, load with a key), then the same
@@ -366,12 +368,7 @@ pub fn compile_pipeline(data: &[u8]) {
     } else {
         SourceFormat::Onnx
     };
-    let Ok(lowered) = pipeline::lower_bytes(
-        Bytes::copy_from_slice(data),
-        format,
-        &ExternalDataContext::none(),
-        &lower_options(),
-    ) else {
+    let Ok(lowered) = lower(data, format) else {
         return;
     };
     let Ok(key) = Key::new(Algorithm::Aes128, &FUZZ_KEY) else {
