@@ -95,6 +95,14 @@ def main():
     save("declared_shape_huge",
          [helper.make_node("Relu", ["x"], ["y"])],
          [f32("x", [1 << 31, 1 << 31, 1 << 31])], [f32("y", None)])
+    # Pad 'edge' by 2^31 - 10 elements: the index table lowering builds would be 8 GiB.
+    save("pad_edge_huge",
+         [helper.make_node("Pad", ["x", "pads"], ["y"], mode="edge")],
+         [f32("x", [1, 4])], [f32("y", None)], [i64("pads", [0, 0, 0, 2**31 - 10])])
+    # Resize to 2^30 x 2^29: checking the sampling grid would loop for minutes.
+    save("resize_huge_sizes",
+         [helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear")],
+         [f32("x", [1, 2, 3, 4])], [f32("y", None)], [i64("sizes", [1, 2, 1 << 30, 1 << 29])])
     # One constant folded into a gigabyte weight of the compiled file.
     save("fold_to_gigabyte_weight",
          [helper.make_node("ConstantOfShape", ["shape"], ["c"],

@@ -106,6 +106,15 @@ impl FoldBudget {
         }
     }
 
+    /// Checks for room and charges `elements` of `dtype` that lowering is about to
+    /// generate (an index table, say), before they are allocated.
+    pub fn generate(&self, elements: usize, dtype: DataType) -> EvalResult<()> {
+        self.room(&[elements], dtype)?;
+        let bytes = (elements as u64).saturating_mul(dtype.size() as u64);
+        self.used.set(self.used.get().saturating_add(bytes));
+        Ok(())
+    }
+
     /// Charges a constant the importer keeps.
     pub fn charge(&self, t: &ConstTensor) -> EvalResult<()> {
         let bytes = t.data.len() as u64;

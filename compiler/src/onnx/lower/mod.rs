@@ -474,6 +474,16 @@ impl<'e> Lowerer<'e> {
                 }
                 dims = fixed.clone();
             }
+            // A declared shape is checked before any lowering loops over its extents.
+            if !dims.contains(&0) {
+                self.limits
+                    .check_tensor(
+                        || format!("graph input '{}'", input.name),
+                        nnc_formats::limits::element_count(&dims),
+                        dtype.size() as u64,
+                    )
+                    .map_err(|e| CompileError::limit(location.clone(), e))?;
+            }
             let scalar = dims.is_empty();
             let mut operand = plain_quant8(Operand::new(
                 operand_type,

@@ -307,6 +307,12 @@ impl Lowerer<'_> {
             return unsupported("resizing the batch or channel dimension is not supported");
         }
         let (out_h, out_w, sh, sw) = (out[2], out[3], scale[2], scale[3]);
+        // The output must fit the tensor limit before anything loops over its extent.
+        self.limits.check_tensor(
+            || "the resized output".to_string(),
+            nnc_formats::limits::element_count(&out),
+            x.dtype.size() as u64,
+        )?;
         let (align, half) = choose_flags(
             mode,
             &transform,

@@ -1301,6 +1301,9 @@ impl Lowerer<'_> {
             if len > i64::from(i32::MAX) {
                 return invalid("pad too large");
             }
+            // The index table is data lowering creates: it counts against the fold budget.
+            self.budget
+                .generate(len as usize, nnc_formats::tensor::DataType::I32)?;
             let indices: Vec<i32> = (0..len)
                 .map(|i| {
                     let src = i - before;
