@@ -1450,8 +1450,16 @@ impl Lowerer<'_> {
             if c_in == 0 {
                 return unsupported("DepthToSpace CRD needs the channel count at compile time");
             }
-            let bb = (bs * bs) as u32;
+            let bb = u64::try_from(bs * bs).unwrap_or(u64::MAX);
+            if u64::from(c_in) % bb != 0 {
+                return invalid(format!(
+                    "{c_in} channels are not divisible by blocksize^2 = {bb}"
+                ));
+            }
+            let (c_in, bb) = (u64::from(c_in), bb);
             let c_out = c_in / bb;
+            self.budget
+                .generate(c_in as usize, nnc_formats::tensor::DataType::I32)?;
             let mut idx = Vec::with_capacity(c_in as usize);
             for k in 0..c_in {
                 let (block, c) = (k / c_out, k % c_out);
