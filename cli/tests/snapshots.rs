@@ -52,10 +52,7 @@ fn check(name: &str, actual: &str, mismatches: &mut Vec<String>) {
                 .lines()
                 .zip(actual.lines())
                 .position(|(a, b)| a != b)
-                .map_or_else(
-                    || expected.lines().count().min(actual.lines().count()),
-                    |l| l,
-                );
+                .unwrap_or_else(|| expected.lines().count().min(actual.lines().count()));
             mismatches.push(format!(
                 "{name}: differs from the snapshot at line {} (expected {:?}, got {:?})",
                 line + 1,
