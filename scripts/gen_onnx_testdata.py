@@ -135,12 +135,18 @@ class Graph:
             inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
             del model.graph.output[:]
             model.graph.output.extend(inferred.graph.output)
+            for o in model.graph.output:
+                if o.type.tensor_type.elem_type == 0:
+                    # Contrib operators (com.microsoft) have no ONNX inference: declare a
+                    # float output, then take type and shape from the reference run.
+                    o.type.CopyFrom(helper.make_tensor_type_proto(TensorProto.FLOAT, None))
             if any(not o.type.tensor_type.HasField("shape") for o in model.graph.output):
                 # Shapes computed from shapes (Shape -> ... -> Reshape) are beyond ONNX's
                 # inference: take them from the reference run.
                 for o, value in zip(model.graph.output, run_reference(model, self.feeds)):
                     if not o.type.tensor_type.HasField("shape"):
-                        o.type.CopyFrom(helper.make_tensor_type_proto(o.type.tensor_type.elem_type, value.shape))
+                        elem = NP_TO_ONNX.get(value.dtype, o.type.tensor_type.elem_type)
+                        o.type.CopyFrom(helper.make_tensor_type_proto(elem, value.shape))
             onnx.checker.check_model(model, full_check=True)
         return model
 
@@ -1345,25 +1351,134 @@ def constant_subgraphs_fold():
     return g
 
 
+# ---- Transformer operators ----------------------------------------------------------
+
+@case
+def layer_norm_last_axis():
+    g = Graph("layer_norm_last_axis", opset=17)
+    x = g.input("x", [2, 5, 8])
+    g.output(g.node("LayerNormalization", [x, g.weight("scale", [8]), g.weight("bias", [8])], ["y"],
+                    name="layer_norm", epsilon=1e-5))
+    return g
+
+
+@case
+def layer_norm_axis1_with_statistics():
+    # Normalizes over the last two axes; Mean and InvStdDev are outputs too; no bias.
+    g = Graph("layer_norm_axis1_with_statistics", opset=17)
+    x = g.input("x", [2, 3, 4], data=(g.rng.standard_normal([2, 3, 4]) * 3 + 5).astype(np.float32))
+    g.output(*g.node("LayerNormalization", [x, g.weight("scale", [3, 4])], ["y", "mean", "inv_std_dev"],
+                     name="layer_norm", axis=1, epsilon=1e-3))
+    return g
+
+
+@case
+def gelu_exact_opset20():
+    return unary_graph("gelu_exact_opset20", "Gelu", opset=20,
+                       data=lambda g: (g.rng.standard_normal([2, 3, 4]) * 3).astype(np.float32))
+
+
+@case
+def gelu_tanh_opset20():
+    return unary_graph("gelu_tanh_opset20", "Gelu", opset=20, approximate="tanh",
+                       data=lambda g: (g.rng.standard_normal([2, 3, 4]) * 3).astype(np.float32))
+
+
+@case
+def erf():
+    return unary_graph("erf", "Erf", data=lambda g: (g.rng.standard_normal([2, 3, 4]) * 2).astype(np.float32))
+
+
+@case
+def is_nan_and_is_inf():
+    g = Graph("is_nan_and_is_inf", opset=20)
+    data = np.array([[1.0, np.nan, np.inf], [-np.inf, 0.0, -2.5]], dtype=np.float32)
+    x = g.input("x", [2, 3], data=data)
+    g.output(g.node("IsNaN", [x], ["nan"], name="is_nan"),
+             g.node("IsInf", [x], ["inf"], name="is_inf"),
+             g.node("IsInf", [x], ["pos_inf"], name="is_pos_inf", detect_negative=0))
+    return g
+
+
+@case
+def gather_elements_axis1():
+    g = Graph("gather_elements_axis1")
+    x = g.input("x", [3, 4])
+    idx = g.ints("indices", [[0, 3], [-1, 1], [2, 2]])
+    g.output(g.node("GatherElements", [x, idx], ["y"], name="gather_elements", axis=1))
+    return g
+
+
+@case
+def gather_nd_plain():
+    g = Graph("gather_nd_plain")
+    x = g.input("x", [3, 4, 2])
+    g.output(g.node("GatherND", [x, g.ints("indices", [[0, 1], [2, -1]])], ["y"], name="gather_nd"))
+    return g
+
+
+@case
+def gather_nd_batch_dims_1():
+    g = Graph("gather_nd_batch_dims_1")
+    x = g.input("x", [2, 3, 4])
+    g.output(g.node("GatherND", [x, g.ints("indices", [[[1], [0]], [[2], [2]]])], ["y"], name="gather_nd",
+                    batch_dims=1))
+    return g
+
+
+@case
+def trilu_upper_k1():
+    g = Graph("trilu_upper_k1", opset=14)
+    x = g.input("x", [2, 4, 5])
+    g.output(g.node("Trilu", [x, g.ints("k", np.array(1))], ["y"], name="trilu"))
+    return g
+
+
+@case
+def trilu_lower():
+    g = Graph("trilu_lower", opset=14)
+    x = g.input("x", [3, 3])
+    g.output(g.node("Trilu", [x], ["y"], name="trilu", upper=0))
+    return g
+
+
+@case
+def microsoft_skip_layer_norm_and_gelus():
+    # The operators ONNX Runtime's transformer optimizer writes.
+    g = Graph("microsoft_skip_layer_norm_and_gelus", domains={"com.microsoft": 1})
+    x = g.input("x", [2, 3, 8])
+    skip = g.input("skip", [2, 3, 8])
+    normed = g.node("SkipLayerNormalization", [x, skip, g.weight("gamma", [8]), g.weight("beta", [8]),
+                                               g.weight("bias", [8])],
+                    name="skip_layer_norm", domain="com.microsoft", epsilon=1e-5)
+    fast = g.node("FastGelu", [normed, g.weight("fast_bias", [8])], ["fast"], name="fast_gelu",
+                  domain="com.microsoft")
+    bias = g.node("BiasGelu", [normed, g.weight("gelu_bias", [8])], ["bias_gelu"], name="bias_gelu",
+                  domain="com.microsoft")
+    plain = g.node("Gelu", [normed], ["gelu"], name="gelu", domain="com.microsoft")
+    g.output(fast, bias, plain)
+    return g
+
+
 @case
 def unsupported_ops():
     # Independent branches, so that no unsupported node hides another (nnc skips nodes
     # that read an unsupported node's output).
     g = Graph("unsupported_ops", domains={"com.microsoft": 1})
-    x = g.input("x", [2, 3])
+    x = g.input("x", [3, 3])
     g.output(
-        g.node("Erf", [x], ["erf_a_out"], name="erf_a"),
-        g.node("Erf", [x], ["erf_b_out"], name="erf_b"),
-        g.node("Gelu", [x], ["gelu_out"], name="gelu", domain="com.microsoft"),
+        g.node("Det", [x], ["det_a_out"], name="det_a"),
+        g.node("Det", [x], ["det_b_out"], name="det_b"),
+        g.node("QuickGelu", [x], ["quick_gelu_out"], name="quick_gelu", domain="com.microsoft"),
         g.node("NonZero", [x], ["nonzero_out"], name="nonzero"),
     )
     return g
 
 
 UNSUPPORTED_OUTPUT_TYPES = {
-    "erf_a_out": (TensorProto.FLOAT, [2, 3]),
-    "erf_b_out": (TensorProto.FLOAT, [2, 3]),
-    "gelu_out": (TensorProto.FLOAT, [2, 3]),
+    "det_a_out": (TensorProto.FLOAT, []),
+    "det_b_out": (TensorProto.FLOAT, []),
+    "quick_gelu_out": (TensorProto.FLOAT, [3, 3]),
     "nonzero_out": (TensorProto.INT64, [2, None]),
 }
 

@@ -266,7 +266,7 @@ fn a_failed_compile_leaves_no_file_and_exits_69_for_unsupported_models() {
         .arg(&out)
         .args(["--encrypt", "none"]));
     assert_eq!(o.status.code(), Some(69), "{}", stderr(&o));
-    assert!(stderr(&o).contains("Erf"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("Det"), "{}", stderr(&o));
     assert!(!out.exists());
     assert_eq!(
         std::fs::read_dir(dir.path()).unwrap().count(),

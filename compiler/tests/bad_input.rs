@@ -132,14 +132,14 @@ fn garbage_bytes_are_a_decode_error() {
 }
 
 #[test]
-fn an_unknown_opset_is_rejected_with_the_range() {
+fn an_unknown_opset_is_rejected_naming_the_newest_known() {
     let mut m = valid();
     m.opset_import[0].version = 99;
     let err = compile_model(&m).unwrap_err();
     assert!(matches!(err, CompileError::Unsupported(_)), "{err}");
     let text = err.to_string();
     assert!(
-        text.contains("opset 99") && text.contains("7..=22"),
+        text.contains("opset 99") && text.contains("newest nnc knows (28)"),
         "{text}"
     );
     m.opset_import.clear();
@@ -305,8 +305,8 @@ fn two_writers_of_one_value_are_rejected() {
 fn every_unsupported_operator_is_listed_in_one_error() {
     let m = model(
         vec![
-            node("Erf", "erf1", &["x"], &["a"]),
-            node("Erf", "erf2", &["a"], &["b"]),
+            node("Det", "det1", &["x"], &["a"]),
+            node("Det", "det2", &["a"], &["b"]),
             NodeProto {
                 domain: "com.example".into(),
                 ..node("Custom", "custom1", &["b"], &["c"])
@@ -317,24 +317,87 @@ fn every_unsupported_operator_is_listed_in_one_error() {
         vec![value_info("y", &[1, 4])],
         13,
     );
+    let mut m = m;
+    m.opset_import.push(OperatorSetIdProto {
+        domain: "com.example".into(),
+        version: 1,
+    });
     let err = compile_model(&m).unwrap_err();
     let CompileError::Unsupported(report) = &err else {
         panic!("{err}")
     };
-    assert_eq!(report.operators["Erf"].len(), 2);
-    assert_eq!(report.operators["com.example::Custom"].len(), 1);
+    assert_eq!(report.operators["Det"].len(), 2);
+    assert_eq!(report.operators["com.example.Custom"].len(), 1);
     assert!(
         !report.operators.contains_key("Relu"),
         "supported ops are not listed"
     );
     let text = err.to_string();
     assert!(
-        text.contains("Erf x2")
-            && text.contains("'erf1'")
-            && text.contains("'erf2'")
+        text.contains("Det x2")
+            && text.contains("'det1'")
+            && text.contains("'det2'")
             && text.contains("custom1"),
         "{text}"
     );
+}
+
+#[test]
+fn a_node_of_a_domain_the_model_does_not_import_is_malformed() {
+    let m = model(
+        vec![NodeProto {
+            domain: "com.example".into(),
+            ..node("Custom", "custom1", &["x"], &["y"])
+        }],
+        vec![value_info("x", &[1, 4])],
+        vec![value_info("y", &[1, 4])],
+        13,
+    );
+    let err = compile_model(&m).unwrap_err();
+    assert!(matches!(err, CompileError::InvalidModel { .. }), "{err}");
+    assert!(err.to_string().contains("does not import"), "{err}");
+}
+
+#[test]
+fn operators_are_checked_against_their_own_definitions() {
+    // Opset 28 (onnx 1.23) is read; Relu's definition there is version 14.
+    let relu = model(
+        vec![node("Relu", "r", &["x"], &["y"])],
+        vec![value_info("x", &[1, 4])],
+        vec![value_info("y", &[1, 4])],
+        28,
+    );
+    compile_model(&relu).unwrap();
+    // Add at opset 6 is the legacy-broadcast definition: refused by name and version.
+    let add = model(
+        vec![node("Add", "a", &["x", "x"], &["y"])],
+        vec![value_info("x", &[1, 4])],
+        vec![value_info("y", &[1, 4])],
+        6,
+    );
+    let text = compile_model(&add).unwrap_err().to_string();
+    assert!(text.contains("Add version 6 (model opset 6)"), "{text}");
+    // An operator used before ONNX introduced it is malformed.
+    let gelu = model(
+        vec![node("Gelu", "g", &["x"], &["y"])],
+        vec![value_info("x", &[1, 4])],
+        vec![value_info("y", &[1, 4])],
+        17,
+    );
+    let err = compile_model(&gelu).unwrap_err();
+    assert!(matches!(err, CompileError::InvalidModel { .. }), "{err}");
+    assert!(err.to_string().contains("introduced in opset 20"), "{err}");
+    // A future opset is unsupported, not malformed.
+    let future = model(
+        vec![node("Relu", "r", &["x"], &["y"])],
+        vec![value_info("x", &[1, 4])],
+        vec![value_info("y", &[1, 4])],
+        29,
+    );
+    assert!(matches!(
+        compile_model(&future).unwrap_err(),
+        CompileError::Unsupported(_)
+    ));
 }
 
 /// Random byte mutations of a valid model never panic or hang.
@@ -356,4 +419,71 @@ fn mutated_models_never_panic() {
         }
         let _ = compile(b);
     }
+}
+
+/// `value_info` with another element type.
+fn typed_value_info(name: &str, dims: &[i64], elem_type: i32) -> ValueInfoProto {
+    let mut v = value_info(name, dims);
+    if let Some(TypeProto {
+        value: Some(type_proto::Value::TensorType(t)),
+        ..
+    }) = v.r#type.as_mut()
+    {
+        t.elem_type = elem_type;
+    }
+    v
+}
+
+#[test]
+fn valid_types_nnc_does_not_run_are_unsupported_naming_type_and_tensor() {
+    const STRING: i32 = 8;
+    let m = model(
+        vec![node("Identity", "id", &["words"], &["y"])],
+        vec![typed_value_info("words", &[2], STRING)],
+        vec![typed_value_info("y", &[2], STRING)],
+        13,
+    );
+    let err = compile_model(&m).unwrap_err();
+    assert!(matches!(err, CompileError::Unsupported(_)), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("STRING") && text.contains("words"), "{text}");
+    // An element type ONNX does not define is malformed.
+    let m = model(
+        vec![node("Identity", "id", &["x"], &["y"])],
+        vec![typed_value_info("x", &[2], 99)],
+        vec![value_info("y", &[2])],
+        13,
+    );
+    let err = compile_model(&m).unwrap_err();
+    assert!(matches!(err, CompileError::InvalidModel { .. }), "{err}");
+}
+
+#[test]
+fn a_model_of_ai_onnx_ml_operators_only_is_unsupported_naming_them() {
+    let mut m = model(
+        vec![NodeProto {
+            domain: "ai.onnx.ml".into(),
+            ..node("Binarizer", "binarize", &["x"], &["y"])
+        }],
+        vec![value_info("x", &[1, 4])],
+        vec![value_info("y", &[1, 4])],
+        13,
+    );
+    // Such models import only ai.onnx.ml.
+    m.opset_import = vec![OperatorSetIdProto {
+        domain: "ai.onnx.ml".into(),
+        version: 3,
+    }];
+    let err = compile_model(&m).unwrap_err();
+    let CompileError::Unsupported(report) = &err else {
+        panic!("{err}")
+    };
+    assert!(
+        report.operators.contains_key("ai.onnx.ml.Binarizer"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("ai.onnx.ml operator Binarizer"),
+        "{err}"
+    );
 }

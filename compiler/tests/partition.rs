@@ -131,6 +131,7 @@ fn accel(name: &str, exec_time: f64, ops: &[&str]) -> DeviceProfile {
         }],
         decrypts: Vec::new(),
         transfer: TransferCost::default(),
+        extensions: Vec::new(),
         ..DeviceProfile::cpu()
     }
 }
@@ -253,6 +254,41 @@ fn chain() -> Model {
     let a = g.unary(OperationType::Relu, x, "relu");
     let b = g.unary(OperationType::Tanh, a, "tanh");
     g.finish(&[b])
+}
+
+#[test]
+fn extension_operations_run_only_where_the_extension_is_declared() {
+    let mut g = Graph::new();
+    let x = g.input(&[1, 8]);
+    let a = g.unary(OperationType::Relu, x, "relu");
+    let b = g.unary(OperationType::Erf, a, "erf");
+    let m = g.finish(&[b]);
+    // The wildcard covers every NN operation, not the extension's.
+    let fast = accel("fast", 0.5, &["*"]);
+    let (r, plan) = run(
+        &m,
+        std::slice::from_ref(&fast),
+        &PartitionOptions::default(),
+    );
+    assert_eq!(
+        summary(&r, &plan),
+        steps(&[("fast", &["relu"]), ("cpu", &["erf"])])
+    );
+    let erf = placement(&plan, &r, "erf");
+    assert_eq!(erf.declined.len(), 1);
+    assert_eq!(erf.declined[0].rule, "extensions");
+    assert!(
+        erf.declined[0].detail.contains("org.nnc.core"),
+        "{}",
+        erf.declined[0].detail
+    );
+    // Declared, the device takes it.
+    let declaring = DeviceProfile {
+        extensions: vec!["org.nnc.core".into()],
+        ..fast
+    };
+    let (r, plan) = run(&m, &[declaring], &PartitionOptions::default());
+    assert_eq!(summary(&r, &plan), steps(&[("fast", &["relu", "erf"])]));
 }
 
 #[test]

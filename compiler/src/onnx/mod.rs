@@ -11,6 +11,7 @@ pub mod constant;
 pub mod lower;
 pub mod proto;
 pub mod tensor;
+pub mod versions;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -22,8 +23,9 @@ use crate::error::{CompileError, UnsupportedReport};
 use proto::{GraphProto, ModelProto, NodeProto};
 use tensor::ExternalDataContext;
 
-/// The default-domain opsets nnc understands.
-pub const SUPPORTED_OPSETS: std::ops::RangeInclusive<i64> = 7..=22;
+/// The default-domain operator sets nnc reads: every one ONNX has defined. Whether a
+/// node can be lowered is decided per operator ([`lower::registry`]).
+pub const SUPPORTED_OPSETS: std::ops::RangeInclusive<i64> = 1..=versions::NEWEST_OPSET;
 
 /// Options that change how a source model is read.
 #[derive(Clone, Debug, Default)]
@@ -96,36 +98,46 @@ pub fn import_model(
     lowerer.add_initializers(graph)?;
     lowerer.add_inputs(graph, options)?;
 
-    // Every node whose operator has no lowering at all is listed, wherever it is.
+    // Every node whose operator (at its definition in force) has no lowering is listed,
+    // wherever it is.
+    let opsets = lower::registry::Opsets::new(
+        model
+            .opset_import
+            .iter()
+            .map(|o| (o.domain.clone(), o.version)),
+    );
     let mut report = UnsupportedReport::new("ONNX");
     let mut poisoned: HashSet<&str> = HashSet::new();
-    let mut listed: HashSet<usize> = HashSet::new();
-    for (i, node) in graph.node.iter().enumerate() {
-        let domain_ok = node.domain.is_empty() || node.domain == "ai.onnx";
-        let reason = if !domain_ok {
-            format!("operator domain '{}' is not supported", node.domain)
-        } else if !lower::SUPPORTED_OPS.contains(&node.op_type.as_str()) {
-            "no lowering to the NN operation set".to_string()
-        } else {
-            continue;
-        };
-        report.add(&op_key(node), &node_label(node), reason);
-        poisoned.extend(node.output.iter().map(String::as_str));
-        listed.insert(i);
+    let mut resolved = Vec::with_capacity(graph.node.len());
+    for node in &graph.node {
+        match lower::registry::resolve(&node.domain, &node.op_type, &opsets) {
+            Ok(found) => resolved.push(Some(found)),
+            Err(lower::registry::Refusal::Unsupported(reason)) => {
+                report.add(&op_key(node), &node_label(node), reason);
+                poisoned.extend(node.output.iter().map(String::as_str));
+                resolved.push(None);
+            }
+            Err(lower::registry::Refusal::Invalid(message)) => {
+                return Err(CompileError::invalid(
+                    format!("node '{}' ({})", node_label(node), op_key(node)),
+                    message,
+                ));
+            }
+        }
     }
     // Then lower every other node, adding those that fail on their particular
     // attributes. A node that depends on an unsupported one is skipped: its own support
     // cannot be decided without its inputs.
     for &i in &order {
         let node = &graph.node[i];
-        if listed.contains(&i) {
+        let Some((op, version)) = resolved[i] else {
             continue;
-        }
+        };
         if node.input.iter().any(|x| poisoned.contains(x.as_str())) {
             poisoned.extend(node.output.iter().map(String::as_str));
             continue;
         }
-        let result = lowerer.lower_node(node);
+        let result = lowerer.lower_node(node, op, version);
         match result {
             Ok(()) => {}
             Err(lower::NodeError::Unsupported(reason)) => {
@@ -244,11 +256,7 @@ fn declared_input(input: &proto::ValueInfoProto) -> DeclaredInput {
 }
 
 fn op_key(node: &NodeProto) -> String {
-    if node.domain.is_empty() || node.domain == "ai.onnx" {
-        node.op_type.clone()
-    } else {
-        format!("{}::{}", node.domain, node.op_type)
-    }
+    lower::registry::qualified(&node.domain, &node.op_type)
 }
 
 /// A node's name for messages: its name, or its first output when unnamed.
@@ -263,6 +271,9 @@ pub fn node_label(node: &NodeProto) -> String {
     }
 }
 
+/// The default-domain opset, or 0 when the model imports none (a model of ai.onnx.ml
+/// operators only needs none; any default-domain node is then refused as malformed by
+/// the registry).
 fn default_opset(model: &ModelProto) -> Result<i64, CompileError> {
     let found = model
         .opset_import
@@ -270,9 +281,10 @@ fn default_opset(model: &ModelProto) -> Result<i64, CompileError> {
         .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
         .map(|o| o.version);
     match found {
-        None => Err(CompileError::invalid(
+        None => Ok(0),
+        Some(v) if v < *SUPPORTED_OPSETS.start() => Err(CompileError::invalid(
             "opset_import",
-            "the model imports no default-domain (ai.onnx) operator set",
+            format!("default-domain opset {v} does not exist (opsets start at 1)"),
         )),
         Some(v) if !SUPPORTED_OPSETS.contains(&v) => {
             let mut report = UnsupportedReport::new("ONNX");
@@ -280,9 +292,10 @@ fn default_opset(model: &ModelProto) -> Result<i64, CompileError> {
                 &format!("opset {v}"),
                 "opset_import",
                 format!(
-                    "default-domain opset {v} is outside the supported range {}..={}",
-                    SUPPORTED_OPSETS.start(),
-                    SUPPORTED_OPSETS.end()
+                    "default-domain opset {v} is newer than the newest nnc knows ({}); \
+                     operators are checked against onnx {} definitions",
+                    SUPPORTED_OPSETS.end(),
+                    versions::ONNX_RELEASE
                 ),
             );
             Err(CompileError::Unsupported(report))

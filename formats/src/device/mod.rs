@@ -24,7 +24,7 @@ use crate::nn::{OperandType, OperationType};
 use crate::plan::PlanDevice;
 
 pub use crate::plan::Decline;
-pub use rules::{RULE_ENCRYPTION, RULE_MODEL, RULE_OPERATIONS};
+pub use rules::{RULE_ENCRYPTION, RULE_EXTENSIONS, RULE_MODEL, RULE_OPERATIONS};
 
 /// The most cache files of each kind a device may ask for (NNAPI's limit).
 pub const MAX_CACHE_FILES: u32 = 32;
@@ -164,6 +164,11 @@ pub struct DeviceProfile {
     /// Supported operations.
     #[serde(default)]
     pub operations: Vec<OperationRule>,
+    /// Vendor extensions the device implements (NNAPI's extension names, e.g.
+    /// `org.nnc.core`): operations of any other extension never run on it, whatever
+    /// `operations` says.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extensions: Vec<String>,
     /// On-chip memory for one operation's weights and activations together, in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_budget_bytes: Option<u64>,
@@ -332,6 +337,7 @@ impl DeviceProfile {
                 types: vec![ANY_OPERATION.into()],
                 ..OperationRule::default()
             }],
+            extensions: vec![crate::nn::NNC_EXTENSION.into()],
             memory_budget_bytes: None,
             decrypts: Algorithm::ALL
                 .iter()
@@ -452,6 +458,17 @@ impl DeviceProfile {
             }
             check_performance(&format!("relaxed_performance.{key}"), p)?;
         }
+        for (k, e) in self.extensions.iter().enumerate() {
+            if e != crate::nn::NNC_EXTENSION {
+                return bad(
+                    &format!("extensions[{k}]"),
+                    format!(
+                        "unknown extension '{e}' (nnc knows {})",
+                        crate::nn::NNC_EXTENSION
+                    ),
+                );
+            }
+        }
         let mut named: BTreeMap<&str, usize> = BTreeMap::new();
         for (r, rule) in self.operations.iter().enumerate() {
             let at = |f: &str| format!("operations[{r}].{f}");
@@ -464,6 +481,17 @@ impl DeviceProfile {
                         &at(&format!("types[{k}]")),
                         format!(
                             "unknown operation '{t}' (expected an NN operation name such as CONV_2D, or '*')"
+                        ),
+                    );
+                }
+                if let Some(ext) = OperationType::from_name(t).and_then(|o| o.extension())
+                    && !self.extensions.iter().any(|e| e == ext)
+                {
+                    return bad(
+                        &at(&format!("types[{k}]")),
+                        format!(
+                            "'{t}' is an operation of the extension {ext}, which `extensions` \
+                             does not list"
                         ),
                     );
                 }

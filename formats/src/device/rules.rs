@@ -15,6 +15,8 @@ use crate::plan::Decline;
 
 /// The operation type is not among the device's supported operations.
 pub const RULE_OPERATIONS: &str = "operations";
+/// The operation belongs to a vendor extension the device does not declare.
+pub const RULE_EXTENSIONS: &str = "extensions";
 /// The operation reads weights the device cannot decrypt.
 pub const RULE_ENCRYPTION: &str = "encryption";
 /// The operation refers to operands the model does not have.
@@ -151,6 +153,18 @@ impl DeviceProfile {
             rule: rule.to_string(),
             detail,
         };
+        if let Some(ext) = op.op_type.extension()
+            && !self.extensions.iter().any(|e| e == ext)
+        {
+            return Err(decline(
+                RULE_EXTENSIONS,
+                format!(
+                    "{} is an operation of the extension {ext}, which the device does not \
+                     declare",
+                    op.op_type
+                ),
+            ));
+        }
         let Some(rule) = self.rule_for(op.op_type) else {
             return Err(decline(
                 RULE_OPERATIONS,

@@ -16,5 +16,7 @@ pub mod validate;
 pub use model::{
     ChannelQuant, DataLocation, IoInfo, Model, Operand, OperandIndex, Operation, Pool, Subgraph,
 };
-pub use types::{FusedActivation, HalVersion, Lifetime, OperandType, OperationType, PaddingScheme};
+pub use types::{
+    FusedActivation, HalVersion, Lifetime, NNC_EXTENSION, OperandType, OperationType, PaddingScheme,
+};
 pub use validate::{ValidationError, validate};

@@ -612,6 +612,8 @@ fn check_kept_quantization(
         | O::Slice
         | O::StridedSlice
         | O::Gather
+        | O::GatherElements
+        | O::GatherNd
         | O::Split
         | O::Tile
         | O::Reverse
@@ -1628,6 +1630,134 @@ fn infer_outputs(
             }
             single(input.operand_type, input.dimensions.clone())
         }
+        // ---- nnc extension operations (docs/EXTENSIONS.md) ----
+        O::LayerNormalization => {
+            ctx.count(&[5])?;
+            if outputs.len() != 1 && outputs.len() != 3 {
+                return Err(SignatureError::OutputCount {
+                    expected: "1 or 3".into(),
+                    actual: outputs.len(),
+                });
+            }
+            let input = ctx.tensor(0, "input", &[OperandType::TensorFloat32])?;
+            let gamma = ctx.same_type(1, "gamma", input.operand_type)?;
+            let beta = ctx.same_type(2, "beta", input.operand_type)?;
+            let eps = ctx.f32(3, "epsilon")?;
+            if !eps.is_finite() || eps < 0.0 {
+                return Err(param_err(3, "epsilon", format!("must be >= 0, got {eps}")));
+            }
+            let axis = ctx.i32(4, "axis")?;
+            let Some(r) = rank(input) else {
+                let unknown = OutputShape {
+                    operand_type: input.operand_type,
+                    dimensions: Vec::new(),
+                };
+                return Ok(vec![unknown; outputs.len()]);
+            };
+            let a = axis_in(axis, r, 4, "axis")?;
+            for (k, role, t) in [(1, "gamma", gamma), (2, "beta", beta)] {
+                let normalized = &input.dimensions[a..];
+                if t.dimensions.len() != normalized.len()
+                    || t.dimensions
+                        .iter()
+                        .zip(normalized)
+                        .any(|(&x, &y)| x != 0 && y != 0 && x != y)
+                {
+                    return Err(param_err(
+                        k,
+                        role,
+                        format!(
+                            "must have the normalized dimensions {normalized:?}, got {:?}",
+                            t.dimensions
+                        ),
+                    ));
+                }
+            }
+            let mut shapes = vec![OutputShape {
+                operand_type: input.operand_type,
+                dimensions: input.dimensions.clone(),
+            }];
+            if outputs.len() == 3 {
+                let mut stats = input.dimensions.clone();
+                stats[a..].iter_mut().for_each(|d| *d = 1);
+                for _ in 0..2 {
+                    shapes.push(OutputShape {
+                        operand_type: input.operand_type,
+                        dimensions: stats.clone(),
+                    });
+                }
+            }
+            Ok(shapes)
+        }
+        O::Gelu => {
+            ctx.count(&[2])?;
+            expect_outputs(1)?;
+            let a = ctx.tensor(0, "input", &[OperandType::TensorFloat32])?;
+            ctx.bool(1, "approximate")?;
+            single(a.operand_type, a.dimensions.clone())
+        }
+        O::Erf => {
+            ctx.count(&[1])?;
+            expect_outputs(1)?;
+            let a = ctx.tensor(0, "input", &[OperandType::TensorFloat32])?;
+            single(a.operand_type, a.dimensions.clone())
+        }
+        O::GatherElements => {
+            ctx.count(&[3])?;
+            expect_outputs(1)?;
+            let input = ctx.tensor(0, "input", ANY_DATA)?;
+            let axis = ctx.i32(1, "axis")?;
+            let indices = ctx.tensor(2, "indices", INT_VECTOR)?;
+            if let (Some(r), Some(ri)) = (rank(input), rank(indices)) {
+                if r != ri {
+                    return Err(param_err(
+                        2,
+                        "indices",
+                        format!("must have the input's rank {r}, got rank {ri}"),
+                    ));
+                }
+                axis_in(axis, r, 1, "axis")?;
+            }
+            single(input.operand_type, indices.dimensions.clone())
+        }
+        O::GatherNd => {
+            ctx.count(&[3])?;
+            expect_outputs(1)?;
+            let input = ctx.tensor(0, "input", ANY_DATA)?;
+            let indices = ctx.tensor(1, "indices", INT_VECTOR)?;
+            let batch = ctx.i32_at_least(2, "batch_dims", 0)? as usize;
+            let (Some(r), Some(ri)) = (rank(input), rank(indices)) else {
+                return single(input.operand_type, Vec::new());
+            };
+            let depth = indices.dimensions[ri - 1];
+            if depth == 0 {
+                return single(input.operand_type, Vec::new());
+            }
+            let depth = depth as usize;
+            if batch >= ri || batch + depth > r {
+                return Err(param_err(
+                    1,
+                    "indices",
+                    format!(
+                        "a last dimension of {depth} with {batch} batch dimensions does not fit \
+                         an input of rank {r} (indices of rank {ri})"
+                    ),
+                ));
+            }
+            for d in 0..batch {
+                let (x, y) = (input.dimensions[d], indices.dimensions[d]);
+                if x != 0 && y != 0 && x != y {
+                    return Err(param_err(
+                        1,
+                        "indices",
+                        format!("batch dimension {d} is {y}, the input's is {x}"),
+                    ));
+                }
+            }
+            let mut dims = indices.dimensions[..ri - 1].to_vec();
+            dims.extend_from_slice(&input.dimensions[batch + depth..]);
+            single(input.operand_type, dims)
+        }
         O::InstanceNormalization => {
             ctx.count(&[5])?;
             expect_outputs(1)?;
@@ -2288,6 +2418,10 @@ pub fn input_role(op: OperationType, index: usize, input_count: usize) -> &'stat
         O::Softmax | O::LogSoftmax => &["input", "beta", "axis"],
         O::Pad | O::PadV2 | O::MirrorPad => &["input", "paddings", "value"],
         O::Gather => &["input", "axis", "indices"],
+        O::GatherElements => &["input", "axis", "indices"],
+        O::GatherNd => &["input", "indices", "batch_dims"],
+        O::LayerNormalization => &["input", "gamma", "beta", "epsilon", "axis"],
+        O::Gelu => &["input", "approximate"],
         O::Slice => &["input", "begin", "size"],
         O::StridedSlice => &[
             "input",

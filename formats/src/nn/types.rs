@@ -17,6 +17,8 @@ pub enum HalVersion {
     V1_3,
     /// NNAPI feature level 6 and later (the operations after HAL 1.3).
     FeatureLevel6,
+    /// An operation of nnc's vendor extension ([`NNC_EXTENSION`]), not of any HAL.
+    Extension,
 }
 
 impl HalVersion {
@@ -27,6 +29,7 @@ impl HalVersion {
             HalVersion::V1_2 => "1.2",
             HalVersion::V1_3 => "1.3",
             HalVersion::FeatureLevel6 => "FL6",
+            HalVersion::Extension => "ext",
         }
     }
 }
@@ -204,6 +207,26 @@ operations! {
     MirrorPad = 104, "MIRROR_PAD", FeatureLevel6;
     Reverse = 105, "REVERSE", FeatureLevel6;
     OemOperation = 10000, "OEM_OPERATION", V1_0;
+    // nnc's extension (prefix 1): codes are (1 << 16) | code within the extension.
+    LayerNormalization = 0x1_0000, "LAYER_NORMALIZATION", Extension;
+    Gelu = 0x1_0001, "GELU", Extension;
+    Erf = 0x1_0002, "ERF", Extension;
+    GatherElements = 0x1_0003, "GATHER_ELEMENTS", Extension;
+    GatherNd = 0x1_0004, "GATHER_ND", Extension;
+}
+
+/// The name of nnc's vendor extension, in NNAPI's reverse-domain style. Its operations
+/// (the [`HalVersion::Extension`] ones) are encoded as NNAPI encodes extension
+/// operations, `(prefix << 16) | code`, with the prefix fixed at 1 in every nnc model.
+/// Only devices whose profile declares the extension run them; the CPU runtime
+/// implements all of them. Their semantics are in `docs/EXTENSIONS.md`.
+pub const NNC_EXTENSION: &str = "org.nnc.core";
+
+impl OperationType {
+    /// The vendor extension an operation belongs to (`None` for NN set operations).
+    pub fn extension(self) -> Option<&'static str> {
+        (self.hal_version() == HalVersion::Extension).then_some(NNC_EXTENSION)
+    }
 }
 
 impl Serialize for OperationType {
@@ -592,17 +615,32 @@ mod tests {
         let codes: Vec<i32> = OperationType::ALL
             .iter()
             .map(|o| o.code())
-            .filter(|&c| c != 10000)
+            .filter(|&c| c != 10000 && c < 1 << 16)
             .collect();
         assert_eq!(codes, (0..=105).collect::<Vec<_>>());
+        // The extension's codes: prefix 1, then contiguous from 0.
+        let extension: Vec<i32> = OperationType::ALL
+            .iter()
+            .map(|o| o.code())
+            .filter(|&c| c >= 1 << 16)
+            .collect();
+        assert_eq!(
+            extension,
+            ((1 << 16)..(1 << 16) + extension.len() as i32).collect::<Vec<_>>()
+        );
         for op in OperationType::ALL {
             let expected = match op.code() {
                 0..=28 | 10000 => HalVersion::V1_0,
                 29..=37 => HalVersion::V1_1,
                 38..=94 => HalVersion::V1_2,
                 95..=101 => HalVersion::V1_3,
-                _ => HalVersion::FeatureLevel6,
+                102..=105 => HalVersion::FeatureLevel6,
+                _ => HalVersion::Extension,
             };
+            assert_eq!(
+                op.extension(),
+                (expected == HalVersion::Extension).then_some(NNC_EXTENSION)
+            );
             assert_eq!(op.hal_version(), expected, "{op}");
             assert_eq!(OperationType::from_code(op.code()), Some(*op));
             assert_eq!(OperationType::from_name(op.name()), Some(*op));

@@ -27,6 +27,7 @@ pub mod compare;
 pub mod conv;
 pub mod elementwise;
 pub mod fully_connected;
+pub mod gather;
 pub(crate) mod linalg;
 pub mod matmul;
 pub mod misc;
@@ -36,6 +37,7 @@ pub mod reduce;
 pub mod resize;
 pub mod shape;
 pub mod softmax;
+pub mod transformer;
 pub(crate) mod util;
 
 /// An operation's CPU implementation.
@@ -390,6 +392,8 @@ pub fn build_with<'c>(
         | O::ChannelShuffle => shape::build(&info),
         O::ResizeBilinear | O::ResizeNearestNeighbor => resize::build(&info),
         O::Argmax | O::Argmin | O::TopkV2 | O::Cast | O::Fill | O::Rank => misc::build(&info),
+        O::LayerNormalization | O::Gelu | O::Erf => transformer::build(&info),
+        O::GatherElements | O::GatherNd => gather::build(&info),
         _ => Err(info.unsupported("the CPU runtime has no kernel for this operation")),
     }
 }

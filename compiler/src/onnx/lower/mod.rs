@@ -30,8 +30,10 @@ mod pool;
 mod quant;
 mod recurrent;
 mod reduce;
+pub mod registry;
 mod resize;
 mod shape;
+mod transformer;
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -46,113 +48,6 @@ use super::proto::{GraphProto, NodeProto, tensor_proto};
 use super::tensor::{ExternalDataContext, tensor_to_host};
 use super::{ImportOptions, nn_type_for, node_label};
 use crate::error::CompileError;
-
-/// Every ONNX operator (default domain) that has a lowering.
-pub const SUPPORTED_OPS: &[&str] = &[
-    "Abs",
-    "Add",
-    "And",
-    "ArgMax",
-    "ArgMin",
-    "AveragePool",
-    "BatchNormalization",
-    "Cast",
-    "CastLike",
-    "Ceil",
-    "Celu",
-    "Clip",
-    "Concat",
-    "Constant",
-    "ConstantOfShape",
-    "Conv",
-    "ConvTranspose",
-    "Cos",
-    "DepthToSpace",
-    "DequantizeLinear",
-    "Div",
-    "Dropout",
-    "Elu",
-    "Equal",
-    "Exp",
-    "Expand",
-    "Flatten",
-    "Floor",
-    "Gather",
-    "Gemm",
-    "GlobalAveragePool",
-    "GlobalMaxPool",
-    "GRU",
-    "Greater",
-    "GreaterOrEqual",
-    "HardSigmoid",
-    "HardSwish",
-    "Identity",
-    "InstanceNormalization",
-    "LeakyRelu",
-    "Less",
-    "LessOrEqual",
-    "Log",
-    "LogSoftmax",
-    "LRN",
-    "LSTM",
-    "MatMul",
-    "Max",
-    "MaxPool",
-    "Mean",
-    "Min",
-    "Mish",
-    "Mul",
-    "Neg",
-    "Not",
-    "Or",
-    "Pad",
-    "Pow",
-    "PRelu",
-    "QLinearConv",
-    "QLinearMatMul",
-    "QuantizeLinear",
-    "RNN",
-    "Range",
-    "Reciprocal",
-    "ReduceL1",
-    "ReduceL2",
-    "ReduceLogSum",
-    "ReduceLogSumExp",
-    "ReduceMax",
-    "ReduceMean",
-    "ReduceMin",
-    "ReduceProd",
-    "ReduceSum",
-    "ReduceSumSquare",
-    "Relu",
-    "Reshape",
-    "Resize",
-    "Selu",
-    "Shape",
-    "Sigmoid",
-    "Sign",
-    "Sin",
-    "Size",
-    "Slice",
-    "Softmax",
-    "Softplus",
-    "Softsign",
-    "SpaceToDepth",
-    "Split",
-    "Sqrt",
-    "Squeeze",
-    "Sub",
-    "Sum",
-    "Tanh",
-    "ThresholdedRelu",
-    "Tile",
-    "TopK",
-    "Transpose",
-    "Unsqueeze",
-    "Upsample",
-    "Where",
-    "Xor",
-];
 
 /// Why a node could not be lowered.
 #[derive(Debug)]
@@ -224,6 +119,8 @@ pub struct Node<'a> {
     pub proto: &'a NodeProto,
     pub attrs: Attrs<'a>,
     pub label: String,
+    /// The operator's definition in force (its ONNX since version).
+    pub version: i64,
 }
 
 impl Node<'_> {
@@ -401,15 +298,31 @@ impl<'e> Lowerer<'e> {
                 );
                 return Err(CompileError::Unsupported(report));
             };
-            let dtype = super::tensor::host_data_type(tt.elem_type).ok_or_else(|| {
-                CompileError::invalid(
-                    location.clone(),
+            let Some(dtype) = super::tensor::host_data_type(tt.elem_type) else {
+                let known = tensor_proto::DataType::try_from(tt.elem_type)
+                    .is_ok_and(|t| t != tensor_proto::DataType::Undefined);
+                if !known {
+                    return Err(CompileError::invalid(
+                        location,
+                        format!(
+                            "element type {} is not an ONNX data type",
+                            tensor_proto::DataType::describe(tt.elem_type)
+                        ),
+                    ));
+                }
+                // A valid type nnc does not compute with (string, bfloat16, float8, int4,
+                // complex): the model is fine, nnc is not.
+                let mut report = crate::error::UnsupportedReport::new("ONNX");
+                report.add(
+                    "input",
+                    &input.name,
                     format!(
-                        "element type {} is not supported",
+                        "{} inputs are not supported",
                         tensor_proto::DataType::describe(tt.elem_type)
                     ),
-                )
-            })?;
+                );
+                return Err(CompileError::Unsupported(report));
+            };
             let Some(operand_type) = nn_type_for(dtype) else {
                 let mut report = crate::error::UnsupportedReport::new("ONNX");
                 report.add(
@@ -557,65 +470,21 @@ impl<'e> Lowerer<'e> {
         Ok(())
     }
 
-    /// Lowers one node (whose op type is in [`SUPPORTED_OPS`]).
-    pub fn lower_node(&mut self, proto: &NodeProto) -> NResult<()> {
+    /// Lowers one node with its registry entry, resolved for the node's definition
+    /// `version` (see [`registry::resolve`]).
+    pub fn lower_node(
+        &mut self,
+        proto: &NodeProto,
+        op: &registry::OnnxOp,
+        version: i64,
+    ) -> NResult<()> {
         let node = Node {
             proto,
             attrs: Attrs::new(proto),
             label: node_label(proto),
+            version,
         };
-        let n = &node;
-        match proto.op_type.as_str() {
-            "Conv" => self.conv(n),
-            "ConvTranspose" => self.conv_transpose(n),
-            "MaxPool" | "AveragePool" => self.pool(n),
-            "GlobalAveragePool" | "GlobalMaxPool" => self.global_pool(n),
-            "Gemm" => self.gemm(n),
-            "MatMul" => self.matmul(n),
-            "BatchNormalization" => self.batch_norm(n),
-            "InstanceNormalization" => self.instance_norm(n),
-            "LRN" => self.lrn(n),
-            "Softmax" | "LogSoftmax" => self.softmax(n),
-            "Relu" | "Sigmoid" | "Tanh" | "HardSwish" | "Clip" | "LeakyRelu" | "PRelu" | "Elu"
-            | "Selu" | "Celu" | "HardSigmoid" | "Softplus" | "Softsign" | "ThresholdedRelu"
-            | "Mish" => self.activation(n),
-            "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Max" | "Min" | "Sum" | "Mean" | "Equal"
-            | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" | "And" | "Or" | "Xor" => {
-                self.binary(n)
-            }
-            "Abs" | "Neg" | "Exp" | "Log" | "Sqrt" | "Reciprocal" | "Floor" | "Ceil" | "Sin"
-            | "Cos" | "Not" | "Sign" => self.unary(n),
-            "Where" => self.where_op(n),
-            "Cast" | "CastLike" => self.cast(n),
-            "Identity" | "Dropout" => self.identity(n),
-            "Constant" => self.constant_node(n),
-            "Shape" | "Size" => self.shape_of(n),
-            "ConstantOfShape" => self.constant_of_shape(n),
-            "Range" => self.range(n),
-            "Reshape" => self.reshape(n),
-            "Flatten" => self.flatten(n),
-            "Transpose" => self.transpose(n),
-            "Squeeze" | "Unsqueeze" => self.squeeze_unsqueeze(n),
-            "Concat" => self.concat(n),
-            "Split" => self.split(n),
-            "Slice" => self.slice(n),
-            "Gather" => self.gather(n),
-            "Pad" => self.pad(n),
-            "Tile" => self.tile(n),
-            "Expand" => self.expand(n),
-            "DepthToSpace" | "SpaceToDepth" => self.depth_space(n),
-            "Resize" | "Upsample" => self.resize(n),
-            "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1"
-            | "ReduceL2" | "ReduceLogSum" | "ReduceLogSumExp" | "ReduceSumSquare" => self.reduce(n),
-            "ArgMax" | "ArgMin" => self.arg_reduce(n),
-            "TopK" => self.topk(n),
-            "RNN" | "GRU" | "LSTM" => self.recurrent(n),
-            "QuantizeLinear" => self.quantize_linear(n),
-            "DequantizeLinear" => self.dequantize_linear(n),
-            "QLinearMatMul" => self.qlinear_matmul(n),
-            "QLinearConv" => self.qlinear_conv(n),
-            other => unsupported(format!("no lowering for {other}")),
-        }
+        (op.lower)(self, &node)
     }
 
     // ---- value access -------------------------------------------------------------

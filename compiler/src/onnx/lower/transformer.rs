@@ -1,0 +1,330 @@
+//! The operators of transformer models: LayerNormalization, Gelu, Erf (nnc extension
+//! operations with fused kernels), IsNaN and IsInf (exact NN comparisons), GatherElements
+//! and GatherND (extension operations), Trilu (a SELECT against a constant mask), and the
+//! com.microsoft operators ONNX Runtime's transformer optimizer writes (Gelu, FastGelu,
+//! BiasGelu, SkipLayerNormalization).
+
+use nnc_formats::nn::{OperandType, OperationType};
+use nnc_formats::tensor::DataType;
+
+use super::super::constant;
+use super::{Lowerer, NResult, Node, NodeError, TensorValue, Value, axis, invalid, unsupported};
+
+impl Lowerer<'_> {
+    /// A LayerNormalization parameter (scale or bias) as an operand of exactly the
+    /// normalized dimensions: constants are broadcast at compile time; a run-time
+    /// parameter must already have those dimensions.
+    fn normalized_param(&mut self, n: &Node, i: usize, normalized: &[u32]) -> NResult<u32> {
+        match self.required(n, i)? {
+            Value::Const(c) => {
+                let shape: Vec<usize> = normalized.iter().map(|&d| d as usize).collect();
+                let full = constant::broadcast_to(&c, &shape, &self.budget)?;
+                if full.shape != shape {
+                    return invalid(format!(
+                        "input {i} of shape {:?} does not broadcast to the normalized dimensions \
+                         {normalized:?}",
+                        c.shape
+                    ));
+                }
+                Ok(self
+                    .model
+                    .add_f32_tensor(normalized.to_vec(), &constant::to_f32s(&full)))
+            }
+            Value::Tensor(tv) => {
+                self.require_float(n, tv)?;
+                if self.dims(tv) != normalized {
+                    return unsupported(format!(
+                        "a run-time input {i} must have the normalized dimensions {normalized:?}, \
+                         got {:?}",
+                        self.dims(tv)
+                    ));
+                }
+                Ok(tv.operand)
+            }
+        }
+    }
+
+    /// LAYER_NORMALIZATION of `x` over `axis..`, with `scale` (input `scale_at`) and an
+    /// optional bias (input `bias_at`); returns the output and, when `stats`, the mean
+    /// and inverse standard deviation too.
+    fn emit_layer_norm(
+        &mut self,
+        n: &Node,
+        x: TensorValue,
+        first_axis: i64,
+        epsilon: f32,
+        (scale_at, bias_at): (usize, Option<usize>),
+        stats: bool,
+    ) -> NResult<Vec<u32>> {
+        self.require_float(n, x)?;
+        let dims = self.known_dims(x)?;
+        if x.scalar || dims.is_empty() {
+            return invalid("needs an input of rank 1 or more");
+        }
+        let a = axis(first_axis, dims.len())?;
+        let normalized = dims[a..].to_vec();
+        let gamma = self.normalized_param(n, scale_at, &normalized)?;
+        let beta = match bias_at.filter(|&i| self.input_name(n, i).is_some()) {
+            Some(i) => self.normalized_param(n, i, &normalized)?,
+            None => {
+                let count: usize = normalized.iter().map(|&d| d as usize).product();
+                self.model
+                    .add_f32_tensor(normalized.clone(), &vec![0.0; count])
+            }
+        };
+        if !(epsilon.is_finite() && epsilon >= 0.0) {
+            return invalid(format!("epsilon must be >= 0, got {epsilon}"));
+        }
+        let eps = self.f32_const(epsilon);
+        let ax = self.i32_const(a as i32);
+        self.emit_raw(
+            OperationType::LayerNormalization,
+            vec![x.operand, gamma, beta, eps, ax],
+            vec![None; if stats { 3 } else { 1 }],
+            &n.label,
+        )
+    }
+
+    pub(super) fn layer_norm(&mut self, n: &Node) -> NResult<()> {
+        let x = self.tensor(n, 0)?;
+        let stash = n.attrs.int_or("stash_type", 1)?;
+        if stash != 1 {
+            return unsupported(format!(
+                "stash_type {stash} (only 1, float32 statistics, is supported)"
+            ));
+        }
+        let stats = self.output_used(n, 1) || self.output_used(n, 2);
+        let outs = self.emit_layer_norm(
+            n,
+            x,
+            n.attrs.int_or("axis", -1)?,
+            n.attrs.float_or("epsilon", 1e-5)?,
+            (1, Some(2)),
+            stats,
+        )?;
+        for (i, &o) in outs.iter().enumerate() {
+            self.set_tensor(n, i, o, DataType::F32, false);
+        }
+        Ok(())
+    }
+
+    /// com.microsoft SkipLayerNormalization: LayerNorm(input + skip (+ bias)) over the
+    /// last axis; outputs the normalized value, mean, inverse standard deviation and the
+    /// sum that was normalized.
+    pub(super) fn skip_layer_norm(&mut self, n: &Node) -> NResult<()> {
+        let x = self.tensor(n, 0)?;
+        let skip = self.tensor(n, 1)?;
+        self.require_float(n, x)?;
+        let mut sum = self.arith(n, OperationType::Add, x.operand, skip.operand)?;
+        if self.input_name(n, 4).is_some() {
+            let bias = self.tensor(n, 4)?;
+            sum = self.arith(n, OperationType::Add, sum, bias.operand)?;
+        }
+        let summed = TensorValue { operand: sum, ..x };
+        let stats = self.output_used(n, 1) || self.output_used(n, 2);
+        let outs = self.emit_layer_norm(
+            n,
+            summed,
+            -1,
+            n.attrs.float_or("epsilon", 1e-12)?,
+            (2, Some(3)),
+            stats,
+        )?;
+        for (i, &o) in outs.iter().enumerate() {
+            self.set_tensor(n, i, o, DataType::F32, false);
+        }
+        if self.output_used(n, 3) {
+            self.set_tensor(n, 3, sum, DataType::F32, x.scalar);
+        }
+        Ok(())
+    }
+
+    fn emit_gelu(&mut self, n: &Node, x: TensorValue, approximate: bool) -> NResult<()> {
+        self.require_float(n, x)?;
+        let flag = self.bool_const(approximate);
+        let y = self.emit(n, OperationType::Gelu, vec![x.operand, flag])?;
+        self.set_output(n, 0, Value::Tensor(TensorValue { operand: y, ..x }));
+        Ok(())
+    }
+
+    /// ONNX Gelu (opset 20): `approximate` is "none" or "tanh".
+    pub(super) fn gelu(&mut self, n: &Node) -> NResult<()> {
+        let x = self.tensor(n, 0)?;
+        let approximate = match n.attrs.string_or("approximate", "none")?.as_str() {
+            "none" => false,
+            "tanh" => true,
+            other => {
+                return invalid(format!(
+                    "approximate must be 'none' or 'tanh', got '{other}'"
+                ));
+            }
+        };
+        self.emit_gelu(n, x, approximate)
+    }
+
+    /// com.microsoft Gelu (exact), FastGelu (tanh form, optional bias added first) and
+    /// BiasGelu (bias added, exact).
+    pub(super) fn microsoft_gelu(&mut self, n: &Node) -> NResult<()> {
+        let mut x = self.tensor(n, 0)?;
+        if self.input_name(n, 1).is_some() {
+            let bias = self.tensor(n, 1)?;
+            let sum = self.arith(n, OperationType::Add, x.operand, bias.operand)?;
+            x = TensorValue { operand: sum, ..x };
+        }
+        self.emit_gelu(n, x, n.op() == "FastGelu")
+    }
+
+    pub(super) fn erf(&mut self, n: &Node) -> NResult<()> {
+        if let Some(Value::Const(c)) = self.input(n, 0)? {
+            let folded = constant::unary(&c, libm::erf);
+            return self.set_const(n, 0, folded);
+        }
+        let x = self.tensor(n, 0)?;
+        self.require_float(n, x)?;
+        let y = self.emit(n, OperationType::Erf, vec![x.operand])?;
+        self.set_output(n, 0, Value::Tensor(TensorValue { operand: y, ..x }));
+        Ok(())
+    }
+
+    /// IsNaN as `x != x` and IsInf as comparisons with the infinities: exact in the NN set.
+    pub(super) fn is_nan_inf(&mut self, n: &Node) -> NResult<()> {
+        let nan = n.op() == "IsNaN";
+        let (neg, pos) = if nan {
+            (false, false)
+        } else {
+            (
+                n.attrs.int_or("detect_negative", 1)? != 0,
+                n.attrs.int_or("detect_positive", 1)? != 0,
+            )
+        };
+        if let Some(Value::Const(c)) = self.input(n, 0)? {
+            let test = move |v: f64| {
+                let hit = if nan {
+                    v.is_nan()
+                } else {
+                    (pos && v == f64::INFINITY) || (neg && v == f64::NEG_INFINITY)
+                };
+                f64::from(u8::from(hit))
+            };
+            let folded = constant::cast(&constant::unary(&c, test), DataType::Bool);
+            return self.set_const(n, 0, folded);
+        }
+        let x = self.tensor(n, 0)?;
+        self.require_float(n, x)?;
+        let t = self.operand_type(x);
+        let y = if nan {
+            self.emit(n, OperationType::NotEqual, vec![x.operand, x.operand])?
+        } else {
+            let mut found = None;
+            for (wanted, value) in [(pos, f64::INFINITY), (neg, f64::NEG_INFINITY)] {
+                if !wanted {
+                    continue;
+                }
+                let inf = self.scalar_tensor(t, value);
+                let hit = self.emit(n, OperationType::Equal, vec![x.operand, inf])?;
+                found = Some(match found {
+                    None => hit,
+                    Some(prev) => self.emit(n, OperationType::LogicalOr, vec![prev, hit])?,
+                });
+            }
+            match found {
+                Some(y) => y,
+                None => {
+                    // Neither infinity is looked for: every element is false.
+                    let zero = self.scalar_tensor(t, 0.0);
+                    let never = self.emit(n, OperationType::Equal, vec![x.operand, zero])?;
+                    let no = self.model.add_constant(
+                        nnc_formats::nn::Operand::new(OperandType::TensorBool8, vec![1]),
+                        &[0],
+                    );
+                    self.emit(n, OperationType::LogicalAnd, vec![never, no])?
+                }
+            }
+        };
+        self.set_tensor(n, 0, y, DataType::Bool, x.scalar);
+        Ok(())
+    }
+
+    /// Integer indices as a TENSOR_INT32 operand (ONNX int64 computes as int32).
+    fn index_operand(&mut self, n: &Node, i: usize) -> NResult<TensorValue> {
+        let idx = self.tensor(n, i)?;
+        if self.operand_type(idx) != OperandType::TensorInt32 {
+            return invalid(format!("input {i} (indices) must be an integer tensor"));
+        }
+        Ok(idx)
+    }
+
+    pub(super) fn gather_elements(&mut self, n: &Node) -> NResult<()> {
+        let data = self.tensor(n, 0)?;
+        let idx = self.index_operand(n, 1)?;
+        let r = self.rank(data);
+        if data.scalar || r == 0 {
+            return invalid("GatherElements needs data of rank 1 or more");
+        }
+        let a = axis(n.attrs.int_or("axis", 0)?, r)?;
+        let ax = self.i32_const(a as i32);
+        let y = self.emit(
+            n,
+            OperationType::GatherElements,
+            vec![data.operand, ax, idx.operand],
+        )?;
+        self.set_tensor(n, 0, y, data.dtype, false);
+        Ok(())
+    }
+
+    pub(super) fn gather_nd(&mut self, n: &Node) -> NResult<()> {
+        let data = self.tensor(n, 0)?;
+        let idx = self.index_operand(n, 1)?;
+        let batch = n.attrs.int_or("batch_dims", 0)?;
+        let batch = i32::try_from(batch)
+            .ok()
+            .filter(|&b| b >= 0)
+            .ok_or_else(|| NodeError::Invalid(format!("batch_dims must be >= 0, got {batch}")))?;
+        let b = self.i32_const(batch);
+        let y = self.emit(
+            n,
+            OperationType::GatherNd,
+            vec![data.operand, idx.operand, b],
+        )?;
+        let scalar = self.model.main.operands[y as usize].dimensions.is_empty();
+        if scalar {
+            return unsupported("GatherND producing a rank-0 value");
+        }
+        self.set_tensor(n, 0, y, data.dtype, false);
+        Ok(())
+    }
+
+    /// Trilu: SELECT between the input and zeros with a constant mask over the last two
+    /// dimensions (which must be known), so it is exact for every element type.
+    pub(super) fn trilu(&mut self, n: &Node) -> NResult<()> {
+        let x = self.tensor(n, 0)?;
+        let dims = self.known_dims(x)?;
+        if dims.len() < 2 {
+            return invalid("Trilu needs an input of rank 2 or more");
+        }
+        let k = match self.const_input(n, 1)? {
+            Some(c) => *constant::to_i64s(&c)
+                .first()
+                .ok_or_else(|| NodeError::Invalid("k must hold one value".into()))?,
+            None => 0,
+        };
+        let upper = n.attrs.int_or("upper", 1)? != 0;
+        let (rows, cols) = (dims[dims.len() - 2] as i64, dims[dims.len() - 1] as i64);
+        let mut mask = Vec::with_capacity((rows * cols) as usize);
+        for i in 0..rows {
+            for j in 0..cols {
+                let keep = if upper { j - i >= k } else { j - i <= k };
+                mask.push(u8::from(keep));
+            }
+        }
+        let cond = self.model.add_constant(
+            nnc_formats::nn::Operand::new(OperandType::TensorBool8, vec![rows as u32, cols as u32]),
+            &mask,
+        );
+        let t = self.operand_type(x);
+        let zero = self.scalar_tensor(t, 0.0);
+        let y = self.emit(n, OperationType::Select, vec![cond, x.operand, zero])?;
+        self.set_output(n, 0, Value::Tensor(TensorValue { operand: y, ..x }));
+        Ok(())
+    }
+}

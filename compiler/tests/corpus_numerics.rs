@@ -1,0 +1,137 @@
+//! Every case of the ONNX corpus (`testdata/onnx`) compiled, loaded and run on the CPU
+//! kernels, its outputs compared with ONNX Runtime's (the `.npy` files the generator
+//! wrote). Floats must agree within atol 1e-5 + rtol 1e-4 (NaN only where ONNX Runtime
+//! has NaN); integers and booleans exactly.
+
+use std::path::{Path, PathBuf};
+
+use nnc_compiler::emit::{self, EmitOptions};
+use nnc_compiler::pipeline::{LowerOptions, lower_file};
+use nnc_formats::crypto::Mode;
+use nnc_formats::npy::read_npy_file;
+use nnc_formats::tensor::{DataType, HostTensor};
+use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
+
+const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/onnx");
+const ATOL: f64 = 1e-5;
+const RTOL: f64 = 1e-4;
+
+fn cases() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(CORPUS)
+        .expect("testdata/onnx")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.is_dir() && p.join("output_0.npy").is_file())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+fn numbered(dir: &Path, kind: &str) -> Vec<HostTensor> {
+    (0..)
+        .map(|i| dir.join(format!("{kind}_{i}.npy")))
+        .take_while(|p| p.is_file())
+        .map(|p| read_npy_file(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .collect()
+}
+
+/// The elements as f64, whatever their type.
+fn values(t: &HostTensor) -> Vec<f64> {
+    let size = t.dtype.size();
+    t.data
+        .chunks_exact(size)
+        .map(|c| match t.dtype {
+            DataType::F32 => f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            DataType::F64 => f64::from_le_bytes(c.try_into().expect("8 bytes")),
+            DataType::F16 => f64::from(half::f16::from_le_bytes([c[0], c[1]]).to_f32()),
+            DataType::I8 => f64::from(c[0] as i8),
+            DataType::U8 | DataType::Bool => f64::from(c[0]),
+            DataType::I16 => f64::from(i16::from_le_bytes([c[0], c[1]])),
+            DataType::U16 => f64::from(u16::from_le_bytes([c[0], c[1]])),
+            DataType::I32 => f64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            DataType::U32 => f64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            DataType::I64 => i64::from_le_bytes(c.try_into().expect("8 bytes")) as f64,
+            DataType::U64 => u64::from_le_bytes(c.try_into().expect("8 bytes")) as f64,
+        })
+        .collect()
+}
+
+/// Runs one case; `Err` describes the first disagreement.
+fn check(dir: &Path) -> Result<(), String> {
+    let model = lower_file(&dir.join("model.onnx"), &LowerOptions::default())
+        .map_err(|e| format!("lowering: {e}"))?
+        .model;
+    let bytes = emit::emit(
+        &model,
+        EmitOptions {
+            key: None,
+            mode: Mode::Ctr,
+            authenticate_only: false,
+            reproducible: true,
+            extra_sections: Vec::new(),
+        },
+    )
+    .map_err(|e| format!("emit: {e}"))?;
+    let npu = SimulatedNpu::new("npu0");
+    let prepared = PreparedModel::load_bytes(bytes, &npu, &LoadOptions::default())
+        .map_err(|e| format!("load: {e}"))?;
+    let actual = prepared
+        .run(&numbered(dir, "input"))
+        .map_err(|e| format!("run: {e}"))?;
+    let expected = numbered(dir, "output");
+    if actual.len() != expected.len() {
+        return Err(format!(
+            "{} outputs, ONNX Runtime has {}",
+            actual.len(),
+            expected.len()
+        ));
+    }
+    for (k, (a, e)) in actual.iter().zip(&expected).enumerate() {
+        if a.shape != e.shape || a.dtype != e.dtype {
+            return Err(format!(
+                "output {k}: {:?} {:?}, ONNX Runtime {:?} {:?}",
+                a.dtype, a.shape, e.dtype, e.shape
+            ));
+        }
+        let (av, ev) = (values(a), values(e));
+        let exact = !matches!(e.dtype, DataType::F32 | DataType::F16 | DataType::F64);
+        for (i, (&x, &y)) in av.iter().zip(&ev).enumerate() {
+            let ok = if exact {
+                x == y
+            } else if y.is_nan() {
+                x.is_nan()
+            } else if y.is_infinite() {
+                x == y
+            } else {
+                x.is_finite() && (x - y).abs() <= ATOL + RTOL * y.abs()
+            };
+            if !ok {
+                return Err(format!("output {k}, element {i}: {x} vs {y}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn every_corpus_case_matches_onnx_runtime() {
+    let cases = cases();
+    assert!(cases.len() > 100, "the corpus is missing");
+    let failures: Vec<String> = cases
+        .iter()
+        .filter_map(|dir| {
+            check(dir).err().map(|why| {
+                format!(
+                    "{}: {why}",
+                    dir.file_name().unwrap_or_default().to_string_lossy()
+                )
+            })
+        })
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases disagree with ONNX Runtime:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+}

@@ -1,0 +1,163 @@
+//! The transformer kernels of nnc's extension (`docs/EXTENSIONS.md`): LAYER_NORMALIZATION,
+//! GELU and ERF, each one pass over its data rather than a chain of elementwise
+//! operations.
+//!
+//! - LAYER_NORMALIZATION normalizes each lane of the trailing axes `axis..rank`:
+//!   `(x - mean) / sqrt(var + epsilon) * gamma + beta`, population variance. Statistics
+//!   accumulate in f64 in one read of the lane (sum and sum of squares of the lane's
+//!   offsets from its first element, which keeps the cancellation of `E[x^2] - E[x]^2`
+//!   harmless), then one write produces the output. With three outputs, the lane mean and
+//!   `1 / sqrt(var + epsilon)` are written too (ONNX's Mean and InvStdDev).
+//! - GELU: `x * Phi(x)`, exact (`0.5 * x * (1 + erf(x / sqrt 2))`) or the tanh
+//!   approximation `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))`.
+//! - ERF: the error function (the `libm` crate's single-precision `erff`, within an ulp).
+
+use nnc_formats::nn::OperationType;
+
+use super::{Kernel, KernelContext, OpInfo};
+use crate::error::{Result, RuntimeError};
+
+pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    match info.op_type() {
+        OperationType::LayerNormalization => Ok(Box::new(LayerNorm {
+            epsilon: info.f32(3, "epsilon")?,
+            axis: info.i32(4, "axis")?,
+        })),
+        OperationType::Gelu => Ok(Box::new(Gelu {
+            approximate: info.bool(1, "approximate")?,
+        })),
+        OperationType::Erf => Ok(Box::new(Erf)),
+        other => Err(info.unsupported(format!("{other} is not a transformer kernel"))),
+    }
+}
+
+struct LayerNorm {
+    epsilon: f32,
+    axis: i32,
+}
+
+impl Kernel for LayerNorm {
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let input = ctx.input(0)?;
+        let x = input.f32()?;
+        let gamma = ctx.input(1)?.f32()?;
+        let beta = ctx.input(2)?.f32()?;
+        let a = super::util::axis(self.axis, input.rank())?;
+        let lane: usize = input.shape[a..].iter().product();
+        if gamma.len() != lane || beta.len() != lane {
+            return Err(RuntimeError::kernel(format!(
+                "gamma and beta hold {} and {} values, the normalized lanes {lane}",
+                gamma.len(),
+                beta.len()
+            )));
+        }
+        let lanes = x.len().checked_div(lane).unwrap_or(0);
+        let with_stats = ctx.outputs.len() == 3;
+        let mut stats = if with_stats {
+            Vec::with_capacity(lanes * 2)
+        } else {
+            Vec::new()
+        };
+        let out = ctx.output(0)?.f32_mut()?;
+        if out.len() != x.len() {
+            return Err(RuntimeError::kernel("output size differs from the input's"));
+        }
+        let eps = f64::from(self.epsilon);
+        for (xs, os) in x
+            .chunks_exact(lane.max(1))
+            .zip(out.chunks_exact_mut(lane.max(1)))
+        {
+            let first = f64::from(xs[0]);
+            let (mut sum, mut squares) = (0f64, 0f64);
+            for &v in xs {
+                let d = f64::from(v) - first;
+                sum += d;
+                squares += d * d;
+            }
+            let n = lane as f64;
+            let shifted_mean = sum / n;
+            let var = (squares / n - shifted_mean * shifted_mean).max(0.0);
+            let mean = (first + shifted_mean) as f32;
+            let inv = (1.0 / (var + eps).sqrt()) as f32;
+            for (((o, &v), &g), &b) in os.iter_mut().zip(xs).zip(gamma).zip(beta) {
+                *o = (v - mean) * inv * g + b;
+            }
+            if with_stats {
+                stats.push((mean, inv));
+            }
+        }
+        if with_stats {
+            let means = ctx.output(1)?.f32_mut()?;
+            for (m, s) in means.iter_mut().zip(&stats) {
+                *m = s.0;
+            }
+            let invs = ctx.output(2)?.f32_mut()?;
+            for (v, s) in invs.iter_mut().zip(&stats) {
+                *v = s.1;
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Gelu {
+    approximate: bool,
+}
+
+/// sqrt(2 / pi).
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+
+pub(crate) fn gelu_exact(x: f32) -> f32 {
+    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+pub(crate) fn gelu_tanh(x: f32) -> f32 {
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
+}
+
+impl Kernel for Gelu {
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let x = ctx.input(0)?.f32()?;
+        let out = ctx.output(0)?.f32_mut()?;
+        let f = if self.approximate {
+            gelu_tanh
+        } else {
+            gelu_exact
+        };
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = f(v);
+        }
+        Ok(())
+    }
+}
+
+struct Erf;
+
+impl Kernel for Erf {
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let x = ctx.input(0)?.f32()?;
+        let out = ctx.output(0)?.f32_mut()?;
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = libm::erff(v);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gelu_matches_its_definitions() {
+        // Phi(1) = 0.841344746..., so GELU(1) = 0.841344746.
+        assert!((gelu_exact(1.0) - 0.841_344_7).abs() < 1e-6);
+        assert!((gelu_exact(-1.0) + 0.158_655_25).abs() < 1e-6);
+        assert_eq!(gelu_exact(0.0), 0.0);
+        // The tanh form is within 1e-3 of the exact one near the origin.
+        for i in -30..=30 {
+            let x = i as f32 / 10.0;
+            assert!((gelu_tanh(x) - gelu_exact(x)).abs() < 1e-3, "{x}");
+        }
+    }
+}
