@@ -1354,6 +1354,18 @@ def constant_subgraphs_fold():
 # ---- Transformer operators ----------------------------------------------------------
 
 @case
+def matmul_3d_bias_first():
+    # A transformer projection: MatMul on [batch, seq, hidden], then the bias added with
+    # the constant first, as torch exports it. The ADD folds into the FULLY_CONNECTED's
+    # bias through the reshape back to 3-D.
+    g = Graph("matmul_3d_bias_first")
+    x = g.input("x", [2, 3, 8])
+    y = g.node("MatMul", [x, g.weight("w", [8, 4])], name="matmul")
+    g.output(g.node("Add", [g.weight("b", [4]), y], ["y"], name="add_bias"))
+    return g
+
+
+@case
 def layer_norm_last_axis():
     g = Graph("layer_norm_last_axis", opset=17)
     x = g.input("x", [2, 5, 8])

@@ -491,6 +491,8 @@ histogram_cases! {
     // Shape -> Gather -> Unsqueeze -> Concat folds at compile time: one RESHAPE is left.
     shape_chain_reshape: [RESHAPE: 1],
 
+    // FULLY_CONNECTED flattens [2,3,8] itself (bias folded in) -> RESHAPE [2,3,4]
+    matmul_3d_bias_first: [FULLY_CONNECTED: 1, RESHAPE: 1],
     // Transformer operators: nnc extension operations, or exact NN equivalents.
     layer_norm_last_axis: [LAYER_NORMALIZATION: 1],
     layer_norm_axis1_with_statistics: [LAYER_NORMALIZATION: 1],

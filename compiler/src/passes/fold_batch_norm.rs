@@ -56,13 +56,39 @@ fn try_fold(model: &mut Model, index: &mut GraphIndex, i: usize) -> Option<&'sta
     if !matches!(op.op_type, O::Mul | O::Add | O::Sub) {
         return None;
     }
-    let (x, c) = (op.inputs[0], op.inputs[1]);
+    // MUL and ADD commute: exporters often write the constant first (`Add(bias, x)`).
+    let (x, c) = if op.op_type != O::Sub && graph::is_constant(model, op.inputs[0]) {
+        (op.inputs[1], op.inputs[0])
+    } else {
+        (op.inputs[0], op.inputs[1])
+    };
     if model.main.operands[x as usize].lifetime != Lifetime::TemporaryVariable
         || index.single_reader(model, x) != Some(i)
     {
         return None;
     }
-    let p = index.producer(x)?;
+    let mut p = index.producer(x)?;
+    // A FULLY_CONNECTED on a 3-D activation is RESHAPE(2-D) -> FC -> RESHAPE(3-D) (what
+    // transformer MatMul + bias lowers to): a reshape that keeps the last dimension passes
+    // channels through, so the affine folds into the FC before it, and the reshape then
+    // produces the affine's output.
+    let mut reshape = None;
+    if model.main.operations[p].op_type == O::Reshape {
+        let r = p;
+        let f = model.main.operations[r].inputs[0];
+        let fc = index.producer(f)?;
+        let last = |o: OperandIndex| model.main.operands[o as usize].dimensions.last().copied();
+        if model.main.operations[fc].op_type != O::FullyConnected
+            || model.main.operands[f as usize].lifetime != Lifetime::TemporaryVariable
+            || index.single_reader(model, f) != Some(r)
+            || last(f).is_none()
+            || last(f) != last(x)
+        {
+            return None;
+        }
+        reshape = Some(r);
+        p = fc;
+    }
     let layer = model.main.operations[p].clone();
     let filter_axis = match layer.op_type {
         O::Conv2d | O::GroupedConv2d | O::FullyConnected => 0,
@@ -124,6 +150,6 @@ fn try_fold(model: &mut Model, index: &mut GraphIndex, i: usize) -> Option<&'sta
     index.set_input(model, p, 1, new_filter);
     index.set_input(model, p, 2, new_bias);
     index.set_input(model, p, act_k, activation);
-    index.set_output(model, p, 0, y);
+    index.set_output(model, reshape.unwrap_or(p), 0, y);
     Some(kind)
 }
