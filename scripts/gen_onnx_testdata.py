@@ -53,6 +53,7 @@ PRODUCER = "nnc gen_onnx_testdata.py"
 
 NP_TO_ONNX = {
     np.dtype(np.float32): TensorProto.FLOAT,
+    np.dtype(np.float16): TensorProto.FLOAT16,
     np.dtype(np.int64): TensorProto.INT64,
     np.dtype(np.int32): TensorProto.INT32,
     np.dtype(np.bool_): TensorProto.BOOL,
@@ -1348,6 +1349,73 @@ def constant_subgraphs_fold():
     size = g.node("Cast", [g.node("Size", [x], name="size")], name="size_to_float", to=TensorProto.FLOAT)
     y = g.node("Mul", [g.node("Add", [x, r], name="add"), twos], name="mul")
     g.output(g.node("Div", [y, size], ["y"], name="div"))
+    return g
+
+
+# ---- Remainders, integer division, further math ------------------------------------
+
+@case
+def mod_integer_sign_of_divisor():
+    g = Graph("mod_integer_sign_of_divisor")
+    a = g.input("a", [2, 4], data=np.array([[7, -7, 7, -7], [0, 5, -12, 13]], dtype=np.int64))
+    b = g.input("b", [2, 4], data=np.array([[3, 3, -3, -3], [4, -5, 5, 4]], dtype=np.int64))
+    g.output(g.node("Mod", [a, b], ["python"], name="mod"),
+             g.node("Mod", [a, b], ["c"], name="fmod", fmod=1))
+    return g
+
+
+@case
+def mod_float_fmod_broadcast():
+    g = Graph("mod_float_fmod_broadcast")
+    a = g.input("a", [2, 3], data=(g.rng.standard_normal([2, 3]) * 10).astype(np.float32))
+    g.output(g.node("Mod", [a, g.floats("b", [3.0, -2.5, 0.75])], ["y"], name="mod", fmod=1))
+    return g
+
+
+@case
+def div_integer_truncates():
+    g = Graph("div_integer_truncates")
+    a = g.input("a", [6], data=np.array([7, -7, 7, -7, 0, -9], dtype=np.int64))
+    b = g.input("b", [6], data=np.array([2, 2, -2, -2, 3, 4], dtype=np.int64))
+    g.output(g.node("Div", [a, b], ["y"], name="div"))
+    return g
+
+
+@case
+def math_unary_functions():
+    g = Graph("math_unary_functions", opset=13)
+    unit = g.input("unit", [2, 3], data=np.array([[-0.9, -0.5, 0.0], [0.25, 0.5, 0.9]], dtype=np.float32))
+    big = g.input("big", [2, 3], data=np.array([[1.0, 1.5, 2.0], [3.0, 10.0, 100.0]], dtype=np.float32))
+    half = g.input("halves", [2, 4], data=np.array([[-2.5, -1.5, -0.5, 0.5], [1.5, 2.5, 2.4, -2.6]], dtype=np.float32))
+    outs = [g.node("Round", [half], ["round"], name="round")]
+    for op in ["Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Atanh"]:
+        outs.append(g.node(op, [unit], [op.lower()], name=op.lower()))
+    outs.append(g.node("Acosh", [big], ["acosh"], name="acosh"))
+    g.output(*outs)
+    return g
+
+
+# ---- Float16 ------------------------------------------------------------------------
+
+@case
+def float16_layer():
+    # Float16 in, weights and out; nnc computes in float32 and rounds at the output.
+    g = Graph("float16_layer")
+    x = g.input("x", [2, 8], data=g.rng.standard_normal([2, 8]).astype(np.float16))
+    w = g.const("w", (g.rng.standard_normal([8, 4]) * 0.5).astype(np.float16))
+    b = g.const("b", g.rng.standard_normal([4]).astype(np.float16))
+    y = g.node("Add", [g.node("MatMul", [x, w], name="matmul"), b], name="add")
+    g.output(g.node("Softmax", [g.node("Relu", [y], name="relu")], ["y"], name="softmax", axis=-1))
+    return g
+
+
+@case
+def cast_float_to_float16_and_back():
+    # The middle Cast rounds to float16 exactly as ONNX does, though nnc computes in float32.
+    g = Graph("cast_float_to_float16_and_back")
+    x = g.input("x", [3, 4], data=(g.rng.standard_normal([3, 4]) * 1000).astype(np.float32))
+    half = g.node("Cast", [x], ["half"], name="to_half", to=TensorProto.FLOAT16)
+    g.output(half, g.node("Cast", [half], ["back"], name="to_float", to=TensorProto.FLOAT))
     return g
 
 

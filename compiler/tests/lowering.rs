@@ -493,6 +493,18 @@ histogram_cases! {
 
     // FULLY_CONNECTED flattens [2,3,8] itself (bias folded in) -> RESHAPE [2,3,4]
     matmul_3d_bias_first: [FULLY_CONNECTED: 1, RESHAPE: 1],
+    // Python-style and C-style remainders: one MOD each.
+    mod_integer_sign_of_divisor: [MOD: 2],
+    mod_float_fmod_broadcast: [MOD: 1],
+    // a / b truncated = (a - fmod(a, b)) / b, where the NN set's floor division is exact.
+    div_integer_truncates: [MOD: 1, SUB: 1, DIV: 1],
+    math_unary_functions: [MATH_UNARY: 10],
+    // Float16 computes as float32: CAST at the input and the output only; the bias ADD
+    // and RELU fold into the FULLY_CONNECTED.
+    float16_layer: [CAST: 2, FULLY_CONNECTED: 1, SOFTMAX: 1],
+    // to_half: float32 -> float16 -> float32 (rounding), then -> float16 at the output;
+    // to_float: the same rounded float32 value, relabelled.
+    cast_float_to_float16_and_back: [CAST: 3],
     // Transformer operators: nnc extension operations, or exact NN equivalents.
     layer_norm_last_axis: [LAYER_NORMALIZATION: 1],
     layer_norm_axis1_with_statistics: [LAYER_NORMALIZATION: 1],
@@ -2210,7 +2222,7 @@ mod int8 {
             op_types(&lowered.model),
             [O::Cast, O::Cast, O::Mul, O::Div, O::Mul, O::Sub, O::Cast]
         );
-        // int8 adds 128 before the reduction and subtracts it after; int8 Div stays out.
+        // int8 adds 128 before the reduction and subtracts it after.
         let signed = |op: &str| {
             model(
                 vec![node(op, &["a", "b"], &["y"], vec![])],
@@ -2234,11 +2246,16 @@ mod int8 {
                 O::Cast
             ]
         );
-        let report = unsupported(lower_bound(&signed("Div"), &[]));
-        assert!(
-            report.to_string().contains("int8 Div truncates"),
-            "{report}"
+        // int8 Div truncates toward zero: MOD (fmod) removes the truncated remainder so
+        // the NN set's floor division is exact, then the quotient wraps like the others.
+        let lowered = lower_bound(&signed("Div"), &[]).unwrap();
+        let ops = op_types(&lowered.model);
+        assert_eq!(
+            &ops[..5],
+            [O::Cast, O::Cast, O::Mod, O::Sub, O::Div],
+            "{ops:?}"
         );
+        assert_eq!(ops.last(), Some(&O::Cast));
     }
 
     #[test]

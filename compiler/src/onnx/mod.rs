@@ -400,6 +400,8 @@ fn topological_order(graph: &GraphProto) -> Result<Vec<usize>, CompileError> {
 pub fn nn_type_for(dtype: DataType) -> Option<nn::OperandType> {
     match dtype {
         DataType::F32 => Some(nn::OperandType::TensorFloat32),
+        // Computed as TENSOR_FLOAT32; only model inputs and outputs are TENSOR_FLOAT16.
+        DataType::F16 => Some(nn::OperandType::TensorFloat16),
         DataType::I64 | DataType::I32 => Some(nn::OperandType::TensorInt32),
         DataType::Bool => Some(nn::OperandType::TensorBool8),
         DataType::U8 => Some(nn::OperandType::TensorQuant8Asymm),

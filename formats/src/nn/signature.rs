@@ -1702,6 +1702,34 @@ fn infer_outputs(
             let a = ctx.tensor(0, "input", &[OperandType::TensorFloat32])?;
             single(a.operand_type, a.dimensions.clone())
         }
+        O::Mod => {
+            ctx.count(&[3])?;
+            expect_outputs(1)?;
+            let a = ctx.tensor(
+                0,
+                "input0",
+                &[OperandType::TensorFloat32, OperandType::TensorInt32],
+            )?;
+            let b = ctx.same_type(1, "input1", a.operand_type)?;
+            ctx.bool(2, "fmod")?;
+            let dims =
+                broadcast_dims(&a.dimensions, &b.dimensions).map_err(SignatureError::Shape)?;
+            single(a.operand_type, dims)
+        }
+        O::MathUnary => {
+            ctx.count(&[2])?;
+            expect_outputs(1)?;
+            let a = ctx.tensor(0, "input", &[OperandType::TensorFloat32])?;
+            let code = ctx.i32(1, "function")?;
+            if super::types::MathFunction::from_code(code).is_none() {
+                return Err(param_err(
+                    1,
+                    "function",
+                    format!("unknown function code {code}"),
+                ));
+            }
+            single(a.operand_type, a.dimensions.clone())
+        }
         O::GatherElements => {
             ctx.count(&[3])?;
             expect_outputs(1)?;
@@ -2419,6 +2447,8 @@ pub fn input_role(op: OperationType, index: usize, input_count: usize) -> &'stat
         O::Pad | O::PadV2 | O::MirrorPad => &["input", "paddings", "value"],
         O::Gather => &["input", "axis", "indices"],
         O::GatherElements => &["input", "axis", "indices"],
+        O::Mod => &["input0", "input1", "fmod"],
+        O::MathUnary => &["input", "function"],
         O::GatherNd => &["input", "indices", "batch_dims"],
         O::LayerNormalization => &["input", "gamma", "beta", "epsilon", "axis"],
         O::Gelu => &["input", "approximate"],

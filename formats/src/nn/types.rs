@@ -213,6 +213,64 @@ operations! {
     Erf = 0x1_0002, "ERF", Extension;
     GatherElements = 0x1_0003, "GATHER_ELEMENTS", Extension;
     GatherNd = 0x1_0004, "GATHER_ND", Extension;
+    Mod = 0x1_0005, "MOD", Extension;
+    MathUnary = 0x1_0006, "MATH_UNARY", Extension;
+}
+
+/// The functions of the extension operation MATH_UNARY, by the code its `function`
+/// input holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum MathFunction {
+    /// Round half to even.
+    Round = 0,
+    Tan = 1,
+    Asin = 2,
+    Acos = 3,
+    Atan = 4,
+    Sinh = 5,
+    Cosh = 6,
+    Asinh = 7,
+    Acosh = 8,
+    Atanh = 9,
+}
+
+impl MathFunction {
+    pub const ALL: &'static [MathFunction] = &[
+        MathFunction::Round,
+        MathFunction::Tan,
+        MathFunction::Asin,
+        MathFunction::Acos,
+        MathFunction::Atan,
+        MathFunction::Sinh,
+        MathFunction::Cosh,
+        MathFunction::Asinh,
+        MathFunction::Acosh,
+        MathFunction::Atanh,
+    ];
+
+    pub fn from_code(code: i32) -> Option<MathFunction> {
+        MathFunction::ALL
+            .iter()
+            .copied()
+            .find(|f| *f as i32 == code)
+    }
+
+    /// The function in single precision.
+    pub fn apply(self, x: f32) -> f32 {
+        match self {
+            MathFunction::Round => x.round_ties_even(),
+            MathFunction::Tan => x.tan(),
+            MathFunction::Asin => x.asin(),
+            MathFunction::Acos => x.acos(),
+            MathFunction::Atan => x.atan(),
+            MathFunction::Sinh => x.sinh(),
+            MathFunction::Cosh => x.cosh(),
+            MathFunction::Asinh => x.asinh(),
+            MathFunction::Acosh => x.acosh(),
+            MathFunction::Atanh => x.atanh(),
+        }
+    }
 }
 
 /// The name of nnc's vendor extension, in NNAPI's reverse-domain style. Its operations

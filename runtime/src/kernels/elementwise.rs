@@ -210,6 +210,38 @@ enum BinaryOp {
     Min,
     Pow,
     Prelu,
+    /// nnc's MOD: the remainder with the sign of the dividend (`fmod`, C's `%`) or of the
+    /// divisor (Python's `%`, integers only). Integer division by zero gives 0.
+    Mod {
+        fmod: bool,
+    },
+}
+
+/// The integer remainder with the sign of the divisor (`fmod` false) or of the dividend.
+pub(crate) fn mod_i32(a: i32, b: i32, fmod: bool) -> i32 {
+    if b == 0 {
+        return 0;
+    }
+    let r = a.wrapping_rem(b);
+    if !fmod && r != 0 && ((r < 0) != (b < 0)) {
+        r.wrapping_add(b)
+    } else {
+        r
+    }
+}
+
+/// The float remainder with the sign of the divisor (NumPy's `mod`): a zero result takes
+/// the divisor's sign, and a finite dividend of the other sign than an infinite divisor
+/// gives that infinity.
+pub(crate) fn python_mod_f32(a: f32, b: f32) -> f32 {
+    let r = a % b;
+    if r == 0.0 {
+        0f32.copysign(b)
+    } else if (r < 0.0) != (b < 0.0) {
+        r + b
+    } else {
+        r
+    }
 }
 
 struct Binary {
@@ -228,6 +260,9 @@ pub(crate) fn build_binary(info: &OpInfo) -> Result<Box<dyn Kernel>> {
         O::Maximum => BinaryOp::Max,
         O::Minimum => BinaryOp::Min,
         O::Pow => BinaryOp::Pow,
+        O::Mod => BinaryOp::Mod {
+            fmod: info.bool(2, "fmod")?,
+        },
         _ => BinaryOp::Prelu,
     };
     let clamp = if matches!(
@@ -242,6 +277,7 @@ pub(crate) fn build_binary(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     let supported = match t {
         OperandType::TensorFloat32 => true,
         OperandType::TensorInt32 => !matches!(op, BinaryOp::Pow | BinaryOp::Prelu),
+        _ if matches!(op, BinaryOp::Mod { .. }) => false,
         _ => false,
     };
     if !supported {
@@ -306,6 +342,13 @@ impl Kernel for Binary {
                             if p >= 0.0 { p } else { p * q }
                         })
                     }
+                    // Rust's `%` on floats is C's fmod.
+                    BinaryOp::Mod { fmod: true } => {
+                        broadcast_map(x, a.shape, y, b.shape, o, so, |p: f32, q: f32| p % q)
+                    }
+                    BinaryOp::Mod { fmod: false } => {
+                        broadcast_map(x, a.shape, y, b.shape, o, so, python_mod_f32)
+                    }
                 }
             }
             OperandType::TensorInt32 => {
@@ -330,6 +373,9 @@ impl Kernel for Binary {
                     }
                     BinaryOp::Min => {
                         broadcast_map(x, a.shape, y, b.shape, o, so, |p: i32, q| p.min(q))
+                    }
+                    BinaryOp::Mod { fmod } => {
+                        broadcast_map(x, a.shape, y, b.shape, o, so, |p, q| mod_i32(p, q, fmod))
                     }
                     BinaryOp::Pow | BinaryOp::Prelu => {
                         Err(RuntimeError::kernel("int32 POW/PRELU are not implemented"))

@@ -56,7 +56,12 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
                         | OperandType::TensorQuant8AsymmSigned
                 )
             };
-            if !ok(from) || !ok(to) {
+            // Float16 converts to and from float32 only (nnc computes float16 as float32).
+            let half = |a: OperandType, b: OperandType| {
+                a == OperandType::TensorFloat16
+                    && matches!(b, OperandType::TensorFloat32 | OperandType::TensorFloat16)
+            };
+            if !(ok(from) && ok(to) || half(from, to) || half(to, from)) {
                 return Err(info.unsupported(format!("cast from {from} to {to}")));
             }
             Ok(Box::new(Cast))
@@ -281,8 +286,20 @@ impl Kernel for Cast {
         match (input.operand_type, out.operand_type) {
             (T::TensorFloat32, T::TensorFloat32)
             | (T::TensorInt32, T::TensorInt32)
-            | (T::TensorBool8, T::TensorBool8) => {
+            | (T::TensorBool8, T::TensorBool8)
+            | (T::TensorFloat16, T::TensorFloat16) => {
                 out.bytes.copy_from_slice(input.bytes);
+            }
+            (T::TensorFloat16, T::TensorFloat32) => {
+                for (o, c) in out.f32_mut()?.iter_mut().zip(input.bytes.chunks_exact(2)) {
+                    *o = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
+                }
+            }
+            (T::TensorFloat32, T::TensorFloat16) => {
+                // Round to nearest even, overflow to infinity, NaN kept (IEEE).
+                for (o, &v) in out.bytes.chunks_exact_mut(2).zip(input.f32()?) {
+                    o.copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
+                }
             }
             (T::TensorFloat32, T::TensorInt32) => {
                 // `as` truncates toward zero, saturates, and maps NaN to 0.

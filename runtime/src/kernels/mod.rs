@@ -332,9 +332,15 @@ pub fn build_with<'c>(
         O::AveragePool2d | O::MaxPool2d | O::L2Pool2d => pool::build(&info),
         O::FullyConnected => fully_connected::build(&info),
         O::BatchMatmul => matmul::build(&info),
-        O::Add | O::Sub | O::Mul | O::Div | O::Maximum | O::Minimum | O::Pow | O::Prelu => {
-            elementwise::build_binary(&info)
-        }
+        O::Add
+        | O::Sub
+        | O::Mul
+        | O::Div
+        | O::Maximum
+        | O::Minimum
+        | O::Pow
+        | O::Prelu
+        | O::Mod => elementwise::build_binary(&info),
         O::Abs
         | O::Exp
         | O::Log
@@ -392,7 +398,7 @@ pub fn build_with<'c>(
         | O::ChannelShuffle => shape::build(&info),
         O::ResizeBilinear | O::ResizeNearestNeighbor => resize::build(&info),
         O::Argmax | O::Argmin | O::TopkV2 | O::Cast | O::Fill | O::Rank => misc::build(&info),
-        O::LayerNormalization | O::Gelu | O::Erf => transformer::build(&info),
+        O::LayerNormalization | O::Gelu | O::Erf | O::MathUnary => transformer::build(&info),
         O::GatherElements | O::GatherNd => gather::build(&info),
         _ => Err(info.unsupported("the CPU runtime has no kernel for this operation")),
     }

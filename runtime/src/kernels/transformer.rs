@@ -11,6 +11,8 @@
 //! - GELU: `x * Phi(x)`, exact (`0.5 * x * (1 + erf(x / sqrt 2))`) or the tanh
 //!   approximation `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))`.
 //! - ERF: the error function (the `libm` crate's single-precision `erff`, within an ulp).
+//! - MATH_UNARY: the elementwise functions the NN set lacks (round half to even, tan,
+//!   the inverse and hyperbolic trigonometric functions), Rust's single-precision ones.
 
 use nnc_formats::nn::OperationType;
 
@@ -27,6 +29,12 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
             approximate: info.bool(1, "approximate")?,
         })),
         OperationType::Erf => Ok(Box::new(Erf)),
+        OperationType::MathUnary => {
+            let code = info.i32(1, "function")?;
+            let function = nnc_formats::nn::MathFunction::from_code(code)
+                .ok_or_else(|| info.invalid(format!("unknown MATH_UNARY function {code}")))?;
+            Ok(Box::new(MathUnary { function }))
+        }
         other => Err(info.unsupported(format!("{other} is not a transformer kernel"))),
     }
 }
@@ -139,6 +147,21 @@ impl Kernel for Erf {
         let out = ctx.output(0)?.f32_mut()?;
         for (o, &v) in out.iter_mut().zip(x) {
             *o = libm::erff(v);
+        }
+        Ok(())
+    }
+}
+
+struct MathUnary {
+    function: nnc_formats::nn::MathFunction,
+}
+
+impl Kernel for MathUnary {
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let x = ctx.input(0)?.f32()?;
+        let out = ctx.output(0)?.f32_mut()?;
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = self.function.apply(v);
         }
         Ok(())
     }

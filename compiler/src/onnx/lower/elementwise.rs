@@ -9,7 +9,7 @@ use nnc_formats::nn::{OperandType, OperationType};
 use nnc_formats::tensor::DataType;
 
 use super::super::constant::{self, BinaryOp, ConstTensor};
-use super::{Lowerer, NResult, Node, TensorValue, Value, unsupported};
+use super::{Lowerer, NResult, Node, TensorValue, Value, invalid, unsupported};
 
 impl Lowerer<'_> {
     /// All inputs as constants, when every one is.
@@ -116,7 +116,7 @@ impl Lowerer<'_> {
         if op == "Pow"
             && let (Some(Value::Tensor(base)), Some(Value::Tensor(exp))) =
                 (self.input(n, 0)?, self.input(n, 1)?)
-            && base.dtype == DataType::F32
+            && super::is_float(base.dtype)
             && self.operand_type(exp) == OperandType::TensorInt32
         {
             // A float base with an integer exponent: POW is float-only, so the exponent is
@@ -176,16 +176,13 @@ impl Lowerer<'_> {
         let is_bool = t == OperandType::TensorBool8;
         let scalar = a.scalar && b.scalar;
         if super::is_quant8(t) {
-            let signed = t == OperandType::TensorQuant8AsymmSigned;
             let int_op = match op {
                 "Add" | "Sum" => Some(OperationType::Add),
                 "Sub" => Some(OperationType::Sub),
                 "Mul" => Some(OperationType::Mul),
-                // Unsigned quotients are non-negative: floor and truncation agree.
-                "Div" if !signed => Some(OperationType::Div),
-                "Div" => {
-                    return unsupported("int8 Div truncates in ONNX but rounds down in the NN set");
-                }
+                // Unsigned quotients are non-negative: floor and truncation agree; signed
+                // ones truncate through MOD (see `trunc_div`).
+                "Div" => Some(OperationType::Div),
                 "Mean" => {
                     return unsupported(format!("Mean of {} tensors is not supported", a.dtype));
                 }
@@ -207,7 +204,12 @@ impl Lowerer<'_> {
             "Mul" if is_float || is_int => arith(OperationType::Mul),
             "Div" if is_float => arith(OperationType::Div),
             "Div" if is_int => {
-                return unsupported("integer Div truncates in ONNX but rounds down in the NN set");
+                let out = self.trunc_div(n, a.operand, b.operand)?;
+                return Ok(TensorValue {
+                    operand: out,
+                    dtype: a.dtype,
+                    scalar,
+                });
             }
             "Pow" if is_float => (OperationType::Pow, false),
             // On 8-bit operands of equal quantization these compare the stored integers.
@@ -256,14 +258,84 @@ impl Lowerer<'_> {
         use OperandType as T;
         let t = self.operand_type(a);
         let signed = t == T::TensorQuant8AsymmSigned;
-        // Signed quotients would need truncation; binary_emit refuses them.
         let ai = self.cast_op(n, a.operand, T::TensorInt32)?;
         let bi = self.cast_op(n, b.operand, T::TensorInt32)?;
-        let v = self.arith(n, op, ai, bi)?;
+        let v = if op == OperationType::Div && signed {
+            self.trunc_div(n, ai, bi)?
+        } else {
+            self.arith(n, op, ai, bi)?
+        };
         if op == OperationType::Div && !signed {
             return self.cast_op(n, v, t);
         }
         self.wrap_to_8bit(n, v, t)
+    }
+
+    /// ONNX's integer division, which truncates toward zero, on int32 operands: the NN
+    /// set's DIV floors, so the dividend first loses its truncated remainder (nnc's MOD
+    /// with `fmod`), after which the division is exact and floor and truncation agree.
+    fn trunc_div(&mut self, n: &Node, a: u32, b: u32) -> NResult<u32> {
+        let fmod = self.bool_const(true);
+        let r = self.emit(n, OperationType::Mod, vec![a, b, fmod])?;
+        let exact = self.arith(n, OperationType::Sub, a, r)?;
+        self.arith(n, OperationType::Div, exact, b)
+    }
+
+    /// ONNX Mod: the remainder with the sign of the divisor, or with `fmod` that of the
+    /// dividend (required for floats before opset 28), as nnc's MOD extension operation. 8-bit operands
+    /// compute in int32, where every remainder fits their type again.
+    pub(super) fn mod_op(&mut self, n: &Node) -> NResult<()> {
+        let fmod = n.attrs.int_or("fmod", 0)? != 0;
+        let (a, b) = self.binary_operands(n, 0, 1)?;
+        let t = self.operand_type(a);
+        let scalar = a.scalar && b.scalar;
+        let flag = self.bool_const(fmod);
+        let out = match t {
+            // Before opset 28, ONNX defines float Mod with fmod=1 only.
+            OperandType::TensorFloat32 if !fmod && n.version < 28 => {
+                return invalid("Mod of floating-point tensors needs fmod=1 before opset 28");
+            }
+            OperandType::TensorFloat32 | OperandType::TensorInt32 => {
+                self.emit(n, OperationType::Mod, vec![a.operand, b.operand, flag])?
+            }
+            t if super::is_quant8(t) => {
+                let ai = self.cast_op(n, a.operand, OperandType::TensorInt32)?;
+                let bi = self.cast_op(n, b.operand, OperandType::TensorInt32)?;
+                let r = self.emit(n, OperationType::Mod, vec![ai, bi, flag])?;
+                self.cast_op(n, r, t)?
+            }
+            _ => return unsupported(format!("Mod on {} tensors is not supported", a.dtype)),
+        };
+        self.set_tensor(n, 0, out, a.dtype, scalar);
+        Ok(())
+    }
+
+    /// The elementwise functions the NN set lacks (Round, Tan, the inverse and hyperbolic
+    /// trigonometric functions) as nnc's MATH_UNARY.
+    pub(super) fn math_unary(&mut self, n: &Node) -> NResult<()> {
+        use nnc_formats::nn::MathFunction as F;
+        let (function, exact): (F, fn(f64) -> f64) = match n.op() {
+            "Round" => (F::Round, f64::round_ties_even),
+            "Tan" => (F::Tan, f64::tan),
+            "Asin" => (F::Asin, f64::asin),
+            "Acos" => (F::Acos, f64::acos),
+            "Atan" => (F::Atan, f64::atan),
+            "Sinh" => (F::Sinh, f64::sinh),
+            "Cosh" => (F::Cosh, f64::cosh),
+            "Asinh" => (F::Asinh, f64::asinh),
+            "Acosh" => (F::Acosh, f64::acosh),
+            "Atanh" => (F::Atanh, f64::atanh),
+            other => return unsupported(format!("no MATH_UNARY function for {other}")),
+        };
+        if let Some(Value::Const(c)) = self.input(n, 0)? {
+            return self.set_const(n, 0, constant::unary(&c, exact));
+        }
+        let x = self.tensor(n, 0)?;
+        self.require_float(n, x)?;
+        let code = self.i32_const(function as i32);
+        let y = self.emit(n, OperationType::MathUnary, vec![x.operand, code])?;
+        self.set_output(n, 0, Value::Tensor(TensorValue { operand: y, ..x }));
+        Ok(())
     }
 
     /// An int32 operand reduced modulo 256 into the range of the 8-bit type `t` (C's and
@@ -482,6 +554,22 @@ impl Lowerer<'_> {
         match self.required(n, 0)? {
             Value::Const(c) => {
                 self.set_const(n, 0, constant::cast(&c, to))?;
+                Ok(())
+            }
+            Value::Tensor(x) if to == DataType::F16 => {
+                // Float16 computes as float32: round through TENSOR_FLOAT16 and back, so
+                // the value is exactly what ONNX's float16 holds.
+                if x.dtype == DataType::F16 {
+                    self.set_tensor(n, 0, x.operand, to, x.scalar);
+                    return Ok(());
+                }
+                let mut v = x.operand;
+                if self.operand_type(x) != OperandType::TensorFloat32 {
+                    v = self.cast_op(n, v, OperandType::TensorFloat32)?;
+                }
+                let half = self.cast_op(n, v, OperandType::TensorFloat16)?;
+                let out = self.cast_op(n, half, OperandType::TensorFloat32)?;
+                self.set_tensor(n, 0, out, to, x.scalar);
                 Ok(())
             }
             Value::Tensor(x) => {

@@ -406,6 +406,20 @@ impl<'e> Lowerer<'e> {
             operand.lifetime = Lifetime::SubgraphInput;
             let index = self.model.add_operand(operand);
             self.model.main.inputs.push(index);
+            // Float16 values compute as TENSOR_FLOAT32 (the NN set's relaxed precision,
+            // here the other way round: never less precise than float16); the model's
+            // input stays TENSOR_FLOAT16 and is converted once.
+            let index = if operand_type == OperandType::TensorFloat16 {
+                self.emit_raw(
+                    OperationType::Cast,
+                    vec![index],
+                    vec![Some(Operand::new(OperandType::TensorFloat32, vec![]))],
+                    &input.name,
+                )
+                .map_err(|e| node_error_to_compile(e, &location))?[0]
+            } else {
+                index
+            };
             self.model.input_info.push(IoInfo {
                 name: input.name.clone(),
                 dtype,
@@ -434,6 +448,18 @@ impl<'e> Lowerer<'e> {
             let mut tv = self
                 .materialize(&output.name, &value)
                 .map_err(|e| node_error_to_compile(e, &location))?;
+            let operand = &self.model.main.operands[tv.operand as usize];
+            if tv.dtype == DataType::F16 && operand.operand_type == OperandType::TensorFloat32 {
+                // Float16 computed as float32 is rounded to float16 at the output.
+                tv.operand = self
+                    .emit_raw(
+                        OperationType::Cast,
+                        vec![tv.operand],
+                        vec![Some(Operand::new(OperandType::TensorFloat16, vec![]))],
+                        &output.name,
+                    )
+                    .map_err(|e| node_error_to_compile(e, &location))?[0];
+            }
             let operand = &self.model.main.operands[tv.operand as usize];
             // An output must be written by an operation of its own: copy inputs,
             // constants and values already listed as outputs.
@@ -628,7 +654,7 @@ impl<'e> Lowerer<'e> {
             }
         };
         let dtype = match c.dtype {
-            DataType::F64 | DataType::F16 => DataType::F32,
+            DataType::F64 => DataType::F32,
             DataType::I32 | DataType::U32 | DataType::I16 | DataType::U16 | DataType::U64 => {
                 DataType::I64
             }
@@ -706,6 +732,17 @@ impl<'e> Lowerer<'e> {
     }
 
     pub fn set_tensor(&mut self, n: &Node, i: usize, operand: u32, dtype: DataType, scalar: bool) {
+        // ONNX float16 computes as TENSOR_FLOAT32 (see `add_inputs`): a float result of an
+        // operator whose float inputs are float16 is float16 too, except where the
+        // operator chooses its output type.
+        let dtype = if dtype == DataType::F32
+            && !matches!(n.op(), "Cast" | "CastLike" | "DequantizeLinear")
+            && self.float_input_type(n) == Some(DataType::F16)
+        {
+            DataType::F16
+        } else {
+            dtype
+        };
         self.set_output(
             n,
             i,
@@ -715,6 +752,17 @@ impl<'e> Lowerer<'e> {
                 scalar,
             }),
         );
+    }
+
+    /// The element type of the node's first float input (float16 or float32), if any.
+    fn float_input_type(&self, n: &Node) -> Option<DataType> {
+        (0..n.proto.input.len()).find_map(|i| {
+            let dtype = match self.input(n, i).ok()?? {
+                Value::Tensor(tv) => tv.dtype,
+                Value::Const(c) => c.dtype,
+            };
+            matches!(dtype, DataType::F16 | DataType::F32).then_some(dtype)
+        })
     }
 
     /// Binds output `i` to a constant the importer evaluated, charging it to the fold
@@ -914,7 +962,7 @@ impl<'e> Lowerer<'e> {
 
     /// Requires a float32 run-time value.
     pub fn require_float(&self, n: &Node, tv: TensorValue) -> NResult<()> {
-        if tv.dtype != DataType::F32 {
+        if !is_float(tv.dtype) {
             return unsupported(format!(
                 "{} on {} tensors is not supported",
                 n.op(),
@@ -923,6 +971,12 @@ impl<'e> Lowerer<'e> {
         }
         Ok(())
     }
+}
+
+/// The ONNX float types nnc computes, both as TENSOR_FLOAT32: float32, and float16 (see
+/// `Lowerer::add_inputs`).
+pub fn is_float(dtype: DataType) -> bool {
+    matches!(dtype, DataType::F32 | DataType::F16)
 }
 
 /// True for the 8-bit quantized tensor types ONNX's uint8 and int8 compute in.

@@ -108,7 +108,7 @@ impl Lowerer<'_> {
             self.set_tensor(n, 0, y.operand, DataType::Bool, scalar);
             return Ok(());
         }
-        if x.dtype != DataType::F32 {
+        if !super::is_float(x.dtype) {
             return unsupported(format!(
                 "{op} on {} tensors is not supported (the NN set reduces float tensors only)",
                 x.dtype

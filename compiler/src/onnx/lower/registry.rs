@@ -69,10 +69,16 @@ macro_rules! ops {
 /// Every operator nnc lowers, sorted by domain and name.
 pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Abs", 1..=13 => unary;
+    "", "Acos", 7..=22 => math_unary;
+    "", "Acosh", 9..=22 => math_unary;
     "", "Add", 7..=14 => binary;
     "", "And", 7..=7 => binary;
     "", "ArgMax", 1..=13 => arg_reduce;
     "", "ArgMin", 1..=13 => arg_reduce;
+    "", "Asin", 7..=22 => math_unary;
+    "", "Asinh", 9..=22 => math_unary;
+    "", "Atan", 7..=22 => math_unary;
+    "", "Atanh", 9..=22 => math_unary;
     "", "AveragePool", 7..=22 => pool;
     "", "BatchNormalization", 7..=15 => batch_norm;
     "", "Cast", 6..=28 => cast;
@@ -86,6 +92,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Conv", 1..=22 => conv;
     "", "ConvTranspose", 1..=22 => conv_transpose;
     "", "Cos", 7..=22 => unary;
+    "", "Cosh", 9..=22 => math_unary;
     "", "DepthToSpace", 1..=28 => depth_space;
     "", "DequantizeLinear", 10..=28 => dequantize_linear;
     "", "Div", 7..=14 => binary;
@@ -127,6 +134,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Mean", 6..=13 => binary;
     "", "Min", 6..=13 => binary;
     "", "Mish", 18..=22 => activation;
+    "", "Mod", 10..=28 => mod_op;
     "", "Mul", 7..=14 => binary;
     "", "Neg", 1..=13 => unary;
     "", "Not", 1..=1 => unary;
@@ -153,11 +161,13 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Relu", 1..=14 => activation;
     "", "Reshape", 5..=25 => reshape;
     "", "Resize", 10..=19 => resize;
+    "", "Round", 11..=22 => math_unary;
     "", "Selu", 1..=22 => activation;
     "", "Shape", 1..=25 => shape_of;
     "", "Sigmoid", 1..=13 => activation;
     "", "Sign", 9..=13 => unary;
     "", "Sin", 7..=22 => unary;
+    "", "Sinh", 9..=22 => math_unary;
     "", "Size", 1..=25 => shape_of;
     "", "Slice", 1..=13 => slice;
     "", "Softmax", 1..=13 => softmax;
@@ -169,6 +179,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Squeeze", 1..=25 => squeeze_unsqueeze;
     "", "Sub", 7..=14 => binary;
     "", "Sum", 6..=13 => binary;
+    "", "Tan", 7..=22 => math_unary;
     "", "Tanh", 1..=13 => activation;
     "", "ThresholdedRelu", 10..=22 => activation;
     "", "Tile", 6..=13 => tile;

@@ -1184,7 +1184,7 @@ impl Lowerer<'_> {
                     if constant::to_f64s(&c).first().copied().unwrap_or(0.0) != 0.0 =>
                 {
                     let value = constant::to_f64s(&c)[0];
-                    let v = if x.dtype == DataType::F32 {
+                    let v = if super::is_float(x.dtype) {
                         self.f32_const(value as f32)
                     } else {
                         self.i32_const(value as i32)
@@ -1250,7 +1250,7 @@ impl Lowerer<'_> {
                 .map_err(|_| NodeError::Invalid("pad too large".into()))?;
         }
         let p = self.i32_vector(&paddings);
-        let float = x.dtype == DataType::F32;
+        let float = super::is_float(x.dtype);
         let out = match mode.as_str() {
             "constant" if value == 0.0 => self.emit(n, OperationType::Pad, vec![x.operand, p])?,
             "constant" => {
@@ -1477,7 +1477,32 @@ impl Lowerer<'_> {
             OperationType::SpaceToDepth
         };
         let yh = self.emit(n, op, vec![xh, b])?;
-        let y = self.to_nchw(n, yh)?;
+        let mut y = self.to_nchw(n, yh)?;
+        // SpaceToDepth gained `mode` in opset 28. CRD writes channel c*bs*bs + i*bs + j
+        // where DCR writes (i*bs + j)*C + c: run DCR, then permute the channels.
+        if !to_space {
+            match n.attrs.string_or("mode", "DCR")?.as_str() {
+                "DCR" => {}
+                "CRD" => {
+                    let c = u64::from(dims[1]);
+                    if c == 0 {
+                        return unsupported(
+                            "SpaceToDepth CRD needs the channel count at compile time",
+                        );
+                    }
+                    let bb = u64::try_from(bs * bs).unwrap_or(u64::MAX);
+                    let c_out = c.saturating_mul(bb);
+                    self.budget
+                        .generate(c_out as usize, nnc_formats::tensor::DataType::I32)?;
+                    let idx: Vec<i32> =
+                        (0..c_out).map(|k| ((k % bb) * c + k / bb) as i32).collect();
+                    let ax = self.i32_const(1);
+                    let iv = self.i32_vector(&idx);
+                    y = self.emit(n, OperationType::Gather, vec![y, ax, iv])?;
+                }
+                other => return invalid(format!("mode must be DCR or CRD, got '{other}'")),
+            }
+        }
         self.set_tensor(n, 0, y, x.dtype, false);
         Ok(())
     }
