@@ -1352,6 +1352,104 @@ def constant_subgraphs_fold():
     return g
 
 
+# ---- Losses -------------------------------------------------------------------------
+
+def loss_graph(name, op, x_shape, reduction=None, opset=13, weight=None, ignore_index=None, ignored=(),
+               log_prob=False, target_dtype=np.int64) -> Graph:
+    """NegativeLogLikelihoodLoss / SoftmaxCrossEntropyLoss of x [N, C, d...] against random
+    targets in [0, C), with the flat target positions `ignored` set to `ignore_index`.
+    `weight` is None, "const" (an initializer) or "input" (a graph input)."""
+    g = Graph(name, opset)
+    c = x_shape[1]
+    t_shape = [x_shape[0], *x_shape[2:]]
+    x = g.input("x", x_shape)
+    target = g.rng.integers(0, c, t_shape).astype(target_dtype)
+    for k in ignored:
+        target.flat[k] = ignore_index
+    inputs = [x, g.input("target", t_shape, target)]
+    if weight == "const":
+        inputs.append(g.const("weight", positive(g, [c])))
+    elif weight == "input":
+        inputs.append(g.input("weight", [c], positive(g, [c])))
+    attrs = {}
+    if reduction is not None:
+        attrs["reduction"] = reduction
+    if ignore_index is not None:
+        attrs["ignore_index"] = ignore_index
+    outputs = ["loss", "log_prob"] if log_prob else ["loss"]
+    result = g.node(op, inputs, outputs, name="loss", **attrs)
+    g.output(*(result if log_prob else [result]))
+    return g
+
+
+@case
+def nll_loss_nc_mean():
+    # The default reduction (mean) of [N, C] without weights.
+    return loss_graph("nll_loss_nc_mean", "NegativeLogLikelihoodLoss", [4, 5])
+
+
+@case
+def nll_loss_none():
+    return loss_graph("nll_loss_none", "NegativeLogLikelihoodLoss", [3, 5, 2], reduction="none", opset=12)
+
+
+@case
+def nll_loss_ncd1d2_weight_ignore_index_sum():
+    # ignore_index 1 is also a valid class: targets equal to it count for nothing.
+    return loss_graph("nll_loss_ncd1d2_weight_ignore_index_sum", "NegativeLogLikelihoodLoss", [2, 4, 3, 2],
+                      reduction="sum", opset=22, weight="const", ignore_index=1, ignored=(0, 5, 7))
+
+
+@case
+def nll_loss_ncd1_weight_input_negative_ignore_index_mean():
+    # Weighted mean over the elements not ignored; the weights are a run-time input.
+    return loss_graph("nll_loss_ncd1_weight_input_negative_ignore_index_mean", "NegativeLogLikelihoodLoss",
+                      [3, 4, 5], reduction="mean", weight="input", ignore_index=-1, ignored=(1, 2, 9))
+
+
+@case
+def nll_loss_ignore_index_mean_no_weight():
+    # The mean divides by the number of elements not ignored.
+    return loss_graph("nll_loss_ignore_index_mean_no_weight", "NegativeLogLikelihoodLoss", [2, 3, 4],
+                      reduction="mean", ignore_index=2, ignored=(0, 3))
+
+
+@case
+def nll_loss_all_ignored_mean():
+    # Every target ignored: 0 / 0, NaN (ONNX's function body and ONNX Runtime agree).
+    return loss_graph("nll_loss_all_ignored_mean", "NegativeLogLikelihoodLoss", [3, 4], reduction="mean",
+                      weight="const", ignore_index=3, ignored=(0, 1, 2))
+
+
+@case
+def nll_loss_int32_target_weight_none():
+    return loss_graph("nll_loss_int32_target_weight_none", "NegativeLogLikelihoodLoss", [3, 4, 2],
+                      reduction="none", weight="const", target_dtype=np.int32)
+
+
+@case
+def sce_mean_with_log_prob():
+    return loss_graph("sce_mean_with_log_prob", "SoftmaxCrossEntropyLoss", [3, 5], log_prob=True)
+
+
+@case
+def sce_sum_ncd1d2():
+    return loss_graph("sce_sum_ncd1d2", "SoftmaxCrossEntropyLoss", [2, 3, 4, 2], reduction="sum", opset=12)
+
+
+@case
+def sce_ncd1_weight_ignore_index_none():
+    return loss_graph("sce_ncd1_weight_ignore_index_none", "SoftmaxCrossEntropyLoss", [2, 4, 3],
+                      reduction="none", weight="const", ignore_index=2, ignored=(1, 4))
+
+
+@case
+def sce_ncd1d2_weight_ignore_index_mean_with_log_prob():
+    return loss_graph("sce_ncd1d2_weight_ignore_index_mean_with_log_prob", "SoftmaxCrossEntropyLoss",
+                      [2, 5, 2, 3], reduction="mean", weight="input", ignore_index=-5, ignored=(2, 3, 11),
+                      log_prob=True)
+
+
 # ---- Remainders, integer division, further math ------------------------------------
 
 @case

@@ -493,6 +493,51 @@ histogram_cases! {
 
     // FULLY_CONNECTED flattens [2,3,8] itself (bias folded in) -> RESHAPE [2,3,4]
     matmul_3d_bias_first: [FULLY_CONNECTED: 1, RESHAPE: 1],
+    // Losses: -x[n, target, d...] is GATHER_ELEMENTS of the target (EXPAND_DIMS'd to the
+    // input's rank) along axis 1, SQUEEZEd and negated; weights are GATHERed and multiplied.
+    // ignore_index: EQUAL mask, ignored targets SELECTed to 0 before gathering, their loss
+    // SELECTed to 0 after, and (mean only) their weight, or 1 without weights, SELECTed to
+    // 0 for the denominator. sum is REDUCE_SUM; mean is MEAN, or with weights or ignored
+    // elements REDUCE_SUM(loss) / REDUCE_SUM(weights).
+    nll_loss_nc_mean: [EXPAND_DIMS: 1, GATHER_ELEMENTS: 1, SQUEEZE: 1, NEG: 1, MEAN: 1],
+    nll_loss_none: [EXPAND_DIMS: 1, GATHER_ELEMENTS: 1, SQUEEZE: 1, NEG: 1],
+    nll_loss_ncd1d2_weight_ignore_index_sum: [
+        EQUAL: 1, SELECT: 2, EXPAND_DIMS: 1, GATHER_ELEMENTS: 1, SQUEEZE: 1, NEG: 1, GATHER: 1,
+        MUL: 1, REDUCE_SUM: 1
+    ],
+    nll_loss_ncd1_weight_input_negative_ignore_index_mean: [
+        EQUAL: 1, SELECT: 3, EXPAND_DIMS: 1, GATHER_ELEMENTS: 1, SQUEEZE: 1, NEG: 1, GATHER: 1,
+        MUL: 1, REDUCE_SUM: 2, DIV: 1
+    ],
+    nll_loss_ignore_index_mean_no_weight: [
+        EQUAL: 1, SELECT: 3, EXPAND_DIMS: 1, GATHER_ELEMENTS: 1, SQUEEZE: 1, NEG: 1, REDUCE_SUM: 2,
+        DIV: 1
+    ],
+    // All targets ignored: 0 / 0 = NaN, computed at run time like any other mean.
+    nll_loss_all_ignored_mean: [
+        EQUAL: 1, SELECT: 3, EXPAND_DIMS: 1, GATHER_ELEMENTS: 1, SQUEEZE: 1, NEG: 1, GATHER: 1,
+        MUL: 1, REDUCE_SUM: 2, DIV: 1
+    ],
+    nll_loss_int32_target_weight_none: [
+        EXPAND_DIMS: 1, GATHER_ELEMENTS: 1, SQUEEZE: 1, NEG: 1, GATHER: 1, MUL: 1
+    ],
+    // SoftmaxCrossEntropyLoss: LOG_SOFTMAX along axis 1 (also the log_prob output), then
+    // the NegativeLogLikelihoodLoss above.
+    sce_mean_with_log_prob: [
+        LOG_SOFTMAX: 1, EXPAND_DIMS: 1, GATHER_ELEMENTS: 1, SQUEEZE: 1, NEG: 1, MEAN: 1
+    ],
+    sce_sum_ncd1d2: [
+        LOG_SOFTMAX: 1, EXPAND_DIMS: 1, GATHER_ELEMENTS: 1, SQUEEZE: 1, NEG: 1, REDUCE_SUM: 1
+    ],
+    sce_ncd1_weight_ignore_index_none: [
+        LOG_SOFTMAX: 1, EQUAL: 1, SELECT: 2, EXPAND_DIMS: 1, GATHER_ELEMENTS: 1, SQUEEZE: 1, NEG: 1,
+        GATHER: 1, MUL: 1
+    ],
+    sce_ncd1d2_weight_ignore_index_mean_with_log_prob: [
+        LOG_SOFTMAX: 1, EQUAL: 1, SELECT: 3, EXPAND_DIMS: 1, GATHER_ELEMENTS: 1, SQUEEZE: 1, NEG: 1,
+        GATHER: 1, MUL: 1, REDUCE_SUM: 2, DIV: 1
+    ],
+
     // Python-style and C-style remainders: one MOD each.
     mod_integer_sign_of_divisor: [MOD: 2],
     mod_float_fmod_broadcast: [MOD: 1],

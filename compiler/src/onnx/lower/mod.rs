@@ -24,6 +24,7 @@
 mod activation;
 mod conv;
 mod elementwise;
+mod loss;
 mod matmul;
 mod normalization;
 mod pool;

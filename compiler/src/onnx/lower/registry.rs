@@ -137,6 +137,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Mod", 10..=28 => mod_op;
     "", "Mul", 7..=14 => binary;
     "", "Neg", 1..=13 => unary;
+    "", "NegativeLogLikelihoodLoss", 12..=22 => nll_loss;
     "", "Not", 1..=1 => unary;
     "", "Or", 7..=7 => binary;
     "", "PRelu", 7..=16 => activation;
@@ -171,6 +172,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Size", 1..=25 => shape_of;
     "", "Slice", 1..=13 => slice;
     "", "Softmax", 1..=13 => softmax;
+    "", "SoftmaxCrossEntropyLoss", 12..=13 => softmax_cross_entropy_loss;
     "", "Softplus", 1..=22 => activation;
     "", "Softsign", 1..=22 => activation;
     "", "SpaceToDepth", 1..=28 => depth_space;
