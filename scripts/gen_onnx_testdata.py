@@ -1493,6 +1493,14 @@ def math_unary_functions():
     return g
 
 
+@case
+def rms_normalization_opset23():
+    g = Graph("rms_normalization_opset23", opset=23)
+    x = g.input("x", [2, 3, 8])
+    g.output(g.node("RMSNormalization", [x, g.weight("scale", [8])], ["y"], name="rms_norm", epsilon=1e-5))
+    return g
+
+
 # ---- Float16 ------------------------------------------------------------------------
 
 @case

@@ -538,6 +538,8 @@ histogram_cases! {
         GATHER: 1, MUL: 1, REDUCE_SUM: 2, DIV: 1
     ],
 
+    // x / sqrt(mean(x^2) + eps) * scale
+    rms_normalization_opset23: [MUL: 3, MEAN: 1, ADD: 1, RSQRT: 1],
     // Python-style and C-style remainders: one MOD each.
     mod_integer_sign_of_divisor: [MOD: 2],
     mod_float_fmod_broadcast: [MOD: 1],
@@ -2385,5 +2387,75 @@ mod int8 {
         assert_eq!(quant(mm.outputs[0]), (t, 2.0, 9));
         assert_eq!(quant(m.main.outputs[0]), (t, 1.0, 0));
         assert_eq!(m.output_info[0].dtype, DataType::U8);
+    }
+}
+
+// ---- definitions before opset 7 -------------------------------------------------------
+
+mod legacy {
+    use nnc_formats::nn::OperationType as O;
+
+    use super::binding::{FLOAT, info, int_attr, lower_bound, model, node};
+    use super::only;
+
+    /// Add-6 with broadcast=1, axis=1: B [3] lines up with A [2, 3, 4] at axis 1, so it
+    /// becomes [3, 1] for numpy broadcasting; without `axis` it aligns from the end.
+    #[test]
+    fn legacy_broadcast_places_b_at_axis() {
+        let add = |attrs| {
+            model(
+                vec![node("Add", &["a", "b"], &["y"], attrs)],
+                vec![info("a", FLOAT, &[2, 3, 4]), info("b", FLOAT, &[3])],
+                vec![info("y", FLOAT, &[2, 3, 4])],
+                6,
+            )
+        };
+        let lowered = lower_bound(
+            &add(vec![int_attr("broadcast", 1), int_attr("axis", 1)]),
+            &[],
+        )
+        .unwrap();
+        let m = &lowered.model;
+        let op = only(m, O::Add);
+        assert_eq!(m.main.operands[op.inputs[1] as usize].dimensions, [3, 1]);
+        assert_eq!(
+            m.main.operands[op.outputs[0] as usize].dimensions,
+            [2, 3, 4]
+        );
+        // B [4] without axis: the trailing alignment numpy broadcasting already does.
+        let trailing = model(
+            vec![node(
+                "Mul",
+                &["a", "b"],
+                &["y"],
+                vec![int_attr("broadcast", 1)],
+            )],
+            vec![info("a", FLOAT, &[2, 3, 4]), info("b", FLOAT, &[4])],
+            vec![info("y", FLOAT, &[2, 3, 4])],
+            6,
+        );
+        let lowered = lower_bound(&trailing, &[]).unwrap();
+        let op = only(&lowered.model, O::Mul);
+        assert_eq!(
+            lowered.model.main.operands[op.inputs[1] as usize].dimensions,
+            [4]
+        );
+    }
+
+    /// PRelu-6: a 1-D slope is per channel (axis 1).
+    #[test]
+    fn prelu_6_slope_is_per_channel() {
+        let m = model(
+            vec![node("PRelu", &["x", "slope"], &["y"], vec![])],
+            vec![info("x", FLOAT, &[1, 3, 2, 2]), info("slope", FLOAT, &[3])],
+            vec![info("y", FLOAT, &[1, 3, 2, 2])],
+            6,
+        );
+        let lowered = lower_bound(&m, &[]).unwrap();
+        let op = only(&lowered.model, O::Prelu);
+        assert_eq!(
+            lowered.model.main.operands[op.inputs[1] as usize].dimensions,
+            [3, 1, 1]
+        );
     }
 }

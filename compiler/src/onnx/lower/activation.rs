@@ -127,8 +127,15 @@ impl Lowerer<'_> {
     fn prelu(&mut self, n: &Node) -> NResult<()> {
         let x = self.tensor(n, 0)?;
         self.require_float(n, x)?;
-        let slope = self.tensor(n, 1)?;
+        let mut slope = self.tensor(n, 1)?;
         self.require_float(n, slope)?;
+        // Before version 7 a 1-D slope is per channel (axis 1), not numpy-broadcast.
+        let (xd, sd) = (self.dims(x), self.dims(slope));
+        if n.version < 7 && sd.len() == 1 && xd.len() > 2 && sd[0] != 1 {
+            let mut dims = vec![sd[0]];
+            dims.extend(std::iter::repeat_n(1, xd.len() - 2));
+            slope.operand = self.reshape_to(n, slope.operand, &dims)?;
+        }
         let out = self.emit(n, OperationType::Prelu, vec![x.operand, slope.operand])?;
         self.set_tensor(n, 0, out, x.dtype, x.scalar);
         Ok(())

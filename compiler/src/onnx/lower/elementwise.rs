@@ -69,6 +69,9 @@ impl Lowerer<'_> {
     }
 
     pub(super) fn binary(&mut self, n: &Node) -> NResult<()> {
+        if n.version < 7 && n.attrs.int_or("broadcast", 0)? != 0 && n.attrs.has("axis") {
+            return self.legacy_broadcast_binary(n);
+        }
         let op = n.op();
         let arity = n.proto.input.iter().filter(|i| !i.is_empty()).count();
         let variadic = matches!(op, "Max" | "Min" | "Sum" | "Mean");
@@ -155,6 +158,55 @@ impl Lowerer<'_> {
         }
         self.set_output(n, 0, Value::Tensor(acc));
         Ok(())
+    }
+
+    /// Arithmetic before opset 7 with `broadcast=1` and an `axis`: B's dimensions line up
+    /// with A's from `axis` on, not from the end. B gains trailing unit dimensions so that
+    /// numpy broadcasting (the rule since opset 7) places it the same way.
+    fn legacy_broadcast_binary(&mut self, n: &Node) -> NResult<()> {
+        let a_rank = match self.required(n, 0)? {
+            Value::Tensor(t) => self.rank(t),
+            Value::Const(c) => c.shape.len(),
+        };
+        let b = self.required(n, 1)?;
+        let b_shape: Vec<u32> = self.shape_of_value(&b);
+        let axis = n.attrs.int_or("axis", 0)?;
+        let axis = usize::try_from(if axis < 0 { axis + a_rank as i64 } else { axis })
+            .ok()
+            .filter(|&a| a + b_shape.len() <= a_rank)
+            .ok_or_else(|| {
+                super::NodeError::Invalid(format!(
+                    "axis {axis} does not place a rank-{} B inside a rank-{a_rank} A",
+                    b_shape.len()
+                ))
+            })?;
+        let mut dims = b_shape.clone();
+        dims.extend(std::iter::repeat_n(1, a_rank - axis - b_shape.len()));
+        let reshaped = match b {
+            Value::Const(c) => Value::Const(Rc::new(ConstTensor {
+                shape: dims.iter().map(|&d| d as usize).collect(),
+                ..(*c).clone()
+            })),
+            Value::Tensor(t) => {
+                let operand = self.reshape_to(n, t.operand, &dims)?;
+                Value::Tensor(TensorValue { operand, ..t })
+            }
+        };
+        // Lower the node again as a numpy-broadcasting one over the reshaped B.
+        let name = format!("{}#legacy-broadcast-b", n.label);
+        self.values.insert(name.clone(), reshaped);
+        let mut proto = n.proto.clone();
+        proto.input[1] = name;
+        proto
+            .attribute
+            .retain(|a| a.name != "broadcast" && a.name != "axis");
+        let node = Node {
+            proto: &proto,
+            attrs: super::super::attrs::Attrs::new(&proto),
+            label: n.label.clone(),
+            version: 7,
+        };
+        self.binary(&node)
     }
 
     fn binary_step(&mut self, n: &Node, op: &str, a: usize, b: usize) -> NResult<TensorValue> {

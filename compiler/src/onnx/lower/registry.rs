@@ -66,12 +66,14 @@ macro_rules! ops {
     };
 }
 
-/// Every operator nnc lowers, sorted by domain and name.
+/// Every operator nnc lowers, sorted by domain and name. Definitions before opset 7
+/// differ from later ones in `consumed_inputs` (an optimization hint nnc ignores), legacy
+/// broadcasting (`broadcast`/`axis`, lowered as such) and per-channel PRelu slopes.
 pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Abs", 1..=13 => unary;
     "", "Acos", 7..=22 => math_unary;
     "", "Acosh", 9..=22 => math_unary;
-    "", "Add", 7..=14 => binary;
+    "", "Add", 1..=14 => binary;
     "", "And", 7..=7 => binary;
     "", "ArgMax", 1..=13 => arg_reduce;
     "", "ArgMin", 1..=13 => arg_reduce;
@@ -79,8 +81,8 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Asinh", 9..=22 => math_unary;
     "", "Atan", 7..=22 => math_unary;
     "", "Atanh", 9..=22 => math_unary;
-    "", "AveragePool", 7..=22 => pool;
-    "", "BatchNormalization", 7..=15 => batch_norm;
+    "", "AveragePool", 1..=22 => pool;
+    "", "BatchNormalization", 1..=15 => batch_norm;
     "", "Cast", 6..=28 => cast;
     "", "CastLike", 15..=25 => cast;
     "", "Ceil", 1..=13 => unary;
@@ -95,7 +97,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Cosh", 9..=22 => math_unary;
     "", "DepthToSpace", 1..=28 => depth_space;
     "", "DequantizeLinear", 10..=28 => dequantize_linear;
-    "", "Div", 7..=14 => binary;
+    "", "Div", 1..=14 => binary;
     "", "Dropout", 7..=22 => identity;
     "", "Elu", 1..=22 => activation;
     "", "Equal", 7..=19 => binary;
@@ -109,7 +111,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "GatherElements", 11..=13 => gather_elements;
     "", "GatherND", 11..=13 => gather_nd;
     "", "Gelu", 20..=20 => gelu;
-    "", "Gemm", 7..=13 => gemm;
+    "", "Gemm", 1..=13 => gemm;
     "", "GlobalAveragePool", 1..=22 => global_pool;
     "", "GlobalMaxPool", 1..=22 => global_pool;
     "", "Greater", 7..=13 => binary;
@@ -129,23 +131,24 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Log", 1..=13 => unary;
     "", "LogSoftmax", 1..=13 => softmax;
     "", "MatMul", 1..=13 => matmul;
-    "", "Max", 6..=13 => binary;
+    "", "Max", 1..=13 => binary;
     "", "MaxPool", 1..=22 => pool;
-    "", "Mean", 6..=13 => binary;
-    "", "Min", 6..=13 => binary;
+    "", "Mean", 1..=13 => binary;
+    "", "Min", 1..=13 => binary;
     "", "Mish", 18..=22 => activation;
     "", "Mod", 10..=28 => mod_op;
-    "", "Mul", 7..=14 => binary;
+    "", "Mul", 1..=14 => binary;
     "", "Neg", 1..=13 => unary;
     "", "NegativeLogLikelihoodLoss", 12..=22 => nll_loss;
     "", "Not", 1..=1 => unary;
     "", "Or", 7..=7 => binary;
-    "", "PRelu", 7..=16 => activation;
+    "", "PRelu", 1..=16 => activation;
     "", "Pad", 2..=25 => pad;
-    "", "Pow", 7..=15 => binary;
+    "", "Pow", 1..=15 => binary;
     "", "QLinearConv", 10..=10 => qlinear_conv;
     "", "QLinearMatMul", 10..=21 => qlinear_matmul;
     "", "QuantizeLinear", 10..=28 => quantize_linear;
+    "", "RMSNormalization", 23..=23 => rms_norm;
     "", "RNN", 7..=22 => recurrent;
     "", "Range", 11..=27 => range;
     "", "Reciprocal", 1..=13 => unary;
@@ -179,8 +182,8 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Split", 2..=18 => split;
     "", "Sqrt", 1..=13 => unary;
     "", "Squeeze", 1..=25 => squeeze_unsqueeze;
-    "", "Sub", 7..=14 => binary;
-    "", "Sum", 6..=13 => binary;
+    "", "Sub", 1..=14 => binary;
+    "", "Sum", 1..=13 => binary;
     "", "Tan", 7..=22 => math_unary;
     "", "Tanh", 1..=13 => activation;
     "", "ThresholdedRelu", 10..=22 => activation;
@@ -386,10 +389,10 @@ mod tests {
 
     #[test]
     fn refusals_name_the_operator_and_version() {
-        match resolve("", "Add", &opsets(6)) {
+        match resolve("", "Dropout", &opsets(6)) {
             Err(Refusal::Unsupported(m)) => {
-                assert!(m.contains("Add version 6 (model opset 6)"), "{m}");
-                assert!(m.contains("versions 7 to 14"), "{m}");
+                assert!(m.contains("Dropout version 6 (model opset 6)"), "{m}");
+                assert!(m.contains("versions 7 to 22"), "{m}");
             }
             other => panic!("{other:?}"),
         }

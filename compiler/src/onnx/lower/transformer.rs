@@ -108,6 +108,39 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// RMSNormalization (opset 23): `x / sqrt(mean(x^2 over axis..) + epsilon) * scale`, as
+    /// NN operations (MUL, MEAN with kept dimensions, ADD, RSQRT, MUL, MUL): exact up to
+    /// float32 rounding, and the MEAN kernel accumulates in f64.
+    pub(super) fn rms_norm(&mut self, n: &Node) -> NResult<()> {
+        let x = self.tensor(n, 0)?;
+        self.require_float(n, x)?;
+        let stash = n.attrs.int_or("stash_type", 1)?;
+        if stash != 1 {
+            return unsupported(format!(
+                "stash_type {stash} (only 1, float32 statistics, is supported)"
+            ));
+        }
+        let r = self.rank(x);
+        if x.scalar || r == 0 {
+            return invalid("RMSNormalization needs an input of rank 1 or more");
+        }
+        let a = axis(n.attrs.int_or("axis", -1)?, r)?;
+        let epsilon = n.attrs.float_or("epsilon", 1e-5)?;
+        let squares = self.arith(n, OperationType::Mul, x.operand, x.operand)?;
+        let axes: Vec<i32> = (a..r).map(|d| d as i32).collect();
+        let axes = self.i32_vector(&axes);
+        let keep = self.i32_const(1);
+        let mean = self.emit(n, OperationType::Mean, vec![squares, axes, keep])?;
+        let eps = self.scalar_tensor(OperandType::TensorFloat32, f64::from(epsilon));
+        let shifted = self.arith(n, OperationType::Add, mean, eps)?;
+        let inv = self.emit(n, OperationType::Rsqrt, vec![shifted])?;
+        let normalized = self.arith(n, OperationType::Mul, x.operand, inv)?;
+        let scale = self.tensor(n, 1)?;
+        let y = self.arith(n, OperationType::Mul, normalized, scale.operand)?;
+        self.set_output(n, 0, Value::Tensor(TensorValue { operand: y, ..x }));
+        Ok(())
+    }
+
     /// com.microsoft SkipLayerNormalization: LayerNorm(input + skip (+ bias)) over the
     /// last axis; outputs the normalized value, mean, inverse standard deviation and the
     /// sum that was normalized.
