@@ -73,6 +73,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "And", 7..=7 => binary;
     "", "ArgMax", 1..=13 => arg_reduce;
     "", "ArgMin", 1..=13 => arg_reduce;
+    "", "Attention", 23..=25 => attention;
     "", "AveragePool", 7..=22 => pool;
     "", "BatchNormalization", 7..=15 => batch_norm;
     "", "Cast", 6..=28 => cast;
