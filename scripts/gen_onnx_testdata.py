@@ -1459,6 +1459,60 @@ def attention_nonpad_kv_seqlen():
     return g
 
 
+@case
+def microsoft_attention_packed_qkv():
+    # ONNX Runtime's fused BERT attention: one packed [16, 48] Q/K/V projection with its
+    # bias, 2 heads, a raw [batch, seq] int32 mask (0 = padding) whose -10000 is added.
+    g = Graph("microsoft_attention_packed_qkv", domains={"com.microsoft": 1})
+    x = g.input("x", [2, 4, 16])
+    mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0]], dtype=np.int32)
+    m = g.input("mask_index", [2, 4], data=mask)
+    g.output(g.node("Attention", [x, g.weight("qkv_weight", [16, 48]), g.weight("qkv_bias", [48]), m], ["y"],
+                    name="attention", domain="com.microsoft", num_heads=2))
+    return g
+
+
+@case
+def microsoft_attention_unidirectional():
+    # GPT-2's fused attention: causal, and value heads of another size (qkv_hidden_sizes).
+    g = Graph("microsoft_attention_unidirectional", domains={"com.microsoft": 1})
+    x = g.input("x", [1, 5, 8])
+    g.output(g.node("Attention", [x, g.weight("qkv_weight", [8, 28])], ["y"], name="attention",
+                    domain="com.microsoft", num_heads=2, unidirectional=1, qkv_hidden_sizes=[8, 8, 12]))
+    return g
+
+
+@case
+def microsoft_multi_head_attention():
+    # Cross attention: separate 3-D query (3 tokens) and key/value (5 tokens), the packed
+    # projection bias, a [batch, kv] key padding mask and an additive attention bias.
+    g = Graph("microsoft_multi_head_attention", domains={"com.microsoft": 1})
+    q = g.input("query", [2, 3, 16])
+    k = g.input("key", [2, 5, 16])
+    v = g.input("value", [2, 5, 16])
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=np.int32)
+    m = g.input("key_padding_mask", [2, 5], data=mask)
+    ab = g.input("attention_bias", [1, 2, 3, 5])
+    g.output(g.node("MultiHeadAttention", [q, k, v, g.weight("bias", [48]), m, ab], ["y"],
+                    name="attention", domain="com.microsoft", num_heads=2))
+    return g
+
+
+@case
+def microsoft_multi_head_attention_past():
+    # A decoder step: past key and value [batch, heads, 3, head] concatenated before the
+    # new ones, causal (unidirectional), present key and value outputs, custom scale.
+    g = Graph("microsoft_multi_head_attention_past", domains={"com.microsoft": 1})
+    q = g.input("query", [1, 2, 8])
+    k = g.input("key", [1, 2, 8])
+    v = g.input("value", [1, 2, 8])
+    pk = g.input("past_key", [1, 2, 3, 4])
+    pv = g.input("past_value", [1, 2, 3, 4])
+    g.output(*g.node("MultiHeadAttention", [q, k, v, "", "", "", pk, pv], ["y", "present_key", "present_value"],
+                     name="attention", domain="com.microsoft", num_heads=2, unidirectional=1, scale=0.3))
+    return g
+
+
 # ---- Transformer operators ----------------------------------------------------------
 
 @case

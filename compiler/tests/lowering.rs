@@ -527,6 +527,28 @@ histogram_cases! {
         RESHAPE: 5, BATCH_MATMUL: 2, MUL: 2, SELECT: 2, ADD: 1, EQUAL: 1, LESS: 1, LESS_EQUAL: 1,
         LOGICAL_AND: 1, REDUCE_MAX: 1, SOFTMAX: 1,
     ],
+    // com.microsoft Attention: one FULLY_CONNECTED per Q, K and V slice of the packed
+    // weights (bias folded in), split into heads (RESHAPE + TRANSPOSE 3 + 3), one MUL for
+    // the scale, the int mask as mask > 0 (GREATER) -> SELECT(0, -10000) -> RESHAPE
+    // [B, 1, 1, T], ADD, Y merged back (TRANSPOSE + RESHAPE).
+    microsoft_attention_packed_qkv: [
+        RESHAPE: 5, TRANSPOSE: 4, FULLY_CONNECTED: 3, BATCH_MATMUL: 2, ADD: 1, GREATER: 1,
+        MUL: 1, SELECT: 1, SOFTMAX: 1,
+    ],
+    // unidirectional: a constant causal bias (ADD).
+    microsoft_attention_unidirectional: [
+        RESHAPE: 4, TRANSPOSE: 4, FULLY_CONNECTED: 3, BATCH_MATMUL: 2, ADD: 1, MUL: 1, SOFTMAX: 1,
+    ],
+    // MultiHeadAttention: the projection bias added to Q, K and V (ADD 3), attention bias +
+    // key padding mask (ADD), added to the scores (ADD).
+    microsoft_multi_head_attention: [
+        ADD: 5, RESHAPE: 5, TRANSPOSE: 4, BATCH_MATMUL: 2, GREATER: 1, MUL: 1, SELECT: 1,
+        SOFTMAX: 1,
+    ],
+    // Past key and value CONCATENATED before the new ones; causal bias offset by the past.
+    microsoft_multi_head_attention_past: [
+        RESHAPE: 4, TRANSPOSE: 4, BATCH_MATMUL: 2, CONCATENATION: 2, ADD: 1, MUL: 1, SOFTMAX: 1,
+    ],
     // Transformer operators: nnc extension operations, or exact NN equivalents.
     layer_norm_last_axis: [LAYER_NORMALIZATION: 1],
     layer_norm_axis1_with_statistics: [LAYER_NORMALIZATION: 1],
@@ -2230,6 +2252,44 @@ mod binding {
             assert!(!ops.contains_key(op), "{op} left: {ops:?}");
         }
         assert_eq!((ops.get("ADD"), ops.get("SELECT")), (Some(&1), Some(&1)));
+    }
+
+    #[test]
+    fn microsoft_attention_forms_beyond_the_common_ones_are_refused_by_name() {
+        let ms = |op: &str, inputs: &[&str], infos: Vec<ValueInfoProto>| {
+            let mut n = node(op, inputs, &["Y"], vec![int_attr("num_heads", 2)]);
+            n.domain = "com.microsoft".into();
+            let mut m = model(vec![n], infos, vec![info("Y", FLOAT, &[])], 17);
+            m.opset_import.push(OperatorSetIdProto {
+                domain: "com.microsoft".into(),
+                version: 1,
+            });
+            m
+        };
+        // Packed QKV [batch, seq, heads, 3, head] as the only MultiHeadAttention input.
+        let packed = ms(
+            "MultiHeadAttention",
+            &["Q"],
+            vec![info("Q", FLOAT, &[1, 2, 2, 3, 4])],
+        );
+        let report = unsupported(lower_bound(&packed, &[]));
+        assert!(report.to_string().contains("packed QKV"), "{report}");
+        // A (2 * batch) start/end mask_index.
+        let weights = f32_tensor(&[4, 12], &[0.5; 48]);
+        let left_padded = ms(
+            "Attention",
+            &["X", "W", "", "M"],
+            vec![
+                info("X", FLOAT, &[1, 2, 4]),
+                info("W", FLOAT, &[4, 12]),
+                info("M", INT32, &[2]),
+            ],
+        );
+        let report = unsupported(lower_bound(&left_padded, &[("W", weights)]));
+        assert!(
+            report.to_string().contains("key padding mask of shape [2]"),
+            "{report}"
+        );
     }
 
     #[test]

@@ -26,6 +26,11 @@
 //! mask or `nonpad_kv_seqlen` is computed by NN operations (SELECT, comparisons,
 //! REDUCE_MAX for the guard).
 //!
+//! The com.microsoft Attention and MultiHeadAttention that ONNX Runtime's transformer
+//! optimizer writes are lowered in their common forms (see [`Lowerer::microsoft_attention`]
+//! and [`Lowerer::multi_head_attention`]), with ONNX Runtime's semantics: one scale on the
+//! product, and masks that add the finite `mask_filter_value` (so no row is ever NaN).
+//!
 //! `softmax_precision` FLOAT or DOUBLE is accepted: on float32 inputs the softmax runs in
 //! float32, which differs from a double-precision softmax rounded back to float32 only
 //! by rounding. FLOAT16 and BFLOAT16 (a less precise softmax) are refused.
@@ -286,16 +291,16 @@ impl Lowerer<'_> {
             y = self.transpose_op(n, y, &[0, 2, 1, 3])?;
             y = self.reshape_to(n, y, &[batch, sq, hq * v_head])?;
         }
-        self.set_tensor(n, 0, y, DataType::F32, false);
-        self.set_tensor(n, 1, keys, DataType::F32, false);
-        self.set_tensor(n, 2, values, DataType::F32, false);
+        self.set_tensor(n, 0, y, q.dtype, false);
+        self.set_tensor(n, 1, keys, k.dtype, false);
+        self.set_tensor(n, 2, values, v.dtype, false);
         let qk = match mode {
             0 => raw,
             1 => capped,
             2 => biased,
             _ => probs,
         };
-        self.set_tensor(n, 3, qk, DataType::F32, false);
+        self.set_tensor(n, 3, qk, q.dtype, false);
         Ok(())
     }
 
@@ -383,9 +388,13 @@ impl Lowerer<'_> {
             Value::Tensor(tv) => tv.dtype,
         };
         let boolean = dtype == DataType::Bool;
-        if !boolean && dtype != DataType::F32 {
+        let float = match &value {
+            Value::Const(_) => constant::is_float(dtype),
+            Value::Tensor(tv) => self.operand_type(*tv) == OperandType::TensorFloat32,
+        };
+        if !boolean && !float {
             return unsupported(format!(
-                "an attn_mask of {dtype} (only bool or float32 masks are supported)"
+                "an attn_mask of {dtype} (only boolean or float masks are supported)"
             ));
         }
         if shape.len() > 4 {
@@ -424,7 +433,11 @@ impl Lowerer<'_> {
         };
         match value {
             Value::Const(c) => {
-                let mut c = (*c).clone();
+                let mut c = if boolean {
+                    (*c).clone()
+                } else {
+                    constant::cast(&c, DataType::F32)
+                };
                 if pad > 0 {
                     let mut pad_shape = c.shape.clone();
                     *pad_shape.last_mut().unwrap_or(&mut 0) = pad as usize;
@@ -641,5 +654,334 @@ impl Lowerer<'_> {
                 self.emit(n, OperationType::Select, vec![masked, zero, probs])
             }
         }
+    }
+
+    // ---- com.microsoft ------------------------------------------------------------------
+
+    /// com.microsoft Attention: `input [B, S, in] x weights [in, Hq + Hk + Hv] + bias` (the
+    /// packed projection, three FULLY_CONNECTED with constant weights), then attention.
+    /// `mask_index` may be a `[B]` key length, a `[B, T]` or `[B, S, T]` 0/1 mask; past
+    /// state, rotary embeddings and the other `mask_index` forms are refused.
+    pub(super) fn microsoft_attention(&mut self, n: &Node) -> NResult<()> {
+        let x = self.tensor(n, 0)?;
+        self.require_float(n, x)?;
+        let xd = self.known_dims(x)?;
+        let [batch, seq, input_hidden] = xd[..] else {
+            return invalid(format!(
+                "input must be [batch, sequence, hidden], got {xd:?}"
+            ));
+        };
+        let heads = self.num_heads(n)?;
+        for attr in ["do_rotary", "past_present_share_buffer"] {
+            if n.attrs.int_or(attr, 0)? != 0 {
+                return unsupported(format!("{attr} = 1"));
+            }
+        }
+        if self.input_name(n, 4).is_some() || self.input_name(n, 6).is_some() {
+            return unsupported("past state (past, past_sequence_length)");
+        }
+        if self.output_used(n, 1) {
+            return unsupported("the present output (past state)");
+        }
+        let Some(weights) = self.const_input(n, 1)? else {
+            return invalid("Attention needs weights");
+        };
+        let weights = constant::cast(&weights, DataType::F32);
+        let [w_in, w_out] = weights.shape[..] else {
+            return invalid(format!("weights must be 2-D, got {:?}", weights.shape));
+        };
+        if w_in != input_hidden as usize {
+            return invalid(format!(
+                "weights {:?} do not match the input hidden size {input_hidden}",
+                weights.shape
+            ));
+        }
+        let sizes = match n.attrs.ints("qkv_hidden_sizes")? {
+            Some(v) if v.len() == 3 && v.iter().all(|&s| s > 0) => {
+                [v[0] as usize, v[1] as usize, v[2] as usize]
+            }
+            Some(v) => return invalid(format!("qkv_hidden_sizes {v:?} must be 3 positive sizes")),
+            None if w_out % 3 == 0 => [w_out / 3; 3],
+            None => {
+                return invalid(format!(
+                    "the weights' {w_out} columns are not three equal hidden sizes"
+                ));
+            }
+        };
+        if sizes.iter().sum::<usize>() != w_out || sizes[0] != sizes[1] {
+            return invalid(format!(
+                "qkv_hidden_sizes {sizes:?} must sum to the weights' {w_out} columns, with \
+                 Q and K equal"
+            ));
+        }
+        if sizes.iter().any(|&s| s % heads as usize != 0) {
+            return invalid(format!(
+                "hidden sizes {sizes:?} are not multiples of {heads} heads"
+            ));
+        }
+        let bias = match self.input(n, 2)? {
+            None => vec![0.0; w_out],
+            Some(Value::Const(b)) if b.element_count() == w_out => constant::to_f32s(&b),
+            Some(Value::Const(b)) => {
+                return invalid(format!("bias {:?} must hold {w_out} values", b.shape));
+            }
+            Some(Value::Tensor(_)) => {
+                return unsupported("a run-time bias (only a constant projection bias)");
+            }
+        };
+        let mut parts = Vec::with_capacity(3);
+        let mut start = 0;
+        for size in sizes {
+            let w = constant::slice(
+                &weights,
+                &[(0, 1, w_in), (start as i64, 1, size)],
+                &self.budget,
+            )?;
+            let w = constant::transpose(&w, &[1, 0])?;
+            let y = self.fully_connected(n, x.operand, &w, &bias[start..start + size])?;
+            parts.push(self.split_heads(n, y, &[batch, seq, size as u32], heads, "QKV")?);
+            start += size;
+        }
+        let head = sizes[0] as u32 / heads as u32;
+        let mask = self.microsoft_mask(n, 3, [batch, seq, seq], 0)?;
+        let y = self.microsoft_attend(n, (parts[0], parts[1], parts[2]), head, mask, 5)?;
+        self.set_tensor(n, 0, y.0, x.dtype, false);
+        Ok(())
+    }
+
+    /// com.microsoft MultiHeadAttention with separate 3-D query, key and value (plus an
+    /// optional constant projection bias, key padding mask, attention bias, and past key
+    /// and value `[B, H, P, head]`). Packed QKV / KV inputs, 4-D key and value (a cache in
+    /// BNSH) and buffer sharing are refused.
+    pub(super) fn multi_head_attention(&mut self, n: &Node) -> NResult<()> {
+        let heads = self.num_heads(n)?;
+        let q = self.tensor(n, 0)?;
+        if self.input_name(n, 1).is_none() || self.input_name(n, 2).is_none() {
+            return unsupported("packed QKV or KV inputs (only separate query, key and value)");
+        }
+        let k = self.tensor(n, 1)?;
+        let v = self.tensor(n, 2)?;
+        for t in [q, k, v] {
+            self.require_float(n, t)?;
+        }
+        let (qd, kd, vd) = (
+            self.known_dims(q)?,
+            self.known_dims(k)?,
+            self.known_dims(v)?,
+        );
+        if qd.len() != 3 || kd.len() != 3 || vd.len() != 3 {
+            return unsupported(format!(
+                "query {qd:?}, key {kd:?}, value {vd:?} (only 3-D query, key and value; packed \
+                 or BNSH forms are not supported)"
+            ));
+        }
+        if self.input_name(n, 8).is_some() || self.input_name(n, 9).is_some() {
+            return unsupported("past_sequence_length / cache_indirection (buffer sharing, beams)");
+        }
+        let [batch, seq, hidden] = [qd[0], qd[1], qd[2]];
+        if kd[0] != batch || vd[0] != batch || kd[1] != vd[1] || kd[2] != hidden {
+            return invalid(format!(
+                "query {qd:?}, key {kd:?} and value {vd:?} do not agree"
+            ));
+        }
+        let v_hidden = vd[2];
+        let (mut q3, mut k3, mut v3) = (q.operand, k.operand, v.operand);
+        match self.input(n, 3)? {
+            None => {}
+            Some(Value::Const(b)) => {
+                let total = (2 * hidden + v_hidden) as usize;
+                if b.element_count() != total {
+                    return invalid(format!("bias {:?} must hold {total} values", b.shape));
+                }
+                let b = constant::to_f32s(&b);
+                let (h, vh) = (hidden as usize, v_hidden as usize);
+                for (x, part) in [
+                    (&mut q3, &b[..h]),
+                    (&mut k3, &b[h..2 * h]),
+                    (&mut v3, &b[2 * h..2 * h + vh]),
+                ] {
+                    let c = self.model.add_f32_tensor(vec![part.len() as u32], part);
+                    *x = self.arith(n, OperationType::Add, *x, c)?;
+                }
+            }
+            Some(Value::Tensor(_)) => {
+                return unsupported("a run-time bias (only a constant projection bias)");
+            }
+        }
+        for (size, what) in [(hidden, "query"), (v_hidden, "value")] {
+            if heads <= 0 || size % heads as u32 != 0 {
+                return invalid(format!(
+                    "the {what} hidden size {size} is not a multiple of {heads} heads"
+                ));
+            }
+        }
+        let q4 = self.split_heads(n, q3, &qd, heads, "query")?;
+        let mut k4 = self.split_heads(n, k3, &kd, heads, "key")?;
+        let mut v4 = self.split_heads(n, v3, &vd, heads, "value")?;
+        let head = hidden / heads as u32;
+        let has_past = self.input_name(n, 6).is_some();
+        if has_past != self.input_name(n, 7).is_some() {
+            return invalid("past_key and past_value must be given together");
+        }
+        let mut past = 0;
+        if has_past {
+            let pk = self.tensor(n, 6)?;
+            let pv = self.tensor(n, 7)?;
+            self.require_float(n, pk)?;
+            self.require_float(n, pv)?;
+            let (pkd, pvd) = (self.known_dims(pk)?, self.known_dims(pv)?);
+            past = pkd.get(2).copied().unwrap_or(0);
+            let h = heads as u32;
+            if pkd != [batch, h, past, head] || pvd != [batch, h, past, v_hidden / h] {
+                return invalid(format!(
+                    "past_key {pkd:?} and past_value {pvd:?} must be [batch, heads, past, head size]"
+                ));
+            }
+            let axis = self.i32_const(2);
+            k4 = self.emit(n, OperationType::Concatenation, vec![pk.operand, k4, axis])?;
+            let axis = self.i32_const(2);
+            v4 = self.emit(n, OperationType::Concatenation, vec![pv.operand, v4, axis])?;
+        }
+        let total = past + kd[1];
+        let mask = self.microsoft_mask(n, 4, [batch, seq, total], past)?;
+        let (y, qk) = self.microsoft_attend(n, (q4, k4, v4), head, mask, 5)?;
+        self.set_tensor(n, 0, y, q.dtype, false);
+        self.set_tensor(n, 1, k4, k.dtype, false);
+        self.set_tensor(n, 2, v4, v.dtype, false);
+        self.set_tensor(n, 3, qk, q.dtype, false);
+        Ok(())
+    }
+
+    fn num_heads(&self, n: &Node) -> NResult<i64> {
+        match n.attrs.int("num_heads")? {
+            Some(h) if h > 0 => Ok(h),
+            Some(h) => invalid(format!("num_heads must be positive, got {h}")),
+            None => invalid("num_heads is required"),
+        }
+    }
+
+    /// The additive mask of ONNX Runtime's attention kernels, `[.., S, T]`: 0 where a key
+    /// is attended and `mask_filter_value` where the key padding mask (input `at`) masks
+    /// it, plus the lowest float where `unidirectional` hides a later key (`j > past + i`,
+    /// except on the last query row, as ONNX Runtime 1.32 writes it; the sum rounds to the
+    /// lowest float).
+    fn microsoft_mask(
+        &mut self,
+        n: &Node,
+        at: usize,
+        [batch, seq, total]: [u32; 3],
+        past: u32,
+    ) -> NResult<Option<u32>> {
+        let filter = n.attrs.float_or("mask_filter_value", -10000.0)?;
+        let causal = n.attrs.int_or("unidirectional", 0)? != 0 && seq > 1;
+        let mut bias = None;
+        if self.input_name(n, at).is_some() {
+            let m = self.tensor(n, at)?;
+            if self.operand_type(m) != OperandType::TensorInt32 {
+                return unsupported(format!(
+                    "a {} mask (the key padding mask must be int32)",
+                    m.dtype
+                ));
+            }
+            let md = self.known_dims(m)?;
+            let filter_t = self.model.add_f32_tensor(vec![1], &[filter]);
+            let zero = self.model.add_f32_tensor(vec![1], &[0.0]);
+            let int_zero = self.scalar_tensor(OperandType::TensorInt32, 0.0);
+            let (allowed, shape) = match md[..] {
+                // A dummy mask: no mask at all.
+                [b, 1] if (b == batch || b == 1) && total > 1 => (None, vec![]),
+                [b] if b == batch => {
+                    let keys: Vec<i32> = (0..total as i32).collect();
+                    let j = self.model.add_constant(
+                        Operand::new(OperandType::TensorInt32, vec![total]),
+                        bytemuck::cast_slice(&keys),
+                    );
+                    let l = self.reshape_to(n, m.operand, &[batch, 1])?;
+                    let a = self.emit(n, OperationType::Less, vec![j, l])?;
+                    (Some(a), vec![batch, 1, 1, total])
+                }
+                [b, t] if b == batch && t == total => {
+                    let a = self.emit(n, OperationType::Greater, vec![m.operand, int_zero])?;
+                    (Some(a), vec![batch, 1, 1, total])
+                }
+                [b, s, t] if b == batch && s == seq && t == total => {
+                    let a = self.emit(n, OperationType::Greater, vec![m.operand, int_zero])?;
+                    (Some(a), vec![batch, 1, seq, total])
+                }
+                _ => {
+                    return unsupported(format!(
+                        "a key padding mask of shape {md:?} (supported: [batch], [batch, \
+                         total_sequence], [batch, sequence, total_sequence])"
+                    ));
+                }
+            };
+            if let Some(a) = allowed {
+                let b = self.emit(n, OperationType::Select, vec![a, zero, filter_t])?;
+                bias = Some(self.reshape_to(n, b, &shape)?);
+            }
+        }
+        if causal {
+            let (s, t) = (seq as usize, total as usize);
+            self.budget.room(&[s, t], DataType::F32)?;
+            let mut values = Vec::with_capacity(s * t);
+            for i in 0..s {
+                for j in 0..t {
+                    // ONNX Runtime masks the rows before the last one (the last sees
+                    // every key, even when there are more keys than past + queries).
+                    let hidden = i + 1 < s && j > past as usize + i;
+                    values.push(if hidden { f32::MIN } else { 0.0 });
+                }
+            }
+            let c = self.model.add_f32_tensor(vec![seq, total], &values);
+            bias = Some(match bias {
+                Some(b) => self.arith(n, OperationType::Add, b, c)?,
+                None => c,
+            });
+        }
+        Ok(bias)
+    }
+
+    /// `softmax(scale * Q K^T + (attention_bias + mask)) V` on `[B, H, S|T, head]`, as
+    /// ONNX Runtime computes it; returns Y `[B, S, H * v_head]` and the biased scores.
+    fn microsoft_attend(
+        &mut self,
+        n: &Node,
+        (q4, k4, v4): (u32, u32, u32),
+        head: u32,
+        mask: Option<u32>,
+        attention_bias_at: usize,
+    ) -> NResult<(u32, u32)> {
+        let scale = n.attrs.float_or("scale", 0.0)?;
+        let scale = if scale == 0.0 {
+            1.0 / (head as f32).sqrt()
+        } else {
+            scale
+        };
+        let (no, yes) = (self.bool_const(false), self.bool_const(true));
+        let scores = self.emit(n, OperationType::BatchMatmul, vec![q4, k4, no, yes])?;
+        let s = self.model.add_f32_tensor(vec![1], &[scale]);
+        let mut scores = self.arith(n, OperationType::Mul, scores, s)?;
+        let attention_bias = match self.input_name(n, attention_bias_at) {
+            Some(_) => {
+                let b = self.tensor(n, attention_bias_at)?;
+                self.require_float(n, b)?;
+                Some(b.operand)
+            }
+            None => None,
+        };
+        let bias = match (attention_bias, mask) {
+            (Some(a), Some(m)) => Some(self.arith(n, OperationType::Add, a, m)?),
+            (a, m) => a.or(m),
+        };
+        if let Some(b) = bias {
+            scores = self.arith(n, OperationType::Add, scores, b)?;
+        }
+        let beta = self.f32_const(1.0);
+        let probs = self.emit(n, OperationType::Softmax, vec![scores, beta])?;
+        let y = self.emit(n, OperationType::BatchMatmul, vec![probs, v4, no, no])?;
+        let yd = self.model.main.operands[y as usize].dimensions.clone();
+        let y = self.transpose_op(n, y, &[0, 2, 1, 3])?;
+        let y = self.reshape_to(n, y, &[yd[0], yd[2], yd[1] * yd[3]])?;
+        Ok((y, scores))
     }
 }

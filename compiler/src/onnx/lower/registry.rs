@@ -180,9 +180,11 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Upsample", 7..=10 => resize;
     "", "Where", 9..=16 => where_op;
     "", "Xor", 7..=7 => binary;
+    MICROSOFT, "Attention", 1..=1 => microsoft_attention;
     MICROSOFT, "BiasGelu", 1..=1 => microsoft_gelu;
     MICROSOFT, "FastGelu", 1..=1 => microsoft_gelu;
     MICROSOFT, "Gelu", 1..=1 => microsoft_gelu;
+    MICROSOFT, "MultiHeadAttention", 1..=1 => multi_head_attention;
     MICROSOFT, "SkipLayerNormalization", 1..=1 => skip_layer_norm;
 };
 
