@@ -26,9 +26,17 @@
 //! mask or `nonpad_kv_seqlen` is computed by NN operations (SELECT, comparisons,
 //! REDUCE_MAX for the guard).
 //!
+//! Where the references disagree nnc follows the spec's function body: `qk_matmul_output`
+//! mode 0 is the product before softcap (onnx's Python reference returns it softcapped),
+//! a mask with fewer key columns than keys is padded with masked keys (ONNX Runtime
+//! refuses it), but a single key column for several keys is refused (the function body
+//! broadcasts it, the Python reference pads it). ONNX Runtime 1.32 differs from the
+//! function body where it aligns the causal frontier to the total length rather than the
+//! past length (more new keys than queries) and writes the lowest float instead of -inf.
+//!
 //! The com.microsoft Attention and MultiHeadAttention that ONNX Runtime's transformer
-//! optimizer writes are lowered in their common forms (see [`Lowerer::microsoft_attention`]
-//! and [`Lowerer::multi_head_attention`]), with ONNX Runtime's semantics: one scale on the
+//! optimizer writes are lowered in their common forms (see `Lowerer::microsoft_attention`
+//! and `Lowerer::multi_head_attention`), with ONNX Runtime's semantics: one scale on the
 //! product, and masks that add the finite `mask_filter_value` (so no row is ever NaN).
 //!
 //! `softmax_precision` FLOAT or DOUBLE is accepted: on float32 inputs the softmax runs in
