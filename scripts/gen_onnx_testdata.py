@@ -1450,6 +1450,168 @@ def sce_ncd1d2_weight_ignore_index_mean_with_log_prob():
                       log_prob=True)
 
 
+# ---- Attention ----------------------------------------------------------------------
+
+@case
+def attention_4d_basic():
+    # Scaled dot-product attention on [batch, heads, seq, head_size], cross-attention
+    # lengths (4 queries, 6 keys), default scale 1/sqrt(8).
+    g = Graph("attention_4d_basic", opset=23)
+    q = g.input("q", [2, 3, 4, 8])
+    k = g.input("k", [2, 3, 6, 8])
+    v = g.input("v", [2, 3, 6, 8])
+    g.output(g.node("Attention", [q, k, v], ["y"], name="attention"))
+    return g
+
+
+@case
+def attention_3d_gqa_causal():
+    # 3-D inputs split into 8 query heads and 2 key/value heads (each kv head serves 4
+    # query heads), causal, value heads of another size (6) than the key heads (8).
+    g = Graph("attention_3d_gqa_causal", opset=23)
+    q = g.input("q", [2, 5, 64])
+    k = g.input("k", [2, 5, 16])
+    v = g.input("v", [2, 5, 12])
+    g.output(g.node("Attention", [q, k, v], ["y"], name="attention", q_num_heads=8, kv_num_heads=2,
+                    is_causal=1))
+    return g
+
+
+@case
+def attention_bool_mask_scale():
+    # A run-time boolean mask [batch, 1, q, kv] (True = attend) with one fully masked
+    # query row, which must come out as zeros; explicit scale.
+    g = Graph("attention_bool_mask_scale", opset=23)
+    q = g.input("q", [2, 2, 4, 8])
+    k = g.input("k", [2, 2, 6, 8])
+    v = g.input("v", [2, 2, 6, 8])
+    mask = g.rng.random([2, 1, 4, 6]) < 0.6
+    mask[:, :, :, 0] = True
+    mask[1, 0, 2, :] = False
+    m = g.input("mask", [2, 1, 4, 6], data=mask)
+    g.output(g.node("Attention", [q, k, v, m], ["y"], name="attention", scale=0.25))
+    return g
+
+
+@case
+def attention_past_kv_present():
+    # A decoding step with a cache: 3-D inputs (3 new tokens, 2 heads), past keys and
+    # values [batch, heads, 4, head_size] concatenated before the new ones, causal with
+    # the frontier offset by the past length, a float mask added, present_key /
+    # present_value outputs.
+    g = Graph("attention_past_kv_present", opset=23)
+    q = g.input("q", [2, 3, 16])
+    k = g.input("k", [2, 3, 16])
+    v = g.input("v", [2, 3, 16])
+    m = g.input("mask", [3, 7])
+    pk = g.input("past_key", [2, 2, 4, 8])
+    pv = g.input("past_value", [2, 2, 4, 8])
+    g.output(*g.node("Attention", [q, k, v, m, pk, pv], ["y", "present_key", "present_value"],
+                     name="attention", q_num_heads=2, kv_num_heads=2, is_causal=1))
+    return g
+
+
+@case
+def attention_softcap():
+    # softcap * tanh(scores / softcap) before the mask; qk_matmul_output mode 1 is the
+    # softcapped scores.
+    g = Graph("attention_softcap", opset=23)
+    q = g.input("q", [1, 2, 4, 8], data=(g.rng.standard_normal([1, 2, 4, 8]) * 3).astype(np.float32))
+    k = g.input("k", [1, 2, 5, 8], data=(g.rng.standard_normal([1, 2, 5, 8]) * 3).astype(np.float32))
+    v = g.input("v", [1, 2, 5, 8])
+    m = g.input("mask", [4, 5])
+    y, _, _, qk = g.node("Attention", [q, k, v, m], ["y", "", "", "qk"], name="attention", softcap=2.0,
+                         qk_matmul_output_mode=1)
+    g.output(y, qk)
+    return g
+
+
+@case
+def attention_const_mask_softmax_output():
+    # A constant boolean mask with a fully masked row, combined with the causal frontier
+    # at compile time; qk_matmul_output mode 3 (the probabilities, zero on that row).
+    g = Graph("attention_const_mask_softmax_output", opset=23)
+    q = g.input("q", [1, 2, 4, 8])
+    k = g.input("k", [1, 2, 4, 8])
+    v = g.input("v", [1, 2, 4, 8])
+    mask = np.ones([4, 4], dtype=np.bool_)
+    mask[1, :] = False
+    mask[3, 2] = False
+    m = g.const("mask", mask)
+    y, _, _, qk = g.node("Attention", [q, k, v, m], ["y", "", "", "qk"], name="attention", is_causal=1,
+                         qk_matmul_output_mode=3)
+    g.output(y, qk)
+    return g
+
+
+@case
+def attention_nonpad_kv_seqlen():
+    # Opset 24's external cache: nonpad_kv_seqlen (a run-time input) masks the padding
+    # keys of each batch and offsets the causal frontier to nonpad_kv_seqlen - q_seq;
+    # grouped heads (4 query heads over 2 kv heads).
+    g = Graph("attention_nonpad_kv_seqlen", opset=24)
+    q = g.input("q", [2, 4, 2, 8])
+    k = g.input("k", [2, 2, 6, 8])
+    v = g.input("v", [2, 2, 6, 8])
+    lengths = g.input("nonpad_kv_seqlen", [2], data=np.array([3, 6], dtype=np.int64))
+    g.output(g.node("Attention", [q, k, v, "", "", "", lengths], ["y"], name="attention", is_causal=1))
+    return g
+
+
+@case
+def microsoft_attention_packed_qkv():
+    # ONNX Runtime's fused BERT attention: one packed [16, 48] Q/K/V projection with its
+    # bias, 2 heads, a raw [batch, seq] int32 mask (0 = padding) whose -10000 is added.
+    g = Graph("microsoft_attention_packed_qkv", domains={"com.microsoft": 1})
+    x = g.input("x", [2, 4, 16])
+    mask = np.array([[1, 1, 1, 1], [1, 1, 0, 0]], dtype=np.int32)
+    m = g.input("mask_index", [2, 4], data=mask)
+    g.output(g.node("Attention", [x, g.weight("qkv_weight", [16, 48]), g.weight("qkv_bias", [48]), m], ["y"],
+                    name="attention", domain="com.microsoft", num_heads=2))
+    return g
+
+
+@case
+def microsoft_attention_unidirectional():
+    # GPT-2's fused attention: causal, and value heads of another size (qkv_hidden_sizes).
+    g = Graph("microsoft_attention_unidirectional", domains={"com.microsoft": 1})
+    x = g.input("x", [1, 5, 8])
+    g.output(g.node("Attention", [x, g.weight("qkv_weight", [8, 28])], ["y"], name="attention",
+                    domain="com.microsoft", num_heads=2, unidirectional=1, qkv_hidden_sizes=[8, 8, 12]))
+    return g
+
+
+@case
+def microsoft_multi_head_attention():
+    # Cross attention: separate 3-D query (3 tokens) and key/value (5 tokens), the packed
+    # projection bias, a [batch, kv] key padding mask and an additive attention bias.
+    g = Graph("microsoft_multi_head_attention", domains={"com.microsoft": 1})
+    q = g.input("query", [2, 3, 16])
+    k = g.input("key", [2, 5, 16])
+    v = g.input("value", [2, 5, 16])
+    mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=np.int32)
+    m = g.input("key_padding_mask", [2, 5], data=mask)
+    ab = g.input("attention_bias", [1, 2, 3, 5])
+    g.output(g.node("MultiHeadAttention", [q, k, v, g.weight("bias", [48]), m, ab], ["y"],
+                    name="attention", domain="com.microsoft", num_heads=2))
+    return g
+
+
+@case
+def microsoft_multi_head_attention_past():
+    # A decoder step: past key and value [batch, heads, 3, head] concatenated before the
+    # new ones, causal (unidirectional), present key and value outputs, custom scale.
+    g = Graph("microsoft_multi_head_attention_past", domains={"com.microsoft": 1})
+    q = g.input("query", [1, 2, 8])
+    k = g.input("key", [1, 2, 8])
+    v = g.input("value", [1, 2, 8])
+    pk = g.input("past_key", [1, 2, 3, 4])
+    pv = g.input("past_value", [1, 2, 3, 4])
+    g.output(*g.node("MultiHeadAttention", [q, k, v, "", "", "", pk, pv], ["y", "present_key", "present_value"],
+                     name="attention", domain="com.microsoft", num_heads=2, unidirectional=1, scale=0.3))
+    return g
+
+
 # ---- Remainders, integer division, further math ------------------------------------
 
 @case

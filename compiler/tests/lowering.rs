@@ -540,6 +540,62 @@ histogram_cases! {
 
     // x / sqrt(mean(x^2) + eps) * scale
     rms_normalization_opset23: [MUL: 3, MEAN: 1, ADD: 1, RSQRT: 1],
+    // Attention: Q and K scaled by sqrt(scale) (MUL 2), scores by BATCH_MATMUL (K
+    // adjoint), SOFTMAX, BATCH_MATMUL with V.
+    attention_4d_basic: [BATCH_MATMUL: 2, MUL: 2, SOFTMAX: 1],
+    // 3-D: RESHAPE + TRANSPOSE splits Q, K and V into heads and merges Y back (4 + 4);
+    // grouped heads are RESHAPEs of Q's heads onto the kv heads and back (4); the causal
+    // frontier is a constant bias (ADD) with no fully masked row.
+    attention_3d_gqa_causal: [RESHAPE: 8, TRANSPOSE: 4, BATCH_MATMUL: 2, MUL: 2, ADD: 1, SOFTMAX: 1],
+    // The bool mask becomes 0 / -inf (SELECT), is added; fully masked rows are found by
+    // REDUCE_MAX == -inf and zeroed (SELECT).
+    attention_bool_mask_scale: [
+        BATCH_MATMUL: 2, MUL: 2, SELECT: 2, ADD: 1, EQUAL: 1, REDUCE_MAX: 1, SOFTMAX: 1,
+    ],
+    // Past keys and values CONCATENATED before the new ones; float mask + constant
+    // causal frontier (offset by the past length) ADD, then added to the scores; the
+    // run-time guard.
+    attention_past_kv_present: [
+        RESHAPE: 4, TRANSPOSE: 4, ADD: 2, BATCH_MATMUL: 2, CONCATENATION: 2, MUL: 2, EQUAL: 1,
+        REDUCE_MAX: 1, SELECT: 1, SOFTMAX: 1,
+    ],
+    // softcap * TANH(scores / softcap) (DIV, TANH, MUL).
+    attention_softcap: [
+        MUL: 3, BATCH_MATMUL: 2, ADD: 1, DIV: 1, EQUAL: 1, REDUCE_MAX: 1, SELECT: 1, SOFTMAX: 1,
+        TANH: 1,
+    ],
+    // Constant mask and causal frontier fold into one constant bias (ADD); its fully
+    // masked row is known at compile time (SELECT with a constant condition).
+    attention_const_mask_softmax_output: [BATCH_MATMUL: 2, MUL: 2, ADD: 1, SELECT: 1, SOFTMAX: 1],
+    // nonpad_kv_seqlen at run time: padding (LESS) and the shifted causal frontier
+    // (LESS_EQUAL) against constant position grids, LOGICAL_AND, SELECT to 0 / -inf, the
+    // run-time guard; grouped heads (RESHAPE 4, plus nonpad_kv_seqlen as [B, 1, 1, 1]).
+    attention_nonpad_kv_seqlen: [
+        RESHAPE: 5, BATCH_MATMUL: 2, MUL: 2, SELECT: 2, ADD: 1, EQUAL: 1, LESS: 1, LESS_EQUAL: 1,
+        LOGICAL_AND: 1, REDUCE_MAX: 1, SOFTMAX: 1,
+    ],
+    // com.microsoft Attention: one FULLY_CONNECTED per Q, K and V slice of the packed
+    // weights (bias folded in), split into heads (RESHAPE + TRANSPOSE 3 + 3), one MUL for
+    // the scale, the int mask as mask > 0 (GREATER) -> SELECT(0, -10000) -> RESHAPE
+    // [B, 1, 1, T], ADD, Y merged back (TRANSPOSE + RESHAPE).
+    microsoft_attention_packed_qkv: [
+        RESHAPE: 5, TRANSPOSE: 4, FULLY_CONNECTED: 3, BATCH_MATMUL: 2, ADD: 1, GREATER: 1,
+        MUL: 1, SELECT: 1, SOFTMAX: 1,
+    ],
+    // unidirectional: a constant causal bias (ADD).
+    microsoft_attention_unidirectional: [
+        RESHAPE: 4, TRANSPOSE: 4, FULLY_CONNECTED: 3, BATCH_MATMUL: 2, ADD: 1, MUL: 1, SOFTMAX: 1,
+    ],
+    // MultiHeadAttention: the projection bias added to Q, K and V (ADD 3), attention bias +
+    // key padding mask (ADD), added to the scores (ADD).
+    microsoft_multi_head_attention: [
+        ADD: 5, RESHAPE: 5, TRANSPOSE: 4, BATCH_MATMUL: 2, GREATER: 1, MUL: 1, SELECT: 1,
+        SOFTMAX: 1,
+    ],
+    // Past key and value CONCATENATED before the new ones; causal bias offset by the past.
+    microsoft_multi_head_attention_past: [
+        RESHAPE: 4, TRANSPOSE: 4, BATCH_MATMUL: 2, CONCATENATION: 2, ADD: 1, MUL: 1, SOFTMAX: 1,
+    ],
     // Python-style and C-style remainders: one MOD each.
     mod_integer_sign_of_divisor: [MOD: 2],
     mod_float_fmod_broadcast: [MOD: 1],
@@ -2213,6 +2269,98 @@ mod binding {
         ));
         assert_eq!(report.only_needs_bound_inputs(), None);
         assert!(report.to_string().contains("random masks"), "{report}");
+    }
+
+    /// Attention (opset 24) of Q [1, 2, 2, 4] over K, V [1, 2, 4, 4], causal, with
+    /// nonpad_kv_seqlen [1] as a graph input, and extra attributes.
+    fn attention_nonpad(attrs: Vec<AttributeProto>) -> ModelProto {
+        let mut attrs = attrs;
+        attrs.push(int_attr("is_causal", 1));
+        model(
+            vec![node(
+                "Attention",
+                &["Q", "K", "V", "", "", "", "L"],
+                &["Y"],
+                attrs,
+            )],
+            vec![
+                info("Q", FLOAT, &[1, 2, 2, 4]),
+                info("K", FLOAT, &[1, 2, 4, 4]),
+                info("V", FLOAT, &[1, 2, 4, 4]),
+                info("L", INT64, &[1]),
+            ],
+            vec![info("Y", FLOAT, &[])],
+            24,
+        )
+    }
+
+    #[test]
+    fn attention_with_a_bound_nonpad_kv_seqlen_folds_its_frontier_into_a_constant() {
+        let m = attention_nonpad(vec![]);
+        let run_time = lower_bound(&m, &[]).unwrap();
+        let ops = run_time.model.operation_histogram();
+        assert_eq!(
+            (ops.get("LESS"), ops.get("LESS_EQUAL")),
+            (Some(&1), Some(&1))
+        );
+        // L = 1 with 2 queries: offset -1, so query 0 sees no key (a zero row) and
+        // query 1 sees key 0; the rest is padding. One constant bias, one constant guard.
+        let bound = lower_bound(&m, &[("L", i64_tensor(&[1], &[1]))]).unwrap();
+        let ops = bound.model.operation_histogram();
+        for op in ["LESS", "LESS_EQUAL", "LOGICAL_AND", "REDUCE_MAX", "EQUAL"] {
+            assert!(!ops.contains_key(op), "{op} left: {ops:?}");
+        }
+        assert_eq!((ops.get("ADD"), ops.get("SELECT")), (Some(&1), Some(&1)));
+    }
+
+    #[test]
+    fn microsoft_attention_forms_beyond_the_common_ones_are_refused_by_name() {
+        let ms = |op: &str, inputs: &[&str], infos: Vec<ValueInfoProto>| {
+            let mut n = node(op, inputs, &["Y"], vec![int_attr("num_heads", 2)]);
+            n.domain = "com.microsoft".into();
+            let mut m = model(vec![n], infos, vec![info("Y", FLOAT, &[])], 17);
+            m.opset_import.push(OperatorSetIdProto {
+                domain: "com.microsoft".into(),
+                version: 1,
+            });
+            m
+        };
+        // Packed QKV [batch, seq, heads, 3, head] as the only MultiHeadAttention input.
+        let packed = ms(
+            "MultiHeadAttention",
+            &["Q"],
+            vec![info("Q", FLOAT, &[1, 2, 2, 3, 4])],
+        );
+        let report = unsupported(lower_bound(&packed, &[]));
+        assert!(report.to_string().contains("packed QKV"), "{report}");
+        // A (2 * batch) start/end mask_index.
+        let weights = f32_tensor(&[4, 12], &[0.5; 48]);
+        let left_padded = ms(
+            "Attention",
+            &["X", "W", "", "M"],
+            vec![
+                info("X", FLOAT, &[1, 2, 4]),
+                info("W", FLOAT, &[4, 12]),
+                info("M", INT32, &[2]),
+            ],
+        );
+        let report = unsupported(lower_bound(&left_padded, &[("W", weights)]));
+        assert!(
+            report.to_string().contains("key padding mask of shape [2]"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn attention_refuses_a_half_precision_softmax() {
+        let report = unsupported(lower_bound(
+            &attention_nonpad(vec![int_attr("softmax_precision", 16)]),
+            &[],
+        ));
+        assert!(
+            report.to_string().contains("softmax_precision 16"),
+            "{report}"
+        );
     }
 }
 

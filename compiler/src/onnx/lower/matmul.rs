@@ -12,7 +12,7 @@ use super::{Lowerer, NResult, Node, TensorValue, Value, invalid, unsupported};
 
 impl Lowerer<'_> {
     /// FULLY_CONNECTED of a [rows, K] operand with weights [N, K] and a bias of N values.
-    fn fully_connected(
+    pub(super) fn fully_connected(
         &mut self,
         n: &Node,
         x: u32,

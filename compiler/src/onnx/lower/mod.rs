@@ -22,6 +22,7 @@
 //! Each submodule lowers one family of operators.
 
 mod activation;
+mod attention;
 mod conv;
 mod elementwise;
 mod loss;

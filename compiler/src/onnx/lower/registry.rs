@@ -81,6 +81,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Asinh", 9..=22 => math_unary;
     "", "Atan", 7..=22 => math_unary;
     "", "Atanh", 9..=22 => math_unary;
+    "", "Attention", 23..=25 => attention;
     "", "AveragePool", 1..=22 => pool;
     "", "BatchNormalization", 1..=15 => batch_norm;
     "", "Cast", 6..=28 => cast;
@@ -195,9 +196,11 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Upsample", 7..=10 => resize;
     "", "Where", 9..=16 => where_op;
     "", "Xor", 7..=7 => binary;
+    MICROSOFT, "Attention", 1..=1 => microsoft_attention;
     MICROSOFT, "BiasGelu", 1..=1 => microsoft_gelu;
     MICROSOFT, "FastGelu", 1..=1 => microsoft_gelu;
     MICROSOFT, "Gelu", 1..=1 => microsoft_gelu;
+    MICROSOFT, "MultiHeadAttention", 1..=1 => multi_head_attention;
     MICROSOFT, "SkipLayerNormalization", 1..=1 => skip_layer_norm;
 };
 
