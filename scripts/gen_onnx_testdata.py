@@ -54,6 +54,7 @@ PRODUCER = "nnc gen_onnx_testdata.py"
 NP_TO_ONNX = {
     np.dtype(np.float32): TensorProto.FLOAT,
     np.dtype(np.float16): TensorProto.FLOAT16,
+    np.dtype(np.float64): TensorProto.DOUBLE,
     np.dtype(np.int64): TensorProto.INT64,
     np.dtype(np.int32): TensorProto.INT32,
     np.dtype(np.bool_): TensorProto.BOOL,
@@ -1674,6 +1675,18 @@ def float16_layer():
     b = g.const("b", g.rng.standard_normal([4]).astype(np.float16))
     y = g.node("Add", [g.node("MatMul", [x, w], name="matmul"), b], name="add")
     g.output(g.node("Softmax", [g.node("Relu", [y], name="relu")], ["y"], name="softmax", axis=-1))
+    return g
+
+
+@case
+def float64_arithmetic():
+    # Float64 computes as float32 (the NN set has no float64); the import notes it.
+    g = Graph("float64_arithmetic")
+    x = g.input("x", [2, 5], data=g.rng.standard_normal([2, 5]))
+    w = g.const("w", g.rng.standard_normal([5]))
+    y = g.node("Mul", [x, w], name="mul")
+    g.output(g.node("Softmax", [g.node("Add", [y, x], name="add")], ["y"], name="softmax"),
+             g.node("Cast", [y], ["as_float"], name="to_float", to=TensorProto.FLOAT))
     return g
 
 

@@ -605,6 +605,9 @@ histogram_cases! {
     // Float16 computes as float32: CAST at the input and the output only; the bias ADD
     // and RELU fold into the FULLY_CONNECTED.
     float16_layer: [CAST: 2, FULLY_CONNECTED: 1, SOFTMAX: 1],
+    // Float64 computes as float32: no conversion operations at all (the runtime converts
+    // at the boundary); the Cast to float32 only relabels.
+    float64_arithmetic: [MUL: 1, ADD: 1, SOFTMAX: 1],
     // to_half: float32 -> float16 -> float32 (rounding), then -> float16 at the output;
     // to_float: the same rounded float32 value, relabelled.
     cast_float_to_float16_and_back: [CAST: 3],

@@ -127,6 +127,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     super::bind_inputs(&mut options, &args.bind_inputs)?;
     let started = Instant::now();
     let lowered = super::lower(&args.model, &options)?;
+    super::warn_notes(&lowered);
     let lower_ms = started.elapsed().as_secs_f64() * 1e3;
     progress.stage(format!(
         "lowered to {} operations",

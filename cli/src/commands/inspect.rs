@@ -91,6 +91,7 @@ pub fn source_report(path: &std::path::Path, lowered: &Lowered) -> Value {
         "outputs": io_entries(model, true),
         "source_node_count": lowered.source.node_count,
         "source_operators": lowered.source.operators,
+        "notes": lowered.source.notes,
         "lowered_operations": lowered.lowered_histogram,
         "operations": model.operation_histogram(),
         "operation_count": model.main.operations.len(),
@@ -164,6 +165,9 @@ fn source_text(r: &Value) -> String {
         r["source_node_count"],
         histogram_line(&r["source_operators"])
     ));
+    for note in r["notes"].as_array().into_iter().flatten() {
+        s.push_str(&format!("note: {}\n", note.as_str().unwrap_or("")));
+    }
     s.push_str(&format!(
         "lowered operations: {}\n",
         histogram_line(&r["lowered_operations"])

@@ -120,6 +120,14 @@ pub fn lower_options(
 }
 
 /// Lowers a source model, with the file named in errors.
+/// Prints the importer's notes (what it computes differently from the source's own
+/// types) as warnings on stderr.
+pub fn warn_notes(lowered: &Lowered) {
+    for note in &lowered.source.notes {
+        eprintln!("warning: {note}");
+    }
+}
+
 pub fn lower(path: &Path, options: &LowerOptions) -> anyhow::Result<Lowered> {
     pipeline::lower_file(path, options)
         .with_context(|| format!("cannot compile {}", path.display()))

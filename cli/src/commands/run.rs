@@ -133,6 +133,7 @@ pub fn load_binding(
             ));
         }
         let (lowered, bound) = compile_source(args, bind)?;
+        super::warn_notes(&lowered);
         let bytes = emit::emit(
             &lowered.model,
             EmitOptions {

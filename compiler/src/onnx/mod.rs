@@ -50,6 +50,10 @@ pub struct SourceSummary {
     pub node_count: usize,
     /// Operator type -> node count.
     pub operators: BTreeMap<String, usize>,
+    /// What the importer computes differently from the source's own types, for the user
+    /// to know (compile and run print them as warnings).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// A lowered model and what its source looked like.
@@ -93,6 +97,7 @@ pub fn import_model(
             .to_string(),
         node_count: graph.node.len(),
         operators,
+        notes: Vec::new(),
     };
     let mut lowerer = lower::Lowerer::new(opset, ext, &options.limits);
     lowerer.add_initializers(graph)?;
@@ -170,6 +175,14 @@ pub fn import_model(
         return Err(CompileError::Unsupported(report));
     }
     lowerer.add_outputs(graph)?;
+    let mut source = source;
+    if lowerer.computes_float64_as_float32 {
+        source.notes.push(
+            "float64 values compute in float32 (the NN set has no float64): results carry \
+             float32's precision, about 7 significant digits"
+                .into(),
+        );
+    }
     let model = lowerer.finish();
     nn::validate(&model)?;
     Ok(Imported { model, source })
@@ -402,6 +415,8 @@ pub fn nn_type_for(dtype: DataType) -> Option<nn::OperandType> {
         DataType::F32 => Some(nn::OperandType::TensorFloat32),
         // Computed as TENSOR_FLOAT32; only model inputs and outputs are TENSOR_FLOAT16.
         DataType::F16 => Some(nn::OperandType::TensorFloat16),
+        // The NN set has no float64: computed as float32 (a note tells the user).
+        DataType::F64 => Some(nn::OperandType::TensorFloat32),
         DataType::I64 | DataType::I32 => Some(nn::OperandType::TensorInt32),
         DataType::Bool => Some(nn::OperandType::TensorBool8),
         DataType::U8 => Some(nn::OperandType::TensorQuant8Asymm),

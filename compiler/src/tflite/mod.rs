@@ -159,6 +159,7 @@ fn summary(tfl: &TflModel) -> SourceSummary {
         producer: tfl.description.clone(),
         node_count: tfl.operators.len(),
         operators,
+        notes: Vec::new(),
     }
 }
 

@@ -360,6 +360,24 @@ impl Program {
                 out.extend_from_slice(&v.to_le_bytes());
             }
             out
+        } else if t.dtype == DataType::F64
+            && expected == DataType::F32
+            && info_dtype == Some(DataType::F64)
+        {
+            // The model computes this float64 input in float32 (rounded to nearest); a
+            // finite value beyond float32's range is refused rather than made infinite.
+            let mut out = Vec::with_capacity(t.data.len() / 2);
+            for c in t.data.chunks_exact(8) {
+                let v = f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+                let narrowed = v as f32;
+                if v.is_finite() && !narrowed.is_finite() {
+                    return Err(err(format!(
+                        "value {v:e} does not fit the float32 the model computes in"
+                    )));
+                }
+                out.extend_from_slice(&narrowed.to_le_bytes());
+            }
+            out
         } else {
             return Err(err(format!("expected {expected} data, got {}", t.dtype)));
         };
@@ -393,6 +411,14 @@ impl Program {
                     );
                 }
                 (DataType::I64, out)
+            } else if dtype == DataType::F32 && info.is_some_and(|i| i.dtype == DataType::F64) {
+                let mut out = Vec::with_capacity(bytes.len() * 2);
+                for c in bytes.chunks_exact(4) {
+                    out.extend_from_slice(
+                        &f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes(),
+                    );
+                }
+                (DataType::F64, out)
             } else {
                 (dtype, bytes)
             };

@@ -625,6 +625,7 @@ impl Lowerer<'_> {
                 Ok(())
             }
             Value::Tensor(x) => {
+                self.computes_float64_as_float32 |= to == DataType::F64;
                 let Some(target) = super::super::nn_type_for(to) else {
                     return unsupported(format!("Cast to {to} is not supported"));
                 };

@@ -141,6 +141,8 @@ pub struct Lowerer<'e> {
     pub limits: nnc_formats::limits::Limits,
     /// What compile-time evaluation may still allocate.
     pub budget: constant::FoldBudget,
+    /// Whether a float64 value was met (it computes as float32; the import notes it).
+    pub computes_float64_as_float32: bool,
 }
 
 impl<'e> Lowerer<'e> {
@@ -157,6 +159,7 @@ impl<'e> Lowerer<'e> {
             ext,
             limits: *limits,
             budget: constant::FoldBudget::new(limits, 0),
+            computes_float64_as_float32: false,
         }
     }
 
@@ -325,6 +328,7 @@ impl<'e> Lowerer<'e> {
                 );
                 return Err(CompileError::Unsupported(report));
             };
+            self.computes_float64_as_float32 |= dtype == DataType::F64;
             let Some(operand_type) = nn_type_for(dtype) else {
                 let mut report = crate::error::UnsupportedReport::new("ONNX");
                 report.add(
@@ -655,8 +659,8 @@ impl<'e> Lowerer<'e> {
                 (OperandType::TensorInt32, out)
             }
         };
+        self.computes_float64_as_float32 |= c.dtype == DataType::F64;
         let dtype = match c.dtype {
-            DataType::F64 => DataType::F32,
             DataType::I32 | DataType::U32 | DataType::I16 | DataType::U16 | DataType::U64 => {
                 DataType::I64
             }
@@ -739,9 +743,9 @@ impl<'e> Lowerer<'e> {
         // operator chooses its output type.
         let dtype = if dtype == DataType::F32
             && !matches!(n.op(), "Cast" | "CastLike" | "DequantizeLinear")
-            && self.float_input_type(n) == Some(DataType::F16)
+            && let Some(float @ (DataType::F16 | DataType::F64)) = self.float_input_type(n)
         {
-            DataType::F16
+            float
         } else {
             dtype
         };
@@ -763,7 +767,7 @@ impl<'e> Lowerer<'e> {
                 Value::Tensor(tv) => tv.dtype,
                 Value::Const(c) => c.dtype,
             };
-            matches!(dtype, DataType::F16 | DataType::F32).then_some(dtype)
+            is_float(dtype).then_some(dtype)
         })
     }
 
@@ -975,10 +979,10 @@ impl<'e> Lowerer<'e> {
     }
 }
 
-/// The ONNX float types nnc computes, both as TENSOR_FLOAT32: float32, and float16 (see
-/// `Lowerer::add_inputs`).
+/// The ONNX float types nnc computes, all as TENSOR_FLOAT32: float32, float16 (see
+/// `Lowerer::add_inputs`) and float64 (the NN set has none; the import notes it).
 pub fn is_float(dtype: DataType) -> bool {
-    matches!(dtype, DataType::F32 | DataType::F16)
+    matches!(dtype, DataType::F32 | DataType::F16 | DataType::F64)
 }
 
 /// True for the 8-bit quantized tensor types ONNX's uint8 and int8 compute in.
