@@ -57,6 +57,10 @@ NP_TO_ONNX = {
     np.dtype(np.float64): TensorProto.DOUBLE,
     np.dtype(np.int64): TensorProto.INT64,
     np.dtype(np.int32): TensorProto.INT32,
+    np.dtype(np.int16): TensorProto.INT16,
+    np.dtype(np.uint16): TensorProto.UINT16,
+    np.dtype(np.uint32): TensorProto.UINT32,
+    np.dtype(np.uint64): TensorProto.UINT64,
     np.dtype(np.bool_): TensorProto.BOOL,
 }
 
@@ -1675,6 +1679,20 @@ def float16_layer():
     b = g.const("b", g.rng.standard_normal([4]).astype(np.float16))
     y = g.node("Add", [g.node("MatMul", [x, w], name="matmul"), b], name="add")
     g.output(g.node("Softmax", [g.node("Relu", [y], name="relu")], ["y"], name="softmax", axis=-1))
+    return g
+
+
+@case
+def integer_types_as_int32():
+    # int16, uint16, uint32 and uint64 compute as int32, range-checked at the boundary.
+    g = Graph("integer_types_as_int32")
+    outs = []
+    for dtype, name in [(np.int16, "i16"), (np.uint16, "u16"), (np.uint32, "u32"), (np.uint64, "u64")]:
+        low = -300 if dtype == np.int16 else 0
+        a = g.input(f"a_{name}", [2, 3], data=g.rng.integers(low, 300, [2, 3]).astype(dtype))
+        b = g.input(f"b_{name}", [2, 3], data=g.rng.integers(1, 40, [2, 3]).astype(dtype))
+        outs.append(g.node("Mod", [a, b], [f"mod_{name}"], name=f"mod_{name}"))
+    g.output(*outs)
     return g
 
 

@@ -605,6 +605,7 @@ histogram_cases! {
     // Float16 computes as float32: CAST at the input and the output only; the bias ADD
     // and RELU fold into the FULLY_CONNECTED.
     float16_layer: [CAST: 2, FULLY_CONNECTED: 1, SOFTMAX: 1],
+    integer_types_as_int32: [MOD: 4],
     // Float64 computes as float32: no conversion operations at all (the runtime converts
     // at the boundary); the Cast to float32 only relabels.
     float64_arithmetic: [MUL: 1, ADD: 1, SOFTMAX: 1],

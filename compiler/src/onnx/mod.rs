@@ -417,10 +417,16 @@ pub fn nn_type_for(dtype: DataType) -> Option<nn::OperandType> {
         DataType::F16 => Some(nn::OperandType::TensorFloat16),
         // The NN set has no float64: computed as float32 (a note tells the user).
         DataType::F64 => Some(nn::OperandType::TensorFloat32),
-        DataType::I64 | DataType::I32 => Some(nn::OperandType::TensorInt32),
+        // Integers of 16 to 64 bits compute as int32; the runtime range-checks values at
+        // the model's inputs and outputs.
+        DataType::I64
+        | DataType::I32
+        | DataType::I16
+        | DataType::U16
+        | DataType::U32
+        | DataType::U64 => Some(nn::OperandType::TensorInt32),
         DataType::Bool => Some(nn::OperandType::TensorBool8),
         DataType::U8 => Some(nn::OperandType::TensorQuant8Asymm),
         DataType::I8 => Some(nn::OperandType::TensorQuant8AsymmSigned),
-        _ => None,
     }
 }

@@ -345,13 +345,13 @@ impl Program {
         })?;
         let data = if t.dtype == expected {
             t.data.clone()
-        } else if t.dtype == DataType::I64
-            && expected == DataType::I32
-            && info_dtype == Some(DataType::I64)
+        } else if expected == DataType::I32
+            && info_dtype == Some(t.dtype)
+            && WIDENED_INTEGERS.contains(&t.dtype)
         {
-            let mut out = Vec::with_capacity(t.data.len() / 2);
-            for c in t.data.chunks_exact(8) {
-                let v = i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+            // An integer type the model computes as int32: every value must fit.
+            let mut out = Vec::with_capacity(t.element_count() * 4);
+            for v in integers(t.dtype, &t.data) {
                 let v = i32::try_from(v).map_err(|_| {
                     err(format!(
                         "value {v} does not fit the int32 the model computes in"
@@ -402,26 +402,29 @@ impl Program {
                 operand.operand_type
             ))
         })?;
-        let (dtype, data) =
-            if dtype == DataType::I32 && info.is_some_and(|i| i.dtype == DataType::I64) {
-                let mut out = Vec::with_capacity(bytes.len() * 2);
-                for c in bytes.chunks_exact(4) {
-                    out.extend_from_slice(
-                        &i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes(),
-                    );
-                }
-                (DataType::I64, out)
-            } else if dtype == DataType::F32 && info.is_some_and(|i| i.dtype == DataType::F64) {
-                let mut out = Vec::with_capacity(bytes.len() * 2);
-                for c in bytes.chunks_exact(4) {
-                    out.extend_from_slice(
-                        &f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes(),
-                    );
-                }
-                (DataType::F64, out)
-            } else {
-                (dtype, bytes)
-            };
+        let widened = info
+            .map(|i| i.dtype)
+            .filter(|t| dtype == DataType::I32 && WIDENED_INTEGERS.contains(t));
+        let (dtype, data) = if let Some(target) = widened {
+            let mut out = Vec::with_capacity(bytes.len() / 4 * target.size());
+            for c in bytes.chunks_exact(4) {
+                let v = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                push_integer(target, i64::from(v), &mut out).map_err(|()| {
+                    err(format!("value {v} does not fit the output's type {target}"))
+                })?;
+            }
+            (target, out)
+        } else if dtype == DataType::F32 && info.is_some_and(|i| i.dtype == DataType::F64) {
+            let mut out = Vec::with_capacity(bytes.len() * 2);
+            for c in bytes.chunks_exact(4) {
+                out.extend_from_slice(
+                    &f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes(),
+                );
+            }
+            (DataType::F64, out)
+        } else {
+            (dtype, bytes)
+        };
         let rank0 = info.is_some_and(|i| i.dims.is_empty()) && shape.iter().all(|&d| d == 1);
         let shape = if rank0 || operand.operand_type.is_scalar() {
             Vec::new()
@@ -838,6 +841,44 @@ impl Program {
 }
 
 /// The host element type of an operand type.
+/// The source integer types a model computes as int32 (their values are range-checked at
+/// the model's inputs and outputs).
+const WIDENED_INTEGERS: &[DataType] = &[
+    DataType::I64,
+    DataType::I16,
+    DataType::U16,
+    DataType::U32,
+    DataType::U64,
+];
+
+/// The values of an integer tensor's little-endian bytes.
+fn integers(t: DataType, bytes: &[u8]) -> Vec<i64> {
+    let size = t.size();
+    bytes
+        .chunks_exact(size)
+        .map(|c| match t {
+            DataType::I16 => i64::from(i16::from_le_bytes([c[0], c[1]])),
+            DataType::U16 => i64::from(u16::from_le_bytes([c[0], c[1]])),
+            DataType::U32 => i64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            // Beyond i64::MAX becomes negative here, which no int32 accepts either way.
+            DataType::U64 => u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as i64,
+            _ => i64::from_le_bytes(c.try_into().unwrap_or([0; 8])),
+        })
+        .collect()
+}
+
+/// Appends `v` as type `t`, or `Err` when it does not fit.
+fn push_integer(t: DataType, v: i64, out: &mut Vec<u8>) -> std::result::Result<(), ()> {
+    match t {
+        DataType::I16 => out.extend_from_slice(&i16::try_from(v).map_err(|_| ())?.to_le_bytes()),
+        DataType::U16 => out.extend_from_slice(&u16::try_from(v).map_err(|_| ())?.to_le_bytes()),
+        DataType::U32 => out.extend_from_slice(&u32::try_from(v).map_err(|_| ())?.to_le_bytes()),
+        DataType::U64 => out.extend_from_slice(&u64::try_from(v).map_err(|_| ())?.to_le_bytes()),
+        _ => out.extend_from_slice(&v.to_le_bytes()),
+    }
+    Ok(())
+}
+
 pub fn host_type(t: OperandType) -> Option<DataType> {
     match t {
         OperandType::TensorFloat32 | OperandType::Float32 => Some(DataType::F32),

@@ -660,22 +660,13 @@ impl<'e> Lowerer<'e> {
             }
         };
         self.computes_float64_as_float32 |= c.dtype == DataType::F64;
-        let dtype = match c.dtype {
-            DataType::I32 | DataType::U32 | DataType::I16 | DataType::U16 | DataType::U64 => {
-                DataType::I64
-            }
-            other => other,
-        };
         let operand = self
             .model
             .add_constant(plain_quant8(Operand::new(operand_type, dims)), &bytes);
+        // The label keeps the ONNX type: every integer type computes as TENSOR_INT32.
         Ok(TensorValue {
             operand,
-            dtype: if c.dtype == DataType::I32 {
-                DataType::I32
-            } else {
-                dtype
-            },
+            dtype: c.dtype,
             scalar,
         })
     }
