@@ -58,6 +58,8 @@ NP_TO_ONNX = {
     np.dtype(np.int64): TensorProto.INT64,
     np.dtype(np.int32): TensorProto.INT32,
     np.dtype(np.int16): TensorProto.INT16,
+    np.dtype(np.uint8): TensorProto.UINT8,
+    np.dtype(np.int8): TensorProto.INT8,
     np.dtype(np.uint16): TensorProto.UINT16,
     np.dtype(np.uint32): TensorProto.UINT32,
     np.dtype(np.uint64): TensorProto.UINT64,
@@ -1643,6 +1645,33 @@ def div_integer_truncates():
     a = g.input("a", [6], data=np.array([7, -7, 7, -7, 0, -9], dtype=np.int64))
     b = g.input("b", [6], data=np.array([2, 2, -2, -2, 3, 4], dtype=np.int64))
     g.output(g.node("Div", [a, b], ["y"], name="div"))
+    return g
+
+
+@case
+def bitwise_and_shifts():
+    g = Graph("bitwise_and_shifts", opset=18)
+    a = g.input("a", [2, 3], data=np.array([[1, 255, 128], [7, 0, 200]], dtype=np.uint8))
+    s = g.input("s", [2, 3], data=np.array([[1, 1, 1], [5, 3, 0]], dtype=np.uint8))
+    i = g.input("i", [2, 3], data=np.array([[-5, 12, 7], [0, -1, 100]], dtype=np.int32))
+    j = g.input("j", [2, 3], data=np.array([[3, 10, -8], [9, 6, 1]], dtype=np.int32))
+    g.output(g.node("BitShift", [a, s], ["left"], name="shift_left", direction="LEFT"),
+             g.node("BitShift", [a, s], ["right"], name="shift_right", direction="RIGHT"),
+             g.node("BitwiseAnd", [i, j], ["and"], name="and"),
+             g.node("BitwiseOr", [i, j], ["or"], name="or"),
+             g.node("BitwiseXor", [i, j], ["xor"], name="xor"),
+             g.node("BitwiseNot", [a], ["not_u8"], name="not_u8"),
+             g.node("BitwiseNot", [i], ["not_i32"], name="not_i32"))
+    return g
+
+
+@case
+def cumsum_exclusive_reverse():
+    g = Graph("cumsum_exclusive_reverse", opset=14)
+    x = g.input("x", [2, 3, 4])
+    i = g.input("i", [2, 3], data=g.rng.integers(-5, 5, [2, 3]).astype(np.int64))
+    g.output(g.node("CumSum", [x, g.ints("axis", np.array(1))], ["y"], name="cumsum", exclusive=1, reverse=1),
+             g.node("CumSum", [i, g.ints("axis_i", np.array(-1))], ["z"], name="cumsum_int"))
     return g
 
 

@@ -602,6 +602,10 @@ histogram_cases! {
     // a / b truncated = (a - fmod(a, b)) / b, where the NN set's floor division is exact.
     div_integer_truncates: [MOD: 1, SUB: 1, DIV: 1],
     math_unary_functions: [MATH_UNARY: 10],
+    // uint8 operands compute in int32 (CAST) and wrap back (ADD/DIV/MUL/SUB, CAST);
+    // BitwiseNot is XOR with -1.
+    bitwise_and_shifts: [BITWISE: 7, CAST: 8, DIV: 3, MUL: 3, SUB: 3],
+    cumsum_exclusive_reverse: [CUMSUM: 2],
     // Float16 computes as float32: CAST at the input and the output only; the bias ADD
     // and RELU fold into the FULLY_CONNECTED.
     float16_layer: [CAST: 2, FULLY_CONNECTED: 1, SOFTMAX: 1],

@@ -17,7 +17,7 @@ pub use model::{
     ChannelQuant, DataLocation, IoInfo, Model, Operand, OperandIndex, Operation, Pool, Subgraph,
 };
 pub use types::{
-    FusedActivation, HalVersion, Lifetime, MathFunction, NNC_EXTENSION, OperandType, OperationType,
-    PaddingScheme,
+    BitwiseFunction, FusedActivation, HalVersion, Lifetime, MathFunction, NNC_EXTENSION,
+    OperandType, OperationType, PaddingScheme,
 };
 pub use validate::{ValidationError, validate};

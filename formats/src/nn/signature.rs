@@ -1716,6 +1716,39 @@ fn infer_outputs(
                 broadcast_dims(&a.dimensions, &b.dimensions).map_err(SignatureError::Shape)?;
             single(a.operand_type, dims)
         }
+        O::CumSum => {
+            ctx.count(&[4])?;
+            expect_outputs(1)?;
+            let a = ctx.tensor(
+                0,
+                "input",
+                &[OperandType::TensorFloat32, OperandType::TensorInt32],
+            )?;
+            let axis = ctx.i32(1, "axis")?;
+            ctx.bool(2, "exclusive")?;
+            ctx.bool(3, "reverse")?;
+            if let Some(r) = rank(a) {
+                axis_in(axis, r, 1, "axis")?;
+            }
+            single(a.operand_type, a.dimensions.clone())
+        }
+        O::Bitwise => {
+            ctx.count(&[3])?;
+            expect_outputs(1)?;
+            let a = ctx.tensor(0, "input0", &[OperandType::TensorInt32])?;
+            let b = ctx.same_type(1, "input1", a.operand_type)?;
+            let code = ctx.i32(2, "function")?;
+            if super::types::BitwiseFunction::from_code(code).is_none() {
+                return Err(param_err(
+                    2,
+                    "function",
+                    format!("unknown function code {code}"),
+                ));
+            }
+            let dims =
+                broadcast_dims(&a.dimensions, &b.dimensions).map_err(SignatureError::Shape)?;
+            single(a.operand_type, dims)
+        }
         O::MathUnary => {
             ctx.count(&[2])?;
             expect_outputs(1)?;
@@ -2449,6 +2482,8 @@ pub fn input_role(op: OperationType, index: usize, input_count: usize) -> &'stat
         O::GatherElements => &["input", "axis", "indices"],
         O::Mod => &["input0", "input1", "fmod"],
         O::MathUnary => &["input", "function"],
+        O::CumSum => &["input", "axis", "exclusive", "reverse"],
+        O::Bitwise => &["input0", "input1", "function"],
         O::GatherNd => &["input", "indices", "batch_dims"],
         O::LayerNormalization => &["input", "gamma", "beta", "epsilon", "axis"],
         O::Gelu => &["input", "approximate"],

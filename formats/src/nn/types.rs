@@ -215,6 +215,54 @@ operations! {
     GatherNd = 0x1_0004, "GATHER_ND", Extension;
     Mod = 0x1_0005, "MOD", Extension;
     MathUnary = 0x1_0006, "MATH_UNARY", Extension;
+    // 0x1_0007 and 0x1_0008 are SCATTER_ELEMENTS and SCATTER_ND.
+    CumSum = 0x1_0009, "CUMSUM", Extension;
+    Bitwise = 0x1_000A, "BITWISE", Extension;
+}
+
+/// The functions of the extension operation BITWISE, by the code its `function` input
+/// holds. Shifts treat the 32 bits as unsigned; amounts of 32 or more give 0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum BitwiseFunction {
+    And = 0,
+    Or = 1,
+    Xor = 2,
+    ShiftLeft = 3,
+    ShiftRight = 4,
+}
+
+impl BitwiseFunction {
+    pub const ALL: &'static [BitwiseFunction] = &[
+        BitwiseFunction::And,
+        BitwiseFunction::Or,
+        BitwiseFunction::Xor,
+        BitwiseFunction::ShiftLeft,
+        BitwiseFunction::ShiftRight,
+    ];
+
+    pub fn from_code(code: i32) -> Option<BitwiseFunction> {
+        BitwiseFunction::ALL
+            .iter()
+            .copied()
+            .find(|f| *f as i32 == code)
+    }
+
+    pub fn apply(self, a: i32, b: i32) -> i32 {
+        let shift = |f: fn(u32, u32) -> Option<u32>| {
+            u32::try_from(b)
+                .ok()
+                .and_then(|amount| f(a as u32, amount))
+                .unwrap_or(0) as i32
+        };
+        match self {
+            BitwiseFunction::And => a & b,
+            BitwiseFunction::Or => a | b,
+            BitwiseFunction::Xor => a ^ b,
+            BitwiseFunction::ShiftLeft => shift(u32::checked_shl),
+            BitwiseFunction::ShiftRight => shift(u32::checked_shr),
+        }
+    }
 }
 
 /// The functions of the extension operation MATH_UNARY, by the code its `function`

@@ -215,6 +215,8 @@ enum BinaryOp {
     Mod {
         fmod: bool,
     },
+    /// nnc's BITWISE (int32 only).
+    Bitwise(nnc_formats::nn::BitwiseFunction),
 }
 
 /// The integer remainder with the sign of the divisor (`fmod` false) or of the dividend.
@@ -263,6 +265,13 @@ pub(crate) fn build_binary(info: &OpInfo) -> Result<Box<dyn Kernel>> {
         O::Mod => BinaryOp::Mod {
             fmod: info.bool(2, "fmod")?,
         },
+        O::Bitwise => {
+            let code = info.i32(2, "function")?;
+            BinaryOp::Bitwise(
+                nnc_formats::nn::BitwiseFunction::from_code(code)
+                    .ok_or_else(|| info.invalid(format!("unknown BITWISE function {code}")))?,
+            )
+        }
         _ => BinaryOp::Prelu,
     };
     let clamp = if matches!(
@@ -277,7 +286,7 @@ pub(crate) fn build_binary(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     let supported = match t {
         OperandType::TensorFloat32 => true,
         OperandType::TensorInt32 => !matches!(op, BinaryOp::Pow | BinaryOp::Prelu),
-        _ if matches!(op, BinaryOp::Mod { .. }) => false,
+        _ if matches!(op, BinaryOp::Mod { .. } | BinaryOp::Bitwise(_)) => false,
         _ => false,
     };
     if !supported {
@@ -349,6 +358,7 @@ impl Kernel for Binary {
                     BinaryOp::Mod { fmod: false } => {
                         broadcast_map(x, a.shape, y, b.shape, o, so, python_mod_f32)
                     }
+                    BinaryOp::Bitwise(_) => Err(RuntimeError::kernel("float BITWISE")),
                 }
             }
             OperandType::TensorInt32 => {
@@ -376,6 +386,9 @@ impl Kernel for Binary {
                     }
                     BinaryOp::Mod { fmod } => {
                         broadcast_map(x, a.shape, y, b.shape, o, so, |p, q| mod_i32(p, q, fmod))
+                    }
+                    BinaryOp::Bitwise(f) => {
+                        broadcast_map(x, a.shape, y, b.shape, o, so, |p, q| f.apply(p, q))
                     }
                     BinaryOp::Pow | BinaryOp::Prelu => {
                         Err(RuntimeError::kernel("int32 POW/PRELU are not implemented"))

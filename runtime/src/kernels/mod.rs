@@ -35,6 +35,7 @@ pub mod pool;
 mod quant;
 pub mod reduce;
 pub mod resize;
+pub mod scan;
 pub mod shape;
 pub mod softmax;
 pub mod transformer;
@@ -340,7 +341,8 @@ pub fn build_with<'c>(
         | O::Minimum
         | O::Pow
         | O::Prelu
-        | O::Mod => elementwise::build_binary(&info),
+        | O::Mod
+        | O::Bitwise => elementwise::build_binary(&info),
         O::Abs
         | O::Exp
         | O::Log
@@ -400,6 +402,7 @@ pub fn build_with<'c>(
         O::Argmax | O::Argmin | O::TopkV2 | O::Cast | O::Fill | O::Rank => misc::build(&info),
         O::LayerNormalization | O::Gelu | O::Erf | O::MathUnary => transformer::build(&info),
         O::GatherElements | O::GatherNd => gather::build(&info),
+        O::CumSum => scan::build(&info),
         _ => Err(info.unsupported("the CPU runtime has no kernel for this operation")),
     }
 }

@@ -362,6 +362,97 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// BitShift, BitwiseAnd/Or/Xor and BitwiseNot as nnc's BITWISE on int32 values: 8-bit
+    /// operands compute in int32 and wrap back (a left shift of uint8 loses its high
+    /// bits as ONNX's does), uint16 results are masked to 16 bits; 32- and 64-bit
+    /// unsigned results beyond int32 fail the run-time range check at the output rather
+    /// than being wrong.
+    pub(super) fn bitwise(&mut self, n: &Node) -> NResult<()> {
+        use nnc_formats::nn::BitwiseFunction as F;
+        let not = n.op() == "BitwiseNot";
+        let (a, b) = if not {
+            let x = self.tensor(n, 0)?;
+            let ones = self.scalar_tensor(OperandType::TensorInt32, -1.0);
+            let ones = TensorValue {
+                operand: ones,
+                dtype: DataType::I32,
+                scalar: true,
+            };
+            (x, ones)
+        } else {
+            self.binary_operands(n, 0, 1)?
+        };
+        let function = match n.op() {
+            "BitwiseAnd" => F::And,
+            "BitwiseOr" => F::Or,
+            "BitwiseXor" | "BitwiseNot" => F::Xor,
+            _ => match n.attrs.string_or("direction", "")?.as_str() {
+                "LEFT" => F::ShiftLeft,
+                "RIGHT" => F::ShiftRight,
+                other => return invalid(format!("direction must be LEFT or RIGHT, got '{other}'")),
+            },
+        };
+        let t = self.operand_type(a);
+        let quant8 = super::is_quant8(t);
+        if !(quant8 || t == OperandType::TensorInt32) || a.dtype == DataType::Bool {
+            return unsupported(format!(
+                "{} on {} tensors is not supported",
+                n.op(),
+                a.dtype
+            ));
+        }
+        if not && matches!(a.dtype, DataType::U32 | DataType::U64) {
+            return unsupported(format!(
+                "BitwiseNot of {} values exceeds the int32 they compute in",
+                a.dtype
+            ));
+        }
+        let (mut x, mut y) = (a.operand, b.operand);
+        if quant8 {
+            x = self.cast_op(n, x, OperandType::TensorInt32)?;
+            if !not {
+                y = self.cast_op(n, y, OperandType::TensorInt32)?;
+            }
+        }
+        let code = self.i32_const(function as i32);
+        let mut out = self.emit(n, OperationType::Bitwise, vec![x, y, code])?;
+        if a.dtype == DataType::U16 {
+            let mask = self.scalar_tensor(OperandType::TensorInt32, 65535.0);
+            let and = self.i32_const(F::And as i32);
+            out = self.emit(n, OperationType::Bitwise, vec![out, mask, and])?;
+        }
+        if quant8 {
+            out = self.wrap_to_8bit(n, out, t)?;
+        }
+        self.set_tensor(n, 0, out, a.dtype, a.scalar && b.scalar);
+        Ok(())
+    }
+
+    /// CumSum as nnc's CUMSUM; the axis must be known at compile time.
+    pub(super) fn cumsum(&mut self, n: &Node) -> NResult<()> {
+        let x = self.tensor(n, 0)?;
+        let axis_value = self.required_const(n, 1)?;
+        let Some(&a) = constant::to_i64s(&axis_value).first() else {
+            return invalid("CumSum's axis holds no value");
+        };
+        let r = self.rank(x);
+        let a = super::axis(a, r)?;
+        let t = self.operand_type(x);
+        if !matches!(t, OperandType::TensorFloat32 | OperandType::TensorInt32) {
+            return unsupported(format!("CumSum on {} tensors is not supported", x.dtype));
+        }
+        let ax = self.i32_const(a as i32);
+        let exclusive = self.bool_const(n.attrs.int_or("exclusive", 0)? != 0);
+        let reverse = self.bool_const(n.attrs.int_or("reverse", 0)? != 0);
+        let y = self.emit(
+            n,
+            OperationType::CumSum,
+            vec![x.operand, ax, exclusive, reverse],
+        )?;
+        self.set_output(n, 0, Value::Tensor(TensorValue { operand: y, ..x }));
+        Ok(())
+    }
+
     /// The elementwise functions the NN set lacks (Round, Tan, the inverse and hyperbolic
     /// trigonometric functions) as nnc's MATH_UNARY.
     pub(super) fn math_unary(&mut self, n: &Node) -> NResult<()> {

@@ -84,6 +84,11 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Attention", 23..=25 => attention;
     "", "AveragePool", 1..=22 => pool;
     "", "BatchNormalization", 1..=15 => batch_norm;
+    "", "BitShift", 11..=28 => bitwise;
+    "", "BitwiseAnd", 18..=18 => bitwise;
+    "", "BitwiseNot", 18..=18 => bitwise;
+    "", "BitwiseOr", 18..=18 => bitwise;
+    "", "BitwiseXor", 18..=18 => bitwise;
     "", "Cast", 6..=28 => cast;
     "", "CastLike", 15..=25 => cast;
     "", "Ceil", 1..=13 => unary;
@@ -96,6 +101,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "ConvTranspose", 1..=22 => conv_transpose;
     "", "Cos", 7..=22 => unary;
     "", "Cosh", 9..=22 => math_unary;
+    "", "CumSum", 11..=14 => cumsum;
     "", "DepthToSpace", 1..=28 => depth_space;
     "", "DequantizeLinear", 10..=28 => dequantize_linear;
     "", "Div", 1..=14 => binary;
