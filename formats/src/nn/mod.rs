@@ -18,6 +18,6 @@ pub use model::{
 };
 pub use types::{
     FusedActivation, HalVersion, Lifetime, MathFunction, NNC_EXTENSION, OperandType, OperationType,
-    PaddingScheme,
+    PaddingScheme, ScatterReduction,
 };
 pub use validate::{ValidationError, validate};

@@ -35,6 +35,7 @@ pub mod pool;
 mod quant;
 pub mod reduce;
 pub mod resize;
+pub mod scatter;
 pub mod shape;
 pub mod softmax;
 pub mod transformer;
@@ -400,6 +401,7 @@ pub fn build_with<'c>(
         O::Argmax | O::Argmin | O::TopkV2 | O::Cast | O::Fill | O::Rank => misc::build(&info),
         O::LayerNormalization | O::Gelu | O::Erf | O::MathUnary => transformer::build(&info),
         O::GatherElements | O::GatherNd => gather::build(&info),
+        O::ScatterElements | O::ScatterNd => scatter::build(&info),
         _ => Err(info.unsupported("the CPU runtime has no kernel for this operation")),
     }
 }

@@ -33,6 +33,7 @@ mod recurrent;
 mod reduce;
 pub mod registry;
 mod resize;
+mod scatter;
 mod shape;
 mod transformer;
 
