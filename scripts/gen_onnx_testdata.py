@@ -1747,6 +1747,111 @@ def cast_float_to_float16_and_back():
     return g
 
 
+# ---- Scatter, OneHot, Hardmax --------------------------------------------------------
+
+@case
+def scatter_elements_axis1_add():
+    # Duplicate indices add up; -1 is the last column.
+    g = Graph("scatter_elements_axis1_add", opset=16)
+    x = g.input("x", [3, 4])
+    idx = g.ints("indices", [[1, 1], [0, 3], [-1, 2]])
+    updates = g.input("updates", [3, 2])
+    g.output(g.node("ScatterElements", [x, idx, updates], ["y"], name="scatter", axis=1, reduction="add"))
+    return g
+
+
+@case
+def scatter_elements_negative_indices():
+    g = Graph("scatter_elements_negative_indices", opset=13)
+    x = g.input("x", [3, 3])
+    idx = g.ints("indices", [[-1, 0, -3], [1, -2, 2]])
+    updates = g.input("updates", [2, 3])
+    g.output(g.node("ScatterElements", [x, idx, updates], ["y"], name="scatter"))
+    return g
+
+
+@case
+def scatter_elements_int_max_min():
+    # int64 data computes as int32; indices at run time.
+    g = Graph("scatter_elements_int_max_min", opset=18)
+    x = g.input("x", [2, 4], data=g.rng.integers(-50, 50, [2, 4]).astype(np.int64))
+    idx = g.input("indices", [2, 3], data=np.array([[0, 3, 3], [-4, 1, 0]], dtype=np.int64))
+    updates = g.input("updates", [2, 3], data=g.rng.integers(-50, 50, [2, 3]).astype(np.int64))
+    g.output(g.node("ScatterElements", [x, idx, updates], ["max"], name="scatter_max", axis=1, reduction="max"),
+             g.node("ScatterElements", [x, idx, updates], ["min"], name="scatter_min", axis=-1, reduction="min"))
+    return g
+
+
+@case
+def scatter_deprecated_opset10():
+    g = Graph("scatter_deprecated_opset10", opset=10)
+    x = g.input("x", [2, 5])
+    idx = g.ints("indices", [[4, 0], [2, 1]])
+    updates = g.input("updates", [2, 2])
+    g.output(g.node("Scatter", [x, idx, updates], ["y"], name="scatter", axis=1))
+    return g
+
+
+@case
+def scatter_nd_slices():
+    # Whole [3, 2] slices of a [4, 3, 2] tensor; -1 is the last one.
+    g = Graph("scatter_nd_slices", opset=13)
+    x = g.input("x", [4, 3, 2])
+    updates = g.input("updates", [2, 3, 2])
+    g.output(g.node("ScatterND", [x, g.ints("indices", [[1], [-1]]), updates], ["y"], name="scatter_nd"))
+    return g
+
+
+@case
+def scatter_nd_mul():
+    # Single elements; (0, 1) is multiplied twice.
+    g = Graph("scatter_nd_mul", opset=16)
+    x = g.input("x", [2, 3])
+    updates = g.input("updates", [3])
+    idx = g.ints("indices", [[0, 1], [1, -1], [0, 1]])
+    g.output(g.node("ScatterND", [x, idx, updates], ["y"], name="scatter_nd", reduction="mul"))
+    return g
+
+
+@case
+def one_hot_axis_minus1_negative_index():
+    # -1 and -5 count from the end of depth 5; 5 and -6 are out of range: all off.
+    g = Graph("one_hot_axis_minus1_negative_index", opset=11)
+    idx = g.input("indices", [2, 3], data=np.array([[0, 4, -1], [5, -5, -6]], dtype=np.int64))
+    g.output(g.node("OneHot", [idx, g.ints("depth", np.array(5)), g.floats("values", [-1.0, 3.0])], ["y"],
+                    name="one_hot", axis=-1))
+    return g
+
+
+@case
+def one_hot_axis0_float_indices_runtime_values():
+    # Float indices truncate toward zero; the values are a graph input.
+    g = Graph("one_hot_axis0_float_indices_runtime_values", opset=11)
+    idx = g.input("indices", [3], data=np.array([2.7, 0.0, -1.2], dtype=np.float32))
+    values = g.input("values", [2], data=np.array([0.5, -2.0], dtype=np.float32))
+    g.output(g.node("OneHot", [idx, g.const("depth", np.array([4.0], dtype=np.float32)), values], ["y"],
+                    name="one_hot", axis=0))
+    return g
+
+
+@case
+def hardmax_axis1_opset13():
+    # Integer-valued inputs, so ties pick the first maximum.
+    g = Graph("hardmax_axis1_opset13", opset=13)
+    x = g.input("x", [2, 4, 3], data=small_ints(g, [2, 4, 3]))
+    g.output(g.node("Hardmax", [x], ["y"], name="hardmax", axis=1))
+    return g
+
+
+@case
+def hardmax_opset11_coerced():
+    # Before opset 13, the maximum is over everything from axis 1 on: [2, 12].
+    g = Graph("hardmax_opset11_coerced", opset=11)
+    x = g.input("x", [2, 3, 4])
+    g.output(g.node("Hardmax", [x], ["y"], name="hardmax"))
+    return g
+
+
 # ---- Transformer operators ----------------------------------------------------------
 
 @case

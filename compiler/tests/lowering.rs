@@ -616,6 +616,24 @@ histogram_cases! {
     // to_half: float32 -> float16 -> float32 (rounding), then -> float16 at the output;
     // to_float: the same rounded float32 value, relabelled.
     cast_float_to_float16_and_back: [CAST: 3],
+    // Scatters: one extension operation each (max and min: two).
+    scatter_elements_axis1_add: [SCATTER_ELEMENTS: 1],
+    scatter_elements_negative_indices: [SCATTER_ELEMENTS: 1],
+    scatter_elements_int_max_min: [SCATTER_ELEMENTS: 2],
+    scatter_deprecated_opset10: [SCATTER_ELEMENTS: 1],
+    scatter_nd_slices: [SCATTER_ND: 1],
+    scatter_nd_mul: [SCATTER_ND: 1],
+    // OneHot: SELECT(LESS(i, 0), i + depth, i), EXPAND_DIMS at the axis, EQUAL against
+    // 0..depth, SELECT between on and off.
+    one_hot_axis_minus1_negative_index: [LESS: 1, ADD: 1, SELECT: 2, EXPAND_DIMS: 1, EQUAL: 1],
+    // ... after a CAST of the float indices, with the values SLICEd at run time.
+    one_hot_axis0_float_indices_runtime_values: [
+        CAST: 1, SLICE: 2, LESS: 1, ADD: 1, SELECT: 2, EXPAND_DIMS: 1, EQUAL: 1
+    ],
+    // Hardmax: CAST(EQUAL(EXPAND_DIMS(ARGMAX), 0..n)); before opset 13 between reshapes
+    // to and from 2-D.
+    hardmax_axis1_opset13: [ARGMAX: 1, EXPAND_DIMS: 1, EQUAL: 1, CAST: 1],
+    hardmax_opset11_coerced: [RESHAPE: 2, ARGMAX: 1, EXPAND_DIMS: 1, EQUAL: 1, CAST: 1],
     // Transformer operators: nnc extension operations, or exact NN equivalents.
     layer_norm_last_axis: [LAYER_NORMALIZATION: 1],
     layer_norm_axis1_with_statistics: [LAYER_NORMALIZATION: 1],

@@ -18,6 +18,6 @@ pub use model::{
 };
 pub use types::{
     BitwiseFunction, FusedActivation, HalVersion, Lifetime, MathFunction, NNC_EXTENSION,
-    OperandType, OperationType, PaddingScheme,
+    OperandType, OperationType, PaddingScheme, ScatterReduction,
 };
 pub use validate::{ValidationError, validate};

@@ -13,6 +13,7 @@
 use super::model::Operand;
 use super::types::{
     FusedActivation, HalVersion, Lifetime, OperandType, OperationType, PaddingScheme,
+    ScatterReduction,
 };
 
 /// One input as seen by signature checking: its operand and, when known, its value
@@ -364,6 +365,48 @@ fn axis_in(axis: i32, rank: usize, index: usize, role: &'static str) -> Result<u
     Ok(if a < 0 { (a + r) as usize } else { a as usize })
 }
 
+/// The data, indices and updates of SCATTER_ELEMENTS and SCATTER_ND: updates of the
+/// input's type (and, when quantized, its scale and zero point, since updates are stored
+/// as they are).
+fn scatter_operands<'a>(ctx: &Ctx<'a>) -> Result<(&'a Operand, &'a Operand, &'a Operand)> {
+    let input = ctx.tensor(0, "input", ANY_DATA)?;
+    let indices = ctx.tensor(1, "indices", INT_VECTOR)?;
+    let updates = ctx.same_type(2, "updates", input.operand_type)?;
+    if QUANT8.contains(&input.operand_type)
+        && (updates.scale != input.scale || updates.zero_point != input.zero_point)
+    {
+        return Err(param_err(
+            2,
+            "updates",
+            "must have the input's scale and zero point",
+        ));
+    }
+    Ok((input, indices, updates))
+}
+
+/// The `reduction` code of a scatter: reductions other than none need numbers.
+fn scatter_reduction(ctx: &Ctx, index: usize, input: &Operand) -> Result<ScatterReduction> {
+    let code = ctx.i32(index, "reduction")?;
+    let reduction = ScatterReduction::from_code(code)
+        .ok_or_else(|| param_err(index, "reduction", format!("unknown reduction code {code}")))?;
+    if reduction != ScatterReduction::None
+        && !matches!(
+            input.operand_type,
+            OperandType::TensorFloat32 | OperandType::TensorInt32
+        )
+    {
+        return Err(param_err(
+            index,
+            "reduction",
+            format!(
+                "{reduction:?} needs TENSOR_FLOAT32 or TENSOR_INT32 data, got {}",
+                input.operand_type
+            ),
+        ));
+    }
+    Ok(reduction)
+}
+
 /// Two dimensions that must agree; unknown matches anything.
 fn merge_dim(a: u32, b: u32, what: &str) -> Result<u32> {
     match (a, b) {
@@ -614,6 +657,8 @@ fn check_kept_quantization(
         | O::Gather
         | O::GatherElements
         | O::GatherNd
+        | O::ScatterElements
+        | O::ScatterNd
         | O::Split
         | O::Tile
         | O::Reverse
@@ -1819,6 +1864,83 @@ fn infer_outputs(
             dims.extend_from_slice(&input.dimensions[batch + depth..]);
             single(input.operand_type, dims)
         }
+        O::ScatterElements => {
+            ctx.count(&[5])?;
+            expect_outputs(1)?;
+            let (input, indices, updates) = scatter_operands(&ctx)?;
+            let axis = ctx.i32(3, "axis")?;
+            scatter_reduction(&ctx, 4, input)?;
+            if let (Some(r), Some(ri)) = (rank(input), rank(indices)) {
+                if r != ri {
+                    return Err(param_err(
+                        1,
+                        "indices",
+                        format!("must have the input's rank {r}, got rank {ri}"),
+                    ));
+                }
+                let a = axis_in(axis, r, 3, "axis")?;
+                for (d, (&i, &x)) in indices.dimensions.iter().zip(&input.dimensions).enumerate() {
+                    if d != a && i != 0 && x != 0 && i > x {
+                        return Err(param_err(
+                            1,
+                            "indices",
+                            format!("dimension {d} is {i}, above the input's {x}"),
+                        ));
+                    }
+                }
+            }
+            if let (Some(ri), Some(ru)) = (rank(indices), rank(updates)) {
+                if ri != ru {
+                    return Err(param_err(
+                        2,
+                        "updates",
+                        format!("must have the indices' rank {ri}, got rank {ru}"),
+                    ));
+                }
+                for (&i, &u) in indices.dimensions.iter().zip(&updates.dimensions) {
+                    merge_dim(i, u, "updates and indices dimensions")?;
+                }
+            }
+            single(input.operand_type, input.dimensions.clone())
+        }
+        O::ScatterNd => {
+            ctx.count(&[4])?;
+            expect_outputs(1)?;
+            let (input, indices, updates) = scatter_operands(&ctx)?;
+            scatter_reduction(&ctx, 3, input)?;
+            if let (Some(r), Some(q)) = (rank(input), rank(indices)) {
+                let depth = indices.dimensions[q - 1];
+                if depth != 0 {
+                    let k = depth as usize;
+                    if k > r {
+                        return Err(param_err(
+                            1,
+                            "indices",
+                            format!("a last dimension of {k} does not fit an input of rank {r}"),
+                        ));
+                    }
+                    // updates: indices[..q-1] ++ input[k..] (one element: [1]).
+                    let mut expected = indices.dimensions[..q - 1].to_vec();
+                    expected.extend_from_slice(&input.dimensions[k..]);
+                    if expected.is_empty() {
+                        expected.push(1);
+                    }
+                    if let Some(ru) = rank(updates) {
+                        if ru != expected.len() {
+                            return Err(param_err(
+                                2,
+                                "updates",
+                                format!("must have rank {}, got rank {ru}", expected.len()),
+                            ));
+                        }
+                        for (&e, &u) in expected.iter().zip(&updates.dimensions) {
+                            merge_dim(e, u, "updates dimensions vs indices and input")?;
+                        }
+                    }
+                }
+            }
+            single(input.operand_type, input.dimensions.clone())
+        }
         O::InstanceNormalization => {
             ctx.count(&[5])?;
             expect_outputs(1)?;
@@ -2485,6 +2607,8 @@ pub fn input_role(op: OperationType, index: usize, input_count: usize) -> &'stat
         O::CumSum => &["input", "axis", "exclusive", "reverse"],
         O::Bitwise => &["input0", "input1", "function"],
         O::GatherNd => &["input", "indices", "batch_dims"],
+        O::ScatterElements => &["input", "indices", "updates", "axis", "reduction"],
+        O::ScatterNd => &["input", "indices", "updates", "reduction"],
         O::LayerNormalization => &["input", "gamma", "beta", "epsilon", "axis"],
         O::Gelu => &["input", "approximate"],
         O::Slice => &["input", "begin", "size"],
@@ -2693,6 +2817,49 @@ mod tests {
             strided_slice_range(10, 0, 100, 1, false, false, false),
             (0, 10)
         );
+    }
+
+    #[test]
+    fn scatter_shapes_and_reductions() {
+        let idx = |dims: &[u32]| Operand::new(OperandType::TensorInt32, dims.to_vec());
+        // SCATTER_ELEMENTS: input, indices, updates, axis, reduction.
+        let out = run(
+            OperationType::ScatterElements,
+            &[t(&[3, 4]), idx(&[2, 4]), t(&[2, 4])],
+            &[c_i32(-2), c_i32(1)],
+        )
+        .unwrap();
+        assert_eq!(out[0].dimensions, vec![3, 4]);
+        // Updates must match the indices; the indices fit the input off the axis.
+        let wrong = [
+            (vec![t(&[3, 4]), idx(&[2, 4]), t(&[2, 3])], 0),
+            (vec![t(&[3, 4]), idx(&[2, 5]), t(&[2, 5])], 0),
+            (vec![t(&[3, 4]), idx(&[2]), t(&[2])], 0),
+            (vec![t(&[3, 4]), idx(&[2, 4]), t(&[2, 4])], 5),
+        ];
+        for (tensors, reduction) in wrong {
+            let scalars = [c_i32(0), c_i32(reduction)];
+            assert!(run(OperationType::ScatterElements, &tensors, &scalars).is_err());
+        }
+        // Reductions need numbers.
+        let bools = |n: u32| Operand::new(OperandType::TensorBool8, vec![n]);
+        let scalars = [c_i32(0), c_i32(1)];
+        let tensors = [bools(3), idx(&[2]), bools(2)];
+        assert!(run(OperationType::ScatterElements, &tensors, &scalars).is_err());
+        let scalars = [c_i32(0), c_i32(0)];
+        assert!(run(OperationType::ScatterElements, &tensors, &scalars).is_ok());
+        // SCATTER_ND: updates are indices[..-1] ++ input[k..].
+        let nd = |tensors: &[Operand]| run(OperationType::ScatterNd, tensors, &[c_i32(2)]);
+        assert_eq!(
+            nd(&[t(&[4, 3, 2]), idx(&[5, 1]), t(&[5, 3, 2])]).unwrap()[0].dimensions,
+            vec![4, 3, 2]
+        );
+        assert!(nd(&[t(&[4, 3, 2]), idx(&[5, 2]), t(&[5, 2])]).is_ok());
+        assert!(nd(&[t(&[4, 3, 2]), idx(&[5, 2]), t(&[5, 3])]).is_err());
+        assert!(nd(&[t(&[4, 3, 2]), idx(&[5, 4]), t(&[5])]).is_err());
+        assert!(nd(&[t(&[4, 3, 2]), idx(&[5, 3]), t(&[5, 1])]).is_err());
+        // One tuple naming one element: a one-element update.
+        assert!(nd(&[t(&[4, 3, 2]), idx(&[3]), t(&[1])]).is_ok());
     }
 
     #[test]

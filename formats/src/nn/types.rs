@@ -215,9 +215,52 @@ operations! {
     GatherNd = 0x1_0004, "GATHER_ND", Extension;
     Mod = 0x1_0005, "MOD", Extension;
     MathUnary = 0x1_0006, "MATH_UNARY", Extension;
-    // 0x1_0007 and 0x1_0008 are SCATTER_ELEMENTS and SCATTER_ND.
+    ScatterElements = 0x1_0007, "SCATTER_ELEMENTS", Extension;
+    ScatterNd = 0x1_0008, "SCATTER_ND", Extension;
     CumSum = 0x1_0009, "CUMSUM", Extension;
     Bitwise = 0x1_000A, "BITWISE", Extension;
+}
+
+/// How the extension operations SCATTER_ELEMENTS and SCATTER_ND combine an update with
+/// the element it lands on, by the code their `reduction` input holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum ScatterReduction {
+    /// The update replaces the element.
+    None = 0,
+    Add = 1,
+    Mul = 2,
+    Max = 3,
+    Min = 4,
+}
+
+impl ScatterReduction {
+    pub const ALL: &'static [ScatterReduction] = &[
+        ScatterReduction::None,
+        ScatterReduction::Add,
+        ScatterReduction::Mul,
+        ScatterReduction::Max,
+        ScatterReduction::Min,
+    ];
+
+    pub fn from_code(code: i32) -> Option<ScatterReduction> {
+        ScatterReduction::ALL
+            .iter()
+            .copied()
+            .find(|r| *r as i32 == code)
+    }
+
+    /// The reduction named as ONNX's `reduction` attribute names it.
+    pub fn from_onnx_name(name: &str) -> Option<ScatterReduction> {
+        match name {
+            "none" => Some(ScatterReduction::None),
+            "add" => Some(ScatterReduction::Add),
+            "mul" => Some(ScatterReduction::Mul),
+            "max" => Some(ScatterReduction::Max),
+            "min" => Some(ScatterReduction::Min),
+            _ => None,
+        }
+    }
 }
 
 /// The functions of the extension operation BITWISE, by the code its `function` input

@@ -36,6 +36,7 @@ mod quant;
 pub mod reduce;
 pub mod resize;
 pub mod scan;
+pub mod scatter;
 pub mod shape;
 pub mod softmax;
 pub mod transformer;
@@ -403,6 +404,7 @@ pub fn build_with<'c>(
         O::LayerNormalization | O::Gelu | O::Erf | O::MathUnary => transformer::build(&info),
         O::GatherElements | O::GatherNd => gather::build(&info),
         O::CumSum => scan::build(&info),
+        O::ScatterElements | O::ScatterNd => scatter::build(&info),
         _ => Err(info.unsupported("the CPU runtime has no kernel for this operation")),
     }
 }

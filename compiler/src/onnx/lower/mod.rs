@@ -34,6 +34,7 @@ mod recurrent;
 mod reduce;
 pub mod registry;
 mod resize;
+mod scatter;
 mod shape;
 mod transformer;
 

@@ -125,6 +125,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "GreaterOrEqual", 12..=16 => binary;
     "", "HardSigmoid", 1..=22 => activation;
     "", "HardSwish", 14..=22 => activation;
+    "", "Hardmax", 1..=13 => hardmax;
     "", "Identity", 1..=25 => identity;
     "", "InstanceNormalization", 6..=22 => instance_norm;
     "", "IsInf", 10..=20 => is_nan_inf;
@@ -148,6 +149,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Neg", 1..=13 => unary;
     "", "NegativeLogLikelihoodLoss", 12..=22 => nll_loss;
     "", "Not", 1..=1 => unary;
+    "", "OneHot", 9..=28 => one_hot;
     "", "Or", 7..=7 => binary;
     "", "PRelu", 1..=16 => activation;
     "", "Pad", 2..=25 => pad;
@@ -173,6 +175,9 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Reshape", 5..=25 => reshape;
     "", "Resize", 10..=19 => resize;
     "", "Round", 11..=22 => math_unary;
+    "", "Scatter", 9..=11 => scatter_elements;
+    "", "ScatterElements", 11..=18 => scatter_elements;
+    "", "ScatterND", 11..=18 => scatter_nd;
     "", "Selu", 1..=22 => activation;
     "", "Shape", 1..=25 => shape_of;
     "", "Sigmoid", 1..=13 => activation;

@@ -279,7 +279,7 @@ impl Lowerer<'_> {
     }
 
     /// Integer indices as a TENSOR_INT32 operand (ONNX int64 computes as int32).
-    fn index_operand(&mut self, n: &Node, i: usize) -> NResult<TensorValue> {
+    pub(super) fn index_operand(&mut self, n: &Node, i: usize) -> NResult<TensorValue> {
         let idx = self.tensor(n, i)?;
         if self.operand_type(idx) != OperandType::TensorInt32 {
             return invalid(format!("input {i} (indices) must be an integer tensor"));
