@@ -264,7 +264,10 @@ impl ScatterReduction {
 }
 
 /// The functions of the extension operation BITWISE, by the code its `function` input
-/// holds. Shifts treat the 32 bits as unsigned; amounts of 32 or more give 0.
+/// holds. The right shift is arithmetic (sign-extending); a shift amount that is negative
+/// or 32 or more leaves only the sign extension: -1 for a right shift of a negative value,
+/// 0 otherwise (ONNX's BitShift, which values of narrower types computed as int32 also
+/// satisfy).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(i32)]
 pub enum BitwiseFunction {
@@ -303,7 +306,16 @@ impl BitwiseFunction {
             BitwiseFunction::Or => a | b,
             BitwiseFunction::Xor => a ^ b,
             BitwiseFunction::ShiftLeft => shift(u32::checked_shl),
-            BitwiseFunction::ShiftRight => shift(u32::checked_shr),
+            BitwiseFunction::ShiftRight => match u32::try_from(b) {
+                Ok(amount) if amount < 32 => a >> amount,
+                _ => {
+                    if a < 0 {
+                        -1
+                    } else {
+                        0
+                    }
+                }
+            },
         }
     }
 }
