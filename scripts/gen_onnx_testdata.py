@@ -1676,6 +1676,45 @@ def cumsum_exclusive_reverse():
 
 
 @case
+def resize_cubic_exclude_outside():
+    # No NN resize interpolates cubically: nnc's RESAMPLE with compiler-made tap tables.
+    g = Graph("resize_cubic_exclude_outside", opset=19)
+    x = g.input("x", [1, 2, 4, 5])
+    g.output(g.node("Resize", [x, "", g.floats("scales", [1.0, 1.0, 1.5, 0.6])], ["y"], name="resize",
+                    mode="cubic", exclude_outside=1, cubic_coeff_a=-0.5))
+    return g
+
+
+@case
+def resize_tf_crop_and_resize_extrapolation():
+    g = Graph("resize_tf_crop_and_resize_extrapolation", opset=19)
+    x = g.input("x", [1, 1, 4, 4])
+    roi = g.floats("roi", [0, 0, -0.2, 0.4, 1, 1, 0.6, 1.3])
+    g.output(g.node("Resize", [x, roi, "", g.ints("sizes", [1, 1, 3, 5])], ["y"], name="resize",
+                    mode="linear", coordinate_transformation_mode="tf_crop_and_resize",
+                    extrapolation_value=10.0))
+    return g
+
+
+@case
+def resize_linear_antialias_downsample():
+    g = Graph("resize_linear_antialias_downsample", opset=19)
+    x = g.input("x", [1, 1, 8, 8])
+    g.output(g.node("Resize", [x, "", g.floats("scales", [1.0, 1.0, 0.4, 0.6])], ["y"], name="resize",
+                    mode="linear", antialias=1))
+    return g
+
+
+@case
+def eye_like_and_shrink():
+    g = Graph("eye_like_and_shrink", opset=13)
+    x = g.input("x", [3, 4])
+    g.output(g.node("EyeLike", [x], ["eye"], name="eye_like", k=1),
+             g.node("Shrink", [x], ["shrunk"], name="shrink", lambd=0.4, bias=0.1))
+    return g
+
+
+@case
 def math_unary_functions():
     g = Graph("math_unary_functions", opset=13)
     unit = g.input("unit", [2, 3], data=np.array([[-0.9, -0.5, 0.0], [0.25, 0.5, 0.9]], dtype=np.float32))

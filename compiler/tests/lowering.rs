@@ -602,6 +602,13 @@ histogram_cases! {
     // a / b truncated = (a - fmod(a, b)) / b, where the NN set's floor division is exact.
     div_integer_truncates: [MOD: 1, SUB: 1, DIV: 1],
     math_unary_functions: [MATH_UNARY: 10],
+    // Cubic, tf_crop_and_resize and antialiased resizing: one RESAMPLE each, in NCHW.
+    resize_cubic_exclude_outside: [RESAMPLE: 1],
+    resize_tf_crop_and_resize_extrapolation: [RESAMPLE: 1],
+    resize_linear_antialias_downsample: [RESAMPLE: 1],
+    // EyeLike folds to a constant (copied into the output by a RESHAPE); Shrink is two
+    // comparisons, ADD and SUB of the bias, and two SELECTs.
+    eye_like_and_shrink: [RESHAPE: 1, LESS: 1, GREATER: 1, ADD: 1, SUB: 1, SELECT: 2],
     // uint8 operands compute in int32 (CAST) and wrap back (ADD/DIV/MUL/SUB, CAST);
     // BitwiseNot is XOR with -1.
     bitwise_and_shifts: [BITWISE: 7, CAST: 8, DIV: 3, MUL: 3, SUB: 3],
@@ -2141,18 +2148,20 @@ mod binding {
     }
 
     #[test]
-    fn resize_sampling_no_nn_setting_matches_stays_unsupported_after_binding() {
-        // 2 -> 1 rows at scale 0.6 with half_pixel reads row 1/3, the NN set row 0.5.
+    fn resize_sampling_no_nn_setting_matches_becomes_a_resample_after_binding() {
+        // 2 -> 1 rows at scale 0.6 with half_pixel reads row 1/3, the NN set row 0.5: no
+        // NN resize reproduces it, so the bound model resamples with nnc's RESAMPLE.
         let m = resize_scales(vec![string_attr("mode", "linear")], 4);
-        let report = unsupported(lower_bound(
-            &m,
-            &[("scales", f32_tensor(&[4], &[1.0, 1.0, 0.6, 0.6]))],
-        ));
-        assert_eq!(report.only_needs_bound_inputs(), None);
-        assert!(
-            report.to_string().contains("samples differently"),
-            "{report}"
-        );
+        let lowered =
+            lower_bound(&m, &[("scales", f32_tensor(&[4], &[1.0, 1.0, 0.6, 0.6]))]).unwrap();
+        let ops: Vec<OperationType> = lowered
+            .model
+            .main
+            .operations
+            .iter()
+            .map(|o| o.op_type)
+            .collect();
+        assert_eq!(ops, [OperationType::Resample]);
     }
 
     #[test]

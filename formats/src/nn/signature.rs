@@ -1794,6 +1794,78 @@ fn infer_outputs(
                 broadcast_dims(&a.dimensions, &b.dimensions).map_err(SignatureError::Shape)?;
             single(a.operand_type, dims)
         }
+        O::Resample => {
+            ctx.count(&[6])?;
+            expect_outputs(1)?;
+            let input = ctx.tensor(0, "input", &[OperandType::TensorFloat32])?;
+            let taps = ctx.i32_values(1, "taps")?;
+            ctx.tensor(2, "indices", INT_VECTOR)?;
+            ctx.tensor(3, "weights", &[OperandType::TensorFloat32])?;
+            ctx.f32(4, "extrapolation")?;
+            let shape = ctx.i32_values(5, "output_shape")?;
+            let Some(r) = rank(input) else {
+                return single(input.operand_type, vec![0; shape.len()]);
+            };
+            if taps.len() != r || shape.len() != r {
+                return Err(param_err(
+                    1,
+                    "taps",
+                    format!("taps and output_shape need {r} values"),
+                ));
+            }
+            let mut total = 0u64;
+            let mut dims = Vec::with_capacity(r);
+            for d in 0..r {
+                let (k, out) = (taps[d], shape[d]);
+                if !(0..=256).contains(&k) || out < 1 {
+                    return Err(param_err(
+                        1,
+                        "taps",
+                        format!("axis {d}: {k} taps to {out} elements"),
+                    ));
+                }
+                if k == 0 && input.dimensions[d] != 0 && out as u32 != input.dimensions[d] {
+                    return Err(param_err(
+                        5,
+                        "output_shape",
+                        format!("axis {d} is not resampled but changes length"),
+                    ));
+                }
+                total += k as u64 * out as u64;
+                dims.push(out as u32);
+            }
+            for (index, role) in [(2, "indices"), (3, "weights")] {
+                let len: u64 = ctx
+                    .operand(index)
+                    .dimensions
+                    .iter()
+                    .map(|&d| u64::from(d))
+                    .product();
+                if ctx.operand(index).dimensions.len() != 1 || len != total {
+                    return Err(param_err(index, role, format!("must hold {total} values")));
+                }
+            }
+            if let Some(bytes) = ctx.inputs[2].value {
+                let indices = decode_i32s(bytes);
+                let mut at = 0usize;
+                for d in 0..r {
+                    let n = taps[d] as usize * shape[d] as usize;
+                    let dim = input.dimensions[d];
+                    if let Some(bad) = indices[at..at + n]
+                        .iter()
+                        .find(|&&i| i < -1 || (dim != 0 && i >= dim as i32))
+                    {
+                        return Err(param_err(
+                            2,
+                            "indices",
+                            format!("index {bad} is out of range for axis {d} of size {dim}"),
+                        ));
+                    }
+                    at += n;
+                }
+            }
+            single(input.operand_type, dims)
+        }
         O::MathUnary => {
             ctx.count(&[2])?;
             expect_outputs(1)?;
@@ -2604,6 +2676,14 @@ pub fn input_role(op: OperationType, index: usize, input_count: usize) -> &'stat
         O::GatherElements => &["input", "axis", "indices"],
         O::Mod => &["input0", "input1", "fmod"],
         O::MathUnary => &["input", "function"],
+        O::Resample => &[
+            "input",
+            "taps",
+            "indices",
+            "weights",
+            "extrapolation",
+            "output_shape",
+        ],
         O::CumSum => &["input", "axis", "exclusive", "reverse"],
         O::Bitwise => &["input0", "input1", "function"],
         O::GatherNd => &["input", "indices", "batch_dims"],

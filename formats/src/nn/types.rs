@@ -219,6 +219,7 @@ operations! {
     ScatterNd = 0x1_0008, "SCATTER_ND", Extension;
     CumSum = 0x1_0009, "CUMSUM", Extension;
     Bitwise = 0x1_000A, "BITWISE", Extension;
+    Resample = 0x1_000B, "RESAMPLE", Extension;
 }
 
 /// How the extension operations SCATTER_ELEMENTS and SCATTER_ND combine an update with

@@ -34,6 +34,7 @@ pub mod misc;
 pub mod pool;
 mod quant;
 pub mod reduce;
+pub mod resample;
 pub mod resize;
 pub mod scan;
 pub mod scatter;
@@ -404,6 +405,7 @@ pub fn build_with<'c>(
         O::LayerNormalization | O::Gelu | O::Erf | O::MathUnary => transformer::build(&info),
         O::GatherElements | O::GatherNd => gather::build(&info),
         O::CumSum => scan::build(&info),
+        O::Resample => resample::build(&info),
         O::ScatterElements | O::ScatterNd => scatter::build(&info),
         _ => Err(info.unsupported("the CPU runtime has no kernel for this operation")),
     }

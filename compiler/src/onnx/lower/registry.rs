@@ -111,6 +111,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Erf", 9..=13 => erf;
     "", "Exp", 1..=13 => unary;
     "", "Expand", 8..=13 => expand;
+    "", "EyeLike", 9..=22 => eye_like;
     "", "Flatten", 1..=25 => flatten;
     "", "Floor", 1..=13 => unary;
     "", "GRU", 7..=22 => recurrent;
@@ -180,6 +181,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "ScatterND", 11..=18 => scatter_nd;
     "", "Selu", 1..=22 => activation;
     "", "Shape", 1..=25 => shape_of;
+    "", "Shrink", 9..=9 => shrink;
     "", "Sigmoid", 1..=13 => activation;
     "", "Sign", 9..=13 => unary;
     "", "Sin", 7..=22 => unary;

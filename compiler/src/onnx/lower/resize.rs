@@ -4,10 +4,12 @@
 //! set has two operations with two flags (align_corners, half_pixel_centers). Rather
 //! than trust a table of equivalences, the lowering computes, for every output row and
 //! column, the source coordinate ONNX would read and the one each NN flag setting reads,
-//! and picks a setting that agrees everywhere. When none does, the node is unsupported:
+//! and picks a setting that agrees everywhere. When none does (and for cubic mode,
+//! tf_crop_and_resize, other ranks, or resized batch and channel axes) the node becomes
+//! nnc's RESAMPLE with tap tables computed here exactly as ONNX's reference samples;
 //! nnc never emits an approximation silently.
 
-use nnc_formats::nn::OperationType;
+use nnc_formats::nn::{Operand, OperandType, OperationType};
 
 use super::super::constant;
 use super::{Lowerer, NResult, Node, invalid, unsupported};
@@ -16,6 +18,7 @@ use super::{Lowerer, NResult, Node, invalid, unsupported};
 enum Mode {
     Nearest,
     Linear,
+    Cubic,
 }
 
 /// The source index the NN set's RESIZE_NEAREST_NEIGHBOR reads for output index `o`
@@ -160,6 +163,8 @@ fn choose_flags(
                             continue 'candidate;
                         }
                     }
+                    // No NN operation interpolates cubically.
+                    Mode::Cubic => continue 'candidate,
                 }
             }
         }
@@ -183,23 +188,11 @@ fn choose_flags(
 }
 
 /// The run-time-independent attributes of a Resize node that no NN setting can serve.
-fn static_unsupported(transform: &str, antialias: bool, mode: Mode) -> Option<String> {
-    if transform == "tf_crop_and_resize" {
-        return Some(
-            "coordinate_transformation_mode 'tf_crop_and_resize' is not supported (the NN \
-             set resizes whole images)"
-                .into(),
-        );
-    }
-    if onnx_coordinate(transform, 0, 1, 1, 1.0).is_none() {
+fn static_unsupported(transform: &str) -> Option<String> {
+    if onnx_coordinate(transform, 0, 1, 1, 1.0).is_none() && transform != "tf_crop_and_resize" {
         return Some(format!(
             "coordinate_transformation_mode '{transform}' is not supported"
         ));
-    }
-    // Antialiasing widens the filter when downsampling; upsampling is unaffected, but
-    // whether a node downsamples may depend on run-time values, so it is refused.
-    if antialias && mode == Mode::Linear {
-        return Some("antialiased resizing is not supported".into());
     }
     None
 }
@@ -211,12 +204,8 @@ impl Lowerer<'_> {
         let mode = match mode_name.as_str() {
             "nearest" => Mode::Nearest,
             "linear" | "bilinear" => Mode::Linear,
-            other => {
-                return unsupported(format!(
-                    "resize mode '{other}' is not supported (the NN set resizes nearest and \
-                     bilinear only)"
-                ));
-            }
+            "cubic" => Mode::Cubic,
+            other => return invalid(format!("unknown resize mode '{other}'")),
         };
         let legacy = upsample || self.opset < 11;
         let (transform, rounding) = if legacy {
@@ -229,7 +218,7 @@ impl Lowerer<'_> {
             )
         };
         let antialias = n.attrs.int_or("antialias", 0)? != 0;
-        if let Some(reason) = static_unsupported(&transform, antialias, mode) {
+        if let Some(reason) = static_unsupported(&transform) {
             return unsupported(reason);
         }
         if mode == Mode::Nearest && onnx_round(0.5, &rounding).is_none() {
@@ -261,9 +250,6 @@ impl Lowerer<'_> {
         let x = self.tensor(n, 0)?;
         self.require_float(n, x)?;
         let dims = self.known_dims(x)?;
-        if dims.len() != 4 {
-            return unsupported("only 4-D (NCHW) resizing is supported");
-        }
         let rank = dims.len();
         let axes: Vec<usize> = match n.attrs.ints("axes")? {
             Some(a) if !legacy => {
@@ -303,25 +289,69 @@ impl Lowerer<'_> {
             (scales, sizes)
         };
         let (out, scale) = output_geometry(&dims, &axes, scales, sizes, &policy)?;
-        if out[0] != dims[0] || out[1] != dims[1] || scale[0] != 1.0 || scale[1] != 1.0 {
-            return unsupported("resizing the batch or channel dimension is not supported");
-        }
-        let (out_h, out_w, sh, sw) = (out[2], out[3], scale[2], scale[3]);
         // The output must fit the tensor limit before anything loops over its extent.
         self.limits.check_tensor(
             || "the resized output".to_string(),
             nnc_formats::limits::element_count(&out),
             x.dtype.size() as u64,
         )?;
-        let (align, half) = choose_flags(
-            mode,
-            &transform,
-            &rounding,
-            [dims[2], dims[3]],
-            [out_h, out_w],
-            [sh, sw],
-        )
-        .map_err(super::NodeError::Unsupported)?;
+        // The NN set's RESIZE_* when one of its settings samples exactly as ONNX does;
+        // otherwise nnc's RESAMPLE with tap tables computed here.
+        let nn_flags = if rank == 4
+            && !(antialias && mode != Mode::Nearest)
+            && out[0] == dims[0]
+            && out[1] == dims[1]
+            && scale[0] == 1.0
+            && scale[1] == 1.0
+            && mode != Mode::Cubic
+            && transform != "tf_crop_and_resize"
+        {
+            choose_flags(
+                mode,
+                &transform,
+                &rounding,
+                [dims[2], dims[3]],
+                [out[2], out[3]],
+                [scale[2], scale[3]],
+            )
+            .ok()
+        } else {
+            None
+        };
+        let Some((align, half)) = nn_flags else {
+            let roi = if transform == "tf_crop_and_resize" {
+                let roi = match self.const_input(n, 1)? {
+                    Some(c) => constant::to_f64s(&c),
+                    None => return invalid("tf_crop_and_resize needs roi"),
+                };
+                // [starts..., ends...] over the listed axes; the others keep [0, 1].
+                if roi.len() != 2 * axes.len() {
+                    return invalid(format!(
+                        "roi holds {} values for {} axes",
+                        roi.len(),
+                        axes.len()
+                    ));
+                }
+                let mut full = vec![(0.0, 1.0); rank];
+                for (k, &a) in axes.iter().enumerate() {
+                    full[a] = (roi[k], roi[axes.len() + k]);
+                }
+                full
+            } else {
+                vec![(0.0, 1.0); rank]
+            };
+            let params = Sampling {
+                mode,
+                transform: &transform,
+                rounding: &rounding,
+                cubic_a: f64::from(n.attrs.float_or("cubic_coeff_a", -0.75)?),
+                exclude_outside: n.attrs.int_or("exclude_outside", 0)? != 0,
+                antialias,
+            };
+            let extrapolation = n.attrs.float_or("extrapolation_value", 0.0)?;
+            return self.resample(n, x, &dims, &out, &scale, &roi, &params, extrapolation);
+        };
+        let (out_h, out_w) = (out[2], out[3]);
         let xh = self.to_nhwc(n, x.operand)?;
         let inputs = vec![
             xh,
@@ -338,6 +368,221 @@ impl Lowerer<'_> {
         };
         let yh = self.emit(n, op, inputs)?;
         let y = self.to_nchw(n, yh)?;
+        self.set_tensor(n, 0, y, x.dtype, false);
+        Ok(())
+    }
+}
+
+/// How ONNX's Resize samples one axis.
+struct Sampling<'a> {
+    mode: Mode,
+    transform: &'a str,
+    rounding: &'a str,
+    cubic_a: f64,
+    exclude_outside: bool,
+    /// Linear and cubic filters widen by 1/scale when downsampling.
+    antialias: bool,
+}
+
+/// The tap table of one axis as ONNX's reference computes it: for each output index,
+/// `k` (input index, weight) pairs, or index -1 in the first tap when the coordinate
+/// falls outside the input (tf_crop_and_resize extrapolates there). Neighbours beyond
+/// the input repeat its edge (the reference pads by edge values) unless
+/// `exclude_outside` drops them and renormalizes.
+fn axis_taps(
+    p: &Sampling,
+    input: u32,
+    output: u32,
+    scale: f64,
+    roi: (f64, f64),
+) -> NResult<(usize, Vec<i32>, Vec<f32>)> {
+    // The filter's footprint, as the reference sizes it (a 1/scale-wide filter when an
+    // antialiased resize downsamples).
+    let shrink = scale.min(1.0);
+    let antialias = p.antialias && p.mode != Mode::Nearest;
+    let k = match p.mode {
+        Mode::Nearest => 2,
+        Mode::Linear if antialias => (2 - 2 * ((-1.0 / shrink).floor() as i64 + 1)) as usize,
+        Mode::Linear => 2,
+        Mode::Cubic if antialias => {
+            let start = (-2.0 / shrink).floor() as i64 + 1;
+            (2 - 2 * start) as usize
+        }
+        Mode::Cubic => 4,
+    };
+    if k > 256 {
+        return unsupported(format!(
+            "an antialiased filter of {k} taps is not supported"
+        ));
+    }
+    let last = f64::from(input) - 1.0;
+    let mut indices = Vec::with_capacity(output as usize * k);
+    let mut weights = Vec::with_capacity(output as usize * k);
+    for o in 0..output {
+        let x = if p.transform == "tf_crop_and_resize" {
+            let x = if output > 1 {
+                roi.0 * last + f64::from(o) * (roi.1 - roi.0) * last / (f64::from(output) - 1.0)
+            } else {
+                0.5 * (roi.0 + roi.1) * last
+            };
+            if x < 0.0 || x > last {
+                indices.extend(std::iter::repeat_n(-1, k));
+                weights.extend(std::iter::repeat_n(0.0, k));
+                continue;
+            }
+            x
+        } else {
+            onnx_coordinate(p.transform, o, input, output, scale).ok_or_else(|| {
+                super::NodeError::Unsupported(format!(
+                    "coordinate_transformation_mode '{}' is not supported",
+                    p.transform
+                ))
+            })?
+        };
+        // The reference prefers the pixel left of x: an integral x has ratio 1 over the
+        // neighbours (x - 1, x).
+        let integral = x == x.floor();
+        let t = if integral { 1.0 } else { x - x.floor() };
+        let mut coeffs: Vec<f64> = match p.mode {
+            Mode::Nearest => {
+                if integral {
+                    vec![0.0, 1.0]
+                } else {
+                    let right = match p.rounding {
+                        "round_prefer_floor" => t > 0.5,
+                        "round_prefer_ceil" => t >= 0.5,
+                        "floor" => false,
+                        "ceil" => true,
+                        other => {
+                            return unsupported(format!("nearest_mode '{other}' is not supported"));
+                        }
+                    };
+                    if right {
+                        vec![0.0, 1.0]
+                    } else {
+                        vec![1.0, 0.0]
+                    }
+                }
+            }
+            Mode::Linear if antialias => {
+                let start = (-1.0 / shrink).floor() + 1.0;
+                let c: Vec<f64> = (0..k)
+                    .map(|j| (1.0 - ((start + j as f64 - t) * shrink).abs()).clamp(0.0, 1.0))
+                    .collect();
+                let sum: f64 = c.iter().sum();
+                c.into_iter().map(|v| v / sum).collect()
+            }
+            Mode::Cubic if antialias => {
+                let a = p.cubic_a;
+                let kernel = |x: f64| {
+                    let x = x.abs();
+                    if x <= 1.0 {
+                        (a + 2.0) * x * x * x - (a + 3.0) * x * x + 1.0
+                    } else if x < 2.0 {
+                        a * x * x * x - 5.0 * a * x * x + 8.0 * a * x - 4.0 * a
+                    } else {
+                        0.0
+                    }
+                };
+                let start = (-2.0 / shrink).floor() + 1.0;
+                let c: Vec<f64> = (0..k)
+                    .map(|j| kernel(shrink * (start + j as f64 - t)))
+                    .collect();
+                let sum: f64 = c.iter().sum();
+                c.into_iter().map(|v| v / sum).collect()
+            }
+            Mode::Linear => vec![1.0 - t, t],
+            Mode::Cubic => {
+                let a = p.cubic_a;
+                let far = |d: f64| ((a * d - 5.0 * a) * d + 8.0 * a) * d - 4.0 * a;
+                let near = |d: f64| ((a + 2.0) * d - (a + 3.0)) * d * d + 1.0;
+                vec![far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t)]
+            }
+        };
+        // The k nearest indices of the edge-padded input, ties to the smaller one.
+        let first = if integral {
+            x as i64 - (k as i64) / 2
+        } else {
+            x.floor() as i64 - (k as i64) / 2 + 1
+        };
+        let neighbours: Vec<i64> = (first..first + k as i64).collect();
+        if p.exclude_outside {
+            for (c, &i) in coeffs.iter_mut().zip(&neighbours) {
+                if i < 0 || i > last as i64 {
+                    *c = 0.0;
+                }
+            }
+            let sum: f64 = coeffs.iter().sum();
+            if sum != 0.0 {
+                coeffs.iter_mut().for_each(|c| *c /= sum);
+            }
+        }
+        for (c, i) in coeffs.into_iter().zip(neighbours) {
+            indices.push(i.clamp(0, last as i64) as i32);
+            weights.push(c as f32);
+        }
+    }
+    Ok((k, indices, weights))
+}
+
+impl Lowerer<'_> {
+    /// Resize as nnc's RESAMPLE: one tap table per resampled axis, computed here.
+    #[allow(clippy::too_many_arguments)]
+    fn resample(
+        &mut self,
+        n: &Node,
+        x: super::TensorValue,
+        dims: &[u32],
+        out: &[u32],
+        scale: &[f64],
+        roi: &[(f64, f64)],
+        p: &Sampling,
+        extrapolation: f32,
+    ) -> NResult<()> {
+        let mut taps = Vec::with_capacity(dims.len());
+        let mut indices = Vec::new();
+        let mut weights = Vec::new();
+        for d in 0..dims.len() {
+            let identity = out[d] == dims[d] && scale[d] == 1.0 && roi[d] == (0.0, 1.0);
+            if identity && p.transform != "tf_crop_and_resize" {
+                taps.push(0);
+                continue;
+            }
+            let entries = out[d] as usize * 4;
+            self.budget
+                .generate(entries, nnc_formats::tensor::DataType::I64)?;
+            let (k, i, w) = axis_taps(p, dims[d], out[d], scale[d], roi[d])?;
+            taps.push(k as i32);
+            indices.extend(i);
+            weights.extend(w);
+        }
+        if indices.is_empty() {
+            // Nothing resamples: the output is the input.
+            self.set_output(n, 0, super::Value::Tensor(x));
+            return Ok(());
+        }
+        let len = indices.len() as u32;
+        let taps = self.i32_vector(&taps);
+        let indices_operand = self.model.add_constant(
+            Operand::new(OperandType::TensorInt32, vec![len]),
+            bytemuck::cast_slice(&indices),
+        );
+        let weights_operand = self.model.add_f32_tensor(vec![len], &weights);
+        let extrapolation = self.f32_const(extrapolation);
+        let shape: Vec<i32> = out.iter().map(|&d| d as i32).collect();
+        let shape = self.i32_vector(&shape);
+        let y = self.emit(
+            n,
+            OperationType::Resample,
+            vec![
+                x.operand,
+                taps,
+                indices_operand,
+                weights_operand,
+                extrapolation,
+                shape,
+            ],
+        )?;
         self.set_tensor(n, 0, y, x.dtype, false);
         Ok(())
     }

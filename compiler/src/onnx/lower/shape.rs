@@ -1507,3 +1507,61 @@ impl Lowerer<'_> {
         Ok(())
     }
 }
+
+impl Lowerer<'_> {
+    /// EyeLike: a constant of the input's (known, 2-D) shape with ones on diagonal `k`,
+    /// of the `dtype` attribute's type or the input's.
+    pub(super) fn eye_like(&mut self, n: &Node) -> NResult<()> {
+        let dims = match self.required(n, 0)? {
+            Value::Const(c) => c.shape.iter().map(|&d| d as u32).collect(),
+            Value::Tensor(t) => self.known_dims(t)?,
+        };
+        let input_dtype = match self.required(n, 0)? {
+            Value::Const(c) => c.dtype,
+            Value::Tensor(t) => t.dtype,
+        };
+        let [rows, cols] = dims[..] else {
+            return invalid(format!("EyeLike needs a 2-D input, got {dims:?}"));
+        };
+        let dtype = match n.attrs.int("dtype")? {
+            Some(code) => super::super::tensor::host_data_type(code as i32).ok_or_else(|| {
+                NodeError::Unsupported(format!("EyeLike of type code {code} is not supported"))
+            })?,
+            None => input_dtype,
+        };
+        let k = n.attrs.int_or("k", 0)?;
+        let count = rows as usize * cols as usize;
+        self.budget.generate(count, DataType::F64)?;
+        let mut values = vec![0.0; count];
+        for r in 0..i64::from(rows) {
+            let c = r + k;
+            if (0..i64::from(cols)).contains(&c) {
+                values[(r * i64::from(cols) + c) as usize] = 1.0;
+            }
+        }
+        let eye = constant::from_f64s(dtype, vec![rows as usize, cols as usize], &values);
+        self.set_const(n, 0, eye)
+    }
+
+    /// Shrink: `x + bias` below `-lambd`, `x - bias` above `lambd`, 0 between, as
+    /// comparisons and SELECTs (exact).
+    pub(super) fn shrink(&mut self, n: &Node) -> NResult<()> {
+        let x = self.tensor(n, 0)?;
+        self.require_float(n, x)?;
+        let bias = f64::from(n.attrs.float_or("bias", 0.0)?);
+        let lambd = f64::from(n.attrs.float_or("lambd", 0.5)?);
+        let t = self.operand_type(x);
+        let low = self.scalar_tensor(t, -lambd);
+        let high = self.scalar_tensor(t, lambd);
+        let below = self.emit(n, OperationType::Less, vec![x.operand, low])?;
+        let above = self.emit(n, OperationType::Greater, vec![x.operand, high])?;
+        let plus = self.scalar_tensor(t, bias);
+        let raised = self.arith(n, OperationType::Add, x.operand, plus)?;
+        let lowered = self.arith(n, OperationType::Sub, x.operand, plus)?;
+        let zero = self.scalar_tensor(t, 0.0);
+        let upper = self.emit(n, OperationType::Select, vec![above, lowered, zero])?;
+        let y = self.emit(n, OperationType::Select, vec![below, raised, upper])?;
+        self.set_output(n, 0, Value::Tensor(TensorValue { operand: y, ..x }));
+        Ok(())
+    }
+}
