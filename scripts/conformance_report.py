@@ -448,6 +448,10 @@ def main() -> int:
       " inputs bound to the supplied input files, as `nnc compile --bind-input NAME=FILE`"
       " would, and prints a note on stderr naming them. Such passes are counted below and"
       " listed at the end.")
+    w("- Element types: float16 computes as float32 and is rounded at the model's outputs"
+      " and at explicit casts; float64 computes as float32 (nnc prints a warning; a"
+      " float64 input beyond float32's range is refused); int16, uint16, uint32 and uint64"
+      " compute as int32, range-checked at the inputs and outputs (see ARCHITECTURE.md).")
     w("- Outcomes: `pass` (every data set matches), `fail` (nnc ran but an output differs),"
       " `unsupported` (nnc exits 69: it rejects the model as outside what it supports),"
       " `error` (any other non-zero exit or a signal), `timeout` (killed after the"
