@@ -4,6 +4,27 @@
 
 use serde::{Serialize, Serializer};
 
+/// Declares a small enumeration that an extension operation takes as an INT32 code
+/// (a function or reduction selector), with every variant in `ALL` and the code lookup.
+macro_rules! coded_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $code:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(i32)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant = $code,)*
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant,)*];
+
+            pub fn from_code(code: i32) -> Option<$name> {
+                $name::ALL.iter().copied().find(|v| *v as i32 == code)
+            }
+        }
+    };
+}
+
 /// The NN HAL version (Android feature level) that introduced an operation or type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum HalVersion {
@@ -222,35 +243,20 @@ operations! {
     Resample = 0x1_000B, "RESAMPLE", Extension;
 }
 
-/// How the extension operations SCATTER_ELEMENTS and SCATTER_ND combine an update with
-/// the element it lands on, by the code their `reduction` input holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(i32)]
-pub enum ScatterReduction {
-    /// The update replaces the element.
-    None = 0,
-    Add = 1,
-    Mul = 2,
-    Max = 3,
-    Min = 4,
+coded_enum! {
+    /// How the extension operations SCATTER_ELEMENTS and SCATTER_ND combine an update with
+    /// the element it lands on, by the code their `reduction` input holds.
+    ScatterReduction {
+        /// The update replaces the element.
+        None = 0,
+        Add = 1,
+        Mul = 2,
+        Max = 3,
+        Min = 4,
+    }
 }
 
 impl ScatterReduction {
-    pub const ALL: &'static [ScatterReduction] = &[
-        ScatterReduction::None,
-        ScatterReduction::Add,
-        ScatterReduction::Mul,
-        ScatterReduction::Max,
-        ScatterReduction::Min,
-    ];
-
-    pub fn from_code(code: i32) -> Option<ScatterReduction> {
-        ScatterReduction::ALL
-            .iter()
-            .copied()
-            .find(|r| *r as i32 == code)
-    }
-
     /// The reduction named as ONNX's `reduction` attribute names it.
     pub fn from_onnx_name(name: &str) -> Option<ScatterReduction> {
         match name {
@@ -264,37 +270,22 @@ impl ScatterReduction {
     }
 }
 
-/// The functions of the extension operation BITWISE, by the code its `function` input
-/// holds. The right shift is arithmetic (sign-extending); a shift amount that is negative
-/// or 32 or more leaves only the sign extension: -1 for a right shift of a negative value,
-/// 0 otherwise (ONNX's BitShift, which values of narrower types computed as int32 also
-/// satisfy).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(i32)]
-pub enum BitwiseFunction {
-    And = 0,
-    Or = 1,
-    Xor = 2,
-    ShiftLeft = 3,
-    ShiftRight = 4,
+coded_enum! {
+    /// The functions of the extension operation BITWISE, by the code its `function` input
+    /// holds. The right shift is arithmetic (sign-extending); a shift amount that is negative
+    /// or 32 or more leaves only the sign extension: -1 for a right shift of a negative value,
+    /// 0 otherwise (ONNX's BitShift, which values of narrower types computed as int32 also
+    /// satisfy).
+    BitwiseFunction {
+        And = 0,
+        Or = 1,
+        Xor = 2,
+        ShiftLeft = 3,
+        ShiftRight = 4,
+    }
 }
 
 impl BitwiseFunction {
-    pub const ALL: &'static [BitwiseFunction] = &[
-        BitwiseFunction::And,
-        BitwiseFunction::Or,
-        BitwiseFunction::Xor,
-        BitwiseFunction::ShiftLeft,
-        BitwiseFunction::ShiftRight,
-    ];
-
-    pub fn from_code(code: i32) -> Option<BitwiseFunction> {
-        BitwiseFunction::ALL
-            .iter()
-            .copied()
-            .find(|f| *f as i32 == code)
-    }
-
     pub fn apply(self, a: i32, b: i32) -> i32 {
         let shift = |f: fn(u32, u32) -> Option<u32>| {
             u32::try_from(b)
@@ -321,45 +312,25 @@ impl BitwiseFunction {
     }
 }
 
-/// The functions of the extension operation MATH_UNARY, by the code its `function`
-/// input holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(i32)]
-pub enum MathFunction {
-    /// Round half to even.
-    Round = 0,
-    Tan = 1,
-    Asin = 2,
-    Acos = 3,
-    Atan = 4,
-    Sinh = 5,
-    Cosh = 6,
-    Asinh = 7,
-    Acosh = 8,
-    Atanh = 9,
+coded_enum! {
+    /// The functions of the extension operation MATH_UNARY, by the code its `function`
+    /// input holds.
+    MathFunction {
+        /// Round half to even.
+        Round = 0,
+        Tan = 1,
+        Asin = 2,
+        Acos = 3,
+        Atan = 4,
+        Sinh = 5,
+        Cosh = 6,
+        Asinh = 7,
+        Acosh = 8,
+        Atanh = 9,
+    }
 }
 
 impl MathFunction {
-    pub const ALL: &'static [MathFunction] = &[
-        MathFunction::Round,
-        MathFunction::Tan,
-        MathFunction::Asin,
-        MathFunction::Acos,
-        MathFunction::Atan,
-        MathFunction::Sinh,
-        MathFunction::Cosh,
-        MathFunction::Asinh,
-        MathFunction::Acosh,
-        MathFunction::Atanh,
-    ];
-
-    pub fn from_code(code: i32) -> Option<MathFunction> {
-        MathFunction::ALL
-            .iter()
-            .copied()
-            .find(|f| *f as i32 == code)
-    }
-
     /// The function in single precision.
     pub fn apply(self, x: f32) -> f32 {
         match self {

@@ -12,6 +12,7 @@
 
 use nnc_formats::nn::OperationType;
 
+use super::util::{resolve_index, strides_of};
 use super::{Kernel, KernelContext, OpInfo};
 use crate::error::{Result, RuntimeError};
 
@@ -35,26 +36,6 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
 
 fn err<T>(message: impl Into<String>) -> Result<T> {
     Err(RuntimeError::kernel(message))
-}
-
-/// `index` along an axis of size `dim`, negative ones counted from the end.
-fn resolve(index: i32, dim: usize, what: &str) -> Result<usize> {
-    let i = i64::from(index);
-    let resolved = if i < 0 { i + dim as i64 } else { i };
-    if resolved < 0 || resolved >= dim as i64 {
-        return err(format!(
-            "{what} index {index} is out of range for a dimension of size {dim}"
-        ));
-    }
-    Ok(resolved as usize)
-}
-
-fn strides_of(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * shape[d + 1];
-    }
-    s
 }
 
 struct GatherElements {
@@ -89,7 +70,7 @@ impl Kernel for GatherElements {
         }
         let mut position = vec![0usize; r];
         for (k, &index) in indices.iter().enumerate() {
-            let along = resolve(index, input.shape[a], "GATHER_ELEMENTS")?;
+            let along = resolve_index(index, input.shape[a], "GATHER_ELEMENTS")?;
             let mut src = 0;
             for d in 0..r {
                 let i = if d == a { along } else { position[d] };
@@ -147,7 +128,7 @@ impl Kernel for GatherNd {
                 let tuple = &indices[(batch * tuples_per_batch + t) * depth..][..depth];
                 let mut src = batch * batch_size;
                 for (j, &index) in tuple.iter().enumerate() {
-                    src += resolve(index, input.shape[b + j], "GATHER_ND")? * strides[j];
+                    src += resolve_index(index, input.shape[b + j], "GATHER_ND")? * strides[j];
                 }
                 out.bytes[dst..dst + chunk]
                     .copy_from_slice(&input.bytes[src * es..src * es + chunk]);

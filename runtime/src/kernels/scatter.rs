@@ -16,6 +16,7 @@
 
 use nnc_formats::nn::{OperandType, OperationType, ScatterReduction};
 
+use super::util::{resolve_index, strides_of};
 use super::{Kernel, KernelContext, OpInfo};
 use crate::error::{Result, RuntimeError};
 use crate::tensor::TensorRef;
@@ -52,26 +53,6 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
 
 fn err<T>(message: impl Into<String>) -> Result<T> {
     Err(RuntimeError::kernel(message))
-}
-
-/// `index` along an axis of size `dim`, negative ones counted from the end.
-fn resolve(index: i32, dim: usize, what: &str) -> Result<usize> {
-    let i = i64::from(index);
-    let resolved = if i < 0 { i + dim as i64 } else { i };
-    if resolved < 0 || resolved >= dim as i64 {
-        return err(format!(
-            "{what} index {index} is out of range for a dimension of size {dim}"
-        ));
-    }
-    Ok(resolved as usize)
-}
-
-fn strides_of(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * shape[d + 1];
-    }
-    s
 }
 
 enum Target {
@@ -114,7 +95,7 @@ impl Target {
                 }
                 let mut position = vec![0usize; r];
                 for (k, &index) in indices.iter().enumerate() {
-                    let along = resolve(index, shape[a], "SCATTER_ELEMENTS")?;
+                    let along = resolve_index(index, shape[a], "SCATTER_ELEMENTS")?;
                     let mut dst = 0;
                     for d in 0..r {
                         let i = if d == a { along } else { position[d] };
@@ -162,7 +143,7 @@ impl Target {
                 for (t, tuple) in indices.chunks_exact(depth).enumerate() {
                     let mut dst = 0;
                     for (j, &index) in tuple.iter().enumerate() {
-                        dst += resolve(index, shape[j], "SCATTER_ND")? * strides[j];
+                        dst += resolve_index(index, shape[j], "SCATTER_ND")? * strides[j];
                     }
                     visit(dst, t * slice, slice);
                 }

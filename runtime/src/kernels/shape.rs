@@ -15,7 +15,7 @@ use bytemuck::Pod;
 use nnc_formats::nn::signature::strided_slice_range;
 use nnc_formats::nn::{OperandType, OperationType};
 
-use super::util::{axis, rank4, split_at_axis, with_nhwc};
+use super::util::{axis, rank4, split_at_axis, strides_of, with_nhwc};
 use super::{Kernel, KernelContext, OpInfo};
 use crate::error::{Result, RuntimeError};
 use crate::tensor::TensorRef;
@@ -184,15 +184,6 @@ fn err<T>(message: impl Into<String>) -> Result<T> {
 
 fn count(shape: &[usize]) -> usize {
     shape.iter().product()
-}
-
-/// Row-major strides of `shape`.
-fn strides_of(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * shape[d + 1];
-    }
-    s
 }
 
 /// Calls `f(out_offset, in_offset)` for every innermost row of an `out_dims`-shaped walk

@@ -158,3 +158,25 @@ pub fn filled<T: Copy>(n: usize, value: T) -> Result<Vec<T>> {
     v.resize(n, value);
     Ok(v)
 }
+
+/// `index` along an axis of size `dim`, negative ones counted from the end (ONNX's
+/// gathers and scatters); out of range is an error naming `what`.
+pub fn resolve_index(index: i32, dim: usize, what: &str) -> Result<usize> {
+    let i = i64::from(index);
+    let resolved = if i < 0 { i + dim as i64 } else { i };
+    if resolved < 0 || resolved >= dim as i64 {
+        return Err(RuntimeError::kernel(format!(
+            "{what} index {index} is out of range for a dimension of size {dim}"
+        )));
+    }
+    Ok(resolved as usize)
+}
+
+/// Row-major strides of `shape`, in elements.
+pub fn strides_of(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
