@@ -644,6 +644,11 @@ histogram_cases! {
     // Transformer operators: nnc extension operations, or exact NN equivalents.
     layer_norm_last_axis: [LAYER_NORMALIZATION: 1],
     layer_norm_axis1_with_statistics: [LAYER_NORMALIZATION: 1],
+    // [N, C, H, W] -> [N, groups, rest] -> LAYER_NORMALIZATION -> back, then the
+    // per-channel scale and bias (their [C] reshapes fold away).
+    group_normalization_opset21: [RESHAPE: 2, LAYER_NORMALIZATION: 1, MUL: 1, ADD: 1],
+    // Two MEANs, SUB, MUL (square), ADD (epsilon), SQRT, DIV per node.
+    mean_variance_normalization: [MEAN: 4, SUB: 2, MUL: 2, ADD: 2, SQRT: 2, DIV: 2],
     gelu_exact_opset20: [GELU: 1],
     gelu_tanh_opset20: [GELU: 1],
     erf: [ERF: 1],

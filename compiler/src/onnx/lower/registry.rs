@@ -124,6 +124,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "GlobalMaxPool", 1..=22 => global_pool;
     "", "Greater", 7..=13 => binary;
     "", "GreaterOrEqual", 12..=16 => binary;
+    "", "GroupNormalization", 21..=21 => group_norm;
     "", "HardSigmoid", 1..=22 => activation;
     "", "HardSwish", 14..=22 => activation;
     "", "Hardmax", 1..=13 => hardmax;
@@ -143,6 +144,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Max", 1..=13 => binary;
     "", "MaxPool", 1..=22 => pool;
     "", "Mean", 1..=13 => binary;
+    "", "MeanVarianceNormalization", 9..=13 => mean_variance_norm;
     "", "Min", 1..=13 => binary;
     "", "Mish", 18..=22 => activation;
     "", "Mod", 10..=28 => mod_op;

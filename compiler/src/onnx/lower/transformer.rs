@@ -141,6 +141,91 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// GroupNormalization (opset 21): the channels of each instance split into groups,
+    /// each group normalized as one LAYER_NORMALIZATION lane (a reshape to
+    /// [N, groups, rest]), then the per-channel scale and bias.
+    pub(super) fn group_norm(&mut self, n: &Node) -> NResult<()> {
+        let x = self.tensor(n, 0)?;
+        self.require_float(n, x)?;
+        if n.attrs.int_or("stash_type", 1)? != 1 {
+            return unsupported("stash_type other than 1 (float32 statistics)");
+        }
+        let dims = self.known_dims(x)?;
+        if dims.len() < 2 {
+            return invalid("GroupNormalization needs an input of rank 2 or more");
+        }
+        let groups = n
+            .attrs
+            .int("num_groups")?
+            .ok_or_else(|| NodeError::Invalid("num_groups is required".into()))?;
+        let (batch, channels) = (dims[0], dims[1]);
+        let groups = u32::try_from(groups)
+            .ok()
+            .filter(|&g| g >= 1 && channels % g == 0)
+            .ok_or_else(|| {
+                NodeError::Invalid(format!(
+                    "num_groups {groups} does not divide the {channels} channels"
+                ))
+            })?;
+        let spatial: u64 = dims[2..].iter().map(|&d| u64::from(d)).product();
+        let rest = u32::try_from(u64::from(channels / groups) * spatial)
+            .map_err(|_| NodeError::Invalid("the groups are too large".into()))?;
+        let grouped = self.reshape_to(n, x.operand, &[batch, groups, rest])?;
+        self.budget
+            .generate(2 * rest as usize, nnc_formats::tensor::DataType::F32)?;
+        let ones = self
+            .model
+            .add_f32_tensor(vec![rest], &vec![1.0; rest as usize]);
+        let zeros = self
+            .model
+            .add_f32_tensor(vec![rest], &vec![0.0; rest as usize]);
+        let eps = self.f32_const(n.attrs.float_or("epsilon", 1e-5)?);
+        let ax = self.i32_const(2);
+        let normalized = self.emit(
+            n,
+            OperationType::LayerNormalization,
+            vec![grouped, ones, zeros, eps, ax],
+        )?;
+        let back = self.reshape_to(n, normalized, &dims)?;
+        // Scale and bias are per channel: [C] becomes [C, 1, ...] to broadcast on axis 1.
+        let mut per_channel = vec![channels];
+        per_channel.extend(std::iter::repeat_n(1, dims.len() - 2));
+        let scale = self.tensor(n, 1)?;
+        let scale = self.reshape_to(n, scale.operand, &per_channel)?;
+        let bias = self.tensor(n, 2)?;
+        let bias = self.reshape_to(n, bias.operand, &per_channel)?;
+        let scaled = self.arith(n, OperationType::Mul, back, scale)?;
+        let y = self.arith(n, OperationType::Add, scaled, bias)?;
+        self.set_output(n, 0, Value::Tensor(TensorValue { operand: y, ..x }));
+        Ok(())
+    }
+
+    /// MeanVarianceNormalization: `(x - mean) / sqrt(variance + 1e-9)` over `axes`
+    /// (default 0, 2, 3), as MEAN, SUB, MUL, MEAN, ADD, SQRT and DIV.
+    pub(super) fn mean_variance_norm(&mut self, n: &Node) -> NResult<()> {
+        let x = self.tensor(n, 0)?;
+        self.require_float(n, x)?;
+        let r = self.rank(x);
+        let axes = n.attrs.ints("axes")?.unwrap_or_else(|| vec![0, 2, 3]);
+        let axes: Vec<i32> = axes
+            .iter()
+            .map(|&a| axis(a, r).map(|a| a as i32))
+            .collect::<NResult<_>>()?;
+        let axes = self.i32_vector(&axes);
+        let keep = self.i32_const(1);
+        let mean = self.emit(n, OperationType::Mean, vec![x.operand, axes, keep])?;
+        let centered = self.arith(n, OperationType::Sub, x.operand, mean)?;
+        let squares = self.arith(n, OperationType::Mul, centered, centered)?;
+        let keep = self.i32_const(1);
+        let variance = self.emit(n, OperationType::Mean, vec![squares, axes, keep])?;
+        let eps = self.scalar_tensor(OperandType::TensorFloat32, 1e-9);
+        let shifted = self.arith(n, OperationType::Add, variance, eps)?;
+        let std = self.emit(n, OperationType::Sqrt, vec![shifted])?;
+        let y = self.arith(n, OperationType::Div, centered, std)?;
+        self.set_output(n, 0, Value::Tensor(TensorValue { operand: y, ..x }));
+        Ok(())
+    }
+
     /// com.microsoft SkipLayerNormalization: LayerNorm(input + skip (+ bias)) over the
     /// last axis; outputs the normalized value, mean, inverse standard deviation and the
     /// sum that was normalized.
