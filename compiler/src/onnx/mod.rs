@@ -407,16 +407,16 @@ fn topological_order(graph: &GraphProto) -> Result<Vec<usize>, CompileError> {
     Ok(order)
 }
 
-/// The NN operand type that computes an ONNX element type, if any. ONNX's 8-bit
+/// The NN operand type that computes an ONNX element type (every host type has one). ONNX's 8-bit
 /// integers are the NN set's 8-bit quantized types with scale 1 and zero point 0 (see
 /// [`lower::plain_quant8`]), so that their values are the integers themselves.
-pub fn nn_type_for(dtype: DataType) -> Option<nn::OperandType> {
+pub fn nn_type_for(dtype: DataType) -> nn::OperandType {
     match dtype {
-        DataType::F32 => Some(nn::OperandType::TensorFloat32),
+        DataType::F32 => nn::OperandType::TensorFloat32,
         // Computed as TENSOR_FLOAT32; only model inputs and outputs are TENSOR_FLOAT16.
-        DataType::F16 => Some(nn::OperandType::TensorFloat16),
+        DataType::F16 => nn::OperandType::TensorFloat16,
         // The NN set has no float64: computed as float32 (a note tells the user).
-        DataType::F64 => Some(nn::OperandType::TensorFloat32),
+        DataType::F64 => nn::OperandType::TensorFloat32,
         // Integers of 16 to 64 bits compute as int32; the runtime range-checks values at
         // the model's inputs and outputs.
         DataType::I64
@@ -424,9 +424,9 @@ pub fn nn_type_for(dtype: DataType) -> Option<nn::OperandType> {
         | DataType::I16
         | DataType::U16
         | DataType::U32
-        | DataType::U64 => Some(nn::OperandType::TensorInt32),
-        DataType::Bool => Some(nn::OperandType::TensorBool8),
-        DataType::U8 => Some(nn::OperandType::TensorQuant8Asymm),
-        DataType::I8 => Some(nn::OperandType::TensorQuant8AsymmSigned),
+        | DataType::U64 => nn::OperandType::TensorInt32,
+        DataType::Bool => nn::OperandType::TensorBool8,
+        DataType::U8 => nn::OperandType::TensorQuant8Asymm,
+        DataType::I8 => nn::OperandType::TensorQuant8AsymmSigned,
     }
 }

@@ -851,18 +851,22 @@ const WIDENED_INTEGERS: &[DataType] = &[
     DataType::U64,
 ];
 
-/// The values of an integer tensor's little-endian bytes.
-fn integers(t: DataType, bytes: &[u8]) -> Vec<i64> {
+/// The values of an integer tensor's little-endian bytes (i128 holds every one of them,
+/// so a range error names the value as the file holds it).
+fn integers(t: DataType, bytes: &[u8]) -> Vec<i128> {
     let size = t.size();
     bytes
         .chunks_exact(size)
-        .map(|c| match t {
-            DataType::I16 => i64::from(i16::from_le_bytes([c[0], c[1]])),
-            DataType::U16 => i64::from(u16::from_le_bytes([c[0], c[1]])),
-            DataType::U32 => i64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-            // Beyond i64::MAX becomes negative here, which no int32 accepts either way.
-            DataType::U64 => u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as i64,
-            _ => i64::from_le_bytes(c.try_into().unwrap_or([0; 8])),
+        .map(|c| {
+            let mut wide = [0u8; 8];
+            wide[..size].copy_from_slice(c);
+            match t {
+                DataType::I16 => i128::from(i16::from_le_bytes([c[0], c[1]])),
+                DataType::U16 => i128::from(u16::from_le_bytes([c[0], c[1]])),
+                DataType::U32 => i128::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                DataType::U64 => i128::from(u64::from_le_bytes(wide)),
+                _ => i128::from(i64::from_le_bytes(wide)),
+            }
         })
         .collect()
 }

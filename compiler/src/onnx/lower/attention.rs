@@ -479,7 +479,10 @@ impl Lowerer<'_> {
                 if pad > 0 {
                     let mut pad_dims = shape.clone();
                     *pad_dims.last_mut().unwrap_or(&mut 0) = pad;
-                    let count: usize = pad_dims.iter().map(|&d| d as usize).product();
+                    let pad_shape: Vec<usize> = pad_dims.iter().map(|&d| d as usize).collect();
+                    self.budget.room(&pad_shape, DataType::F32)?;
+                    let count: usize = pad_shape.iter().product();
+                    self.budget.generate(count, DataType::F32)?;
                     let filler = if boolean {
                         self.model.add_constant(
                             Operand::new(OperandType::TensorBool8, pad_dims),
@@ -716,7 +719,8 @@ impl Lowerer<'_> {
                 ));
             }
         };
-        if sizes.iter().sum::<usize>() != w_out || sizes[0] != sizes[1] {
+        let total = sizes.iter().try_fold(0usize, |a, &b| a.checked_add(b));
+        if total != Some(w_out) || sizes[0] != sizes[1] {
             return invalid(format!(
                 "qkv_hidden_sizes {sizes:?} must sum to the weights' {w_out} columns, with \
                  Q and K equal"

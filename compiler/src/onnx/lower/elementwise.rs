@@ -453,6 +453,28 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// Shrink: `x + bias` below `-lambd`, `x - bias` above `lambd`, 0 between, as
+    /// comparisons and SELECTs (exact).
+    pub(super) fn shrink(&mut self, n: &Node) -> NResult<()> {
+        let x = self.tensor(n, 0)?;
+        self.require_float(n, x)?;
+        let bias = f64::from(n.attrs.float_or("bias", 0.0)?);
+        let lambd = f64::from(n.attrs.float_or("lambd", 0.5)?);
+        let t = self.operand_type(x);
+        let low = self.scalar_tensor(t, -lambd);
+        let high = self.scalar_tensor(t, lambd);
+        let below = self.emit(n, OperationType::Less, vec![x.operand, low])?;
+        let above = self.emit(n, OperationType::Greater, vec![x.operand, high])?;
+        let plus = self.scalar_tensor(t, bias);
+        let raised = self.arith(n, OperationType::Add, x.operand, plus)?;
+        let lowered = self.arith(n, OperationType::Sub, x.operand, plus)?;
+        let zero = self.scalar_tensor(t, 0.0);
+        let upper = self.emit(n, OperationType::Select, vec![above, lowered, zero])?;
+        let y = self.emit(n, OperationType::Select, vec![below, raised, upper])?;
+        self.set_output(n, 0, Value::Tensor(TensorValue { operand: y, ..x }));
+        Ok(())
+    }
+
     /// The elementwise functions the NN set lacks (Round, Tan, the inverse and hyperbolic
     /// trigonometric functions) as nnc's MATH_UNARY.
     pub(super) fn math_unary(&mut self, n: &Node) -> NResult<()> {
@@ -717,9 +739,7 @@ impl Lowerer<'_> {
             }
             Value::Tensor(x) => {
                 self.computes_float64_as_float32 |= to == DataType::F64;
-                let Some(target) = super::super::nn_type_for(to) else {
-                    return unsupported(format!("Cast to {to} is not supported"));
-                };
+                let target = super::super::nn_type_for(to);
                 let source = self.operand_type(x);
                 if target == source {
                     // int64 <-> int32 both compute as TENSOR_INT32: only the label changes.

@@ -330,15 +330,7 @@ impl<'e> Lowerer<'e> {
                 return Err(CompileError::Unsupported(report));
             };
             self.computes_float64_as_float32 |= dtype == DataType::F64;
-            let Some(operand_type) = nn_type_for(dtype) else {
-                let mut report = crate::error::UnsupportedReport::new("ONNX");
-                report.add(
-                    "input",
-                    &input.name,
-                    format!("{dtype} inputs are not supported"),
-                );
-                return Err(CompileError::Unsupported(report));
-            };
+            let operand_type = nn_type_for(dtype);
             let mut dims = Vec::new();
             if let Some(shape) = &tt.shape {
                 for (k, d) in shape.dim.iter().enumerate() {

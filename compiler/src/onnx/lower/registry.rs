@@ -289,9 +289,11 @@ pub fn entry(domain: &str, name: &str) -> Option<&'static OnnxOp> {
     } else {
         domain
     };
+    // The table is sorted by (domain, name); a unit test holds it so.
     OPERATORS
-        .iter()
-        .find(|op| op.domain == domain && op.name == name)
+        .binary_search_by(|op| (op.domain, op.name).cmp(&(domain, name)))
+        .ok()
+        .map(|i| &OPERATORS[i])
 }
 
 /// Resolves a node to its entry and the definition (since version) in force.

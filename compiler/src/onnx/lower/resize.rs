@@ -395,26 +395,29 @@ fn axis_taps(
     output: u32,
     scale: f64,
     roi: (f64, f64),
+    budget: &constant::FoldBudget,
 ) -> NResult<(usize, Vec<i32>, Vec<f32>)> {
     // The filter's footprint, as the reference sizes it (a 1/scale-wide filter when an
     // antialiased resize downsamples).
     let shrink = scale.min(1.0);
     let antialias = p.antialias && p.mode != Mode::Nearest;
+    // Counted in f64: a tiny scale must be refused, not overflow an integer.
+    let footprint = |support: f64| 2.0 - 2.0 * ((-support / shrink).floor() + 1.0);
     let k = match p.mode {
-        Mode::Nearest => 2,
-        Mode::Linear if antialias => (2 - 2 * ((-1.0 / shrink).floor() as i64 + 1)) as usize,
-        Mode::Linear => 2,
-        Mode::Cubic if antialias => {
-            let start = (-2.0 / shrink).floor() as i64 + 1;
-            (2 - 2 * start) as usize
-        }
-        Mode::Cubic => 4,
+        Mode::Nearest => 2.0,
+        Mode::Linear if antialias => footprint(1.0),
+        Mode::Linear => 2.0,
+        Mode::Cubic if antialias => footprint(2.0),
+        Mode::Cubic => 4.0,
     };
-    if k > 256 {
+    if k.is_nan() || k > 256.0 {
         return unsupported(format!(
             "an antialiased filter of {k} taps is not supported"
         ));
     }
+    let k = k as usize;
+    // An index and a weight per tap.
+    budget.generate(output as usize * k, nnc_formats::tensor::DataType::I64)?;
     let last = f64::from(input) - 1.0;
     let mut indices = Vec::with_capacity(output as usize * k);
     let mut weights = Vec::with_capacity(output as usize * k);
@@ -551,7 +554,7 @@ impl Lowerer<'_> {
             let entries = out[d] as usize * 4;
             self.budget
                 .generate(entries, nnc_formats::tensor::DataType::I64)?;
-            let (k, i, w) = axis_taps(p, dims[d], out[d], scale[d], roi[d])?;
+            let (k, i, w) = axis_taps(p, dims[d], out[d], scale[d], roi[d], &self.budget)?;
             taps.push(k as i32);
             indices.extend(i);
             weights.extend(w);

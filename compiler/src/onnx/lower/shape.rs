@@ -1542,26 +1542,4 @@ impl Lowerer<'_> {
         let eye = constant::from_f64s(dtype, vec![rows as usize, cols as usize], &values);
         self.set_const(n, 0, eye)
     }
-
-    /// Shrink: `x + bias` below `-lambd`, `x - bias` above `lambd`, 0 between, as
-    /// comparisons and SELECTs (exact).
-    pub(super) fn shrink(&mut self, n: &Node) -> NResult<()> {
-        let x = self.tensor(n, 0)?;
-        self.require_float(n, x)?;
-        let bias = f64::from(n.attrs.float_or("bias", 0.0)?);
-        let lambd = f64::from(n.attrs.float_or("lambd", 0.5)?);
-        let t = self.operand_type(x);
-        let low = self.scalar_tensor(t, -lambd);
-        let high = self.scalar_tensor(t, lambd);
-        let below = self.emit(n, OperationType::Less, vec![x.operand, low])?;
-        let above = self.emit(n, OperationType::Greater, vec![x.operand, high])?;
-        let plus = self.scalar_tensor(t, bias);
-        let raised = self.arith(n, OperationType::Add, x.operand, plus)?;
-        let lowered = self.arith(n, OperationType::Sub, x.operand, plus)?;
-        let zero = self.scalar_tensor(t, 0.0);
-        let upper = self.emit(n, OperationType::Select, vec![above, lowered, zero])?;
-        let y = self.emit(n, OperationType::Select, vec![below, raised, upper])?;
-        self.set_output(n, 0, Value::Tensor(TensorValue { operand: y, ..x }));
-        Ok(())
-    }
 }

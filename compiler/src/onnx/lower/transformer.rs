@@ -67,7 +67,10 @@ impl Lowerer<'_> {
         let beta = match bias_at.filter(|&i| self.input_name(n, i).is_some()) {
             Some(i) => self.normalized_param(n, i, &normalized)?,
             None => {
-                let count: usize = normalized.iter().map(|&d| d as usize).product();
+                let shape: Vec<usize> = normalized.iter().map(|&d| d as usize).collect();
+                self.budget.room(&shape, DataType::F32)?;
+                let count: usize = shape.iter().product();
+                self.budget.generate(count, DataType::F32)?;
                 self.model
                     .add_f32_tensor(normalized.clone(), &vec![0.0; count])
             }
@@ -428,6 +431,10 @@ impl Lowerer<'_> {
         };
         let upper = n.attrs.int_or("upper", 1)? != 0;
         let (rows, cols) = (dims[dims.len() - 2] as i64, dims[dims.len() - 1] as i64);
+        self.budget
+            .room(&[rows as usize, cols as usize], DataType::Bool)?;
+        self.budget
+            .generate(rows as usize * cols as usize, DataType::Bool)?;
         let mut mask = Vec::with_capacity((rows * cols) as usize);
         for i in 0..rows {
             for j in 0..cols {
