@@ -30,7 +30,10 @@ impl KeyArgs {
             let text = Zeroizing::new(std::fs::read_to_string(path).map_err(|e| {
                 err(
                     Exit::MissingInput,
-                    format!("cannot read key file {}: {e}", path.display()),
+                    format!(
+                        "cannot read the key file given with --key-file ({}): {e}",
+                        path.display()
+                    ),
                 )
             })?);
             return Ok(Some((text, format!("key file {}", path.display()))));
@@ -39,7 +42,7 @@ impl KeyArgs {
             let value = std::env::var(var).map_err(|_| {
                 err(
                     Exit::MissingInput,
-                    format!("environment variable {var} is not set (or not UTF-8)"),
+                    format!("environment variable {var} (given with --key-env) is not set (or not UTF-8)"),
                 )
             })?;
             return Ok(Some((

@@ -106,6 +106,13 @@ impl UnsupportedReport {
         self.add_needing_inputs(op_type, node, reason, Vec::new());
     }
 
+    /// Adds every node of `other` (nodes inside subgraphs, reported with the model's).
+    pub fn merge(&mut self, other: UnsupportedReport) {
+        for (op, nodes) in other.operators {
+            self.operators.entry(op).or_default().extend(nodes);
+        }
+    }
+
     /// Adds a node that would lower if the graph inputs `inputs` were known at compile
     /// time.
     pub fn add_needing_inputs(

@@ -52,6 +52,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         cache_dir: None,
         token: None,
         limits: args.limits.clone(),
+        streams: Vec::new(),
+        feed_back: Vec::new(),
     };
     let start = Instant::now();
     let progress = crate::progress::Progress::new(!args.json);

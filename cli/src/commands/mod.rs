@@ -9,6 +9,7 @@ pub mod dump;
 pub mod inspect;
 pub mod keygen;
 pub mod run;
+pub mod stream;
 pub mod verify;
 
 use std::collections::HashMap;

@@ -65,6 +65,15 @@ pub struct Args {
     pub token: Option<String>,
     #[command(flatten)]
     pub limits: super::LimitArgs,
+    /// Run once per chunk: FILE holds the chunks of input NAME stacked along a new first
+    /// axis ([steps, ...input shape]); every output is written stacked the same way
+    /// (repeatable; all streamed files need the same number of steps).
+    #[arg(long = "stream", value_name = "NAME=FILE")]
+    pub streams: Vec<String>,
+    /// With --stream: output OUT of each step is input IN of the next, so a stateful
+    /// model carries its state (repeatable). IN starts from its --input file, or zeros.
+    #[arg(long = "feed-back", value_name = "OUT=IN", requires = "streams")]
+    pub feed_back: Vec<String>,
 }
 
 /// Loads the model named in `args` onto a fresh simulated NPU (compiling a source model in
@@ -241,6 +250,9 @@ fn compile_source(
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if !args.streams.is_empty() {
+        return super::stream::run(args);
+    }
     let start = Instant::now();
     let progress = crate::progress::Progress::new(!args.json);
     progress.stage(format!("preparing {}", args.model.display()));
@@ -355,7 +367,33 @@ pub fn gather_inputs(args: &Args, declared: &[IoInfo]) -> anyhow::Result<Vec<Hos
 
 /// The file of every input named in `declared` (in that order), from --input and
 /// --input-dir.
-fn input_files(args: &Args, declared: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+pub fn input_files(args: &Args, declared: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+    let files = given_input_files(args, declared, &[])?;
+    let missing: Vec<String> = files
+        .iter()
+        .zip(declared)
+        .filter(|(f, _)| f.is_none())
+        .map(|(_, d)| format!("'{d}'"))
+        .collect();
+    if !missing.is_empty() {
+        return Err(err(
+            Exit::Usage,
+            format!(
+                "missing input(s) {}: give them with --input [NAME=]FILE or --input-dir DIR",
+                missing.join(", ")
+            ),
+        ));
+    }
+    Ok(files.into_iter().flatten().collect())
+}
+
+/// The files --input and --input-dir give for the inputs named in `declared` (in that
+/// order); positional files skip the inputs in `elsewhere` (given another way).
+pub fn given_input_files(
+    args: &Args,
+    declared: &[String],
+    elsewhere: &[String],
+) -> anyhow::Result<Vec<Option<PathBuf>>> {
     let mut files: Vec<Option<PathBuf>> = vec![None; declared.len()];
     if let Some(dir) = &args.input_dir {
         for (k, slot) in files.iter_mut().enumerate() {
@@ -384,10 +422,26 @@ fn input_files(args: &Args, declared: &[String]) -> anyhow::Result<Vec<PathBuf>>
         let named = entry
             .split_once('=')
             .filter(|(name, _)| names.contains(name));
+        // NAME=FILE naming no input of the model (and not itself a file path).
+        if named.is_none()
+            && let Some((name, _)) = entry.split_once('=')
+            && !Path::new(entry).exists()
+        {
+            return Err(err(
+                Exit::Usage,
+                format!(
+                    "--input {entry}: the model has no input '{name}'; its inputs are: {}",
+                    input_list(declared)
+                ),
+            ));
+        }
         let (k, path) = match named {
             Some((name, path)) => (declared.iter().position(|d| d == name).unwrap_or(0), path),
             None => {
-                while next_positional < files.len() && files[next_positional].is_some() {
+                while next_positional < files.len()
+                    && (files[next_positional].is_some()
+                        || elsewhere.contains(&declared[next_positional]))
+                {
                     next_positional += 1;
                 }
                 if next_positional >= files.len() {
@@ -405,59 +459,39 @@ fn input_files(args: &Args, declared: &[String]) -> anyhow::Result<Vec<PathBuf>>
         };
         files[k] = Some(PathBuf::from(path));
     }
-    let missing: Vec<String> = files
-        .iter()
-        .zip(declared)
-        .filter(|(f, _)| f.is_none())
-        .map(|(_, d)| format!("'{d}'"))
-        .collect();
-    if !missing.is_empty() {
-        return Err(err(
-            Exit::Usage,
-            format!(
-                "missing input(s) {}: give them with --input [NAME=]FILE or --input-dir DIR",
-                missing.join(", ")
-            ),
-        ));
-    }
-    Ok(files.into_iter().flatten().collect())
+    Ok(files)
 }
 
 fn input_list(declared: &[String]) -> String {
     declared.join(", ")
 }
 
-fn check_input(k: usize, info: &IoInfo, t: &HostTensor, path: &Path) -> anyhow::Result<()> {
-    if t.dtype != info.dtype {
-        return Err(err(
-            Exit::Malformed,
-            format!(
-                "input '{}' (#{k}) expects {}, but {} holds {}",
-                info.name,
-                info.dtype,
-                path.display(),
-                t.dtype
-            ),
-        ));
-    }
+pub fn check_input(k: usize, info: &IoInfo, t: &HostTensor, path: &Path) -> anyhow::Result<()> {
     let fits = t.shape.len() == info.dims.len()
         && t.shape
             .iter()
             .zip(&info.dims)
             .all(|(&a, &d)| d == 0 || a == d as usize);
-    if !fits {
+    if t.dtype != info.dtype || !fits {
         let dims: Vec<String> = info
             .dims
             .iter()
             .map(|&d| if d == 0 { "?".into() } else { d.to_string() })
             .collect();
+        let what = match (t.dtype != info.dtype, !fits) {
+            (true, true) => "type and shape",
+            (true, false) => "type",
+            _ => "shape",
+        };
         return Err(err(
             Exit::Malformed,
             format!(
-                "input '{}' (#{k}) expects shape [{}], but {} holds {:?}",
+                "input '{}' (#{k}): wrong {what}: the model expects {} [{}], but {} holds {} {:?}",
                 info.name,
+                info.dtype,
                 dims.join(", "),
                 path.display(),
+                t.dtype,
                 t.shape
             ),
         ));

@@ -83,7 +83,7 @@ pub fn import_model(
         .graph
         .as_ref()
         .ok_or_else(|| CompileError::invalid("model", "has no graph"))?;
-    let order = topological_order(graph)?;
+    let order = topological_order(graph, &|_| false)?;
     let mut operators = BTreeMap::new();
     for node in &graph.node {
         *operators.entry(op_key(node)).or_insert(0) += 1;
@@ -103,74 +103,30 @@ pub fn import_model(
     lowerer.add_initializers(graph)?;
     lowerer.add_inputs(graph, options)?;
 
-    // Every node whose operator (at its definition in force) has no lowering is listed,
-    // wherever it is.
     let opsets = lower::registry::Opsets::new(
         model
             .opset_import
             .iter()
             .map(|o| (o.domain.clone(), o.version)),
     );
+    lowerer.opsets = opsets;
     let mut report = UnsupportedReport::new("ONNX");
-    let mut poisoned: HashSet<&str> = HashSet::new();
-    let mut resolved = Vec::with_capacity(graph.node.len());
-    for node in &graph.node {
-        match lower::registry::resolve(&node.domain, &node.op_type, &opsets) {
-            Ok(found) => resolved.push(Some(found)),
-            Err(lower::registry::Refusal::Unsupported(reason)) => {
-                report.add(&op_key(node), &node_label(node), reason);
-                poisoned.extend(node.output.iter().map(String::as_str));
-                resolved.push(None);
-            }
-            Err(lower::registry::Refusal::Invalid(message)) => {
-                return Err(CompileError::invalid(
-                    format!("node '{}' ({})", node_label(node), op_key(node)),
-                    message,
-                ));
-            }
-        }
-    }
-    // Then lower every other node, adding those that fail on their particular
-    // attributes. A node that depends on an unsupported one is skipped: its own support
-    // cannot be decided without its inputs.
-    for &i in &order {
-        let node = &graph.node[i];
-        let Some((op, version)) = resolved[i] else {
-            continue;
-        };
-        if node.input.iter().any(|x| poisoned.contains(x.as_str())) {
-            poisoned.extend(node.output.iter().map(String::as_str));
-            continue;
-        }
-        let result = lowerer.lower_node(node, op, version);
-        match result {
-            Ok(()) => {}
-            Err(lower::NodeError::Unsupported(reason)) => {
-                report.add(&op_key(node), &node_label(node), reason);
-                poisoned.extend(node.output.iter().map(String::as_str));
-            }
-            Err(lower::NodeError::NeedsConstant { values, reason }) => {
-                let inputs = graph_inputs_feeding(graph, &values)
-                    .into_iter()
-                    .filter(|i| !options.bound_inputs.contains_key(i))
-                    .collect();
-                report.add_needing_inputs(&op_key(node), &node_label(node), reason, inputs);
-                poisoned.extend(node.output.iter().map(String::as_str));
-            }
-            Err(lower::NodeError::Limit(error)) => {
-                return Err(CompileError::limit(
-                    format!("node '{}' ({})", node_label(node), node.op_type),
-                    error,
-                ));
-            }
-            Err(lower::NodeError::Invalid(message)) => {
-                return Err(CompileError::invalid(
-                    format!("node '{}' ({})", node_label(node), node.op_type),
-                    message,
-                ));
-            }
-        }
-    }
+    lower_graph(
+        &mut lowerer,
+        graph,
+        &order,
+        &mut report,
+        &|values: &[String]| {
+            graph_inputs_feeding(graph, values)
+                .into_iter()
+                .filter(|i| !options.bound_inputs.contains_key(i))
+                .collect()
+        },
+    )?;
+    report.merge(std::mem::replace(
+        &mut lowerer.nested_unsupported,
+        UnsupportedReport::new("ONNX"),
+    ));
     if !report.is_empty() {
         return Err(CompileError::Unsupported(report));
     }
@@ -186,6 +142,135 @@ pub fn import_model(
     let model = lowerer.finish();
     nn::validate(&model)?;
     Ok(Imported { model, source })
+}
+
+/// Lowers the nodes of `graph` (the main graph, or a branch or body being inlined or
+/// built as a referenced subgraph) in `order`. Every node whose operator (at its
+/// definition in force) has no lowering, or that fails on its particular attributes, is
+/// added to `report`; a node that depends on one of those is skipped, since its own
+/// support cannot be decided without its inputs. Malformed nodes and exceeded limits end
+/// the import at once. `feeding` names the graph inputs a run-time value derives from.
+pub(crate) fn lower_graph(
+    lowerer: &mut lower::Lowerer,
+    graph: &GraphProto,
+    order: &[usize],
+    report: &mut UnsupportedReport,
+    feeding: &dyn Fn(&[String]) -> Vec<String>,
+) -> Result<(), CompileError> {
+    let mut poisoned: HashSet<&str> = HashSet::new();
+    let mut resolved = Vec::with_capacity(graph.node.len());
+    for node in &graph.node {
+        match lower::registry::resolve(&node.domain, &node.op_type, &lowerer.opsets) {
+            Ok(found) => resolved.push(Some(found)),
+            Err(lower::registry::Refusal::Unsupported(reason)) => {
+                report.add(&op_key(node), &node_label(node), reason);
+                poisoned.extend(node.output.iter().map(String::as_str));
+                resolved.push(None);
+            }
+            Err(lower::registry::Refusal::Invalid(message)) => {
+                return Err(CompileError::invalid(
+                    format!("node '{}' ({})", node_label(node), op_key(node)),
+                    message,
+                ));
+            }
+        }
+    }
+    for &i in order {
+        let node = &graph.node[i];
+        let Some((op, version)) = resolved[i] else {
+            continue;
+        };
+        if node.input.iter().any(|x| poisoned.contains(x.as_str()))
+            || implicit_inputs(node)
+                .iter()
+                .any(|x| poisoned.contains(x.as_str()))
+        {
+            poisoned.extend(node.output.iter().map(String::as_str));
+            continue;
+        }
+        match lowerer.lower_node(node, op, version) {
+            Ok(()) => {}
+            Err(lower::NodeError::Unsupported(reason)) => {
+                report.add(&op_key(node), &node_label(node), reason);
+                poisoned.extend(node.output.iter().map(String::as_str));
+            }
+            Err(lower::NodeError::NeedsConstant { values, reason }) => {
+                report.add_needing_inputs(
+                    &op_key(node),
+                    &node_label(node),
+                    reason,
+                    feeding(&values),
+                );
+                poisoned.extend(node.output.iter().map(String::as_str));
+            }
+            Err(lower::NodeError::Limit(error)) => {
+                return Err(CompileError::limit(
+                    format!("node '{}' ({})", node_label(node), node.op_type),
+                    error,
+                ));
+            }
+            Err(lower::NodeError::Invalid(message)) => {
+                return Err(CompileError::invalid(
+                    format!("node '{}' ({})", node_label(node), node.op_type),
+                    message,
+                ));
+            }
+            Err(lower::NodeError::Nested(error)) => return Err(*error),
+        }
+    }
+    Ok(())
+}
+
+/// The values a node's graph attributes (If branches, Loop and Scan bodies) read from
+/// the enclosing scopes: inputs the node does not list but depends on all the same.
+pub(crate) fn implicit_inputs(node: &NodeProto) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut seen = HashSet::new();
+    for attr in &node.attribute {
+        for g in attr.g.iter().chain(&attr.graphs) {
+            free_names(g, &mut found, &mut seen, 0);
+        }
+    }
+    found
+}
+
+/// How deeply graphs may nest inside graph attributes (the protobuf decoder bounds
+/// nesting too; this keeps every recursion over subgraphs shallow).
+pub(crate) const MAX_GRAPH_NESTING: usize = 32;
+
+/// Adds to `found` (once each, in order of first use) the names `g` and its nested graphs
+/// read without defining them.
+fn free_names(g: &GraphProto, found: &mut Vec<String>, seen: &mut HashSet<String>, depth: usize) {
+    if depth > MAX_GRAPH_NESTING {
+        return;
+    }
+    let mut defined: HashSet<&str> = g.initializer.iter().map(|t| t.name.as_str()).collect();
+    defined.extend(g.input.iter().map(|i| i.name.as_str()));
+    defined.extend(
+        g.node
+            .iter()
+            .flat_map(|n| n.output.iter().map(String::as_str)),
+    );
+    let add = |name: &str, found: &mut Vec<String>, seen: &mut HashSet<String>| {
+        if !name.is_empty() && !defined.contains(name) && seen.insert(name.to_string()) {
+            found.push(name.to_string());
+        }
+    };
+    for node in &g.node {
+        for input in &node.input {
+            add(input, found, seen);
+        }
+        for attr in &node.attribute {
+            for sub in attr.g.iter().chain(&attr.graphs) {
+                let mut inner = Vec::new();
+                let mut inner_seen = HashSet::new();
+                free_names(sub, &mut inner, &mut inner_seen, depth + 1);
+                for name in inner {
+                    add(&name, found, seen);
+                }
+            }
+        }
+    }
 }
 
 /// The graph inputs (not initializers) that the values `names` are computed from,
@@ -320,7 +405,10 @@ fn default_opset(model: &ModelProto) -> Result<i64, CompileError> {
 /// Orders the nodes so every value is produced before it is read, and checks that every
 /// read value exists. ONNX requires topological order already; sorting (stably) makes nnc
 /// robust to files that break the rule, and finds cycles.
-fn topological_order(graph: &GraphProto) -> Result<Vec<usize>, CompileError> {
+pub(crate) fn topological_order(
+    graph: &GraphProto,
+    outer: &dyn Fn(&str) -> bool,
+) -> Result<Vec<usize>, CompileError> {
     let mut available: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
     available.extend(graph.input.iter().map(|i| i.name.as_str()));
     let mut producer: HashMap<&str, usize> = HashMap::new();
@@ -349,8 +437,9 @@ fn topological_order(graph: &GraphProto) -> Result<Vec<usize>, CompileError> {
     let mut pending = vec![0usize; n];
     let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (i, node) in graph.node.iter().enumerate() {
-        for input in node.input.iter().filter(|x| !x.is_empty()) {
-            if available.contains(input.as_str()) {
+        let implicit = implicit_inputs(node);
+        for input in node.input.iter().chain(&implicit).filter(|x| !x.is_empty()) {
+            if available.contains(input.as_str()) || outer(input) {
                 continue;
             }
             match producer.get(input.as_str()) {
@@ -396,7 +485,9 @@ fn topological_order(graph: &GraphProto) -> Result<Vec<usize>, CompileError> {
         ));
     }
     for output in &graph.output {
-        if !available.contains(output.name.as_str()) && !producer.contains_key(output.name.as_str())
+        if !available.contains(output.name.as_str())
+            && !producer.contains_key(output.name.as_str())
+            && !outer(&output.name)
         {
             return Err(CompileError::invalid(
                 format!("graph output '{}'", output.name),

@@ -23,6 +23,7 @@
 
 mod activation;
 mod attention;
+mod control;
 mod conv;
 mod elementwise;
 mod loss;
@@ -65,6 +66,9 @@ pub enum NodeError {
     NeedsConstant { values: Vec<String>, reason: String },
     /// Lowering it would exceed a resource limit.
     Limit(nnc_formats::limits::LimitError),
+    /// A node inside one of its subgraphs (an If branch, a Loop body) failed in a way
+    /// that ends the import (malformed, or over a limit), already located there.
+    Nested(Box<CompileError>),
 }
 
 pub type NResult<T> = Result<T, NodeError>;
@@ -144,6 +148,14 @@ pub struct Lowerer<'e> {
     pub budget: constant::FoldBudget,
     /// Whether a float64 value was met (it computes as float32; the import notes it).
     pub computes_float64_as_float32: bool,
+    /// The operator sets the model imports (subgraph nodes are resolved against them).
+    pub opsets: registry::Opsets,
+    /// How many graph attributes enclose the nodes being lowered now.
+    pub nesting: usize,
+    /// If nodes folded at compile time: which branch -> count (`nnc inspect` lists them).
+    pub folded_ifs: std::collections::BTreeMap<String, usize>,
+    /// Nodes inside subgraphs that cannot be lowered, for the unsupported report.
+    pub nested_unsupported: crate::error::UnsupportedReport,
 }
 
 impl<'e> Lowerer<'e> {
@@ -161,6 +173,10 @@ impl<'e> Lowerer<'e> {
             limits: *limits,
             budget: constant::FoldBudget::new(limits, 0),
             computes_float64_as_float32: false,
+            opsets: registry::Opsets::default(),
+            nesting: 0,
+            folded_ifs: Default::default(),
+            nested_unsupported: crate::error::UnsupportedReport::new("ONNX"),
         }
     }
 
@@ -1038,6 +1054,7 @@ fn node_error_to_compile(e: NodeError, location: &str) -> CompileError {
         }
         NodeError::Invalid(m) => CompileError::invalid(location, m),
         NodeError::Limit(e) => CompileError::limit(location, e),
+        NodeError::Nested(e) => *e,
     }
 }
 

@@ -129,6 +129,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "HardSwish", 14..=22 => activation;
     "", "Hardmax", 1..=13 => hardmax;
     "", "Identity", 1..=25 => identity;
+    "", "If", 1..=25 => if_node;
     "", "InstanceNormalization", 6..=22 => instance_norm;
     "", "IsInf", 10..=20 => is_nan_inf;
     "", "IsNaN", 9..=20 => is_nan_inf;
