@@ -50,7 +50,20 @@ fn identity_reason(model: &Model, i: usize) -> Option<&'static str> {
             Some("concatenation of one tensor")
         }
         O::Pad | O::PadV2 | O::MirrorPad if same_dims => Some("zero padding"),
-        O::Slice | O::StridedSlice | O::Tile if same_dims => Some("whole-tensor slice or tile"),
+        O::Slice | O::Tile if same_dims => Some("whole-tensor slice or tile"),
+        // Same dimensions are not enough: a negative stride reverses the axis.
+        O::StridedSlice
+            if same_dims
+                && graph::const_i32s(model, op.inputs[3]).is_some_and(|strides| {
+                    strides.len() == din.dimensions.len()
+                        && strides
+                            .iter()
+                            .zip(&din.dimensions)
+                            .all(|(&s, &d)| s > 0 || d == 1)
+                }) =>
+        {
+            Some("whole-tensor slice or tile")
+        }
         O::Cast if same_dims => Some("cast to the same type"),
         O::Add | O::Sub if same_dims && no_activation() && all(op.inputs[1], &|x| x == 0.0) => {
             Some("adding zero")
@@ -125,4 +138,40 @@ fn collapse_reshape_chain(model: &mut Model, index: &mut GraphIndex, i: usize) -
     model.main.operations[i].op_type = OperationType::Reshape;
     index.set_inputs(model, i, vec![source, shape]);
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use nnc_formats::nn::{Lifetime, Model, Operand, OperandType, OperationType};
+
+    /// `STRIDED_SLICE(x)` over all of `x` (1x8) with the given stride on the last axis.
+    fn whole_slice(stride: i32) -> Model {
+        let mut m = Model::default();
+        let mut x = Operand::new(OperandType::TensorFloat32, vec![1, 8]);
+        x.lifetime = Lifetime::SubgraphInput;
+        let x = m.add_operand(x);
+        let (begin, end) = if stride > 0 { (0, 8) } else { (7, -9) };
+        let b = m.add_i32_vector(&[0, begin]);
+        let e = m.add_i32_vector(&[1, end]);
+        let s = m.add_i32_vector(&[1, stride]);
+        let masks: Vec<u32> = (0..3).map(|_| m.add_i32(0)).collect();
+        let mut y = Operand::new(OperandType::TensorFloat32, vec![1, 8]);
+        y.lifetime = Lifetime::SubgraphOutput;
+        let y = m.add_operand(y);
+        let mut inputs = vec![x, b, e, s];
+        inputs.extend(masks);
+        m.add_operation(OperationType::StridedSlice, inputs, vec![y], "slice");
+        m.main.inputs = vec![x];
+        m.main.outputs = vec![y];
+        m
+    }
+
+    #[test]
+    fn a_forward_whole_slice_is_removed_a_reversing_one_is_not() {
+        assert_eq!(
+            super::identity_reason(&whole_slice(1), 0),
+            Some("whole-tensor slice or tile")
+        );
+        assert_eq!(super::identity_reason(&whole_slice(-1), 0), None);
+    }
 }
