@@ -162,11 +162,10 @@ pub fn lower_bytes(
     let mut model = imported.model;
     check_tensor_sizes(&model, &options.import.limits)?;
     let lowered_histogram = model.operation_histogram();
-    let passes = if options.no_optimize {
-        Vec::new()
-    } else {
-        passes::optimize(&mut model)?
-    };
+    let mut passes = imported.frontend_passes;
+    if !options.no_optimize {
+        passes.extend(passes::optimize(&mut model)?);
+    }
     Ok(Lowered {
         model,
         format,

@@ -20,6 +20,10 @@ pub struct Args {
     /// Fix a dynamic input dimension: NAME=1x3x224x224 (repeatable).
     #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = super::parse_input_shape)]
     pub input_shapes: Vec<(String, Vec<u32>)>,
+    /// Bind a source model's input to a fixed value, as `nnc compile --bind-input` does
+    /// (an `If` on it folds): NAME=FILE (repeatable).
+    #[arg(long = "bind-input", value_name = "NAME=FILE", value_parser = super::parse_bind_input)]
+    pub bind_inputs: Vec<(String, std::path::PathBuf)>,
     /// Show the model as the frontend lowered it, before optimization passes.
     #[arg(long)]
     pub no_optimize: bool,
@@ -44,7 +48,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "--partition reports a compiled model's placement: compile with --devices first",
         ));
     }
-    let options = super::lower_options(&args.input_shapes, args.no_optimize, args.limits.limits())?;
+    let mut options =
+        super::lower_options(&args.input_shapes, args.no_optimize, args.limits.limits())?;
+    super::bind_inputs(&mut options, &args.bind_inputs)?;
     let lowered = super::lower(&args.model, &options)?;
     let report = source_report(&args.model, &lowered);
     if args.json {

@@ -60,6 +60,9 @@ pub struct SourceSummary {
 pub struct Imported {
     pub model: nn::Model,
     pub source: SourceSummary,
+    /// What the frontend itself simplified while lowering (folded `If` nodes), reported
+    /// with the optimization passes.
+    pub frontend_passes: Vec<crate::passes::PassReport>,
 }
 
 /// Decodes and lowers an ONNX model held in memory.
@@ -139,9 +142,24 @@ pub fn import_model(
                 .into(),
         );
     }
+    let folded_ifs = std::mem::take(&mut lowerer.folded_ifs);
     let model = lowerer.finish();
     nn::validate(&model)?;
-    Ok(Imported { model, source })
+    let mut frontend_passes = Vec::new();
+    if !folded_ifs.is_empty() {
+        let operations = model.main.operations.len();
+        frontend_passes.push(crate::passes::PassReport {
+            pass: "fold-if",
+            operations_before: operations,
+            operations_after: operations,
+            changes: folded_ifs,
+        });
+    }
+    Ok(Imported {
+        model,
+        source,
+        frontend_passes,
+    })
 }
 
 /// Lowers the nodes of `graph` (the main graph, or a branch or body being inlined or

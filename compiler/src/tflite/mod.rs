@@ -97,7 +97,11 @@ pub fn import_bytes(bytes: Bytes, options: &ImportOptions) -> Result<Imported, C
     add_outputs(&mut lowerer, &tfl)?;
     let model = lowerer.model;
     nn::validate(&model)?;
-    Ok(Imported { model, source })
+    Ok(Imported {
+        model,
+        source,
+        frontend_passes: Vec::new(),
+    })
 }
 
 fn poison(poisoned: &mut [bool], op: &OperatorDesc) {

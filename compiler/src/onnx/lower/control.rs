@@ -149,16 +149,8 @@ impl Lowerer<'_> {
                 _ => None,
             })
             .collect();
-        let then_built = self.build_subgraph(
-            then_branch,
-            &format!("then_branch of '{}'", n.label),
-            &captures,
-        )?;
-        let else_built = self.build_subgraph(
-            else_branch,
-            &format!("else_branch of '{}'", n.label),
-            &captures,
-        )?;
+        let then_built = self.runtime_branch(n, then_branch, "then_branch", &captures)?;
+        let else_built = self.runtime_branch(n, else_branch, "else_branch", &captures)?;
         let mut outputs = Vec::with_capacity(then_built.outputs.len());
         for (k, (a, b)) in then_built
             .outputs
@@ -207,6 +199,37 @@ impl Lowerer<'_> {
         self.model
             .add_operation(OperationType::If, inputs, indices, &n.label);
         Ok(())
+    }
+
+    /// Builds one branch of an If that stays an IF. A branch may be valid only for
+    /// inputs other than the fixed ones (silero-vad's 8 kHz branch cannot take a 16 kHz
+    /// chunk): it is never taken with them, but an IF must still compile it. That is
+    /// reported as needing the condition at compile time, so that binding the inputs it
+    /// derives from (`--bind-input`) folds the If instead.
+    fn runtime_branch(
+        &mut self,
+        n: &Node,
+        g: &GraphProto,
+        which: &str,
+        captures: &[(String, TensorValue)],
+    ) -> NResult<BuiltSubgraph> {
+        let what = format!("{which} of '{}'", n.label);
+        match self.build_subgraph(g, &what, captures) {
+            Err(NodeError::Nested(e))
+                if matches!(*e, crate::error::CompileError::InvalidModel { .. }) =>
+            {
+                Err(self.needs_constant(
+                    n,
+                    &[0],
+                    format!(
+                        "its condition is computed at run time, so both branches must compile, \
+                         but the {which} cannot with these input shapes ({e}); bind the inputs \
+                         the condition depends on to fold the If"
+                    ),
+                ))
+            }
+            other => other,
+        }
     }
 
     /// A SUBGRAPH operand naming graph `graph`.

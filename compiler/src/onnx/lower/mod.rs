@@ -364,6 +364,9 @@ impl<'e> Lowerer<'e> {
                             );
                             return Err(CompileError::Unsupported(report));
                         }
+                        // paddle2onnx and some older exporters write -1 for a dynamic
+                        // dimension; ONNX's own form is a symbolic or absent value.
+                        Some(D::DimValue(-1)) => 0,
                         Some(D::DimValue(v)) => {
                             return Err(CompileError::invalid(
                                 location.clone(),
@@ -384,21 +387,35 @@ impl<'e> Lowerer<'e> {
                 return Err(CompileError::Unsupported(report));
             }
             if let Some(fixed) = options.input_shapes.get(&input.name) {
+                let declared = || {
+                    let shown: Vec<String> = dims
+                        .iter()
+                        .map(|&d| if d == 0 { "?".into() } else { d.to_string() })
+                        .collect();
+                    format!("rank {} [{}]", dims.len(), shown.join(", "))
+                };
+                let given: Vec<String> = fixed.iter().map(u32::to_string).collect();
                 if tt.shape.is_some() && fixed.len() != dims.len() {
                     return Err(CompileError::Options(format!(
-                        "--input-shape {}: rank {} given, the model declares rank {}",
+                        "--input-shape {}={}: rank {} given, but the model declares input '{}' \
+                         with {}",
                         input.name,
+                        given.join("x"),
                         fixed.len(),
-                        dims.len()
+                        input.name,
+                        declared()
                     )));
                 }
-                for (k, (&f, d)) in fixed.iter().zip(dims.iter_mut()).enumerate() {
-                    if *d != 0 && *d != f {
-                        return Err(CompileError::Options(format!(
-                            "--input-shape {}: dimension {k} is fixed to {} by the model, not {f}",
-                            input.name, *d
-                        )));
-                    }
+                if let Some(k) = (0..dims.len()).find(|&k| dims[k] != 0 && dims[k] != fixed[k]) {
+                    return Err(CompileError::Options(format!(
+                        "--input-shape {}={}: dimension {k} is fixed to {} by the model, which \
+                         declares input '{}' with {}",
+                        input.name,
+                        given.join("x"),
+                        dims[k],
+                        input.name,
+                        declared()
+                    )));
                 }
                 dims = fixed.clone();
             }

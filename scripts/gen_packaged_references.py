@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Reference outputs of the streaming speech models, from ONNX Runtime.
+"""Reference outputs of real models from public packages, from ONNX Runtime.
+
+Streaming cases:
 
 For each model that `scripts/fetch-models` extracts (silero-vad's published models and
 the silero-vad copy openWakeWord ships, all with ONNX `If`), this runs ONNX Runtime over
 consecutive chunks of a deterministic test signal, feeding the state outputs back as the
-next chunk's state inputs, and writes to testdata/streaming/CASE/:
+next chunk's state inputs, and writes to testdata/packaged/CASE/:
 
   chunks.npy       [steps, 1, chunk] float32, the chunks in order
   output_K.npy     [steps, ...] every output K of every step, stacked
@@ -23,7 +25,7 @@ import onnxruntime as ort
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXTERNAL = os.path.join(ROOT, "testdata", "external")
-OUT = os.path.join(ROOT, "testdata", "streaming")
+OUT = os.path.join(ROOT, "testdata", "packaged")
 STEPS = 24
 
 # case, model, sample rate, chunk, state inputs -> (initial shape), feed-back pairs
@@ -50,7 +52,35 @@ def signal(rate, samples):
     return (0.3 * tone * gate + noise).astype(np.float32)
 
 
+# case, model, input name, input shape
+SINGLE = [
+    ("paddleocr_cls", "rapidocr-onnxruntime/ch_ppocr_mobile_v2.0_cls_infer.onnx", "x",
+     (1, 3, 48, 192)),
+]
+
+
+def image(shape):
+    """A deterministic text-line-like image: dark strokes on a light ground, normalized as
+    PaddleOCR normalizes its inputs ((x / 255 - 0.5) / 0.5)."""
+    _, c, h, w = shape
+    y, x = np.mgrid[0:h, 0:w]
+    strokes = ((np.sin(x / 3.0) > 0.6) & (np.abs(y - h / 2) < h / 4)).astype(np.float64)
+    pixels = 230 - 180 * strokes - 10 * (y / h)
+    img = np.broadcast_to(pixels, (c, h, w))[None]
+    return ((img / 255.0 - 0.5) / 0.5).astype(np.float32)
+
+
 def main():
+    for case, model, name, shape in SINGLE:
+        session = ort.InferenceSession(os.path.join(EXTERNAL, model),
+                                       providers=["CPUExecutionProvider"])
+        x = image(shape)
+        (y,) = session.run(None, {name: x})
+        folder = os.path.join(OUT, case)
+        os.makedirs(folder, exist_ok=True)
+        np.save(os.path.join(folder, "input.npy"), x)
+        np.save(os.path.join(folder, "output_0.npy"), y)
+        print(f"{case}: output {y.ravel()}")
     for case, model, rate, chunk, states, feed in CASES:
         path = os.path.join(EXTERNAL, model)
         session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
