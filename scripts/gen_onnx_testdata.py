@@ -2042,6 +2042,99 @@ def microsoft_skip_layer_norm_and_gelus():
 
 
 @case
+def ml_linear_classifier_multiclass_softmax():
+    g = Graph("ml_linear_classifier_multiclass_softmax", domains={"ai.onnx.ml": 1})
+    x = g.input("x", [4, 3])
+    y, z = g.node("LinearClassifier", [x], ["label", "scores"], name="classifier", domain="ai.onnx.ml",
+                  coefficients=[float(v) for v in g.rng.standard_normal(9)],
+                  intercepts=[0.1, -0.2, 0.3], classlabels_ints=[10, 20, 30],
+                  post_transform="SOFTMAX")
+    g.output(y, z)
+    return g
+
+
+@case
+def ml_linear_classifier_binary_logistic():
+    g = Graph("ml_linear_classifier_binary_logistic", domains={"ai.onnx.ml": 1})
+    x = g.input("x", [5, 2])
+    y, z = g.node("LinearClassifier", [x], ["label", "scores"], name="classifier", domain="ai.onnx.ml",
+                  coefficients=[0.5, -0.25], intercepts=[0.1], classlabels_ints=[7, 9],
+                  post_transform="LOGISTIC")
+    g.output(y, z)
+    return g
+
+
+@case
+def ml_linear_classifier_binary_none_int_input():
+    g = Graph("ml_linear_classifier_binary_none_int_input", domains={"ai.onnx.ml": 1})
+    x = g.input("x", [4, 2], data=np.array([[1, 2], [-1, 0], [0, -3], [4, 1]], dtype=np.int64))
+    y, z = g.node("LinearClassifier", [x], ["label", "scores"], name="classifier", domain="ai.onnx.ml",
+                  coefficients=[0.5, -0.25], intercepts=[0.1], classlabels_ints=[0, 1])
+    g.output(y, z)
+    return g
+
+
+@case
+def ml_linear_regressor_two_targets():
+    g = Graph("ml_linear_regressor_two_targets", domains={"ai.onnx.ml": 1})
+    x = g.input("x", [3, 4])
+    g.output(g.node("LinearRegressor", [x], ["y"], name="regressor", domain="ai.onnx.ml",
+                    coefficients=[float(v) for v in g.rng.standard_normal(8)], intercepts=[0.5, -1.0],
+                    targets=2))
+    return g
+
+
+@case
+def ml_normalizer_scaler_binarizer():
+    g = Graph("ml_normalizer_scaler_binarizer", domains={"ai.onnx.ml": 1})
+    data = g.rng.standard_normal([3, 4]).astype(np.float32)
+    data[2] = 0.0  # a zero row: every norm leaves it zero
+    x = g.input("x", [3, 4], data=data)
+    outs = [g.node("Normalizer", [x], [f"norm_{k.lower()}"], name=f"normalizer_{k.lower()}", domain="ai.onnx.ml",
+                   norm=k) for k in ["MAX", "L1", "L2"]]
+    outs.append(g.node("Scaler", [x], ["scaled"], name="scaler", domain="ai.onnx.ml",
+                       offset=[0.5, -0.5, 1.0, 0.0], scale=[2.0, 1.0, 0.5, 3.0]))
+    outs.append(g.node("Binarizer", [x], ["binary"], name="binarizer", domain="ai.onnx.ml", threshold=0.25))
+    g.output(*outs)
+    return g
+
+
+def if_graph(name: str, cond_from_input: bool):
+    """y = If(cond, then: x * w + a, else: relu(x) - b); both branches read outer values."""
+    g = Graph(name, opset=13)
+    x = g.input("x", [2, 3])
+    w = g.weight("w", [2, 3])
+    a = g.input("a", [3])
+    b = g.floats("b", [0.5, -1.0, 2.0])
+    if cond_from_input:
+        cond = g.input("cond", [], data=np.array(False))
+    else:
+        # Computed from a static shape: known at compile time.
+        shape = g.node("Shape", [x])
+        first = g.node("Gather", [shape, g.ints("zero", 0)], axis=0)
+        cond = g.node("Equal", [first, g.ints("two", 2)])
+    then_branch = helper.make_graph(
+        [helper.make_node("Mul", [x, w], ["t0"]), helper.make_node("Add", ["t0", a], ["then_out"])],
+        "then", [], [helper.make_tensor_value_info("then_out", TensorProto.FLOAT, [2, 3])])
+    else_branch = helper.make_graph(
+        [helper.make_node("Relu", [x], ["e0"]), helper.make_node("Sub", ["e0", b], ["else_out"])],
+        "else", [], [helper.make_tensor_value_info("else_out", TensorProto.FLOAT, [2, 3])])
+    y = g.node("If", [cond], ["y"], name="branch", then_branch=then_branch, else_branch=else_branch)
+    g.output(g.node("Sigmoid", [y], ["z"]))
+    return g
+
+
+@case
+def if_static_shape_condition():
+    return if_graph("if_static_shape_condition", cond_from_input=False)
+
+
+@case
+def if_runtime_condition():
+    return if_graph("if_runtime_condition", cond_from_input=True)
+
+
+@case
 def unsupported_ops():
     # Independent branches, so that no unsupported node hides another (nnc skips nodes
     # that read an unsupported node's output).

@@ -28,6 +28,7 @@ mod conv;
 mod elementwise;
 mod loss;
 mod matmul;
+mod ml;
 mod normalization;
 mod pool;
 mod quant;

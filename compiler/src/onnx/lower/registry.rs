@@ -51,6 +51,9 @@ pub fn is_default_domain(domain: &str) -> bool {
     domain.is_empty() || domain == "ai.onnx"
 }
 
+/// The domain of ONNX's classical machine-learning operators.
+pub const ML: &str = "ai.onnx.ml";
+
 /// The Microsoft domain of the operators ONNX Runtime's transformer optimizer writes.
 pub const MICROSOFT: &str = "com.microsoft";
 
@@ -212,6 +215,11 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Upsample", 7..=10 => resize;
     "", "Where", 9..=16 => where_op;
     "", "Xor", 7..=7 => binary;
+    ML, "Binarizer", 1..=1 => binarizer;
+    ML, "LinearClassifier", 1..=1 => linear_classifier;
+    ML, "LinearRegressor", 1..=1 => linear_regressor;
+    ML, "Normalizer", 1..=1 => normalizer;
+    ML, "Scaler", 1..=1 => scaler;
     MICROSOFT, "Attention", 1..=1 => microsoft_attention;
     MICROSOFT, "BiasGelu", 1..=1 => microsoft_gelu;
     MICROSOFT, "FastGelu", 1..=1 => microsoft_gelu;
