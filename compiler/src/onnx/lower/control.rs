@@ -17,11 +17,21 @@ use crate::onnx::proto::GraphProto;
 use crate::onnx::{MAX_GRAPH_NESTING, implicit_inputs, lower_graph, topological_order};
 
 /// A branch or body lowered into a referenced subgraph.
-struct BuiltSubgraph {
+pub(super) struct BuiltSubgraph {
     /// Its graph index for a SUBGRAPH operand (1 = the first referenced subgraph).
-    graph: u64,
+    pub graph: u64,
     /// Its outputs, as operands of the subgraph.
-    outputs: Vec<TensorValue>,
+    pub outputs: Vec<TensorValue>,
+}
+
+/// How an input of a subgraph being built is declared: the name it is bound to (empty
+/// for none), its operand (type, dimensions, quantization) and its ONNX view.
+#[derive(Clone)]
+pub(super) struct InputSpec {
+    pub name: String,
+    pub operand: Operand,
+    pub dtype: nnc_formats::tensor::DataType,
+    pub scalar: bool,
 }
 
 impl Lowerer<'_> {
@@ -82,7 +92,7 @@ impl Lowerer<'_> {
 
     /// Lowers the nodes of a branch or body where the enclosing graph's values (and, for
     /// a subgraph being built, its inputs) are in scope, and returns its outputs' values.
-    fn lower_body(&mut self, g: &GraphProto, what: &str) -> NResult<Vec<Value>> {
+    pub(super) fn lower_body(&mut self, g: &GraphProto, what: &str) -> NResult<Vec<Value>> {
         if self.nesting >= MAX_GRAPH_NESTING {
             return invalid(format!(
                 "graphs nest more than {MAX_GRAPH_NESTING} levels deep"
@@ -233,7 +243,7 @@ impl Lowerer<'_> {
     }
 
     /// A SUBGRAPH operand naming graph `graph`.
-    fn subgraph_operand(&mut self, graph: u64) -> u32 {
+    pub(super) fn subgraph_operand(&mut self, graph: u64) -> u32 {
         let mut operand = Operand::new(OperandType::Subgraph, vec![]);
         operand.lifetime = Lifetime::Subgraph;
         operand.location.offset = graph;
@@ -248,27 +258,48 @@ impl Lowerer<'_> {
         what: &str,
         captures: &[(String, TensorValue)],
     ) -> NResult<BuiltSubgraph> {
+        let specs: Vec<InputSpec> = captures
+            .iter()
+            .map(|(name, tv)| self.input_spec(name, *tv))
+            .collect();
+        self.new_subgraph(&specs, |this, _| {
+            let values = this.lower_body(g, what)?;
+            Ok(g.output
+                .iter()
+                .map(|o| o.name.clone())
+                .zip(values)
+                .collect())
+        })
+    }
+
+    /// How a subgraph input mirrors value `tv` of the current graph.
+    pub(super) fn input_spec(&self, name: &str, tv: TensorValue) -> InputSpec {
+        InputSpec {
+            name: name.to_string(),
+            operand: self.model.main.operands[tv.operand as usize].clone(),
+            dtype: tv.dtype,
+            scalar: tv.scalar,
+        }
+    }
+
+    /// Builds a new referenced subgraph: its inputs are made from `inputs` (in order, each
+    /// bound to its name when it has one), `body` emits its operations into it and returns
+    /// its outputs by name. `body` may add inputs of its own ([`Self::subgraph_input`]) and
+    /// reorder `self.model.main.inputs`. The enclosing graph's state is restored whatever
+    /// happens.
+    pub(super) fn new_subgraph(
+        &mut self,
+        inputs: &[InputSpec],
+        body: impl FnOnce(&mut Self, &[TensorValue]) -> NResult<Vec<(String, Value)>>,
+    ) -> NResult<BuiltSubgraph> {
         let outer_main = std::mem::take(&mut self.model.main);
         let outer_values = self.values.clone();
         let outer_materialized = std::mem::take(&mut self.materialized);
-        for (name, tv) in captures {
-            let mut operand = outer_main.operands[tv.operand as usize].clone();
-            operand.lifetime = Lifetime::SubgraphInput;
-            operand.location = Default::default();
-            operand.name = name.clone();
-            let index = self.model.add_operand(operand);
-            self.model.main.inputs.push(index);
-            self.values.insert(
-                name.clone(),
-                Value::Tensor(TensorValue {
-                    operand: index,
-                    ..*tv
-                }),
-            );
-        }
-        let result = self
-            .lower_body(g, what)
-            .and_then(|values| self.subgraph_outputs(g, &values));
+        let bound: Vec<TensorValue> = inputs
+            .iter()
+            .map(|spec| self.subgraph_input(spec))
+            .collect();
+        let result = body(self, &bound).and_then(|outputs| self.subgraph_outputs(&outputs));
         let built = std::mem::replace(&mut self.model.main, outer_main);
         self.values = outer_values;
         self.materialized = outer_materialized;
@@ -280,12 +311,31 @@ impl Lowerer<'_> {
         })
     }
 
+    /// Adds an input to the subgraph being built, bound to its name when it has one.
+    pub(super) fn subgraph_input(&mut self, spec: &InputSpec) -> TensorValue {
+        let mut operand = spec.operand.clone();
+        operand.lifetime = Lifetime::SubgraphInput;
+        operand.location = Default::default();
+        operand.name = spec.name.clone();
+        let index = self.model.add_operand(operand);
+        self.model.main.inputs.push(index);
+        let tv = TensorValue {
+            operand: index,
+            dtype: spec.dtype,
+            scalar: spec.scalar,
+        };
+        if !spec.name.is_empty() {
+            self.values.insert(spec.name.clone(), Value::Tensor(tv));
+        }
+        tv
+    }
+
     /// Makes `values` the outputs of the subgraph being built: each is written by an
     /// operation of its own (a copy when it is an input, a constant, or already listed).
-    fn subgraph_outputs(&mut self, g: &GraphProto, values: &[Value]) -> NResult<Vec<TensorValue>> {
+    fn subgraph_outputs(&mut self, values: &[(String, Value)]) -> NResult<Vec<TensorValue>> {
         let mut outputs = Vec::with_capacity(values.len());
-        for (o, value) in g.output.iter().zip(values) {
-            let mut tv = self.materialize(&o.name, value)?;
+        for (name, value) in values {
+            let mut tv = self.materialize(name, value)?;
             let operand = &self.model.main.operands[tv.operand as usize];
             if operand.lifetime != Lifetime::TemporaryVariable
                 || self.model.main.outputs.contains(&tv.operand)
@@ -295,13 +345,13 @@ impl Lowerer<'_> {
                     OperationType::Cast,
                     vec![tv.operand],
                     vec![Some(template)],
-                    &o.name,
+                    name,
                 )?[0];
             }
             let operand = &mut self.model.main.operands[tv.operand as usize];
             operand.lifetime = Lifetime::SubgraphOutput;
             if operand.name.is_empty() {
-                operand.name = o.name.clone();
+                operand.name = name.clone();
             }
             self.model.main.outputs.push(tv.operand);
             outputs.push(tv);
@@ -319,7 +369,7 @@ fn copy_template(operand: &Operand) -> Operand {
 }
 
 /// The graph held by attribute `name`.
-fn graph_attribute<'a>(n: &Node<'a>, name: &str) -> NResult<&'a GraphProto> {
+pub(super) fn graph_attribute<'a>(n: &Node<'a>, name: &str) -> NResult<&'a GraphProto> {
     n.proto
         .attribute
         .iter()

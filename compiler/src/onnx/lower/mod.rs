@@ -26,6 +26,7 @@ mod attention;
 mod control;
 mod conv;
 mod elementwise;
+mod loops;
 mod loss;
 mod matmul;
 mod ml;

@@ -144,6 +144,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "LessOrEqual", 12..=16 => binary;
     "", "Log", 1..=13 => unary;
     "", "LogSoftmax", 1..=13 => softmax;
+    "", "Loop", 1..=25 => loop_node;
     "", "MatMul", 1..=13 => matmul;
     "", "Max", 1..=13 => binary;
     "", "MaxPool", 1..=22 => pool;
@@ -182,6 +183,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Reshape", 5..=25 => reshape;
     "", "Resize", 10..=19 => resize;
     "", "Round", 11..=22 => math_unary;
+    "", "Scan", 9..=25 => scan_node;
     "", "Scatter", 9..=11 => scatter_elements;
     "", "ScatterElements", 11..=18 => scatter_elements;
     "", "ScatterND", 11..=18 => scatter_nd;
