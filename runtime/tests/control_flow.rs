@@ -170,3 +170,61 @@ fn an_if_condition_must_hold_one_value() {
     assert!(err.to_string().contains("input 0"), "{err}");
     assert!(err.to_string().contains("[2]"), "{err}");
 }
+
+/// The models written as encrypted `.nnc` files and loaded on the simulated NPU: the
+/// referenced subgraphs' weights are decrypted by the device like main's.
+#[test]
+fn control_flow_models_run_from_encrypted_files() {
+    use nnc_formats::container::{WriteOptions, write};
+    use nnc_formats::crypto::{Algorithm, Key, Mode};
+    use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
+    let key = Key::generate(Algorithm::Sm4).unwrap();
+    let options = WriteOptions {
+        key: Some(&key),
+        mode: Mode::Ctr,
+        authenticate_only: false,
+        reproducible: false,
+        producer: "nnc test".into(),
+        arena: None,
+        extra_sections: Vec::new(),
+    };
+    let npu = SimulatedNpu::new("npu0");
+    npu.install_key(key.as_bytes());
+    let load = |m: &nnc_formats::nn::Model| {
+        PreparedModel::load_bytes(write(m, &options).unwrap(), &npu, &LoadOptions::default())
+            .unwrap()
+    };
+    let x = x_values();
+    let model = load(&if_model());
+    for (cond, len) in [(true, IF_LEN), (false, 2 * IF_LEN)] {
+        let out = model
+            .run(&[
+                bool_tensor(cond),
+                HostTensor::from_f32(vec![IF_LEN as usize], &x).unwrap(),
+            ])
+            .unwrap();
+        assert_eq!(out[0].shape, vec![len as usize]);
+        let first = if cond {
+            x[1] + then_constant()[1]
+        } else {
+            x[1] * else_constant()[1]
+        };
+        assert_eq!(out[0].to_f32_vec().unwrap()[1], first);
+    }
+    // Every field was decrypted by the device (main has no weights of its own).
+    assert!(model.cache_stats().decryptions >= 2);
+    let model = load(&while_model());
+    let out = model.run(&loop_inputs(10)).unwrap();
+    assert_eq!(i32_values(&out[0]), vec![10]);
+    assert_eq!(out[1].to_f32_vec().unwrap()[0], 1023.0);
+    let model = load(&nested_model());
+    let out = model.run(&loop_inputs(6)).unwrap();
+    assert_eq!(out[1].to_f32_vec().unwrap()[0], 33.0);
+    // The loop timeout through the loaded model.
+    let model = load(&infinite_model());
+    let options = ExecuteOptions::default()
+        .with_loop_timeout(Duration::from_millis(30))
+        .unwrap();
+    let err = model.run_with(&loop_inputs(1), &options).unwrap_err();
+    assert!(matches!(err, RuntimeError::MissedDeadline { .. }), "{err}");
+}

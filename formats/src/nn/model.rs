@@ -338,6 +338,64 @@ impl Model {
         self.graphs().take(t).map(|g| g.operations.len()).sum()
     }
 
+    /// The referenced subgraphs an operation of graph `t` runs, directly or through
+    /// nested control flow (graph numbers, each once, in the order first reached).
+    pub fn graphs_reached(&self, t: usize, op: usize) -> Vec<usize> {
+        let mut reached: Vec<usize> = Vec::new();
+        let mut seen = vec![false; self.referenced.len() + 1];
+        let subgraph_inputs = |g: &Subgraph, op: &Operation| -> Vec<usize> {
+            op.inputs
+                .iter()
+                .filter_map(|&i| g.operands.get(i as usize))
+                .filter(|o| o.lifetime == Lifetime::Subgraph)
+                .filter_map(|o| usize::try_from(o.location.offset).ok())
+                .collect()
+        };
+        let mut queue: Vec<usize> = match (
+            self.graph(t),
+            self.graph(t).and_then(|g| g.operations.get(op)),
+        ) {
+            (Some(g), Some(op)) => subgraph_inputs(g, op),
+            _ => Vec::new(),
+        };
+        while let Some(next) = queue.pop() {
+            if next == 0 || next >= seen.len() || seen[next] {
+                continue;
+            }
+            seen[next] = true;
+            reached.push(next);
+            if let Some(g) = self.graph(next) {
+                for op in &g.operations {
+                    queue.extend(subgraph_inputs(g, op));
+                }
+            }
+        }
+        reached
+    }
+
+    /// For every operation by global number (see [`Model::total_operation_count`]), the
+    /// operation of `main` that runs it: itself for main's operations; for a referenced
+    /// subgraph's, the first IF or WHILE of `main` that reaches its graph; `None` for a
+    /// subgraph nothing in `main` reaches.
+    pub fn main_operation_of(&self) -> Vec<Option<usize>> {
+        let mut root: Vec<Option<usize>> = vec![None; self.referenced.len() + 1];
+        for (i, op) in self.main.operations.iter().enumerate() {
+            if op.op_type.is_control_flow() {
+                for t in self.graphs_reached(0, i) {
+                    if root[t].is_none() {
+                        root[t] = Some(i);
+                    }
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(self.total_operation_count());
+        out.extend((0..self.main.operations.len()).map(Some));
+        for (k, g) in self.referenced.iter().enumerate() {
+            out.extend(std::iter::repeat_n(root[k + 1], g.operations.len()));
+        }
+        out
+    }
+
     /// Adds an operand to the main subgraph and returns its index.
     pub fn add_operand(&mut self, operand: Operand) -> OperandIndex {
         self.main.operands.push(operand);
