@@ -392,6 +392,7 @@ fn timing_is_reported_only_when_asked() {
                 &mut bufs,
                 &ExecuteOptions {
                     measure_timing: measure,
+                    ..ExecuteOptions::default()
                 },
             )
             .unwrap()

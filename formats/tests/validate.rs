@@ -347,3 +347,200 @@ fn every_problem_is_reported_at_once_with_its_location() {
         "{text}"
     );
 }
+
+// ---- Control flow (IF, WHILE) ----
+
+use nnc_formats::nn::signature::{InputView, infer_control_flow};
+use nnc_formats::test_support::control_flow::{
+    if_model, infinite_model, nested_model, while_model,
+};
+
+#[test]
+fn control_flow_models_are_valid() {
+    validate(&if_model()).unwrap();
+    validate(&while_model()).unwrap();
+    validate(&nested_model()).unwrap();
+    validate(&infinite_model()).unwrap();
+}
+
+#[test]
+fn if_condition_must_be_bool8_of_shape_1() {
+    let mut m = if_model();
+    m.main.operands[0].operand_type = OperandType::TensorInt32;
+    m.input_info[0].dtype = DataType::I32;
+    assert_problem(
+        &m,
+        "operation 0 (IF from node 'if'): input 0 (condition) must be TENSOR_BOOL8",
+    );
+    let mut m = if_model();
+    m.main.operands[0].dimensions = vec![2];
+    assert_problem(&m, "input 0 (condition) must have shape [1], has 2");
+}
+
+#[test]
+fn if_branches_must_be_subgraph_operands() {
+    let mut m = if_model();
+    // Input 1 (then) replaced by the value x.
+    m.main.operations[0].inputs[1] = 1;
+    assert_problem(&m, "input 1 (then) must be SUBGRAPH, got TENSOR_FLOAT32");
+}
+
+#[test]
+fn if_branch_must_exist() {
+    let mut m = if_model();
+    let then_operand = m.main.operations[0].inputs[1] as usize;
+    m.main.operands[then_operand].location.offset = 9;
+    assert_problem(
+        &m,
+        "input 1 (then) refers to subgraph 9, which does not exist (the model has 2 referenced subgraphs)",
+    );
+}
+
+#[test]
+fn if_branch_inputs_must_match_the_values_passed() {
+    let mut m = if_model();
+    m.main.operations[0].inputs.push(1); // x passed twice
+    assert_problem(
+        &m,
+        "then subgraph 1 takes 1 inputs, but 2 values are passed to it",
+    );
+    let mut m = if_model();
+    let x = m.referenced[1].inputs[0] as usize;
+    m.referenced[1].operands[x].dimensions = vec![7];
+    assert_problem(&m, "else subgraph 2: input 0 is TF32 7");
+}
+
+#[test]
+fn if_branch_outputs_must_match_the_if() {
+    let mut m = if_model();
+    let extra = m
+        .main
+        .add_output(Operand::new(OperandType::TensorFloat32, vec![0]));
+    m.main.operations[0].outputs.push(extra);
+    m.output_info.push(m.output_info[0].clone());
+    assert_problem(&m, "then subgraph 1 produces 1 outputs, but the IF has 2");
+    let mut m = if_model();
+    let out = m.referenced[1].outputs[0] as usize;
+    m.referenced[1].operands[out].operand_type = OperandType::TensorInt32;
+    assert_problem(&m, "else subgraph 2: output 0 is TI32");
+}
+
+#[test]
+fn if_output_shapes_are_what_both_branches_agree_on() {
+    let m = if_model();
+    let op = &m.main.operations[0];
+    let views: Vec<InputView> = op
+        .inputs
+        .iter()
+        .map(|&i| InputView {
+            operand: &m.main.operands[i as usize],
+            value: None,
+        })
+        .collect();
+    let declared: Vec<&Operand> = op
+        .outputs
+        .iter()
+        .map(|&o| &m.main.operands[o as usize])
+        .collect();
+    let graphs: Vec<&Subgraph> = m.graphs().collect();
+    let shapes = infer_control_flow(op.op_type, &views, &declared, &graphs).unwrap();
+    // then gives [40], else [80]: the length is known only at run time.
+    assert_eq!(shapes[0].dimensions, vec![0]);
+    assert_eq!(shapes[0].operand_type, OperandType::TensorFloat32);
+    // A branch producing [40] too makes it known.
+    let mut m2 = m.clone();
+    let out = m2.referenced[1].outputs[0] as usize;
+    m2.referenced[1].operands[out].dimensions = vec![40];
+    let graphs: Vec<&Subgraph> = m2.graphs().collect();
+    let shapes = infer_control_flow(op.op_type, &views, &declared, &graphs).unwrap();
+    assert_eq!(shapes[0].dimensions, vec![40]);
+}
+
+#[test]
+fn while_condition_must_produce_one_bool8() {
+    let mut m = while_model();
+    let c = m.referenced[0].outputs[0] as usize;
+    m.referenced[0].operands[c].operand_type = OperandType::TensorInt32;
+    let all = problems(&m);
+    assert!(
+        all.iter().any(|p| p.contains(
+            "operation 0 (WHILE from node 'while'): condition subgraph 1: its output must be TENSOR_BOOL8 of shape [1]"
+        )),
+        "{all:#?}"
+    );
+    let mut m = while_model();
+    let extra = m.referenced[0].add_output(Operand::new(OperandType::TensorBool8, vec![1]));
+    let first = m.referenced[0].operations[0].inputs.clone();
+    m.referenced[0].add_operation(OperationType::Less, first, vec![extra], "");
+    assert_problem(
+        &m,
+        "condition subgraph 1 must produce exactly 1 output, produces 2",
+    );
+}
+
+#[test]
+fn while_subgraphs_take_every_value() {
+    let mut m = while_model();
+    m.main.operations[0].inputs.pop(); // drop the input-only value
+    assert_problem(
+        &m,
+        "condition subgraph 1 takes 4 inputs, but 3 values are passed to it",
+    );
+}
+
+#[test]
+fn while_body_outputs_replace_the_first_values() {
+    let mut m = while_model();
+    let body = &mut m.referenced[1];
+    body.outputs.truncate(1);
+    let dropped: Vec<u32> = vec![body.operations[1].outputs[0], body.operations[2].outputs[0]];
+    for o in dropped {
+        body.operands[o as usize].lifetime = Lifetime::TemporaryVariable;
+    }
+    assert_problem(
+        &m,
+        "body subgraph 2 produces 1 outputs; the WHILE has 2 outputs",
+    );
+    let mut m = while_model();
+    let s_out = m.referenced[1].outputs[2] as usize;
+    m.referenced[1].operands[s_out].dimensions = vec![5];
+    let all = problems(&m);
+    assert!(
+        all.iter()
+            .any(|p| p.contains("body subgraph 2: output 2 is TF32 5, which does not fit input 2")),
+        "{all:#?}"
+    );
+}
+
+#[test]
+fn while_outputs_have_the_input_output_values_types() {
+    let mut m = while_model();
+    let out = m.main.outputs[0] as usize;
+    m.main.operands[out].operand_type = OperandType::TensorFloat32;
+    m.output_info[0].dtype = DataType::F32;
+    assert_problem(&m, "output 0 is TF32 1 but input-output value 0 is TI32 1");
+}
+
+#[test]
+fn while_needs_at_least_one_input_output_value() {
+    let mut m = while_model();
+    m.main.operations[0].outputs.clear();
+    let all = problems(&m);
+    assert!(
+        all.iter()
+            .any(|p| p.contains("WHILE from node 'while'): produces at least 1 outputs, got 0")),
+        "{all:#?}"
+    );
+}
+
+#[test]
+fn nested_control_flow_errors_name_the_subgraph() {
+    let mut m = nested_model();
+    // The IF inside the body (subgraph 2) passes two values; break its then branch.
+    let then_in = m.referenced[2].inputs[1] as usize;
+    m.referenced[2].operands[then_in].operand_type = OperandType::TensorInt32;
+    assert_problem(
+        &m,
+        "subgraph 2: operation 1 (IF from node 'body/if'): then subgraph 3: input 1 is TI32 4",
+    );
+}

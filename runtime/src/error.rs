@@ -123,6 +123,37 @@ pub enum RuntimeError {
     /// An internal invariant does not hold: a bug in nnc.
     #[error("internal error: {0}")]
     Internal(String),
+
+    /// The loop timeout asked for an execution is above the maximum.
+    #[error(
+        "a loop timeout of {} ms is above the maximum of {} ms",
+        requested.as_millis(),
+        max.as_millis()
+    )]
+    LoopTimeoutTooLong {
+        requested: std::time::Duration,
+        max: std::time::Duration,
+    },
+
+    /// A WHILE loop was still running when the execution's loop timeout expired (NNAPI's
+    /// MISSED_DEADLINE); the execution produced no outputs.
+    #[error(
+        "{operation}: missed the deadline: loops ran longer than the loop timeout of {} ms",
+        timeout.as_millis()
+    )]
+    MissedDeadline {
+        operation: OpRef,
+        timeout: std::time::Duration,
+    },
+
+    /// An error inside a referenced subgraph that an IF or WHILE runs.
+    #[error("{operation}: in subgraph {subgraph}: {source}")]
+    InSubgraph {
+        operation: OpRef,
+        subgraph: usize,
+        #[source]
+        source: Box<RuntimeError>,
+    },
 }
 
 impl RuntimeError {

@@ -296,7 +296,7 @@ impl PreparedModel {
                     None,
                     verify_fields,
                 )?;
-                let n = model.main.operations.len();
+                let n = model.total_operation_count();
                 (model, vec![w], vec![0; n])
             }
             Some(plan) => {
@@ -321,14 +321,21 @@ impl PreparedModel {
                 }
                 let model =
                     model.ok_or_else(|| RuntimeError::InvalidPlan("it lists no device".into()))?;
-                let mut by_operation = vec![0; model.main.operations.len()];
+                let mut by_main = vec![0; model.main.operations.len()];
                 for step in &plan.steps {
                     for &op in &step.operations {
-                        if let Some(slot) = by_operation.get_mut(op as usize) {
+                        if let Some(slot) = by_main.get_mut(op as usize) {
                             *slot = step.device as usize;
                         }
                     }
                 }
+                // A referenced subgraph's operations run on the device of the IF or
+                // WHILE that runs them.
+                let by_operation = model
+                    .main_operation_of()
+                    .iter()
+                    .map(|m| m.and_then(|m| by_main.get(m).copied()).unwrap_or(0))
+                    .collect();
                 (model, attached, by_operation)
             }
         };
@@ -512,8 +519,18 @@ impl PreparedModel {
 
     /// [`PreparedModel::run`] with timing.
     pub fn run_timed(&self, inputs: &[HostTensor]) -> Result<(Vec<HostTensor>, Timing)> {
+        self.run_with(inputs, &ExecuteOptions::default())
+    }
+
+    /// [`PreparedModel::run_timed`] with per-execution options, such as the loop timeout
+    /// of IF/WHILE models (`ExecuteOptions::loop_timeout`, default 2 s, at most 15 s).
+    pub fn run_with(
+        &self,
+        inputs: &[HostTensor],
+        options: &ExecuteOptions,
+    ) -> Result<(Vec<HostTensor>, Timing)> {
         let start = Instant::now();
-        let (outputs, device) = self.program.execute_host_timed(inputs)?;
+        let (outputs, device) = self.program.execute_host_with(inputs, options)?;
         Ok((
             outputs,
             Timing {

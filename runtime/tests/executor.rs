@@ -671,6 +671,7 @@ fn timing_is_measured_on_request() {
             &mut [OutputBuffer::f32(&mut out)],
             &ExecuteOptions {
                 measure_timing: true,
+                ..ExecuteOptions::default()
             },
         )
         .unwrap();

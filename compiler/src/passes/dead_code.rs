@@ -2,7 +2,9 @@
 //!
 //! Removes operations none of whose outputs is read or is a model output, then drops
 //! every operand no operation or model list refers to, renumbering the rest and
-//! re-packing constant storage so that unreferenced weights leave the model.
+//! re-packing constant storage so that unreferenced weights leave the model. Only main
+//! is rewritten; the constants of referenced subgraphs (IF/WHILE bodies) are re-packed
+//! with main's, since they share the model's storage.
 
 use std::collections::BTreeMap;
 
@@ -99,6 +101,34 @@ pub fn compact(model: &mut Model) {
             model.add_operand(operand)
         };
         remap[i] = new_index;
+    }
+    // Referenced subgraphs (IF/WHILE bodies) share the model's constant storage: their
+    // constants move into the re-packed storage too (the passes rewrite main only, so
+    // every operand of a referenced subgraph is kept as it is).
+    if !opaque {
+        for t in 1..=model.referenced.len() {
+            let count = model.referenced[t - 1].operands.len();
+            for i in 0..count {
+                let operand = model.referenced[t - 1].operands[i].clone();
+                if !operand.lifetime.is_constant() {
+                    continue;
+                }
+                let bytes =
+                    nnc_formats::nn::model::constant_bytes(&operand, &old_values, &old_pools)
+                        .map(<[u8]>::to_vec)
+                        .unwrap_or_default();
+                let fresh = Operand {
+                    lifetime: Lifetime::TemporaryVariable,
+                    location: DataLocation::default(),
+                    ..operand
+                };
+                // Stored through main, then moved back into its own graph.
+                model.add_constant(fresh, &bytes);
+                if let Some(stored) = model.main.operands.pop() {
+                    model.referenced[t - 1].operands[i] = stored;
+                }
+            }
+        }
     }
     let map = |i: &mut OperandIndex| *i = remap[*i as usize];
     for op in &mut model.main.operations {

@@ -40,9 +40,16 @@ use crate::crypto::{self, Algorithm, Key, Mode, Padding};
 /// The first eight bytes of every `.nnc` file (PNG-style: a non-ASCII byte, the name, and
 /// line-ending bytes that reveal text-mode corruption).
 pub const MAGIC: [u8; 8] = *b"\x89NNC\r\n\x1a\n";
-/// The format version this code writes; readers accept any minor of this major.
+/// The format version this code reads; readers accept any minor of this major.
 pub const FORMAT_MAJOR: u16 = 1;
-pub const FORMAT_MINOR: u16 = 0;
+/// The newest minor version this code reads (and writes, for models with referenced
+/// subgraphs).
+pub const FORMAT_MINOR: u16 = 1;
+/// The minor version written for models without referenced subgraphs (byte-identical to
+/// what nnc wrote before 1.1).
+pub const FORMAT_MINOR_BASE: u16 = 0;
+/// The minor version that added the referenced-subgraphs section (IF/WHILE bodies).
+pub const FORMAT_MINOR_SUBGRAPHS: u16 = 1;
 pub const HEADER_SIZE: usize = 256;
 /// Every section and weight field starts at a multiple of this.
 pub const ALIGNMENT: u64 = 64;
@@ -71,6 +78,8 @@ pub enum SectionKind {
     OperatorInfo = 1,
     Weights = 2,
     ExecutionPlan = 3,
+    /// The referenced subgraphs (IF/WHILE bodies); format 1.1 and later.
+    Subgraphs = 4,
 }
 
 impl SectionKind {
@@ -79,6 +88,7 @@ impl SectionKind {
             1 => Some(SectionKind::OperatorInfo),
             2 => Some(SectionKind::Weights),
             3 => Some(SectionKind::ExecutionPlan),
+            4 => Some(SectionKind::Subgraphs),
             _ => None,
         }
     }
@@ -88,6 +98,7 @@ impl SectionKind {
             SectionKind::OperatorInfo => "operator-info",
             SectionKind::Weights => "weights",
             SectionKind::ExecutionPlan => "execution-plan",
+            SectionKind::Subgraphs => "subgraphs",
         }
     }
 }

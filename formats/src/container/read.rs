@@ -5,15 +5,15 @@ use zeroize::Zeroizing;
 
 use super::binary::Reader;
 use super::{
-    ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FORMAT_MAJOR, FORMAT_MINOR, FileKeys,
-    HEADER_SIZE, Header, Integrity, KNOWN_FLAGS, MAGIC, MAX_SECTIONS, METADATA_LENGTH_OFFSET,
-    SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionEntry, SectionKind, TAG_OFFSET, dtype_from_code,
-    field_tag, key_id, label, tag,
+    ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FORMAT_MAJOR, FORMAT_MINOR,
+    FORMAT_MINOR_SUBGRAPHS, FileKeys, HEADER_SIZE, Header, Integrity, KNOWN_FLAGS, MAGIC,
+    MAX_SECTIONS, METADATA_LENGTH_OFFSET, SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionEntry,
+    SectionKind, TAG_OFFSET, dtype_from_code, field_tag, key_id, label, tag,
 };
 use crate::crypto::{self, Algorithm, Mode, Padding};
 use crate::nn::{
     ChannelQuant, DataLocation, IoInfo, Lifetime, Model, Operand, OperandType, Operation,
-    OperationType, Pool,
+    OperationType, Pool, Subgraph,
 };
 
 /// Where a temporary lives in the activation arena (the compiler's memory plan).
@@ -140,8 +140,31 @@ impl<'a> Container<'a> {
             });
         }
         let info = slice(&meta, &info_entry);
-        let (model, fields, arena_size, arena, tag_offsets) =
-            parse_operator_info(info, info_entry.offset, &header, &weights_entry)?;
+        let mut parsed = parse_operator_info(info, info_entry.offset, &header, &weights_entry)?;
+        if let Some(entry) = sections
+            .iter()
+            .find(|s| s.kind == SectionKind::Subgraphs as u32)
+        {
+            if header.minor < FORMAT_MINOR_SUBGRAPHS {
+                return Err(ContainerError::Section {
+                    index: sections.iter().position(|s| s == entry).unwrap_or(0),
+                    kind: entry.kind_name(),
+                    message: format!(
+                        "needs format 1.{FORMAT_MINOR_SUBGRAPHS} or later, but the file is 1.{}",
+                        header.minor
+                    ),
+                });
+            }
+            parse_subgraphs(
+                slice(&meta, entry),
+                entry.offset,
+                &header,
+                &weights_entry,
+                &mut parsed,
+            )?;
+        }
+        finish_model(&mut parsed)?;
+        let (model, fields, arena_size, arena, tag_offsets) = parsed;
         let container = Container {
             bytes,
             meta,
@@ -951,101 +974,11 @@ fn parse_operator_info(
     };
     let mut arena = Vec::with_capacity(operand_count);
     for i in 0..operand_count {
-        let code = r.i32("operand.type")?;
-        let operand_type = OperandType::from_code(code)
-            .ok_or_else(|| r.fail("operand.type", format!("operand {i}: unknown type {code}")))?;
-        let lifetime_code = r.u8("operand.lifetime")?;
-        let lifetime = Lifetime::from_code(i32::from(lifetime_code)).ok_or_else(|| {
-            r.fail(
-                "operand.lifetime",
-                format!("operand {i}: unknown lifetime {lifetime_code}"),
-            )
-        })?;
-        let rank = r.u8("operand.rank")? as usize;
-        let oflags = r.u8("operand.flags")?;
-        r.u8("operand.reserved")?;
-        let scale = r.f32("operand.scale")?;
-        let zero_point = r.i32("operand.zero_point")?;
-        let mut dimensions = Vec::with_capacity(rank);
-        for _ in 0..rank {
-            dimensions.push(r.u32("operand.dimensions")?);
-        }
-        let location_index = r.u32("operand.location_index")?;
-        let location_offset = r.u64("operand.location_offset")?;
-        let location_length = r.u64("operand.location_length")?;
-        let channel_quant = if oflags & 1 != 0 {
-            let channel_dim = r.u32("operand.channel_dim")?;
-            let n = r.count("operand.channel_scales", 4)?;
-            let mut scales = Vec::with_capacity(n);
-            for _ in 0..n {
-                scales.push(r.f32("operand.channel_scales")?);
-            }
-            Some(ChannelQuant {
-                scales,
-                channel_dim,
-            })
-        } else {
-            None
-        };
-        let name = r.str("operand.name")?;
-        let (location, slot) = match lifetime {
-            Lifetime::ConstantCopy | Lifetime::ConstantReference | Lifetime::Subgraph => (
-                DataLocation {
-                    pool_index: location_index,
-                    offset: location_offset,
-                    length: location_length,
-                },
-                None,
-            ),
-            Lifetime::TemporaryVariable if location_offset != u64::MAX => {
-                let slot = ArenaSlot {
-                    offset: location_offset,
-                    size: location_length,
-                };
-                if let Some(total) = arena_size
-                    && location_offset
-                        .checked_add(location_length)
-                        .is_none_or(|end| end > total)
-                {
-                    return Err(r.fail(
-                        "operand.location",
-                        format!("operand {i}: arena slot beyond the arena of {total} bytes"),
-                    ));
-                }
-                (DataLocation::default(), Some(slot))
-            }
-            _ => (DataLocation::default(), None),
-        };
-        model.main.operands.push(Operand {
-            operand_type,
-            dimensions,
-            scale,
-            zero_point,
-            lifetime,
-            location,
-            channel_quant,
-            name,
-        });
+        let (operand, slot) = read_operand(&mut r, 0, i, arena_size)?;
+        model.main.operands.push(operand);
         arena.push(slot);
     }
-    let index = |r: &mut Reader, field: &str| -> Result<u32, ContainerError> {
-        let v = r.u32(field)?;
-        if v as usize >= operand_count {
-            return Err(r.fail(
-                field,
-                format!("names operand {v}, but there are {operand_count}"),
-            ));
-        }
-        Ok(v)
-    };
-    for _ in 0..input_count {
-        let v = index(&mut r, "inputs")?;
-        model.main.inputs.push(v);
-    }
-    for _ in 0..output_count {
-        let v = index(&mut r, "outputs")?;
-        model.main.outputs.push(v);
-    }
+    read_io_lists(&mut r, 0, &mut model.main, input_count, output_count)?;
     for k in 0..input_count + output_count {
         let name = r.str("io.name")?;
         let code = r.u8("io.dtype")?;
@@ -1066,25 +999,298 @@ fn parse_operator_info(
     }
     let mut fields = Vec::with_capacity(operation_count);
     let mut tag_offsets = Vec::with_capacity(operation_count);
-    let mut next_field = 0u32;
+    read_units(
+        &mut r,
+        0,
+        0,
+        operation_count,
+        info_offset,
+        header,
+        weights,
+        &mut model.main,
+        &mut fields,
+        &mut tag_offsets,
+    )?;
+    model.operand_values = r.take(inline_len as usize, "inline_values")?.to_vec();
+    r.expect_end()?;
+    Ok((model, fields, arena_size, arena, tag_offsets))
+}
+
+/// The referenced-subgraphs section (kind 4), whose operations continue the global
+/// numbering after main's: appends the subgraphs to `model` and their units' fields.
+fn parse_subgraphs(
+    bytes: &[u8],
+    section_offset: u64,
+    header: &Header,
+    weights: &SectionEntry,
+    info: &mut OperatorInfo,
+) -> Result<(), ContainerError> {
+    let (model, fields, _, _, tag_offsets) = info;
+    let mut r = Reader::new(bytes, "subgraphs");
+    let count = r.count("subgraph_count", 16)?;
+    if count == 0 {
+        return Err(r.fail(
+            "subgraph_count",
+            "is 0; a file without referenced subgraphs has no subgraphs section",
+        ));
+    }
+    let mut base = model.main.operations.len();
+    for k in 0..count {
+        let t = k + 1;
+        let operand_count = r.count("subgraph.operand_count", MIN_OPERAND_BYTES)?;
+        let operation_count = r.count("subgraph.operation_count", MIN_OPERATION_BYTES)?;
+        let input_count = r.count("subgraph.input_count", 4)?;
+        let output_count = r.count("subgraph.output_count", 4)?;
+        let mut graph = Subgraph::default();
+        graph.operands.reserve(operand_count);
+        for i in 0..operand_count {
+            let (operand, _) = read_operand(&mut r, t, i, None)?;
+            graph.operands.push(operand);
+        }
+        read_io_lists(&mut r, t, &mut graph, input_count, output_count)?;
+        read_units(
+            &mut r,
+            t,
+            base,
+            operation_count,
+            section_offset,
+            header,
+            weights,
+            &mut graph,
+            fields,
+            tag_offsets,
+        )?;
+        base += operation_count;
+        model.referenced.push(graph);
+    }
+    r.expect_end()
+}
+
+/// The input and output lists of graph `t`.
+fn read_io_lists(
+    r: &mut Reader,
+    t: usize,
+    graph: &mut Subgraph,
+    input_count: usize,
+    output_count: usize,
+) -> Result<(), ContainerError> {
+    let operand_count = graph.operands.len();
+    for (what, count) in [("inputs", input_count), ("outputs", output_count)] {
+        for _ in 0..count {
+            let v = r.u32(what)?;
+            if v as usize >= operand_count {
+                return Err(r.fail(
+                    what,
+                    format!(
+                        "{}names operand {v}, but there are {operand_count}",
+                        graph_prefix(t)
+                    ),
+                ));
+            }
+            if what == "inputs" {
+                graph.inputs.push(v);
+            } else {
+                graph.outputs.push(v);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks what spans every graph (fields do not overlap), sets the pools (pool `i` is
+/// operation `i`'s field) and validates the model.
+fn finish_model(info: &mut OperatorInfo) -> Result<(), ContainerError> {
+    let (model, fields, _, _, _) = info;
+    // Fields must not overlap each other.
+    let mut spans: Vec<(u64, u64, usize)> = fields
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| f.map(|f| (f.offset, f.offset + f.length, i)))
+        .collect();
+    spans.sort_unstable();
+    for w in spans.windows(2) {
+        if w[0].1 > w[1].0 {
+            return Err(ContainerError::WeightField {
+                operation: w[1].2,
+                message: format!("overlaps the field of operation {}", w[0].2),
+            });
+        }
+    }
+    // Pool i is operation i's field, so the validator checks every weight reference.
+    model.pools = fields
+        .iter()
+        .map(|f| Pool::Opaque {
+            size: f.map_or(0, |f| f.plaintext_length),
+        })
+        .collect();
+    crate::nn::validate(model)?;
+    Ok(())
+}
+
+/// `subgraph t: ` for a referenced subgraph, nothing for main.
+fn graph_prefix(t: usize) -> String {
+    if t == 0 {
+        String::new()
+    } else {
+        format!("subgraph {t}: ")
+    }
+}
+
+/// One operand of the operand table of graph `t` (the arena plan is main's only).
+fn read_operand(
+    r: &mut Reader,
+    t: usize,
+    i: usize,
+    arena_size: Option<u64>,
+) -> Result<(Operand, Option<ArenaSlot>), ContainerError> {
+    let code = r.i32("operand.type")?;
+    let operand_type = OperandType::from_code(code).ok_or_else(|| {
+        r.fail(
+            "operand.type",
+            format!("{}operand {i}: unknown type {code}", graph_prefix(t)),
+        )
+    })?;
+    let lifetime_code = r.u8("operand.lifetime")?;
+    let lifetime = Lifetime::from_code(i32::from(lifetime_code)).ok_or_else(|| {
+        r.fail(
+            "operand.lifetime",
+            format!(
+                "{}operand {i}: unknown lifetime {lifetime_code}",
+                graph_prefix(t)
+            ),
+        )
+    })?;
+    let rank = r.u8("operand.rank")? as usize;
+    let oflags = r.u8("operand.flags")?;
+    r.u8("operand.reserved")?;
+    let scale = r.f32("operand.scale")?;
+    let zero_point = r.i32("operand.zero_point")?;
+    let mut dimensions = Vec::with_capacity(rank);
+    for _ in 0..rank {
+        dimensions.push(r.u32("operand.dimensions")?);
+    }
+    let location_index = r.u32("operand.location_index")?;
+    let location_offset = r.u64("operand.location_offset")?;
+    let location_length = r.u64("operand.location_length")?;
+    let channel_quant = if oflags & 1 != 0 {
+        let channel_dim = r.u32("operand.channel_dim")?;
+        let n = r.count("operand.channel_scales", 4)?;
+        let mut scales = Vec::with_capacity(n);
+        for _ in 0..n {
+            scales.push(r.f32("operand.channel_scales")?);
+        }
+        Some(ChannelQuant {
+            scales,
+            channel_dim,
+        })
+    } else {
+        None
+    };
+    let name = r.str("operand.name")?;
+    let (location, slot) = match lifetime {
+        Lifetime::ConstantCopy | Lifetime::ConstantReference | Lifetime::Subgraph => (
+            DataLocation {
+                pool_index: location_index,
+                offset: location_offset,
+                length: location_length,
+            },
+            None,
+        ),
+        Lifetime::TemporaryVariable if location_offset != u64::MAX => {
+            let slot = ArenaSlot {
+                offset: location_offset,
+                size: location_length,
+            };
+            if let Some(total) = arena_size
+                && location_offset
+                    .checked_add(location_length)
+                    .is_none_or(|end| end > total)
+            {
+                return Err(r.fail(
+                    "operand.location",
+                    format!(
+                        "{}operand {i}: arena slot beyond the arena of {total} bytes",
+                        graph_prefix(t)
+                    ),
+                ));
+            }
+            (DataLocation::default(), Some(slot))
+        }
+        _ => (DataLocation::default(), None),
+    };
+    let operand = Operand {
+        operand_type,
+        dimensions,
+        scale,
+        zero_point,
+        lifetime,
+        location,
+        channel_quant,
+        name,
+    };
+    if t != 0 && slot.is_some() {
+        return Err(r.fail(
+            "operand.location",
+            format!(
+                "subgraph {t}: operand {i}: a referenced subgraph's temporary has no arena slot"
+            ),
+        ));
+    }
+    Ok((operand, slot))
+}
+
+/// The units of graph `t`'s `operation_count` operations, numbered globally from
+/// `base`, appended to `graph`, `fields` and `tag_offsets`.
+#[allow(clippy::too_many_arguments)]
+fn read_units(
+    r: &mut Reader,
+    t: usize,
+    base: usize,
+    operation_count: usize,
+    section_offset: u64,
+    header: &Header,
+    weights: &SectionEntry,
+    graph: &mut Subgraph,
+    fields: &mut Vec<Option<WeightField>>,
+    tag_offsets: &mut Vec<Option<u64>>,
+) -> Result<(), ContainerError> {
+    let operand_count = graph.operands.len();
+    let index = |r: &mut Reader, field: &str| -> Result<u32, ContainerError> {
+        let v = r.u32(field)?;
+        if v as usize >= operand_count {
+            return Err(r.fail(
+                field,
+                format!(
+                    "{}names operand {v}, but there are {operand_count}",
+                    graph_prefix(t)
+                ),
+            ));
+        }
+        Ok(v)
+    };
+    let mut next_field = fields.iter().flatten().count() as u32;
     let weights_end = weights.offset + weights.length;
-    for op_index in 0..operation_count {
+    for op_index in base..base + operation_count {
         let code = r.i32("operation.type")?;
         let op_type = OperationType::from_code(code).ok_or_else(|| {
             r.fail(
                 "operation.type",
-                format!("operation {op_index}: unknown operation type {code}"),
+                format!(
+                    "{}operation {}: unknown operation type {code}",
+                    graph_prefix(t),
+                    op_index - base
+                ),
             )
         })?;
         let n_in = r.count("operation.input_count", 4)?;
         let mut inputs = Vec::with_capacity(n_in);
         for _ in 0..n_in {
-            inputs.push(index(&mut r, "operation.inputs")?);
+            inputs.push(index(r, "operation.inputs")?);
         }
         let n_out = r.count("operation.output_count", 4)?;
         let mut outputs = Vec::with_capacity(n_out);
         for _ in 0..n_out {
-            outputs.push(index(&mut r, "operation.outputs")?);
+            outputs.push(index(r, "operation.outputs")?);
         }
         let source = r.str("operation.source")?;
         let has_weights = r.u8("operation.has_weights")?;
@@ -1096,7 +1302,7 @@ fn parse_operator_info(
                 let length = r.u64("field.length")?;
                 let plaintext_length = r.u64("field.plaintext_length")?;
                 let iv: [u8; 16] = r.array("field.iv")?;
-                let tag_offset = info_offset + r.position() as u64;
+                let tag_offset = section_offset + r.position() as u64;
                 let tag: [u8; 32] = r.array("field.tag")?;
                 let err = |message: String| ContainerError::WeightField {
                     operation: op_index,
@@ -1148,37 +1354,12 @@ fn parse_operator_info(
             tag_offsets.push(None);
         }
         fields.push(field);
-        model.main.operations.push(Operation {
+        graph.operations.push(Operation {
             op_type,
             inputs,
             outputs,
             source,
         });
     }
-    model.operand_values = r.take(inline_len as usize, "inline_values")?.to_vec();
-    r.expect_end()?;
-    // Fields must not overlap each other.
-    let mut spans: Vec<(u64, u64, usize)> = fields
-        .iter()
-        .enumerate()
-        .filter_map(|(i, f)| f.map(|f| (f.offset, f.offset + f.length, i)))
-        .collect();
-    spans.sort_unstable();
-    for w in spans.windows(2) {
-        if w[0].1 > w[1].0 {
-            return Err(ContainerError::WeightField {
-                operation: w[1].2,
-                message: format!("overlaps the field of operation {}", w[0].2),
-            });
-        }
-    }
-    // Pool i is operation i's field, so the validator checks every weight reference.
-    model.pools = fields
-        .iter()
-        .map(|f| Pool::Opaque {
-            size: f.map_or(0, |f| f.plaintext_length),
-        })
-        .collect();
-    crate::nn::validate(&model)?;
-    Ok((model, fields, arena_size, arena, tag_offsets))
+    Ok(())
 }

@@ -6,11 +6,12 @@ use super::binary::Writer;
 use super::read::ArenaSlot;
 use super::{
     ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FLAG_REPRODUCIBLE, FORMAT_MAJOR,
-    FORMAT_MINOR, FileKeys, HEADER_SIZE, MAGIC, METADATA_LENGTH_OFFSET, SECTION_ENTRY_SIZE,
-    SECTION_REQUIRED, SectionKind, TAG_OFFSET, dtype_code, field_tag, key_id, label, tag,
+    FORMAT_MINOR_BASE, FORMAT_MINOR_SUBGRAPHS, FileKeys, HEADER_SIZE, MAGIC,
+    METADATA_LENGTH_OFFSET, SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionKind, TAG_OFFSET,
+    dtype_code, field_tag, key_id, label, tag,
 };
 use crate::crypto::{self, Key, Mode};
-use crate::nn::{Lifetime, Model, Pool};
+use crate::nn::{Lifetime, Model, Pool, Subgraph};
 
 /// How to write a model.
 pub struct WriteOptions<'a> {
@@ -67,9 +68,14 @@ pub fn is_weight_in(model: &Model, index: u32) -> bool {
 
 /// [`is_weight_in`] for every operand at once, in one pass over the graph.
 pub fn weights_of(model: &Model) -> Vec<bool> {
-    let operands = &model.main.operands;
+    weights_of_graph(&model.main)
+}
+
+/// [`weights_of`] for the operands of one graph (main or a referenced subgraph).
+pub fn weights_of_graph(graph: &Subgraph) -> Vec<bool> {
+    let operands = &graph.operands;
     let mut weight: Vec<bool> = operands.iter().map(is_weight).collect();
-    for op in &model.main.operations {
+    for op in &graph.operations {
         for (k, &i) in op.inputs.iter().enumerate() {
             if let Some(o) = operands.get(i as usize)
                 && !weight[i as usize]
@@ -90,26 +96,35 @@ fn align(v: u64) -> u64 {
 
 /// Serializes `model` as a `.nnc` file (in memory).
 pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, ContainerError> {
-    if !model.referenced.is_empty() {
-        return Err(ContainerError::Unwritable(
-            "models with referenced subgraphs (IF/WHILE) are not supported".into(),
-        ));
-    }
     if options.producer.len() > 32 {
         return Err(ContainerError::Unwritable(
             "producer string exceeds 32 bytes".into(),
         ));
     }
-    let graph = &model.main;
+    let graphs: Vec<&Subgraph> = model.graphs().collect();
     let too_high = |rank: usize| rank > u8::MAX as usize;
-    if let Some(i) = graph
-        .operands
-        .iter()
-        .position(|o| too_high(o.dimensions.len()))
-    {
-        return Err(ContainerError::Unwritable(format!(
-            "operand {i} has rank above 255"
-        )));
+    let in_graph = |t: usize| {
+        if t == 0 {
+            String::new()
+        } else {
+            format!("subgraph {t}: ")
+        }
+    };
+    for (t, graph) in graphs.iter().enumerate() {
+        if let Some(i) = graph
+            .operands
+            .iter()
+            .position(|o| too_high(o.dimensions.len()))
+        {
+            return Err(ContainerError::Unwritable(format!(
+                "{}operand {i} has rank above 255",
+                in_graph(t)
+            )));
+        }
+    }
+    let total_ops = model.total_operation_count();
+    if u32::try_from(total_ops).is_err() || u32::try_from(graphs.len()).is_err() {
+        return Err(ContainerError::Unwritable("too many operations".into()));
     }
     if model
         .input_info
@@ -121,68 +136,97 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
             "a model input or output has rank above 255".into(),
         ));
     }
-    // Each CONSTANT_REFERENCE operand goes into the field of the first operation that
-    // reads it; a later reader refers to that field.
-    let mut owner: Vec<Option<usize>> = vec![None; graph.operands.len()];
-    let mut placement: Vec<(u64, u64)> = vec![(0, 0); graph.operands.len()];
-    let mut plaintexts: Vec<Zeroizing<Vec<u8>>> = (0..graph.operations.len())
-        .map(|_| Zeroizing::new(Vec::new()))
-        .collect();
-    let weights = weights_of(model);
-    for (op_index, op) in graph.operations.iter().enumerate() {
-        for &input in &op.inputs {
-            let i = input as usize;
-            let operand = graph.operands.get(i).ok_or_else(|| {
-                ContainerError::Unwritable(format!(
-                    "operation {op_index} reads missing operand {i}"
-                ))
-            })?;
-            if !weights[i] || owner[i].is_some() {
-                continue;
-            }
-            let available = operand.lifetime == Lifetime::ConstantCopy
-                || matches!(
-                    model.pools.get(operand.location.pool_index as usize),
-                    Some(Pool::Bytes(_))
-                );
-            let bytes = match model.constant_bytes(input) {
-                Some(b) if available => b,
-                _ => {
-                    return Err(ContainerError::Unwritable(format!(
-                        "operand {i}: constant data is not available"
-                    )));
+    // Operations are numbered globally: main's first, then each referenced subgraph's
+    // in graph order. Each CONSTANT_REFERENCE operand goes into the field of the first
+    // operation of its graph that reads it; a later reader refers to that field.
+    let mut owners: Vec<Vec<Option<usize>>> = Vec::with_capacity(graphs.len());
+    let mut placements: Vec<Vec<(u64, u64)>> = Vec::with_capacity(graphs.len());
+    let mut plaintexts: Vec<Zeroizing<Vec<u8>>> =
+        (0..total_ops).map(|_| Zeroizing::new(Vec::new())).collect();
+    let mut base = 0usize;
+    for (t, graph) in graphs.iter().enumerate() {
+        let mut owner: Vec<Option<usize>> = vec![None; graph.operands.len()];
+        let mut placement: Vec<(u64, u64)> = vec![(0, 0); graph.operands.len()];
+        let weights = weights_of_graph(graph);
+        for (op_index, op) in graph.operations.iter().enumerate() {
+            for &input in &op.inputs {
+                let i = input as usize;
+                let operand = graph.operands.get(i).ok_or_else(|| {
+                    ContainerError::Unwritable(format!(
+                        "{}operation {op_index} reads missing operand {i}",
+                        in_graph(t)
+                    ))
+                })?;
+                if !weights[i] || owner[i].is_some() {
+                    continue;
                 }
-            };
-            let field = &mut plaintexts[op_index];
-            while !(field.len() as u64).is_multiple_of(ALIGNMENT) {
-                field.push(0);
+                let available = operand.lifetime == Lifetime::ConstantCopy
+                    || matches!(
+                        model.pools.get(operand.location.pool_index as usize),
+                        Some(Pool::Bytes(_))
+                    );
+                let bytes = match crate::nn::model::constant_bytes(
+                    operand,
+                    &model.operand_values,
+                    &model.pools,
+                ) {
+                    Some(b) if available => b,
+                    _ => {
+                        return Err(ContainerError::Unwritable(format!(
+                            "{}operand {i}: constant data is not available",
+                            in_graph(t)
+                        )));
+                    }
+                };
+                let field = &mut plaintexts[base + op_index];
+                while !(field.len() as u64).is_multiple_of(ALIGNMENT) {
+                    field.push(0);
+                }
+                placement[i] = (field.len() as u64, bytes.len() as u64);
+                field.extend_from_slice(bytes);
+                owner[i] = Some(base + op_index);
             }
-            placement[i] = (field.len() as u64, bytes.len() as u64);
-            field.extend_from_slice(bytes);
-            owner[i] = Some(op_index);
         }
+        if let Some(i) = (0..graph.operands.len()).find(|&i| weights[i] && owner[i].is_none()) {
+            return Err(ContainerError::Unwritable(format!(
+                "{}operand {i} is a weight no operation reads",
+                in_graph(t)
+            )));
+        }
+        base += graph.operations.len();
+        owners.push(owner);
+        placements.push(placement);
     }
-    if let Some(i) = (0..graph.operands.len()).find(|&i| weights[i] && owner[i].is_none()) {
-        return Err(ContainerError::Unwritable(format!(
-            "operand {i} is a weight no operation reads"
-        )));
-    }
-    // The inline area holds only what stays inline: a moved weight's bytes must not
-    // remain there in plaintext.
+    // The inline area (shared by every graph) holds only what stays inline: a moved
+    // weight's bytes must not remain there in plaintext.
     let mut inline = Writer::default();
-    for (i, o) in graph.operands.iter().enumerate() {
-        if o.lifetime == Lifetime::ConstantCopy && owner[i].is_none() {
-            let bytes = model.constant_bytes(i as u32).ok_or_else(|| {
-                ContainerError::Unwritable(format!("operand {i}: inline value out of range"))
-            })?;
-            while !inline.buf.len().is_multiple_of(4) {
-                inline.u8(0);
+    for (t, graph) in graphs.iter().enumerate() {
+        for (i, o) in graph.operands.iter().enumerate() {
+            if o.lifetime == Lifetime::ConstantCopy && owners[t][i].is_none() {
+                let bytes =
+                    crate::nn::model::constant_bytes(o, &model.operand_values, &model.pools)
+                        .ok_or_else(|| {
+                            ContainerError::Unwritable(format!(
+                                "{}operand {i}: inline value out of range",
+                                in_graph(t)
+                            ))
+                        })?;
+                while !inline.buf.len().is_multiple_of(4) {
+                    inline.u8(0);
+                }
+                placements[t][i] = (inline.buf.len() as u64, bytes.len() as u64);
+                inline.bytes(bytes);
             }
-            placement[i] = (inline.buf.len() as u64, bytes.len() as u64);
-            inline.bytes(bytes);
         }
     }
     let inline = inline.buf;
+    let encoding = Encoding {
+        model,
+        owners: &owners,
+        placements: &placements,
+        inline: &inline,
+        arena: options.arena.as_ref(),
+    };
     let encrypt = options.key.is_some() && !options.authenticate_only;
     let crypto_config = match options.key {
         Some(k) if encrypt => CryptoConfig::encrypted(k.algorithm(), options.mode),
@@ -208,15 +252,12 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
     let salt: [u8; 32] = match (options.key, options.reproducible) {
         (None, _) => [0; 32],
         (Some(k), true) => {
-            let probe = encode_operator_info(
-                model,
-                &owner,
-                &placement,
-                &inline,
-                &[],
-                options.arena.as_ref(),
-            );
+            let probe = encoding.operator_info(&[]);
+            let probe_subgraphs = encoding.subgraphs(&[]);
             let mut parts: Vec<&[u8]> = vec![&probe];
+            if let Some(p) = &probe_subgraphs {
+                parts.push(p);
+            }
             parts.extend(fields.iter().map(|f| f.plaintext.as_slice()));
             let digest = crypto::sha256(&parts);
             crypto::hmac_sha256(k.as_bytes(), &[label::SALT, &digest])
@@ -251,20 +292,22 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
     }
     encrypt_fields(&mut fields, keys.as_ref(), options.mode)?;
 
-    // Layout: header, section table, operator info, extra sections, weights.
-    let section_count = 2 + options.extra_sections.len();
+    // Layout: header, section table, operator info, referenced subgraphs, extra
+    // sections, weights. A model without referenced subgraphs is written as format
+    // 1.0 always was.
+    let has_subgraphs = !model.referenced.is_empty();
+    let section_count = 2 + usize::from(has_subgraphs) + options.extra_sections.len();
     let table_offset = HEADER_SIZE as u64;
     let info_offset = align(table_offset + (section_count * SECTION_ENTRY_SIZE) as u64);
-    let info_len = encode_operator_info(
-        model,
-        &owner,
-        &placement,
-        &inline,
-        &descriptors(&fields),
-        options.arena.as_ref(),
-    )
-    .len() as u64;
+    let info_len = encoding.operator_info(&descriptors(&fields)).len() as u64;
     let mut cursor = align(info_offset + info_len);
+    let subgraphs_offset = cursor;
+    let subgraphs_len = encoding
+        .subgraphs(&descriptors(&fields))
+        .map_or(0, |b| b.len() as u64);
+    if has_subgraphs {
+        cursor = align(cursor + subgraphs_len);
+    }
     let mut extra_offsets = Vec::new();
     for (_, bytes) in &options.extra_sections {
         extra_offsets.push(cursor);
@@ -287,18 +330,20 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
             &f.ciphertext,
         );
     }
-    let info = encode_operator_info(
-        model,
-        &owner,
-        &placement,
-        &inline,
-        &descriptors(&fields),
-        options.arena.as_ref(),
-    );
+    let info = encoding.operator_info(&descriptors(&fields));
     debug_assert_eq!(info.len() as u64, info_len);
+    let subgraph_section = encoding.subgraphs(&descriptors(&fields));
 
     let mut sections: Vec<(u32, u64, u64)> =
         vec![(SectionKind::OperatorInfo as u32, info_offset, info_len)];
+    if let Some(bytes) = &subgraph_section {
+        debug_assert_eq!(bytes.len() as u64, subgraphs_len);
+        sections.push((
+            SectionKind::Subgraphs as u32,
+            subgraphs_offset,
+            subgraphs_len,
+        ));
+    }
     for ((kind, bytes), &offset) in options.extra_sections.iter().zip(&extra_offsets) {
         sections.push((*kind as u32, offset, bytes.len() as u64));
     }
@@ -311,7 +356,11 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
     let mut h = Writer::default();
     h.bytes(&MAGIC);
     h.u16(FORMAT_MAJOR);
-    h.u16(FORMAT_MINOR);
+    h.u16(if has_subgraphs {
+        FORMAT_MINOR_SUBGRAPHS
+    } else {
+        FORMAT_MINOR_BASE
+    });
     h.u32(HEADER_SIZE as u32);
     h.u64(file_size);
     let mut flags = 0;
@@ -353,6 +402,10 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
     out[table_offset as usize..table_end].copy_from_slice(&t.buf);
     // Sections.
     out[info_offset as usize..(info_offset + info_len) as usize].copy_from_slice(&info);
+    if let Some(bytes) = &subgraph_section {
+        out[subgraphs_offset as usize..subgraphs_offset as usize + bytes.len()]
+            .copy_from_slice(bytes);
+    }
     for ((_, bytes), &offset) in options.extra_sections.iter().zip(&extra_offsets) {
         out[offset as usize..offset as usize + bytes.len()].copy_from_slice(bytes);
     }
@@ -451,88 +504,150 @@ fn descriptors(fields: &[Field]) -> Vec<Descriptor> {
         .collect()
 }
 
-/// Encodes the operator-info section (see docs/FORMAT.md for the byte layout).
-fn encode_operator_info(
-    model: &Model,
-    owner: &[Option<usize>],
-    placement: &[(u64, u64)],
-    inline: &[u8],
-    fields: &[Descriptor],
-    arena: Option<&(u64, Vec<Option<ArenaSlot>>)>,
-) -> Vec<u8> {
-    let g = &model.main;
-    let mut field_of: Vec<Option<&Descriptor>> = vec![None; g.operations.len()];
-    for d in fields {
-        if let Some(slot) = field_of.get_mut(d.0) {
-            *slot = Some(d);
-        }
-    }
-    let mut w = Writer::default();
-    w.u32(g.operands.len() as u32);
-    w.u32(g.operations.len() as u32);
-    w.u32(g.inputs.len() as u32);
-    w.u32(g.outputs.len() as u32);
-    w.u32(u32::from(model.relax_computation_float32_to_float16));
-    w.u64(inline.len() as u64);
-    w.u64(arena.map_or(u64::MAX, |a| a.0));
-    for (i, o) in g.operands.iter().enumerate() {
-        // Weights are stored in fields whatever their size: they become CONSTANT_REFERENCE.
-        let lifetime = if owner[i].is_some() {
-            Lifetime::ConstantReference
-        } else {
-            o.lifetime
-        };
-        w.i32(o.operand_type.code());
-        w.u8(lifetime.code() as u8);
-        w.u8(o.dimensions.len() as u8);
-        w.u8(u8::from(o.channel_quant.is_some()));
-        w.u8(0);
-        w.f32(o.scale);
-        w.i32(o.zero_point);
-        for &d in &o.dimensions {
-            w.u32(d);
-        }
-        let (index, offset, length) = match lifetime {
-            Lifetime::ConstantReference => {
-                (owner[i].unwrap_or(0) as u32, placement[i].0, placement[i].1)
+/// What the operator-info and subgraph sections encode, per graph (0 = main): which
+/// operation's field holds each weight, and where each constant lies.
+struct Encoding<'a> {
+    model: &'a Model,
+    owners: &'a [Vec<Option<usize>>],
+    placements: &'a [Vec<(u64, u64)>],
+    inline: &'a [u8],
+    arena: Option<&'a (u64, Vec<Option<ArenaSlot>>)>,
+}
+
+impl Encoding<'_> {
+    /// Field descriptors by global operation number.
+    fn field_of<'d>(&self, fields: &'d [Descriptor]) -> Vec<Option<&'d Descriptor>> {
+        let mut field_of: Vec<Option<&Descriptor>> = vec![None; self.model.total_operation_count()];
+        for d in fields {
+            if let Some(slot) = field_of.get_mut(d.0) {
+                *slot = Some(d);
             }
-            Lifetime::ConstantCopy => (0, placement[i].0, placement[i].1),
-            Lifetime::Subgraph => (o.location.pool_index, o.location.offset, o.location.length),
-            Lifetime::TemporaryVariable => {
-                match arena.and_then(|a| a.1.get(i).copied().flatten()) {
+        }
+        field_of
+    }
+
+    /// The operator-info section (see docs/FORMAT.md for the byte layout).
+    fn operator_info(&self, fields: &[Descriptor]) -> Vec<u8> {
+        let model = self.model;
+        let g = &model.main;
+        let field_of = self.field_of(fields);
+        let mut w = Writer::default();
+        w.u32(g.operands.len() as u32);
+        w.u32(g.operations.len() as u32);
+        w.u32(g.inputs.len() as u32);
+        w.u32(g.outputs.len() as u32);
+        w.u32(u32::from(model.relax_computation_float32_to_float16));
+        w.u64(self.inline.len() as u64);
+        w.u64(self.arena.map_or(u64::MAX, |a| a.0));
+        self.operands(&mut w, 0);
+        for &i in &g.inputs {
+            w.u32(i);
+        }
+        for &o in &g.outputs {
+            w.u32(o);
+        }
+        for info in model.input_info.iter().chain(&model.output_info) {
+            w.str(&info.name);
+            w.u8(dtype_code(info.dtype));
+            w.u8(info.dims.len() as u8);
+            w.u16(0);
+            for &d in &info.dims {
+                w.u32(d);
+            }
+        }
+        units(&mut w, g, &field_of[..g.operations.len()]);
+        w.bytes(self.inline);
+        w.buf
+    }
+
+    /// The referenced-subgraphs section (kind 4), `None` when the model has none.
+    fn subgraphs(&self, fields: &[Descriptor]) -> Option<Vec<u8>> {
+        let model = self.model;
+        if model.referenced.is_empty() {
+            return None;
+        }
+        let field_of = self.field_of(fields);
+        let mut w = Writer::default();
+        w.u32(model.referenced.len() as u32);
+        let mut base = model.main.operations.len();
+        for (k, g) in model.referenced.iter().enumerate() {
+            w.u32(g.operands.len() as u32);
+            w.u32(g.operations.len() as u32);
+            w.u32(g.inputs.len() as u32);
+            w.u32(g.outputs.len() as u32);
+            self.operands(&mut w, k + 1);
+            for &i in &g.inputs {
+                w.u32(i);
+            }
+            for &o in &g.outputs {
+                w.u32(o);
+            }
+            let end = base + g.operations.len();
+            units(&mut w, g, field_of.get(base..end).unwrap_or(&[]));
+            base = end;
+        }
+        Some(w.buf)
+    }
+
+    /// The operand table of graph `t`.
+    fn operands(&self, w: &mut Writer, t: usize) {
+        let Some(g) = self.model.graph(t) else {
+            return;
+        };
+        let (owner, placement) = (&self.owners[t], &self.placements[t]);
+        for (i, o) in g.operands.iter().enumerate() {
+            // Weights are stored in fields whatever their size: they become
+            // CONSTANT_REFERENCE.
+            let lifetime = if owner[i].is_some() {
+                Lifetime::ConstantReference
+            } else {
+                o.lifetime
+            };
+            w.i32(o.operand_type.code());
+            w.u8(lifetime.code() as u8);
+            w.u8(o.dimensions.len() as u8);
+            w.u8(u8::from(o.channel_quant.is_some()));
+            w.u8(0);
+            w.f32(o.scale);
+            w.i32(o.zero_point);
+            for &d in &o.dimensions {
+                w.u32(d);
+            }
+            // Only main's temporaries have arena slots (the memory plan is main's).
+            let slot = if t == 0 {
+                self.arena.and_then(|a| a.1.get(i).copied().flatten())
+            } else {
+                None
+            };
+            let (index, offset, length) = match lifetime {
+                Lifetime::ConstantReference => {
+                    (owner[i].unwrap_or(0) as u32, placement[i].0, placement[i].1)
+                }
+                Lifetime::ConstantCopy => (0, placement[i].0, placement[i].1),
+                Lifetime::Subgraph => (o.location.pool_index, o.location.offset, o.location.length),
+                Lifetime::TemporaryVariable => match slot {
                     Some(slot) => (0, slot.offset, slot.size),
                     None => (0, u64::MAX, 0),
+                },
+                _ => (0, 0, 0),
+            };
+            w.u32(index);
+            w.u64(offset);
+            w.u64(length);
+            if let Some(q) = &o.channel_quant {
+                w.u32(q.channel_dim);
+                w.u32(q.scales.len() as u32);
+                for &s in &q.scales {
+                    w.f32(s);
                 }
             }
-            _ => (0, 0, 0),
-        };
-        w.u32(index);
-        w.u64(offset);
-        w.u64(length);
-        if let Some(q) = &o.channel_quant {
-            w.u32(q.channel_dim);
-            w.u32(q.scales.len() as u32);
-            for &s in &q.scales {
-                w.f32(s);
-            }
-        }
-        w.str(&o.name);
-    }
-    for &i in &g.inputs {
-        w.u32(i);
-    }
-    for &o in &g.outputs {
-        w.u32(o);
-    }
-    for info in model.input_info.iter().chain(&model.output_info) {
-        w.str(&info.name);
-        w.u8(dtype_code(info.dtype));
-        w.u8(info.dims.len() as u8);
-        w.u16(0);
-        for &d in &info.dims {
-            w.u32(d);
+            w.str(&o.name);
         }
     }
+}
+
+/// The units of a graph's operations; `field_of[k]` is operation k's field.
+fn units(w: &mut Writer, g: &Subgraph, field_of: &[Option<&Descriptor>]) {
     for (op_index, op) in g.operations.iter().enumerate() {
         w.i32(op.op_type.code());
         w.u32(op.inputs.len() as u32);
@@ -544,7 +659,7 @@ fn encode_operator_info(
             w.u32(o);
         }
         w.str(&op.source);
-        match field_of[op_index] {
+        match field_of.get(op_index).copied().flatten() {
             Some(&(_, offset, length, plaintext_len, iv, tag)) => {
                 w.u8(1);
                 w.bytes(&[0; 3]);
@@ -560,6 +675,4 @@ fn encode_operator_info(
             }
         }
     }
-    w.bytes(inline);
-    w.buf
 }

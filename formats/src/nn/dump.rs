@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use super::model::{Model, Operand, OperandIndex, dims_to_string};
+use super::model::{Model, Operand, OperandIndex, Subgraph, dims_to_string};
 use super::signature::input_role;
 use super::types::{Lifetime, OperandType};
 
@@ -17,6 +17,17 @@ use super::types::{Lifetime, OperandType};
 pub fn constant_preview(model: &Model, index: OperandIndex) -> Option<String> {
     let operand = model.operand(index)?;
     let bytes = model.constant_bytes(index)?;
+    preview(operand, bytes)
+}
+
+/// [`constant_preview`] for an operand of any graph; a SUBGRAPH operand shows the graph
+/// it refers to (`subgraph 2`).
+fn preview_in(model: &Model, graph: &Subgraph, index: OperandIndex) -> Option<String> {
+    let operand = graph.operands.get(index as usize)?;
+    if operand.lifetime == Lifetime::Subgraph {
+        return Some(format!("subgraph {}", operand.location.offset));
+    }
+    let bytes = super::model::constant_bytes(operand, &model.operand_values, &model.pools)?;
     preview(operand, bytes)
 }
 
@@ -74,7 +85,7 @@ fn lifetime_tag(lifetime: Lifetime) -> Option<&'static str> {
         Lifetime::ConstantCopy => Some("COPY"),
         Lifetime::ConstantReference => Some("REF"),
         Lifetime::NoValue => Some("NO_VALUE"),
-        Lifetime::Subgraph => Some("SUBGRAPH"),
+        // The type (SUBGRAPH) says it already.
         _ => None,
     }
 }
@@ -108,13 +119,49 @@ pub fn to_text(model: &Model) -> String {
         }
     }
     let _ = writeln!(out, "operations:");
-    for (index, op) in sg.operations.iter().enumerate() {
+    operations_text(&mut out, model, sg);
+    // Referenced subgraphs (IF/WHILE branches and bodies), numbered as SUBGRAPH operands
+    // refer to them.
+    for (k, g) in model.referenced.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "subgraph {}: {} inputs, {} outputs, {} operations, {} operands",
+            k + 1,
+            g.inputs.len(),
+            g.outputs.len(),
+            g.operations.len(),
+            g.operands.len()
+        );
+        for (title, list) in [("inputs", &g.inputs), ("outputs", &g.outputs)] {
+            let _ = writeln!(out, "  {title}:");
+            for (j, &i) in list.iter().enumerate() {
+                let desc = g
+                    .operands
+                    .get(i as usize)
+                    .map(operand_text)
+                    .unwrap_or_else(|| "<missing operand>".into());
+                let _ = writeln!(out, "    {j}: %{i} {desc}");
+            }
+        }
+        let _ = writeln!(out, "  operations:");
+        let mut listing = String::new();
+        operations_text(&mut listing, model, g);
+        for line in listing.lines() {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
+    out
+}
+
+/// One line per operation of graph `g`.
+fn operations_text(out: &mut String, model: &Model, g: &Subgraph) {
+    for (index, op) in g.operations.iter().enumerate() {
         let args: Vec<String> = op
             .inputs
             .iter()
-            .map(|&i| match constant_preview(model, i) {
+            .map(|&i| match preview_in(model, g, i) {
                 Some(v) => format!("%{i}={v}"),
-                None => match model.operand(i) {
+                None => match g.operands.get(i as usize) {
                     Some(o) if o.lifetime == Lifetime::ConstantReference => {
                         format!("%{i}:REF {}", o.short_description())
                     }
@@ -126,7 +173,7 @@ pub fn to_text(model: &Model) -> String {
         let results: Vec<String> = op
             .outputs
             .iter()
-            .map(|&o| match model.operand(o) {
+            .map(|&o| match g.operands.get(o as usize) {
                 Some(operand) => format!("%{o}:{}", operand.short_description()),
                 None => format!("%{o}"),
             })
@@ -143,7 +190,6 @@ pub fn to_text(model: &Model) -> String {
         }
         out.push('\n');
     }
-    out
 }
 
 fn operand_text(o: &Operand) -> String {
@@ -161,33 +207,19 @@ fn operand_text(o: &Operand) -> String {
 /// The model as JSON: every operand (with small constant values) and every operation.
 pub fn to_json(model: &Model) -> Value {
     let sg = &model.main;
-    let operands: Vec<Value> = sg
-        .operands
+    let (operands, operations) = graph_json(model, sg);
+    let subgraphs: Vec<Value> = model
+        .referenced
         .iter()
         .enumerate()
-        .map(|(i, o)| {
-            let mut v = serde_json::to_value(o).unwrap_or(Value::Null);
-            if let Value::Object(map) = &mut v {
-                map.insert("index".into(), json!(i));
-                if let Some(p) = constant_preview(model, i as OperandIndex) {
-                    map.insert("value".into(), json!(p));
-                }
-            }
-            v
-        })
-        .collect();
-    let operations: Vec<Value> = sg
-        .operations
-        .iter()
-        .enumerate()
-        .map(|(i, op)| {
+        .map(|(k, g)| {
+            let (operands, operations) = graph_json(model, g);
             json!({
-                "index": i,
-                "type": op.op_type.name(),
-                "code": op.op_type.code(),
-                "inputs": op.inputs,
-                "outputs": op.outputs,
-                "source": op.source,
+                "index": k + 1,
+                "inputs": g.inputs,
+                "outputs": g.outputs,
+                "operands": operands,
+                "operations": operations,
             })
         })
         .collect();
@@ -202,7 +234,46 @@ pub fn to_json(model: &Model) -> Value {
         "inline_bytes": model.operand_values.len(),
         "relax_computation_float32_to_float16": model.relax_computation_float32_to_float16,
         "referenced_subgraphs": model.referenced.len(),
+        "subgraphs": subgraphs,
     })
+}
+
+/// The operands and operations of graph `g` as JSON; a SUBGRAPH operand names the graph
+/// it refers to (`"subgraph": t`).
+fn graph_json(model: &Model, g: &Subgraph) -> (Vec<Value>, Vec<Value>) {
+    let operands: Vec<Value> = g
+        .operands
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            let mut v = serde_json::to_value(o).unwrap_or(Value::Null);
+            if let Value::Object(map) = &mut v {
+                map.insert("index".into(), json!(i));
+                if o.lifetime == Lifetime::Subgraph {
+                    map.insert("subgraph".into(), json!(o.location.offset));
+                } else if let Some(p) = preview_in(model, g, i as OperandIndex) {
+                    map.insert("value".into(), json!(p));
+                }
+            }
+            v
+        })
+        .collect();
+    let operations: Vec<Value> = g
+        .operations
+        .iter()
+        .enumerate()
+        .map(|(i, op)| {
+            json!({
+                "index": i,
+                "type": op.op_type.name(),
+                "code": op.op_type.code(),
+                "inputs": op.inputs,
+                "outputs": op.outputs,
+                "source": op.source,
+            })
+        })
+        .collect();
+    (operands, operations)
 }
 
 /// A group of operations drawn as one Graphviz cluster (a partition step).
@@ -249,44 +320,11 @@ pub fn to_dot(model: &Model, options: &DotOptions) -> String {
         let _ = writeln!(out, "  label=\"{}\";\n  labelloc=t;", escape(title));
     }
     out.push_str("  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=8];\n");
-    let used: HashSet<OperandIndex> = sg
-        .operations
-        .iter()
-        .flat_map(|op| op.inputs.iter().chain(&op.outputs).copied())
-        .chain(sg.inputs.iter().copied())
-        .chain(sg.outputs.iter().copied())
-        .collect();
-    for (i, o) in sg.operands.iter().enumerate() {
-        let index = i as OperandIndex;
-        if !used.contains(&index) {
-            continue;
-        }
-        let mut lines = vec![format!("{i}")];
-        if let Some(k) = sg.inputs.iter().position(|&x| x == index) {
-            lines[0].push_str(&format!(" (input {k})"));
-        }
-        if let Some(k) = sg.outputs.iter().position(|&x| x == index) {
-            lines[0].push_str(&format!(" (output {k})"));
-        }
-        if let Some(tag) = lifetime_tag(o.lifetime) {
-            lines.push(tag.to_string());
-        }
-        lines.push(o.short_description());
-        if o.operand_type.is_scalar()
-            && let Some(v) = constant_preview(model, index)
-        {
-            lines.push(format!("= {v}"));
-        }
-        let io = sg.inputs.contains(&index) || sg.outputs.contains(&index);
-        let mut attrs = format!("shape=ellipse, label=\"{}\"", escape(&lines.join("\n")));
-        if io {
-            attrs.push_str(", style=filled, fillcolor=\"#ffe08a\"");
-        }
-        if options.highlighted_operands.contains(&index) {
-            attrs.push_str(", color=red, penwidth=2");
-        }
-        let _ = writeln!(out, "  d{i} [{attrs}];");
+    if !model.referenced.is_empty() {
+        // Edges from IF/WHILE operations end at the clusters of their subgraphs.
+        out.push_str("  compound=true;\n");
     }
+    dot_operands(&mut out, model, sg, "", "  ", &options.highlighted_operands);
     let mut clustered = vec![None; sg.operations.len()];
     for (c, cluster) in options.clusters.iter().enumerate() {
         for &op in &cluster.operations {
@@ -322,17 +360,137 @@ pub fn to_dot(model: &Model, options: &DotOptions) -> String {
             out.push_str(&op_node(i));
         }
     }
-    for (i, op) in sg.operations.iter().enumerate() {
-        for (k, &input) in op.inputs.iter().enumerate() {
-            let role = input_role(op.op_type, k, op.inputs.len());
-            let _ = writeln!(out, "  d{input} -> o{i} [label=\"{k}:{}\"];", escape(role));
+    dot_edges(&mut out, sg, "");
+    // One cluster per referenced subgraph, and a dashed edge from every IF/WHILE to the
+    // clusters of the subgraphs it runs.
+    for (k, g) in model.referenced.iter().enumerate() {
+        let t = k + 1;
+        let prefix = format!("s{t}_");
+        let _ = writeln!(
+            out,
+            "  subgraph cluster_sg{t} {{\n    label=\"subgraph {t}\";\n    style=\"dashed,rounded\";\n    color=\"#7a7a7a\";"
+        );
+        dot_operands(&mut out, model, g, &prefix, "    ", &HashSet::new());
+        for (i, op) in g.operations.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "    {prefix}o{i} [shape=box, style=\"rounded,filled\", fillcolor=\"#dbe9ff\", label=\"{}\"];",
+                escape(&format!("{i}: {}", op.op_type.name()))
+            );
         }
-        for (k, &output) in op.outputs.iter().enumerate() {
-            let _ = writeln!(out, "  o{i} -> d{output} [label=\"{k}\"];");
+        out.push_str("  }\n");
+        dot_edges(&mut out, g, &prefix);
+    }
+    for (t, g) in model.graphs().enumerate() {
+        let prefix = if t == 0 {
+            String::new()
+        } else {
+            format!("s{t}_")
+        };
+        for (i, op) in g.operations.iter().enumerate() {
+            for (k, &input) in op.inputs.iter().enumerate() {
+                let Some(o) = g.operands.get(input as usize) else {
+                    continue;
+                };
+                if o.lifetime != Lifetime::Subgraph {
+                    continue;
+                }
+                let target = o.location.offset as usize;
+                let Some(anchor) = cluster_anchor(model, target) else {
+                    continue;
+                };
+                let role = input_role(op.op_type, k, op.inputs.len());
+                let _ = writeln!(
+                    out,
+                    "  {prefix}o{i} -> {anchor} [style=dashed, lhead=cluster_sg{target}, label=\"{}\"];",
+                    escape(role)
+                );
+            }
         }
     }
     out.push_str("}\n");
     out
+}
+
+/// A node inside the cluster of referenced subgraph `t` for edges to end at: its first
+/// operation, or its first input.
+fn cluster_anchor(model: &Model, t: usize) -> Option<String> {
+    let g = model.referenced.get(t.checked_sub(1)?)?;
+    if !g.operations.is_empty() {
+        Some(format!("s{t}_o0"))
+    } else {
+        g.inputs
+            .first()
+            .or(g.outputs.first())
+            .map(|i| format!("s{t}_d{i}"))
+    }
+}
+
+/// The operand nodes of graph `g` (those any operation or list uses), named
+/// `{prefix}d{index}`.
+fn dot_operands(
+    out: &mut String,
+    model: &Model,
+    g: &Subgraph,
+    prefix: &str,
+    indent: &str,
+    highlighted: &HashSet<OperandIndex>,
+) {
+    let used: HashSet<OperandIndex> = g
+        .operations
+        .iter()
+        .flat_map(|op| op.inputs.iter().chain(&op.outputs).copied())
+        .chain(g.inputs.iter().copied())
+        .chain(g.outputs.iter().copied())
+        .collect();
+    for (i, o) in g.operands.iter().enumerate() {
+        let index = i as OperandIndex;
+        if !used.contains(&index) {
+            continue;
+        }
+        let mut lines = vec![format!("{i}")];
+        if let Some(k) = g.inputs.iter().position(|&x| x == index) {
+            lines[0].push_str(&format!(" (input {k})"));
+        }
+        if let Some(k) = g.outputs.iter().position(|&x| x == index) {
+            lines[0].push_str(&format!(" (output {k})"));
+        }
+        if let Some(tag) = lifetime_tag(o.lifetime) {
+            lines.push(tag.to_string());
+        }
+        lines.push(o.short_description());
+        if o.operand_type.is_scalar() || o.lifetime == Lifetime::Subgraph {
+            if let Some(v) = preview_in(model, g, index) {
+                lines.push(format!("= {v}"));
+            }
+        }
+        let io = g.inputs.contains(&index) || g.outputs.contains(&index);
+        let mut attrs = format!("shape=ellipse, label=\"{}\"", escape(&lines.join("\n")));
+        if io {
+            attrs.push_str(", style=filled, fillcolor=\"#ffe08a\"");
+        }
+        if highlighted.contains(&index) {
+            attrs.push_str(", color=red, penwidth=2");
+        }
+        let _ = writeln!(out, "{indent}{prefix}d{i} [{attrs}];");
+    }
+}
+
+/// The data edges of graph `g`, numbered by argument position.
+fn dot_edges(out: &mut String, g: &Subgraph, prefix: &str) {
+    for (i, op) in g.operations.iter().enumerate() {
+        for (k, &input) in op.inputs.iter().enumerate() {
+            let role = input_role(op.op_type, k, op.inputs.len());
+            let _ = writeln!(
+                out,
+                "  {prefix}d{input} -> {prefix}o{i} [label=\"{k}:{}\"];",
+                escape(role)
+            );
+        }
+        for (k, &output) in op.outputs.iter().enumerate() {
+            let _ = writeln!(out, "  {prefix}o{i} -> {prefix}d{output} [label=\"{k}\"];");
+        }
+    }
 }
 
 #[cfg(test)]
@@ -384,6 +542,72 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn text_lists_every_referenced_subgraph() {
+        let text = to_text(&crate::test_support::control_flow::if_model());
+        assert!(
+            text.contains("0: IF(%0, %2=subgraph 1, %3=subgraph 2, %1) -> %4:TF32 ?  # if"),
+            "{text}"
+        );
+        assert!(
+            text.contains("subgraph 1: 1 inputs, 1 outputs, 1 operations, 4 operands"),
+            "{text}"
+        );
+        assert!(text.contains("    0: %2 TENSOR_FLOAT32 40"), "{text}");
+        assert!(
+            text.contains("    1: CONCATENATION(%4, %3, %2=0) -> %5:TF32 80  # else/concat"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn json_lists_every_referenced_subgraph() {
+        let v = to_json(&crate::test_support::control_flow::while_model());
+        assert_eq!(v["referenced_subgraphs"], 2);
+        assert_eq!(v["operands"][4]["subgraph"], 1);
+        assert_eq!(v["operands"][5]["subgraph"], 2);
+        assert_eq!(v["subgraphs"][0]["index"], 1);
+        assert_eq!(v["subgraphs"][0]["operations"][0]["type"], "LESS");
+        assert_eq!(v["subgraphs"][1]["operations"][2]["source"], "body/double");
+        assert_eq!(v["subgraphs"][1]["outputs"], json!([7, 8, 9]));
+        assert_eq!(v["subgraphs"][1]["operands"][6]["value"], "0");
+        // A model without subgraphs has an empty list.
+        assert_eq!(to_json(&tiny())["subgraphs"], json!([]));
+    }
+
+    #[test]
+    fn dot_draws_a_cluster_per_subgraph_with_dashed_edges() {
+        let dot = to_dot(
+            &crate::test_support::control_flow::nested_model(),
+            &DotOptions::default(),
+        );
+        assert!(dot.contains("compound=true;"), "{dot}");
+        for t in 1..=4 {
+            assert!(dot.contains(&format!("subgraph cluster_sg{t} {{")), "{dot}");
+        }
+        assert!(
+            dot.contains("o0 -> s1_o0 [style=dashed, lhead=cluster_sg1, label=\"condition\"]"),
+            "{dot}"
+        );
+        assert!(
+            dot.contains("o0 -> s2_o0 [style=dashed, lhead=cluster_sg2, label=\"body\"]"),
+            "{dot}"
+        );
+        // The IF inside the body (operation 1 of subgraph 2) points at its branches.
+        assert!(
+            dot.contains("s2_o1 -> s3_o0 [style=dashed, lhead=cluster_sg3, label=\"then\"]"),
+            "{dot}"
+        );
+        assert!(dot.contains("s2_o1 -> s4_o0 [style=dashed, lhead=cluster_sg4, label=\"else\"]"));
+        assert!(dot.contains("    s1_o0 [shape=box"), "{dot}");
+        assert!(
+            dot.contains("  s1_d0 -> s1_o0 [label=\"0:input\"];"),
+            "{dot}"
+        );
+        // Without subgraphs nothing changes.
+        assert!(!to_dot(&tiny(), &DotOptions::default()).contains("compound"));
     }
 
     #[test]

@@ -153,6 +153,48 @@ pub struct Subgraph {
     pub outputs: Vec<OperandIndex>,
 }
 
+impl Subgraph {
+    /// Adds an operand and returns its index.
+    pub fn add_operand(&mut self, operand: Operand) -> OperandIndex {
+        self.operands.push(operand);
+        (self.operands.len() - 1) as OperandIndex
+    }
+
+    /// Adds an input operand (lifetime SUBGRAPH_INPUT, appended to the input list).
+    pub fn add_input(&mut self, mut operand: Operand) -> OperandIndex {
+        operand.lifetime = Lifetime::SubgraphInput;
+        let i = self.add_operand(operand);
+        self.inputs.push(i);
+        i
+    }
+
+    /// Adds an output operand (lifetime SUBGRAPH_OUTPUT, appended to the output list);
+    /// an operation must write it.
+    pub fn add_output(&mut self, mut operand: Operand) -> OperandIndex {
+        operand.lifetime = Lifetime::SubgraphOutput;
+        let i = self.add_operand(operand);
+        self.outputs.push(i);
+        i
+    }
+
+    /// Appends an operation and returns its index.
+    pub fn add_operation(
+        &mut self,
+        op_type: OperationType,
+        inputs: Vec<OperandIndex>,
+        outputs: Vec<OperandIndex>,
+        source: impl Into<String>,
+    ) -> usize {
+        self.operations.push(Operation {
+            op_type,
+            inputs,
+            outputs,
+            source: source.into(),
+        });
+        self.operations.len() - 1
+    }
+}
+
 /// The bytes of a memory pool, or only its size when the bytes are not at hand (a
 /// compiled model inspected without its key).
 #[derive(Clone, Debug, PartialEq)]
@@ -219,6 +261,139 @@ pub struct Model {
 impl Model {
     pub fn operand(&self, index: OperandIndex) -> Option<&Operand> {
         self.main.operands.get(index as usize)
+    }
+
+    /// Graph `t` by the numbering SUBGRAPH operands use: 0 is `main`, `t >= 1` is
+    /// `referenced[t - 1]`.
+    pub fn graph(&self, t: usize) -> Option<&Subgraph> {
+        match t {
+            0 => Some(&self.main),
+            t => self.referenced.get(t - 1),
+        }
+    }
+
+    /// [`Model::graph`], mutably.
+    pub fn graph_mut(&mut self, t: usize) -> Option<&mut Subgraph> {
+        match t {
+            0 => Some(&mut self.main),
+            t => self.referenced.get_mut(t - 1),
+        }
+    }
+
+    /// Every graph, `main` first, in the numbering of [`Model::graph`].
+    pub fn graphs(&self) -> impl Iterator<Item = &Subgraph> {
+        std::iter::once(&self.main).chain(&self.referenced)
+    }
+
+    /// Adds a referenced subgraph (an IF branch, a WHILE condition or body) and returns
+    /// its graph number, the value a SUBGRAPH operand holds ([`Model::add_subgraph_operand`]).
+    pub fn add_subgraph(&mut self, subgraph: Subgraph) -> u32 {
+        self.referenced.push(subgraph);
+        self.referenced.len() as u32
+    }
+
+    /// A SUBGRAPH operand referring to graph `t` (from [`Model::add_subgraph`]), added to
+    /// graph `in_graph` (0 = main); returns its index there, or `None` when `in_graph`
+    /// does not exist.
+    pub fn add_subgraph_operand(&mut self, in_graph: usize, t: u32) -> Option<OperandIndex> {
+        let operand = Operand {
+            lifetime: Lifetime::Subgraph,
+            location: DataLocation {
+                pool_index: 0,
+                offset: u64::from(t),
+                length: 0,
+            },
+            ..Operand::new(OperandType::Subgraph, vec![])
+        };
+        Some(self.graph_mut(in_graph)?.add_operand(operand))
+    }
+
+    /// [`Model::add_constant`] into graph `t` (0 = main): constants of every graph share
+    /// the model's inline values and pools. `None` when graph `t` does not exist.
+    pub fn add_constant_in(
+        &mut self,
+        t: usize,
+        operand: Operand,
+        bytes: &[u8],
+    ) -> Option<OperandIndex> {
+        self.graph(t)?;
+        // Store through main, then move the operand to graph t.
+        let i = self.add_constant(operand, bytes);
+        if t == 0 {
+            return Some(i);
+        }
+        let operand = self.main.operands.pop()?;
+        Some(self.graph_mut(t)?.add_operand(operand))
+    }
+
+    /// Total operations over every graph (the global operation numbering: main's
+    /// operations first, then each referenced subgraph's, in graph order).
+    pub fn total_operation_count(&self) -> usize {
+        self.graphs().map(|g| g.operations.len()).sum()
+    }
+
+    /// The global number of graph `t`'s first operation (see
+    /// [`Model::total_operation_count`]).
+    pub fn operation_base(&self, t: usize) -> usize {
+        self.graphs().take(t).map(|g| g.operations.len()).sum()
+    }
+
+    /// The referenced subgraphs an operation of graph `t` runs, directly or through
+    /// nested control flow (graph numbers, each once, in the order first reached).
+    pub fn graphs_reached(&self, t: usize, op: usize) -> Vec<usize> {
+        let mut reached: Vec<usize> = Vec::new();
+        let mut seen = vec![false; self.referenced.len() + 1];
+        let subgraph_inputs = |g: &Subgraph, op: &Operation| -> Vec<usize> {
+            op.inputs
+                .iter()
+                .filter_map(|&i| g.operands.get(i as usize))
+                .filter(|o| o.lifetime == Lifetime::Subgraph)
+                .filter_map(|o| usize::try_from(o.location.offset).ok())
+                .collect()
+        };
+        let mut queue: Vec<usize> = match (
+            self.graph(t),
+            self.graph(t).and_then(|g| g.operations.get(op)),
+        ) {
+            (Some(g), Some(op)) => subgraph_inputs(g, op),
+            _ => Vec::new(),
+        };
+        while let Some(next) = queue.pop() {
+            if next == 0 || next >= seen.len() || seen[next] {
+                continue;
+            }
+            seen[next] = true;
+            reached.push(next);
+            if let Some(g) = self.graph(next) {
+                for op in &g.operations {
+                    queue.extend(subgraph_inputs(g, op));
+                }
+            }
+        }
+        reached
+    }
+
+    /// For every operation by global number (see [`Model::total_operation_count`]), the
+    /// operation of `main` that runs it: itself for main's operations; for a referenced
+    /// subgraph's, the first IF or WHILE of `main` that reaches its graph; `None` for a
+    /// subgraph nothing in `main` reaches.
+    pub fn main_operation_of(&self) -> Vec<Option<usize>> {
+        let mut root: Vec<Option<usize>> = vec![None; self.referenced.len() + 1];
+        for (i, op) in self.main.operations.iter().enumerate() {
+            if op.op_type.is_control_flow() {
+                for t in self.graphs_reached(0, i) {
+                    if root[t].is_none() {
+                        root[t] = Some(i);
+                    }
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(self.total_operation_count());
+        out.extend((0..self.main.operations.len()).map(Some));
+        for (k, g) in self.referenced.iter().enumerate() {
+            out.extend(std::iter::repeat_n(root[k + 1], g.operations.len()));
+        }
+        out
     }
 
     /// Adds an operand to the main subgraph and returns its index.

@@ -87,6 +87,11 @@ macro_rules! operations {
                 self as i32
             }
 
+            /// IF and WHILE: operations that run referenced subgraphs.
+            pub fn is_control_flow(self) -> bool {
+                matches!(self, OperationType::If | OperationType::While)
+            }
+
             pub fn from_code(code: i32) -> Option<OperationType> {
                 match code {
                     $($code => Some(OperationType::$variant),)*

@@ -552,7 +552,15 @@ impl Validator<'_> {
             .iter()
             .map(|&o| &sg.operands[o as usize])
             .collect();
-        match signature::infer(op.op_type, &views, &declared) {
+        let result = if op.op_type.is_control_flow() {
+            let graphs: Vec<&Subgraph> = std::iter::once(&self.model.main)
+                .chain(&self.model.referenced)
+                .collect();
+            signature::infer_control_flow(op.op_type, &views, &declared, &graphs)
+        } else {
+            signature::infer(op.op_type, &views, &declared)
+        };
+        match result {
             Err(e) => self.report(loc, e.to_string()),
             Ok(inferred) => {
                 for (k, (shape, operand)) in inferred.iter().zip(&declared).enumerate() {

@@ -120,27 +120,30 @@ impl SimulatedNpu {
             }));
         }
         let model = container.model.clone();
+        // Operations by global number (main's, then each referenced subgraph's); a
+        // referenced subgraph's operations belong to the device running the IF or WHILE
+        // of main that runs them.
+        let runner = model.main_operation_of();
         let mine: Vec<bool> = match operations {
-            None => vec![true; model.main.operations.len()],
+            None => vec![true; runner.len()],
             Some(list) => {
-                let mut v = vec![false; model.main.operations.len()];
+                let mut main = vec![false; model.main.operations.len()];
                 for &op in list {
-                    if let Some(slot) = v.get_mut(op) {
+                    if let Some(slot) = main.get_mut(op) {
                         *slot = true;
                     }
                 }
-                v
+                runner.iter().map(|r| r.is_some_and(|m| main[m])).collect()
             }
         };
         let refs: Vec<Vec<WeightRef>> = model
-            .main
-            .operations
-            .iter()
-            .map(|op| {
+            .graphs()
+            .flat_map(|g| g.operations.iter().map(move |op| (g, op)))
+            .map(|(g, op)| {
                 op.inputs
                     .iter()
                     .map(|&i| {
-                        let o = &model.main.operands[i as usize];
+                        let o = g.operands.get(i as usize)?;
                         (o.lifetime == Lifetime::ConstantReference).then_some((
                             o.location.pool_index as usize,
                             o.location.offset as usize,
@@ -174,9 +177,8 @@ impl SimulatedNpu {
             refs,
             mine,
             ops: model
-                .main
-                .operations
-                .iter()
+                .graphs()
+                .flat_map(|g| g.operations.iter())
                 .enumerate()
                 .map(|(i, op)| OpRef::new(Some(i), op))
                 .collect(),

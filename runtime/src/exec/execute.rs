@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 
 use nnc_formats::nn::signature::{self, InputView};
 use nnc_formats::nn::validate::dims_compatible;
-use nnc_formats::nn::{Operand, OperandType};
+use nnc_formats::nn::{Lifetime, Operand, OperandType};
 use nnc_formats::tensor::{DataType, HostTensor};
 
+use super::control_flow::Flow;
 use super::program::{ExecState, Program, Storage};
 use crate::buffer::AlignedBuf;
 use crate::error::{Result, RuntimeError};
@@ -78,6 +79,21 @@ impl<'a> OutputBuffer<'a> {
 pub struct ExecuteOptions {
     /// Measure the execution's wall-clock duration.
     pub measure_timing: bool,
+    /// How long the WHILE loops of one execution may run in all before it fails with
+    /// [`RuntimeError::MissedDeadline`]; `None` is the default of 2 s
+    /// ([`super::control_flow::DEFAULT_LOOP_TIMEOUT`]), and more than 15 s
+    /// ([`super::control_flow::MAX_LOOP_TIMEOUT`]) is refused with
+    /// [`RuntimeError::LoopTimeoutTooLong`].
+    pub loop_timeout: Option<Duration>,
+}
+
+impl ExecuteOptions {
+    /// Options with the given loop timeout, checked against the maximum.
+    pub fn with_loop_timeout(mut self, timeout: Duration) -> Result<ExecuteOptions> {
+        super::control_flow::check_loop_timeout(Some(timeout))?;
+        self.loop_timeout = Some(timeout);
+        Ok(self)
+    }
 }
 
 /// What an execution reports.
@@ -92,7 +108,7 @@ pub struct ExecutionResult {
 }
 
 /// Receives the outputs: checked all at once before the first is written.
-trait Sink: Send {
+pub(crate) trait Sink: Send {
     fn check(&mut self, shapes: &[Vec<usize>], sizes: &[usize]) -> Result<()>;
     fn write(&mut self, output: usize, bytes: &[u8]) -> Result<()>;
 }
@@ -138,8 +154,8 @@ impl Sink for CallerSink<'_, '_> {
 }
 
 #[derive(Default)]
-struct OwnedSink {
-    outputs: Vec<Vec<u8>>,
+pub(crate) struct OwnedSink {
+    pub(crate) outputs: Vec<Vec<u8>>,
 }
 
 impl Sink for OwnedSink {
@@ -283,7 +299,7 @@ impl Program {
         }
         let start = options.measure_timing.then(Instant::now);
         let mut sink = CallerSink { buffers: outputs };
-        let shapes = self.run(inputs, &mut sink)?;
+        let shapes = self.run(inputs, &mut sink, options)?;
         let output_sizes = self.output_sizes(&shapes)?;
         Ok(ExecutionResult {
             output_shapes: shapes,
@@ -305,6 +321,15 @@ impl Program {
     /// [`Program::execute_host`], also returning the time spent running operations
     /// (excluding the conversion of inputs and outputs).
     pub fn execute_host_timed(&self, inputs: &[HostTensor]) -> Result<(Vec<HostTensor>, Duration)> {
+        self.execute_host_with(inputs, &ExecuteOptions::default())
+    }
+
+    /// [`Program::execute_host_timed`] with options (the loop timeout).
+    pub fn execute_host_with(
+        &self,
+        inputs: &[HostTensor],
+        options: &ExecuteOptions,
+    ) -> Result<(Vec<HostTensor>, Duration)> {
         if inputs.len() != self.input_count() {
             return Err(RuntimeError::Count {
                 what: "inputs",
@@ -322,7 +347,7 @@ impl Program {
             .collect();
         let mut sink = OwnedSink::default();
         let start = Instant::now();
-        let shapes = self.run(&views, &mut sink)?;
+        let shapes = self.run(&views, &mut sink, options)?;
         let device = start.elapsed();
         let mut result = Vec::with_capacity(shapes.len());
         for (k, (shape, bytes)) in shapes.into_iter().zip(sink.outputs).enumerate() {
@@ -508,7 +533,25 @@ impl Program {
         Ok(shape)
     }
 
-    fn run(&self, inputs: &[InputTensor], sink: &mut dyn Sink) -> Result<Vec<Vec<usize>>> {
+    fn run(
+        &self,
+        inputs: &[InputTensor],
+        sink: &mut dyn Sink,
+        options: &ExecuteOptions,
+    ) -> Result<Vec<Vec<usize>>> {
+        let timeout = super::control_flow::check_loop_timeout(options.loop_timeout)?;
+        let flow = Flow::new(&self.referenced, timeout);
+        self.run_flow(inputs, sink, &flow)
+    }
+
+    /// Runs the program within an execution's control flow (the top-level program, or a
+    /// referenced subgraph's run by an IF or WHILE).
+    pub(crate) fn run_flow(
+        &self,
+        inputs: &[InputTensor],
+        sink: &mut dyn Sink,
+        flow: &Flow,
+    ) -> Result<Vec<Vec<usize>>> {
         if inputs.len() != self.input_count() {
             return Err(RuntimeError::Count {
                 what: "inputs",
@@ -529,8 +572,8 @@ impl Program {
         }
         let mut state = self.take_state();
         let result = match &self.pool {
-            Some(pool) => pool.install(|| self.run_graph(&shapes, &data, &mut state, sink)),
-            None => self.run_graph(&shapes, &data, &mut state, sink),
+            Some(pool) => pool.install(|| self.run_graph(&shapes, &data, &mut state, sink, flow)),
+            None => self.run_graph(&shapes, &data, &mut state, sink, flow),
         };
         self.return_state(state);
         result
@@ -542,11 +585,12 @@ impl Program {
         in_data: &[InputData],
         state: &mut ExecState,
         sink: &mut dyn Sink,
+        flow: &Flow,
     ) -> Result<Vec<Vec<usize>>> {
         if self.plan.is_some() {
             self.run_static(in_shapes, in_data, state, sink)
         } else {
-            self.run_dynamic(in_shapes, in_data, state, sink)
+            self.run_dynamic(in_shapes, in_data, state, sink, flow)
         }
     }
 
@@ -559,7 +603,7 @@ impl Program {
             .get(i)
             .ok_or_else(|| RuntimeError::Internal(format!("no kernel {i}")))?;
         self.weights
-            .weights(i, kernel.as_ref())
+            .weights(self.op_base + i, kernel.as_ref())
             .map_err(|e| match e {
                 RuntimeError::Weights { .. } => e,
                 other => RuntimeError::Weights {
@@ -708,6 +752,7 @@ impl Program {
         in_data: &[InputData],
         state: &mut ExecState,
         sink: &mut dyn Sink,
+        flow: &Flow,
     ) -> Result<Vec<Vec<usize>>> {
         let operands = &self.model.main.operands;
         let n = operands.len();
@@ -735,6 +780,54 @@ impl Program {
                     Storage::NoValue | Storage::Unused => None,
                 }
             };
+            if op.op_type.is_control_flow() {
+                let mut values: Vec<(&[usize], &[u8])> = Vec::with_capacity(op.inputs.len());
+                for (pos, &o) in op.inputs.iter().enumerate() {
+                    let is_subgraph = operands[o as usize].lifetime == Lifetime::Subgraph;
+                    values.push(match (value(pos, o), shapes[o as usize].as_deref()) {
+                        (Some(bytes), Some(shape)) => (shape, bytes),
+                        _ if is_subgraph => (&[], &[]),
+                        _ => return Err(located(format!("input {pos} has no value"))),
+                    });
+                }
+                let results = self.run_control_flow(flow, i, op, &values)?;
+                drop(values);
+                if results.len() != op.outputs.len() {
+                    return Err(located(format!(
+                        "produced {} values for {} outputs",
+                        results.len(),
+                        op.outputs.len()
+                    )));
+                }
+                for (k, (&o, (shape, buf))) in op.outputs.iter().zip(results).enumerate() {
+                    let operand = &operands[o as usize];
+                    let dims: Vec<u32> = shape
+                        .iter()
+                        .map(|&d| u32::try_from(d).unwrap_or(0))
+                        .collect();
+                    if !dims_compatible(&operand.dimensions, &dims) || dims.contains(&0) {
+                        return Err(located(format!(
+                            "output {k} has shape {shape:?}, but the operation declares {}",
+                            nnc_formats::nn::model::dims_to_string(&operand.dimensions)
+                        )));
+                    }
+                    self.limits.check(
+                        nnc_formats::limits::LimitKind::Tensor,
+                        || format!("output {k} of {}", op.op_type.name()),
+                        Some(buf.as_bytes().len() as u64),
+                    )?;
+                    shapes[o as usize] = Some(shape);
+                    buffers[o as usize] = Some(buf);
+                }
+                for &o in &op.inputs {
+                    if self.storage[o as usize] == Storage::Computed
+                        && self.last_use[o as usize] == i
+                    {
+                        buffers[o as usize] = None;
+                    }
+                }
+                continue;
+            }
             // Output shapes from the actual input shapes and values.
             let actual: Vec<Operand> = op
                 .inputs

@@ -2,16 +2,19 @@
 //!
 //! - [`plan`]: liveness and arena placement of temporaries.
 //! - [`program`]: preparation (kernels, shape propagation, memory plan, weights).
+//! - [`control_flow`]: IF and WHILE, running the referenced subgraphs' programs.
 //! - [`execute`]: synchronous execution, static or with run-time shapes.
 //! - [`weights`]: the [`WeightProvider`] seam and [`HostWeights`].
 //! - [`fold`]: [`evaluate_operation`] for the compiler's constant folding.
 
+pub mod control_flow;
 pub mod execute;
 pub mod fold;
 pub mod plan;
 pub mod program;
 pub mod weights;
 
+pub use control_flow::{DEFAULT_LOOP_TIMEOUT, MAX_LOOP_TIMEOUT};
 pub use execute::{ExecuteOptions, ExecutionResult, InputTensor, OutputBuffer, host_type};
 pub use fold::evaluate_operation;
 pub use plan::{ArenaPlan, Interval, plan_arena};

@@ -93,6 +93,13 @@ pub struct Program {
     pub(crate) limits: Limits,
     pub(crate) pool: Option<rayon::ThreadPool>,
     pub(crate) states: Mutex<Vec<ExecState>>,
+    /// The programs of the referenced subgraphs (`referenced[t - 1]` runs graph `t`), in
+    /// the top-level program only; a subgraph's own program reaches them through the
+    /// execution's [`super::control_flow::Flow`].
+    pub(crate) referenced: Vec<Program>,
+    /// The global number of this program's first operation (main's operations first,
+    /// then each referenced subgraph's): weights are asked for by global number.
+    pub(crate) op_base: usize,
 }
 
 impl std::fmt::Debug for Program {
@@ -149,6 +156,41 @@ impl Program {
         image: Option<&ProgramImage>,
     ) -> Result<Program> {
         nnc_formats::nn::validate(model)?;
+        let mut program = Program::prepare_graph(model, 0, Arc::clone(&weights), options, image)?;
+        // One program per referenced subgraph, kernels and weights prepared now, so an
+        // IF or WHILE only runs already-built programs.
+        for t in 1..=model.referenced.len() {
+            let sub = graph_model(model, t)?;
+            let mut p = Program::prepare_graph(&sub, t, Arc::clone(&weights), options, None)?;
+            p.op_base = model.operation_base(t);
+            p.preload_weights()?;
+            program.referenced.push(p);
+        }
+        Ok(program)
+    }
+
+    /// Asks the weight provider to load every operation's weights (by global number).
+    fn preload_weights(&self) -> Result<()> {
+        let ops = &self.model.main.operations;
+        for (i, kernel) in self.kernels.iter().enumerate() {
+            if self.has_weights[i] {
+                self.weights
+                    .preload(self.op_base + i, kernel.as_ref())
+                    .map_err(|e| e.locate(i, &ops[i]))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Prepares graph `model.main` (graph number `graph` of the original model) without
+    /// validating (the whole model was validated) and without its referenced subgraphs.
+    fn prepare_graph(
+        model: &Model,
+        graph: usize,
+        weights: Arc<dyn WeightProvider>,
+        options: &PrepareOptions,
+        image: Option<&ProgramImage>,
+    ) -> Result<Program> {
         let operands = &model.main.operands;
         let ops = &model.main.operations;
         let n_ops = ops.len();
@@ -162,9 +204,14 @@ impl Program {
         };
         // Build every kernel before failing, so that all unsupported operations are
         // reported together.
-        let mut kernels = Vec::with_capacity(n_ops);
+        let mut kernels: Vec<Box<dyn Kernel>> = Vec::with_capacity(n_ops);
         let mut unsupported = Vec::new();
         for (i, op) in ops.iter().enumerate() {
+            if op.op_type.is_control_flow() {
+                // Run by the executor, which runs the referenced subgraphs' programs.
+                kernels.push(Box::new(super::control_flow::ControlFlowKernel));
+                continue;
+            }
             match kernels::build_with(op, operands, inline, options.requantization)
                 .map_err(|e| e.locate(i, op))
             {
@@ -253,9 +300,17 @@ impl Program {
             .all(|((_, s), st)| {
                 !matches!(st, Storage::Input(_) | Storage::Computed) || s.is_some()
             });
+        // A program with IF or WHILE runs with shapes computed during execution: what
+        // the subgraphs produce is known only once they have run.
+        let control_flow = ops.iter().any(|op| op.op_type.is_control_flow());
+        if control_flow && image.is_some_and(|i| i.plan.is_some()) {
+            return Err(RuntimeError::Internal(
+                "the cached program has a memory plan, but the model has control flow".into(),
+            ));
+        }
         let plan = match image {
             Some(image) => image.plan.as_ref().map(PlanImage::to_plan),
-            None if all_static => Some(static_plan(
+            None if all_static && !control_flow => Some(static_plan(
                 model,
                 &storage,
                 &static_shapes,
@@ -271,7 +326,7 @@ impl Program {
                 Some(p.arena.arena_size as u64),
             )?;
         }
-        if plan.is_none() && all_static && image.is_some() {
+        if plan.is_none() && all_static && !control_flow && image.is_some() {
             return Err(RuntimeError::Internal(
                 "the cached program lacks the memory plan its shapes call for".into(),
             ));
@@ -285,16 +340,10 @@ impl Program {
                     .any(|&i| storage[i as usize] == Storage::Weight)
             })
             .collect();
-        for (i, kernel) in kernels.iter().enumerate() {
-            if has_weights[i] {
-                weights
-                    .preload(i, kernel.as_ref())
-                    .map_err(|e| e.locate(i, &ops[i]))?;
-            }
-        }
-
         let threads = options.threads.max(1);
-        let pool = if threads > 1 {
+        // A referenced subgraph runs inside its IF or WHILE, on the top-level program's
+        // threads.
+        let pool = if threads > 1 && graph == 0 {
             Some(
                 rayon::ThreadPoolBuilder::new()
                     .num_threads(threads)
@@ -329,6 +378,14 @@ impl Program {
             limits: options.limits,
             pool,
             states: Mutex::new(Vec::new()),
+            referenced: Vec::new(),
+            op_base: 0,
+        })
+        .and_then(|p| {
+            if graph == 0 {
+                p.preload_weights()?;
+            }
+            Ok(p)
         })
     }
 
@@ -439,6 +496,28 @@ impl Program {
             },
         }
     }
+}
+
+/// Referenced subgraph `t` of `model` as a model of its own (its graph as `main`), for
+/// preparing its program: inline values are shared, pools kept by size only (weights
+/// reach kernels through the weight provider).
+fn graph_model(model: &Model, t: usize) -> Result<Model> {
+    let graph = model
+        .graph(t)
+        .ok_or_else(|| RuntimeError::Internal(format!("subgraph {t} does not exist")))?;
+    Ok(Model {
+        main: graph.clone(),
+        referenced: Vec::new(),
+        operand_values: model.operand_values.clone(),
+        pools: model
+            .pools
+            .iter()
+            .map(|p| Pool::Opaque { size: p.size() })
+            .collect(),
+        relax_computation_float32_to_float16: model.relax_computation_float32_to_float16,
+        input_info: Vec::new(),
+        output_info: Vec::new(),
+    })
 }
 
 /// Dimensions of every operand after propagating known shapes and constant values

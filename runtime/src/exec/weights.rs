@@ -16,7 +16,9 @@ use crate::kernels::{Kernel, PreparedWeights};
 
 /// Supplies each operation's prepared weights.
 pub trait WeightProvider: Send + Sync {
-    /// The prepared weights of operation `operation` (its index in the main subgraph),
+    /// The prepared weights of operation `operation` (its global number: main's
+    /// operations first, then each referenced subgraph's, see
+    /// `Model::operation_base`),
     /// made with `kernel.prepare_weights` from the plaintext of the operation's
     /// CONSTANT_REFERENCE inputs.
     fn weights(&self, operation: usize, kernel: &dyn Kernel) -> Result<Arc<PreparedWeights>>;
@@ -45,21 +47,26 @@ pub struct HostWeights {
 
 impl HostWeights {
     /// Copies every operation's CONSTANT_REFERENCE bytes out of `model`'s pools.
+    /// Every graph's operations are numbered globally (main's first, then each
+    /// referenced subgraph's).
     pub fn new(model: &Model) -> Result<HostWeights> {
-        let mut slots = Vec::with_capacity(model.main.operations.len());
-        let mut ops = Vec::with_capacity(model.main.operations.len());
-        for (index, op) in model.main.operations.iter().enumerate() {
+        let total = model.total_operation_count();
+        let mut slots = Vec::with_capacity(total);
+        let mut ops = Vec::with_capacity(total);
+        let all = model
+            .graphs()
+            .flat_map(|g| g.operations.iter().map(move |op| (g, op)));
+        for (index, (graph, op)) in all.enumerate() {
             let opref = OpRef::new(Some(index), op);
             let mut raw = Vec::with_capacity(op.inputs.len());
             for (position, &operand) in op.inputs.iter().enumerate() {
-                let is_weight = model
-                    .operand(operand)
-                    .is_some_and(|o| o.lifetime == Lifetime::ConstantReference);
-                if !is_weight {
+                let o = graph.operands.get(operand as usize);
+                let is_weight = o.is_some_and(|o| o.lifetime == Lifetime::ConstantReference);
+                let (true, Some(o)) = (is_weight, o) else {
                     raw.push(None);
                     continue;
-                }
-                let bytes = model.constant_bytes(operand).ok_or_else(|| RuntimeError::Weights {
+                };
+                let bytes = nnc_formats::nn::model::constant_bytes(o, &model.operand_values, &model.pools).ok_or_else(|| RuntimeError::Weights {
                     operation: opref.clone(),
                     message: format!("the bytes of input {position} (operand {operand}) are not in the model's pools"),
                 })?;

@@ -1,0 +1,110 @@
+//! Control flow through the compiler's back end: the full pass pipeline on a model whose
+//! IF branches read pooled constants (dead-code removal re-packs the pools, so the
+//! branches' constants move), then emission, loading on the simulated NPU and running.
+
+use nnc_compiler::emit::{self, EmitOptions};
+use nnc_compiler::passes::optimize;
+use nnc_formats::crypto::{Algorithm, Key, Mode};
+use nnc_formats::nn::{DataLocation, Lifetime, Operand, OperandType, OperationType, Pool};
+use nnc_formats::tensor::{DataType, HostTensor};
+use nnc_formats::test_support::control_flow::{IF_LEN, else_constant, if_model, then_constant};
+use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
+
+/// [`if_model`] with a dead operation in main whose pooled constant lies before the
+/// branches' constants in the pool.
+fn model_with_dead_constant() -> nnc_formats::nn::Model {
+    let mut m = if_model();
+    let shift = 192u64; // 160 bytes of constant, padded to 64
+    let dead: Vec<f32> = vec![7.0; IF_LEN as usize];
+    let Some(Pool::Bytes(pool)) = m.pools.get_mut(0) else {
+        panic!("if_model pools its constants");
+    };
+    let mut front = bytemuck::cast_slice::<f32, u8>(&dead).to_vec();
+    front.resize(shift as usize, 0);
+    pool.splice(0..0, front);
+    for g in std::iter::once(&mut m.main).chain(m.referenced.iter_mut()) {
+        for o in &mut g.operands {
+            if o.lifetime == Lifetime::ConstantReference {
+                o.location.offset += shift;
+            }
+        }
+    }
+    let k = m.add_operand(Operand {
+        lifetime: Lifetime::ConstantReference,
+        location: DataLocation {
+            pool_index: 0,
+            offset: 0,
+            length: u64::from(IF_LEN) * 4,
+        },
+        ..Operand::new(OperandType::TensorFloat32, vec![IF_LEN])
+    });
+    let act = m.add_i32(0);
+    let d = m.add_operand(Operand::new(OperandType::TensorFloat32, vec![IF_LEN]));
+    // x is main's operand 1; the dead ADD goes before the IF.
+    m.main.operations.insert(
+        0,
+        nnc_formats::nn::Operation {
+            op_type: OperationType::Add,
+            inputs: vec![1, k, act],
+            outputs: vec![d],
+            source: "dead".into(),
+        },
+    );
+    nnc_formats::nn::validate(&m).unwrap();
+    m
+}
+
+#[test]
+fn passes_keep_referenced_subgraphs_intact_and_the_result_runs() {
+    let mut m = model_with_dead_constant();
+    let pool_before = m.pools[0].size();
+    let reports = optimize(&mut m).unwrap();
+    // The dead operation and its constant are gone; the branches' constants moved.
+    assert_eq!(m.main.operations.len(), 1);
+    assert_eq!(m.main.operations[0].op_type, OperationType::If);
+    assert!(m.pools[0].size() < pool_before);
+    assert!(
+        reports
+            .iter()
+            .any(|r| r.pass == "dead-code" && r.changes.contains_key("constant bytes released"))
+    );
+    assert_eq!(m.referenced.len(), 2);
+    let then_g = &m.referenced[0];
+    let c = &then_g.operands[then_g.operations[0].inputs[1] as usize];
+    let bytes = nnc_formats::nn::model::constant_bytes(c, &m.operand_values, &m.pools).unwrap();
+    assert_eq!(bytes, bytemuck::cast_slice::<f32, u8>(&then_constant()));
+
+    let key = Key::generate(Algorithm::Aes128).unwrap();
+    let file = emit::emit(
+        &m,
+        EmitOptions {
+            key: Some(&key),
+            mode: Mode::Cbc,
+            authenticate_only: false,
+            reproducible: true,
+            extra_sections: Vec::new(),
+        },
+    )
+    .unwrap();
+    let npu = SimulatedNpu::new("npu0");
+    npu.install_key(key.as_bytes());
+    let model = PreparedModel::load_bytes(file, &npu, &LoadOptions::default()).unwrap();
+    let x: Vec<f32> = (0..IF_LEN).map(|i| i as f32 * 0.5 - 3.0).collect();
+    let run = |cond: bool| {
+        model
+            .run(&[
+                HostTensor::new(DataType::Bool, vec![1], vec![u8::from(cond)]).unwrap(),
+                HostTensor::from_f32(vec![IF_LEN as usize], &x).unwrap(),
+            ])
+            .unwrap()
+            .remove(0)
+    };
+    let then_out = run(true);
+    let expected: Vec<f32> = x.iter().zip(then_constant()).map(|(a, b)| a + b).collect();
+    assert_eq!(then_out.to_f32_vec().unwrap(), expected);
+    let else_out = run(false);
+    let mut expected: Vec<f32> = x.iter().zip(else_constant()).map(|(a, b)| a * b).collect();
+    expected.extend_from_slice(&x);
+    assert_eq!(else_out.shape, vec![2 * IF_LEN as usize]);
+    assert_eq!(else_out.to_f32_vec().unwrap(), expected);
+}
