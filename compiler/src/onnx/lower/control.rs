@@ -13,7 +13,7 @@ use std::rc::Rc;
 use nnc_formats::nn::{Lifetime, Operand, OperandType, OperationType};
 
 use super::{Lowerer, NResult, Node, NodeError, TensorValue, Value, invalid, unsupported};
-use crate::onnx::proto::GraphProto;
+use crate::onnx::proto::{GraphProto, ValueInfoProto};
 use crate::onnx::{MAX_GRAPH_NESTING, implicit_inputs, lower_graph, topological_order};
 
 /// A branch or body lowered into a referenced subgraph.
@@ -120,14 +120,45 @@ impl Lowerer<'_> {
                 if count == 1 { "" } else { "s" }
             ));
         }
-        g.output
-            .iter()
-            .map(|o| {
-                self.values.get(&o.name).cloned().ok_or_else(|| {
-                    NodeError::Invalid(format!("its {what} never computes output '{}'", o.name))
-                })
-            })
-            .collect()
+        let mut outputs = Vec::with_capacity(g.output.len());
+        for o in &g.output {
+            let value = self.values.get(&o.name).cloned().ok_or_else(|| {
+                NodeError::Invalid(format!("its {what} never computes output '{}'", o.name))
+            })?;
+            outputs.push(self.refine_to_declared(o, value)?);
+        }
+        Ok(outputs)
+    }
+
+    /// A subgraph output whose dimensions nnc knows only at run time, where the graph
+    /// declares them all, takes the declared ones through a RESHAPE (which fails at run
+    /// time if the element count disagrees): a loop's carried values and scan outputs need
+    /// their shapes before it runs.
+    fn refine_to_declared(&mut self, o: &ValueInfoProto, value: Value) -> NResult<Value> {
+        let Value::Tensor(tv) = value else {
+            return Ok(value);
+        };
+        let dims = self.dims(tv);
+        if !dims.contains(&0) {
+            return Ok(value);
+        }
+        let Some(declared) = declared_static_dims(o) else {
+            return Ok(value);
+        };
+        let fits = declared.len() == dims.len()
+            && declared.iter().zip(&dims).all(|(&d, &k)| k == 0 || k == d);
+        if !fits || declared.is_empty() {
+            return Ok(value);
+        }
+        let shape: Vec<i32> = declared.iter().map(|&d| d as i32).collect();
+        let shape = self.i32_vector(&shape);
+        let operand = self.emit_raw(
+            OperationType::Reshape,
+            vec![tv.operand, shape],
+            vec![None],
+            &o.name,
+        )?[0];
+        Ok(Value::Tensor(TensorValue { operand, ..tv }))
     }
 
     fn if_at_run_time(
@@ -358,6 +389,25 @@ impl Lowerer<'_> {
         }
         Ok(outputs)
     }
+}
+
+/// The dimensions a graph output declares, when every one is a positive number.
+fn declared_static_dims(o: &ValueInfoProto) -> Option<Vec<u32>> {
+    use crate::onnx::proto::tensor_shape_proto::dimension::Value as D;
+    let Some(crate::onnx::proto::type_proto::Value::TensorType(tt)) =
+        o.r#type.as_ref().and_then(|t| t.value.as_ref())
+    else {
+        return None;
+    };
+    tt.shape
+        .as_ref()?
+        .dim
+        .iter()
+        .map(|d| match d.value {
+            Some(D::DimValue(v)) if v >= 1 && v <= i64::from(i32::MAX) => Some(v as u32),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The output template of a copy of `operand`: same type and quantization.

@@ -260,7 +260,7 @@ impl Lowerer<'_> {
                     &this.model.main.operands[tv.operand as usize],
                     &this.model.main.operands[input.operand as usize],
                 );
-                if now.operand_type != before.operand_type || now.dimensions != before.dimensions {
+                if !carries(before, now) {
                     return unsupported(format!(
                         "loop-carried value '{name}' changes from {} {:?} to {} {:?} in an \
                          iteration",
@@ -567,7 +567,7 @@ impl Lowerer<'_> {
                     &this.model.main.operands[tv.operand as usize],
                     &this.model.main.operands[input.operand as usize],
                 );
-                if now.operand_type != before.operand_type || now.dimensions != before.dimensions {
+                if !carries(before, now) {
                     return unsupported(format!(
                         "state '{name}' changes from {} {:?} to {} {:?} in an iteration",
                         before.operand_type, before.dimensions, now.operand_type, now.dimensions
@@ -702,6 +702,21 @@ impl Lowerer<'_> {
         }
         Ok(())
     }
+}
+
+/// Whether an iteration's result `now` can be the next iteration's `before`: the same
+/// type and rank, and no dimension known on both sides that differs (one known only at
+/// run time is checked by the executor when the value is fed back).
+fn carries(before: &Operand, now: &Operand) -> bool {
+    now.operand_type == before.operand_type
+        && now.scale == before.scale
+        && now.zero_point == before.zero_point
+        && now.dimensions.len() == before.dimensions.len()
+        && now
+            .dimensions
+            .iter()
+            .zip(&before.dimensions)
+            .all(|(&a, &b)| a == b || a == 0 || b == 0)
 }
 
 /// True for a scalar element (its accumulator is 1-D).
