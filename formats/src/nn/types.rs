@@ -241,6 +241,13 @@ operations! {
     CumSum = 0x1_0009, "CUMSUM", Extension;
     Bitwise = 0x1_000A, "BITWISE", Extension;
     Resample = 0x1_000B, "RESAMPLE", Extension;
+    // 0x1_000C to 0x1_000F are reserved.
+    // MediaPipe's TFLite custom operators (docs/EXTENSIONS.md).
+    MaxPoolWithArgmax = 0x1_0010, "MAX_POOL_WITH_ARGMAX", Extension;
+    MaxUnpooling = 0x1_0011, "MAX_UNPOOLING", Extension;
+    LandmarksToTransformMatrix = 0x1_0012, "LANDMARKS_TO_TRANSFORM_MATRIX", Extension;
+    TransformLandmarks = 0x1_0013, "TRANSFORM_LANDMARKS", Extension;
+    TransformTensorBilinear = 0x1_0014, "TRANSFORM_TENSOR_BILINEAR", Extension;
 }
 
 coded_enum! {
