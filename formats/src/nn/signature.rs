@@ -1930,8 +1930,8 @@ fn infer_outputs(
             };
             let d = &input.dimensions;
             if rank(indices).is_some() {
-                for k in 0..4 {
-                    merge_dim(d[k], indices.dimensions[k], "indices and input")?;
+                for (&a, &b) in d.iter().zip(&indices.dimensions) {
+                    merge_dim(a, b, "indices and input")?;
                 }
             }
             let scale = |n: u32, f: u32| -> Result<u32> {

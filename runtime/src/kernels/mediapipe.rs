@@ -160,7 +160,7 @@ impl Kernel for MaxUnpool {
                         let v = indices[at + ch];
                         // A float index converts to an integer by truncation; one that
                         // does not fit 32 bits (or is NaN) names no location.
-                        if !(v.abs() < 2_147_483_648.0) {
+                        if v.is_nan() || v.abs() >= 2_147_483_648.0 {
                             continue;
                         }
                         let idx = v.trunc() as i64;
