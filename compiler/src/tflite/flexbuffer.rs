@@ -157,14 +157,20 @@ impl Reader<'_> {
         }
     }
 
-    /// Follows the backward offset stored at `pos`.
+    /// Follows the backward offset stored at `pos` (strictly backward: a zero offset
+    /// would point at itself).
     fn indirect(&self, pos: usize, width: usize) -> Result<usize> {
         let offset = self.uint(pos, width)?;
         usize::try_from(offset)
             .ok()
+            .filter(|&o| o > 0)
             .and_then(|o| pos.checked_sub(o))
             .map_or_else(
-                || bad(format!("has an offset before the buffer at {pos}")),
+                || {
+                    bad(format!(
+                        "has an offset at {pos} that does not point backwards"
+                    ))
+                },
                 Ok,
             )
     }
@@ -234,6 +240,10 @@ impl Reader<'_> {
                 let mut values = Vec::with_capacity(n);
                 for k in 0..n {
                     let packed = self.uint(at + n * child + k, 1)? as u8;
+                    // Only scalar elements: nothing nests, so nothing recurses.
+                    if !matches!(packed >> 2, INT | UINT | INDIRECT_INT | INDIRECT_UINT) {
+                        return Ok(Value::Other(VECTOR));
+                    }
                     match self.value(at + k * child, child, packed)? {
                         Value::Int(v) => values.push(v),
                         Value::UInt(v) => values.push(

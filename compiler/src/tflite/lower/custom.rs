@@ -179,6 +179,21 @@ impl Lowerer<'_, '_> {
         let Some((_, versions, lower)) = entry(name) else {
             return unsupported("custom operator: no lowering to the NN operation set");
         };
+        // The input and output counts MediaPipe's kernels require.
+        let (inputs, outputs) = match lower {
+            CustomOp::TransposeConvBias => (3, 1),
+            CustomOp::MaxPoolArgmax => (1, 2),
+            CustomOp::MaxUnpooling | CustomOp::TransformLandmarks => (2, 1),
+            CustomOp::TransformTensorBilinear => (2, 1),
+            CustomOp::LandmarksToMatrix => (1, 1),
+        };
+        if op.inputs.len() != inputs || op.outputs.len() != outputs {
+            return invalid(format!(
+                "{name} takes {inputs} inputs and {outputs} outputs, got {} and {}",
+                op.inputs.len(),
+                op.outputs.len()
+            ));
+        }
         if !versions.contains(&op.version) {
             return unsupported(format!(
                 "version {} of custom operator {name} is not supported (nnc lowers version {})",
@@ -247,9 +262,6 @@ impl Lowerer<'_, '_> {
             positive_option(f[1], "stride_width")?,
             positive_option(f[2], "stride_height")?,
         );
-        if op.inputs.len() != 3 {
-            return invalid(format!("takes 3 inputs, got {}", op.inputs.len()));
-        }
         self.float_output(op, 0)?;
         let x = self.float_input(op, 0)?;
         let xd = self.rank_of(x, 4, "input")?;
