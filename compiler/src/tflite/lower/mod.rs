@@ -310,7 +310,8 @@ impl<'m, 'a> Lowerer<'m, 'a> {
         self.values[t] = Some(value);
     }
 
-    /// Lowers one operator (whose code is in [`SUPPORTED_OPS`]).
+    /// Lowers one operator (a builtin in [`SUPPORTED_OPS`] or a custom operator in
+    /// [`CUSTOM_OPS`]).
     pub fn lower(&mut self, op: &OperatorDesc) -> OResult<()> {
         for (k, t) in op.outputs.iter().enumerate() {
             if let Some(t) = *t
