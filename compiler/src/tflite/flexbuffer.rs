@@ -336,6 +336,59 @@ mod tests {
         assert_eq!(map.get("missing"), None);
     }
 
+    /// The options of one of face_landmark_with_attention's Landmarks2TransformMatrix
+    /// operators: 71 int16 indices, int32 and float32 scalars.
+    const LANDMARKS: &str = concat!(
+        "6c6566745f726f746174696f6e5f696478006f75747075745f686569676874006f75747075745f",
+        "77696474680072696768745f726f746174696f6e5f696478007363616c655f78007363616c655f",
+        "79007375627365745f6964787300470021000700a3009000910099009a009b008500f600a100a0",
+        "009f009e009d00ad00820019006e001800170016001a007000f300f7001e001d001b001c003800",
+        "be00e2001f00e400e500e600e700e800e900f4007100e100e000df00de00dd00bd0023007c002e",
+        "003500340041008f006f00750076007700780079008000f5009c0046003f00690042006b003700",
+        "c1007461726765745f726f746174696f6e5f72616469616e730008000601f600ea00df00ce00c8",
+        "00c20028000000120000000200000008000000210000001000000010000000850000000000c03f",
+        "0000c03fde00000000000000060606060e0e2d0e282601",
+    );
+
+    #[test]
+    fn reads_mediapipe_landmark_options() {
+        let map = read_map(&hex(LANDMARKS)).unwrap();
+        let Some(Value::Ints(subset)) = map.get("subset_idxs") else {
+            panic!("subset_idxs: {:?}", map.get("subset_idxs"));
+        };
+        assert_eq!(subset.len(), 71);
+        assert_eq!(subset[..4], [33, 7, 163, 144]);
+        assert_eq!(subset[70], 193);
+        let int = |k: &str| map.get(k).and_then(Value::as_i32);
+        let float = |k: &str| map.get(k).and_then(Value::as_f32);
+        assert_eq!(int("left_rotation_idx"), Some(33));
+        assert_eq!(int("right_rotation_idx"), Some(133));
+        assert_eq!(int("output_height"), Some(16));
+        assert_eq!(int("output_width"), Some(16));
+        assert_eq!(float("scale_x"), Some(1.5));
+        assert_eq!(float("scale_y"), Some(1.5));
+        assert_eq!(float("target_rotation_radians"), Some(0.0));
+        // Every truncation and single-bit flip is an error or some value, never a panic.
+        let good = hex(LANDMARKS);
+        for len in 0..good.len() {
+            let _ = read_map(&good[..len]);
+        }
+        for i in 0..good.len() {
+            for bit in 0..8 {
+                let mut b = good.clone();
+                b[i] ^= 1 << bit;
+                let _ = read_map(&b);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            let _ = read_map(&bytes);
+        }
+    }
+
     #[test]
     fn empty_is_an_empty_map() {
         assert_eq!(read_map(&[]).unwrap(), Map::default());
