@@ -6,7 +6,9 @@
 //! - `model`: the verified root, and checked descriptions of tensors (constants located
 //!   in the flatbuffer or after it, sparse ones densified) and operators.
 //! - `sparse`: densifying sparse constants.
-//! - `lower`: the operator lowerings.
+//! - `flexbuffer`: a bounds-checked reader of custom operators' flexbuffer options.
+//! - `lower`: the operator lowerings (`lower/custom.rs`: the custom operators nnc
+//!   lowers, MediaPipe's, by name).
 //!
 //! TFLite is NHWC with [O, H, W, I] filters, like the NN set, so no layout changes are
 //! needed. Quantized tensors keep their types: uint8 is TENSOR_QUANT8_ASYMM, int8
@@ -14,6 +16,7 @@
 //! TENSOR_QUANT8_SYMM_PER_CHANNEL, and the model's quantized inputs and outputs stay
 //! quantized (their `IoInfo` says int8 or uint8).
 
+pub mod flexbuffer;
 pub mod lower;
 pub mod model;
 #[allow(unused_variables, clippy::missing_safety_doc, clippy::extra_unused_lifetimes)]
@@ -127,7 +130,10 @@ fn operator_location(lowerer: &Lowerer, op: &OperatorDesc) -> String {
 fn no_lowering(op: &OperatorDesc, tfl: &TflModel) -> Option<String> {
     use fb::BuiltinOperator as B;
     let reason = match &op.kind {
-        OpKind::Custom(_) => "custom operator: no lowering to the NN operation set".to_string(),
+        OpKind::Custom(name) if !lower::custom_supported(name) => {
+            "custom operator: no lowering to the NN operation set".to_string()
+        }
+        OpKind::Custom(_) => return None,
         OpKind::Builtin(B::IF | B::WHILE | B::CALL_ONCE | B::CALL) => {
             "control flow over subgraphs is not supported (nnc lowers the main subgraph only)"
                 .to_string()

@@ -14728,6 +14728,7 @@ impl<'a> Operator<'a> {
   pub const VT_OUTPUTS: ::flatbuffers::VOffsetT = 8;
   pub const VT_BUILTIN_OPTIONS_TYPE: ::flatbuffers::VOffsetT = 10;
   pub const VT_BUILTIN_OPTIONS: ::flatbuffers::VOffsetT = 12;
+  pub const VT_CUSTOM_OPTIONS: ::flatbuffers::VOffsetT = 14;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -14739,6 +14740,7 @@ impl<'a> Operator<'a> {
     args: &'args OperatorArgs<'args>
   ) -> ::flatbuffers::WIPOffset<Operator<'bldr>> {
     let mut builder = OperatorBuilder::new(_fbb);
+    if let Some(x) = args.custom_options { builder.add_custom_options(x); }
     if let Some(x) = args.builtin_options { builder.add_builtin_options(x); }
     if let Some(x) = args.outputs { builder.add_outputs(x); }
     if let Some(x) = args.inputs { builder.add_inputs(x); }
@@ -14782,6 +14784,13 @@ impl<'a> Operator<'a> {
     // Created from valid Table for this object
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Table<'a>>>(Operator::VT_BUILTIN_OPTIONS, None)}
+  }
+  #[inline]
+  pub fn custom_options(&self) -> Option<::flatbuffers::Vector<'a, u8>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, u8>>>(Operator::VT_CUSTOM_OPTIONS, None)}
   }
   #[inline]
   #[allow(non_snake_case)]
@@ -16815,6 +16824,7 @@ impl ::flatbuffers::Verifiable for Operator<'_> {
           _ => Ok(()),
         }
      })?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, u8>>>("custom_options", Self::VT_CUSTOM_OPTIONS, false)?
      .finish();
     Ok(())
   }
@@ -16825,6 +16835,7 @@ pub struct OperatorArgs<'a> {
     pub outputs: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, i32>>>,
     pub builtin_options_type: BuiltinOptions,
     pub builtin_options: Option<::flatbuffers::WIPOffset<::flatbuffers::UnionWIPOffset>>,
+    pub custom_options: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, u8>>>,
 }
 impl<'a> Default for OperatorArgs<'a> {
   #[inline]
@@ -16835,6 +16846,7 @@ impl<'a> Default for OperatorArgs<'a> {
       outputs: None,
       builtin_options_type: BuiltinOptions::NONE,
       builtin_options: None,
+      custom_options: None,
     }
   }
 }
@@ -16863,6 +16875,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> OperatorBuilder<'a, 'b, A> {
   #[inline]
   pub fn add_builtin_options(&mut self, builtin_options: ::flatbuffers::WIPOffset<::flatbuffers::UnionWIPOffset>) {
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Operator::VT_BUILTIN_OPTIONS, builtin_options);
+  }
+  #[inline]
+  pub fn add_custom_options(&mut self, custom_options: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , u8>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(Operator::VT_CUSTOM_OPTIONS, custom_options);
   }
   #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> OperatorBuilder<'a, 'b, A> {
@@ -17774,6 +17790,7 @@ impl ::core::fmt::Debug for Operator<'_> {
           ds.field("builtin_options", &x)
         },
       };
+      ds.field("custom_options", &self.custom_options());
       ds.finish()
   }
 }

@@ -628,6 +628,24 @@ fn read_padding_and_strides(
     Ok((padding, (sw, sh), next + 2))
 }
 
+/// The [1, 4, 4] TENSOR_FLOAT32 transformation matrix of the MediaPipe extension
+/// operations.
+fn transform_matrix<'a>(ctx: &Ctx<'a>, index: usize) -> Result<&'a Operand> {
+    let m = ctx.tensor(index, "matrix", &[OperandType::TensorFloat32])?;
+    if rank(m).is_some() {
+        let d = &m.dimensions;
+        let ok = d.len() == 3 && [1, 4, 4].iter().zip(d).all(|(&e, &a)| a == 0 || a == e);
+        if !ok {
+            return Err(param_err(
+                index,
+                "matrix",
+                format!("must have dimensions [1, 4, 4], got {d:?}"),
+            ));
+        }
+    }
+    Ok(m)
+}
+
 /// Checks and infers the outputs of one operation.
 ///
 /// `outputs` are the operands the operation declares it writes; their count is checked,
@@ -1870,6 +1888,162 @@ fn infer_outputs(
             }
             single(input.operand_type, dims)
         }
+        O::MaxPoolWithArgmax => {
+            ctx.count(&[10])?;
+            expect_outputs(2)?;
+            let input = ctx.tensor(0, "input", &[OperandType::TensorFloat32])?;
+            require_rank(input, 0, "input", 4..=4)?;
+            let (padding, stride, next) = read_padding_and_strides(&ctx, 1, true)?;
+            let fw = ctx.i32_at_least(next, "filter_width", 1)? as u32;
+            let fh = ctx.i32_at_least(next + 1, "filter_height", 1)? as u32;
+            ctx.activation(next + 2)?;
+            let window = Window {
+                kernel: (fw, fh),
+                stride,
+                dilation: (1, 1),
+                padding,
+                nchw: false,
+            };
+            let dims = match rank(input) {
+                Some(_) => window_output(&window, input, input.dimensions[3])?,
+                None => vec![0; 4],
+            };
+            let out = |dims: Vec<u32>| OutputShape {
+                operand_type: OperandType::TensorFloat32,
+                dimensions: dims,
+            };
+            Ok(vec![out(dims.clone()), out(dims)])
+        }
+        O::MaxUnpooling => {
+            ctx.count(&[8])?;
+            expect_outputs(1)?;
+            let input = ctx.tensor(0, "input", &[OperandType::TensorFloat32])?;
+            require_rank(input, 0, "input", 4..=4)?;
+            let indices = ctx.same_type(1, "indices", OperandType::TensorFloat32)?;
+            require_rank(indices, 1, "indices", 4..=4)?;
+            for (k, role) in [(2, "pad_left"), (3, "pad_top")] {
+                ctx.i32_at_least(k, role, 0)?;
+            }
+            for (k, role) in [(4, "stride_width"), (5, "stride_height")] {
+                ctx.i32_at_least(k, role, 1)?;
+            }
+            let fw = ctx.i32_at_least(6, "filter_width", 1)? as u32;
+            let fh = ctx.i32_at_least(7, "filter_height", 1)? as u32;
+            let Some(_) = rank(input) else {
+                return single(OperandType::TensorFloat32, vec![0; 4]);
+            };
+            let d = &input.dimensions;
+            if rank(indices).is_some() {
+                for (&a, &b) in d.iter().zip(&indices.dimensions) {
+                    merge_dim(a, b, "indices and input")?;
+                }
+            }
+            let scale = |n: u32, f: u32| -> Result<u32> {
+                n.checked_mul(f)
+                    .ok_or_else(|| shape_err("output extent overflows"))
+            };
+            single(
+                OperandType::TensorFloat32,
+                vec![d[0], scale(d[1], fh)?, scale(d[2], fw)?, d[3]],
+            )
+        }
+        O::LandmarksToTransformMatrix => {
+            ctx.count(&[9])?;
+            expect_outputs(1)?;
+            let landmarks = ctx.tensor(0, "landmarks", &[OperandType::TensorFloat32])?;
+            require_rank(landmarks, 0, "landmarks", 3..=3)?;
+            let count = match rank(landmarks) {
+                Some(_) => {
+                    let d = &landmarks.dimensions;
+                    if (d[0] != 0 && d[0] != 1) || (d[2] != 0 && d[2] != 3) {
+                        return Err(param_err(
+                            0,
+                            "landmarks",
+                            format!("must have dimensions [1, n, 3], got {d:?}"),
+                        ));
+                    }
+                    d[1]
+                }
+                None => 0,
+            };
+            let in_range = |index: usize, role: &'static str, v: i32| -> Result<()> {
+                if v < 0 || (count != 0 && v as u32 >= count) {
+                    return Err(param_err(
+                        index,
+                        role,
+                        format!("landmark index {v} is out of range for {count} landmarks"),
+                    ));
+                }
+                Ok(())
+            };
+            // A long subset is a weight (CONSTANT_REFERENCE), whose values a device may
+            // not see before it runs: checked here when known, and by the kernel.
+            let subset = ctx.tensor(1, "subset", INT_VECTOR)?;
+            if subset.dimensions.len() != 1 || subset.dimensions[0] == 0 {
+                return Err(param_err(1, "subset", "must be a non-empty 1-D vector"));
+            }
+            if let Some(bytes) = ctx.inputs[1].value {
+                for v in decode_i32s(bytes) {
+                    in_range(1, "subset", v)?;
+                }
+            }
+            in_range(2, "left_index", ctx.i32(2, "left_index")?)?;
+            in_range(3, "right_index", ctx.i32(3, "right_index")?)?;
+            let rotation = ctx.f32(4, "target_rotation")?;
+            if !rotation.is_finite() {
+                return Err(param_err(4, "target_rotation", "must be finite"));
+            }
+            ctx.i32_at_least(5, "output_width", 1)?;
+            ctx.i32_at_least(6, "output_height", 1)?;
+            for (k, role) in [(7, "scale_x"), (8, "scale_y")] {
+                let v = ctx.f32(k, role)?;
+                if !(v.is_finite() && v > 0.0) {
+                    return Err(param_err(k, role, format!("must be positive, got {v}")));
+                }
+            }
+            single(OperandType::TensorFloat32, vec![1, 4, 4])
+        }
+        O::TransformLandmarks => {
+            ctx.count(&[2])?;
+            expect_outputs(1)?;
+            let landmarks = ctx.tensor(0, "landmarks", &[OperandType::TensorFloat32])?;
+            require_rank(landmarks, 0, "landmarks", 3..=3)?;
+            transform_matrix(&ctx, 1)?;
+            if rank(landmarks).is_some() {
+                let d = &landmarks.dimensions;
+                if (d[0] != 0 && d[0] != 1) || !matches!(d[2], 0 | 2 | 3) {
+                    return Err(param_err(
+                        0,
+                        "landmarks",
+                        format!("must have dimensions [1, n, 2] or [1, n, 3], got {d:?}"),
+                    ));
+                }
+            }
+            let dims = match rank(landmarks) {
+                Some(_) => landmarks.dimensions.clone(),
+                None => vec![0; 3],
+            };
+            single(OperandType::TensorFloat32, dims)
+        }
+        O::TransformTensorBilinear => {
+            ctx.count(&[4])?;
+            expect_outputs(1)?;
+            let input = ctx.tensor(0, "input", &[OperandType::TensorFloat32])?;
+            require_rank(input, 0, "input", 4..=4)?;
+            transform_matrix(&ctx, 1)?;
+            let ow = ctx.i32_at_least(2, "output_width", 1)? as u32;
+            let oh = ctx.i32_at_least(3, "output_height", 1)? as u32;
+            let channels = match rank(input) {
+                Some(_) => {
+                    if input.dimensions[0] > 1 {
+                        return Err(param_err(0, "input", "must have batch size 1"));
+                    }
+                    input.dimensions[3]
+                }
+                None => 0,
+            };
+            single(OperandType::TensorFloat32, vec![1, oh, ow, channels])
+        }
         O::MathUnary => {
             ctx.count(&[2])?;
             expect_outputs(1)?;
@@ -2690,6 +2864,35 @@ pub fn input_role(op: OperationType, index: usize, input_count: usize) -> &'stat
             "output_shape",
         ],
         O::CumSum => &["input", "axis", "exclusive", "reverse"],
+        O::MaxPoolWithArgmax => &[
+            "input",
+            "pad_left",
+            "pad_right",
+            "pad_top",
+            "pad_bottom",
+            "stride_w",
+            "stride_h",
+            "filter_w",
+            "filter_h",
+            "activation",
+        ],
+        O::MaxUnpooling => &[
+            "input", "indices", "pad_left", "pad_top", "stride_w", "stride_h", "filter_w",
+            "filter_h",
+        ],
+        O::LandmarksToTransformMatrix => &[
+            "landmarks",
+            "subset",
+            "left_index",
+            "right_index",
+            "target_rotation",
+            "output_width",
+            "output_height",
+            "scale_x",
+            "scale_y",
+        ],
+        O::TransformLandmarks => &["landmarks", "matrix"],
+        O::TransformTensorBilinear => &["input", "matrix", "output_width", "output_height"],
         O::Bitwise => &["input0", "input1", "function"],
         O::GatherNd => &["input", "indices", "batch_dims"],
         O::ScatterElements => &["input", "indices", "updates", "axis", "reduction"],

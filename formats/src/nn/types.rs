@@ -246,6 +246,13 @@ operations! {
     CumSum = 0x1_0009, "CUMSUM", Extension;
     Bitwise = 0x1_000A, "BITWISE", Extension;
     Resample = 0x1_000B, "RESAMPLE", Extension;
+    // 0x1_000C to 0x1_000F are reserved.
+    // MediaPipe's TFLite custom operators (docs/EXTENSIONS.md).
+    MaxPoolWithArgmax = 0x1_0010, "MAX_POOL_WITH_ARGMAX", Extension;
+    MaxUnpooling = 0x1_0011, "MAX_UNPOOLING", Extension;
+    LandmarksToTransformMatrix = 0x1_0012, "LANDMARKS_TO_TRANSFORM_MATRIX", Extension;
+    TransformLandmarks = 0x1_0013, "TRANSFORM_LANDMARKS", Extension;
+    TransformTensorBilinear = 0x1_0014, "TRANSFORM_TENSOR_BILINEAR", Extension;
 }
 
 coded_enum! {
@@ -756,16 +763,18 @@ mod tests {
             .filter(|&c| c != 10000 && c < 1 << 16)
             .collect();
         assert_eq!(codes, (0..=105).collect::<Vec<_>>());
-        // The extension's codes: prefix 1, then contiguous from 0.
+        // The extension's codes: prefix 1, then contiguous from 0, except that codes of
+        // the reserved range 0xC..=0xF may be missing.
         let extension: Vec<i32> = OperationType::ALL
             .iter()
             .map(|o| o.code())
             .filter(|&c| c >= 1 << 16)
             .collect();
-        assert_eq!(
-            extension,
-            ((1 << 16)..(1 << 16) + extension.len() as i32).collect::<Vec<_>>()
-        );
+        let last = extension.last().copied().unwrap_or(1 << 16);
+        let expected: Vec<i32> = ((1 << 16)..=last)
+            .filter(|c| !(0x1_000C..=0x1_000F).contains(c) || extension.contains(c))
+            .collect();
+        assert_eq!(extension, expected);
         for op in OperationType::ALL {
             let expected = match op.code() {
                 0..=28 | 10000 => HalVersion::V1_0,

@@ -30,6 +30,7 @@ pub mod fully_connected;
 pub mod gather;
 pub(crate) mod linalg;
 pub mod matmul;
+pub mod mediapipe;
 pub mod misc;
 pub mod pool;
 mod quant;
@@ -406,6 +407,11 @@ pub fn build_with<'c>(
         O::GatherElements | O::GatherNd => gather::build(&info),
         O::CumSum => scan::build(&info),
         O::Resample => resample::build(&info),
+        O::MaxPoolWithArgmax
+        | O::MaxUnpooling
+        | O::LandmarksToTransformMatrix
+        | O::TransformLandmarks
+        | O::TransformTensorBilinear => mediapipe::build(&info),
         O::ScatterElements | O::ScatterNd => scatter::build(&info),
         _ => Err(info.unsupported("the CPU runtime has no kernel for this operation")),
     }

@@ -32,7 +32,7 @@ fn positive(v: i32, what: &str) -> OResult<u32> {
 }
 
 /// Window geometry in NN order: (pad_left, pad_right, pad_top, pad_bottom).
-fn window_padding(
+pub(super) fn window_padding(
     input: &[u32],
     kernel: (u32, u32),
     stride: (u32, u32),

@@ -10,6 +10,7 @@
 //! Submodules lower one family each.
 
 mod conv;
+mod custom;
 mod elementwise;
 mod reduce;
 mod shape;
@@ -24,7 +25,9 @@ use nnc_formats::nn::{
     ChannelQuant, FusedActivation, Lifetime, Model, Operand, OperandType, OperationType,
 };
 
-use super::model::{OperatorDesc, Quant, TensorDesc, TflModel, element_size, type_name};
+pub use custom::{CUSTOM_OPS, is_supported as custom_supported};
+
+use super::model::{OpKind, OperatorDesc, Quant, TensorDesc, TflModel, element_size, type_name};
 use super::schema_generated::tflite as fb;
 
 use fb::BuiltinOperator as B;
@@ -307,11 +310,9 @@ impl<'m, 'a> Lowerer<'m, 'a> {
         self.values[t] = Some(value);
     }
 
-    /// Lowers one operator (whose code is in [`SUPPORTED_OPS`]).
+    /// Lowers one operator (a builtin in [`SUPPORTED_OPS`] or a custom operator in
+    /// [`CUSTOM_OPS`]).
     pub fn lower(&mut self, op: &OperatorDesc) -> OResult<()> {
-        let Some(code) = op.builtin() else {
-            return unsupported("custom operators have no lowering");
-        };
         for (k, t) in op.outputs.iter().enumerate() {
             if let Some(t) = *t
                 && self.values[t].is_some()
@@ -322,6 +323,10 @@ impl<'m, 'a> Lowerer<'m, 'a> {
                 ));
             }
         }
+        let code = match &op.kind {
+            OpKind::Builtin(code) => *code,
+            OpKind::Custom(name) => return self.custom(op, name),
+        };
         match code {
             B::CONV_2D => self.conv_2d(op),
             B::DEPTHWISE_CONV_2D => self.depthwise_conv_2d(op),
