@@ -2099,6 +2099,50 @@ def ml_normalizer_scaler_binarizer():
     return g
 
 
+def recurrent_graph(name: str, op: str, direction: str, hidden: int, seq_lens=None, **attrs):
+    """One RNN/GRU/LSTM over [seq 4, batch 3, input 2] with biases and initial states."""
+    g = Graph(name, opset=14)
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    dirs = 2 if direction == "bidirectional" else 1
+    x = g.input("x", [4, 3, 2])
+    inputs = [x, g.weight("w", [dirs, gates * hidden, 2]), g.weight("r", [dirs, gates * hidden, hidden]),
+              g.weight("b", [dirs, 2 * gates * hidden])]
+    # sequence_lens is int32 in ONNX's definition; "" omits it.
+    inputs.append(g.const("seq_lens", np.asarray(seq_lens, dtype=np.int32)) if seq_lens is not None else "")
+    inputs.append(g.input("h0", [dirs, 3, hidden]))
+    outputs = ["y", "y_h"]
+    if op == "LSTM":
+        inputs.append(g.input("c0", [dirs, 3, hidden]))
+        outputs.append("y_c")
+    g.output(*g.node(op, inputs, outputs, name=op.lower(), direction=direction, hidden_size=hidden, **attrs))
+    return g
+
+
+@case
+def lstm_activations_clip_input_forget():
+    return recurrent_graph("lstm_activations_clip_input_forget", "LSTM", "forward", 3,
+                           activations=["HardSigmoid", "LeakyRelu", "Softsign"], activation_alpha=[0.3, 0.2],
+                           activation_beta=[0.4], clip=1.5, input_forget=1)
+
+
+@case
+def lstm_bidirectional_sequence_lens():
+    return recurrent_graph("lstm_bidirectional_sequence_lens", "LSTM", "bidirectional", 3, seq_lens=[4, 2, 1])
+
+
+@case
+def gru_reverse_sequence_lens_activations():
+    return recurrent_graph("gru_reverse_sequence_lens_activations", "GRU", "reverse", 3, seq_lens=[3, 4, 1],
+                           activations=["Sigmoid", "Relu"], linear_before_reset=1)
+
+
+@case
+def rnn_bidirectional_per_direction_activations():
+    return recurrent_graph("rnn_bidirectional_per_direction_activations", "RNN", "bidirectional", 4,
+                           activations=["Affine", "ScaledTanh"], activation_alpha=[0.5, 1.2],
+                           activation_beta=[0.1, 0.8], clip=2.0)
+
+
 def if_graph(name: str, cond_from_input: bool):
     """y = If(cond, then: x * w + a, else: relu(x) - b); both branches read outer values."""
     g = Graph(name, opset=13)

@@ -7,6 +7,14 @@ use nnc_formats::tensor::DataType;
 use super::super::constant;
 use super::{Lowerer, NResult, Node, TensorValue, Value, unsupported};
 
+/// Parameters of an activation function (`None`: the operator's default).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct ActivationParams {
+    pub alpha: Option<f32>,
+    pub beta: Option<f32>,
+    pub gamma: Option<f32>,
+}
+
 impl Lowerer<'_> {
     pub(super) fn activation(&mut self, n: &Node) -> NResult<()> {
         let op = n.op();
@@ -21,8 +29,31 @@ impl Lowerer<'_> {
         if !(float || op == "Relu" && x.dtype != DataType::Bool) {
             return unsupported(format!("{op} on {} tensors is not supported", x.dtype));
         }
-        let attr = |name: &str, default: f32| n.attrs.float_or(name, default);
-        let y = match op {
+        let params = ActivationParams {
+            alpha: n.attrs.float("alpha")?,
+            beta: n.attrs.float("beta")?,
+            gamma: n.attrs.float("gamma")?,
+        };
+        let y = self.activation_fn(n, op, x, params)?;
+        self.set_output(n, 0, Value::Tensor(y));
+        Ok(())
+    }
+
+    /// Applies the activation function `name` (an ONNX activation operator's name, or
+    /// one of the recurrent operators' functions: Affine and ScaledTanh) to float `x`;
+    /// parameters not given take the operator's defaults.
+    pub(super) fn activation_fn(
+        &mut self,
+        n: &Node,
+        name: &str,
+        x: TensorValue,
+        params: ActivationParams,
+    ) -> NResult<TensorValue> {
+        let float = self.operand_type(x) == OperandType::TensorFloat32;
+        let attr =
+            |value: Option<f32>, default: f32| -> NResult<f32> { Ok(value.unwrap_or(default)) };
+        let (alpha, beta, gamma) = (params.alpha, params.beta, params.gamma);
+        let y = match name {
             "Relu" if float => self.unary_emit(n, OperationType::Relu, x)?,
             "Relu" => self.with_scalar(n, OperationType::Maximum, x, 0.0)?,
             "Sigmoid" => self.unary_emit(n, OperationType::Logistic, x)?,
@@ -30,23 +61,18 @@ impl Lowerer<'_> {
             "HardSwish" => self.unary_emit(n, OperationType::HardSwish, x)?,
             "LeakyRelu" => {
                 let alpha =
-                    self.scalar_tensor(OperandType::TensorFloat32, f64::from(attr("alpha", 0.01)?));
+                    self.scalar_tensor(OperandType::TensorFloat32, f64::from(attr(alpha, 0.01)?));
                 let out = self.emit(n, OperationType::Prelu, vec![x.operand, alpha])?;
                 TensorValue { operand: out, ..x }
             }
-            "Elu" => self.elu(n, x, attr("alpha", 1.0)?)?,
+            "Elu" => self.elu(n, x, attr(alpha, 1.0)?)?,
             "Selu" => {
-                let e = self.elu(n, x, attr("alpha", 1.673_263_2)?)?;
-                self.with_scalar(
-                    n,
-                    OperationType::Mul,
-                    e,
-                    f64::from(attr("gamma", 1.050_701)?),
-                )?
+                let e = self.elu(n, x, attr(alpha, 1.673_263_2)?)?;
+                self.with_scalar(n, OperationType::Mul, e, f64::from(attr(gamma, 1.050_701)?))?
             }
             "Celu" => {
                 // celu(x) = alpha * elu(x / alpha, 1)
-                let alpha = attr("alpha", 1.0)?;
+                let alpha = attr(alpha, 1.0)?;
                 if alpha == 0.0 {
                     return Err(super::NodeError::Invalid(
                         "Celu alpha must be non-zero".into(),
@@ -58,9 +84,8 @@ impl Lowerer<'_> {
             }
             "HardSigmoid" => {
                 let ax =
-                    self.with_scalar(n, OperationType::Mul, x, f64::from(attr("alpha", 0.2)?))?;
-                let b =
-                    self.with_scalar(n, OperationType::Add, ax, f64::from(attr("beta", 0.5)?))?;
+                    self.with_scalar(n, OperationType::Mul, x, f64::from(attr(alpha, 0.2)?))?;
+                let b = self.with_scalar(n, OperationType::Add, ax, f64::from(attr(beta, 0.5)?))?;
                 let lo = self.with_scalar(n, OperationType::Maximum, b, 0.0)?;
                 self.with_scalar(n, OperationType::Minimum, lo, 1.0)?
             }
@@ -75,7 +100,7 @@ impl Lowerer<'_> {
             "ThresholdedRelu" => {
                 // x * (x > alpha)
                 let alpha =
-                    self.scalar_tensor(OperandType::TensorFloat32, f64::from(attr("alpha", 1.0)?));
+                    self.scalar_tensor(OperandType::TensorFloat32, f64::from(attr(alpha, 1.0)?));
                 let mask = self.emit(n, OperationType::Greater, vec![x.operand, alpha])?;
                 let mask = self.emit_raw(
                     OperationType::Cast,
@@ -98,10 +123,29 @@ impl Lowerer<'_> {
                 let out = self.emit(n, OperationType::Mul, vec![x.operand, t.operand, act])?;
                 TensorValue { operand: out, ..x }
             }
+            "Affine" => {
+                let (Some(a), Some(b)) = (alpha, beta) else {
+                    return Err(super::NodeError::Invalid(
+                        "the Affine activation needs alpha and beta".into(),
+                    ));
+                };
+                let ax = self.with_scalar(n, OperationType::Mul, x, f64::from(a))?;
+                self.with_scalar(n, OperationType::Add, ax, f64::from(b))?
+            }
+            "ScaledTanh" => {
+                // alpha * tanh(beta * x)
+                let (Some(a), Some(b)) = (alpha, beta) else {
+                    return Err(super::NodeError::Invalid(
+                        "the ScaledTanh activation needs alpha and beta".into(),
+                    ));
+                };
+                let bx = self.with_scalar(n, OperationType::Mul, x, f64::from(b))?;
+                let t = self.unary_emit(n, OperationType::Tanh, bx)?;
+                self.with_scalar(n, OperationType::Mul, t, f64::from(a))?
+            }
             other => return unsupported(format!("no lowering for {other}")),
         };
-        self.set_output(n, 0, Value::Tensor(y));
-        Ok(())
+        Ok(y)
     }
 
     fn elu(&mut self, n: &Node, x: TensorValue, alpha: f32) -> NResult<TensorValue> {

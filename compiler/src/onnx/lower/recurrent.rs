@@ -6,22 +6,49 @@
 //! constant or computed at run time), ADD, MUL, LOGISTIC and TANH, following ONNX's
 //! equations term by term:
 //!
-//! - RNN: `H = tanh(X W^T + Wb + H R^T + Rb)`
-//! - GRU (gates z, r, h): `z = σ(X Wz^T + Wbz + H Rz^T + Rbz)`, likewise r;
-//!   `h~ = tanh(X Wh^T + Wbh + (r ⊙ H) Rh^T + Rbh)` (linear_before_reset = 0) or
-//!   `tanh(X Wh^T + Wbh + r ⊙ (H Rh^T + Rbh))` (= 1); `H = (1 - z) ⊙ h~ + z ⊙ H`
-//! - LSTM (gates i, o, f, c): `i = σ(X Wi^T + Wbi + H Ri^T + Rbi + Pi ⊙ C)`, likewise f;
-//!   `c~ = tanh(...)`, `C = f ⊙ C + i ⊙ c~`, `o = σ(... + Po ⊙ C)`, `H = o ⊙ tanh(C)`
+//! - RNN: `H = f(X W^T + Wb + H R^T + Rb)`
+//! - GRU (gates z, r, h): `z = f(X Wz^T + Wbz + H Rz^T + Rbz)`, likewise r;
+//!   `h~ = g(X Wh^T + Wbh + (r ⊙ H) Rh^T + Rbh)` (linear_before_reset = 0) or
+//!   `g(X Wh^T + Wbh + r ⊙ (H Rh^T + Rbh))` (= 1); `H = (1 - z) ⊙ h~ + z ⊙ H`
+//! - LSTM (gates i, o, f, c): `i = f(X Wi^T + Wbi + H Ri^T + Rbi + Pi ⊙ C)`, likewise the
+//!   forget gate (or `1 - i` with input_forget); `c~ = g(...)`, `C = f ⊙ C + i ⊙ c~`,
+//!   `o = f(... + Po ⊙ C)`, `H = o ⊙ h(C)`
 //!
-//! Supported: the default activations, no clip, forward / reverse / bidirectional, both
-//! layouts, initial states, peepholes, and sequence_lens in the forward direction (a
-//! batch entry past its length keeps its state and outputs zeros). Anything else is
-//! reported as unsupported.
+//! with f, g, h the defaults (sigmoid, tanh, tanh; tanh for RNN) or any of the functions
+//! ONNX lists (Relu, Tanh, Sigmoid, Affine, LeakyRelu, ThresholdedRelu, ScaledTanh,
+//! HardSigmoid, Elu, Softsign, Softplus) per direction, their alpha and beta consumed in
+//! order by the functions that take them (defaults as ONNX Runtime has them); `clip`
+//! bounds the gates' inputs (LSTM's cell state reaches h unclipped, as in ONNX Runtime). Both
+//! layouts, initial states, peepholes, and sequence_lens in every direction: an entry
+//! past its length keeps its state and outputs zeros, which in a reverse direction (run
+//! from the last step down) means that each entry starts at its own last step.
 
 use nnc_formats::nn::{OperandType, OperationType};
 use nnc_formats::tensor::DataType;
 
-use super::{Lowerer, NResult, Node, Value, invalid, unsupported};
+use super::{Lowerer, NResult, Node, TensorValue, Value, invalid, unsupported};
+
+/// The activation functions ONNX's recurrent operators accept.
+const RECURRENT_FUNCTIONS: &[&str] = &[
+    "Relu",
+    "Tanh",
+    "Sigmoid",
+    "Affine",
+    "LeakyRelu",
+    "ThresholdedRelu",
+    "ScaledTanh",
+    "HardSigmoid",
+    "Elu",
+    "Softsign",
+    "Softplus",
+];
+
+/// One activation function of a recurrent operator, with its parameters.
+#[derive(Clone, Debug)]
+struct RecurrentFn {
+    name: String,
+    params: super::activation::ActivationParams,
+}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Cell {
@@ -60,12 +87,60 @@ impl Lowerer<'_> {
         self.emit(n, OperationType::Slice, vec![t, b, s])
     }
 
-    fn sigmoid(&mut self, n: &Node, x: u32) -> NResult<u32> {
-        self.emit(n, OperationType::Logistic, vec![x])
-    }
-
-    fn tanh(&mut self, n: &Node, x: u32) -> NResult<u32> {
-        self.emit(n, OperationType::Tanh, vec![x])
+    /// The `activations` attribute, with `activation_alpha` and `activation_beta`
+    /// consumed in order by the functions that take them (as ONNX Runtime reads them);
+    /// `None` when the attribute is absent.
+    fn recurrent_functions(&self, n: &Node) -> NResult<Option<Vec<RecurrentFn>>> {
+        let Some(names) = n
+            .proto
+            .attribute
+            .iter()
+            .find(|a| a.name == "activations")
+            .map(|a| {
+                a.strings
+                    .iter()
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+                    .collect::<Vec<_>>()
+            })
+        else {
+            return Ok(None);
+        };
+        if names.is_empty() {
+            return invalid(format!("{} has an empty activations list", n.op()));
+        }
+        let alphas = n.attrs.floats("activation_alpha")?.unwrap_or_default();
+        let betas = n.attrs.floats("activation_beta")?.unwrap_or_default();
+        let (mut alpha, mut beta) = (alphas.into_iter(), betas.into_iter());
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let Some(&canonical) = RECURRENT_FUNCTIONS
+                .iter()
+                .find(|f| f.eq_ignore_ascii_case(&name))
+            else {
+                return unsupported(format!("{} with activation '{name}'", n.op()));
+            };
+            // Which parameters each function takes, and its defaults: ONNX Runtime's,
+            // which are the activation operators' own for LeakyRelu, HardSigmoid and Elu
+            // and zero for the rest (ThresholdedRelu's operator default would be 1).
+            let (takes_alpha, takes_beta, default_alpha, default_beta) = match canonical {
+                "Affine" | "ScaledTanh" => (true, true, 0.0, 0.0),
+                "HardSigmoid" => (true, true, 0.2, 0.5),
+                "LeakyRelu" => (true, false, 0.01, 0.0),
+                "ThresholdedRelu" => (true, false, 0.0, 0.0),
+                "Elu" => (true, false, 1.0, 0.0),
+                _ => (false, false, 0.0, 0.0),
+            };
+            let params = super::activation::ActivationParams {
+                alpha: takes_alpha.then(|| alpha.next().unwrap_or(default_alpha)),
+                beta: takes_beta.then(|| beta.next().unwrap_or(default_beta)),
+                gamma: None,
+            };
+            out.push(RecurrentFn {
+                name: canonical.to_string(),
+                params,
+            });
+        }
+        Ok(Some(out))
     }
 
     /// Input `i` as a float operand, if present.
@@ -94,38 +169,13 @@ impl Lowerer<'_> {
             Cell::Gru => &["Sigmoid", "Tanh"],
             Cell::Lstm => &["Sigmoid", "Tanh", "Tanh"],
         };
-        let acts: Option<Vec<String>> = n
-            .proto
-            .attribute
-            .iter()
-            .find(|a| a.name == "activations")
-            .map(|a| {
-                a.strings
-                    .iter()
-                    .map(|b| String::from_utf8_lossy(b).into_owned())
-                    .collect()
-            });
-        if let Some(acts) = acts {
-            let per = defaults.len();
-            let ok = !acts.is_empty()
-                && acts.len() % per == 0
-                && acts
-                    .iter()
-                    .enumerate()
-                    .all(|(k, a)| a.eq_ignore_ascii_case(defaults[k % per]));
-            if !ok {
-                return unsupported(format!(
-                    "{} with activations {acts:?} (only the defaults {defaults:?} are lowered)",
-                    n.op()
-                ));
-            }
-        }
-        if n.attrs.has("clip") {
-            return unsupported(format!("{} with clip is not supported", n.op()));
-        }
-        if cell == Cell::Lstm && n.attrs.int_or("input_forget", 0)? != 0 {
-            return unsupported("LSTM with input_forget is not supported");
-        }
+        let functions = self.recurrent_functions(n)?;
+        let clip = match n.attrs.float("clip")? {
+            Some(c) if c > 0.0 && c.is_finite() => Some(c),
+            Some(c) => return invalid(format!("clip must be a positive number, got {c}")),
+            None => None,
+        };
+        let input_forget = cell == Cell::Lstm && n.attrs.int_or("input_forget", 0)? != 0;
         let lbr = cell == Cell::Gru && n.attrs.int_or("linear_before_reset", 0)? != 0;
         let layout = n.attrs.int_or("layout", 0)?;
         let direction = n.attrs.string_or("direction", "forward")?;
@@ -136,6 +186,32 @@ impl Lowerer<'_> {
             other => return invalid(format!("unknown direction '{other}'")),
         };
         let nd = dirs.len() as u32;
+        // One set of functions per direction (a list for one direction serves both).
+        let functions: Vec<Vec<RecurrentFn>> = match functions {
+            Some(list) if list.len() == defaults.len() * dirs.len() => list
+                .chunks(defaults.len())
+                .map(<[RecurrentFn]>::to_vec)
+                .collect(),
+            Some(list) if list.len() == defaults.len() => vec![list; dirs.len()],
+            Some(list) => {
+                return invalid(format!(
+                    "{} activations for {} direction(s) of {} functions each",
+                    list.len(),
+                    dirs.len(),
+                    defaults.len()
+                ));
+            }
+            None => vec![
+                defaults
+                    .iter()
+                    .map(|d| RecurrentFn {
+                        name: (*d).to_string(),
+                        params: Default::default(),
+                    })
+                    .collect();
+                dirs.len()
+            ],
+        };
         let x = self.tensor(n, 0)?;
         self.require_float(n, x)?;
         let xd = self.known_dims(x)?;
@@ -180,12 +256,8 @@ impl Lowerer<'_> {
             }
             Some(Value::Tensor(t)) => Some(t),
         };
-        if seq_mask_source.is_some() && dirs.contains(&true) {
-            return unsupported(format!(
-                "{} with sequence_lens in the reverse direction is not supported",
-                n.op()
-            ));
-        }
+        // Reverse directions need nothing special: stepping from the last time step down
+        // with the state held wherever t >= length, entry b starts at its own last step.
         let seq_lens = match seq_mask_source {
             Some(t) => {
                 if self.operand_type(t) != OperandType::TensorInt32 || self.dims(t) != [b] {
@@ -237,6 +309,30 @@ impl Lowerer<'_> {
         let mut last_c = Vec::new();
         for (d, &reverse) in dirs.iter().enumerate() {
             let d32 = d as u32;
+            let fns = &functions[d];
+            // Activation `k` of this direction. `clip` bounds the gates' inputs (not the
+            // cell state's on its way to LSTM's h, as ONNX Runtime computes).
+            let apply_clipped =
+                |this: &mut Self, k: usize, x: u32, clipped: bool| -> NResult<u32> {
+                    let x = match clip.filter(|_| clipped) {
+                        Some(c) => {
+                            let lo = this.scalar_tensor(OperandType::TensorFloat32, -f64::from(c));
+                            let hi = this.scalar_tensor(OperandType::TensorFloat32, f64::from(c));
+                            let x = this.emit(n, OperationType::Maximum, vec![x, lo])?;
+                            this.emit(n, OperationType::Minimum, vec![x, hi])?
+                        }
+                        None => x,
+                    };
+                    let tv = TensorValue {
+                        operand: x,
+                        dtype: DataType::F32,
+                        scalar: false,
+                    };
+                    Ok(this
+                        .activation_fn(n, &fns[k].name, tv, fns[k].params)?
+                        .operand)
+                };
+            let apply = |this: &mut Self, k: usize, x: u32| apply_clipped(this, k, x, true);
             let wd_op = if nd == 1 {
                 self.reshape_to(n, w.operand, &[gh, i_size])?
             } else {
@@ -320,7 +416,7 @@ impl Lowerer<'_> {
                 let (new_h, new_c) = match cell {
                     Cell::Rnn => {
                         let sum = self.arith(n, OperationType::Add, xt, hr)?;
-                        (self.tanh(n, sum)?, None)
+                        (apply(self, 0, sum)?, None)
                     }
                     Cell::Gru => {
                         let xz = self.columns(n, xt, b, 0, h)?;
@@ -329,9 +425,9 @@ impl Lowerer<'_> {
                         let hz = self.columns(n, hr, b, 0, h)?;
                         let hrr = self.columns(n, hr, b, h, h)?;
                         let sz = self.arith(n, OperationType::Add, xz, hz)?;
-                        let z = self.sigmoid(n, sz)?;
+                        let z = apply(self, 0, sz)?;
                         let sr = self.arith(n, OperationType::Add, xr, hrr)?;
-                        let rg = self.sigmoid(n, sr)?;
+                        let rg = apply(self, 0, sr)?;
                         let inner = if lbr {
                             let hh = self.columns(n, hr, b, 2 * h, h)?;
                             self.arith(n, OperationType::Mul, rg, hh)?
@@ -344,7 +440,7 @@ impl Lowerer<'_> {
                             self.emit(n, OperationType::FullyConnected, vec![rhs, rh, rbh, act])?
                         };
                         let pre = self.arith(n, OperationType::Add, xh, inner)?;
-                        let cand = self.tanh(n, pre)?;
+                        let cand = apply(self, 1, pre)?;
                         let one = self.scalar_tensor(OperandType::TensorFloat32, 1.0);
                         let keep = self.arith(n, OperationType::Sub, one, z)?;
                         let a = self.arith(n, OperationType::Mul, keep, cand)?;
@@ -371,16 +467,22 @@ impl Lowerer<'_> {
                                 }
                             };
                         let gi = with_peep(self, gi, 0, c_prev)?;
-                        let ig = self.sigmoid(n, gi)?;
-                        let gf = with_peep(self, gf, 2, c_prev)?;
-                        let fg = self.sigmoid(n, gf)?;
-                        let cand = self.tanh(n, gc)?;
+                        let ig = apply(self, 0, gi)?;
+                        let fg = if input_forget {
+                            // Coupled gates: forget what is let in.
+                            let one = self.scalar_tensor(OperandType::TensorFloat32, 1.0);
+                            self.arith(n, OperationType::Sub, one, ig)?
+                        } else {
+                            let gf = with_peep(self, gf, 2, c_prev)?;
+                            apply(self, 0, gf)?
+                        };
+                        let cand = apply(self, 1, gc)?;
                         let fc = self.arith(n, OperationType::Mul, fg, c_prev)?;
                         let ic = self.arith(n, OperationType::Mul, ig, cand)?;
                         let c_new = self.arith(n, OperationType::Add, fc, ic)?;
                         let go = with_peep(self, go, 1, c_new)?;
-                        let og = self.sigmoid(n, go)?;
-                        let tc = self.tanh(n, c_new)?;
+                        let og = apply(self, 0, go)?;
+                        let tc = apply_clipped(self, 2, c_new, false)?;
                         (self.arith(n, OperationType::Mul, og, tc)?, Some(c_new))
                     }
                 };
