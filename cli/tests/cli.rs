@@ -861,3 +861,122 @@ fn uint8_arithmetic_wraps_like_numpy_through_npy_and_pb_files() {
     let max: Vec<u8> = c.iter().zip(&d).map(|(&x, &y)| x.max(y) as u8).collect();
     assert_eq!(read(3), (DataType::I8, max));
 }
+
+/// Errors a user meets on real models name what is wrong and how to put it right.
+#[test]
+fn input_and_key_errors_name_the_input_the_flag_and_both_sides() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = testdata("models/tiny_cnn.input.npy");
+    // --input NAME=FILE with a NAME the model does not have: the model's inputs listed.
+    let o = run(nnc()
+        .arg("run")
+        .arg(tiny_cnn())
+        .arg("--input")
+        .arg(format!("image={}", input.display()))
+        .arg("--output-dir")
+        .arg(dir.path()));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let message = stderr(&o);
+    assert!(
+        message.contains("the model has no input 'image'; its inputs are: input"),
+        "{message}"
+    );
+    // A missing key file: which flag, which path.
+    let missing = dir.path().join("no-such.key");
+    let o = run(nnc()
+        .arg("compile")
+        .arg(tiny_cnn())
+        .arg("-o")
+        .arg(dir.path().join("m.nnc"))
+        .arg("--key-file")
+        .arg(&missing));
+    assert_eq!(o.status.code(), Some(66), "{}", stderr(&o));
+    let message = stderr(&o);
+    assert!(
+        message.contains("--key-file") && message.contains(&missing.display().to_string()),
+        "{message}"
+    );
+    // An input file of the wrong shape and type: both shapes, both types.
+    let wrong = dir.path().join("wrong.npy");
+    std::fs::write(
+        &wrong,
+        nnc_formats::npy::write_npy(&nnc_formats::tensor::HostTensor {
+            dtype: nnc_formats::tensor::DataType::I64,
+            shape: vec![2, 3],
+            data: vec![0; 48],
+        }),
+    )
+    .unwrap();
+    let o = run(nnc()
+        .arg("run")
+        .arg(tiny_cnn())
+        .arg("--input")
+        .arg(&wrong)
+        .arg("--output-dir")
+        .arg(dir.path()));
+    assert_eq!(o.status.code(), Some(65), "{}", stderr(&o));
+    let message = stderr(&o);
+    assert!(
+        message.contains(
+            "input 'input' (#0): wrong type and shape: the model expects float32 [1, 3, 32, 32]"
+        ) && message.contains("holds int64 [2, 3]"),
+        "{message}"
+    );
+}
+
+/// `nnc run --stream` runs once per chunk; `--feed-back` carries an output into the next
+/// chunk's input. A feed-back whose output does not fit its input is refused.
+#[test]
+fn streamed_runs_stack_their_outputs_and_check_feed_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = nnc_formats::npy::read_npy_file(testdata("models/tiny_cnn.input.npy")).unwrap();
+    let mut stacked = one.clone();
+    stacked.shape.insert(0, 3);
+    stacked.data = [one.data.clone(), one.data.clone(), one.data.clone()].concat();
+    let chunks = dir.path().join("chunks.npy");
+    std::fs::write(&chunks, nnc_formats::npy::write_npy(&stacked)).unwrap();
+    let o = run(nnc()
+        .arg("run")
+        .arg(tiny_cnn())
+        .arg("--stream")
+        .arg(format!("input={}", chunks.display()))
+        .arg("--output-dir")
+        .arg(dir.path()));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = nnc_formats::npy::read_npy_file(dir.path().join("output_0.npy")).unwrap();
+    let single = nnc_formats::npy::read_npy_file(testdata("models/tiny_cnn.output.npy")).unwrap();
+    assert_eq!(out.shape[0], 3);
+    assert_eq!(&out.shape[1..], &single.shape[..]);
+    // Every chunk is the same input, so every step is the reference output.
+    let step = single.data.len();
+    for t in 0..3 {
+        let ours: Vec<f32> = out.data[t * step..(t + 1) * step]
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let reference: Vec<f32> = single
+            .data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        for (a, b) in ours.iter().zip(&reference) {
+            assert!((a - b).abs() <= 1e-4, "step {t}: {a} vs {b}");
+        }
+    }
+    // Feed-back names are checked against the model.
+    let o = run(nnc()
+        .arg("run")
+        .arg(tiny_cnn())
+        .arg("--stream")
+        .arg(format!("input={}", chunks.display()))
+        .arg("--feed-back")
+        .arg("probabilities=nope")
+        .arg("--output-dir")
+        .arg(dir.path()));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the model has no input 'nope'; its inputs are: input"),
+        "{}",
+        stderr(&o)
+    );
+}
