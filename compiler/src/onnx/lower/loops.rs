@@ -142,6 +142,66 @@ impl Lowerer<'_> {
         Ok(tv)
     }
 
+    /// The value of a one-element integer operand that the operations already emitted
+    /// compute from constants alone, evaluated with the runtime's kernels (as the
+    /// fold-constants pass would); `None` when it depends on anything else.
+    fn evaluate_small_int(&self, operand: u32) -> Option<i64> {
+        /// How many operations the chain may have: trip counts are short expressions.
+        const MAX_CHAIN: usize = 32;
+        let graph = &self.model.main;
+        let mut values: std::collections::HashMap<u32, Vec<u8>> = Default::default();
+        // Producers of the chain, found depth first, evaluated in dependency order.
+        let mut order: Vec<usize> = Vec::new();
+        let mut stack = vec![operand];
+        while let Some(o) = stack.pop() {
+            let op = graph.operands.get(o as usize)?;
+            if op.lifetime.is_constant() || values.contains_key(&o) {
+                continue;
+            }
+            let producer = graph
+                .operations
+                .iter()
+                .position(|p| p.outputs.contains(&o))?;
+            if order.contains(&producer) {
+                continue;
+            }
+            order.push(producer);
+            if order.len() > MAX_CHAIN {
+                return None;
+            }
+            stack.extend(&graph.operations[producer].inputs);
+        }
+        order.sort_unstable();
+        // Evaluated results read as constants by the operations after them.
+        let mut operands = graph.operands.clone();
+        for p in order {
+            let op = &graph.operations[p];
+            let results = {
+                let constant = |k: u32| {
+                    values
+                        .get(&k)
+                        .map(Vec::as_slice)
+                        .or_else(|| self.model.constant_bytes(k))
+                };
+                nnc_runtime::evaluate_operation(op, &operands, constant).ok()?
+            };
+            for (&o, bytes) in op.outputs.iter().zip(results) {
+                if bytes.len() > 1 << 16 {
+                    return None;
+                }
+                operands[o as usize].lifetime = Lifetime::ConstantCopy;
+                values.insert(o, bytes);
+            }
+        }
+        let bytes = values.get(&operand)?;
+        match graph.operands[operand as usize].operand_type {
+            OperandType::TensorInt32 if bytes.len() == 4 => {
+                Some(i64::from(i32::from_le_bytes(bytes[..4].try_into().ok()?)))
+            }
+            _ => None,
+        }
+    }
+
     pub(super) fn loop_node(&mut self, n: &Node) -> NResult<()> {
         let body = graph_attribute(n, "body")?;
         let carried = n.proto.input.len().saturating_sub(2);
@@ -168,6 +228,11 @@ impl Lowerer<'_> {
                     .ok_or_else(|| NodeError::Invalid("the trip count has no element".into()))?;
                 // Exporters write INT64_MAX for "no bound": the NN set counts in int32,
                 // and no loop nnc runs comes near 2^31 iterations within its timeout.
+                TripCount::Constant(v.clamp(0, i64::from(i32::MAX)) as i32)
+            }
+            Some(Value::Tensor(tv)) if let Some(v) = self.evaluate_small_int(tv.operand) => {
+                // Computed from constants by operations the importer does not fold
+                // itself (Range's expansion divides and rounds floats).
                 TripCount::Constant(v.clamp(0, i64::from(i32::MAX)) as i32)
             }
             Some(Value::Tensor(tv)) => {
@@ -416,12 +481,12 @@ impl Lowerer<'_> {
                 // Only the iterations that ran: the first `count` rows.
                 let rank = element.dimensions.len() + 1;
                 let begin = self.i32_vector(&vec![0; rank]);
-                let rest: Vec<i32> = element.dimensions.iter().map(|&d| d as i32).collect();
-                let rest = self.i32_vector(&rest);
-                let axis = self.i32_const(0);
-                let size = if rest_is_empty(element) {
+                let size = if element.dimensions.is_empty() {
                     count
                 } else {
+                    let rest: Vec<i32> = element.dimensions.iter().map(|&d| d as i32).collect();
+                    let rest = self.i32_vector(&rest);
+                    let axis = self.i32_const(0);
                     self.emit(n, OperationType::Concatenation, vec![count, rest, axis])?
                 };
                 let mut dims = vec![0];
@@ -436,6 +501,9 @@ impl Lowerer<'_> {
     }
 
     pub(super) fn scan_node(&mut self, n: &Node) -> NResult<()> {
+        if n.version < 9 {
+            return self.scan8_node(n);
+        }
         let body = graph_attribute(n, "body")?;
         let scan_inputs = usize::try_from(
             n.attrs
@@ -488,9 +556,148 @@ impl Lowerer<'_> {
             initial.push(self.tensor(n, i)?);
         }
         let mut scanned = Vec::with_capacity(scan_inputs);
-        let mut steps: Option<u32> = None;
         for j in 0..scan_inputs {
-            let tv = self.tensor(n, states + j)?;
+            scanned.push(self.tensor(n, states + j)?);
+        }
+        let outputs = self.scan_lowered(
+            n,
+            body,
+            &initial,
+            &scanned,
+            ScanAxes {
+                input_axes,
+                input_reversed,
+                output_axes,
+                output_reversed,
+            },
+        )?;
+        for (i, tv) in outputs.into_iter().enumerate() {
+            self.set_tensor(n, i, tv.operand, tv.dtype, tv.scalar);
+        }
+        Ok(())
+    }
+
+    /// Scan-8: a leading batch axis on every state and scan input, and an optional
+    /// `sequence_lens` first input. nnc lowers a batch of one (the body then runs on the
+    /// tensors without it, as Scan-9 does) with every sequence at full length.
+    fn scan8_node(&mut self, n: &Node) -> NResult<()> {
+        let body = graph_attribute(n, "body")?;
+        let scan_inputs = usize::try_from(
+            n.attrs
+                .int("num_scan_inputs")?
+                .ok_or_else(|| NodeError::Invalid("Scan needs num_scan_inputs".into()))?,
+        )
+        .map_err(|_| NodeError::Invalid("num_scan_inputs is negative".into()))?;
+        let total = n.proto.input.len().saturating_sub(1);
+        if scan_inputs == 0 || scan_inputs > total || body.input.len() != total {
+            return invalid(format!(
+                "num_scan_inputs is {scan_inputs}; the node has {total} inputs after \
+                 sequence_lens and the body takes {}",
+                body.input.len()
+            ));
+        }
+        let states = total - scan_inputs;
+        let scan_outputs = body.output.len().saturating_sub(states);
+        let reversed = n
+            .attrs
+            .ints("directions")?
+            .unwrap_or_else(|| vec![0; scan_inputs]);
+        if reversed.len() != scan_inputs || reversed.iter().any(|&d| d != 0 && d != 1) {
+            return invalid(format!(
+                "directions must hold {scan_inputs} values of 0 or 1"
+            ));
+        }
+        let unbatched = |this: &mut Self, i: usize| -> NResult<TensorValue> {
+            let tv = this.tensor(n, i)?;
+            let dims = this.known_dims(tv)?;
+            match dims.split_first() {
+                Some((1, rest)) => {
+                    let scalar = rest.is_empty();
+                    let operand =
+                        this.reshape_to(n, tv.operand, if scalar { &[1] } else { rest })?;
+                    Ok(TensorValue {
+                        operand,
+                        dtype: tv.dtype,
+                        scalar,
+                    })
+                }
+                Some((b, _)) => unsupported(format!(
+                    "Scan-8 over a batch of {b} (nnc lowers a batch of 1)"
+                )),
+                None => invalid("Scan-8 inputs need a batch axis"),
+            }
+        };
+        let mut initial = Vec::with_capacity(states);
+        for i in 0..states {
+            initial.push(unbatched(self, 1 + i)?);
+        }
+        let mut scanned = Vec::with_capacity(scan_inputs);
+        for j in 0..scan_inputs {
+            scanned.push(unbatched(self, 1 + states + j)?);
+        }
+        if let Some(lens) = self.input(n, 0)? {
+            let full = scanned
+                .first()
+                .and_then(|tv| self.dims(*tv).first().copied())
+                .map(i64::from);
+            let all_full = match &lens {
+                Value::Const(c) => super::constant::to_i64s(c).iter().all(|&l| Some(l) == full),
+                Value::Tensor(_) => false,
+            };
+            if !all_full {
+                return unsupported("Scan-8 with sequence_lens shorter than the sequences");
+            }
+        }
+        let outputs = self.scan_lowered(
+            n,
+            body,
+            &initial,
+            &scanned,
+            ScanAxes {
+                input_axes: vec![0; scan_inputs],
+                input_reversed: reversed.into_iter().map(|d| d == 1).collect(),
+                output_axes: vec![0; scan_outputs],
+                output_reversed: vec![false; scan_outputs],
+            },
+        )?;
+        for (i, tv) in outputs.into_iter().enumerate() {
+            let mut dims = vec![1];
+            if !tv.scalar {
+                dims.extend(self.dims(tv));
+            }
+            let operand = self.reshape_to(n, tv.operand, &dims)?;
+            self.set_tensor(n, i, operand, tv.dtype, false);
+        }
+        Ok(())
+    }
+
+    /// The WHILE of a Scan over `scanned` with `initial` states; returns the final states
+    /// and the scan outputs, in the body's output order.
+    fn scan_lowered(
+        &mut self,
+        n: &Node,
+        body: &crate::onnx::proto::GraphProto,
+        initial: &[TensorValue],
+        scanned_values: &[TensorValue],
+        axes: ScanAxes,
+    ) -> NResult<Vec<TensorValue>> {
+        let ScanAxes {
+            input_axes,
+            input_reversed,
+            output_axes,
+            output_reversed,
+        } = axes;
+        let states = initial.len();
+        let scan_outputs = body.output.len().saturating_sub(states);
+        if body.input.len() != states + scanned_values.len() || body.output.len() < states {
+            return invalid("the body's inputs and outputs do not match the Scan's");
+        }
+        if states + scan_outputs == 0 {
+            return unsupported("a Scan with no state and no scan output computes nothing");
+        }
+        let mut scanned = Vec::with_capacity(scanned_values.len());
+        let mut steps: Option<u32> = None;
+        for (j, &tv) in scanned_values.iter().enumerate() {
             let dims = self.known_dims(tv)?;
             let axis = super::axis(input_axes[j], dims.len())?;
             let t = dims[axis];
@@ -683,9 +890,11 @@ impl Lowerer<'_> {
             .collect();
         self.model
             .add_operation(OperationType::While, inputs, outs.clone(), &n.label);
-        for (i, tv) in initial.iter().enumerate() {
-            self.set_tensor(n, i, outs[i], tv.dtype, tv.scalar);
-        }
+        let mut results: Vec<TensorValue> = initial
+            .iter()
+            .zip(&outs)
+            .map(|(tv, &operand)| TensorValue { operand, ..*tv })
+            .collect();
         for (k, (element, dtype)) in accumulators.iter().enumerate() {
             let acc = outs[states + k];
             let rank = element.dimensions.len() + 1;
@@ -698,10 +907,22 @@ impl Lowerer<'_> {
                 perm.insert(axis, 0);
                 self.transpose_op(n, acc, &perm)?
             };
-            self.set_tensor(n, states + k, y, *dtype, false);
+            results.push(TensorValue {
+                operand: y,
+                dtype: *dtype,
+                scalar: false,
+            });
         }
-        Ok(())
+        Ok(results)
     }
+}
+
+/// Where a Scan reads and writes along its tensors.
+struct ScanAxes {
+    input_axes: Vec<i64>,
+    input_reversed: Vec<bool>,
+    output_axes: Vec<i64>,
+    output_reversed: Vec<bool>,
 }
 
 /// Whether an iteration's result `now` can be the next iteration's `before`: the same
@@ -717,9 +938,4 @@ fn carries(before: &Operand, now: &Operand) -> bool {
             .iter()
             .zip(&before.dimensions)
             .all(|(&a, &b)| a == b || a == 0 || b == 0)
-}
-
-/// True for a scalar element (its accumulator is 1-D).
-fn rest_is_empty(element: &Operand) -> bool {
-    element.dimensions.is_empty()
 }

@@ -183,7 +183,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Reshape", 5..=25 => reshape;
     "", "Resize", 10..=19 => resize;
     "", "Round", 11..=22 => math_unary;
-    "", "Scan", 9..=25 => scan_node;
+    "", "Scan", 8..=25 => scan_node;
     "", "Scatter", 9..=11 => scatter_elements;
     "", "ScatterElements", 11..=18 => scatter_elements;
     "", "ScatterND", 11..=18 => scatter_nd;
