@@ -153,6 +153,18 @@ fn chains_of_a_hundred_thousand_nodes_compile() {
         onnx_chain(ChainOp::Identity, 100_000),
     );
     compile_chain(dir.path(), "relu.tflite", tflite_chain(100_000));
+    // Control flow: 20,000 Ifs that fold, and 5,000 that stay IF operations with two
+    // referenced subgraphs each (every one capturing a value of the enclosing graph).
+    compile_chain(
+        dir.path(),
+        "if-folded.onnx",
+        onnx_chain(ChainOp::IfFolded, 20_000),
+    );
+    compile_chain(
+        dir.path(),
+        "if-kept.onnx",
+        onnx_chain(ChainOp::IfKept, 5_000),
+    );
     // Layout operations: 20,000 pools wrapped in 40,000 transposes that must cancel.
     compile_chain(
         dir.path(),

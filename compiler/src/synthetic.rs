@@ -20,6 +20,11 @@ pub enum ChainOp {
     /// `y = MaxPool(x)` (1x1 window): a layout-sensitive operation, lowered between
     /// transposes that the layout pass must cancel.
     MaxPool,
+    /// `y = If(c) then Relu(x) else Neg(x)` with a constant condition: every If folds.
+    IfFolded,
+    /// The same with the condition a graph input `c`: every If stays an IF with two
+    /// referenced subgraphs, each reading `x` from the enclosing graph.
+    IfKept,
 }
 
 impl ChainOp {
@@ -29,6 +34,8 @@ impl ChainOp {
             "add" => Some(ChainOp::Add),
             "identity" => Some(ChainOp::Identity),
             "maxpool" => Some(ChainOp::MaxPool),
+            "if-folded" => Some(ChainOp::IfFolded),
+            "if-kept" => Some(ChainOp::IfKept),
             _ => None,
         }
     }
@@ -65,6 +72,27 @@ pub fn onnx_chain(op: ChainOp, length: usize) -> Vec<u8> {
         input: vec![float_value("x", &dims)],
         ..Default::default()
     };
+    let bool_type = |name: &str| ValueInfoProto {
+        name: name.to_string(),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: proto::tensor_proto::DataType::Bool as i32,
+                shape: Some(TensorShapeProto { dim: Vec::new() }),
+            })),
+            denotation: String::new(),
+        }),
+        ..Default::default()
+    };
+    match op {
+        ChainOp::IfKept => graph.input.push(bool_type("c")),
+        ChainOp::IfFolded => graph.initializer.push(TensorProto {
+            name: "c".into(),
+            data_type: proto::tensor_proto::DataType::Bool as i32,
+            int32_data: vec![1],
+            ..Default::default()
+        }),
+        _ => {}
+    }
     if op == ChainOp::Add {
         graph.initializer.push(TensorProto {
             name: "c".into(),
@@ -88,6 +116,32 @@ pub fn onnx_chain(op: ChainOp, length: usize) -> Vec<u8> {
             ChainOp::Add => {
                 node.op_type = "Add".into();
                 node.input.push("c".into());
+            }
+            ChainOp::IfFolded | ChainOp::IfKept => {
+                node.op_type = "If".into();
+                node.input = vec!["c".into()];
+                let branch = |name: &str, op_type: &str| GraphProto {
+                    name: name.into(),
+                    node: vec![NodeProto {
+                        op_type: op_type.into(),
+                        input: vec![prev.clone()],
+                        output: vec![format!("{out}_{name}")],
+                        ..Default::default()
+                    }],
+                    output: vec![float_value(&format!("{out}_{name}"), &dims)],
+                    ..Default::default()
+                };
+                for (attr, name, op_type) in [
+                    ("then_branch", "then", "Relu"),
+                    ("else_branch", "else", "Neg"),
+                ] {
+                    node.attribute.push(proto::AttributeProto {
+                        name: attr.into(),
+                        r#type: Some(proto::attribute_proto::AttributeType::Graph as i32),
+                        g: Some(branch(name, op_type)),
+                        ..Default::default()
+                    });
+                }
             }
             ChainOp::MaxPool => {
                 node.op_type = "MaxPool".into();

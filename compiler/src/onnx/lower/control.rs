@@ -82,11 +82,11 @@ impl Lowerer<'_> {
     /// Lowers `g`'s nodes into the current graph in a scope of their own (the names they
     /// define are gone afterwards) and returns the values of its outputs.
     fn inline_graph(&mut self, g: &GraphProto, what: &str) -> NResult<Vec<Value>> {
-        let saved_values = self.values.clone();
-        let saved_materialized = self.materialized.clone();
+        let values = self.values.enter();
+        let materialized = self.materialized.enter();
         let result = self.lower_body(g, what);
-        self.values = saved_values;
-        self.materialized = saved_materialized;
+        self.values.leave(values);
+        self.materialized.leave(materialized);
         result
     }
 
@@ -324,7 +324,8 @@ impl Lowerer<'_> {
         body: impl FnOnce(&mut Self, &[TensorValue]) -> NResult<Vec<(String, Value)>>,
     ) -> NResult<BuiltSubgraph> {
         let outer_main = std::mem::take(&mut self.model.main);
-        let outer_values = self.values.clone();
+        let values = self.values.enter();
+        // The enclosing graph's operands mean nothing in the new one.
         let outer_materialized = std::mem::take(&mut self.materialized);
         let bound: Vec<TensorValue> = inputs
             .iter()
@@ -332,7 +333,7 @@ impl Lowerer<'_> {
             .collect();
         let result = body(self, &bound).and_then(|outputs| self.subgraph_outputs(&outputs));
         let built = std::mem::replace(&mut self.model.main, outer_main);
-        self.values = outer_values;
+        self.values.leave(values);
         self.materialized = outer_materialized;
         let outputs = result?;
         self.model.referenced.push(built);

@@ -138,11 +138,71 @@ impl Node<'_> {
     }
 }
 
+/// A name table whose changes inside a scope can be undone. Subgraphs (If branches,
+/// loop bodies) bind names that must vanish when the subgraph is done; copying the whole
+/// table for each would make a model of many small Ifs quadratic.
+pub struct ScopedTable<V> {
+    map: HashMap<String, V>,
+    /// What each insert inside a scope replaced, to undo it when the scope ends.
+    journal: Vec<(String, Option<V>)>,
+    depth: usize,
+}
+
+impl<V> Default for ScopedTable<V> {
+    fn default() -> Self {
+        ScopedTable {
+            map: HashMap::new(),
+            journal: Vec::new(),
+            depth: 0,
+        }
+    }
+}
+
+impl<V> ScopedTable<V> {
+    pub fn get(&self, name: &str) -> Option<&V> {
+        self.map.get(name)
+    }
+
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.map.contains_key(name)
+    }
+
+    pub fn insert(&mut self, name: String, value: V) {
+        let previous = self.map.insert(name.clone(), value);
+        if self.depth > 0 {
+            self.journal.push((name, previous));
+        }
+    }
+
+    /// Opens a scope; [`Self::leave`] with the mark undoes every insert made since.
+    pub fn enter(&mut self) -> usize {
+        self.depth += 1;
+        self.journal.len()
+    }
+
+    pub fn leave(&mut self, mark: usize) {
+        while self.journal.len() > mark {
+            let Some((name, previous)) = self.journal.pop() else {
+                break;
+            };
+            match previous {
+                Some(v) => {
+                    self.map.insert(name, v);
+                }
+                None => {
+                    self.map.remove(&name);
+                }
+            }
+        }
+        self.depth = self.depth.saturating_sub(1);
+    }
+}
+
 pub struct Lowerer<'e> {
     pub model: Model,
-    values: HashMap<String, Value>,
+    values: ScopedTable<Value>,
     /// Constant name -> its materialized operand, so a shared constant becomes one operand.
-    materialized: HashMap<String, TensorValue>,
+    materialized: ScopedTable<TensorValue>,
     pub opset: i64,
     ext: &'e ExternalDataContext,
     pub limits: nnc_formats::limits::Limits,
@@ -168,8 +228,8 @@ impl<'e> Lowerer<'e> {
     ) -> Lowerer<'e> {
         Lowerer {
             model: Model::default(),
-            values: HashMap::new(),
-            materialized: HashMap::new(),
+            values: ScopedTable::default(),
+            materialized: ScopedTable::default(),
             opset,
             ext,
             limits: *limits,
