@@ -339,7 +339,7 @@ impl Model {
     }
 
     /// The referenced subgraphs an operation of graph `t` runs, directly or through
-    /// nested control flow (graph numbers, each once, in the order first reached).
+    /// nested control flow (graph numbers, each once, ascending).
     pub fn graphs_reached(&self, t: usize, op: usize) -> Vec<usize> {
         let mut reached: Vec<usize> = Vec::new();
         let mut seen = vec![false; self.referenced.len() + 1];
@@ -370,6 +370,7 @@ impl Model {
                 }
             }
         }
+        reached.sort_unstable();
         reached
     }
 
