@@ -52,6 +52,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         cache_dir: None,
         token: None,
         limits: args.limits.clone(),
+        loop_timeout: None,
     };
     let start = Instant::now();
     let progress = crate::progress::Progress::new(!args.json);
