@@ -24,15 +24,16 @@ fn options(key: Option<&Key>) -> WriteOptions<'_> {
     }
 }
 
-/// The graphs' structure without constant storage (which the writer re-lays out).
-fn structure(
-    m: &Model,
-) -> Vec<(
+/// One graph's operations, input and output lists, and operand descriptions.
+type GraphShape = (
     Vec<(OperationType, Vec<u32>, Vec<u32>, String)>,
     Vec<u32>,
     Vec<u32>,
     Vec<String>,
-)> {
+);
+
+/// The graphs' structure without constant storage (which the writer re-lays out).
+fn structure(m: &Model) -> Vec<GraphShape> {
     m.graphs()
         .map(|g| {
             (

@@ -82,7 +82,7 @@ pub fn parse_loop_timeout(text: &str) -> Result<std::time::Duration, String> {
         Duration::from_millis(ms.trim().parse::<u64>().map_err(|_| bad())?)
     } else if let Some(s) = t.strip_suffix('s') {
         let secs: f64 = s.trim().parse().map_err(|_| bad())?;
-        if !secs.is_finite() || secs < 0.0 || secs > 1e6 {
+        if !(0.0..=1e6).contains(&secs) {
             return Err(bad());
         }
         Duration::from_secs_f64(secs)
