@@ -228,3 +228,51 @@ fn control_flow_models_run_from_encrypted_files() {
     let err = model.run_with(&loop_inputs(1), &options).unwrap_err();
     assert!(matches!(err, RuntimeError::MissedDeadline { .. }), "{err}");
 }
+
+#[test]
+fn control_flow_nested_as_deep_as_allowed_runs() {
+    use nnc_formats::nn::validate::MAX_CONTROL_FLOW_DEPTH;
+    use nnc_formats::test_support::control_flow::if_chain;
+    let program = prepare(&if_chain(MAX_CONTROL_FLOW_DEPTH));
+    let out = program
+        .execute_host(&[
+            bool_tensor(true),
+            HostTensor::from_f32(vec![2], &[1.5, -4.0]).unwrap(),
+        ])
+        .unwrap();
+    assert_eq!(out[0].to_f32_vec().unwrap(), vec![3.0, -8.0]);
+    // One level more is refused at preparation.
+    let weights = Arc::new(HostWeights::new(&if_chain(MAX_CONTROL_FLOW_DEPTH + 1)).unwrap());
+    let err = Program::prepare(
+        &if_chain(MAX_CONTROL_FLOW_DEPTH + 1),
+        weights,
+        &PrepareOptions::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("nests 33 levels deep"), "{err}");
+}
+
+#[test]
+fn an_error_inside_a_subgraph_names_the_subgraph() {
+    // The then branch declares its input [40] but the IF passes a value the model
+    // declares [0] (known only at run time): a [3] value fails inside subgraph 1.
+    let mut m = if_model();
+    m.main.operands[1].dimensions = vec![0];
+    m.input_info[1].dims = vec![0];
+    let program = prepare(&m);
+    let err = program
+        .execute_host(&[
+            bool_tensor(true),
+            HostTensor::from_f32(vec![3], &[1.0, 2.0, 3.0]).unwrap(),
+        ])
+        .unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::InSubgraph { subgraph: 1, .. }),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("operation 0 (IF from node 'if'): in subgraph 1: input 0"),
+        "{text}"
+    );
+}
