@@ -218,3 +218,29 @@ fn subgraph_references_are_validated_after_reading() {
     let err = Container::open(&bytes, None).unwrap_err();
     assert!(err.to_string().contains("may not refer to itself"), "{err}");
 }
+
+#[test]
+fn every_byte_of_the_subgraphs_section_altered_and_resealed_is_handled() {
+    let bytes = write(&nested_model(), &options(None)).unwrap();
+    let c = Container::parse(&bytes).unwrap();
+    let (start, end) = section(&c, SectionKind::Subgraphs);
+    let mut refused = 0;
+    for at in start..end {
+        for value in [0u8, 0xff, bytes[at].wrapping_add(1)] {
+            if value == bytes[at] {
+                continue;
+            }
+            let mut bad = bytes.clone();
+            bad[at] = value;
+            if reseal(&mut bad, None).is_err() {
+                continue;
+            }
+            // Never a panic: a model (valid after all) or an error.
+            if let Err(e) = Container::open(&bad, None) {
+                assert!(!e.to_string().is_empty());
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused > (end - start), "{refused} of {} bytes", end - start);
+}

@@ -276,3 +276,49 @@ fn an_error_inside_a_subgraph_names_the_subgraph() {
         "{text}"
     );
 }
+
+/// Altered subgraph sections (resealed so they authenticate) either fail to load with an
+/// error or load and run (or fail) without a panic, within the loop timeout.
+#[test]
+fn altered_subgraph_sections_never_panic_the_runtime() {
+    use nnc_formats::container::{Container, SectionKind, WriteOptions, reseal, write};
+    use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
+    let options = WriteOptions {
+        key: None,
+        mode: nnc_formats::crypto::Mode::Ctr,
+        authenticate_only: false,
+        reproducible: true,
+        producer: "nnc test".into(),
+        arena: None,
+        extra_sections: Vec::new(),
+    };
+    let bytes = write(&nested_model(), &options).unwrap();
+    let c = Container::parse(&bytes).unwrap();
+    let s = c
+        .sections
+        .iter()
+        .find(|s| s.kind == SectionKind::Subgraphs as u32)
+        .unwrap();
+    let (start, end) = (s.offset as usize, (s.offset + s.length) as usize);
+    let npu = SimulatedNpu::new("npu0");
+    let run = ExecuteOptions::default()
+        .with_loop_timeout(Duration::from_millis(5))
+        .unwrap();
+    let mut ran = 0;
+    for at in start..end {
+        for value in [0u8, bytes[at] ^ 0x01] {
+            if value == bytes[at] {
+                continue;
+            }
+            let mut bad = bytes.clone();
+            bad[at] = value;
+            reseal(&mut bad, None).unwrap();
+            let Ok(model) = PreparedModel::load_bytes(bad, &npu, &LoadOptions::default()) else {
+                continue;
+            };
+            let _ = model.run_with(&loop_inputs(4), &run);
+            ran += 1;
+        }
+    }
+    assert!(ran > 0);
+}
