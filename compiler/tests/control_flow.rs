@@ -171,3 +171,59 @@ fn a_partitioned_if_runs_its_branches_on_the_if_device() {
         }
     }
 }
+
+fn loop_inputs() -> Vec<HostTensor> {
+    let i32t = |v: i32| HostTensor::new(DataType::I32, vec![1], v.to_le_bytes().to_vec()).unwrap();
+    vec![
+        i32t(0),
+        HostTensor::from_f32(vec![4], &[0.0; 4]).unwrap(),
+        HostTensor::from_f32(vec![4], &[1.0, 2.0, 3.0, 4.0]).unwrap(),
+        i32t(6),
+    ]
+}
+
+/// A compilation cache for a control-flow model: the second load is a hit (main's
+/// program and weights from the cache; the subgraphs' weights decrypted and checked
+/// again), and it computes the same.
+#[test]
+fn control_flow_models_use_the_compilation_cache() {
+    use nnc_formats::container::{WriteOptions, write};
+    use nnc_formats::crypto::{Algorithm, Key, Mode};
+    use nnc_runtime::cache::{CacheConfig, CacheOutcome};
+    use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
+    let key = Key::generate(Algorithm::Aes128).unwrap();
+    let file = write(
+        &nnc_formats::test_support::control_flow::nested_model(),
+        &WriteOptions {
+            key: Some(&key),
+            mode: Mode::Cbc,
+            authenticate_only: false,
+            reproducible: false,
+            producer: "nnc test".into(),
+            arena: None,
+            extra_sections: Vec::new(),
+        },
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let options = LoadOptions {
+        cache: Some(CacheConfig {
+            dir: dir.path().to_path_buf(),
+            token: None,
+        }),
+        ..LoadOptions::default()
+    };
+    let npu = SimulatedNpu::new("npu0");
+    npu.install_key(key.as_bytes());
+    let first = PreparedModel::load_bytes(file.clone(), &npu, &options).unwrap();
+    assert_eq!(first.cache_report().outcome, CacheOutcome::Miss);
+    let expected = first.run(&loop_inputs()).unwrap();
+    let second = PreparedModel::load_bytes(file, &npu, &options).unwrap();
+    assert_eq!(second.cache_report().outcome, CacheOutcome::Hit);
+    assert!(
+        second.cache_report().warnings.is_empty(),
+        "{:?}",
+        second.cache_report().warnings
+    );
+    assert_eq!(second.run(&loop_inputs()).unwrap(), expected);
+}

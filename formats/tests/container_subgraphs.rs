@@ -242,5 +242,9 @@ fn every_byte_of_the_subgraphs_section_altered_and_resealed_is_handled() {
             }
         }
     }
-    assert!(refused > (end - start), "{refused} of {} bytes", end - start);
+    assert!(
+        refused > (end - start),
+        "{refused} of {} bytes",
+        end - start
+    );
 }
