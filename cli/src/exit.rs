@@ -94,6 +94,26 @@ fn container_kind(e: &ContainerError) -> Exit {
     }
 }
 
+fn runtime_kind(e: &nnc_runtime::RuntimeError) -> Exit {
+    use nnc_runtime::RuntimeError as R;
+    match e {
+        R::UnsupportedOperations(_) | R::Unsupported { .. } => Exit::Unsupported,
+        R::Load(c) => container_kind(c),
+        R::InvalidModel(_) | R::Input { .. } | R::InvalidPlan(_) | R::Count { .. } => {
+            Exit::Malformed
+        }
+        R::Limit(_) => Exit::Limit,
+        R::Io { .. } => Exit::MissingInput,
+        R::Internal(_) => Exit::Internal,
+        // An error inside an IF/WHILE subgraph is classified by what went wrong there.
+        R::InSubgraph { source, .. } => runtime_kind(source),
+        R::LoopTimeoutTooLong { .. } => Exit::Usage,
+        // MissedDeadline (a loop ran past the loop timeout) and the rest: the execution
+        // failed.
+        _ => Exit::Failure,
+    }
+}
+
 fn io_kind(e: &std::io::Error) -> Exit {
     match e.kind() {
         ErrorKind::NotFound | ErrorKind::PermissionDenied | ErrorKind::IsADirectory => {
@@ -127,18 +147,7 @@ pub fn kind_of(err: &anyhow::Error) -> Exit {
             };
         }
         if let Some(e) = cause.downcast_ref::<nnc_runtime::RuntimeError>() {
-            use nnc_runtime::RuntimeError as R;
-            return match e {
-                R::UnsupportedOperations(_) | R::Unsupported { .. } => Exit::Unsupported,
-                R::Load(c) => container_kind(c),
-                R::InvalidModel(_) | R::Input { .. } | R::InvalidPlan(_) | R::Count { .. } => {
-                    Exit::Malformed
-                }
-                R::Limit(_) => Exit::Limit,
-                R::Io { .. } => Exit::MissingInput,
-                R::Internal(_) => Exit::Internal,
-                _ => Exit::Failure,
-            };
+            return runtime_kind(e);
         }
         if let Some(e) = cause.downcast_ref::<ContainerError>() {
             return container_kind(e);

@@ -349,3 +349,78 @@ fn every_subcommand_prints_a_json_error_object_on_failure() {
     // Even a command line clap refuses.
     json_failure(&[s("compile"), s("--no-such-flag")], 2);
 }
+
+/// A WHILE model (written by the container writer) with its four inputs as files.
+fn loop_model(dir: &Path, infinite: bool) -> (PathBuf, Vec<PathBuf>) {
+    use nnc_formats::container::{WriteOptions, write};
+    use nnc_formats::test_support::control_flow::{infinite_model, while_model};
+    let model = if infinite {
+        infinite_model()
+    } else {
+        while_model()
+    };
+    let options = WriteOptions {
+        key: None,
+        mode: nnc_formats::crypto::Mode::Ctr,
+        authenticate_only: false,
+        reproducible: true,
+        producer: "nnc test".into(),
+        arena: None,
+        extra_sections: Vec::new(),
+    };
+    let path = dir.join("loop.nnc");
+    std::fs::write(&path, write(&model, &options).unwrap()).unwrap();
+    let i32t = |v: i32| {
+        nnc_formats::tensor::HostTensor::new(
+            nnc_formats::tensor::DataType::I32,
+            vec![1],
+            v.to_le_bytes().to_vec(),
+        )
+        .unwrap()
+    };
+    let f32t = |v: f32| nnc_formats::tensor::HostTensor::from_f32(vec![4], &[v; 4]).unwrap();
+    let tensors = [i32t(0), f32t(0.0), f32t(1.0), i32t(5)];
+    let inputs = tensors
+        .iter()
+        .enumerate()
+        .map(|(k, t)| {
+            let p = dir.join(format!("in{k}.npy"));
+            nnc_formats::npy::write_npy_file(&p, t).unwrap();
+            p
+        })
+        .collect();
+    (path, inputs)
+}
+
+fn run_loop(dir: &Path, model: &Path, inputs: &[PathBuf], timeout: Option<&str>) -> Output {
+    let mut cmd = nnc();
+    cmd.arg("run").arg(model).arg("--output-dir").arg(dir);
+    for i in inputs {
+        cmd.arg("--input").arg(i);
+    }
+    if let Some(t) = timeout {
+        cmd.args(["--loop-timeout", t]);
+    }
+    run(&mut cmd)
+}
+
+#[test]
+fn loop_timeout_rows_0_1_and_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, inputs) = loop_model(dir.path(), false);
+    let o = run_loop(dir.path(), &model, &inputs, Some("1.5s"));
+    assert_eq!(code(&o), Some(0), "{}", stderr(&o));
+    let acc = nnc_formats::npy::read_npy_file(dir.path().join("output_1.npy")).unwrap();
+    assert_eq!(acc.to_f32_vec().unwrap(), vec![31.0; 4]);
+    // Still looping at the timeout: the execution failed (row 1).
+    let (model, inputs) = loop_model(dir.path(), true);
+    let o = run_loop(dir.path(), &model, &inputs, Some("40ms"));
+    assert_eq!(code(&o), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("missed the deadline"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("40 ms"), "{}", stderr(&o));
+    // Above the maximum, or not a duration: usage (row 2).
+    for bad in ["16s", "15001", "soon"] {
+        let o = run_loop(dir.path(), &model, &inputs, Some(bad));
+        assert_eq!(code(&o), Some(2), "{bad}: {}", stderr(&o));
+    }
+}

@@ -108,3 +108,122 @@ fn passes_keep_referenced_subgraphs_intact_and_the_result_runs() {
     assert_eq!(else_out.shape, vec![2 * IF_LEN as usize]);
     assert_eq!(else_out.to_f32_vec().unwrap(), expected);
 }
+
+/// A partitioned IF model: the accelerator declaring control flow runs the IF, and the
+/// weights of both branches are decrypted by that device (the plan lists main's
+/// operations; the runtime maps each subgraph's operations to its IF's device).
+#[test]
+fn a_partitioned_if_runs_its_branches_on_the_if_device() {
+    use nnc_compiler::partition::{PartitionOptions, partition};
+    use nnc_formats::container::SectionKind;
+    use nnc_formats::device::DeviceProfile;
+    use nnc_runtime::Devices;
+    let profile = DeviceProfile::from_json(
+        r#"{"name": "fast", "type": "accelerator", "version": "1", "control_flow": true,
+            "default_performance": {"exec_time": 0.5, "power_usage": 0.5},
+            "operations": [{"types": ["ADD", "MUL", "CONCATENATION"]}],
+            "decrypts": [{"algorithm": "aes128", "modes": ["ctr"]}]}"#,
+        "fast.json",
+    )
+    .unwrap();
+    let options = PartitionOptions {
+        encryption: Some((Algorithm::Aes128, Mode::Ctr)),
+        ..PartitionOptions::default()
+    };
+    let (model, plan) = partition(&if_model(), &[profile], &options).unwrap();
+    assert_eq!(plan.steps.len(), 1);
+    assert_eq!(plan.devices[plan.steps[0].device as usize].name, "fast");
+    let key = Key::generate(Algorithm::Aes128).unwrap();
+    let file = emit::emit(
+        &model,
+        EmitOptions {
+            key: Some(&key),
+            mode: Mode::Ctr,
+            authenticate_only: false,
+            reproducible: false,
+            extra_sections: vec![(SectionKind::ExecutionPlan, plan.to_bytes())],
+        },
+    )
+    .unwrap();
+    let devices = Devices::new(
+        plan.devices
+            .iter()
+            .map(|d| SimulatedNpu::new(d.name.clone()))
+            .collect(),
+    )
+    .unwrap();
+    devices.install_key(key.as_bytes());
+    let loaded = PreparedModel::load_bytes(file, &devices, &LoadOptions::default()).unwrap();
+    let x: Vec<f32> = (0..IF_LEN).map(|i| i as f32).collect();
+    let out = loaded
+        .run(&[
+            HostTensor::new(DataType::Bool, vec![1], vec![0]).unwrap(),
+            HostTensor::from_f32(vec![IF_LEN as usize], &x).unwrap(),
+        ])
+        .unwrap();
+    assert_eq!(out[0].to_f32_vec().unwrap()[3], x[3] * else_constant()[3]);
+    let stats = loaded.device_stats();
+    let fast = stats.iter().find(|(n, _)| n == "fast").unwrap();
+    assert!(fast.1.decryptions >= 2, "{stats:?}");
+    for (name, s) in &stats {
+        if name != "fast" {
+            assert_eq!(s.decryptions, 0, "{name}");
+        }
+    }
+}
+
+fn loop_inputs() -> Vec<HostTensor> {
+    let i32t = |v: i32| HostTensor::new(DataType::I32, vec![1], v.to_le_bytes().to_vec()).unwrap();
+    vec![
+        i32t(0),
+        HostTensor::from_f32(vec![4], &[0.0; 4]).unwrap(),
+        HostTensor::from_f32(vec![4], &[1.0, 2.0, 3.0, 4.0]).unwrap(),
+        i32t(6),
+    ]
+}
+
+/// A compilation cache for a control-flow model: the second load is a hit (main's
+/// program and weights from the cache; the subgraphs' weights decrypted and checked
+/// again), and it computes the same.
+#[test]
+fn control_flow_models_use_the_compilation_cache() {
+    use nnc_formats::container::{WriteOptions, write};
+    use nnc_formats::crypto::{Algorithm, Key, Mode};
+    use nnc_runtime::cache::{CacheConfig, CacheOutcome};
+    use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
+    let key = Key::generate(Algorithm::Aes128).unwrap();
+    let file = write(
+        &nnc_formats::test_support::control_flow::nested_model(),
+        &WriteOptions {
+            key: Some(&key),
+            mode: Mode::Cbc,
+            authenticate_only: false,
+            reproducible: false,
+            producer: "nnc test".into(),
+            arena: None,
+            extra_sections: Vec::new(),
+        },
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let options = LoadOptions {
+        cache: Some(CacheConfig {
+            dir: dir.path().to_path_buf(),
+            token: None,
+        }),
+        ..LoadOptions::default()
+    };
+    let npu = SimulatedNpu::new("npu0");
+    npu.install_key(key.as_bytes());
+    let first = PreparedModel::load_bytes(file.clone(), &npu, &options).unwrap();
+    assert_eq!(first.cache_report().outcome, CacheOutcome::Miss);
+    let expected = first.run(&loop_inputs()).unwrap();
+    let second = PreparedModel::load_bytes(file, &npu, &options).unwrap();
+    assert_eq!(second.cache_report().outcome, CacheOutcome::Hit);
+    assert!(
+        second.cache_report().warnings.is_empty(),
+        "{:?}",
+        second.cache_report().warnings
+    );
+    assert_eq!(second.run(&loop_inputs()).unwrap(), expected);
+}

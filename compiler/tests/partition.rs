@@ -1051,3 +1051,102 @@ fn mobilenet_v2_partitions_for_every_shipped_profile() {
         assert!(err.contains(t), "{t}: {err}");
     }
 }
+
+// ---- control flow ----
+
+/// An accelerator for the IF model's branches (ADD, MUL, CONCATENATION on float32),
+/// with or without control-flow support.
+fn flow_accel(control_flow: bool, ops: &[&str]) -> DeviceProfile {
+    DeviceProfile {
+        control_flow,
+        default_performance: Some(PerformanceInfo {
+            exec_time: 0.5,
+            power_usage: 0.5,
+        }),
+        operations: vec![OperationRule {
+            types: ops.iter().map(|s| s.to_string()).collect(),
+            ..OperationRule::default()
+        }],
+        ..accel("fast", 0.5, &[])
+    }
+}
+
+#[test]
+fn control_flow_needs_a_device_declaring_it() {
+    use nnc_formats::test_support::control_flow::if_model;
+    let m = if_model();
+    let ops = ["ADD", "MUL", "CONCATENATION"];
+    // Without `control_flow`, the IF and its branches run on the CPU.
+    let (r, plan) = run(&m, &[flow_accel(false, &ops)], &PartitionOptions::default());
+    assert_eq!(summary(&r, &plan), steps(&[("cpu", &["if"])]));
+    let p = placement(&plan, &r, "if");
+    assert_eq!(p.declined[0].rule, "control_flow");
+    assert!(
+        p.declined[0].detail.contains("\"control_flow\": true"),
+        "{:?}",
+        p.declined
+    );
+    assert!(
+        p.reason
+            .ends_with("; runs subgraph(s) 1, 2 with all their operations on cpu"),
+        "{}",
+        p.reason
+    );
+    // Declared, with every operation of both branches supported: the device takes all.
+    let (r, plan) = run(&m, &[flow_accel(true, &ops)], &PartitionOptions::default());
+    assert_eq!(summary(&r, &plan), steps(&[("fast", &["if"])]));
+    assert!(placement(&plan, &r, "if").reason.ends_with("on fast"));
+    // One operation of the else branch it cannot run keeps the whole IF off it, and the
+    // decline names the subgraph and the operation.
+    let (r, plan) = run(
+        &m,
+        &[flow_accel(true, &["ADD", "MUL"])],
+        &PartitionOptions::default(),
+    );
+    assert_eq!(summary(&r, &plan), steps(&[("cpu", &["if"])]));
+    let d = &placement(&plan, &r, "if").declined[0];
+    assert_eq!(d.rule, "operations");
+    assert_eq!(
+        d.detail,
+        "subgraph 2 operation 1 (CONCATENATION): CONCATENATION is not among its supported operations"
+    );
+}
+
+#[test]
+fn nested_control_flow_is_placed_whole() {
+    use nnc_formats::test_support::control_flow::nested_model;
+    let m = nested_model();
+    let all = ["ADD", "MUL", "LESS", "MAXIMUM"];
+    let (r, plan) = run(&m, &[flow_accel(true, &all)], &PartitionOptions::default());
+    assert_eq!(summary(&r, &plan), steps(&[("fast", &["while"])]));
+    let reason = &placement(&plan, &r, "while").reason;
+    assert!(
+        reason.ends_with("; runs subgraph(s) 1, 2, 3, 4 with all their operations on fast"),
+        "{reason}"
+    );
+    // LESS missing (used by the condition and inside the body): CPU.
+    let (r, plan) = run(
+        &m,
+        &[flow_accel(true, &["ADD", "MUL", "MAXIMUM"])],
+        &PartitionOptions::default(),
+    );
+    assert_eq!(summary(&r, &plan), steps(&[("cpu", &["while"])]));
+}
+
+#[test]
+fn the_control_flow_field_is_parsed_and_checked() {
+    let text = r#"{"name": "n", "type": "npu", "version": "1", "control_flow": true}"#;
+    let p = DeviceProfile::from_json(text, "t.json").unwrap();
+    assert!(p.control_flow);
+    let text = r#"{"name": "n", "type": "npu", "version": "1"}"#;
+    let p = DeviceProfile::from_json(text, "t.json").unwrap();
+    assert!(!p.control_flow);
+    let text = r#"{"name": "n", "type": "npu", "version": "1", "control_flow": "yes"}"#;
+    let err = DeviceProfile::from_json(text, "t.json")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("t.json") && err.contains("control_flow"),
+        "{err}"
+    );
+}

@@ -331,4 +331,40 @@ pub mod control_flow {
         op.inputs[1] = op.inputs[0];
         m
     }
+
+    /// IFs nested `levels` deep: main's IF runs graph 1 in both branches, graph t's IF
+    /// runs graph t + 1, and the last graph computes `x + x`. Inputs `(cond: bool[1],
+    /// x: f32[2])`, output `2 x`.
+    pub fn if_chain(levels: usize) -> Model {
+        let mut m = Model::default();
+        for _ in 0..levels {
+            m.add_subgraph(Subgraph::default());
+        }
+        for t in 1..=levels {
+            let act = scalar_i32(&mut m, t, 0);
+            let sub = (t < levels).then(|| {
+                m.add_subgraph_operand(t, t as u32 + 1)
+                    .expect("graph exists")
+            });
+            let g = m.graph_mut(t).expect("graph exists");
+            let c = g.add_input(bool_op());
+            let x = g.add_input(f32_op(vec![2]));
+            let y = g.add_output(f32_op(vec![2]));
+            match sub {
+                Some(s) => g.add_operation(OperationType::If, vec![c, s, s, c, x], vec![y], ""),
+                None => g.add_operation(OperationType::Add, vec![x, x, act], vec![y], ""),
+            };
+        }
+        let c = main_input(&mut m, bool_op());
+        let x = main_input(&mut m, f32_op(vec![2]));
+        let s = m.add_subgraph_operand(0, 1).expect("main");
+        let y = m.main.add_output(f32_op(vec![2]));
+        m.add_operation(OperationType::If, vec![c, s, s, c, x], vec![y], "if");
+        m.input_info = vec![
+            io("cond", DataType::Bool, vec![1]),
+            io("x", DataType::F32, vec![2]),
+        ];
+        m.output_info = vec![io("y", DataType::F32, vec![2])];
+        m
+    }
 }

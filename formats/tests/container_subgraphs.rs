@@ -24,15 +24,16 @@ fn options(key: Option<&Key>) -> WriteOptions<'_> {
     }
 }
 
-/// The graphs' structure without constant storage (which the writer re-lays out).
-fn structure(
-    m: &Model,
-) -> Vec<(
+/// One graph's operations, input and output lists, and operand descriptions.
+type GraphShape = (
     Vec<(OperationType, Vec<u32>, Vec<u32>, String)>,
     Vec<u32>,
     Vec<u32>,
     Vec<String>,
-)> {
+);
+
+/// The graphs' structure without constant storage (which the writer re-lays out).
+fn structure(m: &Model) -> Vec<GraphShape> {
     m.graphs()
         .map(|g| {
             (
@@ -216,4 +217,34 @@ fn subgraph_references_are_validated_after_reading() {
     let bytes = write(&m, &options(None)).unwrap();
     let err = Container::open(&bytes, None).unwrap_err();
     assert!(err.to_string().contains("may not refer to itself"), "{err}");
+}
+
+#[test]
+fn every_byte_of_the_subgraphs_section_altered_and_resealed_is_handled() {
+    let bytes = write(&nested_model(), &options(None)).unwrap();
+    let c = Container::parse(&bytes).unwrap();
+    let (start, end) = section(&c, SectionKind::Subgraphs);
+    let mut refused = 0;
+    for at in start..end {
+        for value in [0u8, 0xff, bytes[at].wrapping_add(1)] {
+            if value == bytes[at] {
+                continue;
+            }
+            let mut bad = bytes.clone();
+            bad[at] = value;
+            if reseal(&mut bad, None).is_err() {
+                continue;
+            }
+            // Never a panic: a model (valid after all) or an error.
+            if let Err(e) = Container::open(&bad, None) {
+                assert!(!e.to_string().is_empty());
+                refused += 1;
+            }
+        }
+    }
+    assert!(
+        refused > (end - start),
+        "{refused} of {} bytes",
+        end - start
+    );
 }

@@ -544,3 +544,14 @@ fn nested_control_flow_errors_name_the_subgraph() {
         "subgraph 2: operation 1 (IF from node 'body/if'): then subgraph 3: input 1 is TI32 4",
     );
 }
+
+#[test]
+fn control_flow_nesting_is_bounded() {
+    use nnc_formats::nn::validate::MAX_CONTROL_FLOW_DEPTH;
+    use nnc_formats::test_support::control_flow::if_chain as build;
+    validate(&build(MAX_CONTROL_FLOW_DEPTH)).unwrap();
+    assert_problem(
+        &build(MAX_CONTROL_FLOW_DEPTH + 1),
+        "model: control flow nests 33 levels deep; at most 32 are allowed",
+    );
+}

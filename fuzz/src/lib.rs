@@ -138,7 +138,12 @@ fn run_with_zeros(model: &PreparedModel) {
             _ => return,
         }
     }
-    let _ = model.run(&inputs);
+    // A WHILE that never ends stops at a short loop timeout, not NNAPI's 2 s default.
+    let options = nnc_runtime::exec::ExecuteOptions {
+        loop_timeout: Some(std::time::Duration::from_millis(20)),
+        ..Default::default()
+    };
+    let _ = model.run_with(&inputs, &options);
 }
 
 /// A compilation-cache directory whose files come from the input, looked up for a small
@@ -401,11 +406,18 @@ pub fn generated_seeds(target: &str) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
     match target {
         "nnc_file" => {
-            let models: Vec<(&str, nnc_formats::nn::Model)> =
-                [("fc", cached_model_graph()), ("tiny_cnn", small_model())]
-                    .into_iter()
-                    .filter_map(|(n, m)| Some((n, m?)))
-                    .collect();
+            use nnc_formats::test_support::control_flow;
+            let models: Vec<(&str, nnc_formats::nn::Model)> = [
+                ("fc", cached_model_graph()),
+                ("tiny_cnn", small_model()),
+                // Control flow: the subgraphs section, IF, WHILE and nesting.
+                ("if", Some(control_flow::if_model())),
+                ("while", Some(control_flow::while_model())),
+                ("nested", Some(control_flow::nested_model())),
+            ]
+            .into_iter()
+            .filter_map(|(n, m)| Some((n, m?)))
+            .collect();
             let Ok(key) = Key::new(Algorithm::Aes128, &FUZZ_KEY) else {
                 return out;
             };

@@ -228,3 +228,97 @@ fn control_flow_models_run_from_encrypted_files() {
     let err = model.run_with(&loop_inputs(1), &options).unwrap_err();
     assert!(matches!(err, RuntimeError::MissedDeadline { .. }), "{err}");
 }
+
+#[test]
+fn control_flow_nested_as_deep_as_allowed_runs() {
+    use nnc_formats::nn::validate::MAX_CONTROL_FLOW_DEPTH;
+    use nnc_formats::test_support::control_flow::if_chain;
+    let program = prepare(&if_chain(MAX_CONTROL_FLOW_DEPTH));
+    let out = program
+        .execute_host(&[
+            bool_tensor(true),
+            HostTensor::from_f32(vec![2], &[1.5, -4.0]).unwrap(),
+        ])
+        .unwrap();
+    assert_eq!(out[0].to_f32_vec().unwrap(), vec![3.0, -8.0]);
+    // One level more is refused at preparation.
+    let weights = Arc::new(HostWeights::new(&if_chain(MAX_CONTROL_FLOW_DEPTH + 1)).unwrap());
+    let err = Program::prepare(
+        &if_chain(MAX_CONTROL_FLOW_DEPTH + 1),
+        weights,
+        &PrepareOptions::default(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("nests 33 levels deep"), "{err}");
+}
+
+#[test]
+fn an_error_inside_a_subgraph_names_the_subgraph() {
+    // The then branch declares its input [40] but the IF passes a value the model
+    // declares [0] (known only at run time): a [3] value fails inside subgraph 1.
+    let mut m = if_model();
+    m.main.operands[1].dimensions = vec![0];
+    m.input_info[1].dims = vec![0];
+    let program = prepare(&m);
+    let err = program
+        .execute_host(&[
+            bool_tensor(true),
+            HostTensor::from_f32(vec![3], &[1.0, 2.0, 3.0]).unwrap(),
+        ])
+        .unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::InSubgraph { subgraph: 1, .. }),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("operation 0 (IF from node 'if'): in subgraph 1: input 0"),
+        "{text}"
+    );
+}
+
+/// Altered subgraph sections (resealed so they authenticate) either fail to load with an
+/// error or load and run (or fail) without a panic, within the loop timeout.
+#[test]
+fn altered_subgraph_sections_never_panic_the_runtime() {
+    use nnc_formats::container::{Container, SectionKind, WriteOptions, reseal, write};
+    use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
+    let options = WriteOptions {
+        key: None,
+        mode: nnc_formats::crypto::Mode::Ctr,
+        authenticate_only: false,
+        reproducible: true,
+        producer: "nnc test".into(),
+        arena: None,
+        extra_sections: Vec::new(),
+    };
+    let bytes = write(&nested_model(), &options).unwrap();
+    let c = Container::parse(&bytes).unwrap();
+    let s = c
+        .sections
+        .iter()
+        .find(|s| s.kind == SectionKind::Subgraphs as u32)
+        .unwrap();
+    let (start, end) = (s.offset as usize, (s.offset + s.length) as usize);
+    let npu = SimulatedNpu::new("npu0");
+    let run = ExecuteOptions::default()
+        .with_loop_timeout(Duration::from_millis(5))
+        .unwrap();
+    let mut ran = 0;
+    for at in start..end {
+        for value in [0u8, bytes[at] ^ 0x01] {
+            if value == bytes[at] {
+                continue;
+            }
+            let mut bad = bytes.clone();
+            bad[at] = value;
+            reseal(&mut bad, None).unwrap();
+            let Ok(model) = PreparedModel::load_bytes(bad, &npu, &LoadOptions::default()) else {
+                continue;
+            };
+            let _ = model.run_with(&loop_inputs(4), &run);
+            ran += 1;
+        }
+    }
+    assert!(ran > 0);
+}

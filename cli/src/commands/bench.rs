@@ -54,6 +54,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         limits: args.limits.clone(),
         streams: Vec::new(),
         feed_back: Vec::new(),
+        loop_timeout: None,
     };
     let start = Instant::now();
     let progress = crate::progress::Progress::new(!args.json);

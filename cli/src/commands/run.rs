@@ -74,6 +74,39 @@ pub struct Args {
     /// model carries its state (repeatable). IN starts from its --input file, or zeros.
     #[arg(long = "feed-back", value_name = "OUT=IN", requires = "streams")]
     pub feed_back: Vec<String>,
+    /// How long the WHILE loops of one execution may run in all (e.g. `500ms`, `5s`; a
+    /// bare number is milliseconds). Default 2s, at most 15s; a model still looping
+    /// then fails the execution (exit 1).
+    #[arg(long, value_name = "DURATION", value_parser = parse_loop_timeout)]
+    pub loop_timeout: Option<std::time::Duration>,
+}
+
+/// `--loop-timeout`: `250ms`, `5s`, `1.5s` or a bare number of milliseconds, at most the
+/// runtime's maximum (15 s).
+pub fn parse_loop_timeout(text: &str) -> Result<std::time::Duration, String> {
+    use std::time::Duration;
+    let t = text.trim();
+    let bad = || format!("'{text}' is not a duration (e.g. 500ms, 5s)");
+    let duration = if let Some(ms) = t.strip_suffix("ms") {
+        Duration::from_millis(ms.trim().parse::<u64>().map_err(|_| bad())?)
+    } else if let Some(s) = t.strip_suffix('s') {
+        let secs: f64 = s.trim().parse().map_err(|_| bad())?;
+        if !(0.0..=1e6).contains(&secs) {
+            return Err(bad());
+        }
+        Duration::from_secs_f64(secs)
+    } else {
+        Duration::from_millis(t.parse::<u64>().map_err(|_| bad())?)
+    };
+    let max = nnc_runtime::exec::MAX_LOOP_TIMEOUT;
+    if duration > max {
+        return Err(format!(
+            "{} ms is above the maximum loop timeout of {} ms",
+            duration.as_millis(),
+            max.as_millis()
+        ));
+    }
+    Ok(duration)
 }
 
 /// Loads the model named in `args` onto a fresh simulated NPU (compiling a source model in
@@ -266,7 +299,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(b) => (b.inputs, b.names),
         None => (gather_inputs(&args, model.inputs())?, Vec::new()),
     };
-    let (outputs, timing) = model.run_timed(&inputs).context("execution failed")?;
+    let options = nnc_runtime::exec::ExecuteOptions {
+        loop_timeout: args.loop_timeout,
+        ..Default::default()
+    };
+    let (outputs, timing) = model
+        .run_with(&inputs, &options)
+        .context("execution failed")?;
     drop(progress);
     std::fs::create_dir_all(&args.output_dir).map_err(|e| {
         err(

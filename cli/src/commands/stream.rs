@@ -115,6 +115,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let sources: Vec<Source> = sources.into_iter().flatten().collect();
     let steps = step_count(&sources)?;
 
+    let options = nnc_runtime::exec::ExecuteOptions {
+        loop_timeout: args.loop_timeout,
+        ..Default::default()
+    };
     let mut previous: Option<Vec<HostTensor>> = None;
     let mut stacked: Vec<Option<HostTensor>> = outputs.iter().map(|_| None).collect();
     let mut execute_ms = 0.0;
@@ -141,7 +145,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             step_inputs.push(tensor);
         }
         let (results, timing) = model
-            .run_timed(&step_inputs)
+            .run_with(&step_inputs, &options)
             .with_context(|| format!("execution failed at step {t} of {steps}"))?;
         execute_ms += timing.in_driver.as_secs_f64() * 1e3;
         for (k, result) in results.iter().enumerate() {

@@ -217,6 +217,22 @@ pub fn partition(
             .collect();
         guard(&costs, &allowed, &order, &mut assign, &mut reasons);
     }
+    // An IF or WHILE takes its subgraphs along: the plan's steps list main's operations,
+    // and every operation of a referenced subgraph runs on its IF's or WHILE's device.
+    for (i, op) in ops.iter().enumerate() {
+        if op.op_type.is_control_flow() {
+            let graphs: Vec<String> = model
+                .graphs_reached(0, i)
+                .iter()
+                .map(|t| t.to_string())
+                .collect();
+            reasons[i].push_str(&format!(
+                "; runs subgraph(s) {} with all their operations on {}",
+                graphs.join(", "),
+                devices[assign[i]].name
+            ));
+        }
+    }
     let steps = steps::build_steps(&graph, &assign, &order);
     build_plan(
         model, &devices, &answers, options, &assign, &reasons, &steps,

@@ -172,6 +172,10 @@ pub struct DeviceProfile {
     /// On-chip memory for one operation's weights and activations together, in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_budget_bytes: Option<u64>,
+    /// The device runs control flow (IF and WHILE, with every operation of their
+    /// subgraphs on the device). Default false; the CPU always does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub control_flow: bool,
     /// Encryption the device decrypts itself (weights stay on the device).
     #[serde(default)]
     pub decrypts: Vec<DecryptSupport>,
@@ -339,6 +343,7 @@ impl DeviceProfile {
             }],
             extensions: vec![crate::nn::NNC_EXTENSION.into()],
             memory_budget_bytes: None,
+            control_flow: true,
             decrypts: Algorithm::ALL
                 .iter()
                 .map(|&algorithm| DecryptSupport {

@@ -10,7 +10,7 @@ use super::{DeviceProfile, OperationRule};
 use crate::container::is_weight;
 use crate::crypto::{Algorithm, Mode};
 use crate::nn::signature::input_role;
-use crate::nn::{Lifetime, Model, Operand, OperandType, Operation, OperationType};
+use crate::nn::{Lifetime, Model, Operand, OperandType, Operation, OperationType, Subgraph};
 use crate::plan::Decline;
 
 /// The operation type is not among the device's supported operations.
@@ -21,22 +21,28 @@ pub const RULE_EXTENSIONS: &str = "extensions";
 pub const RULE_ENCRYPTION: &str = "encryption";
 /// The operation refers to operands the model does not have.
 pub const RULE_MODEL: &str = "model";
+/// An IF or WHILE on a device whose profile does not declare `control_flow`, or one of
+/// whose subgraphs holds an operation the device declines.
+pub const RULE_CONTROL_FLOW: &str = "control_flow";
 
 /// An operation with its operands resolved.
 struct OpView<'a> {
     op: &'a Operation,
     model: &'a Model,
+    /// The graph the operation belongs to (main, or a referenced subgraph).
+    graph: &'a Subgraph,
     inputs: Vec<&'a Operand>,
     outputs: Vec<&'a Operand>,
 }
 
 impl<'a> OpView<'a> {
-    fn new(op: &'a Operation, model: &'a Model) -> Result<OpView<'a>, String> {
+    fn new(op: &'a Operation, model: &'a Model, graph: &'a Subgraph) -> Result<OpView<'a>, String> {
         let resolve = |list: &[u32]| -> Result<Vec<&'a Operand>, String> {
             list.iter()
                 .map(|&i| {
-                    model
-                        .operand(i)
+                    graph
+                        .operands
+                        .get(i as usize)
                         .ok_or_else(|| format!("operand {i} does not exist"))
                 })
                 .collect()
@@ -44,6 +50,7 @@ impl<'a> OpView<'a> {
         Ok(OpView {
             op,
             model,
+            graph,
             inputs: resolve(&op.inputs)?,
             outputs: resolve(&op.outputs)?,
         })
@@ -62,17 +69,22 @@ impl<'a> OpView<'a> {
     fn i32_param(&self, role: &str) -> Option<Result<i32, String>> {
         let (k, operand) = self.role(role)?;
         let value = self
-            .model
-            .constant_bytes(self.op.inputs[k])
+            .constant(self.op.inputs[k])
             .filter(|b| b.len() == 4 && operand.operand_type == OperandType::Int32)
             .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]));
         Some(value.ok_or_else(|| format!("{role} is not known at compile time")))
     }
 
+    /// The bytes of a constant operand of the operation's graph.
+    fn constant(&self, index: u32) -> Option<&'a [u8]> {
+        let operand = self.graph.operands.get(index as usize)?;
+        crate::nn::model::constant_bytes(operand, &self.model.operand_values, &self.model.pools)
+    }
+
     /// Whether the NCHW layout flag is set.
     fn nchw(&self) -> bool {
         self.role("layout")
-            .and_then(|(k, _)| self.model.constant_bytes(self.op.inputs[k]))
+            .and_then(|(k, _)| self.constant(self.op.inputs[k]))
             .is_some_and(|b| b.first().is_some_and(|&v| v != 0))
     }
 
@@ -142,10 +154,25 @@ impl DeviceProfile {
     /// that broke it. The partitioner decides with this function and the plan explains
     /// with its answer, so decision and explanation cannot disagree. Never panics, also
     /// on malformed models.
+    ///
+    /// An IF or WHILE runs with every operation of the subgraphs it reaches on the same
+    /// device: it needs a profile declaring `control_flow` (the CPU always runs control
+    /// flow) and the device must accept every one of those operations.
     pub fn check(
         &self,
         op: &Operation,
         model: &Model,
+        encryption: Option<(Algorithm, Mode)>,
+    ) -> Result<(), Decline> {
+        self.check_in(op, model, 0, encryption)
+    }
+
+    /// [`DeviceProfile::check`] for an operation of graph `t` (0 = main).
+    fn check_in(
+        &self,
+        op: &Operation,
+        model: &Model,
+        t: usize,
         encryption: Option<(Algorithm, Mode)>,
     ) -> Result<(), Decline> {
         let decline = |rule: &str, detail: String| Decline {
@@ -165,13 +192,19 @@ impl DeviceProfile {
                 ),
             ));
         }
+        let Some(graph) = model.graph(t) else {
+            return Err(decline(RULE_MODEL, format!("subgraph {t} does not exist")));
+        };
+        if op.op_type.is_control_flow() {
+            return self.check_control_flow(op, model, graph, t, encryption);
+        }
         let Some(rule) = self.rule_for(op.op_type) else {
             return Err(decline(
                 RULE_OPERATIONS,
                 format!("{} is not among its supported operations", op.op_type),
             ));
         };
-        let view = OpView::new(op, model).map_err(|d| decline(RULE_MODEL, d))?;
+        let view = OpView::new(op, model, graph).map_err(|d| decline(RULE_MODEL, d))?;
         check_rule(rule, &view).map_err(|(rule, detail)| decline(rule, detail))?;
         if let Some(budget) = self.memory_budget_bytes {
             let mut total = 0u64;
@@ -193,6 +226,15 @@ impl DeviceProfile {
                 ));
             }
         }
+        self.check_decrypts(&view, encryption)
+    }
+
+    /// The device can decrypt the weights the operation reads.
+    fn check_decrypts(
+        &self,
+        view: &OpView,
+        encryption: Option<(Algorithm, Mode)>,
+    ) -> Result<(), Decline> {
         if let Some((algorithm, mode)) = encryption
             && !self.decrypts(algorithm, mode)
             && view.inputs.iter().any(|o| is_weight(o))
@@ -207,10 +249,80 @@ impl DeviceProfile {
             } else {
                 format!("it decrypts {}", can.join(", "))
             };
+            return Err(Decline {
+                device: self.name.clone(),
+                rule: RULE_ENCRYPTION.into(),
+                detail: format!("its weights are encrypted with {algorithm}-{mode}; {can}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether the device runs control flow at all: declared by `control_flow`; the CPU
+    /// always does (nnc's runtime implements IF and WHILE).
+    pub fn runs_control_flow(&self) -> bool {
+        self.control_flow || self.is_cpu()
+    }
+
+    /// An IF or WHILE of graph `t`: the device runs control flow, can decrypt what the
+    /// operation passes to its subgraphs, and accepts every operation of every subgraph
+    /// it reaches (they all run on the device that runs it).
+    fn check_control_flow(
+        &self,
+        op: &Operation,
+        model: &Model,
+        graph: &Subgraph,
+        t: usize,
+        encryption: Option<(Algorithm, Mode)>,
+    ) -> Result<(), Decline> {
+        let decline = |rule: &str, detail: String| Decline {
+            device: self.name.clone(),
+            rule: rule.to_string(),
+            detail,
+        };
+        if !self.runs_control_flow() {
             return Err(decline(
-                RULE_ENCRYPTION,
-                format!("its weights are encrypted with {algorithm}-{mode}; {can}"),
+                RULE_CONTROL_FLOW,
+                format!(
+                    "{} needs control flow, which the profile does not declare (\"control_flow\": true)",
+                    op.op_type
+                ),
             ));
+        }
+        let view = OpView::new(op, model, graph).map_err(|d| decline(RULE_MODEL, d))?;
+        self.check_decrypts(&view, encryption)?;
+        let index = graph.operations.iter().position(|o| std::ptr::eq(o, op));
+        let Some(index) = index else {
+            return Err(decline(
+                RULE_MODEL,
+                "the operation is not in its graph".into(),
+            ));
+        };
+        for sub in model.graphs_reached(t, index) {
+            let Some(g) = model.graph(sub) else {
+                return Err(decline(
+                    RULE_MODEL,
+                    format!("subgraph {sub} does not exist"),
+                ));
+            };
+            for (k, inner) in g.operations.iter().enumerate() {
+                // Nested control flow is checked where it is met, through this loop.
+                if inner.op_type.is_control_flow() {
+                    if !self.runs_control_flow() {
+                        return Err(decline(RULE_CONTROL_FLOW, "nested control flow".into()));
+                    }
+                    continue;
+                }
+                if let Err(d) = self.check_in(inner, model, sub, encryption) {
+                    return Err(decline(
+                        &d.rule,
+                        format!(
+                            "subgraph {sub} operation {k} ({}): {}",
+                            inner.op_type, d.detail
+                        ),
+                    ));
+                }
+            }
         }
         Ok(())
     }

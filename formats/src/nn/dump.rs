@@ -94,7 +94,7 @@ fn lifetime_tag(lifetime: Lifetime) -> Option<&'static str> {
 pub fn to_text(model: &Model) -> String {
     let mut out = String::new();
     let sg = &model.main;
-    let _ = writeln!(
+    let _ = write!(
         out,
         "model: {} inputs, {} outputs, {} operations, {} operands, {} parameters ({} bytes of constants)",
         sg.inputs.len(),
@@ -104,6 +104,10 @@ pub fn to_text(model: &Model) -> String {
         model.parameter_count(),
         model.constant_byte_count()
     );
+    if !model.referenced.is_empty() {
+        let _ = write!(out, ", {} referenced subgraphs", model.referenced.len());
+    }
+    out.push('\n');
     for (title, list, info) in [
         ("inputs", &sg.inputs, &model.input_info),
         ("outputs", &sg.outputs, &model.output_info),
@@ -459,10 +463,10 @@ fn dot_operands(
             lines.push(tag.to_string());
         }
         lines.push(o.short_description());
-        if o.operand_type.is_scalar() || o.lifetime == Lifetime::Subgraph {
-            if let Some(v) = preview_in(model, g, index) {
-                lines.push(format!("= {v}"));
-            }
+        if (o.operand_type.is_scalar() || o.lifetime == Lifetime::Subgraph)
+            && let Some(v) = preview_in(model, g, index)
+        {
+            lines.push(format!("= {v}"));
         }
         let io = g.inputs.contains(&index) || g.outputs.contains(&index);
         let mut attrs = format!("shape=ellipse, label=\"{}\"", escape(&lines.join("\n")));
@@ -547,6 +551,12 @@ mod tests {
     #[test]
     fn text_lists_every_referenced_subgraph() {
         let text = to_text(&crate::test_support::control_flow::if_model());
+        assert!(
+            text.starts_with(
+                "model: 2 inputs, 1 outputs, 1 operations, 5 operands, 80 parameters (332 bytes of constants), 2 referenced subgraphs\n"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("0: IF(%0, %2=subgraph 1, %3=subgraph 2, %1) -> %4:TF32 ?  # if"),
             "{text}"

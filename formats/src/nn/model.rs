@@ -339,7 +339,7 @@ impl Model {
     }
 
     /// The referenced subgraphs an operation of graph `t` runs, directly or through
-    /// nested control flow (graph numbers, each once, in the order first reached).
+    /// nested control flow (graph numbers, each once, ascending).
     pub fn graphs_reached(&self, t: usize, op: usize) -> Vec<usize> {
         let mut reached: Vec<usize> = Vec::new();
         let mut seen = vec![false; self.referenced.len() + 1];
@@ -370,6 +370,7 @@ impl Model {
                 }
             }
         }
+        reached.sort_unstable();
         reached
     }
 
@@ -512,21 +513,20 @@ impl Model {
         constant_bytes(operand, &self.operand_values, &self.pools)
     }
 
-    /// Total bytes of constant data, inline and pooled, referenced by main operands.
+    /// Total bytes of constant data, inline and pooled, referenced by the operands of
+    /// every graph (main and referenced subgraphs).
     pub fn constant_byte_count(&self) -> u64 {
-        self.main
-            .operands
-            .iter()
+        self.graphs()
+            .flat_map(|g| &g.operands)
             .filter(|o| o.lifetime.is_constant())
             .map(|o| o.location.length)
             .sum()
     }
 
-    /// Number of constant tensor elements (the model's parameter count).
+    /// Number of constant tensor elements (the model's parameter count), over every graph.
     pub fn parameter_count(&self) -> u64 {
-        self.main
-            .operands
-            .iter()
+        self.graphs()
+            .flat_map(|g| &g.operands)
             .filter(|o| o.lifetime.is_constant() && o.operand_type.is_tensor())
             .filter_map(|o| o.element_count())
             .sum()

@@ -2978,189 +2978,6 @@ pub fn required_version(
     v
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn t(dims: &[u32]) -> Operand {
-        Operand::new(OperandType::TensorFloat32, dims.to_vec())
-    }
-
-    fn c_i32(v: i32) -> (Operand, Vec<u8>) {
-        let mut o = Operand::new(OperandType::Int32, vec![]);
-        o.lifetime = Lifetime::ConstantCopy;
-        (o, v.to_le_bytes().to_vec())
-    }
-
-    fn run(
-        op: OperationType,
-        tensors: &[Operand],
-        scalars: &[(Operand, Vec<u8>)],
-    ) -> Result<Vec<OutputShape>> {
-        let mut views: Vec<InputView> = tensors
-            .iter()
-            .map(|o| InputView {
-                operand: o,
-                value: None,
-            })
-            .collect();
-        views.extend(scalars.iter().map(|(o, v)| InputView {
-            operand: o,
-            value: Some(v.as_slice()),
-        }));
-        let out = t(&[]);
-        infer(op, &views, &[&out])
-    }
-
-    #[test]
-    fn broadcasting() {
-        assert_eq!(broadcast_dims(&[2, 1, 3], &[4, 1]).unwrap(), vec![2, 4, 3]);
-        assert_eq!(broadcast_dims(&[0, 3], &[5, 3]).unwrap(), vec![5, 3]);
-        assert!(broadcast_dims(&[2, 3], &[4, 3]).is_err());
-    }
-
-    #[test]
-    fn conv_explicit_padding_and_dilation() {
-        let input = t(&[1, 10, 10, 3]);
-        let filter = t(&[8, 3, 3, 3]);
-        let bias = t(&[8]);
-        let mut scalars: Vec<_> = [1, 1, 1, 1, 2, 2, 0].into_iter().map(c_i32).collect();
-        let out = run(
-            OperationType::Conv2d,
-            &[input.clone(), filter.clone(), bias.clone()],
-            &scalars,
-        )
-        .unwrap();
-        assert_eq!(out[0].dimensions, vec![1, 5, 5, 8]);
-        // layout false, dilation 2x2: effective kernel 5 -> (10 + 2 - 5) / 2 + 1 = 4
-        scalars.push({
-            let mut o = Operand::new(OperandType::Bool, vec![]);
-            o.lifetime = Lifetime::ConstantCopy;
-            (o, vec![0])
-        });
-        scalars.push(c_i32(2));
-        scalars.push(c_i32(2));
-        let out = run(OperationType::Conv2d, &[input, filter, bias], &scalars).unwrap();
-        assert_eq!(out[0].dimensions, vec![1, 4, 4, 8]);
-    }
-
-    #[test]
-    fn conv_rejects_bad_stride_and_channel_mismatch() {
-        let scalars: Vec<_> = [0, 0, 0, 0, 0, 1, 0].into_iter().map(c_i32).collect();
-        let err = run(
-            OperationType::Conv2d,
-            &[t(&[1, 4, 4, 3]), t(&[2, 1, 1, 3]), t(&[2])],
-            &scalars,
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("stride_width"), "{err}");
-        let scalars: Vec<_> = [0, 0, 0, 0, 1, 1, 0].into_iter().map(c_i32).collect();
-        let err = run(
-            OperationType::Conv2d,
-            &[t(&[1, 4, 4, 3]), t(&[2, 1, 1, 4]), t(&[2])],
-            &scalars,
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("input channels"), "{err}");
-    }
-
-    #[test]
-    fn same_padding_matches_tensorflow() {
-        assert_eq!(implicit_padding(224, 3, 2, 1, PaddingScheme::Same), (0, 1));
-        assert_eq!(implicit_padding(5, 3, 1, 1, PaddingScheme::Same), (1, 1));
-        assert_eq!(
-            conv_out_implicit(224, 3, 2, 1, PaddingScheme::Same).unwrap(),
-            112
-        );
-        assert_eq!(
-            conv_out_implicit(224, 3, 2, 1, PaddingScheme::Valid).unwrap(),
-            111
-        );
-    }
-
-    #[test]
-    fn reshape_resolves_minus_one() {
-        let input = t(&[2, 3, 4]);
-        assert_eq!(reshape_dims(&input, &[-1, 4]).unwrap(), vec![6, 4]);
-        assert!(reshape_dims(&input, &[5, -1]).is_err());
-        assert!(reshape_dims(&input, &[-1, -1]).is_err());
-    }
-
-    #[test]
-    fn unknown_dimensions_propagate() {
-        let scalars = vec![c_i32(0)];
-        let out = run(OperationType::Add, &[t(&[0, 3]), t(&[1, 3])], &scalars).unwrap();
-        assert_eq!(out[0].dimensions, vec![0, 3]);
-    }
-
-    #[test]
-    fn strided_slice_ranges() {
-        assert_eq!(
-            strided_slice_range(10, 2, 8, 2, false, false, false),
-            (2, 8)
-        );
-        assert_eq!(
-            strided_slice_range(10, -1, 0, -1, false, true, false),
-            (9, -1)
-        );
-        assert_eq!(
-            strided_slice_range(10, 0, 100, 1, false, false, false),
-            (0, 10)
-        );
-    }
-
-    #[test]
-    fn scatter_shapes_and_reductions() {
-        let idx = |dims: &[u32]| Operand::new(OperandType::TensorInt32, dims.to_vec());
-        // SCATTER_ELEMENTS: input, indices, updates, axis, reduction.
-        let out = run(
-            OperationType::ScatterElements,
-            &[t(&[3, 4]), idx(&[2, 4]), t(&[2, 4])],
-            &[c_i32(-2), c_i32(1)],
-        )
-        .unwrap();
-        assert_eq!(out[0].dimensions, vec![3, 4]);
-        // Updates must match the indices; the indices fit the input off the axis.
-        let wrong = [
-            (vec![t(&[3, 4]), idx(&[2, 4]), t(&[2, 3])], 0),
-            (vec![t(&[3, 4]), idx(&[2, 5]), t(&[2, 5])], 0),
-            (vec![t(&[3, 4]), idx(&[2]), t(&[2])], 0),
-            (vec![t(&[3, 4]), idx(&[2, 4]), t(&[2, 4])], 5),
-        ];
-        for (tensors, reduction) in wrong {
-            let scalars = [c_i32(0), c_i32(reduction)];
-            assert!(run(OperationType::ScatterElements, &tensors, &scalars).is_err());
-        }
-        // Reductions need numbers.
-        let bools = |n: u32| Operand::new(OperandType::TensorBool8, vec![n]);
-        let scalars = [c_i32(0), c_i32(1)];
-        let tensors = [bools(3), idx(&[2]), bools(2)];
-        assert!(run(OperationType::ScatterElements, &tensors, &scalars).is_err());
-        let scalars = [c_i32(0), c_i32(0)];
-        assert!(run(OperationType::ScatterElements, &tensors, &scalars).is_ok());
-        // SCATTER_ND: updates are indices[..-1] ++ input[k..].
-        let nd = |tensors: &[Operand]| run(OperationType::ScatterNd, tensors, &[c_i32(2)]);
-        assert_eq!(
-            nd(&[t(&[4, 3, 2]), idx(&[5, 1]), t(&[5, 3, 2])]).unwrap()[0].dimensions,
-            vec![4, 3, 2]
-        );
-        assert!(nd(&[t(&[4, 3, 2]), idx(&[5, 2]), t(&[5, 2])]).is_ok());
-        assert!(nd(&[t(&[4, 3, 2]), idx(&[5, 2]), t(&[5, 3])]).is_err());
-        assert!(nd(&[t(&[4, 3, 2]), idx(&[5, 4]), t(&[5])]).is_err());
-        assert!(nd(&[t(&[4, 3, 2]), idx(&[5, 3]), t(&[5, 1])]).is_err());
-        // One tuple naming one element: a one-element update.
-        assert!(nd(&[t(&[4, 3, 2]), idx(&[3]), t(&[1])]).is_ok());
-    }
-
-    #[test]
-    fn half_floats_decode() {
-        assert_eq!(f16_to_f32(0x3c00), 1.0);
-        assert_eq!(f16_to_f32(0xc000), -2.0);
-        assert_eq!(f16_to_f32(0x0001), 5.960_464_5e-8);
-        assert!(f16_to_f32(0x7e00).is_nan());
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Control flow (IF, WHILE).
 //
@@ -3421,7 +3238,7 @@ pub fn infer_control_flow(
                 )));
             }
             let mut shapes = Vec::with_capacity(m);
-            for j in 0..carried {
+            for (j, value) in values.iter().enumerate().take(carried) {
                 let out = operand_of(body_g, body_t, &body_g.outputs, j, "output")?;
                 let body_in = operand_of(body_g, body_t, &body_g.inputs, j, "input")?;
                 let cond_in = operand_of(cond_g, cond_t, &cond_g.inputs, j, "input")?;
@@ -3434,7 +3251,7 @@ pub fn infer_control_flow(
                     )));
                 }
                 if let Some(declared) = outputs.get(j) {
-                    let v = values[j].operand;
+                    let v = value.operand;
                     if v.operand_type != declared.operand_type
                         || v.scale != declared.scale
                         || v.zero_point != declared.zero_point
@@ -3454,5 +3271,188 @@ pub fn infer_control_flow(
             Ok(shapes)
         }
         _ => infer(op, inputs, outputs),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(dims: &[u32]) -> Operand {
+        Operand::new(OperandType::TensorFloat32, dims.to_vec())
+    }
+
+    fn c_i32(v: i32) -> (Operand, Vec<u8>) {
+        let mut o = Operand::new(OperandType::Int32, vec![]);
+        o.lifetime = Lifetime::ConstantCopy;
+        (o, v.to_le_bytes().to_vec())
+    }
+
+    fn run(
+        op: OperationType,
+        tensors: &[Operand],
+        scalars: &[(Operand, Vec<u8>)],
+    ) -> Result<Vec<OutputShape>> {
+        let mut views: Vec<InputView> = tensors
+            .iter()
+            .map(|o| InputView {
+                operand: o,
+                value: None,
+            })
+            .collect();
+        views.extend(scalars.iter().map(|(o, v)| InputView {
+            operand: o,
+            value: Some(v.as_slice()),
+        }));
+        let out = t(&[]);
+        infer(op, &views, &[&out])
+    }
+
+    #[test]
+    fn broadcasting() {
+        assert_eq!(broadcast_dims(&[2, 1, 3], &[4, 1]).unwrap(), vec![2, 4, 3]);
+        assert_eq!(broadcast_dims(&[0, 3], &[5, 3]).unwrap(), vec![5, 3]);
+        assert!(broadcast_dims(&[2, 3], &[4, 3]).is_err());
+    }
+
+    #[test]
+    fn conv_explicit_padding_and_dilation() {
+        let input = t(&[1, 10, 10, 3]);
+        let filter = t(&[8, 3, 3, 3]);
+        let bias = t(&[8]);
+        let mut scalars: Vec<_> = [1, 1, 1, 1, 2, 2, 0].into_iter().map(c_i32).collect();
+        let out = run(
+            OperationType::Conv2d,
+            &[input.clone(), filter.clone(), bias.clone()],
+            &scalars,
+        )
+        .unwrap();
+        assert_eq!(out[0].dimensions, vec![1, 5, 5, 8]);
+        // layout false, dilation 2x2: effective kernel 5 -> (10 + 2 - 5) / 2 + 1 = 4
+        scalars.push({
+            let mut o = Operand::new(OperandType::Bool, vec![]);
+            o.lifetime = Lifetime::ConstantCopy;
+            (o, vec![0])
+        });
+        scalars.push(c_i32(2));
+        scalars.push(c_i32(2));
+        let out = run(OperationType::Conv2d, &[input, filter, bias], &scalars).unwrap();
+        assert_eq!(out[0].dimensions, vec![1, 4, 4, 8]);
+    }
+
+    #[test]
+    fn conv_rejects_bad_stride_and_channel_mismatch() {
+        let scalars: Vec<_> = [0, 0, 0, 0, 0, 1, 0].into_iter().map(c_i32).collect();
+        let err = run(
+            OperationType::Conv2d,
+            &[t(&[1, 4, 4, 3]), t(&[2, 1, 1, 3]), t(&[2])],
+            &scalars,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("stride_width"), "{err}");
+        let scalars: Vec<_> = [0, 0, 0, 0, 1, 1, 0].into_iter().map(c_i32).collect();
+        let err = run(
+            OperationType::Conv2d,
+            &[t(&[1, 4, 4, 3]), t(&[2, 1, 1, 4]), t(&[2])],
+            &scalars,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("input channels"), "{err}");
+    }
+
+    #[test]
+    fn same_padding_matches_tensorflow() {
+        assert_eq!(implicit_padding(224, 3, 2, 1, PaddingScheme::Same), (0, 1));
+        assert_eq!(implicit_padding(5, 3, 1, 1, PaddingScheme::Same), (1, 1));
+        assert_eq!(
+            conv_out_implicit(224, 3, 2, 1, PaddingScheme::Same).unwrap(),
+            112
+        );
+        assert_eq!(
+            conv_out_implicit(224, 3, 2, 1, PaddingScheme::Valid).unwrap(),
+            111
+        );
+    }
+
+    #[test]
+    fn reshape_resolves_minus_one() {
+        let input = t(&[2, 3, 4]);
+        assert_eq!(reshape_dims(&input, &[-1, 4]).unwrap(), vec![6, 4]);
+        assert!(reshape_dims(&input, &[5, -1]).is_err());
+        assert!(reshape_dims(&input, &[-1, -1]).is_err());
+    }
+
+    #[test]
+    fn unknown_dimensions_propagate() {
+        let scalars = vec![c_i32(0)];
+        let out = run(OperationType::Add, &[t(&[0, 3]), t(&[1, 3])], &scalars).unwrap();
+        assert_eq!(out[0].dimensions, vec![0, 3]);
+    }
+
+    #[test]
+    fn strided_slice_ranges() {
+        assert_eq!(
+            strided_slice_range(10, 2, 8, 2, false, false, false),
+            (2, 8)
+        );
+        assert_eq!(
+            strided_slice_range(10, -1, 0, -1, false, true, false),
+            (9, -1)
+        );
+        assert_eq!(
+            strided_slice_range(10, 0, 100, 1, false, false, false),
+            (0, 10)
+        );
+    }
+
+    #[test]
+    fn scatter_shapes_and_reductions() {
+        let idx = |dims: &[u32]| Operand::new(OperandType::TensorInt32, dims.to_vec());
+        // SCATTER_ELEMENTS: input, indices, updates, axis, reduction.
+        let out = run(
+            OperationType::ScatterElements,
+            &[t(&[3, 4]), idx(&[2, 4]), t(&[2, 4])],
+            &[c_i32(-2), c_i32(1)],
+        )
+        .unwrap();
+        assert_eq!(out[0].dimensions, vec![3, 4]);
+        // Updates must match the indices; the indices fit the input off the axis.
+        let wrong = [
+            (vec![t(&[3, 4]), idx(&[2, 4]), t(&[2, 3])], 0),
+            (vec![t(&[3, 4]), idx(&[2, 5]), t(&[2, 5])], 0),
+            (vec![t(&[3, 4]), idx(&[2]), t(&[2])], 0),
+            (vec![t(&[3, 4]), idx(&[2, 4]), t(&[2, 4])], 5),
+        ];
+        for (tensors, reduction) in wrong {
+            let scalars = [c_i32(0), c_i32(reduction)];
+            assert!(run(OperationType::ScatterElements, &tensors, &scalars).is_err());
+        }
+        // Reductions need numbers.
+        let bools = |n: u32| Operand::new(OperandType::TensorBool8, vec![n]);
+        let scalars = [c_i32(0), c_i32(1)];
+        let tensors = [bools(3), idx(&[2]), bools(2)];
+        assert!(run(OperationType::ScatterElements, &tensors, &scalars).is_err());
+        let scalars = [c_i32(0), c_i32(0)];
+        assert!(run(OperationType::ScatterElements, &tensors, &scalars).is_ok());
+        // SCATTER_ND: updates are indices[..-1] ++ input[k..].
+        let nd = |tensors: &[Operand]| run(OperationType::ScatterNd, tensors, &[c_i32(2)]);
+        assert_eq!(
+            nd(&[t(&[4, 3, 2]), idx(&[5, 1]), t(&[5, 3, 2])]).unwrap()[0].dimensions,
+            vec![4, 3, 2]
+        );
+        assert!(nd(&[t(&[4, 3, 2]), idx(&[5, 2]), t(&[5, 2])]).is_ok());
+        assert!(nd(&[t(&[4, 3, 2]), idx(&[5, 2]), t(&[5, 3])]).is_err());
+        assert!(nd(&[t(&[4, 3, 2]), idx(&[5, 4]), t(&[5])]).is_err());
+        assert!(nd(&[t(&[4, 3, 2]), idx(&[5, 3]), t(&[5, 1])]).is_err());
+        // One tuple naming one element: a one-element update.
+        assert!(nd(&[t(&[4, 3, 2]), idx(&[3]), t(&[1])]).is_ok());
+    }
+
+    #[test]
+    fn half_floats_decode() {
+        assert_eq!(f16_to_f32(0x3c00), 1.0);
+        assert_eq!(f16_to_f32(0xc000), -2.0);
+        assert_eq!(f16_to_f32(0x0001), 5.960_464_5e-8);
+        assert!(f16_to_f32(0x7e00).is_nan());
     }
 }

@@ -10,6 +10,10 @@ use super::model::{Model, Operand, Subgraph};
 use super::signature::{self, InputView};
 use super::types::{Lifetime, OperandType};
 
+/// How deeply IF/WHILE may nest (a subgraph running a subgraph ...): the runtime runs
+/// nested control flow by recursion, so the depth is bounded.
+pub const MAX_CONTROL_FLOW_DEPTH: usize = 32;
+
 /// Where a problem is.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -604,8 +608,10 @@ impl Validator<'_> {
                     .collect()
             })
             .collect();
-        // Iterative DFS with colours; a grey node reached again closes a cycle.
+        // Iterative DFS with colours; a grey node reached again closes a cycle. `depth` is
+        // the longest chain of graphs from each graph (itself included).
         let mut colour = vec![0u8; graphs.len()];
+        let mut depth = vec![0usize; graphs.len()];
         for start in 0..graphs.len() {
             if colour[start] != 0 {
                 continue;
@@ -632,8 +638,20 @@ impl Validator<'_> {
                     }
                 } else {
                     colour[node] = 2;
+                    // Every child is finished (or closes a cycle, reported above).
+                    depth[node] = 1 + edges[node].iter().map(|&c| depth[c]).max().unwrap_or(0);
                 }
             }
+        }
+        // Control flow nests by recursion at run time: bound it.
+        if depth[0] > MAX_CONTROL_FLOW_DEPTH + 1 {
+            self.report(
+                Location::Model,
+                format!(
+                    "control flow nests {} levels deep; at most {MAX_CONTROL_FLOW_DEPTH} are allowed",
+                    depth[0] - 1
+                ),
+            );
         }
     }
 }
