@@ -662,6 +662,32 @@ histogram_cases! {
     trilu_lower: [SELECT: 1],
     // x + skip + bias, one LAYER_NORMALIZATION, two GELU biases, three GELU.
     microsoft_skip_layer_norm_and_gelus: [ADD: 4, LAYER_NORMALIZATION: 1, GELU: 3],
+    // ai.onnx.ml: FULLY_CONNECTED scores; the label is the winner looked up in the labels.
+    ml_linear_classifier_multiclass_softmax: [FULLY_CONNECTED: 1, SOFTMAX: 1, ARGMAX: 1, GATHER: 1],
+    // Binary: [1 - s, s] and the second label where s passes the threshold.
+    ml_linear_classifier_binary_logistic: [FULLY_CONNECTED: 1, LOGISTIC: 1, SUB: 1,
+        CONCATENATION: 1, GREATER: 1, RESHAPE: 1, CAST: 1, GATHER: 1],
+    ml_linear_classifier_binary_none_int_input: [CAST: 2, FULLY_CONNECTED: 1, SUB: 1,
+        CONCATENATION: 1, GREATER: 1, RESHAPE: 1, GATHER: 1],
+    ml_linear_regressor_two_targets: [FULLY_CONNECTED: 1],
+    // Three norms (each divides by a SELECTed non-zero norm), Scaler, Binarizer.
+    ml_normalizer_scaler_binarizer: [DIV: 3, EQUAL: 3, SELECT: 3, MUL: 2, REDUCE_SUM: 2,
+        ABS: 1, CAST: 1, GREATER: 1, REDUCE_MAX: 1, SQRT: 1, SUB: 1],
+    // The condition tests a static shape: folded, the then branch inlined.
+    if_static_shape_condition: [MUL: 1, ADD: 1, LOGISTIC: 1],
+    // A run-time condition: one IF, its branches in referenced subgraphs.
+    if_runtime_condition: [IF: 1, LOGISTIC: 1],
+    // Recurrent operators unrolled over 4 steps: clip as MAXIMUM/MINIMUM before each gate
+    // activation, HardSigmoid as MUL/ADD/MAXIMUM/MINIMUM, LeakyRelu as PRELU, Softsign as
+    // ABS/ADD/DIV.
+    lstm_activations_clip_input_forget: [ADD: 20, MAXIMUM: 20, MINIMUM: 20, MUL: 20, SLICE: 16,
+        RESHAPE: 14, FULLY_CONNECTED: 5, ABS: 4, DIV: 4, PRELU: 4, SUB: 4, CONCATENATION: 1],
+    lstm_bidirectional_sequence_lens: [SLICE: 44, RESHAPE: 27, LOGISTIC: 24, MUL: 24,
+        SELECT: 24, ADD: 16, TANH: 16, FULLY_CONNECTED: 10, CONCATENATION: 7],
+    gru_reverse_sequence_lens_activations: [SLICE: 28, ADD: 16, MUL: 12, RESHAPE: 12,
+        LOGISTIC: 8, SELECT: 8, FULLY_CONNECTED: 5, SUB: 4, CONCATENATION: 1],
+    rnn_bidirectional_per_direction_activations: [RESHAPE: 23, ADD: 12, MUL: 12,
+        FULLY_CONNECTED: 10, SLICE: 10, MAXIMUM: 8, MINIMUM: 8, CONCATENATION: 6, TANH: 4],
 }
 
 #[test]
