@@ -326,24 +326,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         read.extend(files);
     }
     let read: Vec<&Path> = read.iter().map(PathBuf::as_path).collect();
-    let mut reported = Vec::new();
-    for (k, (tensor, info)) in outputs.iter().zip(model.outputs()).enumerate() {
-        let file = args
-            .output_dir
-            .join(format!("output_{k}.{}", args.output_format.extension()));
-        output::write_file(
-            &file,
-            &tensors::encode(tensor, &info.name, args.output_format),
-            output::Mode::Public,
-            &read,
-        )?;
-        reported.push(json!({
-            "name": info.name,
-            "shape": tensor.shape,
-            "dtype": tensor.dtype.name(),
-            "file": file.display().to_string(),
-        }));
-    }
+    let reported = write_outputs(&args, outputs.iter().zip(model.outputs()), &read)?;
     let execute_ms = timing.in_driver.as_secs_f64() * 1e3;
     if args.json {
         let report = json!({
@@ -385,6 +368,34 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         output::stdout(&text)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `output_K` files into --output-dir, refusing to replace any file in `read`;
+/// returns the JSON entry of each (name, shape, dtype, file).
+pub fn write_outputs<'a>(
+    args: &Args,
+    outputs: impl Iterator<Item = (&'a HostTensor, &'a IoInfo)>,
+    read: &[&Path],
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    let mut reported = Vec::new();
+    for (k, (tensor, info)) in outputs.enumerate() {
+        let file = args
+            .output_dir
+            .join(format!("output_{k}.{}", args.output_format.extension()));
+        output::write_file(
+            &file,
+            &tensors::encode(tensor, &info.name, args.output_format),
+            output::Mode::Public,
+            read,
+        )?;
+        reported.push(json!({
+            "name": info.name,
+            "shape": tensor.shape,
+            "dtype": tensor.dtype.name(),
+            "file": file.display().to_string(),
+        }));
+    }
+    Ok(reported)
 }
 
 /// The input tensors in model input order, from --input and --input-dir, each checked

@@ -15,7 +15,7 @@ use nnc_formats::nn::IoInfo;
 use nnc_formats::tensor::HostTensor;
 use serde_json::json;
 
-use super::run::{Args, check_input, given_input_files, load};
+use super::run::{Args, check_input, given_input_files, load, write_outputs};
 use crate::exit::{Exit, err};
 use crate::output;
 use crate::tensors;
@@ -164,25 +164,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     read.extend(files.into_iter().flatten());
     read.extend(streamed.iter().map(|(_, f)| PathBuf::from(f)));
     let read: Vec<&Path> = read.iter().map(PathBuf::as_path).collect();
-    let mut reported = Vec::new();
-    for (k, (tensor, info)) in stacked.iter().zip(&outputs).enumerate() {
-        let Some(tensor) = tensor else { continue };
-        let file = args
-            .output_dir
-            .join(format!("output_{k}.{}", args.output_format.extension()));
-        output::write_file(
-            &file,
-            &tensors::encode(tensor, &info.name, args.output_format),
-            output::Mode::Public,
-            &read,
-        )?;
-        reported.push(json!({
-            "name": info.name,
-            "shape": tensor.shape,
-            "dtype": tensor.dtype.name(),
-            "file": file.display().to_string(),
-        }));
-    }
+    let stacked: Vec<HostTensor> = stacked.into_iter().flatten().collect();
+    let reported = write_outputs(&args, stacked.iter().zip(&outputs), &read)?;
     if args.json {
         let report = json!({
             "schema": "nnc.run/1",

@@ -142,6 +142,125 @@ impl Lowerer<'_> {
         Ok(tv)
     }
 
+    /// A loop body's result for a value it carries (`before` is the body's input for it),
+    /// which must keep its type and what is known of its shape.
+    fn carried_value(
+        &mut self,
+        name: &str,
+        value: &Value,
+        before: TensorValue,
+        what: &str,
+    ) -> NResult<TensorValue> {
+        let tv = self.materialize(name, value)?;
+        let (now, was) = (
+            &self.model.main.operands[tv.operand as usize],
+            &self.model.main.operands[before.operand as usize],
+        );
+        if !carries(was, now) {
+            return unsupported(format!(
+                "{what} '{name}' changes from {} {:?} to {} {:?} in an iteration",
+                was.operand_type, was.dimensions, now.operand_type, now.dimensions
+            ));
+        }
+        Ok(tv)
+    }
+
+    /// One iteration's element of a scan output: a new body input for its accumulator of
+    /// `steps` elements, the body output that writes the element at `index`, and the
+    /// element's shape and type (for the accumulator's initial value).
+    fn scan_output_step(
+        &mut self,
+        n: &Node,
+        name: &str,
+        value: &Value,
+        steps: u32,
+        index: u32,
+    ) -> NResult<(u32, (String, Value), (Operand, DataType))> {
+        let element = self.scan_element(n, name, value)?;
+        let mut element_operand = self.model.main.operands[element.operand as usize].clone();
+        if element.scalar {
+            element_operand.dimensions = Vec::new();
+        }
+        let mut acc = element_operand.clone();
+        acc.dimensions = std::iter::once(steps)
+            .chain(element_operand.dimensions.iter().copied())
+            .collect();
+        let acc_in = self.subgraph_input(&InputSpec {
+            name: String::new(),
+            operand: acc,
+            dtype: element.dtype,
+            scalar: false,
+        });
+        let next = self.accumulate(n, acc_in.operand, index, element)?;
+        let output = (
+            format!("{name} (accumulated)"),
+            Value::Tensor(TensorValue {
+                operand: next,
+                dtype: element.dtype,
+                scalar: false,
+            }),
+        );
+        Ok((acc_in.operand, output, (element_operand, element.dtype)))
+    }
+
+    /// The body output counting iterations: `iter + 1`.
+    fn next_count(&mut self, n: &Node, iter: TensorValue) -> NResult<(String, Value)> {
+        let one = self.scalar_tensor(OperandType::TensorInt32, 1.0);
+        let next = self.arith(n, OperationType::Add, iter.operand, one)?;
+        Ok((
+            "iteration count".into(),
+            Value::Tensor(TensorValue {
+                operand: next,
+                ..iter
+            }),
+        ))
+    }
+
+    /// Inputs declared like those of built subgraph `graph` (a WHILE's condition takes the
+    /// body's inputs).
+    fn inputs_of(&self, graph: u64) -> Vec<InputSpec> {
+        let g = &self.model.referenced[graph as usize - 1];
+        g.inputs
+            .iter()
+            .map(|&i| InputSpec {
+                name: String::new(),
+                operand: g.operands[i as usize].clone(),
+                dtype: DataType::F32,
+                scalar: false,
+            })
+            .collect()
+    }
+
+    /// Emits a WHILE of subgraphs `cond` and `body` over `values` (m + k + n of them)
+    /// whose outputs are the body's first `m` outputs; returns them.
+    fn emit_while(
+        &mut self,
+        n: &Node,
+        cond: u64,
+        body: u64,
+        values: Vec<u32>,
+        m: usize,
+    ) -> Vec<u32> {
+        let mut inputs = vec![self.subgraph_operand(cond), self.subgraph_operand(body)];
+        inputs.extend(values);
+        let g = &self.model.referenced[body as usize - 1];
+        let templates: Vec<Operand> = g.outputs[..m]
+            .iter()
+            .map(|&o| Operand {
+                lifetime: Lifetime::TemporaryVariable,
+                name: String::new(),
+                ..g.operands[o as usize].clone()
+            })
+            .collect();
+        let outs: Vec<u32> = templates
+            .into_iter()
+            .map(|o| self.model.add_operand(o))
+            .collect();
+        self.model
+            .add_operation(OperationType::While, inputs, outs.clone(), &n.label);
+        outs
+    }
+
     /// The value of a one-element integer operand that the operations already emitted
     /// compute from constants alone, evaluated with the runtime's kernels (as the
     /// fold-constants pass would); `None` when it depends on anything else.
@@ -307,7 +426,7 @@ impl Lowerer<'_> {
         specs.extend(captures.iter().map(|(name, tv)| self.input_spec(name, *tv)));
 
         let what = format!("body of '{}'", n.label);
-        let mut accumulators: Vec<(Operand, DataType, bool)> = Vec::new();
+        let mut accumulators: Vec<(Operand, DataType)> = Vec::new();
         let mut runs_every_trip = false;
         let body_built = self.new_subgraph(&specs, |this, inputs| {
             let values = this.lower_body(body, &what)?;
@@ -320,65 +439,21 @@ impl Lowerer<'_> {
                 .enumerate()
             {
                 let name = &body.output[1 + i].name;
-                let tv = this.materialize(name, value)?;
-                let (now, before) = (
-                    &this.model.main.operands[tv.operand as usize],
-                    &this.model.main.operands[input.operand as usize],
-                );
-                if !carries(before, now) {
-                    return unsupported(format!(
-                        "loop-carried value '{name}' changes from {} {:?} to {} {:?} in an \
-                         iteration",
-                        before.operand_type, before.dimensions, now.operand_type, now.dimensions
-                    ));
-                }
+                let tv = this.carried_value(name, value, *input, "loop-carried value")?;
                 outputs.push((name.clone(), Value::Tensor(tv)));
             }
             let iter = inputs[carried];
             let mut accumulator_inputs = Vec::new();
             for (k, value) in values[1 + carried..].iter().enumerate() {
                 let name = body.output[1 + carried + k].name.clone();
-                let element = this.scan_element(n, &name, value)?;
-                let element_operand = this.model.main.operands[element.operand as usize].clone();
-                let mut acc = element_operand.clone();
-                acc.dimensions = std::iter::once(steps.unwrap_or(1) as u32)
-                    .chain(if element.scalar {
-                        vec![]
-                    } else {
-                        element_operand.dimensions.clone()
-                    })
-                    .collect();
-                let acc_in = this.subgraph_input(&InputSpec {
-                    name: String::new(),
-                    operand: acc.clone(),
-                    dtype: element.dtype,
-                    scalar: false,
-                });
-                accumulator_inputs.push(acc_in.operand);
-                let next = this.accumulate(n, acc_in.operand, iter.operand, element)?;
-                outputs.push((
-                    format!("{name} (accumulated)"),
-                    Value::Tensor(TensorValue {
-                        operand: next,
-                        dtype: element.dtype,
-                        scalar: false,
-                    }),
-                ));
-                let mut element_shape = element_operand;
-                if element.scalar {
-                    element_shape.dimensions = Vec::new();
-                }
-                accumulators.push((element_shape, element.dtype, element.scalar));
+                let steps = steps.unwrap_or(1) as u32;
+                let (acc_in, next, element) =
+                    this.scan_output_step(n, &name, value, steps, iter.operand)?;
+                accumulator_inputs.push(acc_in);
+                outputs.push(next);
+                accumulators.push(element);
             }
-            let one = this.scalar_tensor(OperandType::TensorInt32, 1.0);
-            let next = this.arith(n, OperationType::Add, iter.operand, one)?;
-            outputs.push((
-                "iteration count".into(),
-                Value::Tensor(TensorValue {
-                    operand: next,
-                    ..iter
-                }),
-            ));
+            outputs.push(this.next_count(n, iter)?);
             let cond_name = body.output[0].name.clone();
             let cond_out = this.condition_operand(n, &cond_name, &values[0])?;
             outputs.push((
@@ -401,17 +476,7 @@ impl Lowerer<'_> {
         })?;
 
         // The condition subgraph takes the same inputs: it reads the count and condition.
-        let body_graph = &self.model.referenced[body_built.graph as usize - 1];
-        let cond_specs: Vec<InputSpec> = body_graph
-            .inputs
-            .iter()
-            .map(|&i| InputSpec {
-                name: String::new(),
-                operand: body_graph.operands[i as usize].clone(),
-                dtype: DataType::F32,
-                scalar: false,
-            })
-            .collect();
+        let cond_specs = self.inputs_of(body_built.graph);
         let count_at = carried + scans;
         let cond_built = self.new_subgraph(&cond_specs, |this, inputs| {
             let count = inputs[count_at].operand;
@@ -430,22 +495,12 @@ impl Lowerer<'_> {
                 }
                 None => go,
             };
-            Ok(vec![(
-                "continue".into(),
-                Value::Tensor(TensorValue {
-                    operand: result,
-                    dtype: DataType::Bool,
-                    scalar: true,
-                }),
-            )])
+            Ok(vec![continue_output(result)])
         })?;
 
         // The WHILE: outputs are the m values.
-        let cond_ref = self.subgraph_operand(cond_built.graph);
-        let body_ref = self.subgraph_operand(body_built.graph);
-        let mut inputs = vec![cond_ref, body_ref];
-        inputs.extend(initial.iter().map(|tv| tv.operand));
-        for (element, _, _) in &accumulators {
+        let mut inputs: Vec<u32> = initial.iter().map(|tv| tv.operand).collect();
+        for (element, _) in &accumulators {
             let acc = self.zero_accumulator(n, steps.unwrap_or(1) as u32, element)?;
             inputs.push(acc);
         }
@@ -455,25 +510,18 @@ impl Lowerer<'_> {
             inputs.push(tv.operand);
         }
         inputs.extend(captures.iter().map(|(_, tv)| tv.operand));
-        let body_graph = &self.model.referenced[body_built.graph as usize - 1];
-        let mut out_operands = Vec::new();
-        for &o in &body_graph.outputs[..carried + scans + 1] {
-            let mut operand = body_graph.operands[o as usize].clone();
-            operand.lifetime = Lifetime::TemporaryVariable;
-            operand.name = String::new();
-            out_operands.push(operand);
-        }
-        let outs: Vec<u32> = out_operands
-            .into_iter()
-            .map(|o| self.model.add_operand(o))
-            .collect();
-        self.model
-            .add_operation(OperationType::While, inputs, outs.clone(), &n.label);
+        let outs = self.emit_while(
+            n,
+            cond_built.graph,
+            body_built.graph,
+            inputs,
+            carried + scans + 1,
+        );
         for (i, tv) in initial.iter().enumerate() {
             self.set_tensor(n, i, outs[i], tv.dtype, tv.scalar);
         }
         let count = outs[carried + scans];
-        for (k, (element, dtype, _)) in accumulators.iter().enumerate() {
+        for (k, (element, dtype)) in accumulators.iter().enumerate() {
             let acc = outs[carried + k];
             let y = if runs_every_trip && self.input(n, 1)?.is_none() {
                 acc
@@ -769,64 +817,24 @@ impl Lowerer<'_> {
             let mut outputs: Vec<(String, Value)> = Vec::new();
             for (i, (value, input)) in values[..states].iter().zip(&inputs[..states]).enumerate() {
                 let name = &body.output[i].name;
-                let tv = this.materialize(name, value)?;
-                let (now, before) = (
-                    &this.model.main.operands[tv.operand as usize],
-                    &this.model.main.operands[input.operand as usize],
-                );
-                if !carries(before, now) {
-                    return unsupported(format!(
-                        "state '{name}' changes from {} {:?} to {} {:?} in an iteration",
-                        before.operand_type, before.dimensions, now.operand_type, now.dimensions
-                    ));
-                }
+                let tv = this.carried_value(name, value, *input, "state")?;
                 outputs.push((name.clone(), Value::Tensor(tv)));
             }
             let mut accumulator_inputs = Vec::new();
             for (k, value) in values[states..].iter().enumerate() {
                 let name = body.output[states + k].name.clone();
-                let element = this.scan_element(n, &name, value)?;
-                let mut element_operand =
-                    this.model.main.operands[element.operand as usize].clone();
-                if element.scalar {
-                    element_operand.dimensions = Vec::new();
-                }
-                let mut acc = element_operand.clone();
-                acc.dimensions = std::iter::once(steps)
-                    .chain(element_operand.dimensions.clone())
-                    .collect();
-                let acc_in = this.subgraph_input(&InputSpec {
-                    name: String::new(),
-                    operand: acc,
-                    dtype: element.dtype,
-                    scalar: false,
-                });
-                accumulator_inputs.push(acc_in.operand);
                 let index = if output_reversed[k] {
                     reversed_iter
                 } else {
                     iter.operand
                 };
-                let next = this.accumulate(n, acc_in.operand, index, element)?;
-                outputs.push((
-                    format!("{name} (accumulated)"),
-                    Value::Tensor(TensorValue {
-                        operand: next,
-                        dtype: element.dtype,
-                        scalar: false,
-                    }),
-                ));
-                accumulators.push((element_operand, element.dtype));
+                let (acc_in, next, element) =
+                    this.scan_output_step(n, &name, value, steps, index)?;
+                accumulator_inputs.push(acc_in);
+                outputs.push(next);
+                accumulators.push(element);
             }
-            let one = this.scalar_tensor(OperandType::TensorInt32, 1.0);
-            let next = this.arith(n, OperationType::Add, iter.operand, one)?;
-            outputs.push((
-                "iteration count".into(),
-                Value::Tensor(TensorValue {
-                    operand: next,
-                    ..iter
-                }),
-            ));
+            outputs.push(this.next_count(n, iter)?);
             // m: states, accumulators; k: the count; n: scanned tensors, captures.
             let all = std::mem::take(&mut this.model.main.inputs);
             let mut order: Vec<u32> = all[..states].to_vec();
@@ -836,17 +844,7 @@ impl Lowerer<'_> {
             Ok(outputs)
         })?;
 
-        let body_graph = &self.model.referenced[body_built.graph as usize - 1];
-        let cond_specs: Vec<InputSpec> = body_graph
-            .inputs
-            .iter()
-            .map(|&i| InputSpec {
-                name: String::new(),
-                operand: body_graph.operands[i as usize].clone(),
-                dtype: DataType::F32,
-                scalar: false,
-            })
-            .collect();
+        let cond_specs = self.inputs_of(body_built.graph);
         let count_at = states + scan_outputs;
         let cond_built = self.new_subgraph(&cond_specs, |this, inputs| {
             let limit = this.scalar_tensor(OperandType::TensorInt32, f64::from(steps));
@@ -855,20 +853,10 @@ impl Lowerer<'_> {
                 OperationType::Less,
                 vec![inputs[count_at].operand, limit],
             )?;
-            Ok(vec![(
-                "continue".into(),
-                Value::Tensor(TensorValue {
-                    operand: go,
-                    dtype: DataType::Bool,
-                    scalar: true,
-                }),
-            )])
+            Ok(vec![continue_output(go)])
         })?;
 
-        let cond_ref = self.subgraph_operand(cond_built.graph);
-        let body_ref = self.subgraph_operand(body_built.graph);
-        let mut inputs = vec![cond_ref, body_ref];
-        inputs.extend(initial.iter().map(|tv| tv.operand));
+        let mut inputs: Vec<u32> = initial.iter().map(|tv| tv.operand).collect();
         for (element, _) in &accumulators {
             let acc = self.zero_accumulator(n, steps, element)?;
             inputs.push(acc);
@@ -876,20 +864,13 @@ impl Lowerer<'_> {
         inputs.push(iter0.operand);
         inputs.extend(scanned.iter().map(|(tv, _, _)| tv.operand));
         inputs.extend(captures.iter().map(|(_, tv)| tv.operand));
-        let body_graph = &self.model.referenced[body_built.graph as usize - 1];
-        let mut out_operands = Vec::new();
-        for &o in &body_graph.outputs[..states + scan_outputs] {
-            let mut operand = body_graph.operands[o as usize].clone();
-            operand.lifetime = Lifetime::TemporaryVariable;
-            operand.name = String::new();
-            out_operands.push(operand);
-        }
-        let outs: Vec<u32> = out_operands
-            .into_iter()
-            .map(|o| self.model.add_operand(o))
-            .collect();
-        self.model
-            .add_operation(OperationType::While, inputs, outs.clone(), &n.label);
+        let outs = self.emit_while(
+            n,
+            cond_built.graph,
+            body_built.graph,
+            inputs,
+            states + scan_outputs,
+        );
         let mut results: Vec<TensorValue> = initial
             .iter()
             .zip(&outs)
@@ -915,6 +896,18 @@ impl Lowerer<'_> {
         }
         Ok(results)
     }
+}
+
+/// A WHILE condition subgraph's one output.
+fn continue_output(operand: u32) -> (String, Value) {
+    (
+        "continue".into(),
+        Value::Tensor(TensorValue {
+            operand,
+            dtype: DataType::Bool,
+            scalar: true,
+        }),
+    )
 }
 
 /// Where a Scan reads and writes along its tensors.
