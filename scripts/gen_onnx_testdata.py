@@ -2169,6 +2169,24 @@ def if_graph(name: str, cond_from_input: bool):
 
 
 @case
+def if_branches_differ_in_shape():
+    """A run-time condition choosing between a [4, 3] and a [2, 3] result: the IF's output
+    has a first dimension known only at run time."""
+    g = Graph("if_branches_differ_in_shape", opset=13)
+    x = g.input("x", [2, 3])
+    cond = g.input("cond", [], data=np.array(True))
+    then_branch = helper.make_graph(
+        [helper.make_node("Concat", [x, x], ["then_out"], axis=0)],
+        "then", [], [helper.make_tensor_value_info("then_out", TensorProto.FLOAT, [4, 3])])
+    else_branch = helper.make_graph(
+        [helper.make_node("Neg", [x], ["else_out"])],
+        "else", [], [helper.make_tensor_value_info("else_out", TensorProto.FLOAT, [2, 3])])
+    y = g.node("If", [cond], ["y"], name="branch", then_branch=then_branch, else_branch=else_branch)
+    g.output(g.node("Relu", [y], ["z"]))
+    return g
+
+
+@case
 def if_static_shape_condition():
     return if_graph("if_static_shape_condition", cond_from_input=False)
 
