@@ -25,6 +25,7 @@ fn options(key: Option<&Key>) -> WriteOptions<'_> {
 }
 
 /// The graphs' structure without constant storage (which the writer re-lays out).
+#[allow(clippy::type_complexity)]
 fn structure(
     m: &Model,
 ) -> Vec<(

@@ -459,10 +459,10 @@ fn dot_operands(
             lines.push(tag.to_string());
         }
         lines.push(o.short_description());
-        if o.operand_type.is_scalar() || o.lifetime == Lifetime::Subgraph {
-            if let Some(v) = preview_in(model, g, index) {
-                lines.push(format!("= {v}"));
-            }
+        if (o.operand_type.is_scalar() || o.lifetime == Lifetime::Subgraph)
+            && let Some(v) = preview_in(model, g, index)
+        {
+            lines.push(format!("= {v}"));
         }
         let io = g.inputs.contains(&index) || g.outputs.contains(&index);
         let mut attrs = format!("shape=ellipse, label=\"{}\"", escape(&lines.join("\n")));

@@ -489,6 +489,7 @@ impl Lowerer<'_> {
         }
         let mut scanned = Vec::with_capacity(scan_inputs);
         let mut steps: Option<u32> = None;
+        #[allow(clippy::needless_range_loop)] // j also numbers the node's inputs
         for j in 0..scan_inputs {
             let tv = self.tensor(n, states + j)?;
             let dims = self.known_dims(tv)?;
