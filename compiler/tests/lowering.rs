@@ -662,6 +662,57 @@ histogram_cases! {
     trilu_lower: [SELECT: 1],
     // x + skip + bias, one LAYER_NORMALIZATION, two GELU biases, three GELU.
     microsoft_skip_layer_norm_and_gelus: [ADD: 4, LAYER_NORMALIZATION: 1, GELU: 3],
+    // Recurrent operators as sequence operations: X [4, 3, 2] goes in as it is
+    // (time-major); per direction the initial states are sliced (a whole-tensor slice
+    // of one direction is removed) and reshaped to [B, H], Y to [S, 1, B, H] and the
+    // final states to [1, B, H]; a reverse direction reverses X and its Y along time.
+    lstm_sequence_op_forward: [UNIDIRECTIONAL_SEQUENCE_LSTM: 1, RESHAPE: 5],
+    lstm_sequence_op_reverse_relu: [UNIDIRECTIONAL_SEQUENCE_LSTM: 1, RESHAPE: 5, REVERSE: 2],
+    lstm_sequence_op_bidirectional_peepholes_full_lens: [
+        UNIDIRECTIONAL_SEQUENCE_LSTM: 2, SLICE: 4, RESHAPE: 10, REVERSE: 2, CONCATENATION: 3,
+    ],
+    rnn_sequence_op_reverse_relu: [UNIDIRECTIONAL_SEQUENCE_RNN: 1, RESHAPE: 3, REVERSE: 2],
+    rnn_sequence_op_bidirectional_relu: [
+        UNIDIRECTIONAL_SEQUENCE_RNN: 2, SLICE: 2, RESHAPE: 6, REVERSE: 2, CONCATENATION: 2,
+    ],
+    // Recurrent operators the sequence operations cannot express, unrolled over their
+    // four steps (histograms recorded from the lowering, which the numerics corpus
+    // checks against ONNX Runtime): clip and input_forget, partial sequence lengths,
+    // per-direction custom functions, GRU.
+    lstm_activations_clip_input_forget: [
+        ABS: 4, ADD: 20, CONCATENATION: 1, DIV: 4, FULLY_CONNECTED: 5, MAXIMUM: 20,
+        MINIMUM: 20, MUL: 20, PRELU: 4, RESHAPE: 14, SLICE: 16, SUB: 4,
+    ],
+    lstm_bidirectional_sequence_lens: [
+        ADD: 16, CONCATENATION: 7, FULLY_CONNECTED: 10, LOGISTIC: 24, MUL: 24, RESHAPE: 27,
+        SELECT: 24, SLICE: 44, TANH: 16,
+    ],
+    rnn_bidirectional_per_direction_activations: [
+        ADD: 12, CONCATENATION: 6, FULLY_CONNECTED: 10, MAXIMUM: 8, MINIMUM: 8, MUL: 12,
+        RESHAPE: 23, SLICE: 10, TANH: 4,
+    ],
+    gru_reverse_sequence_lens_activations: [
+        ADD: 16, CONCATENATION: 1, FULLY_CONNECTED: 5, LOGISTIC: 8, MUL: 12, RESHAPE: 12,
+        SELECT: 8, SLICE: 28, SUB: 4,
+    ],
+    // Cases the table was missing (recorded from the lowering): If with a run-time
+    // condition stays an IF; with a constant one the chosen branch is inlined.
+    if_runtime_condition: [IF: 1, LOGISTIC: 1],
+    if_static_shape_condition: [ADD: 1, LOGISTIC: 1, MUL: 1],
+    ml_linear_classifier_binary_logistic: [
+        CAST: 1, CONCATENATION: 1, FULLY_CONNECTED: 1, GATHER: 1, GREATER: 1, LOGISTIC: 1,
+        RESHAPE: 1, SUB: 1,
+    ],
+    ml_linear_classifier_binary_none_int_input: [
+        CAST: 2, CONCATENATION: 1, FULLY_CONNECTED: 1, GATHER: 1, GREATER: 1, RESHAPE: 1,
+        SUB: 1,
+    ],
+    ml_linear_classifier_multiclass_softmax: [ARGMAX: 1, FULLY_CONNECTED: 1, GATHER: 1, SOFTMAX: 1],
+    ml_linear_regressor_two_targets: [FULLY_CONNECTED: 1],
+    ml_normalizer_scaler_binarizer: [
+        ABS: 1, CAST: 1, DIV: 3, EQUAL: 3, GREATER: 1, MUL: 2, REDUCE_MAX: 1, REDUCE_SUM: 2,
+        SELECT: 3, SQRT: 1, SUB: 1,
+    ],
 }
 
 #[test]

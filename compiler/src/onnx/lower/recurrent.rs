@@ -256,6 +256,28 @@ impl Lowerer<'_> {
             }
             Some(Value::Tensor(t)) => Some(t),
         };
+        // One sequence operation per direction where it computes exactly what ONNX asks.
+        if clip.is_none()
+            && !input_forget
+            && seq_mask_source.is_none()
+            && cell != Cell::Gru
+            && self.sequence_ops(
+                n,
+                cell,
+                &functions,
+                &dirs,
+                SequenceShape {
+                    layout,
+                    s,
+                    b,
+                    i_size,
+                    h,
+                    x: x.operand,
+                },
+            )?
+        {
+            return Ok(());
+        }
         // Reverse directions need nothing special: stepping from the last time step down
         // with the state held wherever t >= length, entry b starts at its own last step.
         let seq_lens = match seq_mask_source {
@@ -286,23 +308,7 @@ impl Lowerer<'_> {
         };
         let rows = self.reshape_to(n, xs, &[s * b, i_size])?;
         let state_of = |this: &mut Self, init: Option<u32>, d: u32| -> NResult<u32> {
-            match init {
-                Some(t) => {
-                    // [D, B, H] (layout 0) or [B, D, H] (layout 1).
-                    let (begin, size) = if layout == 0 {
-                        ([d as i32, 0, 0], [1, b as i32, h as i32])
-                    } else {
-                        ([0, d as i32, 0], [b as i32, 1, h as i32])
-                    };
-                    let bv = this.i32_vector(&begin);
-                    let sv = this.i32_vector(&size);
-                    let sl = this.emit(n, OperationType::Slice, vec![t, bv, sv])?;
-                    this.reshape_to(n, sl, &[b, h])
-                }
-                None => Ok(this
-                    .model
-                    .add_f32_tensor(vec![b, h], &vec![0.0; (b * h) as usize])),
-            }
+            this.direction_state(n, init, d, layout, b, h)
         };
         let mut ys: Vec<Vec<u32>> = vec![Vec::new(); s as usize]; // [t][d] -> [B, H]
         let mut last_h = Vec::new();
@@ -546,6 +552,237 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// Direction `d`'s initial state as a [B, H] operand: a slice of `init` ([D, B, H] in
+    /// layout 0, [B, D, H] in layout 1), or zeros when ONNX omits it.
+    fn direction_state(
+        &mut self,
+        n: &Node,
+        init: Option<u32>,
+        d: u32,
+        layout: i64,
+        b: u32,
+        h: u32,
+    ) -> NResult<u32> {
+        match init {
+            Some(t) => {
+                let (begin, size) = if layout == 0 {
+                    ([d as i32, 0, 0], [1, b as i32, h as i32])
+                } else {
+                    ([0, d as i32, 0], [b as i32, 1, h as i32])
+                };
+                let bv = self.i32_vector(&begin);
+                let sv = self.i32_vector(&size);
+                let sl = self.emit(n, OperationType::Slice, vec![t, bv, sv])?;
+                self.reshape_to(n, sl, &[b, h])
+            }
+            None => Ok(self
+                .model
+                .add_f32_tensor(vec![b, h], &vec![0.0; (b * h) as usize])),
+        }
+    }
+
+    /// Lowers an RNN or LSTM to one UNIDIRECTIONAL_SEQUENCE_RNN/_LSTM per direction when
+    /// they compute exactly what ONNX asks (see the module documentation); returns
+    /// `false`, having emitted nothing, when they do not. The caller has already ruled
+    /// out clip, input_forget and partial sequence lengths.
+    fn sequence_ops(
+        &mut self,
+        n: &Node,
+        cell: Cell,
+        functions: &[Vec<RecurrentFn>],
+        dirs: &[bool],
+        shape: SequenceShape,
+    ) -> NResult<bool> {
+        let SequenceShape {
+            layout,
+            s,
+            b,
+            i_size,
+            h,
+            x,
+        } = shape;
+        let mut codes = Vec::with_capacity(functions.len());
+        for fns in functions {
+            match sequence_activation(cell, fns) {
+                Some(code) => codes.push(code),
+                None => return Ok(false),
+            }
+        }
+        // Weights must be constants: the NN operations take them per gate, re-laid out
+        // at compile time.
+        let constant = |this: &Self, i: usize| -> NResult<Option<Option<Vec<f32>>>> {
+            Ok(match this.input(n, i)? {
+                None => Some(None),
+                Some(Value::Const(c)) => Some(Some(super::super::constant::to_f32s(&c))),
+                Some(Value::Tensor(_)) => None,
+            })
+        };
+        let (Some(Some(w)), Some(Some(r)), Some(bias)) =
+            (constant(self, 1)?, constant(self, 2)?, constant(self, 3)?)
+        else {
+            return Ok(false);
+        };
+        let peep = if cell == Cell::Lstm {
+            match constant(self, 7)? {
+                Some(p) => p,
+                None => return Ok(false),
+            }
+        } else {
+            None
+        };
+        let gates: usize = if cell == Cell::Lstm { 4 } else { 1 };
+        let (hu, iu) = (h as usize, i_size as usize);
+        let gh = gates * hu;
+        let nd = dirs.len();
+        if w.len() != nd * gh * iu
+            || r.len() != nd * gh * hu
+            || bias.as_ref().is_some_and(|v| v.len() != nd * 2 * gh)
+            || peep.as_ref().is_some_and(|v| v.len() != nd * 3 * hu)
+        {
+            return invalid("W, R, B or P do not match hidden_size, direction and the input");
+        }
+        let init_h = self.float_input(n, 5)?;
+        let init_c = if cell == Cell::Lstm {
+            self.float_input(n, 6)?
+        } else {
+            None
+        };
+        let time_axis: i32 = if layout == 0 { 0 } else { 1 };
+        let time_major = layout == 0;
+        let (mut ys, mut hs, mut cs) = (Vec::new(), Vec::new(), Vec::new());
+        for (d, &reverse) in dirs.iter().enumerate() {
+            let d32 = d as u32;
+            let xin = if reverse {
+                let axis = self.i32_vector(&[time_axis]);
+                self.emit(n, OperationType::Reverse, vec![x, axis])?
+            } else {
+                x
+            };
+            // Gate block `g` (ONNX order) of direction d of a [D, gates * H, cols] array.
+            let block = |v: &[f32], g: usize, cols: usize| -> Vec<f32> {
+                let start = (d * gh + g * hu) * cols;
+                v[start..start + hu * cols].to_vec()
+            };
+            // The NN bias of ONNX gate g: Wb + Rb. Summing them before the step changes
+            // the order in which the bias terms are rounded (ONNX Runtime adds both to
+            // the gate's sum); the difference is within float32 tolerance.
+            let gate_bias = |g: usize| -> Vec<f32> {
+                match &bias {
+                    Some(bv) => {
+                        let base = d * 2 * gh + g * hu;
+                        (0..hu).map(|u| bv[base + u] + bv[base + gh + u]).collect()
+                    }
+                    None => vec![0.0; hu],
+                }
+            };
+            let h0 = self.direction_state(n, init_h, d32, layout, b, h)?;
+            let outs = match cell {
+                Cell::Lstm => {
+                    let c0 = self.direction_state(n, init_c, d32, layout, b, h)?;
+                    let mut inputs = vec![xin];
+                    // NN gate order (input, forget, cell, output) from ONNX's (i, o, f, c).
+                    const NN_FROM_ONNX: [usize; 4] = [0, 2, 3, 1];
+                    for g in NN_FROM_ONNX {
+                        inputs.push(
+                            self.model
+                                .add_f32_tensor(vec![h, i_size], &block(&w, g, iu)),
+                        );
+                    }
+                    for g in NN_FROM_ONNX {
+                        inputs.push(self.model.add_f32_tensor(vec![h, h], &block(&r, g, hu)));
+                    }
+                    // Peepholes: ONNX P is (i, o, f); NN takes input, forget, output.
+                    for k in [0, 2, 1] {
+                        inputs.push(match &peep {
+                            Some(pv) => {
+                                let start = d * 3 * hu + k * hu;
+                                self.model.add_f32_tensor(vec![h], &pv[start..start + hu])
+                            }
+                            None => self.model.add_no_value(OperandType::TensorFloat32),
+                        });
+                    }
+                    for g in NN_FROM_ONNX {
+                        inputs.push(self.model.add_f32_tensor(vec![h], &gate_bias(g)));
+                    }
+                    inputs.push(self.model.add_no_value(OperandType::TensorFloat32));
+                    inputs.push(self.model.add_no_value(OperandType::TensorFloat32));
+                    inputs.push(h0);
+                    inputs.push(c0);
+                    inputs.push(self.i32_const(codes[d]));
+                    inputs.push(self.f32_const(0.0));
+                    inputs.push(self.f32_const(0.0));
+                    inputs.push(self.bool_const(time_major));
+                    self.emit_raw(
+                        OperationType::UnidirectionalSequenceLstm,
+                        inputs,
+                        vec![None; 3],
+                        &n.label,
+                    )?
+                }
+                Cell::Rnn | Cell::Gru => {
+                    let inputs = vec![
+                        xin,
+                        self.model
+                            .add_f32_tensor(vec![h, i_size], &block(&w, 0, iu)),
+                        self.model.add_f32_tensor(vec![h, h], &block(&r, 0, hu)),
+                        self.model.add_f32_tensor(vec![h], &gate_bias(0)),
+                        h0,
+                        self.i32_const(codes[d]),
+                        self.i32_const(i32::from(time_major)),
+                    ];
+                    self.emit_raw(
+                        OperationType::UnidirectionalSequenceRnn,
+                        inputs,
+                        vec![None; 2],
+                        &n.label,
+                    )?
+                }
+            };
+            let (Some(&y), Some(&h_last)) = (outs.first(), outs.get(1)) else {
+                return invalid("a sequence operation without its outputs");
+            };
+            let y = if reverse && self.output_used(n, 0) {
+                let axis = self.i32_vector(&[time_axis]);
+                self.emit(n, OperationType::Reverse, vec![y, axis])?
+            } else {
+                y
+            };
+            ys.push(y);
+            hs.push(h_last);
+            if let Some(&c_last) = outs.get(2) {
+                cs.push(c_last);
+            }
+        }
+        // Y: [S, D, B, H] (layout 0) or [B, S, D, H] (layout 1).
+        if self.output_used(n, 0) {
+            let mut parts = Vec::with_capacity(ys.len());
+            for y in ys {
+                let dims = if layout == 0 {
+                    [s, 1, b, h]
+                } else {
+                    [b, s, 1, h]
+                };
+                parts.push(self.reshape_to(n, y, &dims)?);
+            }
+            let y = self.concat_ops(n, parts, if layout == 0 { 1 } else { 2 })?;
+            self.set_tensor(n, 0, y, DataType::F32, false);
+        }
+        // Y_h, Y_c: [D, B, H] (layout 0) or [B, D, H] (layout 1).
+        for (k, states) in [(1, hs), (2, cs)] {
+            if !self.output_used(n, k) || states.is_empty() {
+                continue;
+            }
+            let mut parts = Vec::with_capacity(states.len());
+            for st in states {
+                let dims = if layout == 0 { [1, b, h] } else { [b, 1, h] };
+                parts.push(self.reshape_to(n, st, &dims)?);
+            }
+            let y = self.concat_ops(n, parts, if layout == 0 { 0 } else { 1 })?;
+            self.set_tensor(n, k, y, DataType::F32, false);
+        }
+        Ok(true)
+    }
+
     /// Rows `[from, from + len)` of a [rows, cols] operand.
     fn direction_rows(&mut self, n: &Node, t: u32, from: u32, len: u32, cols: u32) -> NResult<u32> {
         let b = self.i32_vector(&[from as i32, 0]);
@@ -561,5 +798,38 @@ impl Lowerer<'_> {
         let mut inputs = parts;
         inputs.push(self.i32_const(axis));
         self.emit(n, OperationType::Concatenation, inputs)
+    }
+}
+
+/// The dimensions a sequence lowering needs, and the input X as given (layout 0:
+/// [S, B, I], layout 1: [B, S, I]).
+#[derive(Clone, Copy)]
+struct SequenceShape {
+    layout: i64,
+    s: u32,
+    b: u32,
+    i_size: u32,
+    h: u32,
+    x: u32,
+}
+
+/// The NN activation code that makes the sequence operation compute a direction's ONNX
+/// functions exactly, or `None` when no code does.
+///
+/// LSTM: the gates' f must be Sigmoid (the NN operation's gates are the logistic
+/// function), and g and h one function the NN activation operand names: Tanh (4), Relu
+/// (1) or Sigmoid (6). RNN: NNAPI's operand is a fused activation (NONE, RELU, RELU1,
+/// RELU6), so only Relu (1) has a code; ONNX's default Tanh does not.
+fn sequence_activation(cell: Cell, fns: &[RecurrentFn]) -> Option<i32> {
+    let code = |f: &RecurrentFn| match f.name.as_str() {
+        "Tanh" => Some(4),
+        "Relu" => Some(1),
+        "Sigmoid" => Some(6),
+        _ => None,
+    };
+    match (cell, fns) {
+        (Cell::Lstm, [f, g, h]) if f.name == "Sigmoid" && g.name == h.name => code(g),
+        (Cell::Rnn, [f]) if f.name == "Relu" => Some(1),
+        _ => None,
     }
 }
