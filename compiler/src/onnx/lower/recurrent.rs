@@ -223,24 +223,42 @@ impl Lowerer<'_> {
         } else {
             (xd[1], xd[0], xd[2])
         };
-        let w = self.tensor(n, 1)?;
-        let r = self.tensor(n, 2)?;
-        self.require_float(n, w)?;
-        self.require_float(n, r)?;
-        let wd = self.known_dims(w)?;
+        // W, R and B stay unmaterialized until the unrolled lowering needs them, so that
+        // a sequence lowering (which re-lays them out per gate) leaves no unread weights.
+        let value_dims = |this: &Self, i: usize| -> NResult<Option<Vec<u32>>> {
+            let (dtype, dims) = match this.input(n, i)? {
+                None => return Ok(None),
+                Some(Value::Const(c)) => {
+                    let dims = c
+                        .shape
+                        .iter()
+                        .map(|&d| u32::try_from(d))
+                        .collect::<Result<Vec<u32>, _>>()
+                        .map_err(|_| {
+                            super::NodeError::Invalid(format!("{} weights too large", n.op()))
+                        })?;
+                    (c.dtype, dims)
+                }
+                Some(Value::Tensor(t)) => (t.dtype, this.known_dims(t)?),
+            };
+            if !super::is_float(dtype) {
+                return unsupported(format!("{} on {dtype} tensors is not supported", n.op()));
+            }
+            Ok(Some(dims))
+        };
+        let (Some(wd), Some(rd)) = (value_dims(self, 1)?, value_dims(self, 2)?) else {
+            return invalid(format!("{} needs W and R", n.op()));
+        };
         let h = match n.attrs.int("hidden_size")? {
             Some(v) if v >= 1 && v <= i64::from(i32::MAX) => v as u32,
             Some(v) => return invalid(format!("hidden_size {v}")),
             None => wd.get(1).copied().unwrap_or(0) / gates,
         };
         let gh = gates * h;
-        if wd != [nd, gh, i_size] || self.known_dims(r)? != [nd, gh, h] {
+        if wd != [nd, gh, i_size] || rd != [nd, gh, h] {
             return invalid("W or R do not match hidden_size, direction and the input");
         }
-        let bias = self.float_input(n, 3)?;
-        if let Some(bo) = bias
-            && self.model.main.operands[bo as usize].dimensions != [nd, 2 * gh]
-        {
+        if value_dims(self, 3)?.is_some_and(|d| d != [nd, 2 * gh]) {
             return invalid("B must have shape [num_directions, 2 * gates * hidden_size]");
         }
         // sequence_lens: ignored when a constant equal to the full length everywhere.
@@ -278,6 +296,9 @@ impl Lowerer<'_> {
         {
             return Ok(());
         }
+        let w = self.tensor(n, 1)?;
+        let r = self.tensor(n, 2)?;
+        let bias = self.float_input(n, 3)?;
         // Reverse directions need nothing special: stepping from the last time step down
         // with the state held wherever t >= length, entry b starts at its own last step.
         let seq_lens = match seq_mask_source {
