@@ -10,7 +10,10 @@
 use std::path::PathBuf;
 
 use nnc_compiler::emit::{self, EmitOptions};
-use nnc_compiler::onnx::proto::{AttributeProto, ModelProto, attribute_proto::AttributeType};
+use nnc_compiler::onnx::proto::{
+    AttributeProto, GraphProto, ModelProto, ValueInfoProto, attribute_proto::AttributeType,
+    type_proto,
+};
 use nnc_compiler::onnx::tensor::ExternalDataContext;
 use nnc_compiler::pipeline::{LowerOptions, SourceFormat, lower_bytes};
 use nnc_formats::crypto::Mode;
@@ -28,9 +31,19 @@ fn case_dir(case: &str) -> PathBuf {
 
 /// The corpus case's model with its recurrent node's attributes edited.
 fn lower_variant(case: &str, edit: impl Fn(&mut Vec<AttributeProto>)) -> Model {
+    lower_graph_variant(case, edit, |_| {})
+}
+
+/// [`lower_variant`] with the graph edited too.
+fn lower_graph_variant(
+    case: &str,
+    edit: impl Fn(&mut Vec<AttributeProto>),
+    edit_graph: impl Fn(&mut GraphProto),
+) -> Model {
     let bytes = std::fs::read(case_dir(case).join("model.onnx")).expect("model");
     let mut proto = ModelProto::decode(bytes.as_slice()).expect("decodes");
     let graph = proto.graph.as_mut().expect("graph");
+    edit_graph(graph);
     let node = graph
         .node
         .iter_mut()
@@ -226,4 +239,100 @@ fn relu_rnn_is_one_sequence_operation_and_tanh_or_clip_unrolls() {
     let default = lower_variant(case, |attrs| attrs.retain(|a| a.name != "activations"));
     assert_eq!(count(&default, "UNIDIRECTIONAL_SEQUENCE_RNN"), 0);
     assert!(count(&default, "TANH") > 0);
+}
+
+/// `data` of `shape` with its axes permuted (`out axis k` = `in axis perm[k]`).
+fn permute(data: &[f32], shape: &[usize], perm: &[usize]) -> (Vec<f32>, Vec<usize>) {
+    let out_shape: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+    let strides: Vec<usize> = (0..shape.len())
+        .map(|k| shape[k + 1..].iter().product())
+        .collect();
+    let mut out = Vec::with_capacity(data.len());
+    let mut index = vec![0usize; shape.len()];
+    for _ in 0..data.len() {
+        let src: usize = (0..perm.len()).map(|k| index[k] * strides[perm[k]]).sum();
+        out.push(data[src]);
+        for k in (0..index.len()).rev() {
+            index[k] += 1;
+            if index[k] < out_shape[k] {
+                break;
+            }
+            index[k] = 0;
+        }
+    }
+    (out, out_shape)
+}
+
+fn f32_tensor(data: &[f32], shape: Vec<usize>) -> HostTensor {
+    HostTensor {
+        dtype: nnc_formats::tensor::DataType::F32,
+        shape,
+        data: data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    }
+}
+
+/// ONNX Runtime refuses layout 1, so the batch-major form is checked against the
+/// time-major references with every input and output transposed: bidirectional, so the
+/// reverse direction's REVERSE runs along the batch-major time axis.
+#[test]
+fn batch_major_layout_matches_the_time_major_references() {
+    for (case, op) in [
+        (
+            "lstm_sequence_op_bidirectional_peepholes_full_lens",
+            "UNIDIRECTIONAL_SEQUENCE_LSTM",
+        ),
+        (
+            "rnn_sequence_op_bidirectional_relu",
+            "UNIDIRECTIONAL_SEQUENCE_RNN",
+        ),
+    ] {
+        // The graph's declared shapes become batch-major too.
+        let model = lower_graph_variant(case, set(int_attr("layout", 1)), |g| {
+            for v in g.input.iter_mut().chain(g.output.iter_mut()) {
+                permute_declared(v);
+            }
+        });
+        assert_eq!(count(&model, op), 2, "{case}");
+        // X [S, B, I] -> [B, S, I]; initial states [D, B, H] -> [B, D, H].
+        let inputs: Vec<HostTensor> = numbered(case, "input")
+            .iter()
+            .map(|t| {
+                let (v, shape) = permute(&t.to_f32_vec().expect("float"), &t.shape, &[1, 0, 2]);
+                f32_tensor(&v, shape)
+            })
+            .collect();
+        // Y [S, D, B, H] -> [B, S, D, H]; final states [D, B, H] -> [B, D, H].
+        let expected: Vec<Vec<f32>> = numbered(case, "output")
+            .iter()
+            .map(|t| {
+                let perm: &[usize] = if t.shape.len() == 4 {
+                    &[2, 0, 1, 3]
+                } else {
+                    &[1, 0, 2]
+                };
+                permute(&t.to_f32_vec().expect("float"), &t.shape, perm).0
+            })
+            .collect();
+        let err = max_diff(&run(&model, &inputs), &expected);
+        assert!(err < 1e-5, "{case}: batch-major vs ONNX Runtime: {err}");
+        eprintln!("{case} (layout 1): {err:e}");
+    }
+}
+
+/// Permutes a declared rank-3 ([S|D, B, ..] -> [B, S|D, ..]) or rank-4 ([S, D, B, H] ->
+/// [B, S, D, H]) shape into layout 1.
+fn permute_declared(v: &mut ValueInfoProto) {
+    let Some(type_proto::Value::TensorType(t)) = v.r#type.as_mut().and_then(|t| t.value.as_mut())
+    else {
+        return;
+    };
+    let Some(shape) = t.shape.as_mut() else {
+        return;
+    };
+    let d = shape.dim.clone();
+    shape.dim = match d.len() {
+        3 => vec![d[1].clone(), d[0].clone(), d[2].clone()],
+        4 => vec![d[2].clone(), d[0].clone(), d[1].clone(), d[3].clone()],
+        _ => d,
+    };
 }
