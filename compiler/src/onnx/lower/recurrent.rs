@@ -1,10 +1,35 @@
-//! RNN, GRU and LSTM, unrolled over their (compile-time) sequence length.
+//! RNN, GRU and LSTM: one NN sequence operation per direction where it computes exactly
+//! what ONNX asks, otherwise unrolled over the (compile-time) sequence length.
 //!
-//! The NN set's sequence operations (UNIDIRECTIONAL_SEQUENCE_RNN / _LSTM) fix gate layouts,
-//! activations and bias handling that differ from ONNX's in several places, so each time
-//! step is written out with FULLY_CONNECTED (input and recurrent projections, weights
-//! constant or computed at run time), ADD, MUL, LOGISTIC and TANH, following ONNX's
-//! equations term by term:
+//! **Sequence operations.** An LSTM lowers to UNIDIRECTIONAL_SEQUENCE_LSTM and an RNN to
+//! UNIDIRECTIONAL_SEQUENCE_RNN, one per direction, when every direction qualifies:
+//!
+//! - functions: LSTM's f is Sigmoid (the NN gates are logistic) and g and h are one and
+//!   the same function the NN activation operand names (Tanh, Relu or Sigmoid; the
+//!   defaults qualify). RNN's f is Relu: NNAPI's RNN activation is a fused activation
+//!   (NONE, RELU, RELU1, RELU6), which has no Tanh, so a default (Tanh) RNN unrolls.
+//! - no `clip`: ONNX (and ONNX Runtime) clip the gates' inputs before their functions,
+//!   NNAPI's cell clip bounds the cell state after the update; they differ whenever a
+//!   gate input exceeds the bound, so a clipped node unrolls.
+//! - no `input_forget`: ONNX couples `f = 1 - i`, NNAPI's CIFG `i = 1 - f`.
+//! - W, R, B and P are constants (they are re-laid out per gate at compile time), and
+//!   `sequence_lens` is absent or a constant equal to the full length for every entry.
+//!
+//! Mapping: ONNX's gate blocks (i, o, f, c) become the separate input, forget, cell and
+//! output weight operands; each gate's bias is `Wb + Rb` summed at compile time (ONNX
+//! Runtime adds the two in the step's sum: a different rounding order, well within
+//! float32 tolerance); peepholes (i, o, f) become cell_to_input, cell_to_forget and
+//! cell_to_output (both apply the output peephole to the new cell state); initial
+//! states are sliced per direction (zeros when absent). Layout 0 runs time-major,
+//! layout 1 batch-major. A reverse direction REVERSEs X along time before its operation
+//! and its Y after; bidirectional is two operations and concatenations; Y_h and Y_c
+//! are the operations' final-state outputs. Projection, cell and projection clips and
+//! layer normalization are never used (ONNX has none of them).
+//!
+//! **Unrolled** (everything else, and GRU always, since the NN set has no GRU): each
+//! time step is written out with FULLY_CONNECTED (input and recurrent projections,
+//! weights constant or computed at run time), ADD, MUL, LOGISTIC and TANH, following
+//! ONNX's equations term by term:
 //!
 //! - RNN: `H = f(X W^T + Wb + H R^T + Rb)`
 //! - GRU (gates z, r, h): `z = f(X Wz^T + Wbz + H Rz^T + Rbz)`, likewise r;
