@@ -2099,21 +2099,28 @@ def ml_normalizer_scaler_binarizer():
     return g
 
 
-def recurrent_graph(name: str, op: str, direction: str, hidden: int, seq_lens=None, **attrs):
-    """One RNN/GRU/LSTM over [seq 4, batch 3, input 2] with biases and initial states."""
+def recurrent_graph(name: str, op: str, direction: str, hidden: int, seq_lens=None, layout=0,
+                    peepholes=False, **attrs):
+    """One RNN/GRU/LSTM over [seq 4, batch 3, input 2] ([batch, seq, input] with layout 1)
+    with biases and initial states (and peepholes when asked)."""
     g = Graph(name, opset=14)
     gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
     dirs = 2 if direction == "bidirectional" else 1
-    x = g.input("x", [4, 3, 2])
+    x = g.input("x", [4, 3, 2] if layout == 0 else [3, 4, 2])
     inputs = [x, g.weight("w", [dirs, gates * hidden, 2]), g.weight("r", [dirs, gates * hidden, hidden]),
               g.weight("b", [dirs, 2 * gates * hidden])]
     # sequence_lens is int32 in ONNX's definition; "" omits it.
     inputs.append(g.const("seq_lens", np.asarray(seq_lens, dtype=np.int32)) if seq_lens is not None else "")
-    inputs.append(g.input("h0", [dirs, 3, hidden]))
+    state = [dirs, 3, hidden] if layout == 0 else [3, dirs, hidden]
+    inputs.append(g.input("h0", state))
     outputs = ["y", "y_h"]
     if op == "LSTM":
-        inputs.append(g.input("c0", [dirs, 3, hidden]))
+        inputs.append(g.input("c0", state))
+        if peepholes:
+            inputs.append(g.weight("p", [dirs, 3 * hidden]))
         outputs.append("y_c")
+    if layout:
+        attrs["layout"] = layout
     g.output(*g.node(op, inputs, outputs, name=op.lower(), direction=direction, hidden_size=hidden, **attrs))
     return g
 
@@ -2141,6 +2148,37 @@ def rnn_bidirectional_per_direction_activations():
     return recurrent_graph("rnn_bidirectional_per_direction_activations", "RNN", "bidirectional", 4,
                            activations=["Affine", "ScaledTanh"], activation_alpha=[0.5, 1.2],
                            activation_beta=[0.1, 0.8], clip=2.0)
+
+
+# The cases below lower to UNIDIRECTIONAL_SEQUENCE_LSTM / _RNN (one per direction). ONNX
+# Runtime refuses layout 1, so the batch-major form is left to the ONNX node tests
+# (test_lstm_batchwise, test_simple_rnn_batchwise).
+@case
+def lstm_sequence_op_forward():
+    return recurrent_graph("lstm_sequence_op_forward", "LSTM", "forward", 3)
+
+
+@case
+def lstm_sequence_op_bidirectional_peepholes_full_lens():
+    return recurrent_graph("lstm_sequence_op_bidirectional_peepholes_full_lens", "LSTM", "bidirectional", 3,
+                           seq_lens=[4, 4, 4], peepholes=True)
+
+
+@case
+def lstm_sequence_op_reverse_relu():
+    return recurrent_graph("lstm_sequence_op_reverse_relu", "LSTM", "reverse", 5, peepholes=True,
+                           activations=["Sigmoid", "Relu", "Relu"])
+
+
+@case
+def rnn_sequence_op_bidirectional_relu():
+    return recurrent_graph("rnn_sequence_op_bidirectional_relu", "RNN", "bidirectional", 4,
+                           activations=["Relu", "Relu"])
+
+
+@case
+def rnn_sequence_op_reverse_relu():
+    return recurrent_graph("rnn_sequence_op_reverse_relu", "RNN", "reverse", 3, activations=["Relu"])
 
 
 def if_graph(name: str, cond_from_input: bool):

@@ -699,6 +699,19 @@ histogram_cases! {
         LOGISTIC: 8, SELECT: 8, FULLY_CONNECTED: 5, SUB: 4, CONCATENATION: 1],
     rnn_bidirectional_per_direction_activations: [RESHAPE: 23, ADD: 12, MUL: 12,
         FULLY_CONNECTED: 10, SLICE: 10, MAXIMUM: 8, MINIMUM: 8, CONCATENATION: 6, TANH: 4],
+    // Recurrent operators as sequence operations: X [4, 3, 2] goes in as it is
+    // (time-major); per direction the initial states are sliced (a whole-tensor slice
+    // of one direction is removed) and reshaped to [B, H], Y to [S, 1, B, H] and the
+    // final states to [1, B, H]; a reverse direction reverses X and its Y along time.
+    lstm_sequence_op_forward: [UNIDIRECTIONAL_SEQUENCE_LSTM: 1, RESHAPE: 5],
+    lstm_sequence_op_reverse_relu: [UNIDIRECTIONAL_SEQUENCE_LSTM: 1, RESHAPE: 5, REVERSE: 2],
+    lstm_sequence_op_bidirectional_peepholes_full_lens: [
+        UNIDIRECTIONAL_SEQUENCE_LSTM: 2, SLICE: 4, RESHAPE: 10, REVERSE: 2, CONCATENATION: 3,
+    ],
+    rnn_sequence_op_reverse_relu: [UNIDIRECTIONAL_SEQUENCE_RNN: 1, RESHAPE: 3, REVERSE: 2],
+    rnn_sequence_op_bidirectional_relu: [
+        UNIDIRECTIONAL_SEQUENCE_RNN: 2, SLICE: 2, RESHAPE: 6, REVERSE: 2, CONCATENATION: 2,
+    ],
 }
 
 #[test]

@@ -555,3 +555,246 @@ fn control_flow_nesting_is_bounded() {
         "model: control flow nests 33 levels deep; at most 32 are allowed",
     );
 }
+
+/// UNIDIRECTIONAL_SEQUENCE_LSTM: time-major input [3, 2, 4], 5 units, no projection,
+/// no peepholes; `layer_norm` adds the four optional layer-normalization weights.
+fn sequence_lstm(layer_norm: bool, state_outputs: bool) -> Model {
+    let (t, b, i, u) = (3u32, 2u32, 4u32, 5u32);
+    let mut m = Model::default();
+    let mut x = Operand::new(OperandType::TensorFloat32, vec![t, b, i]);
+    x.lifetime = Lifetime::SubgraphInput;
+    let x = m.add_operand(x);
+    let mut inputs = vec![x];
+    for _ in 0..4 {
+        inputs.push(m.add_f32_tensor(vec![u, i], &vec![0.1; (u * i) as usize]));
+    }
+    for _ in 0..4 {
+        inputs.push(m.add_f32_tensor(vec![u, u], &vec![0.1; (u * u) as usize]));
+    }
+    for _ in 0..3 {
+        inputs.push(m.add_no_value(OperandType::TensorFloat32));
+    }
+    for _ in 0..4 {
+        inputs.push(m.add_f32_tensor(vec![u], &vec![0.0; u as usize]));
+    }
+    inputs.push(m.add_no_value(OperandType::TensorFloat32));
+    inputs.push(m.add_no_value(OperandType::TensorFloat32));
+    inputs.push(m.add_f32_tensor(vec![b, u], &vec![0.0; (b * u) as usize]));
+    inputs.push(m.add_f32_tensor(vec![b, u], &vec![0.0; (b * u) as usize]));
+    inputs.push(m.add_i32(4));
+    inputs.push(m.add_f32(0.0));
+    inputs.push(m.add_f32(0.0));
+    inputs.push(m.add_bool(true));
+    if layer_norm {
+        for _ in 0..4 {
+            inputs.push(m.add_f32_tensor(vec![u], &vec![1.0; u as usize]));
+        }
+    }
+    let mut dims = vec![vec![t, b, u]];
+    if state_outputs {
+        dims.push(vec![b, u]);
+        dims.push(vec![b, u]);
+    }
+    let outs: Vec<u32> = dims
+        .iter()
+        .map(|d| {
+            let mut y = Operand::new(OperandType::TensorFloat32, d.clone());
+            y.lifetime = Lifetime::SubgraphOutput;
+            m.add_operand(y)
+        })
+        .collect();
+    m.add_operation(
+        OperationType::UnidirectionalSequenceLstm,
+        inputs,
+        outs.clone(),
+        "lstm",
+    );
+    m.main.inputs = vec![x];
+    m.main.outputs = outs.clone();
+    m.input_info = vec![IoInfo {
+        name: "x".into(),
+        dtype: DataType::F32,
+        dims: vec![t, b, i],
+    }];
+    m.output_info = dims
+        .iter()
+        .enumerate()
+        .map(|(k, d)| IoInfo {
+            name: format!("y{k}"),
+            dtype: DataType::F32,
+            dims: d.clone(),
+        })
+        .collect();
+    m
+}
+
+/// Replaces input `k` of operation 0 with a new operand.
+fn set_input(m: &mut Model, k: usize, operand: u32) {
+    m.main.operations[0].inputs[k] = operand;
+}
+
+#[test]
+fn sequence_lstm_signature() {
+    validate(&sequence_lstm(false, false)).unwrap();
+    validate(&sequence_lstm(true, true)).unwrap();
+
+    let mut m = sequence_lstm(false, false);
+    m.main.operations[0].inputs.pop();
+    assert_problem(&m, "takes 24 or 28 inputs, got 23");
+
+    let mut m = sequence_lstm(false, false);
+    let a = m.add_i32(2);
+    set_input(&mut m, 20, a);
+    assert_problem(
+        &m,
+        "must be 0 (none), 1 (relu), 3 (relu6), 4 (tanh) or 6 (sigmoid), got 2",
+    );
+
+    let mut m = sequence_lstm(false, false);
+    let c = m.add_f32(-1.0);
+    set_input(&mut m, 21, c);
+    assert_problem(
+        &m,
+        "input 21 (cell_clip) must be a finite number >= 0, got -1",
+    );
+
+    // CIFG is all or nothing across the input gate's weights and bias.
+    let mut m = sequence_lstm(false, false);
+    let none = m.add_no_value(OperandType::TensorFloat32);
+    set_input(&mut m, 5, none);
+    assert_problem(
+        &m,
+        "input 5 (recurrent_to_input_weights) must be present exactly when input_to_input_weights is",
+    );
+    let mut m = sequence_lstm(false, false);
+    let none = m.add_no_value(OperandType::TensorFloat32);
+    set_input(&mut m, 1, none);
+    set_input(&mut m, 5, none);
+    assert_problem(
+        &m,
+        "input 12 (input_gate_bias) must be present exactly when input_to_input_weights is",
+    );
+    set_input(&mut m, 12, none);
+    validate(&m).unwrap();
+
+    // Peepholes: forget and output together.
+    let mut m = sequence_lstm(false, false);
+    let p = m.add_f32_tensor(vec![5], &[0.0; 5]);
+    set_input(&mut m, 10, p);
+    assert_problem(
+        &m,
+        "input 11 (cell_to_output_weights) must be present exactly when cell_to_forget_weights is",
+    );
+
+    let mut m = sequence_lstm(false, false);
+    let pb = m.add_f32_tensor(vec![5], &[0.0; 5]);
+    set_input(&mut m, 17, pb);
+    assert_problem(&m, "input 17 (projection_bias) needs projection_weights");
+
+    let mut m = sequence_lstm(false, false);
+    let w = m.add_f32_tensor(vec![5, 3], &[0.0; 15]);
+    set_input(&mut m, 3, w);
+    assert_problem(
+        &m,
+        "input 3 (input_to_cell_weights) has dimensions [5, 3], expected [5, 4]",
+    );
+
+    // Batch-major reads the same input as [batch 3, time 2]: the states' batch of 2 no
+    // longer agrees.
+    let mut m = sequence_lstm(false, false);
+    let tm = m.add_bool(false);
+    set_input(&mut m, 23, tm);
+    assert_problem(
+        &m,
+        "input 18 (output_state_in) has dimensions [2, 5], expected [3, 5]",
+    );
+
+    let mut m = sequence_lstm(false, true);
+    let y = m.main.outputs[2] as usize;
+    m.main.operands[y].dimensions = vec![2, 4];
+    assert_problem(
+        &m,
+        "output 2 is declared 2x4 but the operation produces 2x5",
+    );
+
+    let mut m = sequence_lstm(false, false);
+    m.main.operands[0].operand_type = OperandType::TensorFloat16;
+    assert_problem(
+        &m,
+        "input 0 (input) must be TENSOR_FLOAT32, got TENSOR_FLOAT16",
+    );
+
+    let mut m = sequence_lstm(false, true);
+    m.main.operations[0].outputs.pop();
+    assert_problem(&m, "produces 1 or 3 outputs, got 2");
+
+    let mut m = sequence_lstm(true, false);
+    let none = m.add_no_value(OperandType::TensorFloat32);
+    set_input(&mut m, 26, none);
+    assert_problem(
+        &m,
+        "layer normalization weights of the forget, cell and output gates go together",
+    );
+}
+
+/// UNIDIRECTIONAL_SEQUENCE_RNN: batch-major input [2, 3, 4], 5 units.
+fn sequence_rnn(activation: i32, time_major: i32) -> Model {
+    let mut m = Model::default();
+    let mut x = Operand::new(OperandType::TensorFloat32, vec![2, 3, 4]);
+    x.lifetime = Lifetime::SubgraphInput;
+    let x = m.add_operand(x);
+    let w = m.add_f32_tensor(vec![5, 4], &[0.1; 20]);
+    let r = m.add_f32_tensor(vec![5, 5], &[0.1; 25]);
+    let bias = m.add_f32_tensor(vec![5], &[0.0; 5]);
+    let h = m.add_f32_tensor(vec![2, 5], &[0.0; 10]);
+    let a = m.add_i32(activation);
+    let tm = m.add_i32(time_major);
+    let mut y = Operand::new(OperandType::TensorFloat32, vec![2, 3, 5]);
+    y.lifetime = Lifetime::SubgraphOutput;
+    let y = m.add_operand(y);
+    m.add_operation(
+        OperationType::UnidirectionalSequenceRnn,
+        vec![x, w, r, bias, h, a, tm],
+        vec![y],
+        "rnn",
+    );
+    m.main.inputs = vec![x];
+    m.main.outputs = vec![y];
+    m.input_info = vec![IoInfo {
+        name: "x".into(),
+        dtype: DataType::F32,
+        dims: vec![2, 3, 4],
+    }];
+    m.output_info = vec![IoInfo {
+        name: "y".into(),
+        dtype: DataType::F32,
+        dims: vec![2, 3, 5],
+    }];
+    m
+}
+
+#[test]
+fn sequence_rnn_signature() {
+    validate(&sequence_rnn(1, 0)).unwrap();
+    assert_problem(
+        &sequence_rnn(1, 2),
+        "input 6 (time_major) must be 0 or 1, got 2",
+    );
+    assert_problem(
+        &sequence_rnn(4, 0),
+        "must be 0 (NONE), 1 (RELU), 2 (RELU1) or 3 (RELU6), got 4",
+    );
+    // Time-major reads the same input as [time 2, batch 3]: the state's batch of 2
+    // no longer agrees.
+    assert_problem(
+        &sequence_rnn(0, 1),
+        "input 4 (hidden_state) has dimensions [2, 5], expected [3, 5]",
+    );
+    let mut m = sequence_rnn(0, 0);
+    let r = m.add_f32_tensor(vec![5, 4], &[0.0; 20]);
+    set_input(&mut m, 2, r);
+    assert_problem(&m, "recurrent_weights");
+    let mut m = sequence_rnn(0, 0);
+    m.main.operations[0].inputs.pop();
+    assert_problem(&m, "takes 7 inputs, got 6");
+}

@@ -39,6 +39,7 @@ pub mod resample;
 pub mod resize;
 pub mod scan;
 pub mod scatter;
+pub mod sequence;
 pub mod shape;
 pub mod softmax;
 pub mod transformer;
@@ -413,6 +414,7 @@ pub fn build_with<'c>(
         | O::TransformLandmarks
         | O::TransformTensorBilinear => mediapipe::build(&info),
         O::ScatterElements | O::ScatterNd => scatter::build(&info),
+        O::UnidirectionalSequenceLstm | O::UnidirectionalSequenceRnn => sequence::build(&info),
         _ => Err(info.unsupported("the CPU runtime has no kernel for this operation")),
     }
 }
