@@ -661,7 +661,7 @@ impl<'e> Lowerer<'e> {
         let values = indices
             .iter()
             .filter_map(|&i| self.input_name(n, i))
-            .filter(|name| matches!(self.values.get(*name), Some(Value::Tensor(_))))
+            .filter(|name| matches!(self.values.get(name), Some(Value::Tensor(_))))
             .map(str::to_string)
             .collect();
         NodeError::NeedsConstant {
