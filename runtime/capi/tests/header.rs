@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 fn generate() -> String {
     let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
-        .expect("cbindgen.toml parses");
+    let config =
+        cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("cbindgen.toml parses");
     let bindings = cbindgen::Builder::new()
         .with_config(config)
         .with_src(crate_dir.join("src/lib.rs"))
