@@ -283,6 +283,14 @@ enum NncResult nnc_execution_set_output(struct NncExecution *execution,
                                         void *buffer,
                                         size_t length);
 
+// Sets how long the loops (WHILE operations) of one compute may run in all, in
+// nanoseconds, before it fails with `NNC_RESULT_MISSED_DEADLINE_PERSISTENT` (the NN
+// API's loop timeout). The default is 2 s; more than 15 s is `NNC_RESULT_BAD_DATA`.
+//
+// # Safety
+// `execution` null or a live execution.
+enum NncResult nnc_execution_set_loop_timeout(struct NncExecution *execution, uint64_t duration_ns);
+
 // Computes synchronously: reads every bound input, runs the model, and writes every
 // bound output. All inputs and outputs must be bound. If an output buffer is too small
 // for the output computed (outputs whose shape is known only when computing), fails

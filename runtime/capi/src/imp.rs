@@ -223,6 +223,7 @@ pub(crate) struct Execution {
     model: Arc<ModelInner>,
     inputs: Vec<Option<InputBinding>>,
     outputs: Vec<Option<OutputBinding>>,
+    options: ExecuteOptions,
     last: Option<LastRun>,
 }
 
@@ -242,6 +243,7 @@ impl Execution {
             model,
             inputs: (0..n_in).map(|_| None).collect(),
             outputs: (0..n_out).map(|_| None).collect(),
+            options: ExecuteOptions::default(),
             last: None,
         }
     }
@@ -296,6 +298,12 @@ impl Execution {
         Ok(())
     }
 
+    pub(crate) fn set_loop_timeout(&mut self, nanos: u64) -> Result<(), CapiError> {
+        self.options =
+            ExecuteOptions::default().with_loop_timeout(std::time::Duration::from_nanos(nanos))?;
+        Ok(())
+    }
+
     pub(crate) fn set_output(
         &mut self,
         index: usize,
@@ -342,10 +350,7 @@ impl Execution {
                 self.model.outputs[k].label("output", k)
             )));
         }
-        let (results, timing) = self
-            .model
-            .model
-            .run_with(&tensors, &ExecuteOptions::default())?;
+        let (results, timing) = self.model.model.run_with(&tensors, &self.options)?;
         drop(tensors);
         let mut last = LastRun {
             shapes: results.iter().map(|t| t.shape.clone()).collect(),
@@ -393,13 +398,17 @@ impl Execution {
 
     pub(crate) fn output_shape(&self, index: usize) -> Result<&[usize], CapiError> {
         self.model.io(false, index)?;
-        Ok(&self.last()?.shapes[index])
+        self.last()?
+            .shapes
+            .get(index)
+            .map(Vec::as_slice)
+            .ok_or_else(|| CapiError::BadState(format!("output {index} was not computed")))
     }
 
     pub(crate) fn output_size(&self, index: usize) -> Result<usize, CapiError> {
         let desc = self.model.io(false, index)?;
-        if let Some(last) = &self.last {
-            return Ok(last.sizes[index]);
+        if let Some(&size) = self.last.as_ref().and_then(|l| l.sizes.get(index)) {
+            return Ok(size);
         }
         desc.byte_size.ok_or_else(|| {
             CapiError::BadState(format!(

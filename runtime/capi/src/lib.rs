@@ -547,6 +547,24 @@ pub unsafe extern "C" fn nnc_execution_set_output(
     })
 }
 
+/// Sets how long the loops (WHILE operations) of one compute may run in all, in
+/// nanoseconds, before it fails with `NNC_RESULT_MISSED_DEADLINE_PERSISTENT` (the NN
+/// API's loop timeout). The default is 2 s; more than 15 s is `NNC_RESULT_BAD_DATA`.
+///
+/// # Safety
+/// `execution` null or a live execution.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nnc_execution_set_loop_timeout(
+    execution: *mut NncExecution,
+    duration_ns: u64,
+) -> NncResult {
+    guard(|| {
+        // SAFETY: by the contract, `execution` is null or live.
+        let execution = unsafe { execution.as_ref() }.ok_or(CapiError::Null("execution"))?;
+        lock(execution)?.set_loop_timeout(duration_ns)
+    })
+}
+
 /// Computes synchronously: reads every bound input, runs the model, and writes every
 /// bound output. All inputs and outputs must be bound. If an output buffer is too small
 /// for the output computed (outputs whose shape is known only when computing), fails

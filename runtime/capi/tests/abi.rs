@@ -569,3 +569,60 @@ fn outputs_known_only_when_computing() {
     let reference = HostTensor::from_f32(vec![80], &expected).expect("tensor");
     assert_eq!(reference.to_f32_vec(), Some(big));
 }
+
+#[test]
+fn a_loop_past_its_timeout_misses_the_deadline() {
+    // while i == i { ... }: runs until the loop timeout.
+    let m = nnc_formats::test_support::control_flow::infinite_model();
+    let model = load_buffer(&emit_model(&m, None), None).expect("loads");
+    let e = execution(&model);
+    let i = [0i32];
+    let acc = [0f32; 4];
+    let s = [1f32; 4];
+    let limit = [3i32];
+    // SAFETY: the buffers outlive the compute below.
+    unsafe {
+        assert_eq!(
+            nnc_execution_set_input(e.0, 0, i.as_ptr().cast(), 4),
+            NncResult::NoError
+        );
+        assert_eq!(
+            nnc_execution_set_input(e.0, 3, limit.as_ptr().cast(), 4),
+            NncResult::NoError
+        );
+        assert_eq!(
+            nnc_execution_set_loop_timeout(e.0, 16_000_000_000),
+            NncResult::BadData
+        );
+        assert_eq!(
+            nnc_execution_set_loop_timeout(e.0, 20_000_000),
+            NncResult::NoError
+        );
+        assert_eq!(
+            nnc_execution_set_loop_timeout(null_mut(), 1),
+            NncResult::UnexpectedNull
+        );
+    }
+    assert_eq!(set_input(&e, 1, &acc), NncResult::NoError);
+    assert_eq!(set_input(&e, 2, &s), NncResult::NoError);
+    let mut i_out = [0f32; 1];
+    let mut acc_out = [0f32; 4];
+    assert_eq!(set_output(&e, 0, &mut i_out), NncResult::NoError);
+    assert_eq!(set_output(&e, 1, &mut acc_out), NncResult::NoError);
+    let start = std::time::Instant::now();
+    assert_eq!(
+        compute(&e),
+        NncResult::MissedDeadlinePersistent,
+        "{}",
+        last_error()
+    );
+    assert!(
+        last_error().contains("missed the deadline"),
+        "{}",
+        last_error()
+    );
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(2),
+        "the 20 ms timeout applied"
+    );
+}
