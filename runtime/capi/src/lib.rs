@@ -16,6 +16,11 @@ mod imp;
 
 use error::{CapiError, guard, guard_void};
 
+/// Freed memory is wiped, as in the `nnc` binary (see `nnc_runtime::alloc`).
+#[cfg(feature = "wipe-freed-memory")]
+#[global_allocator]
+static ALLOCATOR: nnc_runtime::alloc::WipingAllocator = nnc_runtime::alloc::WipingAllocator;
+
 /// Result codes, numbered like the NN API's (`ANEURALNETWORKS_*`) where one exists;
 /// nnc's own codes start at 100. Every function returning an `NncResult` sets the
 /// calling thread's last error message (`nnc_last_error_message`) when it fails and
