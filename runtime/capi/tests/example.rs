@@ -31,7 +31,16 @@ fn classify() -> &'static Path {
             let exe = dir.path().join("classify");
             let lib = lib_dir();
             let out = Command::new("cc")
-                .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-I"])
+                .args([
+                    "-std=c11",
+                    "-Wall",
+                    "-Wextra",
+                    "-pedantic",
+                    "-Werror",
+                    "-O1",
+                    "-g",
+                    "-I",
+                ])
                 .arg(repo().join("runtime/capi/include"))
                 .arg("-o")
                 .arg(&exe)
