@@ -1,0 +1,428 @@
+//! What the exported functions do, in safe Rust where possible.
+
+use std::ffi::CString;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use nnc_formats::container::{Container, SectionKind};
+use nnc_formats::nn::IoInfo;
+use nnc_formats::plan::ExecutionPlan;
+use nnc_formats::tensor::{DataType, HostTensor};
+use nnc_runtime::{Devices, ExecuteOptions, LoadOptions, ModelFile, PreparedModel, SimulatedNpu};
+use zeroize::Zeroizing;
+
+use crate::error::CapiError;
+use crate::{NncElementType, NncKey, NncModel, NncOperandInfo};
+
+const ELEMENT_TYPES: [(NncElementType, DataType); 12] = [
+    (NncElementType::Float32, DataType::F32),
+    (NncElementType::Float16, DataType::F16),
+    (NncElementType::Float64, DataType::F64),
+    (NncElementType::Int8, DataType::I8),
+    (NncElementType::Uint8, DataType::U8),
+    (NncElementType::Int16, DataType::I16),
+    (NncElementType::Uint16, DataType::U16),
+    (NncElementType::Int32, DataType::I32),
+    (NncElementType::Uint32, DataType::U32),
+    (NncElementType::Int64, DataType::I64),
+    (NncElementType::Uint64, DataType::U64),
+    (NncElementType::Bool, DataType::Bool),
+];
+
+pub(crate) fn element_type_from_code(code: i32) -> Option<NncElementType> {
+    ELEMENT_TYPES
+        .iter()
+        .map(|&(t, _)| t)
+        .find(|&t| t as i32 == code)
+}
+
+pub(crate) fn data_type(t: NncElementType) -> DataType {
+    ELEMENT_TYPES
+        .iter()
+        .find(|&&(e, _)| e == t)
+        .map_or(DataType::U8, |&(_, d)| d)
+}
+
+fn element_type(d: DataType) -> NncElementType {
+    ELEMENT_TYPES
+        .iter()
+        .find(|&&(_, t)| t == d)
+        .map_or(NncElementType::Uint8, |&(e, _)| e)
+}
+
+/// Key lengths nnc uses (AES-128/SM4, AES-192, AES-256).
+const KEY_LENGTHS: [usize; 3] = [16, 24, 32];
+
+pub(crate) fn key_from_bytes(raw: &[u8]) -> Result<NncKey, CapiError> {
+    if !KEY_LENGTHS.contains(&raw.len()) {
+        return Err(CapiError::BadData(format!(
+            "a key of {} bytes: nnc keys are 16, 24 or 32 bytes (nnc keygen)",
+            raw.len()
+        )));
+    }
+    Ok(NncKey {
+        bytes: Zeroizing::new(raw.to_vec()),
+    })
+}
+
+/// Reads a key file as `nnc keygen` writes it: hex text. Errors never echo key material.
+pub(crate) fn key_from_file(path: &Path) -> Result<NncKey, CapiError> {
+    let text = Zeroizing::new(std::fs::read(path).map_err(|e| CapiError::Io {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })?);
+    let what = || format!("the key file {}", path.display());
+    let hex = text.trim_ascii();
+    if let Some(pos) = hex.iter().position(|b| !b.is_ascii_hexdigit()) {
+        return Err(CapiError::BadData(format!(
+            "{} is not a hex key: character {} is not a hex digit",
+            what(),
+            pos + 1
+        )));
+    }
+    if hex.len() % 2 != 0 || !KEY_LENGTHS.contains(&(hex.len() / 2)) {
+        return Err(CapiError::BadData(format!(
+            "{} holds {} hex digits; nnc keys are 32, 48 or 64 digits (nnc keygen)",
+            what(),
+            hex.len()
+        )));
+    }
+    let mut bytes = Zeroizing::new(vec![0u8; hex.len() / 2]);
+    hex::decode_to_slice(hex, &mut bytes[..])
+        .map_err(|_| CapiError::BadData(format!("{} is not a hex key", what())))?;
+    Ok(NncKey { bytes })
+}
+
+/// A model input or output as C sees it.
+pub(crate) struct IoDesc {
+    name: CString,
+    dtype: DataType,
+    dims: Vec<u32>,
+    /// Bytes of the whole tensor, when every dimension is known.
+    byte_size: Option<usize>,
+}
+
+impl IoDesc {
+    fn new(info: &IoInfo) -> IoDesc {
+        let text = info.name.split('\0').next().unwrap_or_default();
+        let byte_size = if info.dims.contains(&0) {
+            None
+        } else {
+            info.dims
+                .iter()
+                .try_fold(info.dtype.size(), |acc, &d| acc.checked_mul(d as usize))
+        };
+        IoDesc {
+            name: CString::new(text).unwrap_or_default(),
+            dtype: info.dtype,
+            dims: info.dims.clone(),
+            byte_size,
+        }
+    }
+
+    pub(crate) fn info(&self) -> NncOperandInfo {
+        NncOperandInfo {
+            name: self.name.as_ptr(),
+            element_type: element_type(self.dtype),
+            rank: self.dims.len() as u32,
+            dimensions: self.dims.as_ptr(),
+            byte_size: self.byte_size.unwrap_or(0),
+        }
+    }
+
+    fn label(&self, what: &str, index: usize) -> String {
+        format!("{what} {index} ('{}')", self.name.to_string_lossy())
+    }
+}
+
+/// A prepared model and the descriptions of its inputs and outputs.
+pub(crate) struct ModelInner {
+    model: PreparedModel,
+    pub(crate) inputs: Vec<IoDesc>,
+    pub(crate) outputs: Vec<IoDesc>,
+}
+
+impl ModelInner {
+    pub(crate) fn io(&self, inputs: bool, index: usize) -> Result<&IoDesc, CapiError> {
+        let (list, what) = if inputs {
+            (&self.inputs, "input")
+        } else {
+            (&self.outputs, "output")
+        };
+        list.get(index).ok_or_else(|| {
+            CapiError::BadData(format!(
+                "{what} {index} does not exist: the model has {} {what}(s)",
+                list.len()
+            ))
+        })
+    }
+}
+
+/// Loads a model as `nnc run` does: one simulated device per device of the file's
+/// execution plan (one when it has none), the key installed in each for the load and
+/// wiped from every device afterwards (the prepared model keeps only derived keys).
+pub(crate) fn load(file: ModelFile, key: Option<&[u8]>) -> Result<NncModel, CapiError> {
+    // The plan is public structure; nothing is trusted until a device authenticates it.
+    let names: Vec<String> = Container::parse(file.bytes())
+        .ok()
+        .and_then(|c| {
+            let section = c.section(SectionKind::ExecutionPlan)?;
+            ExecutionPlan::from_bytes(
+                section,
+                c.model.main.operations.len(),
+                c.model.main.operands.len(),
+            )
+            .ok()
+        })
+        .map(|plan| plan.devices.iter().map(|d| d.name.clone()).collect())
+        .unwrap_or_else(|| vec!["npu0".to_string()]);
+    let devices = Devices::new(names.into_iter().map(SimulatedNpu::new).collect())?;
+    if let Some(key) = key {
+        devices.install_key(key);
+    }
+    let loaded = PreparedModel::load(file, &devices, &LoadOptions::default());
+    for d in devices.iter() {
+        d.clear_key();
+    }
+    let model = loaded?;
+    let inputs = model.inputs().iter().map(IoDesc::new).collect();
+    let outputs = model.outputs().iter().map(IoDesc::new).collect();
+    Ok(NncModel {
+        inner: Arc::new(ModelInner {
+            model,
+            inputs,
+            outputs,
+        }),
+    })
+}
+
+/// Caller memory bound to an input.
+struct InputBinding {
+    data: *const u8,
+    len: usize,
+    shape: Vec<usize>,
+}
+
+/// Caller memory bound to an output.
+struct OutputBinding {
+    data: *mut u8,
+    len: usize,
+}
+
+/// What the last compute found out.
+struct LastRun {
+    shapes: Vec<Vec<usize>>,
+    sizes: Vec<usize>,
+    /// Nanoseconds on the device and in all, when the compute succeeded.
+    timing: Option<(u64, u64)>,
+}
+
+/// An execution's bindings and the results of its last compute.
+pub(crate) struct Execution {
+    model: Arc<ModelInner>,
+    inputs: Vec<Option<InputBinding>>,
+    outputs: Vec<Option<OutputBinding>>,
+    options: ExecuteOptions,
+    last: Option<LastRun>,
+}
+
+// SAFETY: the raw pointers are caller memory that the C contract keeps valid while bound
+// (`nnc_execution_set_input`/`_output`); they are only dereferenced inside `compute`,
+// under the execution's mutex, so moving the execution between threads is sound.
+unsafe impl Send for Execution {}
+
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Execution {
+    pub(crate) fn new(model: Arc<ModelInner>) -> Execution {
+        let (n_in, n_out) = (model.inputs.len(), model.outputs.len());
+        Execution {
+            model,
+            inputs: (0..n_in).map(|_| None).collect(),
+            outputs: (0..n_out).map(|_| None).collect(),
+            options: ExecuteOptions::default(),
+            last: None,
+        }
+    }
+
+    pub(crate) fn set_input(
+        &mut self,
+        index: usize,
+        dims: Option<Vec<usize>>,
+        data: *const u8,
+        len: usize,
+    ) -> Result<(), CapiError> {
+        let desc = self.model.io(true, index)?;
+        let label = desc.label("input", index);
+        let shape = match dims {
+            None => {
+                if desc.byte_size.is_none() {
+                    return Err(CapiError::BadData(format!(
+                        "{label} has unknown dimensions {:?}: bind it with \
+                         nnc_execution_set_input_with_dimensions",
+                        desc.dims
+                    )));
+                }
+                desc.dims.iter().map(|&d| d as usize).collect()
+            }
+            Some(dims) => {
+                let fits = dims.len() == desc.dims.len()
+                    && dims
+                        .iter()
+                        .zip(&desc.dims)
+                        .all(|(&d, &declared)| declared == 0 || d == declared as usize);
+                if !fits {
+                    return Err(CapiError::BadData(format!(
+                        "{label}: dimensions {dims:?} do not match the declared {:?} \
+                         (0: any)",
+                        desc.dims
+                    )));
+                }
+                dims
+            }
+        };
+        let needed = shape
+            .iter()
+            .try_fold(desc.dtype.size(), |acc, &d| acc.checked_mul(d))
+            .ok_or_else(|| CapiError::BadData(format!("{label}: dimensions {shape:?} overflow")))?;
+        if needed != len {
+            return Err(CapiError::BadData(format!(
+                "{label}: {len} bytes given, {needed} expected ({} {:?})",
+                desc.dtype, shape
+            )));
+        }
+        self.inputs[index] = Some(InputBinding { data, len, shape });
+        Ok(())
+    }
+
+    pub(crate) fn set_loop_timeout(&mut self, nanos: u64) -> Result<(), CapiError> {
+        self.options =
+            ExecuteOptions::default().with_loop_timeout(std::time::Duration::from_nanos(nanos))?;
+        Ok(())
+    }
+
+    pub(crate) fn set_output(
+        &mut self,
+        index: usize,
+        data: *mut u8,
+        len: usize,
+    ) -> Result<(), CapiError> {
+        let desc = self.model.io(false, index)?;
+        if let Some(needed) = desc.byte_size
+            && len < needed
+        {
+            return Err(CapiError::OutputTooSmall {
+                output: index,
+                needed,
+                provided: len,
+            });
+        }
+        self.outputs[index] = Some(OutputBinding { data, len });
+        Ok(())
+    }
+
+    /// # Safety
+    /// Every bound buffer must still be valid as its binding's contract says.
+    pub(crate) unsafe fn compute(&mut self) -> Result<(), CapiError> {
+        let start = Instant::now();
+        self.last = None;
+        let mut tensors = Vec::with_capacity(self.inputs.len());
+        for (k, binding) in self.inputs.iter().enumerate() {
+            let desc = &self.model.inputs[k];
+            let b = binding.as_ref().ok_or_else(|| {
+                CapiError::BadState(format!(
+                    "{} is not bound (nnc_execution_set_input)",
+                    desc.label("input", k)
+                ))
+            })?;
+            // SAFETY: by the binding's contract, `data` is readable for `len` bytes.
+            let bytes = unsafe { std::slice::from_raw_parts(b.data, b.len) }.to_vec();
+            let t = HostTensor::new(desc.dtype, b.shape.clone(), bytes)
+                .map_err(|e| CapiError::BadData(format!("{}: {e}", desc.label("input", k))))?;
+            tensors.push(t);
+        }
+        if let Some(k) = self.outputs.iter().position(Option::is_none) {
+            return Err(CapiError::BadState(format!(
+                "{} is not bound (nnc_execution_set_output)",
+                self.model.outputs[k].label("output", k)
+            )));
+        }
+        let (results, timing) = self.model.model.run_with(&tensors, &self.options)?;
+        drop(tensors);
+        let mut last = LastRun {
+            shapes: results.iter().map(|t| t.shape.clone()).collect(),
+            sizes: results.iter().map(|t| t.data.len()).collect(),
+            timing: None,
+        };
+        // Every buffer is checked before any is written.
+        let too_small =
+            self.outputs
+                .iter()
+                .zip(&last.sizes)
+                .enumerate()
+                .find_map(|(k, (b, &needed))| {
+                    let provided = b.as_ref().map_or(0, |b| b.len);
+                    (provided < needed).then_some(CapiError::OutputTooSmall {
+                        output: k,
+                        needed,
+                        provided,
+                    })
+                });
+        if let Some(e) = too_small {
+            self.last = Some(last);
+            return Err(e);
+        }
+        for (b, t) in self.outputs.iter().zip(&results) {
+            if let Some(b) = b {
+                // SAFETY: by the binding's contract, `data` is writable for `len` bytes,
+                // and `len >= t.data.len()` was checked above; the source is our own
+                // vector, which cannot overlap caller memory.
+                unsafe { std::ptr::copy_nonoverlapping(t.data.as_ptr(), b.data, t.data.len()) };
+            }
+        }
+        last.timing = Some((nanos(timing.on_device), nanos(start.elapsed())));
+        self.last = Some(last);
+        Ok(())
+    }
+
+    fn last(&self) -> Result<&LastRun, CapiError> {
+        self.last.as_ref().ok_or_else(|| {
+            CapiError::BadState(
+                "no compute has produced output shapes yet (nnc_execution_compute)".into(),
+            )
+        })
+    }
+
+    pub(crate) fn output_shape(&self, index: usize) -> Result<&[usize], CapiError> {
+        self.model.io(false, index)?;
+        self.last()?
+            .shapes
+            .get(index)
+            .map(Vec::as_slice)
+            .ok_or_else(|| CapiError::BadState(format!("output {index} was not computed")))
+    }
+
+    pub(crate) fn output_size(&self, index: usize) -> Result<usize, CapiError> {
+        let desc = self.model.io(false, index)?;
+        if let Some(&size) = self.last.as_ref().and_then(|l| l.sizes.get(index)) {
+            return Ok(size);
+        }
+        desc.byte_size.ok_or_else(|| {
+            CapiError::BadState(format!(
+                "{} has unknown dimensions {:?}: its size is known after a compute",
+                desc.label("output", index),
+                desc.dims
+            ))
+        })
+    }
+
+    pub(crate) fn timing(&self) -> Result<(u64, u64), CapiError> {
+        self.last
+            .as_ref()
+            .and_then(|l| l.timing)
+            .ok_or_else(|| CapiError::BadState("no compute has succeeded yet".into()))
+    }
+}
