@@ -175,7 +175,7 @@ impl Lowerer<'_> {
         value: &Value,
         steps: u32,
         index: u32,
-    ) -> NResult<(u32, (String, Value), (Operand, DataType))> {
+    ) -> NResult<ScanOutputStep> {
         let element = self.scan_element(n, name, value)?;
         let mut element_operand = self.model.main.operands[element.operand as usize].clone();
         if element.scalar {
@@ -200,7 +200,11 @@ impl Lowerer<'_> {
                 scalar: false,
             }),
         );
-        Ok((acc_in.operand, output, (element_operand, element.dtype)))
+        Ok(ScanOutputStep {
+            accumulator_input: acc_in.operand,
+            output,
+            element: (element_operand, element.dtype),
+        })
     }
 
     /// The body output counting iterations: `iter + 1`.
@@ -447,11 +451,10 @@ impl Lowerer<'_> {
             for (k, value) in values[1 + carried..].iter().enumerate() {
                 let name = body.output[1 + carried + k].name.clone();
                 let steps = steps.unwrap_or(1) as u32;
-                let (acc_in, next, element) =
-                    this.scan_output_step(n, &name, value, steps, iter.operand)?;
-                accumulator_inputs.push(acc_in);
-                outputs.push(next);
-                accumulators.push(element);
+                let step = this.scan_output_step(n, &name, value, steps, iter.operand)?;
+                accumulator_inputs.push(step.accumulator_input);
+                outputs.push(step.output);
+                accumulators.push(step.element);
             }
             outputs.push(this.next_count(n, iter)?);
             let cond_name = body.output[0].name.clone();
@@ -828,11 +831,10 @@ impl Lowerer<'_> {
                 } else {
                     iter.operand
                 };
-                let (acc_in, next, element) =
-                    this.scan_output_step(n, &name, value, steps, index)?;
-                accumulator_inputs.push(acc_in);
-                outputs.push(next);
-                accumulators.push(element);
+                let step = this.scan_output_step(n, &name, value, steps, index)?;
+                accumulator_inputs.push(step.accumulator_input);
+                outputs.push(step.output);
+                accumulators.push(step.element);
             }
             outputs.push(this.next_count(n, iter)?);
             // m: states, accumulators; k: the count; n: scanned tensors, captures.
@@ -896,6 +898,16 @@ impl Lowerer<'_> {
         }
         Ok(results)
     }
+}
+
+/// One scan output's part of a loop body (see `Lowerer::scan_output_step`).
+struct ScanOutputStep {
+    /// The body input holding the accumulator.
+    accumulator_input: u32,
+    /// The body output: the accumulator with this iteration's element written.
+    output: (String, Value),
+    /// The element's shape and type.
+    element: (Operand, DataType),
 }
 
 /// A WHILE condition subgraph's one output.
