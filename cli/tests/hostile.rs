@@ -131,6 +131,32 @@ fn compile_chain(dir: &Path, name: &str, bytes: Vec<u8>) {
     assert!(report["operations"].as_u64().unwrap() >= 1, "{report}");
 }
 
+/// Ifs nested in Ifs: a moderate depth compiles (every level an IF with its subgraphs);
+/// a hostile depth is refused as malformed, never a stack overflow.
+#[test]
+fn nested_ifs_compile_to_a_bound_and_are_refused_beyond_it() {
+    use nnc_compiler::synthetic::onnx_nested_ifs;
+    let dir = tempfile::tempdir().unwrap();
+    compile_chain(dir.path(), "nested-8.onnx", onnx_nested_ifs(8));
+    for depth in [40, 1_000] {
+        let model = dir.path().join(format!("nested-{depth}.onnx"));
+        std::fs::write(&model, onnx_nested_ifs(depth)).unwrap();
+        let o = run(nnc()
+            .arg("compile")
+            .arg(&model)
+            .arg("-o")
+            .arg(dir.path().join("out.nnc"))
+            .args(["--encrypt", "none"]));
+        assert_eq!(o.status.code(), Some(65), "depth {depth}: {}", stderr(&o));
+        let message = stderr(&o);
+        assert!(
+            message.contains("nest more than 100 levels deep") && message.len() < 400,
+            "depth {depth}: {message}"
+        );
+        assert!(!dir.path().join("out.nnc").exists());
+    }
+}
+
 #[test]
 fn chains_of_a_hundred_thousand_nodes_compile() {
     use nnc_compiler::synthetic::{ChainOp, onnx_chain, tflite_chain};

@@ -170,6 +170,81 @@ pub fn onnx_chain(op: ChainOp, length: usize) -> Vec<u8> {
     proto::encode_model(&model)
 }
 
+/// An ONNX model whose Ifs nest `depth` deep: each then branch holds the next If, the
+/// innermost computes `Relu(x)`, every else branch `Neg(x)`; the condition is the graph
+/// input `c`, so nothing folds. For testing nesting bounds.
+pub fn onnx_nested_ifs(depth: usize) -> Vec<u8> {
+    let dims = [2];
+    let leaf = |name: String, op_type: &str| GraphProto {
+        name: name.clone(),
+        node: vec![NodeProto {
+            op_type: op_type.into(),
+            input: vec!["x".into()],
+            output: vec![name.clone()],
+            ..Default::default()
+        }],
+        output: vec![float_value(&name, &dims)],
+        ..Default::default()
+    };
+    let mut inner = leaf(format!("y{depth}"), "Relu");
+    for d in (0..depth).rev() {
+        let out = format!("y{d}");
+        let node = NodeProto {
+            op_type: "If".into(),
+            input: vec!["c".into()],
+            output: vec![out.clone()],
+            attribute: vec![
+                proto::AttributeProto {
+                    name: "then_branch".into(),
+                    r#type: Some(proto::attribute_proto::AttributeType::Graph as i32),
+                    g: Some(inner),
+                    ..Default::default()
+                },
+                proto::AttributeProto {
+                    name: "else_branch".into(),
+                    r#type: Some(proto::attribute_proto::AttributeType::Graph as i32),
+                    g: Some(leaf(format!("{out}_else"), "Neg")),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        inner = GraphProto {
+            name: format!("g{d}"),
+            node: vec![node],
+            output: vec![float_value(&out, &dims)],
+            ..Default::default()
+        };
+    }
+    let condition = ValueInfoProto {
+        name: "c".into(),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: proto::tensor_proto::DataType::Bool as i32,
+                shape: Some(TensorShapeProto { dim: Vec::new() }),
+            })),
+            denotation: String::new(),
+        }),
+        ..Default::default()
+    };
+    let graph = GraphProto {
+        name: "nested".into(),
+        input: vec![float_value("x", &dims), condition],
+        ..inner
+    };
+    let model = ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 13,
+        }],
+        producer_name: "nnc synthetic".into(),
+        graph: Some(graph),
+        ..Default::default()
+    };
+    proto::encode_model(&model)
+}
+
 /// A TFLite model of `length` RELU operators in a chain, on a float [1, 4] input.
 pub fn tflite_chain(length: usize) -> Vec<u8> {
     let mut b = flatbuffers::FlatBufferBuilder::new();

@@ -36,26 +36,38 @@ pub enum OnnxDecodeError {
         #[source]
         source: prost::DecodeError,
     },
+    /// Messages nest deeper than the decoder allows (graphs within graph attributes:
+    /// Ifs within Ifs), which bounds recursion on hostile input.
+    #[error(
+        "invalid ONNX {what} ({len} bytes): messages nest more than {PROTOBUF_NESTING_LIMIT} \
+         levels deep (graphs within graph attributes, such as Ifs within Ifs)"
+    )]
+    TooDeep { what: &'static str, len: usize },
+}
+
+/// prost's recursion limit on nested messages.
+pub const PROTOBUF_NESTING_LIMIT: usize = 100;
+
+/// The decode error, with prost's nesting refusal (whose message spells out the whole
+/// path of nested fields) said in one line. prost exposes the cause only as text.
+fn decode_error(what: &'static str, len: usize, source: prost::DecodeError) -> OnnxDecodeError {
+    if source.to_string().ends_with("recursion limit reached") {
+        OnnxDecodeError::TooDeep { what, len }
+    } else {
+        OnnxDecodeError::Protobuf { what, len, source }
+    }
 }
 
 /// Decodes a serialized `ModelProto`. Byte fields of the result share `buf` (no copy of the
 /// weights).
 pub fn decode_model(buf: Bytes) -> Result<ModelProto, OnnxDecodeError> {
     let len = buf.len();
-    ModelProto::decode(buf).map_err(|source| OnnxDecodeError::Protobuf {
-        what: "ModelProto",
-        len,
-        source,
-    })
+    ModelProto::decode(buf).map_err(|source| decode_error("ModelProto", len, source))
 }
 
 /// Decodes a serialized `TensorProto` (the content of an ONNX test-data `.pb` file).
 pub fn decode_tensor(buf: &[u8]) -> Result<TensorProto, OnnxDecodeError> {
-    TensorProto::decode(buf).map_err(|source| OnnxDecodeError::Protobuf {
-        what: "TensorProto",
-        len: buf.len(),
-        source,
-    })
+    TensorProto::decode(buf).map_err(|source| decode_error("TensorProto", buf.len(), source))
 }
 
 /// Serializes a `TensorProto` (for writing `.pb` files).
