@@ -63,16 +63,24 @@ fn float_value(name: &str, dims: &[i64]) -> ValueInfoProto {
     }
 }
 
-/// An ONNX model (opset 13) of `length` nodes, each reading the previous one's output,
-/// on a float input of shape [1, 4, 2, 2].
-pub fn onnx_chain(op: ChainOp, length: usize) -> Vec<u8> {
-    let dims = [1, 4, 2, 2];
-    let mut graph = GraphProto {
-        name: "chain".into(),
-        input: vec![float_value("x", &dims)],
+/// The encoded opset-13 model of `graph`.
+fn opset13_model(graph: GraphProto) -> Vec<u8> {
+    let model = ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 13,
+        }],
+        producer_name: "nnc synthetic".into(),
+        graph: Some(graph),
         ..Default::default()
     };
-    let bool_type = |name: &str| ValueInfoProto {
+    proto::encode_model(&model)
+}
+
+/// A rank-0 bool graph value (an If's condition).
+fn bool_scalar_value(name: &str) -> ValueInfoProto {
+    ValueInfoProto {
         name: name.to_string(),
         r#type: Some(TypeProto {
             value: Some(type_proto::Value::TensorType(type_proto::Tensor {
@@ -82,9 +90,20 @@ pub fn onnx_chain(op: ChainOp, length: usize) -> Vec<u8> {
             denotation: String::new(),
         }),
         ..Default::default()
+    }
+}
+
+/// An ONNX model (opset 13) of `length` nodes, each reading the previous one's output,
+/// on a float input of shape [1, 4, 2, 2].
+pub fn onnx_chain(op: ChainOp, length: usize) -> Vec<u8> {
+    let dims = [1, 4, 2, 2];
+    let mut graph = GraphProto {
+        name: "chain".into(),
+        input: vec![float_value("x", &dims)],
+        ..Default::default()
     };
     match op {
-        ChainOp::IfKept => graph.input.push(bool_type("c")),
+        ChainOp::IfKept => graph.input.push(bool_scalar_value("c")),
         ChainOp::IfFolded => graph.initializer.push(TensorProto {
             name: "c".into(),
             data_type: proto::tensor_proto::DataType::Bool as i32,
@@ -157,17 +176,7 @@ pub fn onnx_chain(op: ChainOp, length: usize) -> Vec<u8> {
         prev = out;
     }
     graph.output.push(float_value(&prev, &dims));
-    let model = ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 13,
-        }],
-        producer_name: "nnc synthetic".into(),
-        graph: Some(graph),
-        ..Default::default()
-    };
-    proto::encode_model(&model)
+    opset13_model(graph)
 }
 
 /// An ONNX model whose Ifs nest `depth` deep: each then branch holds the next If, the
@@ -216,33 +225,12 @@ pub fn onnx_nested_ifs(depth: usize) -> Vec<u8> {
             ..Default::default()
         };
     }
-    let condition = ValueInfoProto {
-        name: "c".into(),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: proto::tensor_proto::DataType::Bool as i32,
-                shape: Some(TensorShapeProto { dim: Vec::new() }),
-            })),
-            denotation: String::new(),
-        }),
-        ..Default::default()
-    };
     let graph = GraphProto {
         name: "nested".into(),
-        input: vec![float_value("x", &dims), condition],
+        input: vec![float_value("x", &dims), bool_scalar_value("c")],
         ..inner
     };
-    let model = ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 13,
-        }],
-        producer_name: "nnc synthetic".into(),
-        graph: Some(graph),
-        ..Default::default()
-    };
-    proto::encode_model(&model)
+    opset13_model(graph)
 }
 
 /// A TFLite model of `length` RELU operators in a chain, on a float [1, 4] input.

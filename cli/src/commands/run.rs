@@ -307,12 +307,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .run_with(&inputs, &options)
         .context("execution failed")?;
     drop(progress);
-    std::fs::create_dir_all(&args.output_dir).map_err(|e| {
-        err(
-            Exit::CannotWrite,
-            format!("cannot create {}: {e}", args.output_dir.display()),
-        )
-    })?;
     // No output may replace a file the run read.
     let mut read: Vec<PathBuf> = vec![args.model.clone()];
     if let Ok(files) = input_files(
@@ -370,13 +364,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes `output_K` files into --output-dir, refusing to replace any file in `read`;
-/// returns the JSON entry of each (name, shape, dtype, file).
+/// Writes `output_K` files into --output-dir (created if missing), refusing to replace
+/// any file in `read`; returns the JSON entry of each (name, shape, dtype, file).
 pub fn write_outputs<'a>(
     args: &Args,
     outputs: impl Iterator<Item = (&'a HostTensor, &'a IoInfo)>,
     read: &[&Path],
 ) -> anyhow::Result<Vec<serde_json::Value>> {
+    std::fs::create_dir_all(&args.output_dir).map_err(|e| {
+        err(
+            Exit::CannotWrite,
+            format!("cannot create {}: {e}", args.output_dir.display()),
+        )
+    })?;
     let mut reported = Vec::new();
     for (k, (tensor, info)) in outputs.enumerate() {
         let file = args

@@ -154,12 +154,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         previous = Some(results);
     }
 
-    std::fs::create_dir_all(&args.output_dir).map_err(|e| {
-        err(
-            Exit::CannotWrite,
-            format!("cannot create {}: {e}", args.output_dir.display()),
-        )
-    })?;
     let mut read: Vec<PathBuf> = vec![args.model.clone()];
     read.extend(files.into_iter().flatten());
     read.extend(streamed.iter().map(|(_, f)| PathBuf::from(f)));

@@ -184,8 +184,8 @@ pub unsafe extern "C" fn nnc_key_from_bytes(
         // SAFETY: by the contract, `bytes` points to `length` readable bytes.
         let raw = unsafe { std::slice::from_raw_parts(bytes, length) };
         let created = imp::key_from_bytes(raw)?;
-        // SAFETY: as above.
-        unsafe { key.write(Box::into_raw(Box::new(created))) };
+        // SAFETY: as above: the out-pointer is non-null and writable.
+        unsafe { hand_out(key, created) };
         Ok(())
     })
 }
@@ -209,8 +209,8 @@ pub unsafe extern "C" fn nnc_key_from_file(
         // SAFETY: by the contract, `path` is null or a NUL-terminated string.
         let path = unsafe { path_arg(path) }?;
         let created = imp::key_from_file(path)?;
-        // SAFETY: as above.
-        unsafe { key.write(Box::into_raw(Box::new(created))) };
+        // SAFETY: as above: the out-pointer is non-null and writable.
+        unsafe { hand_out(key, created) };
         Ok(())
     })
 }
@@ -221,12 +221,8 @@ pub unsafe extern "C" fn nnc_key_from_file(
 /// `key` must be null or a key from `nnc_key_from_*` not yet freed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_key_free(key: *mut NncKey) {
-    guard_void(|| {
-        if !key.is_null() {
-            // SAFETY: by the contract, `key` came from Box::into_raw and is freed once.
-            drop(unsafe { Box::from_raw(key) });
-        }
-    })
+    // SAFETY: forwarded contract: null, or from `hand_out` and freed once.
+    guard_void(|| unsafe { free_handed_out(key) })
 }
 
 /// A UTF-8 path from a C string.
@@ -267,8 +263,8 @@ pub unsafe extern "C" fn nnc_model_load_file(
         let key = unsafe { key.as_ref() };
         let file = nnc_runtime::ModelFile::open(path)?;
         let loaded = imp::load(file, key.map(|k| &k.bytes[..]))?;
-        // SAFETY: as above.
-        unsafe { model.write(Box::into_raw(Box::new(loaded))) };
+        // SAFETY: as above: the out-pointer is non-null and writable.
+        unsafe { hand_out(model, loaded) };
         Ok(())
     })
 }
@@ -300,8 +296,8 @@ pub unsafe extern "C" fn nnc_model_load_buffer(
             nnc_runtime::ModelFile::from_bytes(bytes),
             key.map(|k| &k.bytes[..]),
         )?;
-        // SAFETY: as above.
-        unsafe { model.write(Box::into_raw(Box::new(loaded))) };
+        // SAFETY: as above: the out-pointer is non-null and writable.
+        unsafe { hand_out(model, loaded) };
         Ok(())
     })
 }
@@ -313,12 +309,8 @@ pub unsafe extern "C" fn nnc_model_load_buffer(
 /// `NncOperandInfo` pointers it handed out become invalid.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_model_free(model: *mut NncModel) {
-    guard_void(|| {
-        if !model.is_null() {
-            // SAFETY: by the contract, `model` came from Box::into_raw and is freed once.
-            drop(unsafe { Box::from_raw(model) });
-        }
-    })
+    // SAFETY: forwarded contract: null, or from `hand_out` and freed once.
+    guard_void(|| unsafe { free_handed_out(model) })
 }
 
 /// The number of model inputs.
@@ -432,8 +424,8 @@ pub unsafe extern "C" fn nnc_execution_create(
         let created = NncExecution {
             inner: std::sync::Mutex::new(imp::Execution::new(std::sync::Arc::clone(&model.inner))),
         };
-        // SAFETY: as above.
-        unsafe { execution.write(Box::into_raw(Box::new(created))) };
+        // SAFETY: as above: the out-pointer is non-null and writable.
+        unsafe { hand_out(execution, created) };
         Ok(())
     })
 }
@@ -445,12 +437,8 @@ pub unsafe extern "C" fn nnc_execution_create(
 /// and not computing on another thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_execution_free(execution: *mut NncExecution) {
-    guard_void(|| {
-        if !execution.is_null() {
-            // SAFETY: by the contract, it came from Box::into_raw and is freed once.
-            drop(unsafe { Box::from_raw(execution) });
-        }
-    })
+    // SAFETY: forwarded contract: null, or from `hand_out` and freed once.
+    guard_void(|| unsafe { free_handed_out(execution) })
 }
 
 /// Locks an execution for one call; a compute running on another thread is a bad state.
@@ -703,4 +691,24 @@ pub unsafe extern "C" fn nnc_execution_get_timing(
         }
         Ok(())
     })
+}
+
+/// Gives C ownership of `value` through the out-pointer `out`.
+///
+/// # Safety
+/// `out` must be non-null and writable.
+unsafe fn hand_out<T>(out: *mut *mut T, value: T) {
+    // SAFETY: by this function's contract.
+    unsafe { out.write(Box::into_raw(Box::new(value))) };
+}
+
+/// Takes back and drops what [`hand_out`] gave; null is ignored.
+///
+/// # Safety
+/// `object` must be null or a pointer from [`hand_out`] not yet freed.
+unsafe fn free_handed_out<T>(object: *mut T) {
+    if !object.is_null() {
+        // SAFETY: by this function's contract it came from Box::into_raw, freed once.
+        drop(unsafe { Box::from_raw(object) });
+    }
 }

@@ -468,13 +468,7 @@ impl Lowerer<'_> {
                 }),
             ));
             // m: carried values, accumulators, the count; k: the condition; n: the rest.
-            let all = std::mem::take(&mut this.model.main.inputs);
-            let mut order: Vec<u32> = all[..carried].to_vec();
-            order.extend(&accumulator_inputs);
-            order.push(all[carried]);
-            order.push(all[carried + 1]);
-            order.extend(&all[carried + 2..all.len() - accumulator_inputs.len()]);
-            this.model.main.inputs = order;
+            this.model.main.inputs[carried..].rotate_right(accumulator_inputs.len());
             Ok(outputs)
         })?;
 
@@ -838,11 +832,7 @@ impl Lowerer<'_> {
             }
             outputs.push(this.next_count(n, iter)?);
             // m: states, accumulators; k: the count; n: scanned tensors, captures.
-            let all = std::mem::take(&mut this.model.main.inputs);
-            let mut order: Vec<u32> = all[..states].to_vec();
-            order.extend(&accumulator_inputs);
-            order.extend(&all[states..all.len() - accumulator_inputs.len()]);
-            this.model.main.inputs = order;
+            this.model.main.inputs[states..].rotate_right(accumulator_inputs.len());
             Ok(outputs)
         })?;
 
