@@ -141,10 +141,45 @@ pub enum RuntimeError {
         "{operation}: missed the deadline: loops ran longer than the loop timeout of {} ms",
         timeout.as_millis()
     )]
-    MissedDeadline {
+    LoopTimeout {
         operation: OpRef,
         timeout: std::time::Duration,
     },
+
+    /// A preparation or execution did not finish by the deadline its caller gave; it
+    /// produced nothing, and the prepared model stays usable.
+    #[error("the {stage} missed its deadline ({kind}): {detail}")]
+    MissedDeadline {
+        kind: DeadlineKind,
+        stage: DeadlineStage,
+        detail: String,
+    },
+
+    /// The execution queue is full (see `Scheduler::MAX_QUEUED`).
+    #[error("the execution queue is full ({queued} executions waiting); try again later")]
+    QueueFull { queued: usize },
+
+    /// A memory object cannot be used as asked (released, resized, out of range, ...).
+    #[error("memory {memory}: {message}")]
+    Memory { memory: u64, message: String },
+
+    /// A memory descriptor is invalid.
+    #[error("invalid memory descriptor: {0}")]
+    MemoryDesc(String),
+
+    /// An execution's binding of an input or output is invalid (wrong index, a memory
+    /// used in a role it was not declared for, overlapping regions, ...).
+    #[error("{kind} {index}: {message}")]
+    Binding {
+        kind: crate::execution::IoKind,
+        index: usize,
+        message: String,
+    },
+
+    /// An execution object is used in a way its state does not allow (computed again
+    /// while running, inputs missing, a burst of another model).
+    #[error("execution: {0}")]
+    ExecutionState(String),
 
     /// An error inside a referenced subgraph that an IF or WHILE runs.
     #[error("{operation}: in subgraph {subgraph}: {source}")]
@@ -204,6 +239,44 @@ impl RuntimeError {
             }
             other => other,
         }
+    }
+}
+
+/// The NN API's two kinds of missed deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeadlineKind {
+    /// Missed because of conditions that may pass (a busy queue, a loaded machine): the
+    /// same request may meet the same deadline later.
+    Transient,
+    /// Missed because the deadline is shorter than this model has ever needed: retrying
+    /// cannot help.
+    Persistent,
+}
+
+impl std::fmt::Display for DeadlineKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DeadlineKind::Transient => "transient",
+            DeadlineKind::Persistent => "persistent",
+        })
+    }
+}
+
+/// What a deadline was for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeadlineStage {
+    Preparation,
+    Execution,
+}
+
+impl std::fmt::Display for DeadlineStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DeadlineStage::Preparation => "preparation",
+            DeadlineStage::Execution => "execution",
+        })
     }
 }
 

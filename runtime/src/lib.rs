@@ -33,6 +33,7 @@ pub mod cache;
 pub mod device;
 pub mod error;
 pub mod exec;
+pub mod execution;
 pub mod kernels;
 pub mod model;
 pub mod tensor;
@@ -44,5 +45,8 @@ pub use exec::{
     ExecuteOptions, ExecutionResult, HostWeights, InputTensor, OutputBuffer, PrepareOptions,
     Program, WeightProvider, evaluate_operation,
 };
+pub use execution::{
+    Burst, Execution, Fence, FenceState, Memory, MemoryDesc, Pending, Priority, Scheduler,
+};
 pub use kernels::{Kernel, KernelContext, PreparedWeights, Requantization};
-pub use model::{DeviceSource, Devices, Execution, LoadOptions, ModelFile, PreparedModel, Timing};
+pub use model::{DeviceSource, Devices, LoadOptions, ModelFile, PreparedModel, Timing};

@@ -12,7 +12,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use nnc_formats::container::{Container, Header, SectionKind, copy_metadata};
@@ -22,10 +22,11 @@ use nnc_formats::tensor::HostTensor;
 
 use crate::cache::{self, CacheConfig, CacheOutcome, CacheReport};
 use crate::device::{CacheStats, NpuWeights, SimulatedNpu};
-use crate::error::{Result, RuntimeError};
+use crate::error::{DeadlineKind, DeadlineStage, Result, RuntimeError};
 use crate::exec::{
     ExecuteOptions, InputTensor, OutputBuffer, PrepareOptions, Program, WeightProvider,
 };
+use crate::execution::{IoKind, Pending, Priority, Scheduler};
 use crate::kernels::{Kernel, PreparedWeights, Requantization};
 
 /// Where the devices a model runs on come from: a single device runs every step; a
@@ -160,6 +161,15 @@ pub struct LoadOptions {
     pub requantization: Requantization,
     /// How much memory the model may make the runtime allocate.
     pub limits: nnc_formats::limits::Limits,
+    /// The model's priority among executions queued on the same scheduler.
+    pub priority: Priority,
+    /// Where asynchronous, fenced and burst executions queue (None: the process's
+    /// [`Scheduler::global`]).
+    pub scheduler: Option<Arc<Scheduler>>,
+    /// When preparation must be done; checked between its phases (authentication,
+    /// device attachment, kernel preparation), failing with
+    /// [`RuntimeError::MissedDeadline`].
+    pub deadline: Option<Instant>,
 }
 
 impl Default for LoadOptions {
@@ -169,6 +179,9 @@ impl Default for LoadOptions {
             cache: None,
             requantization: Requantization::default(),
             limits: nnc_formats::limits::Limits::default(),
+            priority: Priority::default(),
+            scheduler: None,
+            deadline: None,
         }
     }
 }
@@ -190,6 +203,27 @@ pub struct PreparedModel {
     header: Header,
     prepare_time: Duration,
     cache_report: CacheReport,
+    /// Process-unique: memory-domain roles and bursts name models by it.
+    id: u64,
+    priority: Priority,
+    scheduler: Option<Arc<Scheduler>>,
+    /// The fastest completed execution, in nanoseconds (u64::MAX: none yet); a deadline
+    /// shorter than this is a persistent miss.
+    fastest: AtomicU64,
+}
+
+static NEXT_MODEL_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Fails when a preparation deadline has passed (checked between phases).
+fn check_prepare_deadline(deadline: Option<Instant>, phase: &str) -> Result<()> {
+    match deadline {
+        Some(d) if Instant::now() >= d => Err(RuntimeError::MissedDeadline {
+            kind: DeadlineKind::Transient,
+            stage: DeadlineStage::Preparation,
+            detail: format!("it passed {phase}"),
+        }),
+        _ => Ok(()),
+    }
 }
 
 impl PreparedModel {
@@ -226,6 +260,7 @@ impl PreparedModel {
         options: &LoadOptions,
     ) -> Result<PreparedModel> {
         let start = Instant::now();
+        check_prepare_deadline(options.deadline, "before preparation began")?;
         // Host side: parse the header and the file's public structure (the execution
         // plan), and program each device's crypto control register.
         let data: &[u8] = (*bytes).as_ref();
@@ -234,6 +269,7 @@ impl PreparedModel {
         // device's parse read that copy, never the (possibly memory-mapped) file again.
         let metadata = copy_metadata(data)?;
         devices.device_for("").authenticate(&metadata)?;
+        check_prepare_deadline(options.deadline, "while the file was authenticated")?;
         let (header, plan, op_count) = {
             let container = Container::parse_with_metadata(data, metadata.clone())?;
             let op_count = container.model.main.operations.len();
@@ -339,6 +375,7 @@ impl PreparedModel {
                 (model, attached, by_operation)
             }
         };
+        check_prepare_deadline(options.deadline, "while the devices verified the weights")?;
         // What nothing authenticates (the cache of a model without a key) is checked
         // before use: prepared weights must have the layout their kernels expect, and the
         // cached program is only compared with the one derived here.
@@ -409,6 +446,7 @@ impl PreparedModel {
             }
             (None, Err(e)) => return Err(e),
         };
+        check_prepare_deadline(options.deadline, "while the kernels were prepared")?;
         if !keyed
             && let Some(cached) = &cached_image
             && *cached != program.image()
@@ -447,7 +485,110 @@ impl PreparedModel {
             header,
             prepare_time: start.elapsed(),
             cache_report: report,
+            id: NEXT_MODEL_ID.fetch_add(1, Ordering::Relaxed),
+            priority: options.priority,
+            scheduler: options.scheduler.clone(),
+            fastest: AtomicU64::new(u64::MAX),
         })
+    }
+
+    /// The process-unique identifier of this prepared model.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The priority its queued executions have.
+    pub fn priority(&self) -> Priority {
+        self.priority
+    }
+
+    /// The scheduler its asynchronous executions queue on.
+    pub fn scheduler(&self) -> Result<Arc<Scheduler>> {
+        match &self.scheduler {
+            Some(s) => Ok(Arc::clone(s)),
+            None => Scheduler::global(),
+        }
+    }
+
+    /// The fastest execution completed so far, if any.
+    pub fn fastest_execution(&self) -> Option<Duration> {
+        match self.fastest.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            n => Some(Duration::from_nanos(n)),
+        }
+    }
+
+    /// The NN operand of input or output `index`.
+    pub fn io_operand(&self, kind: IoKind, index: usize) -> Option<&nnc_formats::nn::Operand> {
+        let main = &self.program.model().main;
+        let list = match kind {
+            IoKind::Input => &main.inputs,
+            IoKind::Output => &main.outputs,
+        };
+        main.operands.get(*list.get(index)? as usize)
+    }
+
+    /// How many inputs or outputs the model has.
+    pub fn io_count(&self, kind: IoKind) -> usize {
+        let main = &self.program.model().main;
+        match kind {
+            IoKind::Input => main.inputs.len(),
+            IoKind::Output => main.outputs.len(),
+        }
+    }
+
+    /// Runs `execute` under `options.deadline`, as the NN API asks of deadlines: an
+    /// execution that cannot finish in time (its budget, from `submitted`, is shorter
+    /// than the fastest run of this model so far) fails before it starts, as a
+    /// persistent miss; one that runs past its deadline stops within an operation and
+    /// is a transient miss unless the budget was below the fastest run. Successful runs
+    /// update the fastest time.
+    pub(crate) fn under_deadline<T>(
+        &self,
+        options: &ExecuteOptions,
+        submitted: Instant,
+        execute: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        let fastest = self.fastest_execution();
+        let kind = |deadline: Instant| match fastest {
+            Some(f) if deadline.saturating_duration_since(submitted) < f => {
+                DeadlineKind::Persistent
+            }
+            _ => DeadlineKind::Transient,
+        };
+        if let Some(deadline) = options.deadline {
+            let now = Instant::now();
+            let left = deadline.saturating_duration_since(now);
+            if left.is_zero() || fastest.is_some_and(|f| left < f) {
+                return Err(RuntimeError::MissedDeadline {
+                    kind: kind(deadline),
+                    stage: DeadlineStage::Execution,
+                    detail: format!(
+                        "{} us were left; this model has never run in less than {} us",
+                        left.as_micros(),
+                        fastest.unwrap_or_default().as_micros()
+                    ),
+                });
+            }
+        }
+        let start = Instant::now();
+        match execute() {
+            Ok(value) => {
+                let took = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
+                self.fastest.fetch_min(took, Ordering::Relaxed);
+                Ok(value)
+            }
+            Err(RuntimeError::MissedDeadline {
+                stage: DeadlineStage::Execution,
+                detail,
+                ..
+            }) if options.deadline.is_some() => Err(RuntimeError::MissedDeadline {
+                kind: options.deadline.map_or(DeadlineKind::Transient, kind),
+                stage: DeadlineStage::Execution,
+                detail,
+            }),
+            Err(e) => Err(e),
+        }
     }
 
     /// The file's header (format version, crypto configuration, producer).
@@ -514,7 +655,8 @@ impl PreparedModel {
     /// Runs the model on host tensors (element types and shapes as the source model
     /// declared them) and returns its outputs.
     pub fn run(&self, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
-        self.program.execute_host(inputs)
+        self.run_with(inputs, &ExecuteOptions::default())
+            .map(|(outputs, _)| outputs)
     }
 
     /// [`PreparedModel::run`] with timing.
@@ -530,7 +672,9 @@ impl PreparedModel {
         options: &ExecuteOptions,
     ) -> Result<(Vec<HostTensor>, Timing)> {
         let start = Instant::now();
-        let (outputs, device) = self.program.execute_host_with(inputs, options)?;
+        let (outputs, device) = self.under_deadline(options, start, || {
+            self.program.execute_host_with(inputs, options)
+        })?;
         Ok((
             outputs,
             Timing {
@@ -549,15 +693,22 @@ impl PreparedModel {
         outputs: &mut [OutputBuffer],
         options: &ExecuteOptions,
     ) -> Result<crate::exec::ExecutionResult> {
-        self.program.execute_with(inputs, outputs, options)
+        self.under_deadline(options, Instant::now(), || {
+            self.program.execute_with(inputs, outputs, options)
+        })
     }
 
-    /// Starts an execution on another thread; wait on the handle for its outputs.
-    pub fn run_async(self: &Arc<Self>, inputs: Vec<HostTensor>) -> Execution {
+    /// Queues an execution on the model's scheduler (a bounded pool shared by the
+    /// process; see [`Scheduler`]) at the model's priority; wait on the handle for its
+    /// outputs.
+    pub fn run_async(
+        self: &Arc<Self>,
+        inputs: Vec<HostTensor>,
+    ) -> Result<Pending<Vec<HostTensor>>> {
         let model = Arc::clone(self);
-        Execution {
-            handle: std::thread::spawn(move || model.run(&inputs)),
-        }
+        Pending::submit(&*self.scheduler()?, self.priority, move || {
+            model.run(&inputs)
+        })
     }
 }
 
@@ -586,26 +737,5 @@ fn prepared_layout_ok(
     ) {
         Ok(kernel) => d.layout_matches(op, kernel.as_ref(), weights),
         Err(_) => false,
-    }
-}
-
-/// An asynchronous execution in flight.
-pub struct Execution {
-    handle: JoinHandle<Result<Vec<HostTensor>>>,
-}
-
-impl Execution {
-    /// Waits for the execution to finish.
-    pub fn wait(self) -> Result<Vec<HostTensor>> {
-        self.handle.join().unwrap_or_else(|_| {
-            Err(RuntimeError::Internal(
-                "an execution thread panicked".into(),
-            ))
-        })
-    }
-
-    /// True once the execution has finished (`wait` will not block).
-    pub fn is_finished(&self) -> bool {
-        self.handle.is_finished()
     }
 }

@@ -123,7 +123,7 @@ fn an_infinite_loop_misses_the_deadline() {
     assert!(
         matches!(
             err,
-            RuntimeError::MissedDeadline { timeout, .. } if timeout == Duration::from_millis(50)
+            RuntimeError::LoopTimeout { timeout, .. } if timeout == Duration::from_millis(50)
         ),
         "{err}"
     );
@@ -226,7 +226,7 @@ fn control_flow_models_run_from_encrypted_files() {
         .with_loop_timeout(Duration::from_millis(30))
         .unwrap();
     let err = model.run_with(&loop_inputs(1), &options).unwrap_err();
-    assert!(matches!(err, RuntimeError::MissedDeadline { .. }), "{err}");
+    assert!(matches!(err, RuntimeError::LoopTimeout { .. }), "{err}");
 }
 
 #[test]

@@ -72,7 +72,16 @@ fn runtime_code(e: &RuntimeError) -> NncResult {
         | RuntimeError::LoopTimeoutTooLong { .. } => NncResult::BadData,
         RuntimeError::OutputTooSmall { .. } => NncResult::OutputInsufficientSize,
         RuntimeError::Limit(_) | RuntimeError::OutOfMemory { .. } => NncResult::OutOfMemory,
-        RuntimeError::MissedDeadline { .. } => NncResult::MissedDeadlinePersistent,
+        RuntimeError::LoopTimeout { .. } => NncResult::MissedDeadlinePersistent,
+        RuntimeError::MissedDeadline { kind, .. } => match kind {
+            nnc_runtime::error::DeadlineKind::Transient => NncResult::MissedDeadlineTransient,
+            nnc_runtime::error::DeadlineKind::Persistent => NncResult::MissedDeadlinePersistent,
+        },
+        RuntimeError::Memory { .. }
+        | RuntimeError::MemoryDesc(_)
+        | RuntimeError::Binding { .. } => NncResult::BadData,
+        RuntimeError::ExecutionState(_) => NncResult::BadState,
+        RuntimeError::QueueFull { .. } => NncResult::ResourceExhaustedTransient,
         RuntimeError::InSubgraph { source, .. } => runtime_code(source),
         RuntimeError::Cache(_)
         | RuntimeError::Operation { .. }

@@ -50,8 +50,14 @@ pub enum NncResult {
     /// `nnc_execution_get_output_size` (and `NncOperandInfo.byte_size` when the output's
     /// shape is known before computing).
     OutputInsufficientSize = 8,
-    /// A loop of the model ran longer than the execution's loop timeout.
+    /// The execution missed its deadline for reasons that may pass (a busy queue, a
+    /// loaded machine): the same request may succeed later.
+    MissedDeadlineTransient = 10,
+    /// A loop of the model ran longer than the execution's loop timeout, or the
+    /// deadline is shorter than the model has ever needed.
     MissedDeadlinePersistent = 11,
+    /// Too many executions are queued; try again later.
+    ResourceExhaustedTransient = 12,
     /// Wrong key, or the file was altered: the model does not authenticate.
     IntegrityFailure = 100,
     /// The model uses something this runtime does not support (format version, operation).

@@ -16,7 +16,7 @@ use nnc_formats::nn::{Lifetime, Operation, OperationType};
 use super::execute::{InputTensor, OwnedSink};
 use super::program::Program;
 use crate::buffer::AlignedBuf;
-use crate::error::{Result, RuntimeError};
+use crate::error::{OpRef, Result, RuntimeError};
 use crate::kernels::{Kernel, KernelContext};
 
 /// The loop timeout when an execution sets none (NNAPI's default).
@@ -43,15 +43,35 @@ pub(crate) struct Flow<'a> {
     pub graphs: &'a [Program],
     pub deadline: Instant,
     pub timeout: Duration,
+    /// The caller's deadline for the whole execution ([`ExecuteOptions::deadline`]).
+    pub execution_deadline: Option<Instant>,
 }
 
 impl<'a> Flow<'a> {
-    pub fn new(graphs: &'a [Program], timeout: Duration) -> Flow<'a> {
+    pub fn new(
+        graphs: &'a [Program],
+        timeout: Duration,
+        execution_deadline: Option<Instant>,
+    ) -> Flow<'a> {
         let now = Instant::now();
         Flow {
             graphs,
             deadline: now.checked_add(timeout).unwrap_or(now),
             timeout,
+            execution_deadline,
+        }
+    }
+
+    /// Fails once the execution's deadline has passed (checked before every operation,
+    /// so a missed deadline stops the execution within one operation's time).
+    pub fn check_deadline(&self, operation: impl FnOnce() -> OpRef) -> Result<()> {
+        match self.execution_deadline {
+            Some(deadline) if Instant::now() >= deadline => Err(RuntimeError::MissedDeadline {
+                kind: crate::error::DeadlineKind::Transient,
+                stage: crate::error::DeadlineStage::Execution,
+                detail: format!("it passed before {} ran", operation()),
+            }),
+            _ => Ok(()),
         }
     }
 }
@@ -121,7 +141,7 @@ impl Program {
         let run = |t: usize, program: &Program, values: &[(&[usize], &[u8])]| {
             program.run_values(flow, values).map_err(|e| match e {
                 // The deadline is the whole execution's: reported as it is.
-                e @ RuntimeError::MissedDeadline { .. } => e,
+                e @ (RuntimeError::LoopTimeout { .. } | RuntimeError::MissedDeadline { .. }) => e,
                 e => RuntimeError::InSubgraph {
                     operation: opref(),
                     subgraph: t,
@@ -165,7 +185,7 @@ impl Program {
                     .collect::<Result<_>>()?;
                 loop {
                     if Instant::now() >= flow.deadline {
-                        return Err(RuntimeError::MissedDeadline {
+                        return Err(RuntimeError::LoopTimeout {
                             operation: opref(),
                             timeout: flow.timeout,
                         });

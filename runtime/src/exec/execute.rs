@@ -79,8 +79,11 @@ impl<'a> OutputBuffer<'a> {
 pub struct ExecuteOptions {
     /// Measure the execution's wall-clock duration.
     pub measure_timing: bool,
+    /// When the execution must be done: checked before every operation, and missing it
+    /// fails with [`RuntimeError::MissedDeadline`] (the prepared model stays usable).
+    pub deadline: Option<Instant>,
     /// How long the WHILE loops of one execution may run in all before it fails with
-    /// [`RuntimeError::MissedDeadline`]; `None` is the default of 2 s
+    /// [`RuntimeError::LoopTimeout`]; `None` is the default of 2 s
     /// ([`super::control_flow::DEFAULT_LOOP_TIMEOUT`]), and more than 15 s
     /// ([`super::control_flow::MAX_LOOP_TIMEOUT`]) is refused with
     /// [`RuntimeError::LoopTimeoutTooLong`].
@@ -533,15 +536,27 @@ impl Program {
         Ok(shape)
     }
 
-    fn run(
+    pub(crate) fn run(
         &self,
         inputs: &[InputTensor],
         sink: &mut dyn Sink,
         options: &ExecuteOptions,
     ) -> Result<Vec<Vec<usize>>> {
+        self.run_reserved(inputs, sink, options, None)
+    }
+
+    /// [`Program::run`] on a caller-held execution state when one is given (a burst
+    /// keeps its own, so its executions never wait for the program's pool of states).
+    pub(crate) fn run_reserved(
+        &self,
+        inputs: &[InputTensor],
+        sink: &mut dyn Sink,
+        options: &ExecuteOptions,
+        state: Option<&mut ExecState>,
+    ) -> Result<Vec<Vec<usize>>> {
         let timeout = super::control_flow::check_loop_timeout(options.loop_timeout)?;
-        let flow = Flow::new(&self.referenced, timeout);
-        self.run_flow(inputs, sink, &flow)
+        let flow = Flow::new(&self.referenced, timeout, options.deadline);
+        self.run_flow_in(inputs, sink, &flow, state)
     }
 
     /// Runs the program within an execution's control flow (the top-level program, or a
@@ -551,6 +566,16 @@ impl Program {
         inputs: &[InputTensor],
         sink: &mut dyn Sink,
         flow: &Flow,
+    ) -> Result<Vec<Vec<usize>>> {
+        self.run_flow_in(inputs, sink, flow, None)
+    }
+
+    fn run_flow_in(
+        &self,
+        inputs: &[InputTensor],
+        sink: &mut dyn Sink,
+        flow: &Flow,
+        reserved: Option<&mut ExecState>,
     ) -> Result<Vec<Vec<usize>>> {
         if inputs.len() != self.input_count() {
             return Err(RuntimeError::Count {
@@ -570,12 +595,18 @@ impl Program {
                 InputData::Owned(AlignedBuf::from_bytes(input.data)?)
             });
         }
-        let mut state = self.take_state();
-        let result = match &self.pool {
-            Some(pool) => pool.install(|| self.run_graph(&shapes, &data, &mut state, sink, flow)),
-            None => self.run_graph(&shapes, &data, &mut state, sink, flow),
+        let mut pooled = None;
+        let state = match reserved {
+            Some(state) => state,
+            None => pooled.insert(self.take_state()),
         };
-        self.return_state(state);
+        let result = match &self.pool {
+            Some(pool) => pool.install(|| self.run_graph(&shapes, &data, state, sink, flow)),
+            None => self.run_graph(&shapes, &data, state, sink, flow),
+        };
+        if let Some(state) = pooled {
+            self.return_state(state);
+        }
         result
     }
 
@@ -588,7 +619,7 @@ impl Program {
         flow: &Flow,
     ) -> Result<Vec<Vec<usize>>> {
         if self.plan.is_some() {
-            self.run_static(in_shapes, in_data, state, sink)
+            self.run_static(in_shapes, in_data, state, sink, flow)
         } else {
             self.run_dynamic(in_shapes, in_data, state, sink, flow)
         }
@@ -634,6 +665,7 @@ impl Program {
         in_data: &[InputData],
         state: &mut ExecState,
         sink: &mut dyn Sink,
+        flow: &Flow,
     ) -> Result<Vec<Vec<usize>>> {
         let plan = self
             .plan
@@ -676,6 +708,7 @@ impl Program {
             if plan.skip[i] {
                 continue;
             }
+            flow.check_deadline(|| self.op_ref(i))?;
             let weights = self.weights_for(i)?;
             let mut reads = Vec::new();
             let mut read_slot = vec![usize::MAX; op.inputs.len()];
@@ -763,6 +796,7 @@ impl Program {
         let mut buffers: Vec<Option<AlignedBuf>> = (0..n).map(|_| None).collect();
         let scratch = &mut state.scratch;
         for (i, op) in self.model.main.operations.iter().enumerate() {
+            flow.check_deadline(|| self.op_ref(i))?;
             let weights = self.weights_for(i)?;
             let located = |message: String| RuntimeError::Operation {
                 operation: self.op_ref(i),

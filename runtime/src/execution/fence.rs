@@ -1,0 +1,208 @@
+//! Fences: one-shot signals that executions wait for and signal.
+//!
+//! A [`Fence`] starts pending and is signalled exactly once, with success or with the
+//! error message of what it stood for. Waiting is a `Mutex` + `Condvar` pair, which on
+//! Linux is a futex: the OS primitive the NN API's sync fences wrap, without a file
+//! descriptor per fence. Work that must start when a fence signals registers a callback
+//! ([`Fence::on_signal`]) instead of parking a worker thread on it, so a bounded pool
+//! can never deadlock on fences whose signallers are queued behind their waiters.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+/// How a fence ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FenceState {
+    /// Not signalled yet.
+    Pending,
+    /// Signalled: what it stood for completed.
+    Signalled,
+    /// Signalled with an error: what it stood for failed (the message says why).
+    Failed(String),
+}
+
+type Callback = Box<dyn FnOnce(&FenceState) + Send>;
+
+struct Inner {
+    state: FenceState,
+    callbacks: Vec<Callback>,
+    signalled_at: Option<Instant>,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    changed: Condvar,
+}
+
+/// A one-shot completion signal, cheap to clone (clones are the same fence).
+#[derive(Clone)]
+pub struct Fence {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Fence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Fence").field(&self.state()).finish()
+    }
+}
+
+impl Default for Fence {
+    fn default() -> Self {
+        Fence::new()
+    }
+}
+
+impl Fence {
+    /// A pending fence. Whoever holds it may signal it (the NN API's user-created fences).
+    pub fn new() -> Fence {
+        Fence {
+            shared: Arc::new(Shared {
+                inner: Mutex::new(Inner {
+                    state: FenceState::Pending,
+                    callbacks: Vec::new(),
+                    signalled_at: None,
+                }),
+                changed: Condvar::new(),
+            }),
+        }
+    }
+
+    /// A fence already signalled.
+    pub fn signalled() -> Fence {
+        let fence = Fence::new();
+        fence.signal();
+        fence
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A callback never runs under the lock, so a poisoned lock only means a waiter
+        // panicked; the state itself is always consistent.
+        self.shared
+            .inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Signals success. Returns false (and changes nothing) if it was already signalled.
+    pub fn signal(&self) -> bool {
+        self.finish(FenceState::Signalled)
+    }
+
+    /// Signals failure with a message. Returns false if it was already signalled.
+    pub fn fail(&self, message: impl Into<String>) -> bool {
+        self.finish(FenceState::Failed(message.into()))
+    }
+
+    fn finish(&self, state: FenceState) -> bool {
+        let callbacks = {
+            let mut inner = self.lock();
+            if inner.state != FenceState::Pending {
+                return false;
+            }
+            inner.state = state.clone();
+            inner.signalled_at = Some(Instant::now());
+            std::mem::take(&mut inner.callbacks)
+        };
+        self.shared.changed.notify_all();
+        for callback in callbacks {
+            callback(&state);
+        }
+        true
+    }
+
+    /// The current state, without waiting.
+    pub fn state(&self) -> FenceState {
+        self.lock().state.clone()
+    }
+
+    /// When the fence was signalled, if it was.
+    pub fn signalled_at(&self) -> Option<Instant> {
+        self.lock().signalled_at
+    }
+
+    /// Waits until the fence is signalled, or at most `timeout`; returns the state then
+    /// (still [`FenceState::Pending`] when the timeout passed first).
+    pub fn wait(&self, timeout: Option<Duration>) -> FenceState {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let mut inner = self.lock();
+        while inner.state == FenceState::Pending {
+            inner = match deadline {
+                None => self
+                    .shared
+                    .changed
+                    .wait(inner)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        break;
+                    }
+                    self.shared
+                        .changed
+                        .wait_timeout(inner, deadline - now)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+            };
+        }
+        inner.state.clone()
+    }
+
+    /// Runs `callback` once the fence is signalled: at once on this thread if it already
+    /// is, otherwise on the thread that signals it. Callbacks must be short (they run
+    /// on the signaller's thread, typically a worker of the execution pool).
+    pub fn on_signal(&self, callback: impl FnOnce(&FenceState) + Send + 'static) {
+        let state = {
+            let mut inner = self.lock();
+            if inner.state == FenceState::Pending {
+                inner.callbacks.push(Box::new(callback));
+                return;
+            }
+            inner.state.clone()
+        };
+        callback(&state);
+    }
+
+    /// True when both handles are the same fence.
+    pub fn same_as(&self, other: &Fence) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_once_and_wakes_waiters() {
+        let fence = Fence::new();
+        let waiter = {
+            let fence = fence.clone();
+            std::thread::spawn(move || fence.wait(None))
+        };
+        assert_eq!(
+            fence.wait(Some(Duration::from_millis(10))),
+            FenceState::Pending
+        );
+        assert!(fence.signal());
+        assert!(!fence.fail("late"), "a fence signals once");
+        assert_eq!(waiter.join().unwrap(), FenceState::Signalled);
+        assert!(fence.signalled_at().is_some());
+    }
+
+    #[test]
+    fn callbacks_run_on_signal_or_at_once() {
+        let fence = Fence::new();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = Arc::clone(&seen);
+        fence.on_signal(move |state| s.lock().unwrap().push(state.clone()));
+        assert!(seen.lock().unwrap().is_empty());
+        fence.fail("broken");
+        let s = Arc::clone(&seen);
+        fence.on_signal(move |state| s.lock().unwrap().push(state.clone()));
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![FenceState::Failed("broken".into()); 2]
+        );
+    }
+}
