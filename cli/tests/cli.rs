@@ -537,6 +537,75 @@ fn devices_lists_profiles_and_names_malformed_fields() {
     assert!(stderr(&o).contains("exec_time"), "{}", stderr(&o));
 }
 
+#[test]
+fn devices_json_reports_capabilities_the_same_at_every_start() {
+    let ask = || {
+        let o = run(nnc()
+            .args(["devices", "--json", "--devices"])
+            .arg(testdata("devices/npu-int8.json")));
+        assert!(o.status.success(), "{}", stderr(&o));
+        o.stdout
+    };
+    let first = ask();
+    assert_eq!(first, ask(), "two processes give the same answer");
+    let r: serde_json::Value = serde_json::from_slice(&first).unwrap();
+    let devices = r["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 2);
+    for d in devices {
+        let caps = &d["capabilities"];
+        let perf = caps["operand_performance"].as_array().unwrap();
+        // Every operand type but SUBGRAPH and the OEM types, in code order.
+        let codes: Vec<i64> = perf.iter().map(|p| p["code"].as_i64().unwrap()).collect();
+        assert_eq!(codes, (0..=14).collect::<Vec<i64>>(), "{caps}");
+        assert!(perf.iter().all(|p| p["exec_time"].as_f64().unwrap() > 0.0));
+        for field in [
+            "type",
+            "version",
+            "extensions",
+            "cache_files",
+            "if_performance",
+        ] {
+            assert!(!caps[field].is_null(), "{field} missing: {caps}");
+        }
+    }
+    assert_eq!(
+        devices[0]["capabilities"]["extensions"][0]["name"],
+        "org.nnc.core"
+    );
+    let kernels = &r["host_kernels"];
+    assert!(
+        ["avx2+fma", "portable"].contains(&kernels["float"].as_str().unwrap()),
+        "{kernels}"
+    );
+    assert!(kernels["cpu_features"]["avx2"].is_boolean());
+}
+
+#[test]
+fn bench_burst_times_both_paths() {
+    let o = run(nnc()
+        .arg("bench")
+        .arg(tiny_cnn())
+        .args(["--runs", "20", "--burst", "--json"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for path in [&r, &r["burst"]] {
+        let median = path["median_ms"].as_f64().unwrap();
+        let overhead = path["overhead_median_ms"].as_f64().unwrap();
+        assert!(median > 0.0 && (0.0..=median).contains(&overhead), "{r}");
+    }
+    assert!(r["arena_bytes"].as_u64().unwrap() > 0, "{r}");
+    assert!(r["kernels"]["int8"].is_string(), "{r}");
+    let text = run(nnc()
+        .arg("bench")
+        .arg(tiny_cnn())
+        .args(["--runs", "5", "--burst"]));
+    let printed = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        printed.contains("plain: median") && printed.contains("burst: median"),
+        "{printed}"
+    );
+}
+
 // ---- compile-time input binding -------------------------------------------------------
 
 /// Resize(X [1,1,2,2], scales) with `scales` a graph input, written to `dir/model.onnx`,

@@ -221,7 +221,7 @@ fn four_threads_executing_one_prepared_model_all_get_correct_results() {
     // Asynchronous executions on the same model.
     let pending: Vec<_> = inputs
         .iter()
-        .map(|x| prepared.run_async(vec![x.clone()]))
+        .map(|x| prepared.run_async(vec![x.clone()]).unwrap())
         .collect();
     for (k, e) in pending.into_iter().enumerate() {
         assert_eq!(e.wait().unwrap()[0].data, serial[k], "async execution {k}");

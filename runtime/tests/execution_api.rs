@@ -96,7 +96,7 @@ fn f32s_of(bytes: &[u8]) -> Vec<f32> {
 }
 
 fn read_f32(memory: &Memory) -> Vec<f32> {
-    memory.with_bytes(|b| f32s_of(b)).unwrap()
+    memory.with_bytes(f32s_of).unwrap()
 }
 
 fn write_f32(memory: &Memory, values: &[f32]) {
@@ -336,7 +336,9 @@ fn a_deadline_shorter_than_the_run_fails_and_leaves_the_model_usable() {
         ..ExecuteOptions::default()
     };
     let t = HostTensor::from_f32(vec![1, 256], &x).unwrap();
-    let err = fresh.run_with(&[t.clone()], &options).unwrap_err();
+    let err = fresh
+        .run_with(std::slice::from_ref(&t), &options)
+        .unwrap_err();
     assert!(
         matches!(
             err,

@@ -2,10 +2,12 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use nnc_formats::tensor::{DataType, HostTensor};
+use nnc_runtime::{Burst, Execution, Memory, PreparedModel, Timing};
 use serde_json::json;
 
 use crate::output;
@@ -28,6 +30,11 @@ pub struct Args {
     /// How quantized convolutions, products and means requantize (as for `nnc run`).
     #[arg(long, value_enum, default_value_t = super::run::RequantizationArg::Float)]
     pub requantization: super::run::RequantizationArg,
+    /// Also time the same number of executions through a burst (an execution bound once
+    /// to memory objects, computed through `nnc_runtime::Burst`), printed beside the
+    /// plain path with each path's per-execution overhead.
+    #[arg(long)]
+    pub burst: bool,
     /// Print one JSON object on stdout.
     #[arg(long)]
     pub json: bool,
@@ -77,38 +84,134 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         super::run::gather_inputs(&run_args, model.inputs())?
     };
-    model.run(&inputs).context("warm-up execution failed")?;
-    let mut times: Vec<Duration> = Vec::with_capacity(args.runs as usize);
-    for _ in 0..args.runs {
-        let t = Instant::now();
-        model.run(&inputs).context("execution failed")?;
-        times.push(t.elapsed());
-    }
-    times.sort_unstable();
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let pick = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
-    let (median, min, p90) = (ms(pick(0.5)), ms(times[0]), ms(pick(0.9)));
+    let model = Arc::new(model);
+    let warm_up = model.run(&inputs).context("warm-up execution failed")?;
+    let plain = time_runs(args.runs, || {
+        let (_, timing) = model.run_timed(&inputs).context("execution failed")?;
+        Ok(timing)
+    })?;
+    let burst = if args.burst {
+        Some(time_burst(&model, &inputs, &warm_up, args.runs)?)
+    } else {
+        None
+    };
+    let kernels = nnc_runtime::kernels::isa::report();
     if args.json {
-        let report = json!({
+        let mut report = json!({
             "schema": "nnc.bench/1",
             "model": args.model.display().to_string(),
             "threads": args.threads,
             "runs": args.runs,
             "prepare_ms": ms(prepare),
-            "median_ms": median,
-            "min_ms": min,
-            "p90_ms": p90,
+            "median_ms": plain.median,
+            "min_ms": plain.min,
+            "p90_ms": plain.p90,
+            "overhead_median_ms": plain.overhead_median,
+            "arena_bytes": model.program().arena_size(),
+            "kernels": kernels,
             "input_dtypes": inputs.iter().map(|t| t.dtype).collect::<Vec<DataType>>(),
         });
+        if let Some(b) = &burst {
+            report["burst"] = json!({
+                "median_ms": b.median,
+                "min_ms": b.min,
+                "p90_ms": b.p90,
+                "overhead_median_ms": b.overhead_median,
+            });
+        }
         output::stdout(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
     } else {
-        output::stdout(&format!(
-            "{}: {} runs, {} thread(s): median {median:.3} ms, min {min:.3} ms, p90 {p90:.3} ms (prepare {:.1} ms)\n",
+        let mut text = format!(
+            "{}: {} runs, {} thread(s), kernels {}: median {:.3} ms, min {:.3} ms, p90 {:.3} ms (prepare {:.1} ms)\n",
             args.model.display(),
             args.runs,
             args.threads,
+            kernels.summary(),
+            plain.median,
+            plain.min,
+            plain.p90,
             ms(prepare)
-        ))?;
+        );
+        if let Some(b) = &burst {
+            text.push_str(&format!(
+                "  plain: median {:.3} ms, overhead {:.4} ms per execution\n  burst: median {:.3} ms, overhead {:.4} ms per execution\n",
+                plain.median, plain.overhead_median, b.median, b.overhead_median
+            ));
+        }
+        output::stdout(&text)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Medians and spread of timed executions, in milliseconds.
+struct Summary {
+    median: f64,
+    min: f64,
+    p90: f64,
+    /// Median of each execution's time outside the graph's operations (binding checks,
+    /// conversion, allocation, queueing): the whole call minus `Timing::on_device`.
+    overhead_median: f64,
+}
+
+fn time_runs(
+    runs: u32,
+    mut execute: impl FnMut() -> anyhow::Result<Timing>,
+) -> anyhow::Result<Summary> {
+    let mut wall: Vec<Duration> = Vec::with_capacity(runs as usize);
+    let mut overhead: Vec<Duration> = Vec::with_capacity(runs as usize);
+    for _ in 0..runs {
+        let t = Instant::now();
+        let timing = execute()?;
+        let elapsed = t.elapsed();
+        wall.push(elapsed);
+        overhead.push(elapsed.saturating_sub(timing.on_device));
+    }
+    let median = |v: &mut Vec<Duration>| {
+        v.sort_unstable();
+        v[((v.len() - 1) as f64 * 0.5).round() as usize]
+    };
+    let overhead_median = ms(median(&mut overhead));
+    let median_wall = ms(median(&mut wall));
+    Ok(Summary {
+        median: median_wall,
+        min: ms(wall[0]),
+        p90: ms(wall[((wall.len() - 1) as f64 * 0.9).round() as usize]),
+        overhead_median,
+    })
+}
+
+/// Times `runs` executions through a burst: one execution bound once to memory objects
+/// (inputs converted to the model's operand types, outputs sized by the warm-up run).
+fn time_burst(
+    model: &Arc<PreparedModel>,
+    inputs: &[HostTensor],
+    warm_up: &[HostTensor],
+    runs: u32,
+) -> anyhow::Result<Summary> {
+    let mut execution = Execution::new(model);
+    for (k, t) in inputs.iter().enumerate() {
+        let (shape, bytes) = model.program().host_input(k, t)?;
+        let memory = Memory::from_bytes(&bytes)?;
+        execution.set_input(k, &memory, 0, bytes.len(), Some(&shape))?;
+    }
+    for (k, t) in warm_up.iter().enumerate() {
+        // A source-typed output is never smaller than its operand's value (int64 values
+        // compute as int32), so its size bounds what the output needs.
+        let memory = Memory::new(t.data.len().max(1))?;
+        execution.set_output(k, &memory, 0, memory.len())?;
+    }
+    let burst = Burst::new(model);
+    execution
+        .compute_in(&burst)
+        .context("burst warm-up execution failed")?;
+    time_runs(runs, || {
+        Ok(execution
+            .compute_in(&burst)
+            .context("burst execution failed")?
+            .timing)
+    })
 }

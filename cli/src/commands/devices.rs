@@ -23,14 +23,29 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for path in &args.devices {
         profiles.extend(load_profiles(path)?);
     }
+    let kernels = nnc_runtime::kernels::isa::report();
     if args.json {
+        // Each device's profile, and its capabilities as the NN API's driver reports
+        // them (the same answer at every start: derived from the profile alone).
+        let devices: Vec<serde_json::Value> = profiles
+            .iter()
+            .map(|p| {
+                let mut v = serde_json::to_value(p)?;
+                v["capabilities"] = serde_json::to_value(p.capabilities())?;
+                Ok(v)
+            })
+            .collect::<serde_json::Result<_>>()?;
         output::stdout(&format!(
             "{}\n",
-            serde_json::to_string_pretty(&json!({"schema": "nnc.devices/1", "devices": profiles}))?
+            serde_json::to_string_pretty(&json!({
+                "schema": "nnc.devices/1",
+                "host_kernels": kernels,
+                "devices": devices,
+            }))?
         ))?;
         return Ok(ExitCode::SUCCESS);
     }
-    let mut text = String::new();
+    let mut text = format!("host kernels: {}\n", kernels.summary());
     for p in &profiles {
         text.push_str(&format!(
             "{} ({}, version {})\n",
@@ -102,6 +117,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 )
             })
             .collect();
+        if !p.extensions.is_empty() {
+            text.push_str(&format!("  extensions: {}\n", p.extensions.join(", ")));
+        }
         text.push_str(&format!(
             "  decrypts: {}\n  cache files: {} model, {} data\n",
             if decrypts.is_empty() {

@@ -134,6 +134,7 @@ pub fn load_binding(
         cache: super::cache_config(args.cache_dir.as_deref(), args.token.as_deref())?,
         requantization: args.requantization.into(),
         limits: args.limits.limits(),
+        ..LoadOptions::default()
     };
     let device = |name: &str| {
         let npu = SimulatedNpu::new(name);

@@ -11,6 +11,7 @@
 //! Profiles are JSON, documented in `docs/DEVICES.md`. Parsing is strict (unknown fields
 //! are errors) and every error names the file and the field.
 
+mod capabilities;
 mod locate;
 mod rules;
 
@@ -24,6 +25,7 @@ use crate::nn::{OperandType, OperationType};
 use crate::plan::PlanDevice;
 
 pub use crate::plan::Decline;
+pub use capabilities::{Capabilities, ExtensionSupport, OperandPerformance};
 pub use rules::{RULE_ENCRYPTION, RULE_EXTENSIONS, RULE_MODEL, RULE_OPERATIONS};
 
 /// The most cache files of each kind a device may ask for (NNAPI's limit).

@@ -3,9 +3,10 @@
  *
  * Objects and ownership
  * ---------------------
- * NncKey, NncModel and NncExecution are opaque. Each is created by a function that
- * writes it through an out-pointer (set to NULL on failure) and is owned by the caller
- * until passed to its free function (nnc_key_free, nnc_model_free, nnc_execution_free;
+ * NncKey, NncModel, NncExecution, NncMemory, NncEvent and NncBurst are opaque. Each is
+ * created by a function that writes it through an out-pointer (set to NULL on failure)
+ * and is owned by the caller until passed to its free function (nnc_key_free,
+ * nnc_model_free, nnc_execution_free, nnc_memory_free, nnc_event_free, nnc_burst_free;
  * all accept NULL). Free each object exactly once.
  *   - A key may be freed once the models it opens are loaded; nnc_key_free zeroizes it.
  *     The runtime wipes its copies of the key after each load.
@@ -13,7 +14,11 @@
  *     freed in any order.
  *   - Buffers bound with nnc_execution_set_input / _set_output stay owned by the caller
  *     and must stay valid while bound (until rebound or the execution is freed); nnc
- *     reads inputs and writes outputs only inside nnc_execution_compute.
+ *     reads inputs and writes outputs only inside a compute: nnc_execution_compute,
+ *     nnc_execution_burst_compute, or an asynchronous or fenced compute until its
+ *     event signals. Memory objects (nnc_memory_*) bound to an execution stay alive
+ *     while bound.
+ *   - Freeing an execution waits for its asynchronous or fenced compute in flight.
  *   - Strings and dimension arrays returned by nnc (NncOperandInfo) belong to the model
  *     and are valid until nnc_model_free; nnc_last_error_message() until the next nnc
  *     call on the same thread.
@@ -28,7 +33,9 @@
  * Threads
  * -------
  * A model may be used from several threads at once. An execution computes on one
- * thread at a time; bind once and compute as often as wanted.
+ * thread at a time; bind once and compute as often as wanted. Asynchronous and fenced
+ * computes run on one bounded worker pool shared by the process, ordered by their
+ * models' priorities (NncLoadOptions.priority); none spawns a thread of its own.
  */
 
 #ifndef NNC_H
@@ -66,8 +73,14 @@ typedef enum NncResult {
   // `nnc_execution_get_output_size` (and `NncOperandInfo.byte_size` when the output's
   // shape is known before computing).
   NNC_RESULT_OUTPUT_INSUFFICIENT_SIZE = 8,
-  // A loop of the model ran longer than the execution's loop timeout.
+  // The execution missed its deadline for reasons that may pass (a busy queue, a
+  // loaded machine): the same request may succeed later.
+  NNC_RESULT_MISSED_DEADLINE_TRANSIENT = 10,
+  // A loop of the model ran longer than the execution's loop timeout, or the
+  // deadline is shorter than the model has ever needed.
   NNC_RESULT_MISSED_DEADLINE_PERSISTENT = 11,
+  // Too many executions are queued; try again later.
+  NNC_RESULT_RESOURCE_EXHAUSTED_TRANSIENT = 12,
   // Wrong key, or the file was altered: the model does not authenticate.
   NNC_RESULT_INTEGRITY_FAILURE = 100,
   // The model uses something this runtime does not support (format version, operation).
@@ -94,6 +107,25 @@ typedef enum NncElementType {
   NNC_ELEMENT_TYPE_BOOL = 11,
 } NncElementType;
 
+// Priorities of a model's executions among those queued for the same workers, valued
+// as the NN API's `ANEURALNETWORKS_PRIORITY_*`.
+typedef enum NncPriority {
+  NNC_PRIORITY_LOW = 90,
+  NNC_PRIORITY_MEDIUM = 100,
+  NNC_PRIORITY_HIGH = 110,
+} NncPriority;
+
+// A burst: a sequence of computes of one model with the least overhead per compute
+// (each runs on the caller's thread on the burst's own execution state). Create with
+// `nnc_burst_create`, compute with `nnc_execution_burst_compute`, free with
+// `nnc_burst_free`. One burst computes one execution at a time.
+typedef struct NncBurst NncBurst;
+
+// A one-shot completion signal: the event of an asynchronous or fenced compute, or one
+// the caller creates (`nnc_event_create`) and signals itself (`nnc_event_signal`), for
+// a fenced compute to wait for. Free with `nnc_event_free`.
+typedef struct NncEvent NncEvent;
+
 // One execution of a model: bind every input and output once, then compute as often
 // as wanted (inputs are read and outputs written at each compute). Create with
 // `nnc_execution_create`; free with `nnc_execution_free`. An execution computes on one
@@ -104,6 +136,13 @@ typedef struct NncExecution NncExecution;
 // Create with `nnc_key_from_bytes` or `nnc_key_from_file`; free (and zeroize) with
 // `nnc_key_free`. A key may be freed as soon as the models that need it are loaded.
 typedef struct NncKey NncKey;
+
+// Shared memory for inputs and outputs: an anonymous shared region (memfd) or a mapped
+// file descriptor. Bind regions of it with `nnc_execution_set_input_from_memory` /
+// `_output_from_memory`; nnc reads and writes it at each compute, under a lock that
+// lets computes reading the same memory run together. Free with `nnc_memory_free`
+// (executions bound to it keep it alive).
+typedef struct NncMemory NncMemory;
 
 // A loaded, authenticated, prepared model. Create with `nnc_model_load_file` or
 // `nnc_model_load_buffer`; free with `nnc_model_free`. A model may be used from
@@ -124,6 +163,21 @@ typedef struct NncOperandInfo {
   // Bytes of the whole tensor, or 0 when a dimension is unknown.
   size_t byte_size;
 } NncOperandInfo;
+
+// How to load a model. Start from `nnc_load_options_default()` and change fields.
+typedef struct NncLoadOptions {
+  // Threads for the kernels of one execution (1: none spawned); at most 256.
+  uint32_t threads;
+  // An `NncPriority` value: how this model's asynchronous and fenced computes are
+  // ordered against other models' queued ones.
+  int32_t priority;
+  // Preparation must finish within this many nanoseconds (0: no deadline), or the
+  // load fails with `NNC_RESULT_MISSED_DEADLINE_TRANSIENT`.
+  uint64_t prepare_timeout_ns;
+  // A compilation-cache directory (NUL-terminated path), or null for none. A hit
+  // prepares from the cache; a miss prepares and fills it.
+  const char *cache_dir;
+} NncLoadOptions;
 
 #ifdef __cplusplus
 extern "C" {
@@ -232,7 +286,8 @@ enum NncResult nnc_model_get_output(const struct NncModel *model,
 // set to null.
 enum NncResult nnc_execution_create(const struct NncModel *model, struct NncExecution **execution);
 
-// Frees an execution. Null is ignored.
+// Frees an execution. Null is ignored. An asynchronous or fenced compute still in
+// flight is waited for first (nnc writes no bound buffer after this returns).
 //
 // # Safety
 // `execution` must be null or an execution from `nnc_execution_create` not yet freed,
@@ -343,6 +398,177 @@ enum NncResult nnc_execution_get_output_size(struct NncExecution *execution,
 enum NncResult nnc_execution_get_timing(struct NncExecution *execution,
                                         uint64_t *on_device_ns,
                                         uint64_t *total_ns);
+
+// The defaults: one thread, medium priority, no deadline, no cache.
+struct NncLoadOptions nnc_load_options_default(void);
+
+// `nnc_model_load_file` with options (null: the defaults).
+//
+// # Safety
+// As `nnc_model_load_file`; `options` null or a readable `NncLoadOptions`.
+enum NncResult nnc_model_load_file_with_options(const char *path,
+                                                const struct NncKey *key,
+                                                const struct NncLoadOptions *options,
+                                                struct NncModel **model);
+
+// `nnc_model_load_buffer` with options (null: the defaults).
+//
+// # Safety
+// As `nnc_model_load_buffer`; `options` null or a readable `NncLoadOptions`.
+enum NncResult nnc_model_load_buffer_with_options(const uint8_t *data,
+                                                  size_t length,
+                                                  const struct NncKey *key,
+                                                  const struct NncLoadOptions *options,
+                                                  struct NncModel **model);
+
+// Sets the deadline of each compute of `execution`, in nanoseconds from its start (for
+// a fenced compute, from when its fences signalled); 0 removes it. A compute that
+// cannot finish in time fails with `NNC_RESULT_MISSED_DEADLINE_PERSISTENT` when the
+// model has never run that fast, `NNC_RESULT_MISSED_DEADLINE_TRANSIENT` otherwise; the
+// model and the execution stay usable.
+//
+// # Safety
+// `execution` null or a live execution.
+enum NncResult nnc_execution_set_timeout(struct NncExecution *execution, uint64_t duration_ns);
+
+// Creates `size` bytes of anonymous shared memory (a memfd), zeroed. Its file
+// descriptor (`nnc_memory_get_fd`) can be mapped by the caller or passed to another
+// process.
+//
+// # Safety
+// `memory` null or writable for one pointer.
+enum NncResult nnc_memory_create_shared(size_t size, struct NncMemory **memory);
+
+// Maps `size` bytes of the file descriptor `fd` from `offset` (the NN API's
+// `ANeuralNetworksMemory_createFromFd`), shared and writable: the descriptor must be
+// open for reading and writing. nnc duplicates it: the caller may close its own at
+// once.
+//
+// # Safety
+// `memory` null or writable for one pointer.
+enum NncResult nnc_memory_create_from_fd(size_t size,
+                                         int32_t fd,
+                                         uint64_t offset,
+                                         struct NncMemory **memory);
+
+// The memory's file descriptor (owned by the memory: do not close it).
+//
+// # Safety
+// `memory` null or a live memory; `fd` null or writable.
+enum NncResult nnc_memory_get_fd(const struct NncMemory *memory, int32_t *fd);
+
+// Frees a memory object. Null is ignored. Executions still bound to it keep it alive.
+//
+// # Safety
+// `memory` null or a memory from `nnc_memory_create_*` not yet freed.
+void nnc_memory_free(struct NncMemory *memory);
+
+// Binds input `index` to `length` bytes of `memory` at `offset`, laid out as for
+// `nnc_execution_set_input` (the input's element type and declared dimensions).
+//
+// # Safety
+// `execution` null or a live execution; `memory` null or a live memory.
+enum NncResult nnc_execution_set_input_from_memory(struct NncExecution *execution,
+                                                   uint32_t index,
+                                                   const struct NncMemory *memory,
+                                                   size_t offset,
+                                                   size_t length);
+
+// Binds output `index` to `length` bytes of `memory` at `offset` (as
+// `nnc_execution_set_output`).
+//
+// # Safety
+// `execution` null or a live execution; `memory` null or a live memory.
+enum NncResult nnc_execution_set_output_from_memory(struct NncExecution *execution,
+                                                    uint32_t index,
+                                                    const struct NncMemory *memory,
+                                                    size_t offset,
+                                                    size_t length);
+
+// Creates an event that the caller signals with `nnc_event_signal`.
+//
+// # Safety
+// `event` null or writable for one pointer.
+enum NncResult nnc_event_create(struct NncEvent **event);
+
+// Signals an event the caller created. Signalling an event twice, or one that belongs
+// to a compute, is `NNC_RESULT_BAD_STATE`.
+//
+// # Safety
+// `event` null or a live event.
+enum NncResult nnc_event_signal(struct NncEvent *event);
+
+// Waits until the event signals and returns the outcome of what it stands for: the
+// compute's result code (its message in `nnc_last_error_message`), or for an event the
+// caller created, `NNC_RESULT_NO_ERROR`. May be called more than once.
+//
+// # Safety
+// `event` null or a live event.
+enum NncResult nnc_event_wait(struct NncEvent *event);
+
+// Frees an event. Null is ignored. Freeing the event of a compute in flight does not
+// cancel the compute.
+//
+// # Safety
+// `event` null or an event not yet freed.
+void nnc_event_free(struct NncEvent *event);
+
+// Starts the compute of `execution` once every event of `dependencies` (`count` of
+// them; none: at once) has signalled, on the shared worker pool at the model's
+// priority, and creates the event that signals when it is done (the NN API's fenced
+// execution). If a dependency fails, the compute does not run and its event fails with
+// `NNC_RESULT_OP_FAILED`. `timeout_after_ns` (0: none) bounds the time from the
+// dependencies' signal to completion (a missed deadline). The bound buffers must stay
+// valid, and untouched by the caller, until the event signals.
+//
+// # Safety
+// `execution` null or a live execution; `dependencies` null (with `count` 0) or
+// `count` live events; `event` null or writable for one pointer.
+enum NncResult nnc_execution_start_compute_with_dependencies(struct NncExecution *execution,
+                                                             const struct NncEvent *const *dependencies,
+                                                             uint32_t count,
+                                                             uint64_t timeout_after_ns,
+                                                             struct NncEvent **event);
+
+// Starts the compute of `execution` asynchronously on the shared worker pool, at the
+// model's priority, and creates the event that signals when it is done
+// (`nnc_event_wait` returns its result). Until then the execution refuses every other
+// call, and the bound buffers must stay valid and untouched by the caller.
+//
+// # Safety
+// `execution` null or a live execution; `event` null or writable for one pointer.
+enum NncResult nnc_execution_start_compute(struct NncExecution *execution, struct NncEvent **event);
+
+// The two durations of the last fenced compute (with at least one dependency), in
+// nanoseconds: `launched` from the call that started it to its completion, `fenced`
+// from when its dependencies signalled to its completion.
+//
+// # Safety
+// `execution` null or a live execution; `launched_ns` and `fenced_ns` null or writable.
+enum NncResult nnc_execution_get_fenced_timing(struct NncExecution *execution,
+                                               uint64_t *launched_ns,
+                                               uint64_t *fenced_ns);
+
+// Creates a burst for `model`.
+//
+// # Safety
+// `model` null or a live model; `burst` null or writable for one pointer.
+enum NncResult nnc_burst_create(const struct NncModel *model, struct NncBurst **burst);
+
+// Frees a burst. Null is ignored.
+//
+// # Safety
+// `burst` null or a burst not yet freed, not computing on another thread.
+void nnc_burst_free(struct NncBurst *burst);
+
+// Computes `execution` synchronously through `burst` (which must belong to the same
+// model); otherwise as `nnc_execution_compute`.
+//
+// # Safety
+// `execution` null or a live execution whose bound buffers are valid; `burst` null or
+// a live burst.
+enum NncResult nnc_execution_burst_compute(struct NncExecution *execution,
+                                           const struct NncBurst *burst);
 
 #ifdef __cplusplus
 }  // extern "C"

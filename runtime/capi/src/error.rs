@@ -35,6 +35,10 @@ pub(crate) enum CapiError {
     /// The runtime refused or failed.
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// A failure reported earlier, on another thread (an asynchronous compute's), passed
+    /// on with its code and message to the thread that waits for it.
+    #[error("{message}")]
+    Reported { code: NncResult, message: String },
 }
 
 impl CapiError {
@@ -46,6 +50,7 @@ impl CapiError {
             CapiError::OutputTooSmall { .. } => NncResult::OutputInsufficientSize,
             CapiError::Io { .. } => NncResult::Unmappable,
             CapiError::Runtime(e) => runtime_code(e),
+            CapiError::Reported { code, .. } => *code,
         }
     }
 }

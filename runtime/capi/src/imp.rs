@@ -3,13 +3,15 @@
 use std::ffi::CString;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nnc_formats::container::{Container, SectionKind};
 use nnc_formats::nn::IoInfo;
 use nnc_formats::plan::ExecutionPlan;
 use nnc_formats::tensor::{DataType, HostTensor};
-use nnc_runtime::{Devices, ExecuteOptions, LoadOptions, ModelFile, PreparedModel, SimulatedNpu};
+use nnc_runtime::{
+    Burst, Devices, ExecuteOptions, LoadOptions, Memory, ModelFile, PreparedModel, SimulatedNpu,
+};
 use zeroize::Zeroizing;
 
 use crate::error::CapiError;
@@ -138,7 +140,7 @@ impl IoDesc {
 
 /// A prepared model and the descriptions of its inputs and outputs.
 pub(crate) struct ModelInner {
-    model: PreparedModel,
+    pub(crate) model: Arc<PreparedModel>,
     pub(crate) inputs: Vec<IoDesc>,
     pub(crate) outputs: Vec<IoDesc>,
 }
@@ -162,7 +164,11 @@ impl ModelInner {
 /// Loads a model as `nnc run` does: one simulated device per device of the file's
 /// execution plan (one when it has none), the key installed in each for the load and
 /// wiped from every device afterwards (the prepared model keeps only derived keys).
-pub(crate) fn load(file: ModelFile, key: Option<&[u8]>) -> Result<NncModel, CapiError> {
+pub(crate) fn load(
+    file: ModelFile,
+    key: Option<&[u8]>,
+    options: &LoadOptions,
+) -> Result<NncModel, CapiError> {
     // The plan is public structure; nothing is trusted until a device authenticates it.
     let names: Vec<String> = Container::parse(file.bytes())
         .ok()
@@ -181,11 +187,11 @@ pub(crate) fn load(file: ModelFile, key: Option<&[u8]>) -> Result<NncModel, Capi
     if let Some(key) = key {
         devices.install_key(key);
     }
-    let loaded = PreparedModel::load(file, &devices, &LoadOptions::default());
+    let loaded = PreparedModel::load(file, &devices, options);
     for d in devices.iter() {
         d.clear_key();
     }
-    let model = loaded?;
+    let model = Arc::new(loaded?);
     let inputs = model.inputs().iter().map(IoDesc::new).collect();
     let outputs = model.outputs().iter().map(IoDesc::new).collect();
     Ok(NncModel {
@@ -197,17 +203,109 @@ pub(crate) fn load(file: ModelFile, key: Option<&[u8]>) -> Result<NncModel, Capi
     })
 }
 
-/// Caller memory bound to an input.
-struct InputBinding {
-    data: *const u8,
-    len: usize,
-    shape: Vec<usize>,
+/// Where a bound input or output lives: caller memory, or a region of a memory object.
+pub(crate) enum Region {
+    /// Caller memory, valid while bound by the C contract.
+    Pointer(*mut u8, usize),
+    /// `length` bytes at `offset` of a memory object (checked at every compute, since the
+    /// memory may be resized or released after binding).
+    Memory {
+        memory: Arc<Memory>,
+        offset: usize,
+        length: usize,
+    },
 }
 
-/// Caller memory bound to an output.
-struct OutputBinding {
-    data: *mut u8,
-    len: usize,
+impl Region {
+    fn len(&self) -> usize {
+        match self {
+            Region::Pointer(_, len) => *len,
+            Region::Memory { length, .. } => *length,
+        }
+    }
+
+    /// Copies the bound bytes out.
+    ///
+    /// # Safety
+    /// A `Pointer` region must be readable for its length (the binding's contract).
+    unsafe fn read(&self) -> Result<Vec<u8>, CapiError> {
+        match self {
+            // SAFETY: by this function's contract.
+            Region::Pointer(data, len) => {
+                Ok(unsafe { std::slice::from_raw_parts(*data, *len) }.to_vec())
+            }
+            Region::Memory {
+                memory,
+                offset,
+                length,
+            } => memory
+                .with_bytes(|bytes| {
+                    bytes
+                        .get(*offset..offset + length)
+                        .map(<[u8]>::to_vec)
+                        .ok_or_else(|| out_of_range(memory, *offset, *length, bytes.len()))
+                })
+                .map_err(CapiError::from)?,
+        }
+    }
+
+    /// Writes `data` at the start of the region (its length was checked to fit).
+    ///
+    /// # Safety
+    /// A `Pointer` region must be writable for its length (the binding's contract).
+    unsafe fn write(&self, data: &[u8]) -> Result<(), CapiError> {
+        match self {
+            Region::Pointer(ptr, len) => {
+                if data.len() > *len {
+                    return Err(CapiError::BadData(format!(
+                        "{} bytes do not fit a buffer of {len}",
+                        data.len()
+                    )));
+                }
+                // SAFETY: by this function's contract `ptr` is writable for `len` bytes,
+                // and `data` (our own vector) cannot overlap caller memory.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), *ptr, data.len()) };
+                Ok(())
+            }
+            Region::Memory {
+                memory,
+                offset,
+                length,
+            } => memory
+                .with_bytes_mut(|bytes| {
+                    let available = bytes.len();
+                    let region = bytes
+                        .get_mut(*offset..offset + length)
+                        .ok_or_else(|| out_of_range(memory, *offset, *length, available))?;
+                    region
+                        .get_mut(..data.len())
+                        .ok_or_else(|| {
+                            CapiError::BadData(format!(
+                                "{} bytes do not fit the bound {length}",
+                                data.len()
+                            ))
+                        })?
+                        .copy_from_slice(data);
+                    Ok(())
+                })
+                .map_err(CapiError::from)?,
+        }
+    }
+}
+
+fn out_of_range(memory: &Memory, offset: usize, length: usize, available: usize) -> CapiError {
+    CapiError::BadState(format!(
+        "memory {} now holds {available} bytes: the bound bytes {offset}..{} are beyond it \
+         (it was resized after binding; bind it again)",
+        memory.id(),
+        offset.saturating_add(length)
+    ))
+}
+
+/// One input's binding.
+struct InputBinding {
+    region: Region,
+    shape: Vec<usize>,
 }
 
 /// What the last compute found out.
@@ -216,14 +314,21 @@ struct LastRun {
     sizes: Vec<usize>,
     /// Nanoseconds on the device and in all, when the compute succeeded.
     timing: Option<(u64, u64)>,
+    /// A fenced compute's durations (launched, fenced), in nanoseconds.
+    fenced: Option<(u64, u64)>,
 }
 
 /// An execution's bindings and the results of its last compute.
 pub(crate) struct Execution {
     model: Arc<ModelInner>,
     inputs: Vec<Option<InputBinding>>,
-    outputs: Vec<Option<OutputBinding>>,
+    outputs: Vec<Option<Region>>,
     options: ExecuteOptions,
+    /// `nnc_execution_set_timeout`: from the start of each compute.
+    timeout: Option<Duration>,
+    /// An asynchronous or fenced compute is queued or running: every other call on the
+    /// execution is a bad state until it completes.
+    pub(crate) busy: bool,
     last: Option<LastRun>,
 }
 
@@ -232,8 +337,14 @@ pub(crate) struct Execution {
 // under the execution's mutex, so moving the execution between threads is sound.
 unsafe impl Send for Execution {}
 
-fn nanos(d: std::time::Duration) -> u64 {
+fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// How a compute runs: on the model's shared execution states, or on a burst's own.
+pub(crate) enum Via<'a> {
+    Plain,
+    Burst(&'a Burst),
 }
 
 impl Execution {
@@ -244,16 +355,21 @@ impl Execution {
             inputs: (0..n_in).map(|_| None).collect(),
             outputs: (0..n_out).map(|_| None).collect(),
             options: ExecuteOptions::default(),
+            timeout: None,
+            busy: false,
             last: None,
         }
+    }
+
+    pub(crate) fn model(&self) -> &Arc<ModelInner> {
+        &self.model
     }
 
     pub(crate) fn set_input(
         &mut self,
         index: usize,
         dims: Option<Vec<usize>>,
-        data: *const u8,
-        len: usize,
+        region: Region,
     ) -> Result<(), CapiError> {
         let desc = self.model.io(true, index)?;
         let label = desc.label("input", index);
@@ -288,61 +404,51 @@ impl Execution {
             .iter()
             .try_fold(desc.dtype.size(), |acc, &d| acc.checked_mul(d))
             .ok_or_else(|| CapiError::BadData(format!("{label}: dimensions {shape:?} overflow")))?;
-        if needed != len {
+        if needed != region.len() {
             return Err(CapiError::BadData(format!(
-                "{label}: {len} bytes given, {needed} expected ({} {:?})",
-                desc.dtype, shape
+                "{label}: {} bytes given, {needed} expected ({} {:?})",
+                region.len(),
+                desc.dtype,
+                shape
             )));
         }
-        self.inputs[index] = Some(InputBinding { data, len, shape });
+        self.inputs[index] = Some(InputBinding { region, shape });
         Ok(())
     }
 
     pub(crate) fn set_loop_timeout(&mut self, nanos: u64) -> Result<(), CapiError> {
-        self.options =
-            ExecuteOptions::default().with_loop_timeout(std::time::Duration::from_nanos(nanos))?;
+        self.options = self
+            .options
+            .with_loop_timeout(Duration::from_nanos(nanos))?;
         Ok(())
     }
 
-    pub(crate) fn set_output(
-        &mut self,
-        index: usize,
-        data: *mut u8,
-        len: usize,
-    ) -> Result<(), CapiError> {
+    pub(crate) fn set_timeout(&mut self, nanos: u64) {
+        self.timeout = (nanos > 0).then(|| Duration::from_nanos(nanos));
+    }
+
+    pub(crate) fn set_output(&mut self, index: usize, region: Region) -> Result<(), CapiError> {
         let desc = self.model.io(false, index)?;
         if let Some(needed) = desc.byte_size
-            && len < needed
+            && region.len() < needed
         {
             return Err(CapiError::OutputTooSmall {
                 output: index,
                 needed,
-                provided: len,
+                provided: region.len(),
             });
         }
-        self.outputs[index] = Some(OutputBinding { data, len });
+        self.outputs[index] = Some(region);
         Ok(())
     }
 
-    /// # Safety
-    /// Every bound buffer must still be valid as its binding's contract says.
-    pub(crate) unsafe fn compute(&mut self) -> Result<(), CapiError> {
-        let start = Instant::now();
-        self.last = None;
-        let mut tensors = Vec::with_capacity(self.inputs.len());
-        for (k, binding) in self.inputs.iter().enumerate() {
-            let desc = &self.model.inputs[k];
-            let b = binding.as_ref().ok_or_else(|| {
-                CapiError::BadState(format!(
-                    "{} is not bound (nnc_execution_set_input)",
-                    desc.label("input", k)
-                ))
-            })?;
-            // SAFETY: by the binding's contract, `data` is readable for `len` bytes.
-            let bytes = unsafe { std::slice::from_raw_parts(b.data, b.len) }.to_vec();
-            let t = HostTensor::new(desc.dtype, b.shape.clone(), bytes)
-                .map_err(|e| CapiError::BadData(format!("{}: {e}", desc.label("input", k))))?;
-            tensors.push(t);
+    /// Fails unless every input and output is bound.
+    pub(crate) fn check_bound(&self) -> Result<(), CapiError> {
+        if let Some(k) = self.inputs.iter().position(Option::is_none) {
+            return Err(CapiError::BadState(format!(
+                "{} is not bound (nnc_execution_set_input)",
+                self.model.inputs[k].label("input", k)
+            )));
         }
         if let Some(k) = self.outputs.iter().position(Option::is_none) {
             return Err(CapiError::BadState(format!(
@@ -350,12 +456,54 @@ impl Execution {
                 self.model.outputs[k].label("output", k)
             )));
         }
-        let (results, timing) = self.model.model.run_with(&tensors, &self.options)?;
+        Ok(())
+    }
+
+    /// Computes once. `started` is when the deadline counts from (the call, or for a
+    /// fenced compute the fences' signal); `deadline` an extra bound (a fenced compute's
+    /// timeout after its fences).
+    ///
+    /// # Safety
+    /// Every bound caller buffer must still be valid as its binding's contract says.
+    pub(crate) unsafe fn compute(
+        &mut self,
+        via: Via<'_>,
+        started: Instant,
+        deadline: Option<Instant>,
+    ) -> Result<(), CapiError> {
+        let start = Instant::now();
+        self.last = None;
+        self.check_bound()?;
+        let mut tensors = Vec::with_capacity(self.inputs.len());
+        for (k, binding) in self.inputs.iter().enumerate() {
+            let desc = &self.model.inputs[k];
+            let Some(b) = binding else {
+                return Err(CapiError::BadState("an input lost its binding".into()));
+            };
+            // SAFETY: by this function's contract, bound caller memory is readable.
+            let bytes = unsafe { b.region.read() }?;
+            let t = HostTensor::new(desc.dtype, b.shape.clone(), bytes)
+                .map_err(|e| CapiError::BadData(format!("{}: {e}", desc.label("input", k))))?;
+            tensors.push(t);
+        }
+        let timeout_deadline = self.timeout.and_then(|t| started.checked_add(t));
+        let options = ExecuteOptions {
+            deadline: match (deadline, timeout_deadline) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+            ..self.options
+        };
+        let (results, timing) = match via {
+            Via::Plain => self.model.model.run_with(&tensors, &options)?,
+            Via::Burst(burst) => burst.run_host(&tensors, &options)?,
+        };
         drop(tensors);
         let mut last = LastRun {
             shapes: results.iter().map(|t| t.shape.clone()).collect(),
             sizes: results.iter().map(|t| t.data.len()).collect(),
             timing: None,
+            fenced: None,
         };
         // Every buffer is checked before any is written.
         let too_small =
@@ -364,7 +512,7 @@ impl Execution {
                 .zip(&last.sizes)
                 .enumerate()
                 .find_map(|(k, (b, &needed))| {
-                    let provided = b.as_ref().map_or(0, |b| b.len);
+                    let provided = b.as_ref().map_or(0, Region::len);
                     (provided < needed).then_some(CapiError::OutputTooSmall {
                         output: k,
                         needed,
@@ -377,15 +525,21 @@ impl Execution {
         }
         for (b, t) in self.outputs.iter().zip(&results) {
             if let Some(b) = b {
-                // SAFETY: by the binding's contract, `data` is writable for `len` bytes,
-                // and `len >= t.data.len()` was checked above; the source is our own
-                // vector, which cannot overlap caller memory.
-                unsafe { std::ptr::copy_nonoverlapping(t.data.as_ptr(), b.data, t.data.len()) };
+                // SAFETY: by this function's contract, bound caller memory is writable;
+                // its length was checked above.
+                unsafe { b.write(&t.data) }?;
             }
         }
         last.timing = Some((nanos(timing.on_device), nanos(start.elapsed())));
         self.last = Some(last);
         Ok(())
+    }
+
+    /// Records a fenced compute's two durations.
+    pub(crate) fn set_fenced_timing(&mut self, launched: Duration, fenced: Duration) {
+        if let Some(last) = &mut self.last {
+            last.fenced = Some((nanos(launched), nanos(fenced)));
+        }
     }
 
     fn last(&self) -> Result<&LastRun, CapiError> {
@@ -424,5 +578,15 @@ impl Execution {
             .as_ref()
             .and_then(|l| l.timing)
             .ok_or_else(|| CapiError::BadState("no compute has succeeded yet".into()))
+    }
+
+    pub(crate) fn fenced_timing(&self) -> Result<(u64, u64), CapiError> {
+        self.last.as_ref().and_then(|l| l.fenced).ok_or_else(|| {
+            CapiError::BadState(
+                "the last compute was not a successful fenced one \
+                     (nnc_execution_start_compute_with_dependencies)"
+                    .into(),
+            )
+        })
     }
 }

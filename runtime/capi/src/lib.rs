@@ -12,7 +12,10 @@ use std::ffi::{CStr, c_char, c_void};
 use std::path::Path;
 
 mod error;
+mod flow;
 mod imp;
+
+pub use flow::*;
 
 use error::{CapiError, guard, guard_void};
 
@@ -106,7 +109,23 @@ pub struct NncModel {
 /// `nnc_execution_create`; free with `nnc_execution_free`. An execution computes on one
 /// thread at a time (a concurrent compute fails with `NNC_RESULT_BAD_STATE`).
 pub struct NncExecution {
-    inner: std::sync::Mutex<imp::Execution>,
+    inner: std::sync::Arc<std::sync::Mutex<imp::Execution>>,
+    /// The event of the asynchronous or fenced compute in flight, if any: freeing the
+    /// execution waits for it, so nnc never writes caller memory after the free returns.
+    in_flight: std::sync::Mutex<Option<nnc_runtime::Fence>>,
+}
+
+impl Drop for NncExecution {
+    fn drop(&mut self) {
+        let in_flight = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(fence) = in_flight {
+            fence.wait(None);
+        }
+    }
 }
 
 /// Description of one model input or output. `name` and `dimensions` point into the
@@ -125,7 +144,7 @@ pub struct NncOperandInfo {
     pub byte_size: usize,
 }
 
-fn non_null<T>(p: *const T, what: &'static str) -> Result<(), CapiError> {
+pub(crate) fn non_null<T>(p: *const T, what: &'static str) -> Result<(), CapiError> {
     if p.is_null() {
         Err(CapiError::Null(what))
     } else {
@@ -235,7 +254,7 @@ pub unsafe extern "C" fn nnc_key_free(key: *mut NncKey) {
 ///
 /// # Safety
 /// `path` must be null or a NUL-terminated string.
-unsafe fn path_arg<'a>(path: *const c_char) -> Result<&'a Path, CapiError> {
+pub(crate) unsafe fn path_arg<'a>(path: *const c_char) -> Result<&'a Path, CapiError> {
     non_null(path, "path")?;
     // SAFETY: non-null and, by the caller's contract, NUL-terminated.
     let text = unsafe { CStr::from_ptr(path) };
@@ -268,7 +287,11 @@ pub unsafe extern "C" fn nnc_model_load_file(
         // SAFETY: by the contract, `key` is null or a live key.
         let key = unsafe { key.as_ref() };
         let file = nnc_runtime::ModelFile::open(path)?;
-        let loaded = imp::load(file, key.map(|k| &k.bytes[..]))?;
+        let loaded = imp::load(
+            file,
+            key.map(|k| &k.bytes[..]),
+            &nnc_runtime::LoadOptions::default(),
+        )?;
         // SAFETY: as above: the out-pointer is non-null and writable.
         unsafe { hand_out(model, loaded) };
         Ok(())
@@ -301,6 +324,7 @@ pub unsafe extern "C" fn nnc_model_load_buffer(
         let loaded = imp::load(
             nnc_runtime::ModelFile::from_bytes(bytes),
             key.map(|k| &k.bytes[..]),
+            &nnc_runtime::LoadOptions::default(),
         )?;
         // SAFETY: as above: the out-pointer is non-null and writable.
         unsafe { hand_out(model, loaded) };
@@ -428,7 +452,10 @@ pub unsafe extern "C" fn nnc_execution_create(
         // SAFETY: by the contract, `model` is null or a live model.
         let model = unsafe { model.as_ref() }.ok_or(CapiError::Null("model"))?;
         let created = NncExecution {
-            inner: std::sync::Mutex::new(imp::Execution::new(std::sync::Arc::clone(&model.inner))),
+            inner: std::sync::Arc::new(std::sync::Mutex::new(imp::Execution::new(
+                std::sync::Arc::clone(&model.inner),
+            ))),
+            in_flight: std::sync::Mutex::new(None),
         };
         // SAFETY: as above: the out-pointer is non-null and writable.
         unsafe { hand_out(execution, created) };
@@ -436,7 +463,8 @@ pub unsafe extern "C" fn nnc_execution_create(
     })
 }
 
-/// Frees an execution. Null is ignored.
+/// Frees an execution. Null is ignored. An asynchronous or fenced compute still in
+/// flight is waited for first (nnc writes no bound buffer after this returns).
 ///
 /// # Safety
 /// `execution` must be null or an execution from `nnc_execution_create` not yet freed,
@@ -447,19 +475,32 @@ pub unsafe extern "C" fn nnc_execution_free(execution: *mut NncExecution) {
     guard_void(|| unsafe { free_handed_out(execution) })
 }
 
-/// Locks an execution for one call; a compute running on another thread is a bad state.
-fn lock(execution: &NncExecution) -> Result<std::sync::MutexGuard<'_, imp::Execution>, CapiError> {
-    match execution.inner.try_lock() {
-        Ok(g) => Ok(g),
+/// Locks an execution for one call; a compute running on another thread, or an
+/// asynchronous compute in flight, is a bad state.
+pub(crate) fn lock(
+    execution: &NncExecution,
+) -> Result<std::sync::MutexGuard<'_, imp::Execution>, CapiError> {
+    let guard = match execution.inner.try_lock() {
+        Ok(g) => g,
         // A panic while locked left nothing half-done that matters: bindings are plain
         // values, and results are replaced at the next compute.
-        Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => Err(CapiError::BadState(
-            "the execution is in use on another thread (an execution computes on one \
-             thread at a time)"
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => {
+            return Err(CapiError::BadState(
+                "the execution is in use on another thread (an execution computes on one \
+                 thread at a time)"
+                    .into(),
+            ));
+        }
+    };
+    if guard.busy {
+        return Err(CapiError::BadState(
+            "an asynchronous compute of this execution is in flight: wait for its event \
+             first"
                 .into(),
-        )),
+        ));
     }
+    Ok(guard)
 }
 
 /// Binds input `index` to `length` bytes at `buffer`, laid out as the input's element
@@ -482,7 +523,11 @@ pub unsafe extern "C" fn nnc_execution_set_input(
         // SAFETY: by the contract, `execution` is null or live.
         let execution = unsafe { execution.as_ref() }.ok_or(CapiError::Null("execution"))?;
         non_null(buffer, "buffer")?;
-        lock(execution)?.set_input(index as usize, None, buffer.cast(), length)
+        lock(execution)?.set_input(
+            index as usize,
+            None,
+            imp::Region::Pointer(buffer.cast_mut().cast(), length),
+        )
     })
 }
 
@@ -517,7 +562,11 @@ pub unsafe extern "C" fn nnc_execution_set_input_with_dimensions(
                 .map(|&d| d as usize)
                 .collect()
         };
-        lock(execution)?.set_input(index as usize, Some(dims), buffer.cast(), length)
+        lock(execution)?.set_input(
+            index as usize,
+            Some(dims),
+            imp::Region::Pointer(buffer.cast_mut().cast(), length),
+        )
     })
 }
 
@@ -542,7 +591,7 @@ pub unsafe extern "C" fn nnc_execution_set_output(
         // SAFETY: by the contract, `execution` is null or live.
         let execution = unsafe { execution.as_ref() }.ok_or(CapiError::Null("execution"))?;
         non_null(buffer, "buffer")?;
-        lock(execution)?.set_output(index as usize, buffer.cast(), length)
+        lock(execution)?.set_output(index as usize, imp::Region::Pointer(buffer.cast(), length))
     })
 }
 
@@ -580,7 +629,7 @@ pub unsafe extern "C" fn nnc_execution_compute(execution: *mut NncExecution) -> 
         let execution = unsafe { execution.as_ref() }.ok_or(CapiError::Null("execution"))?;
         let mut state = lock(execution)?;
         // SAFETY: by the contract, every bound buffer is still valid.
-        unsafe { state.compute() }
+        unsafe { state.compute(imp::Via::Plain, std::time::Instant::now(), None) }
     })
 }
 
@@ -703,7 +752,7 @@ pub unsafe extern "C" fn nnc_execution_get_timing(
 ///
 /// # Safety
 /// `out` must be non-null and writable.
-unsafe fn hand_out<T>(out: *mut *mut T, value: T) {
+pub(crate) unsafe fn hand_out<T>(out: *mut *mut T, value: T) {
     // SAFETY: by this function's contract.
     unsafe { out.write(Box::into_raw(Box::new(value))) };
 }
@@ -712,7 +761,7 @@ unsafe fn hand_out<T>(out: *mut *mut T, value: T) {
 ///
 /// # Safety
 /// `object` must be null or a pointer from [`hand_out`] not yet freed.
-unsafe fn free_handed_out<T>(object: *mut T) {
+pub(crate) unsafe fn free_handed_out<T>(object: *mut T) {
     if !object.is_null() {
         // SAFETY: by this function's contract it came from Box::into_raw, freed once.
         drop(unsafe { Box::from_raw(object) });

@@ -7,90 +7,12 @@ mod common;
 use std::ffi::{CStr, c_void};
 use std::ptr::{null, null_mut};
 
-use common::{argmax, c_path, compile, emit_model, key, last_error, testdata, write_key_file};
+use common::{
+    Execution, Model, argmax, c_path, compile, compute, emit_model, execution, key, last_error,
+    load_buffer, set_input, set_output, testdata, tiny, write_key_file,
+};
 use nnc_capi::*;
 use nnc_formats::tensor::HostTensor;
-
-/// A loaded model, freed on drop.
-struct Model(*mut NncModel);
-
-impl Drop for Model {
-    fn drop(&mut self) {
-        // SAFETY: the pointer came from a successful load and is freed once, here.
-        unsafe { nnc_model_free(self.0) }
-    }
-}
-
-/// An execution, freed on drop.
-struct Execution(*mut NncExecution);
-
-impl Drop for Execution {
-    fn drop(&mut self) {
-        // SAFETY: the pointer came from nnc_execution_create and is freed once, here.
-        unsafe { nnc_execution_free(self.0) }
-    }
-}
-
-fn key_object(bytes: &[u8]) -> *mut NncKey {
-    let mut k = null_mut();
-    // SAFETY: valid slice and out-pointer.
-    let r = unsafe { nnc_key_from_bytes(bytes.as_ptr(), bytes.len(), &mut k) };
-    assert_eq!(r, NncResult::NoError, "{}", last_error());
-    k
-}
-
-fn load_buffer(bytes: &[u8], key: Option<&[u8]>) -> Result<Model, NncResult> {
-    let k = key.map_or(null_mut(), key_object);
-    let mut m = null_mut();
-    // SAFETY: valid buffer, key (null or live) and out-pointer.
-    let r = unsafe { nnc_model_load_buffer(bytes.as_ptr(), bytes.len(), k, &mut m) };
-    // SAFETY: null or the key made above, freed once.
-    unsafe { nnc_key_free(k) };
-    if r == NncResult::NoError {
-        assert!(!m.is_null());
-        Ok(Model(m))
-    } else {
-        assert!(m.is_null(), "a failed load leaves the out-pointer null");
-        Err(r)
-    }
-}
-
-fn execution(model: &Model) -> Execution {
-    let mut e = null_mut();
-    // SAFETY: a live model and a valid out-pointer.
-    let r = unsafe { nnc_execution_create(model.0, &mut e) };
-    assert_eq!(r, NncResult::NoError, "{}", last_error());
-    Execution(e)
-}
-
-fn set_input(e: &Execution, index: u32, data: &[f32]) -> NncResult {
-    // SAFETY: the slice outlives every compute of the tests that bind it.
-    unsafe {
-        nnc_execution_set_input(
-            e.0,
-            index,
-            data.as_ptr().cast(),
-            std::mem::size_of_val(data),
-        )
-    }
-}
-
-fn set_output(e: &Execution, index: u32, data: &mut [f32]) -> NncResult {
-    // SAFETY: the slice outlives every compute of the tests that bind it.
-    unsafe {
-        nnc_execution_set_output(
-            e.0,
-            index,
-            data.as_mut_ptr().cast(),
-            std::mem::size_of_val(data),
-        )
-    }
-}
-
-fn compute(e: &Execution) -> NncResult {
-    // SAFETY: a live execution whose bound buffers are alive.
-    unsafe { nnc_execution_compute(e.0) }
-}
 
 fn output_size(e: &Execution, index: u32) -> Result<usize, NncResult> {
     let mut size = 0;
@@ -148,20 +70,6 @@ fn info(
         )
     };
     Ok((name, i.element_type, dims, i.byte_size))
-}
-
-fn tiny() -> (Vec<u8>, Vec<u8>, Vec<f32>, Vec<f32>) {
-    let k = key();
-    let bytes = compile(&testdata("tiny_cnn.onnx"), Some(&k));
-    let input = nnc_formats::npy::read_npy_file(testdata("tiny_cnn.input.npy"))
-        .expect("input")
-        .to_f32_vec()
-        .expect("float32");
-    let reference = nnc_formats::npy::read_npy_file(testdata("tiny_cnn.output.npy"))
-        .expect("reference")
-        .to_f32_vec()
-        .expect("float32");
-    (bytes, k.as_bytes().to_vec(), input, reference)
 }
 
 #[test]

@@ -333,6 +333,17 @@ impl Program {
         inputs: &[HostTensor],
         options: &ExecuteOptions,
     ) -> Result<(Vec<HostTensor>, Duration)> {
+        self.execute_host_in(inputs, options, None)
+    }
+
+    /// [`Program::execute_host_with`] on a caller-held execution state when one is given
+    /// (a burst's).
+    pub(crate) fn execute_host_in(
+        &self,
+        inputs: &[HostTensor],
+        options: &ExecuteOptions,
+        state: Option<&mut ExecState>,
+    ) -> Result<(Vec<HostTensor>, Duration)> {
         if inputs.len() != self.input_count() {
             return Err(RuntimeError::Count {
                 what: "inputs",
@@ -350,7 +361,7 @@ impl Program {
             .collect();
         let mut sink = OwnedSink::default();
         let start = Instant::now();
-        let shapes = self.run(&views, &mut sink, options)?;
+        let shapes = self.run_reserved(&views, &mut sink, options, state)?;
         let device = start.elapsed();
         let mut result = Vec::with_capacity(shapes.len());
         for (k, (shape, bytes)) in shapes.into_iter().zip(sink.outputs).enumerate() {
@@ -359,7 +370,11 @@ impl Program {
         Ok((result, device))
     }
 
-    fn host_input(&self, k: usize, t: &HostTensor) -> Result<(Vec<usize>, Vec<u8>)> {
+    /// Input `k` as the model's input operand takes it (shape and bytes of its NN
+    /// operand type), converted from the source model's element type as
+    /// [`Program::execute_host`] converts it: for binding memory objects, which hold NN
+    /// operand values.
+    pub fn host_input(&self, k: usize, t: &HostTensor) -> Result<(Vec<usize>, Vec<u8>)> {
         let err = |message: String| RuntimeError::Input { input: k, message };
         let operand = self
             .input_operand(k)

@@ -13,9 +13,11 @@
 //! so the slices formed from one memory's bytes are disjoint.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
+
+use nnc_formats::tensor::HostTensor;
 
 use super::fence::{Fence, FenceState};
 use super::memory::{DomainValue, IoKind, Memory, State, value_bytes};
@@ -367,21 +369,9 @@ impl Execution {
         let called = Instant::now();
         let pending: Pending<(Outcome, FencedTiming)> = Pending::new();
         let (fence, slot) = pending.parts();
-        let left = Arc::new(AtomicUsize::new(wait_for.len()));
-        let failure: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
-        let launch = Arc::new(Mutex::new(Some((running, request))));
-        let failed_fence = Arc::clone(&failure);
-        let go = move || {
-            let Some((running, request)) =
-                launch.lock().unwrap_or_else(PoisonError::into_inner).take()
-            else {
-                return;
-            };
-            let failed = failed_fence
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            if let Some(message) = failed {
+        // The callback runs once: on the thread that signals the last fence, or here.
+        Fence::all(wait_for).on_signal(move |state| {
+            if let FenceState::Failed(message) = state {
                 drop(running);
                 complete(
                     &fence,
@@ -419,29 +409,7 @@ impl Execution {
             if let Err(e) = queued {
                 complete(&fence, &slot, Err(e));
             }
-        };
-        if wait_for.is_empty() {
-            go();
-        } else {
-            let go = Arc::new(Mutex::new(Some(go)));
-            for dependency in wait_for {
-                let (left, go, failure) =
-                    (Arc::clone(&left), Arc::clone(&go), Arc::clone(&failure));
-                dependency.on_signal(move |state| {
-                    if let FenceState::Failed(message) = state {
-                        failure
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .get_or_insert_with(|| message.clone());
-                    }
-                    if left.fetch_sub(1, Ordering::AcqRel) == 1
-                        && let Some(go) = go.lock().unwrap_or_else(PoisonError::into_inner).take()
-                    {
-                        go();
-                    }
-                });
-            }
-        }
+        });
         Ok(FencedExecution { pending })
     }
 
@@ -523,6 +491,30 @@ impl Burst {
             .unwrap_or_else(PoisonError::into_inner)
             .len()
     }
+
+    /// Runs the burst's model on host tensors (the source model's element types, as
+    /// [`PreparedModel::run_with`]) on the burst's own execution state, on this thread:
+    /// the path of callers that bind no memory objects (the C API's pointer bindings).
+    pub fn run_host(
+        &self,
+        inputs: &[HostTensor],
+        options: &ExecuteOptions,
+    ) -> Result<(Vec<HostTensor>, Timing)> {
+        let start = Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let (outputs, device) = self.model.under_deadline(options, start, || {
+            self.model
+                .program()
+                .execute_host_in(inputs, options, Some(&mut state))
+        })?;
+        Ok((
+            outputs,
+            Timing {
+                on_device: device,
+                in_driver: start.elapsed(),
+            },
+        ))
+    }
 }
 
 /// A memory's lock during one compute.
@@ -540,15 +532,15 @@ impl Guard<'_> {
     }
 }
 
+/// Whether a shape fits a domain buffer's dimensions.
+type ShapeCheck = Box<dyn Fn(&[usize]) -> bool>;
+
 /// Where an output goes.
 enum Target {
     /// A region of a pool: pointer and length, valid while its write lock is held.
     Region(*mut u8, usize),
     /// A domain buffer: the value is stored after the run.
-    Domain {
-        memory: usize,
-        accepts: Box<dyn Fn(&[usize]) -> bool>,
-    },
+    Domain { memory: usize, accepts: ShapeCheck },
 }
 
 struct BindingSink {
@@ -639,7 +631,7 @@ impl Request {
             ..self.options
         };
         let model = &self.model;
-        let (result, device) = model.under_deadline(&options, start, || {
+        let (output_shapes, device) = model.under_deadline(&options, start, || {
             // Lock every memory once, in identifier order.
             let mut order: Vec<(u64, &Arc<Memory>, bool)> = Vec::new();
             for (b, writes) in self
@@ -776,23 +768,8 @@ impl Request {
                     **g = State::Domain(Some(value));
                 }
             }
-            let sizes = shapes
-                .iter()
-                .zip(self.outputs.iter())
-                .map(|(s, b)| {
-                    let t = match b.memory.domain() {
-                        Some(d) => d.operand_type,
-                        None => model
-                            .io_operand(IoKind::Output, 0)
-                            .map(|o| o.operand_type)
-                            .unwrap_or(nnc_formats::nn::OperandType::TensorFloat32),
-                    };
-                    value_bytes(t, s).unwrap_or(0)
-                })
-                .collect::<Vec<_>>();
-            Ok(((shapes, sizes), device))
+            Ok((shapes, device))
         })?;
-        let (output_shapes, _) = result;
         let output_sizes = output_shapes
             .iter()
             .enumerate()

@@ -7,6 +7,7 @@
 //! ([`Fence::on_signal`]) instead of parking a worker thread on it, so a bounded pool
 //! can never deadlock on fences whose signallers are queued behind their waiters.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -167,6 +168,41 @@ impl Fence {
     pub fn same_as(&self, other: &Fence) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
+
+    /// A fence that signals once every one of `fences` has signalled (at once when there
+    /// are none), failing with the first failure's message if any of them failed. It
+    /// registers callbacks only, so waiting for it parks no thread.
+    pub fn all(fences: &[Fence]) -> Fence {
+        let joined = Fence::new();
+        if fences.is_empty() {
+            joined.signal();
+            return joined;
+        }
+        let left = Arc::new(AtomicUsize::new(fences.len()));
+        let failure: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+        for dependency in fences {
+            let (left, failure, joined) = (Arc::clone(&left), Arc::clone(&failure), joined.clone());
+            dependency.on_signal(move |state| {
+                if let FenceState::Failed(message) = state {
+                    failure
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .get_or_insert_with(|| message.clone());
+                }
+                if left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    let failed = failure
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .take();
+                    match failed {
+                        Some(message) => joined.fail(message),
+                        None => joined.signal(),
+                    };
+                }
+            });
+        }
+        joined
+    }
 }
 
 #[cfg(test)]
@@ -188,6 +224,25 @@ mod tests {
         assert!(!fence.fail("late"), "a fence signals once");
         assert_eq!(waiter.join().unwrap(), FenceState::Signalled);
         assert!(fence.signalled_at().is_some());
+    }
+
+    #[test]
+    fn all_signals_after_the_last_and_fails_with_the_first_failure() {
+        assert_eq!(Fence::all(&[]).state(), FenceState::Signalled);
+        let (a, b) = (Fence::new(), Fence::new());
+        let joined = Fence::all(&[a.clone(), b.clone()]);
+        a.signal();
+        assert_eq!(joined.state(), FenceState::Pending);
+        b.signal();
+        assert_eq!(joined.wait(None), FenceState::Signalled);
+
+        let (a, b, c) = (Fence::new(), Fence::new(), Fence::new());
+        let joined = Fence::all(&[a.clone(), b.clone(), c.clone()]);
+        b.fail("input not ready");
+        assert_eq!(joined.state(), FenceState::Pending, "waits for every fence");
+        a.signal();
+        c.fail("later failure");
+        assert_eq!(joined.state(), FenceState::Failed("input not ready".into()));
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub mod conv;
 pub mod elementwise;
 pub mod fully_connected;
 pub mod gather;
+pub mod isa;
 pub(crate) mod linalg;
 pub mod matmul;
 pub mod mediapipe;

@@ -102,20 +102,10 @@ pub fn zeroed_f32(n: usize) -> Result<Vec<f32>> {
     filled(n, 0.0)
 }
 
-/// Whether the CPU has AVX2 and FMA (checked once; kernels with hand-vectorizable loops
-/// compile a second copy for them).
-#[cfg(target_arch = "x86_64")]
+/// Whether the float kernels take their AVX2+FMA paths (see [`super::isa`]; kernels with
+/// hand-vectorizable loops compile a second copy for them).
 pub fn has_avx2_fma() -> bool {
-    use std::sync::OnceLock;
-    static FLAG: OnceLock<bool> = OnceLock::new();
-    *FLAG.get_or_init(|| {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    })
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-pub fn has_avx2_fma() -> bool {
-    false
+    super::isa::float_avx2_fma()
 }
 
 /// Runs an NHWC computation on NCHW data when `nchw` is set, by transposing the input in

@@ -4,12 +4,15 @@
 #![allow(dead_code)]
 
 use std::ffi::{CStr, CString};
+use std::ptr::null_mut;
+
+use nnc_capi::*;
 use std::path::{Path, PathBuf};
 
 use nnc_compiler::emit::{self, EmitOptions};
 use nnc_compiler::pipeline::{self, LowerOptions};
 use nnc_formats::crypto::{Algorithm, Key, Mode};
-use nnc_formats::nn::Model;
+use nnc_formats::nn::Model as NnModel;
 
 /// The repository root.
 pub fn repo() -> PathBuf {
@@ -27,7 +30,7 @@ pub fn key() -> Key {
 }
 
 /// Emits an NN model, encrypted with `key` (AES-128-CTR) when one is given.
-pub fn emit_model(model: &Model, key: Option<&Key>) -> Vec<u8> {
+pub fn emit_model(model: &NnModel, key: Option<&Key>) -> Vec<u8> {
     emit::emit(
         model,
         EmitOptions {
@@ -75,4 +78,100 @@ pub fn argmax(values: &[f32]) -> usize {
         }
     }
     best
+}
+
+/// A loaded model, freed on drop.
+pub struct Model(pub *mut NncModel);
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from a successful load and is freed once, here.
+        unsafe { nnc_model_free(self.0) }
+    }
+}
+
+/// An execution, freed on drop.
+pub struct Execution(pub *mut NncExecution);
+
+impl Drop for Execution {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from nnc_execution_create and is freed once, here.
+        unsafe { nnc_execution_free(self.0) }
+    }
+}
+
+pub fn key_object(bytes: &[u8]) -> *mut NncKey {
+    let mut k = null_mut();
+    // SAFETY: valid slice and out-pointer.
+    let r = unsafe { nnc_key_from_bytes(bytes.as_ptr(), bytes.len(), &mut k) };
+    assert_eq!(r, NncResult::NoError, "{}", last_error());
+    k
+}
+
+pub fn load_buffer(bytes: &[u8], key: Option<&[u8]>) -> Result<Model, NncResult> {
+    let k = key.map_or(null_mut(), key_object);
+    let mut m = null_mut();
+    // SAFETY: valid buffer, key (null or live) and out-pointer.
+    let r = unsafe { nnc_model_load_buffer(bytes.as_ptr(), bytes.len(), k, &mut m) };
+    // SAFETY: null or the key made above, freed once.
+    unsafe { nnc_key_free(k) };
+    if r == NncResult::NoError {
+        assert!(!m.is_null());
+        Ok(Model(m))
+    } else {
+        assert!(m.is_null(), "a failed load leaves the out-pointer null");
+        Err(r)
+    }
+}
+
+pub fn execution(model: &Model) -> Execution {
+    let mut e = null_mut();
+    // SAFETY: a live model and a valid out-pointer.
+    let r = unsafe { nnc_execution_create(model.0, &mut e) };
+    assert_eq!(r, NncResult::NoError, "{}", last_error());
+    Execution(e)
+}
+
+pub fn set_input(e: &Execution, index: u32, data: &[f32]) -> NncResult {
+    // SAFETY: the slice outlives every compute of the tests that bind it.
+    unsafe {
+        nnc_execution_set_input(
+            e.0,
+            index,
+            data.as_ptr().cast(),
+            std::mem::size_of_val(data),
+        )
+    }
+}
+
+pub fn set_output(e: &Execution, index: u32, data: &mut [f32]) -> NncResult {
+    // SAFETY: the slice outlives every compute of the tests that bind it.
+    unsafe {
+        nnc_execution_set_output(
+            e.0,
+            index,
+            data.as_mut_ptr().cast(),
+            std::mem::size_of_val(data),
+        )
+    }
+}
+
+pub fn compute(e: &Execution) -> NncResult {
+    // SAFETY: a live execution whose bound buffers are alive.
+    unsafe { nnc_execution_compute(e.0) }
+}
+
+/// tiny_cnn compiled with a fresh key: the file, the key, its input and reference output.
+pub fn tiny() -> (Vec<u8>, Vec<u8>, Vec<f32>, Vec<f32>) {
+    let k = key();
+    let bytes = compile(&testdata("tiny_cnn.onnx"), Some(&k));
+    let input = nnc_formats::npy::read_npy_file(testdata("tiny_cnn.input.npy"))
+        .expect("input")
+        .to_f32_vec()
+        .expect("float32");
+    let reference = nnc_formats::npy::read_npy_file(testdata("tiny_cnn.output.npy"))
+        .expect("reference")
+        .to_f32_vec()
+        .expect("float32");
+    (bytes, k.as_bytes().to_vec(), input, reference)
 }

@@ -277,12 +277,8 @@ pub(crate) enum Isa {
 /// The best implementation this CPU supports (checked once).
 pub(crate) fn best_isa() -> Isa {
     #[cfg(target_arch = "x86_64")]
-    {
-        use std::sync::OnceLock;
-        static AVX2: OnceLock<bool> = OnceLock::new();
-        if *AVX2.get_or_init(|| std::arch::is_x86_feature_detected!("avx2")) {
-            return Isa::Avx2;
-        }
+    if crate::kernels::isa::int8_avx2() {
+        return Isa::Avx2;
     }
     Isa::Portable
 }
