@@ -71,6 +71,15 @@ pub(crate) struct CacheStep {
     pub data_files: usize,
 }
 
+/// What a step's token binds besides the nnc version: the kernels' instruction-set
+/// paths, because prepared weights are laid out for them (a quantized filter is packed
+/// as bytes for the dot-product path and as i16 pairs for the AVX2 one), so a cache
+/// written on one processor is a miss, not a misreading, on another.
+fn kernel_build() -> String {
+    let isa = crate::kernels::isa::report();
+    format!("{CACHE_VERSION} float:{} int8:{}", isa.float, isa.int8)
+}
+
 /// The cache steps of a model: the plan's steps, or one step of every operation.
 pub(crate) fn steps(
     plan: Option<&ExecutionPlan>,
@@ -78,6 +87,7 @@ pub(crate) fn steps(
     model_id: &[u8],
     default_device: &str,
 ) -> Vec<CacheStep> {
+    let build = kernel_build();
     let make = |device: usize,
                 ops: Vec<usize>,
                 name: &str,
@@ -92,7 +102,7 @@ pub(crate) fn steps(
                 device_name: name,
                 device_version: version,
                 preference,
-                nnc_version: CACHE_VERSION,
+                nnc_version: &build,
             }),
             device,
             operations: ops,

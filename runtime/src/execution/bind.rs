@@ -388,7 +388,6 @@ impl Execution {
             let (fence2, slot2) = (fence.clone(), Arc::clone(&slot));
             let queued = model.scheduler().and_then(|scheduler| {
                 scheduler.submit(model.priority(), move || {
-                    let _running = running;
                     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         request.run(signalled, deadline, None)
                     }))
@@ -403,6 +402,9 @@ impl Execution {
                             },
                         )
                     });
+                    // Released before the fence signals, so a waiter woken by it may
+                    // compute the execution again at once.
+                    drop(running);
                     complete(&fence2, &slot2, result);
                 })
             });

@@ -17,10 +17,28 @@ pub struct CpuFeatures {
     pub avx_vnni: bool,
 }
 
-/// Detected once per process.
+/// The environment variable that caps the paths the kernels may take: `portable` (no
+/// SIMD), `avx2` (AVX2 and FMA, no AVX-512), anything else or unset: what the processor
+/// has. Like oneDNN's `ONEDNN_MAX_CPU_ISA`: for measuring one path against another and
+/// testing the slower paths on a fast machine.
+pub const MAX_ISA_VAR: &str = "NNC_MAX_ISA";
+
+/// Detected once per process (capped by [`MAX_ISA_VAR`]).
 pub fn cpu_features() -> CpuFeatures {
     static FEATURES: OnceLock<CpuFeatures> = OnceLock::new();
-    *FEATURES.get_or_init(detect)
+    *FEATURES.get_or_init(|| cap(detect(), std::env::var(MAX_ISA_VAR).ok().as_deref()))
+}
+
+fn cap(found: CpuFeatures, max: Option<&str>) -> CpuFeatures {
+    match max {
+        Some("portable") => CpuFeatures::default(),
+        Some("avx2") => CpuFeatures {
+            avx2: found.avx2,
+            fma: found.fma,
+            ..CpuFeatures::default()
+        },
+        _ => found,
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -52,6 +70,13 @@ pub fn int8_avx2() -> bool {
     cpu_features().avx2
 }
 
+/// True when quantized convolutions take the 8-bit dot-product path (AVX512-VNNI's
+/// `vpdpbusd` on 512-bit registers; the AVX2 output stage runs beside it).
+pub fn int8_vnni() -> bool {
+    let f = cpu_features();
+    f.avx512f && f.avx512bw && f.avx512_vnni && f.avx2
+}
+
 /// What the kernels run on this processor.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct KernelIsa {
@@ -59,7 +84,8 @@ pub struct KernelIsa {
     pub cpu_features: CpuFeatures,
     /// The float kernels' path (`avx2+fma` or `portable`).
     pub float: &'static str,
-    /// The quantized kernels' path (`avx2` or `portable`).
+    /// The quantized GEMM's path: `avx512-vnni` (8-bit dot products), `avx2` (16-bit
+    /// products) or `portable`. Depthwise and elementwise kernels use AVX2 where present.
     pub int8: &'static str,
 }
 
@@ -102,7 +128,13 @@ pub fn report() -> KernelIsa {
         } else {
             "portable"
         },
-        int8: if int8_avx2() { "avx2" } else { "portable" },
+        int8: if int8_vnni() {
+            "avx512-vnni"
+        } else if int8_avx2() {
+            "avx2"
+        } else {
+            "portable"
+        },
     }
 }
 
@@ -114,12 +146,30 @@ mod tests {
     fn the_report_names_the_paths_the_kernels_take() {
         let r = report();
         assert_eq!(r.float == "avx2+fma", float_avx2_fma());
-        assert_eq!(r.int8 == "avx2", int8_avx2());
+        assert_eq!(r.int8 == "avx512-vnni", int8_vnni());
+        assert_eq!(r.int8 == "portable", !int8_vnni() && !int8_avx2());
         assert!(
             r.summary()
                 .starts_with(&format!("float {}, int8 {}", r.float, r.int8))
         );
         // Stable within a process: detection runs once.
         assert_eq!(report(), r);
+    }
+
+    #[test]
+    fn the_cap_removes_what_is_above_it() {
+        let all = CpuFeatures {
+            avx2: true,
+            fma: true,
+            avx512f: true,
+            avx512bw: true,
+            avx512_vnni: true,
+            avx_vnni: true,
+        };
+        assert_eq!(cap(all, None), all);
+        assert_eq!(cap(all, Some("native")), all);
+        assert_eq!(cap(all, Some("portable")), CpuFeatures::default());
+        let avx2 = cap(all, Some("avx2"));
+        assert!(avx2.avx2 && avx2.fma && !avx2.avx512f && !avx2.avx512_vnni);
     }
 }

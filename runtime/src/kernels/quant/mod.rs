@@ -37,6 +37,7 @@ mod binary;
 mod conv;
 mod dense;
 mod gemm;
+mod gemm_u8i8;
 mod movement;
 mod pool;
 mod reduce;
@@ -190,23 +191,23 @@ fn typed_mut<T: arith::Q8>(bytes: &mut [u8]) -> &mut [T] {
 /// Runs `f(first_row, rows, scratch)` over consecutive tiles of `tile_rows` rows of
 /// `out` (`row_len` elements per row), in parallel on the current rayon pool when
 /// `threads > 1`. Each worker gets its own i16 scratch of `scratch_len` values.
-fn for_row_tiles<T: Send>(
+fn for_row_tiles<T: Send, S: Copy + Default + Send>(
     threads: usize,
     out: &mut [T],
     row_len: usize,
     tile_rows: usize,
     scratch_len: usize,
-    f: impl Fn(usize, &mut [T], &mut [i16]) -> Result<()> + Sync + Send,
+    f: impl Fn(usize, &mut [T], &mut [S]) -> Result<()> + Sync + Send,
 ) -> Result<()> {
     use rayon::prelude::*;
     let chunk = tile_rows.max(1) * row_len.max(1);
     if threads > 1 && out.len() > chunk {
         out.par_chunks_mut(chunk).enumerate().try_for_each_init(
-            || vec![0i16; scratch_len],
+            || vec![S::default(); scratch_len],
             |scratch, (i, rows)| f(i * tile_rows, rows, scratch),
         )
     } else {
-        let mut scratch = super::util::filled(scratch_len, 0i16)?;
+        let mut scratch = super::util::filled(scratch_len, S::default())?;
         for (i, rows) in out.chunks_mut(chunk).enumerate() {
             f(i * tile_rows, rows, &mut scratch)?;
         }

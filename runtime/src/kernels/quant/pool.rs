@@ -131,7 +131,7 @@ impl Kernel for Pool {
                     pt: pad_h.0,
                     pl: pad_w.0,
                 };
-                for_row_tiles(threads, out, ow * c, 1, 0, |row, out_row, _| {
+                for_row_tiles(threads, out, ow * c, 1, 0, |row, out_row, _: &mut [u8]| {
                     match self.qt {
                         QType::U8 => self.row::<u8>(&g, typed(x), row, typed_mut(out_row)),
                         QType::I8 => self.row::<i8>(&g, typed(x), row, typed_mut(out_row)),

@@ -1,0 +1,500 @@
+//! Integer GEMM on 8-bit operands with the processor's dot-product instructions
+//! (AVX512-VNNI `vpdpbusd`: four u8 x i8 products summed into each i32 lane), with the
+//! requantizing output stage of [`super::gemm`].
+//!
+//! Why a second GEMM: [`super::gemm`] widens both operands to i16 so that every product
+//! `(x - x_zp) * (w - w_zp)` is exact, which doubles the bytes moved and halves the
+//! products per instruction. Here A holds activations as unsigned bytes (int8 inputs
+//! are read as they are and offset by 128 in the kernel, `x ^ 0x80`, so a pointwise
+//! convolution reads its input in place), and B weights as signed bytes `w - w_zp`
+//! (which must fit:
+//! int8 filters with zero point 0, the per-channel filters of TFLite's int8 models, or
+//! uint8 filters with zero point 128). Then
+//!
+//! `sum (x - x_zp) * b = sum a * b - a_zp * sum b`, with `a = x (+ 128)`, `a_zp = x_zp
+//! (+ 128)`,
+//!
+//! and the correction `-a_zp * colsum(b)` is folded into each column's bias, so the
+//! accumulator the output stage sees is exactly the one of the i16 path: the outputs are
+//! bit-identical (tested against it on random data). Taps in a convolution's padding are
+//! filled with `a_zp`, so they contribute `a_zp * b - a_zp * b = 0` as they must.
+//! `vpdpbusd` (not the saturating `vpdpbusds`) sums exactly: 4 * 255 * 128 fits an i32
+//! lane with room for a depth of millions.
+//!
+//! Layouts:
+//! - A: row-major rows of `kq` bytes (`kq` = k rounded up to a multiple of 4; the tail
+//!   may hold anything, B is zero there), each byte XORed with `flip` as it is read
+//!   (0x80 for int8 activations, 0 for uint8).
+//! - B ([`pack_rhs`]): panels of [`NR`] = 16 columns; within a panel, for every quad of
+//!   rows `4q..4q + 4`, each column's four bytes together (64 bytes: one register), so
+//!   one 32-bit broadcast of four A bytes meets a whole panel row.
+//!
+//! The micro-kernel keeps an [`MR`] x 32 block (two panels, 12 accumulators) in
+//! registers. Processors without AVX512-VNNI use [`super::gemm`]; the portable code here
+//! computes the same values and is what the tests compare the intrinsics with.
+
+use super::gemm::{NR, Stage};
+use crate::error::{Result, RuntimeError};
+
+/// Rows per micro-kernel block.
+pub(crate) const MR: usize = 6;
+
+/// `k` rounded up to a multiple of 4.
+pub(crate) fn quad_depth(k: usize) -> usize {
+    k.div_ceil(4) * 4
+}
+
+/// Bytes of a packed B of `k` x `n`.
+pub(crate) fn packed_len(k: usize, n: usize) -> Option<usize> {
+    quad_depth(k).checked_mul(n.div_ceil(NR))?.checked_mul(NR)
+}
+
+/// Whether this processor runs the dot-product path (checked once).
+pub(crate) fn available() -> bool {
+    crate::kernels::isa::int8_vnni()
+}
+
+/// Whether weights of this type and zero point fit the signed bytes of B.
+pub(crate) fn fits(qt: super::arith::QType, zero_point: i32) -> bool {
+    match qt {
+        super::arith::QType::I8 => zero_point == 0,
+        super::arith::QType::U8 => zero_point == 128,
+    }
+}
+
+/// Packs B (`k` x `n`, element (kk, j) from `get`) into `out` (see the module docs), and
+/// returns each column's sum (for the zero-point correction).
+pub(crate) fn pack_rhs(
+    k: usize,
+    n: usize,
+    get: impl Fn(usize, usize) -> i8,
+    out: &mut [u8],
+) -> Vec<i32> {
+    let kq = quad_depth(k);
+    let mut sums = vec![0i32; n];
+    for t in 0..n.div_ceil(NR) {
+        let panel = &mut out[t * kq * NR..(t + 1) * kq * NR];
+        for q in 0..kq / 4 {
+            let row = &mut panel[q * 4 * NR..(q + 1) * 4 * NR];
+            for j in 0..NR {
+                let col = t * NR + j;
+                for h in 0..4 {
+                    let kk = 4 * q + h;
+                    let v = if col < n && kk < k { get(kk, col) } else { 0 };
+                    if col < n {
+                        sums[col] += i32::from(v);
+                    }
+                    row[4 * j + h] = v as u8;
+                }
+            }
+        }
+    }
+    sums
+}
+
+/// The bias of each column with the zero-point correction folded in:
+/// `bias - a_zp * colsum` (wrapping, as the accumulator arithmetic does).
+pub(crate) fn corrected_bias(bias: Option<&[i32]>, sums: &[i32], a_zp: i32) -> Vec<i32> {
+    sums.iter()
+        .enumerate()
+        .map(|(j, &s)| bias.map_or(0, |b| b[j]).wrapping_sub(a_zp.wrapping_mul(s)))
+        .collect()
+}
+
+/// A packed B and its dimensions.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PackedRhs<'a> {
+    pub data: &'a [u8],
+    pub k: usize,
+    pub n: usize,
+}
+
+fn extent(rows: usize, ld: usize, cols: usize) -> Option<usize> {
+    if rows == 0 || cols == 0 {
+        return Some(0);
+    }
+    (rows - 1).checked_mul(ld)?.checked_add(cols)
+}
+
+/// `out = stage((A ^ flip) (m x kq, rows of `lda` bytes) * B)`, as bytes (two's
+/// complement when `signed`), row `r` at `out[r * ld..]`. `vnni` selects the intrinsics
+/// (which must be [`available`]) or the portable code.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm(
+    vnni: bool,
+    a: &[u8],
+    flip: u8,
+    lda: usize,
+    m: usize,
+    b: &PackedRhs,
+    out: &mut [u8],
+    ld: usize,
+    stage: &Stage,
+    signed: bool,
+) -> Result<()> {
+    let kq = quad_depth(b.k);
+    let n = b.n;
+    let bad = |what: &str| RuntimeError::Internal(format!("8-bit GEMM: {what}"));
+    if lda < kq || extent(m, lda, kq).is_none_or(|e| e > a.len()) {
+        return Err(bad("left operand too short"));
+    }
+    if packed_len(b.k, n) != Some(b.data.len()) {
+        return Err(bad("packed right operand has the wrong size"));
+    }
+    if ld < n || extent(m, ld, n).is_none_or(|e| e > out.len()) {
+        return Err(bad("destination too short"));
+    }
+    if stage.columns() != n {
+        return Err(bad("output stage does not match the columns"));
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    #[cfg(target_arch = "x86_64")]
+    if vnni {
+        if !available() {
+            return Err(bad("AVX512-VNNI requested on a CPU without it"));
+        }
+        // SAFETY: AVX512-VNNI (with F, BW and AVX2) is available, checked just above;
+        // every index the kernel forms is inside the slices, whose extents were checked
+        // above: A rows `r < m` of `kq <= lda` bytes, B panels of `kq * NR` bytes,
+        // destination rows `r < m` of `n <= ld` bytes, stage arrays padded to whole
+        // panels.
+        unsafe { avx512::gemm(a, flip, lda, m, b.data, kq, n, out, ld, stage, signed) };
+        return Ok(());
+    }
+    if vnni {
+        return Err(bad(
+            "AVX512-VNNI requested on a processor that is not x86-64",
+        ));
+    }
+    portable(a, flip, lda, m, b.data, kq, n, out, ld, stage);
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn portable(
+    a: &[u8],
+    flip: u8,
+    lda: usize,
+    m: usize,
+    b: &[u8],
+    kq: usize,
+    n: usize,
+    out: &mut [u8],
+    ld: usize,
+    stage: &Stage,
+) {
+    for t in 0..n.div_ceil(NR) {
+        let panel = &b[t * kq * NR..(t + 1) * kq * NR];
+        let cols = (n - t * NR).min(NR);
+        for r in 0..m {
+            let arow = &a[r * lda..r * lda + kq];
+            let mut acc = [0i32; NR];
+            for (q, quad) in arow.chunks_exact(4).enumerate() {
+                let brow = &panel[q * 4 * NR..(q + 1) * 4 * NR];
+                for (j, acc) in acc.iter_mut().enumerate() {
+                    // What vpdpbusd computes: four u8 x i8 products, wrapping in i32.
+                    let s: i32 = (0..4)
+                        .map(|h| i32::from(quad[h] ^ flip) * i32::from(brow[4 * j + h] as i8))
+                        .sum();
+                    *acc = acc.wrapping_add(s);
+                }
+            }
+            for (j, o) in out[r * ld + t * NR..][..cols].iter_mut().enumerate() {
+                // The clamp keeps the value in the 8-bit range; the byte is its two's
+                // complement either way.
+                *o = stage.apply(t * NR + j, acc[j]) as u8;
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::super::gemm::avx2::{load_stage, narrow16, requant8};
+    use super::{MR, NR, Stage};
+
+    /// # Safety
+    /// The CPU supports AVX512F, AVX512BW, AVX512-VNNI and AVX2, and the slices have
+    /// the extents [`super::gemm`] checks.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn gemm(
+        a: &[u8],
+        flip: u8,
+        lda: usize,
+        m: usize,
+        b: &[u8],
+        kq: usize,
+        n: usize,
+        out: &mut [u8],
+        ld: usize,
+        stage: &Stage,
+        signed: bool,
+    ) {
+        let panels = n.div_ceil(NR);
+        let mut t = 0;
+        while t < panels {
+            let pair = t + 1 < panels;
+            let mut r0 = 0;
+            while r0 < m {
+                let rows = (m - r0).min(MR);
+                let block = Block {
+                    a: &a[r0 * lda..],
+                    flip: i32::from_ne_bytes([flip; 4]),
+                    lda,
+                    b: &b[t * kq * NR..],
+                    kq,
+                    n,
+                    t,
+                    stage,
+                    signed,
+                };
+                let dst = &mut out[r0 * ld..];
+                // SAFETY (for each call): rows r0..r0 + rows < m hold kq bytes at lda
+                // strides, the panels t (and t + 1 when `pair`) exist, and the
+                // destination rows hold the columns of those panels below n.
+                unsafe {
+                    match (rows, pair) {
+                        (6, true) => block.run::<6, 2>(dst, ld),
+                        (5, true) => block.run::<5, 2>(dst, ld),
+                        (4, true) => block.run::<4, 2>(dst, ld),
+                        (3, true) => block.run::<3, 2>(dst, ld),
+                        (2, true) => block.run::<2, 2>(dst, ld),
+                        (_, true) => block.run::<1, 2>(dst, ld),
+                        (6, false) => block.run::<6, 1>(dst, ld),
+                        (5, false) => block.run::<5, 1>(dst, ld),
+                        (4, false) => block.run::<4, 1>(dst, ld),
+                        (3, false) => block.run::<3, 1>(dst, ld),
+                        (2, false) => block.run::<2, 1>(dst, ld),
+                        (_, false) => block.run::<1, 1>(dst, ld),
+                    }
+                }
+                r0 += rows;
+            }
+            t += if pair { 2 } else { 1 };
+        }
+    }
+
+    /// One block's operands: R rows of A from `a`, P panels of B from `b`.
+    struct Block<'a> {
+        a: &'a [u8],
+        /// XORed into every four bytes of A.
+        flip: i32,
+        lda: usize,
+        b: &'a [u8],
+        kq: usize,
+        n: usize,
+        /// The first panel's index.
+        t: usize,
+        stage: &'a Stage,
+        signed: bool,
+    }
+
+    impl Block<'_> {
+        /// Accumulates an R x (16 P) block over the depth, then runs the output stage.
+        ///
+        /// # Safety
+        /// As [`gemm`]'s calls: `a` holds R rows of `kq` bytes at `lda` strides, `b` P
+        /// panels of `kq * NR` bytes, `out` R rows at `ld` strides holding the block's
+        /// columns below n.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
+        #[inline]
+        unsafe fn run<const R: usize, const P: usize>(&self, out: &mut [u8], ld: usize) {
+            debug_assert!(self.a.len() >= (R - 1) * self.lda + self.kq);
+            debug_assert!(self.b.len() >= P * self.kq * NR);
+            let mut acc = [[_mm512_setzero_si512(); P]; R];
+            let ap = self.a.as_ptr();
+            let bp = self.b.as_ptr();
+            for q in 0..self.kq / 4 {
+                let mut bv = [_mm512_setzero_si512(); P];
+                for (p, v) in bv.iter_mut().enumerate() {
+                    // SAFETY: panel p's quad q ends at p * kq * NR + (q + 1) * 64 <=
+                    // P * kq * NR.
+                    *v = unsafe {
+                        _mm512_loadu_si512(bp.add(p * self.kq * NR + q * 4 * NR) as *const _)
+                    };
+                }
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: row r's quad q ends at r * lda + 4q + 4 <= r * lda + kq.
+                    let quad =
+                        unsafe { (ap.add(r * self.lda + 4 * q) as *const i32).read_unaligned() };
+                    let av = _mm512_set1_epi32(quad ^ self.flip);
+                    for (acc, &b) in acc.iter_mut().zip(&bv) {
+                        *acc = _mm512_dpbusd_epi32(*acc, av, b);
+                    }
+                }
+            }
+            for p in 0..P {
+                let c0 = (self.t + p) * NR;
+                let cols = (self.n - c0).min(NR);
+                // SAFETY: the stage arrays are padded to whole panels; c0 is a multiple
+                // of 16.
+                let (s0, s1) =
+                    unsafe { (load_stage(self.stage, c0), load_stage(self.stage, c0 + 8)) };
+                for (r, acc) in acc.iter().enumerate() {
+                    let lo = _mm512_castsi512_si256(acc[p]);
+                    let hi = _mm512_extracti64x4_epi64::<1>(acc[p]);
+                    let bytes = narrow16(requant8(lo, &s0), requant8(hi, &s1), self.signed);
+                    let row = &mut out[r * ld + c0..][..cols];
+                    if cols == NR {
+                        // SAFETY: the row holds NR bytes.
+                        unsafe { _mm_storeu_si128(row.as_mut_ptr() as *mut __m128i, bytes) };
+                    } else {
+                        let mut tmp = [0u8; NR];
+                        // SAFETY: tmp holds NR bytes.
+                        unsafe { _mm_storeu_si128(tmp.as_mut_ptr() as *mut __m128i, bytes) };
+                        row.copy_from_slice(&tmp[..cols]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::arith::Multiplier;
+    use super::super::gemm::{self as wide, Dst};
+    use super::*;
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn range(&mut self, lo: i32, hi: i32) -> i32 {
+            lo + (self.next() % (hi - lo + 1) as u64) as i32
+        }
+    }
+
+    /// Random u8 activations with zero point `a_zp` and i8 weights: the bytes of the
+    /// 8-bit path must equal those of the i16 path on `(a - a_zp)` and `b`, in both
+    /// requantizations and with the stage's bias corrected.
+    #[test]
+    fn outputs_equal_the_widened_gemm() {
+        let mut rng = Rng(0x5151_2323_8989_0101);
+        let mut paths = vec![false];
+        if available() {
+            paths.push(true);
+        }
+        for case in 0..80 {
+            let m = rng.range(1, 20) as usize;
+            let k = rng.range(1, 200) as usize;
+            let n = rng.range(1, 70) as usize;
+            let a_zp = rng.range(0, 255);
+            let kq = quad_depth(k);
+            let lda = kq + 4 * rng.range(0, 2) as usize;
+            let a: Vec<u8> = (0..m * lda).map(|_| rng.range(0, 255) as u8).collect();
+            // Half the cases read A through the int8 offset: the same unsigned values
+            // stored flipped.
+            let flip = if case % 4 < 2 { 0x80 } else { 0 };
+            let stored: Vec<u8> = a.iter().map(|&v| v ^ flip).collect();
+            let b: Vec<i8> = (0..k * n).map(|_| rng.range(-128, 127) as i8).collect();
+            let mut packed = vec![0u8; packed_len(k, n).unwrap()];
+            let sums = pack_rhs(k, n, |kk, j| b[kk * n + j], &mut packed);
+            let bias: Vec<i32> = (0..n).map(|_| rng.range(-100_000, 100_000)).collect();
+            let mults: Vec<Multiplier> = (0..n)
+                .map(|_| Multiplier::new(2f64.powi(rng.range(-20, -6))).unwrap())
+                .collect();
+            let scales: Vec<f32> = (0..n)
+                .map(|_| 2f32.powi(rng.range(-20, -6)) * 1.3)
+                .collect();
+            let signed = case % 2 == 0;
+            let range = if signed { (-128, 127) } else { (0, 255) };
+            let zp = rng.range(range.0, range.1);
+            let float = case % 3 == 0;
+            let stage_with = |bias: &[i32]| {
+                let s = Stage::new(n, Some(bias), &mults, zp, range).unwrap();
+                if float {
+                    s.float_scales(&scales).unwrap()
+                } else {
+                    s
+                }
+            };
+            // The reference: widened operands through the i16 GEMM.
+            let kp = wide::padded_depth(k);
+            let mut wa = vec![0i16; m * kp];
+            for r in 0..m {
+                for kk in 0..k {
+                    wa[r * kp + kk] = (i32::from(a[r * lda + kk]) - a_zp) as i16;
+                }
+            }
+            let mut wb = vec![0i16; wide::packed_len(k, n).unwrap()];
+            wide::pack_rhs(k, n, |kk, j| i16::from(b[kk * n + j]), &mut wb);
+            let reference_stage = stage_with(&bias);
+            let mut want = vec![0u8; m * n];
+            let rhs = wide::PackedRhs { data: &wb, k, n };
+            wide::gemm_with(
+                wide::Isa::Portable,
+                &wa,
+                kp,
+                m,
+                &rhs,
+                Dst::Q8 {
+                    out: &mut want,
+                    ld: n,
+                    stage: &reference_stage,
+                    signed,
+                },
+            )
+            .unwrap();
+            let stage = stage_with(&corrected_bias(Some(&bias), &sums, a_zp));
+            for &vnni in &paths {
+                let ld = n + 5;
+                let mut got = vec![0u8; m * ld];
+                let rhs = PackedRhs {
+                    data: &packed,
+                    k,
+                    n,
+                };
+                gemm(
+                    vnni, &stored, flip, lda, m, &rhs, &mut got, ld, &stage, signed,
+                )
+                .unwrap();
+                for r in 0..m {
+                    assert_eq!(
+                        &got[r * ld..r * ld + n],
+                        &want[r * n..(r + 1) * n],
+                        "case {case} vnni {vnni} row {r} (m {m} k {k} n {n})"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn short_operands_are_errors() {
+        let stage = Stage::new(3, None, &[Multiplier::new(0.5).unwrap()], 0, (0, 255)).unwrap();
+        let packed = vec![0u8; packed_len(5, 3).unwrap()];
+        let rhs = PackedRhs {
+            data: &packed,
+            k: 5,
+            n: 3,
+        };
+        let mut out = vec![0u8; 6];
+        assert!(gemm(false, &[0u8; 7], 0, 8, 1, &rhs, &mut out, 3, &stage, false).is_err());
+        assert!(
+            gemm(
+                false,
+                &[0u8; 16],
+                0,
+                8,
+                2,
+                &rhs,
+                &mut out[..4],
+                3,
+                &stage,
+                false
+            )
+            .is_err()
+        );
+        assert!(gemm(false, &[0u8; 16], 0, 8, 2, &rhs, &mut out, 3, &stage, false).is_ok());
+    }
+}
