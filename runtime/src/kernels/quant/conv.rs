@@ -17,7 +17,8 @@
 //!   widened to i16. Others gather im2col tiles. Filters are packed, for the path this
 //!   processor takes, when the weights are prepared.
 //! - DEPTHWISE_CONV_2D: direct loops accumulating i32 over contiguous channel blocks
-//!   (compiled a second time for AVX2), then the vectorized requantizing stage.
+//!   (AVX2 on 16 channels, AVX-512 on 32 with the single-precision stage on 16 lanes,
+//!   a portable loop elsewhere), then the vectorized requantizing stage.
 //! - TRANSPOSE_CONV_2D: GEMM of the input with the repacked filter into per-pixel i32
 //!   columns, scatter-added into an i32 accumulator of the output, then requantized.
 
@@ -996,22 +997,49 @@ fn pack_depthwise_pairs(w: &[i16], taps: usize, oc: usize) -> Result<Vec<i16>> {
     Ok(out)
 }
 
+/// Per output pixel of row `row`, the window offset of every tap (None: padding), each
+/// checked to hold a whole pixel; None if a tap falls outside the window (which holds
+/// input rows `y0..` of the row's image).
+fn tap_offsets(
+    g: &Geometry,
+    window_len: usize,
+    y0: usize,
+    row: usize,
+    npairs: usize,
+) -> Option<Vec<Option<usize>>> {
+    let oy = row % g.oh;
+    let mut offsets = vec![None; g.ow * 2 * npairs];
+    for ox in 0..g.ow {
+        for ky in 0..g.kh {
+            for kx in 0..g.kw {
+                if let (Some(iy), Some(ix)) = (g.in_y(oy, ky), g.in_x(ox, kx)) {
+                    let wy = iy.checked_sub(y0)?;
+                    let at = (wy * g.iw + ix) * g.ic;
+                    if at + g.ic > window_len {
+                        return None;
+                    }
+                    offsets[ox * 2 * npairs + ky * g.kw + kx] = Some(at);
+                }
+            }
+        }
+    }
+    Some(offsets)
+}
+
 /// One output row of a depth-multiplier-1 depthwise convolution, whole blocks of 16
-/// channels: per pixel and block, the input of pairs of taps (already widened to i16
-/// minus the zero point) interleaved and multiplied with `vpmaddwd` into i32 (exact:
-/// both operands lie in [-255, 255]), then the vectorized requantizing stage. Taps in
-/// the padding contribute zero.
+/// channels, with the widest vectors this processor has: per pixel and block, the input
+/// of pairs of taps (already widened to i16 minus the zero point) interleaved and
+/// multiplied with `vpmaddwd` into i32 (exact: both operands lie in [-255, 255]), then
+/// the vectorized requantizing stage. Taps in the padding contribute zero.
 ///
 /// `window` holds input rows `y0..` of the row's image, widened. Returns false (having
-/// written nothing) if a tap falls outside the window.
+/// written nothing) if a tap falls outside the window or a size does not fit.
 ///
 /// # Safety
-/// AVX2; `out_row` holds `ow * oc` bytes, `pairs` the packed filter of
-/// [`pack_depthwise_pairs`], `stage` covers `oc` channels, `ic == oc`.
+/// AVX2 is available.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn depthwise_row_pairs_avx2(
+unsafe fn depthwise_row_pairs(
     g: &Geometry,
     window: &[i16],
     y0: usize,
@@ -1021,88 +1049,214 @@ unsafe fn depthwise_row_pairs_avx2(
     out_row: &mut [u8],
     signed_out: bool,
 ) -> bool {
-    use std::arch::x86_64::*;
-    let (oc, ic) = (g.oc, g.ic);
-    let oy = row % g.oh;
     let taps = g.kh * g.kw;
     let npairs = taps.div_ceil(2);
-    let blocks = oc / DW_BLOCK;
-    if out_row.len() != g.ow * oc || pairs.len() != blocks * npairs * 2 * DW_BLOCK || ic != oc {
+    let blocks = g.oc / DW_BLOCK;
+    if out_row.len() != g.ow * g.oc
+        || pairs.len() != blocks * npairs * 2 * DW_BLOCK
+        || g.ic != g.oc
+        || stage.columns() != g.oc
+    {
         return false;
     }
-    let zeros = [0i16; DW_BLOCK];
-    // Per output pixel, the window offset of every tap (None: padding), each checked to
-    // hold a whole pixel.
-    let mut offsets = vec![None; g.ow * 2 * npairs];
-    for ox in 0..g.ow {
-        for ky in 0..g.kh {
-            for kx in 0..g.kw {
-                if let (Some(iy), Some(ix)) = (g.in_y(oy, ky), g.in_x(ox, kx)) {
-                    let Some(wy) = iy.checked_sub(y0) else {
-                        return false;
+    let Some(offsets) = tap_offsets(g, window.len(), y0, row, npairs) else {
+        return false;
+    };
+    let rows = DepthwiseRow {
+        g,
+        window,
+        offsets: &offsets,
+        pairs,
+        npairs,
+        stage,
+        signed_out,
+    };
+    if crate::kernels::isa::int8_vnni() {
+        // SAFETY: AVX512F/BW are available (int8_vnni implies them); the sizes and
+        // offsets were checked above.
+        unsafe { rows.avx512(out_row) }
+    } else {
+        // SAFETY: AVX2 (the caller's contract); as above.
+        unsafe { rows.avx2(out_row, 0) }
+    }
+    true
+}
+
+/// One row's operands, checked by [`depthwise_row_pairs`].
+#[cfg(target_arch = "x86_64")]
+struct DepthwiseRow<'a> {
+    g: &'a Geometry,
+    window: &'a [i16],
+    /// [`tap_offsets`] of the row.
+    offsets: &'a [Option<usize>],
+    pairs: &'a [i16],
+    npairs: usize,
+    stage: &'a Stage,
+    signed_out: bool,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl DepthwiseRow<'_> {
+    /// Blocks of 32 channels in 512-bit registers (two packed blocks of 16 side by
+    /// side), the single-precision stage on 16 lanes; a last block of 16 and the
+    /// fixed-point stages through [`Self::avx2`].
+    ///
+    /// # Safety
+    /// AVX512F, AVX512BW and AVX2; the sizes checked by [`depthwise_row_pairs`].
+    #[target_feature(enable = "avx512f,avx512bw,avx2")]
+    unsafe fn avx512(&self, out_row: &mut [u8]) {
+        use std::arch::x86_64::*;
+        let Some(float) = self.stage.float_constants() else {
+            // SAFETY: forwarded.
+            return unsafe { self.avx2(out_row, 0) };
+        };
+        let (g, npairs) = (self.g, self.npairs);
+        let oc = g.oc;
+        let zeros = [0i16; 2 * DW_BLOCK];
+        let window = self.window;
+        let load = |at: Option<usize>, c0: usize| -> __m512i {
+            // SAFETY: a tap offset starts a whole pixel inside the window (checked) and
+            // c0 + 32 <= ic; otherwise 32 zeros (the padding minus the zero point).
+            unsafe {
+                match at {
+                    Some(o) => _mm512_loadu_si512(window.as_ptr().add(o + c0) as *const _),
+                    None => _mm512_loadu_si512(zeros.as_ptr() as *const _),
+                }
+            }
+        };
+        // Qwords of the two accumulators (lo: channels {0-3 | 8-11 | 16-19 | 24-27},
+        // hi: {4-7 | 12-15 | 20-23 | 28-31}) in channel order: 0-15, then 16-31.
+        let first = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+        let second = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+        let supers = oc / (2 * DW_BLOCK);
+        for sb in 0..supers {
+            let c0 = sb * 2 * DW_BLOCK;
+            // The packed blocks 2 sb and 2 sb + 1: per pair, 16 values for the low
+            // half of each 128-bit lane, then 16 for the high half.
+            let (wa, wb) = (
+                2 * sb * npairs * 2 * DW_BLOCK,
+                (2 * sb + 1) * npairs * 2 * DW_BLOCK,
+            );
+            // SAFETY: the stage arrays are padded to whole panels of 16 (c0 + 32 <= oc).
+            let (f0, f1) = unsafe {
+                (
+                    gemm::avx512::Float16::load(&float, c0),
+                    gemm::avx512::Float16::load(&float, c0 + 16),
+                )
+            };
+            for ox in 0..g.ow {
+                let taps_at = &self.offsets[ox * 2 * npairs..(ox + 1) * 2 * npairs];
+                let mut acc_lo = _mm512_setzero_si512();
+                let mut acc_hi = _mm512_setzero_si512();
+                for p in 0..npairs {
+                    let x0 = load(taps_at[2 * p], c0);
+                    let x1 = load(taps_at[2 * p + 1], c0);
+                    // SAFETY: both blocks hold npairs * 32 values at wa and wb.
+                    let (wl, wh) = unsafe {
+                        let at = |base: usize, half: usize| {
+                            _mm256_loadu_si256(
+                                self.pairs.as_ptr().add(base + p * 32 + half) as *const __m256i
+                            )
+                        };
+                        (
+                            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(at(wa, 0)), at(wb, 0)),
+                            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(at(wa, 16)), at(wb, 16)),
+                        )
                     };
-                    let at = (wy * g.iw + ix) * ic;
-                    if at + ic > window.len() {
-                        return false;
-                    }
-                    offsets[ox * 2 * npairs + ky * g.kw + kx] = Some(at);
+                    acc_lo = _mm512_add_epi32(
+                        acc_lo,
+                        _mm512_madd_epi16(_mm512_unpacklo_epi16(x0, x1), wl),
+                    );
+                    acc_hi = _mm512_add_epi32(
+                        acc_hi,
+                        _mm512_madd_epi16(_mm512_unpackhi_epi16(x0, x1), wh),
+                    );
+                }
+                let v0 = _mm512_permutex2var_epi64(acc_lo, first, acc_hi);
+                let v1 = _mm512_permutex2var_epi64(acc_lo, second, acc_hi);
+                let dst = &mut out_row[ox * oc + c0..ox * oc + c0 + 2 * DW_BLOCK];
+                // SAFETY: dst holds 32 bytes.
+                unsafe {
+                    _mm_storeu_si128(dst.as_mut_ptr() as *mut __m128i, f0.requantize(v0));
+                    _mm_storeu_si128(dst.as_mut_ptr().add(16) as *mut __m128i, f1.requantize(v1));
                 }
             }
         }
+        // SAFETY: forwarded; the blocks before 2 * supers are done.
+        unsafe { self.avx2(out_row, 2 * supers) }
     }
-    let load = |at: Option<usize>, c0: usize| -> __m256i {
-        // SAFETY: a tap offset starts a whole pixel inside the window (checked above) and
-        // c0 + 16 <= ic; otherwise 16 zeros (the padding minus the zero point) are read.
-        unsafe {
-            match at {
-                Some(o) => _mm256_loadu_si256(window.as_ptr().add(o + c0) as *const __m256i),
-                None => _mm256_loadu_si256(zeros.as_ptr() as *const __m256i),
+
+    /// Blocks `from_block..` of 16 channels in 256-bit registers.
+    ///
+    /// # Safety
+    /// AVX2; the sizes checked by [`depthwise_row_pairs`].
+    #[target_feature(enable = "avx2")]
+    unsafe fn avx2(&self, out_row: &mut [u8], from_block: usize) {
+        use std::arch::x86_64::*;
+        let (g, npairs, pairs, stage, signed_out) =
+            (self.g, self.npairs, self.pairs, self.stage, self.signed_out);
+        let oc = g.oc;
+        let blocks = oc / DW_BLOCK;
+        let window = self.window;
+        let offsets = self.offsets;
+        let zeros = [0i16; DW_BLOCK];
+        let load = |at: Option<usize>, c0: usize| -> __m256i {
+            // SAFETY: a tap offset starts a whole pixel inside the window (checked above) and
+            // c0 + 16 <= ic; otherwise 16 zeros (the padding minus the zero point) are read.
+            unsafe {
+                match at {
+                    Some(o) => _mm256_loadu_si256(window.as_ptr().add(o + c0) as *const __m256i),
+                    None => _mm256_loadu_si256(zeros.as_ptr() as *const __m256i),
+                }
             }
-        }
-    };
-    for blk in 0..blocks {
-        let c0 = blk * DW_BLOCK;
-        // SAFETY: the stage is padded to whole blocks of 16 channels.
-        let (s0, s1) = unsafe {
-            (
-                gemm::avx2::load_stage(stage, c0),
-                gemm::avx2::load_stage(stage, c0 + 8),
-            )
         };
-        let wb = &pairs[blk * npairs * 2 * DW_BLOCK..(blk + 1) * npairs * 2 * DW_BLOCK];
-        for ox in 0..g.ow {
-            let taps_at = &offsets[ox * 2 * npairs..(ox + 1) * 2 * npairs];
-            let mut acc_lo = _mm256_setzero_si256();
-            let mut acc_hi = _mm256_setzero_si256();
-            for p in 0..npairs {
-                let x0 = load(taps_at[2 * p], c0);
-                let x1 = load(taps_at[2 * p + 1], c0);
-                // SAFETY: wb holds npairs * 32 values.
-                let (wl, wh) = unsafe {
-                    (
-                        _mm256_loadu_si256(wb.as_ptr().add(p * 32) as *const __m256i),
-                        _mm256_loadu_si256(wb.as_ptr().add(p * 32 + 16) as *const __m256i),
-                    )
-                };
-                acc_lo =
-                    _mm256_add_epi32(acc_lo, _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1), wl));
-                acc_hi =
-                    _mm256_add_epi32(acc_hi, _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), wh));
+        for blk in from_block..blocks {
+            let c0 = blk * DW_BLOCK;
+            // SAFETY: the stage is padded to whole blocks of 16 channels.
+            let (s0, s1) = unsafe {
+                (
+                    gemm::avx2::load_stage(stage, c0),
+                    gemm::avx2::load_stage(stage, c0 + 8),
+                )
+            };
+            let wb = &pairs[blk * npairs * 2 * DW_BLOCK..(blk + 1) * npairs * 2 * DW_BLOCK];
+            for ox in 0..g.ow {
+                let taps_at = &offsets[ox * 2 * npairs..(ox + 1) * 2 * npairs];
+                let mut acc_lo = _mm256_setzero_si256();
+                let mut acc_hi = _mm256_setzero_si256();
+                for p in 0..npairs {
+                    let x0 = load(taps_at[2 * p], c0);
+                    let x1 = load(taps_at[2 * p + 1], c0);
+                    // SAFETY: wb holds npairs * 32 values.
+                    let (wl, wh) = unsafe {
+                        (
+                            _mm256_loadu_si256(wb.as_ptr().add(p * 32) as *const __m256i),
+                            _mm256_loadu_si256(wb.as_ptr().add(p * 32 + 16) as *const __m256i),
+                        )
+                    };
+                    acc_lo = _mm256_add_epi32(
+                        acc_lo,
+                        _mm256_madd_epi16(_mm256_unpacklo_epi16(x0, x1), wl),
+                    );
+                    acc_hi = _mm256_add_epi32(
+                        acc_hi,
+                        _mm256_madd_epi16(_mm256_unpackhi_epi16(x0, x1), wh),
+                    );
+                }
+                // acc_lo holds channels {0-3 | 8-11}, acc_hi {4-7 | 12-15}.
+                let v0 = _mm256_permute2x128_si256(acc_lo, acc_hi, 0x20);
+                let v1 = _mm256_permute2x128_si256(acc_lo, acc_hi, 0x31);
+                let bytes = gemm::avx2::narrow16(
+                    gemm::avx2::requant8(v0, &s0),
+                    gemm::avx2::requant8(v1, &s1),
+                    signed_out,
+                );
+                let dst = &mut out_row[ox * oc + c0..ox * oc + c0 + DW_BLOCK];
+                // SAFETY: dst holds 16 bytes.
+                unsafe { _mm_storeu_si128(dst.as_mut_ptr() as *mut __m128i, bytes) };
             }
-            // acc_lo holds channels {0-3 | 8-11}, acc_hi {4-7 | 12-15}.
-            let v0 = _mm256_permute2x128_si256(acc_lo, acc_hi, 0x20);
-            let v1 = _mm256_permute2x128_si256(acc_lo, acc_hi, 0x31);
-            let bytes = gemm::avx2::narrow16(
-                gemm::avx2::requant8(v0, &s0),
-                gemm::avx2::requant8(v1, &s1),
-                signed_out,
-            );
-            let dst = &mut out_row[ox * oc + c0..ox * oc + c0 + DW_BLOCK];
-            // SAFETY: dst holds 16 bytes.
-            unsafe { _mm_storeu_si128(dst.as_mut_ptr() as *mut __m128i, bytes) };
         }
     }
-    true
 }
 
 /// i16 values of the widened input window of the vectorized depthwise kernel (128 KiB):
@@ -1259,7 +1413,7 @@ impl Kernel for DepthwiseConv {
                                 // SAFETY: AVX2 is available (best_isa); the kernel checks its
                                 // offsets against the window and its other sizes.
                                 let ok = unsafe {
-                                    depthwise_row_pairs_avx2(
+                                    depthwise_row_pairs(
                                         &g, filled, y0, &pairs, row, &stage, out_row, signed,
                                     )
                                 };
@@ -1761,6 +1915,14 @@ mod tests {
                 .collect();
             let stage =
                 Stage::new(c, Some(&bias), &mults, rng.range(-128, 127), (-128, 127)).unwrap();
+            // Two cases in three requantize in single precision (the default, which the
+            // 512-bit path vectorizes on 16 lanes).
+            let stage = if case % 3 == 0 {
+                stage
+            } else {
+                let scales: Vec<f32> = (0..c).map(|_| rng.range(1, 1000) as f32 * 1e-5).collect();
+                stage.float_scales(&scales).unwrap()
+            };
             let wide: Vec<i16> = x.iter().map(|&b| widen(qt, zp, b)).collect();
             let row_len = g.ow * c;
             for row in 0..g.oh {
@@ -1807,7 +1969,7 @@ mod tests {
                     };
                     // SAFETY: AVX2 is available (checked above).
                     let ok = unsafe {
-                        depthwise_row_pairs_avx2(
+                        depthwise_row_pairs(
                             &g,
                             &wide[lo * iw * c..hi * iw * c],
                             lo,

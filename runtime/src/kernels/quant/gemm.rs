@@ -92,6 +92,19 @@ pub(crate) struct Stage {
     float: Option<FloatStage>,
 }
 
+/// [`Stage::float_constants`]: per column (padded to whole panels) the bias and scale;
+/// the clamp range less the zero point (as f32), the zero point and the clamp range.
+/// [`Stage::apply`] is the definition of what they compute.
+pub(crate) struct FloatConstants<'a> {
+    pub bias: &'a [i32],
+    pub scale: &'a [f32],
+    pub lo_less_zp: f32,
+    pub hi_less_zp: f32,
+    pub zp: i32,
+    pub lo: i32,
+    pub hi: i32,
+}
+
 /// The constants of the single-precision output stage.
 #[derive(Clone, Debug)]
 struct FloatStage {
@@ -221,6 +234,20 @@ impl Stage {
 
     pub fn columns(&self) -> usize {
         self.n
+    }
+
+    /// The single-precision stage's constants, for kernels with vector code of their own
+    /// (`None` in the fixed-point requantizations).
+    pub(crate) fn float_constants(&self) -> Option<FloatConstants<'_>> {
+        self.float.as_ref().map(|f| FloatConstants {
+            bias: &self.bias,
+            scale: &f.scale,
+            lo_less_zp: f.lo,
+            hi_less_zp: f.hi,
+            zp: self.zp,
+            lo: self.lo,
+            hi: self.hi,
+        })
     }
 
     fn shift(&self, j: usize) -> i32 {
@@ -647,6 +674,66 @@ pub(crate) mod avx2 {
             _mm_packs_epi16(lo, hi)
         } else {
             _mm_packus_epi16(lo, hi)
+        }
+    }
+}
+
+/// AVX-512 pieces of the output stage, for kernels that accumulate in 512-bit registers.
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::FloatConstants;
+
+    /// The single-precision output stage of 16 columns in one register each: what
+    /// [`super::Stage::apply`] computes with float scales, lane for lane (the same conversions,
+    /// the MXCSR's round-half-to-even, the same clamps), so its bytes equal the AVX2
+    /// and portable stages'.
+    pub(crate) struct Float16 {
+        bias: __m512i,
+        scale: __m512,
+        lo_less_zp: __m512,
+        hi_less_zp: __m512,
+        zp: __m512i,
+        lo: __m512i,
+        hi: __m512i,
+    }
+
+    impl Float16 {
+        /// # Safety
+        /// AVX512F; `f.bias` and `f.scale` hold at least c + 16 values.
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        pub(crate) unsafe fn load(f: &FloatConstants, c: usize) -> Float16 {
+            debug_assert!(f.bias.len() >= c + 16 && f.scale.len() >= c + 16);
+            // SAFETY: by the caller's contract.
+            unsafe {
+                Float16 {
+                    bias: _mm512_loadu_si512(f.bias.as_ptr().add(c) as *const _),
+                    scale: _mm512_loadu_ps(f.scale.as_ptr().add(c)),
+                    lo_less_zp: _mm512_set1_ps(f.lo_less_zp),
+                    hi_less_zp: _mm512_set1_ps(f.hi_less_zp),
+                    zp: _mm512_set1_epi32(f.zp),
+                    lo: _mm512_set1_epi32(f.lo),
+                    hi: _mm512_set1_epi32(f.hi),
+                }
+            }
+        }
+
+        /// 16 accumulators to 16 output bytes.
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        pub(crate) fn requantize(&self, acc: __m512i) -> __m128i {
+            let x = _mm512_cvtepi32_ps(_mm512_add_epi32(acc, self.bias));
+            let v = _mm512_min_ps(
+                _mm512_max_ps(_mm512_mul_ps(x, self.scale), self.lo_less_zp),
+                self.hi_less_zp,
+            );
+            // The default MXCSR rounding: to nearest, ties to even.
+            let q = _mm512_add_epi32(_mm512_cvtps_epi32(v), self.zp);
+            let q = _mm512_min_epi32(_mm512_max_epi32(q, self.lo), self.hi);
+            // In the 8-bit range: the low byte of each lane is the stored byte.
+            _mm512_cvtepi32_epi8(q)
         }
     }
 }

@@ -215,6 +215,7 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::super::gemm::avx2::{load_stage, narrow16, requant8};
+    use super::super::gemm::avx512::Float16;
     use super::{MR, NR, Stage};
 
     /// # Safety
@@ -328,6 +329,7 @@ mod avx512 {
                     }
                 }
             }
+            let float = self.stage.float_constants();
             for p in 0..P {
                 let c0 = (self.t + p) * NR;
                 let cols = (self.n - c0).min(NR);
@@ -335,10 +337,19 @@ mod avx512 {
                 // of 16.
                 let (s0, s1) =
                     unsafe { (load_stage(self.stage, c0), load_stage(self.stage, c0 + 8)) };
+                // The single-precision stage on all 16 lanes at once (the default
+                // requantization); the others through the AVX2 code, 8 lanes at a time.
+                // SAFETY: as above, the bias and scale arrays hold c0 + 16 values.
+                let wide = float.as_ref().map(|f| unsafe { Float16::load(f, c0) });
                 for (r, acc) in acc.iter().enumerate() {
-                    let lo = _mm512_castsi512_si256(acc[p]);
-                    let hi = _mm512_extracti64x4_epi64::<1>(acc[p]);
-                    let bytes = narrow16(requant8(lo, &s0), requant8(hi, &s1), self.signed);
+                    let bytes = match &wide {
+                        Some(f) => f.requantize(acc[p]),
+                        None => {
+                            let lo = _mm512_castsi512_si256(acc[p]);
+                            let hi = _mm512_extracti64x4_epi64::<1>(acc[p]);
+                            narrow16(requant8(lo, &s0), requant8(hi, &s1), self.signed)
+                        }
+                    };
                     let row = &mut out[r * ld + c0..][..cols];
                     if cols == NR {
                         // SAFETY: the row holds NR bytes.
