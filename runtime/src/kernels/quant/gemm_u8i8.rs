@@ -29,7 +29,7 @@
 //!   rows `4q..4q + 4`, each column's four bytes together (64 bytes: one register), so
 //!   one 32-bit broadcast of four A bytes meets a whole panel row.
 //!
-//! The micro-kernel keeps an [`MR`] x 32 block (two panels, 12 accumulators) in
+//! The micro-kernel keeps an [`MR`] x 32 block (two panels, 16 accumulators) in
 //! registers. Processors without AVX512-VNNI use [`super::gemm`]; the portable code here
 //! computes the same values and is what the tests compare the intrinsics with.
 
@@ -37,7 +37,7 @@ use super::gemm::{NR, Stage};
 use crate::error::{Result, RuntimeError};
 
 /// Rows per micro-kernel block.
-pub(crate) const MR: usize = 6;
+pub(crate) const MR: usize = 8;
 
 /// `k` rounded up to a multiple of 4.
 pub(crate) fn quad_depth(k: usize) -> usize {
@@ -260,12 +260,16 @@ mod avx512 {
                 // destination rows hold the columns of those panels below n.
                 unsafe {
                     match (rows, pair) {
+                        (8, true) => block.run::<8, 2>(dst, ld),
+                        (7, true) => block.run::<7, 2>(dst, ld),
                         (6, true) => block.run::<6, 2>(dst, ld),
                         (5, true) => block.run::<5, 2>(dst, ld),
                         (4, true) => block.run::<4, 2>(dst, ld),
                         (3, true) => block.run::<3, 2>(dst, ld),
                         (2, true) => block.run::<2, 2>(dst, ld),
                         (_, true) => block.run::<1, 2>(dst, ld),
+                        (8, false) => block.run::<8, 1>(dst, ld),
+                        (7, false) => block.run::<7, 1>(dst, ld),
                         (6, false) => block.run::<6, 1>(dst, ld),
                         (5, false) => block.run::<5, 1>(dst, ld),
                         (4, false) => block.run::<4, 1>(dst, ld),
@@ -308,6 +312,7 @@ mod avx512 {
             debug_assert!(self.a.len() >= (R - 1) * self.lda + self.kq);
             debug_assert!(self.b.len() >= P * self.kq * NR);
             let mut acc = [[_mm512_setzero_si512(); P]; R];
+            let flip = _mm512_set1_epi32(self.flip);
             let ap = self.a.as_ptr();
             let bp = self.b.as_ptr();
             for q in 0..self.kq / 4 {
@@ -323,7 +328,8 @@ mod avx512 {
                     // SAFETY: row r's quad q ends at r * lda + 4q + 4 <= r * lda + kq.
                     let quad =
                         unsafe { (ap.add(r * self.lda + 4 * q) as *const i32).read_unaligned() };
-                    let av = _mm512_set1_epi32(quad ^ self.flip);
+                    // A broadcast from memory, then the offset in a vector register.
+                    let av = _mm512_xor_si512(_mm512_set1_epi32(quad), flip);
                     for (acc, &b) in acc.iter_mut().zip(&bv) {
                         *acc = _mm512_dpbusd_epi32(*acc, av, b);
                     }
