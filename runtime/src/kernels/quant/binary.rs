@@ -19,6 +19,11 @@
 //!   nnc compares the exact real values `(x - zp) * scale` instead.
 //!
 //! All outputs saturate to the output type; fused activations clamp in its domain.
+//!
+//! Every operation but a raw MAXIMUM / MINIMUM is a function of the two stored bytes
+//! alone, so the kernel evaluates that arithmetic once per pair of bytes when it is
+//! built (65,536 entries, 64 KiB) and executes as one table lookup per element: exactly
+//! the reference arithmetic, at the cost of a load.
 
 use nnc_formats::nn::{FusedActivation, OperationType};
 
@@ -155,9 +160,9 @@ impl Op {
 struct Binary {
     op: Op,
     qt: QType,
-    /// ADD / SUB: each input's rescaled value depends on that input alone, so both are
-    /// tables over the 256 stored values (indexed by the stored byte).
-    add_tables: Option<Box<([i32; 256], [i32; 256])>>,
+    /// The output byte of every pair of input bytes, at `a << 8 | b` (all but a raw
+    /// MAXIMUM / MINIMUM).
+    pairs: Option<Box<[u8]>>,
 }
 
 fn multiplier(info: &OpInfo, real: f64) -> Result<Multiplier> {
@@ -234,34 +239,56 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
             range,
         },
     };
-    let add_tables = match op {
+    let pairs = match op {
+        Op::MaxMinRaw { .. } => None,
         Op::AddSub {
             sub,
             zp1,
             zp2,
             m1,
             m2,
-            ..
+            out,
+            out_zp,
+            range,
         } => {
-            let mut t = Box::new(([0i32; 256], [0i32; 256]));
+            // Each input's rescaled value depends on that input alone: 256 each.
+            let (mut t1, mut t2) = ([0i32; 256], [0i32; 256]);
             for (byte, v) in qt.all_values() {
-                t.0[byte] = m1.apply((v - zp1) << ADD_LEFT_SHIFT);
+                t1[byte] = m1.apply((v - zp1) << ADD_LEFT_SHIFT);
                 let s2 = m2.apply((v - zp2) << ADD_LEFT_SHIFT);
                 // SUB negates the second term; wrapping as the subtraction would.
-                t.1[byte] = if sub { s2.wrapping_neg() } else { s2 };
+                t2[byte] = if sub { s2.wrapping_neg() } else { s2 };
             }
-            Some(t)
+            Some(pair_table(qt, |i, j, _, _| {
+                out.apply(t1[i].wrapping_add(t2[j]))
+                    .wrapping_add(out_zp)
+                    .clamp(range.0, range.1)
+            }))
         }
-        _ => None,
+        _ => Some(pair_table(qt, |_, _, a, b| op.eval(a, b))),
     };
-    Ok(Box::new(Binary { op, qt, add_tables }))
+    Ok(Box::new(Binary { op, qt, pairs }))
 }
 
-fn run_typed<T: Q8>(
-    op: Op,
-    tables: Option<&([i32; 256], [i32; 256])>,
-    ctx: &mut KernelContext,
-) -> Result<()> {
+/// The output byte of every pair of stored bytes `(i, j)`, at `i << 8 | j`: `f(i, j, a,
+/// b)` of the bytes and their values, saturated to the type.
+fn pair_table(qt: QType, f: impl Fn(usize, usize, i32, i32) -> i32) -> Box<[u8]> {
+    let (lo, hi) = match qt {
+        QType::U8 => (0, 255),
+        QType::I8 => (-128, 127),
+    };
+    let mut table = vec![0u8; 1 << 16].into_boxed_slice();
+    for (i, a) in qt.all_values() {
+        for (j, b) in qt.all_values() {
+            // The clamp keeps the value in the type's range; the byte is its two's
+            // complement either way.
+            table[i << 8 | j] = f(i, j, a, b).clamp(lo, hi) as u8;
+        }
+    }
+    table
+}
+
+fn run_typed<T: Q8>(op: Op, pairs: Option<&[u8]>, ctx: &mut KernelContext) -> Result<()> {
     let a = ctx.input(0)?;
     let b = ctx.input(1)?;
     let (x, y) = (
@@ -271,56 +298,34 @@ fn run_typed<T: Q8>(
     let out = ctx.output(0)?;
     let so = out.shape;
     let o = typed_mut::<T>(super::q8_bytes_mut(out, "output")?);
-    // One monomorphized loop per operation kind.
-    macro_rules! map {
-        ($f:expr) => {
-            broadcast_map(x, a.shape, y, b.shape, o, so, $f)
-        };
+    if let Some(table) = pairs {
+        let byte = |v: T| usize::from(bytemuck::cast::<T, u8>(v));
+        return broadcast_map(x, a.shape, y, b.shape, o, so, |p: T, q: T| {
+            bytemuck::cast::<u8, T>(table[byte(p) << 8 | byte(q)])
+        });
     }
     match op {
         Op::MaxMinRaw { max: true } => {
-            map!(|p: T, q: T| if q.to_i32() > p.to_i32() { q } else { p })
+            broadcast_map(x, a.shape, y, b.shape, o, so, |p: T, q: T| {
+                if q.to_i32() > p.to_i32() { q } else { p }
+            })
         }
         Op::MaxMinRaw { max: false } => {
-            map!(|p: T, q: T| if q.to_i32() < p.to_i32() { q } else { p })
+            broadcast_map(x, a.shape, y, b.shape, o, so, |p: T, q: T| {
+                if q.to_i32() < p.to_i32() { q } else { p }
+            })
         }
-        Op::AddSub {
-            out, out_zp, range, ..
-        } => match tables {
-            Some((t1, t2)) => map!(|p: T, q: T| {
-                let (i, j) = (
-                    usize::from(bytemuck::cast::<T, u8>(p)),
-                    usize::from(bytemuck::cast::<T, u8>(q)),
-                );
-                let raw = t1[i].wrapping_add(t2[j]);
-                T::from_i32(
-                    out.apply(raw)
-                        .wrapping_add(out_zp)
-                        .clamp(range.0, range.1)
-                        .clamp(T::MIN, T::MAX),
-                )
-            }),
-            None => map!(|p: T, q: T| T::from_i32(
-                op.eval(p.to_i32(), q.to_i32()).clamp(T::MIN, T::MAX)
-            )),
-        },
-        Op::Mul { .. } => {
-            map!(|p: T, q: T| T::from_i32(op.eval(p.to_i32(), q.to_i32()).clamp(T::MIN, T::MAX)))
-        }
-        Op::MaxMinRescaled { .. } => {
-            map!(|p: T, q: T| T::from_i32(op.eval(p.to_i32(), q.to_i32()).clamp(T::MIN, T::MAX)))
-        }
-        Op::Prelu { .. } => {
-            map!(|p: T, q: T| T::from_i32(op.eval(p.to_i32(), q.to_i32()).clamp(T::MIN, T::MAX)))
-        }
+        _ => Err(RuntimeError::Internal(
+            "a quantized binary operation without its table".into(),
+        )),
     }
 }
 
 impl Kernel for Binary {
     fn run(&self, ctx: &mut KernelContext) -> Result<()> {
         match self.qt {
-            QType::U8 => run_typed::<u8>(self.op, self.add_tables.as_deref(), ctx),
-            QType::I8 => run_typed::<i8>(self.op, self.add_tables.as_deref(), ctx),
+            QType::U8 => run_typed::<u8>(self.op, self.pairs.as_deref(), ctx),
+            QType::I8 => run_typed::<i8>(self.op, self.pairs.as_deref(), ctx),
         }
     }
 }
