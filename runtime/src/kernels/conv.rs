@@ -63,6 +63,7 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
                 params,
                 filter_dims,
                 filter_is_weight,
+                packed_for_kernel: filter_is_weight && super::gemm_f32::available(),
             }))
         }
     }
@@ -341,6 +342,39 @@ struct Conv {
     params: ConvParams,
     filter_dims: Option<[usize; 4]>,
     filter_is_weight: bool,
+    /// A constant filter packed for nnc's own micro-kernels ([`super::gemm_f32`], with
+    /// the bias and activation fused), on processors that run them; otherwise the
+    /// `gemm` crate's row-major layout.
+    packed_for_kernel: bool,
+}
+
+/// Packs a filter `[O, KH, KW, Cg]` for [`super::gemm_f32`], one right operand per
+/// group (`B[k][j] = w[g * og + j][k]`), concatenated.
+fn pack_conv_filter_panels(
+    filter: &[f32],
+    [o, kh, kw, cg]: [usize; 4],
+    groups: usize,
+) -> Result<Vec<f32>> {
+    check_len("filter", filter, &[o, kh, kw, cg])?;
+    if groups == 0 || o % groups != 0 {
+        return Err(RuntimeError::kernel(format!(
+            "{o} output channels do not split into {groups} groups"
+        )));
+    }
+    let k = kh * kw * cg;
+    let og = o / groups;
+    let per_group = super::gemm_f32::packed_len(k, og)
+        .ok_or_else(|| RuntimeError::kernel("filter too large"))?;
+    let mut packed = super::util::zeroed_f32(per_group * groups)?;
+    for g in 0..groups {
+        super::gemm_f32::pack(
+            k,
+            og,
+            |kk, j| filter[(g * og + j) * k + kk],
+            &mut packed[g * per_group..(g + 1) * per_group],
+        );
+    }
+    Ok(packed)
 }
 
 /// Packs a filter `[O, KH, KW, Cg]` into `groups` row-major `[K, O/groups]` matrices.
@@ -385,8 +419,11 @@ impl Kernel for Conv {
         let mut prepared = PreparedWeights::empty();
         if let (Some(Some(bytes)), Some(dims)) = (weights.get(1), self.filter_dims) {
             let filter = f32_zeroizing(bytes);
-            let packed =
-                zeroize::Zeroizing::new(pack_conv_filter(&filter, dims, self.params.groups)?);
+            let packed = zeroize::Zeroizing::new(if self.packed_for_kernel {
+                pack_conv_filter_panels(&filter, dims, self.params.groups)?
+            } else {
+                pack_conv_filter(&filter, dims, self.params.groups)?
+            });
             prepared.push(AlignedBuf::from_f32(&packed)?);
         }
         prepared.add_raw(weights, &[1])?;
@@ -439,6 +476,11 @@ impl Kernel for Conv {
                         g.oc
                     )));
                 }
+                if self.packed_for_kernel {
+                    return conv_nhwc_panels(
+                        &g, groups, x, &packed, bias, p.clamp, out, scratch, threads,
+                    );
+                }
                 if packed.len() != fdims.iter().product::<usize>() {
                     return Err(RuntimeError::kernel("packed filter has the wrong size"));
                 }
@@ -457,6 +499,85 @@ impl Kernel for Conv {
             },
         )
     }
+}
+
+/// [`conv_nhwc`] with a filter packed by [`pack_conv_filter_panels`]: the bias and
+/// activation are applied as [`super::gemm_f32`] stores each block.
+#[allow(clippy::too_many_arguments)]
+fn conv_nhwc_panels(
+    g: &Geometry,
+    groups: usize,
+    x: &[f32],
+    packed: &[f32],
+    bias: &[f32],
+    clamp: Clamp,
+    out: &mut [f32],
+    scratch: &mut super::Scratch,
+    threads: usize,
+) -> Result<()> {
+    use super::gemm_f32::{Epilogue, gemm, packed_len};
+    let cg = g.ic / groups;
+    let og = g.oc / groups;
+    let k = g.kh * g.kw * cg;
+    let rows = g.n * g.oh * g.ow;
+    let per_group = packed_len(k, og).ok_or_else(|| RuntimeError::kernel("filter too large"))?;
+    if packed.len() != per_group * groups {
+        return Err(RuntimeError::kernel("packed filter has the wrong size"));
+    }
+    let epilogue = |grp: usize| Epilogue {
+        bias: &bias[grp * og..(grp + 1) * og],
+        clamp,
+    };
+    let pointwise = g.kh == 1
+        && g.kw == 1
+        && g.sh == 1
+        && g.sw == 1
+        && g.pad_top == 0
+        && g.pad_left == 0
+        && g.oh == g.ih
+        && g.ow == g.iw;
+    if pointwise {
+        // The input is already the [rows, C] im2col matrix.
+        for grp in 0..groups {
+            gemm(
+                &x[grp * cg..],
+                g.ic,
+                rows,
+                k,
+                &packed[grp * per_group..(grp + 1) * per_group],
+                og,
+                &mut out[grp * og..],
+                g.oc,
+                epilogue(grp),
+                threads,
+            )?;
+        }
+        return Ok(());
+    }
+    let tile = (IM2COL_BUDGET / k.max(1)).clamp(1, rows.max(1));
+    let col = scratch.f32(tile * k)?;
+    let mut r0 = 0;
+    while r0 < rows {
+        let r1 = (r0 + tile).min(rows);
+        let t = r1 - r0;
+        for grp in 0..groups {
+            im2col(g, x, grp * cg, cg, r0, r1, &mut col[..t * k]);
+            gemm(
+                &col[..t * k],
+                k,
+                t,
+                k,
+                &packed[grp * per_group..(grp + 1) * per_group],
+                og,
+                &mut out[r0 * g.oc + grp * og..r1 * g.oc],
+                g.oc,
+                epilogue(grp),
+                threads,
+            )?;
+        }
+        r0 = r1;
+    }
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -28,6 +28,7 @@ pub mod conv;
 pub mod elementwise;
 pub mod fully_connected;
 pub mod gather;
+mod gemm_f32;
 pub mod isa;
 pub(crate) mod linalg;
 pub mod matmul;

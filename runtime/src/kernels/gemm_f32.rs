@@ -1,0 +1,450 @@
+//! The float GEMM of convolutions: `C = clamp(A * B + bias)` with B (the filter) packed
+//! once, when the weights are prepared, into the layout the micro-kernel reads, and the
+//! bias and fused activation applied as each block is stored.
+//!
+//! Why not the `gemm` crate here (it stays for products whose operands both change at
+//! run time): it packs both operands at every call, 12% of MobileNetV2's time, and
+//! leaves the bias and activation to a second pass over the output. A convolution's
+//! filter never changes, and its A (NHWC rows, or im2col tiles) is already row-major
+//! with unit stride, which the micro-kernel reads in place, one broadcast per value.
+//!
+//! Layout of B ([`pack`]): panels of [`NR`] = 16 columns; within a panel, row `kk`'s 16
+//! values together (one 512-bit or two 256-bit registers), columns past n zero.
+//!
+//! Micro-kernels, chosen at run time: AVX-512 (8 rows x 32 columns, 16 accumulators)
+//! and AVX2+FMA (6 rows x 16 columns, 12 accumulators). Processors with neither use the
+//! `gemm` crate path of the callers ([`available`] is false).
+
+use crate::error::{Result, RuntimeError};
+use crate::kernels::Clamp;
+
+/// Columns per packed panel.
+pub(crate) const NR: usize = 16;
+
+/// Whether this processor runs these kernels (AVX2 and FMA at least).
+pub(crate) fn available() -> bool {
+    super::isa::float_avx2_fma()
+}
+
+fn avx512() -> bool {
+    let f = super::isa::cpu_features();
+    f.avx512f && f.avx2 && f.fma
+}
+
+/// Values of a packed B of `k` x `n`.
+pub(crate) fn packed_len(k: usize, n: usize) -> Option<usize> {
+    k.checked_mul(n.div_ceil(NR))?.checked_mul(NR)
+}
+
+/// Packs B (`k` x `n`, element (kk, j) from `get`) into `out` (see the module docs).
+pub(crate) fn pack(k: usize, n: usize, get: impl Fn(usize, usize) -> f32, out: &mut [f32]) {
+    for t in 0..n.div_ceil(NR) {
+        let panel = &mut out[t * k * NR..(t + 1) * k * NR];
+        for (kk, row) in panel.chunks_exact_mut(NR).enumerate() {
+            for (j, v) in row.iter_mut().enumerate() {
+                let col = t * NR + j;
+                *v = if col < n { get(kk, col) } else { 0.0 };
+            }
+        }
+    }
+}
+
+/// What is done to each stored value: `clamp(acc + bias[col])`.
+#[derive(Clone, Copy)]
+pub(crate) struct Epilogue<'a> {
+    /// One value per column (n).
+    pub bias: &'a [f32],
+    pub clamp: Clamp,
+}
+
+fn extent(rows: usize, ld: usize, cols: usize) -> Option<usize> {
+    if rows == 0 || cols == 0 {
+        return Some(0);
+    }
+    (rows - 1).checked_mul(ld)?.checked_add(cols)
+}
+
+/// `out[r * ldc + j] = clamp(sum_kk a[r * lda + kk] * B[kk][j] + bias[j])` for `r < m`,
+/// `j < n`, with B packed by [`pack`]; rows split over the current rayon pool when
+/// `threads > 1`. Requires [`available`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm(
+    a: &[f32],
+    lda: usize,
+    m: usize,
+    k: usize,
+    b: &[f32],
+    n: usize,
+    out: &mut [f32],
+    ldc: usize,
+    epilogue: Epilogue,
+    threads: usize,
+) -> Result<()> {
+    let bad = |what: &str| RuntimeError::Internal(format!("float GEMM: {what}"));
+    if lda < k || extent(m, lda, k).is_none_or(|e| e > a.len()) {
+        return Err(bad("left operand too short"));
+    }
+    if packed_len(k, n) != Some(b.len()) {
+        return Err(bad("packed right operand has the wrong size"));
+    }
+    if ldc < n || extent(m, ldc, n).is_none_or(|e| e > out.len()) {
+        return Err(bad("destination too short"));
+    }
+    if epilogue.bias.len() != n {
+        return Err(bad("bias does not match the columns"));
+    }
+    if !available() {
+        return Err(bad("AVX2 and FMA requested on a processor without them"));
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let wide = avx512();
+    // Row blocks of whole micro-kernel heights, several per task.
+    let rows_per_task = if threads > 1 {
+        (m.div_ceil(threads * 4)).max(8).div_ceil(24) * 24
+    } else {
+        m
+    };
+    let run = |r0: usize, out: &mut [f32]| {
+        let rows = (m - r0).min(rows_per_task);
+        let a = &a[r0 * lda..];
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the features were checked (`available`, `avx512`); every index the
+        // kernels form is inside the slices: A rows r < rows of k <= lda values, B
+        // panels of k * NR values, destination rows r < rows of n <= ldc values, bias
+        // of n values (checked above).
+        unsafe {
+            if wide {
+                x86::gemm_avx512(a, lda, rows, k, b, n, out, ldc, &epilogue);
+            } else {
+                x86::gemm_avx2(a, lda, rows, k, b, n, out, ldc, &epilogue);
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (a, rows, out, wide);
+    };
+    if threads > 1 && m > rows_per_task {
+        use rayon::prelude::*;
+        // Each task's rows: `rows_per_task * ldc` values of the destination (the last
+        // task's slice may be shorter, ending at its last row's n-th value).
+        let chunk = rows_per_task * ldc;
+        let used = extent(m, ldc, n).unwrap_or(0);
+        out[..used]
+            .par_chunks_mut(chunk)
+            .enumerate()
+            .for_each(|(i, o)| run(i * rows_per_task, o));
+    } else {
+        run(0, out);
+    }
+    Ok(())
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{Epilogue, NR};
+
+    /// # Safety
+    /// AVX512F, AVX2 and FMA; the extents [`super::gemm`] checks.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn gemm_avx512(
+        a: &[f32],
+        lda: usize,
+        m: usize,
+        k: usize,
+        b: &[f32],
+        n: usize,
+        out: &mut [f32],
+        ldc: usize,
+        e: &Epilogue,
+    ) {
+        let panels = n.div_ceil(NR);
+        let mut t = 0;
+        while t < panels {
+            let pair = t + 1 < panels;
+            let mut r0 = 0;
+            while r0 < m {
+                let rows = (m - r0).min(8);
+                let blk = Block {
+                    a: &a[r0 * lda..],
+                    lda,
+                    k,
+                    b: &b[t * k * NR..],
+                    n,
+                    t,
+                    e,
+                };
+                let o = &mut out[r0 * ldc..];
+                // SAFETY (each call): rows r0..r0 + rows < m, panels t (and t + 1 when
+                // `pair`) exist, destination rows hold their columns below n.
+                unsafe {
+                    match (rows, pair) {
+                        (8, true) => blk.zmm::<8, 2>(o, ldc),
+                        (7, true) => blk.zmm::<7, 2>(o, ldc),
+                        (6, true) => blk.zmm::<6, 2>(o, ldc),
+                        (5, true) => blk.zmm::<5, 2>(o, ldc),
+                        (4, true) => blk.zmm::<4, 2>(o, ldc),
+                        (3, true) => blk.zmm::<3, 2>(o, ldc),
+                        (2, true) => blk.zmm::<2, 2>(o, ldc),
+                        (_, true) => blk.zmm::<1, 2>(o, ldc),
+                        (8, false) => blk.zmm::<8, 1>(o, ldc),
+                        (7, false) => blk.zmm::<7, 1>(o, ldc),
+                        (6, false) => blk.zmm::<6, 1>(o, ldc),
+                        (5, false) => blk.zmm::<5, 1>(o, ldc),
+                        (4, false) => blk.zmm::<4, 1>(o, ldc),
+                        (3, false) => blk.zmm::<3, 1>(o, ldc),
+                        (2, false) => blk.zmm::<2, 1>(o, ldc),
+                        (_, false) => blk.zmm::<1, 1>(o, ldc),
+                    }
+                }
+                r0 += rows;
+            }
+            t += if pair { 2 } else { 1 };
+        }
+    }
+
+    /// # Safety
+    /// AVX2 and FMA; the extents [`super::gemm`] checks.
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn gemm_avx2(
+        a: &[f32],
+        lda: usize,
+        m: usize,
+        k: usize,
+        b: &[f32],
+        n: usize,
+        out: &mut [f32],
+        ldc: usize,
+        e: &Epilogue,
+    ) {
+        for t in 0..n.div_ceil(NR) {
+            let mut r0 = 0;
+            while r0 < m {
+                let rows = (m - r0).min(6);
+                let blk = Block {
+                    a: &a[r0 * lda..],
+                    lda,
+                    k,
+                    b: &b[t * k * NR..],
+                    n,
+                    t,
+                    e,
+                };
+                let o = &mut out[r0 * ldc..];
+                // SAFETY (each call): as in gemm_avx512, one panel.
+                unsafe {
+                    match rows {
+                        6 => blk.ymm::<6>(o, ldc),
+                        5 => blk.ymm::<5>(o, ldc),
+                        4 => blk.ymm::<4>(o, ldc),
+                        3 => blk.ymm::<3>(o, ldc),
+                        2 => blk.ymm::<2>(o, ldc),
+                        _ => blk.ymm::<1>(o, ldc),
+                    }
+                }
+                r0 += rows;
+            }
+        }
+    }
+
+    /// One block's operands: rows of A from `a`, panels of B from `b` (panel `t` first).
+    struct Block<'a> {
+        a: &'a [f32],
+        lda: usize,
+        k: usize,
+        b: &'a [f32],
+        n: usize,
+        t: usize,
+        e: &'a Epilogue<'a>,
+    }
+
+    impl Block<'_> {
+        /// R rows x 16 P columns in 512-bit registers.
+        ///
+        /// # Safety
+        /// AVX512F and FMA; `a` holds R rows of k values at lda strides, `b` P panels
+        /// of k * NR values, `out` R rows at ldc strides holding the block's columns.
+        #[target_feature(enable = "avx512f,avx2,fma")]
+        #[inline]
+        unsafe fn zmm<const R: usize, const P: usize>(&self, out: &mut [f32], ldc: usize) {
+            debug_assert!(self.a.len() >= (R - 1) * self.lda + self.k);
+            debug_assert!(self.b.len() >= P * self.k * NR);
+            let mut acc = [[_mm512_setzero_ps(); P]; R];
+            let (ap, bp) = (self.a.as_ptr(), self.b.as_ptr());
+            for kk in 0..self.k {
+                let mut bv = [_mm512_setzero_ps(); P];
+                for (p, v) in bv.iter_mut().enumerate() {
+                    // SAFETY: panel p's row kk ends at p * k * NR + (kk + 1) * NR.
+                    *v = unsafe { _mm512_loadu_ps(bp.add(p * self.k * NR + kk * NR)) };
+                }
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: row r's value kk is inside A.
+                    let av = _mm512_set1_ps(unsafe { *ap.add(r * self.lda + kk) });
+                    for (acc, &b) in acc.iter_mut().zip(&bv) {
+                        *acc = _mm512_fmadd_ps(av, b, *acc);
+                    }
+                }
+            }
+            let (lo, hi) = (
+                _mm512_set1_ps(self.e.clamp.lo),
+                _mm512_set1_ps(self.e.clamp.hi),
+            );
+            for p in 0..P {
+                let c0 = (self.t + p) * NR;
+                let cols = (self.n - c0).min(NR);
+                let mask: __mmask16 = if cols == NR { !0 } else { (1u16 << cols) - 1 };
+                // SAFETY: the bias holds n values; the mask reads only columns < n.
+                let bias = unsafe { _mm512_maskz_loadu_ps(mask, self.e.bias.as_ptr().add(c0)) };
+                for (r, acc) in acc.iter().enumerate() {
+                    // max(lo, x) then min(hi, x) return x when it is NaN, as Clamp does.
+                    let v = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_add_ps(acc[p], bias)));
+                    // SAFETY: row r holds columns c0..c0 + cols (the mask).
+                    unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr().add(r * ldc + c0), mask, v) };
+                }
+            }
+        }
+
+        /// R rows x 16 columns (one panel) in 256-bit registers.
+        ///
+        /// # Safety
+        /// AVX2 and FMA; as [`Self::zmm`] with P = 1.
+        #[target_feature(enable = "avx2,fma")]
+        #[inline]
+        unsafe fn ymm<const R: usize>(&self, out: &mut [f32], ldc: usize) {
+            debug_assert!(self.a.len() >= (R - 1) * self.lda + self.k);
+            debug_assert!(self.b.len() >= self.k * NR);
+            let mut acc = [[_mm256_setzero_ps(); 2]; R];
+            let (ap, bp) = (self.a.as_ptr(), self.b.as_ptr());
+            for kk in 0..self.k {
+                // SAFETY: the panel's row kk ends at (kk + 1) * NR.
+                let (b0, b1) = unsafe {
+                    (
+                        _mm256_loadu_ps(bp.add(kk * NR)),
+                        _mm256_loadu_ps(bp.add(kk * NR + 8)),
+                    )
+                };
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: row r's value kk is inside A.
+                    let av = _mm256_set1_ps(unsafe { *ap.add(r * self.lda + kk) });
+                    acc[0] = _mm256_fmadd_ps(av, b0, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(av, b1, acc[1]);
+                }
+            }
+            let c0 = self.t * NR;
+            let cols = (self.n - c0).min(NR);
+            let mut bias = [0f32; NR];
+            bias[..cols].copy_from_slice(&self.e.bias[c0..c0 + cols]);
+            let (lo, hi) = (
+                _mm256_set1_ps(self.e.clamp.lo),
+                _mm256_set1_ps(self.e.clamp.hi),
+            );
+            // SAFETY: `bias` holds 16 values.
+            let (bias0, bias1) = unsafe {
+                (
+                    _mm256_loadu_ps(bias.as_ptr()),
+                    _mm256_loadu_ps(bias.as_ptr().add(8)),
+                )
+            };
+            for (r, acc) in acc.iter().enumerate() {
+                let v0 = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_add_ps(acc[0], bias0)));
+                let v1 = _mm256_min_ps(hi, _mm256_max_ps(lo, _mm256_add_ps(acc[1], bias1)));
+                let row = &mut out[r * ldc + c0..][..cols];
+                if cols == NR {
+                    // SAFETY: the row holds 16 values.
+                    unsafe {
+                        _mm256_storeu_ps(row.as_mut_ptr(), v0);
+                        _mm256_storeu_ps(row.as_mut_ptr().add(8), v1);
+                    }
+                } else {
+                    let mut tmp = [0f32; NR];
+                    // SAFETY: tmp holds 16 values.
+                    unsafe {
+                        _mm256_storeu_ps(tmp.as_mut_ptr(), v0);
+                        _mm256_storeu_ps(tmp.as_mut_ptr().add(8), v1);
+                    }
+                    row.copy_from_slice(&tmp[..cols]);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn products_match_the_plain_sum() {
+        if !available() {
+            return;
+        }
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % 2001) as f32 / 1000.0 - 1.0
+        };
+        for case in 0..60 {
+            let m = 1 + case % 23;
+            let k = 1 + (case * 7) % 41;
+            let n = 1 + (case * 13) % 53;
+            let lda = k + case % 3;
+            let ldc = n + case % 4;
+            let a: Vec<f32> = (0..m * lda).map(|_| next()).collect();
+            let bm: Vec<f32> = (0..k * n).map(|_| next()).collect();
+            let bias: Vec<f32> = (0..n).map(|_| next()).collect();
+            let mut packed = vec![0f32; packed_len(k, n).unwrap()];
+            pack(k, n, |kk, j| bm[kk * n + j], &mut packed);
+            let clamp = if case % 2 == 0 {
+                Clamp::none()
+            } else {
+                Clamp { lo: 0.0, hi: 0.5 }
+            };
+            for threads in [1, 3] {
+                let mut out = vec![f32::NAN; m * ldc];
+                let e = Epilogue { bias: &bias, clamp };
+                gemm(&a, lda, m, k, &packed, n, &mut out, ldc, e, threads).unwrap();
+                for r in 0..m {
+                    for j in 0..n {
+                        let want: f32 = (0..k).map(|kk| a[r * lda + kk] * bm[kk * n + j]).sum();
+                        let want = clamp.apply(want + bias[j]);
+                        let got = out[r * ldc + j];
+                        assert!(
+                            (got - want).abs() <= 1e-5 + 1e-5 * want.abs(),
+                            "case {case} threads {threads} ({r}, {j}): {got} vs {want}"
+                        );
+                    }
+                    // Columns past n are not written.
+                    for j in n..ldc {
+                        if r * ldc + j < out.len() {
+                            assert!(out[r * ldc + j].is_nan(), "case {case}: wrote past n");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn nan_passes_the_clamp_as_it_does_elsewhere() {
+        if !available() {
+            return;
+        }
+        let a = [f32::NAN, 1.0];
+        let mut packed = vec![0f32; packed_len(1, 1).unwrap()];
+        pack(1, 1, |_, _| 1.0, &mut packed);
+        let mut out = [0f32; 2];
+        let e = Epilogue {
+            bias: &[0.0],
+            clamp: Clamp { lo: 0.0, hi: 0.5 },
+        };
+        gemm(&a, 1, 2, 1, &packed, 1, &mut out, 1, e, 1).unwrap();
+        assert!(out[0].is_nan());
+        assert_eq!(out[1], 0.5);
+    }
+}
