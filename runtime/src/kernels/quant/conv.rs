@@ -1128,6 +1128,17 @@ struct DepthwiseRow<'a> {
     signed_out: bool,
 }
 
+/// One super-block of 32 channels: its first channel, where its two packed blocks of
+/// 16 start, and their output stages.
+#[cfg(target_arch = "x86_64")]
+struct SuperBlock {
+    c0: usize,
+    wa: usize,
+    wb: usize,
+    f0: gemm::avx512::Float16,
+    f1: gemm::avx512::Float16,
+}
+
 #[cfg(target_arch = "x86_64")]
 impl DepthwiseRow<'_> {
     /// Blocks of 32 channels in 512-bit registers (two packed blocks of 16 side by
@@ -1138,30 +1149,12 @@ impl DepthwiseRow<'_> {
     /// AVX512F, AVX512BW and AVX2; the sizes checked by [`depthwise_row_pairs`].
     #[target_feature(enable = "avx512f,avx512bw,avx2")]
     unsafe fn avx512(&self, out_row: &mut [u8]) {
-        use std::arch::x86_64::*;
         let Some(float) = self.stage.float_constants() else {
             // SAFETY: forwarded.
             return unsafe { self.avx2(out_row, 0) };
         };
         let (g, npairs) = (self.g, self.npairs);
-        let oc = g.oc;
-        let zeros = [0i16; 2 * DW_BLOCK];
-        let window = self.window;
-        let load = |at: Option<usize>, c0: usize| -> __m512i {
-            // SAFETY: a tap offset starts a whole pixel inside the window (checked) and
-            // c0 + 32 <= ic; otherwise 32 zeros (the padding minus the zero point).
-            unsafe {
-                match at {
-                    Some(o) => _mm512_loadu_si512(window.as_ptr().add(o + c0) as *const _),
-                    None => _mm512_loadu_si512(zeros.as_ptr() as *const _),
-                }
-            }
-        };
-        // Qwords of the two accumulators (lo: channels {0-3 | 8-11 | 16-19 | 24-27},
-        // hi: {4-7 | 12-15 | 20-23 | 28-31}) in channel order: 0-15, then 16-31.
-        let first = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
-        let second = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
-        let supers = oc / (2 * DW_BLOCK);
+        let supers = g.oc / (2 * DW_BLOCK);
         for sb in 0..supers {
             let c0 = sb * 2 * DW_BLOCK;
             // The packed blocks 2 sb and 2 sb + 1: per pair, 16 values for the low
@@ -1177,46 +1170,104 @@ impl DepthwiseRow<'_> {
                     gemm::avx512::Float16::load(&float, c0 + 16),
                 )
             };
-            for ox in 0..g.ow {
-                let taps_at = &self.offsets[ox * 2 * npairs..(ox + 1) * 2 * npairs];
-                let mut acc_lo = _mm512_setzero_si512();
-                let mut acc_hi = _mm512_setzero_si512();
-                for p in 0..npairs {
-                    let x0 = load(taps_at[2 * p], c0);
-                    let x1 = load(taps_at[2 * p + 1], c0);
-                    // SAFETY: both blocks hold npairs * 32 values at wa and wb.
-                    let (wl, wh) = unsafe {
-                        let at = |base: usize, half: usize| {
-                            _mm256_loadu_si256(
-                                self.pairs.as_ptr().add(base + p * 32 + half) as *const __m256i
-                            )
-                        };
-                        (
-                            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(at(wa, 0)), at(wb, 0)),
-                            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(at(wa, 16)), at(wb, 16)),
-                        )
-                    };
-                    acc_lo = _mm512_add_epi32(
-                        acc_lo,
-                        _mm512_madd_epi16(_mm512_unpacklo_epi16(x0, x1), wl),
-                    );
-                    acc_hi = _mm512_add_epi32(
-                        acc_hi,
-                        _mm512_madd_epi16(_mm512_unpackhi_epi16(x0, x1), wh),
-                    );
-                }
-                let v0 = _mm512_permutex2var_epi64(acc_lo, first, acc_hi);
-                let v1 = _mm512_permutex2var_epi64(acc_lo, second, acc_hi);
-                let dst = &mut out_row[ox * oc + c0..ox * oc + c0 + 2 * DW_BLOCK];
-                // SAFETY: dst holds 32 bytes.
-                unsafe {
-                    _mm_storeu_si128(dst.as_mut_ptr() as *mut __m128i, f0.requantize(v0));
-                    _mm_storeu_si128(dst.as_mut_ptr().add(16) as *mut __m128i, f1.requantize(v1));
+            let block = SuperBlock { c0, wa, wb, f0, f1 };
+            // SAFETY (each call): as this function's; the super-block is inside oc.
+            unsafe {
+                match npairs {
+                    // 3x3 filters: the weights of all five pairs held in registers.
+                    5 => self.super_block::<5>(&block, out_row),
+                    1 => self.super_block::<1>(&block, out_row),
+                    2 => self.super_block::<2>(&block, out_row),
+                    _ => self.super_block::<0>(&block, out_row),
                 }
             }
         }
         // SAFETY: forwarded; the blocks before 2 * supers are done.
         unsafe { self.avx2(out_row, 2 * supers) }
+    }
+
+    /// Every pixel of the row for one super-block of 32 channels. `NP` > 0: the filter
+    /// has exactly `NP` pairs of taps, whose weights are loaded once and held in
+    /// registers across the row (the loop over pairs unrolls); 0: any count, weights
+    /// loaded per pixel.
+    ///
+    /// # Safety
+    /// As [`Self::avx512`]; `block` lies inside the channels.
+    #[target_feature(enable = "avx512f,avx512bw,avx2")]
+    #[inline]
+    unsafe fn super_block<const NP: usize>(&self, block: &SuperBlock, out_row: &mut [u8]) {
+        use std::arch::x86_64::*;
+        let (g, npairs) = (self.g, self.npairs);
+        debug_assert!(NP == 0 || NP == npairs);
+        let (oc, c0) = (g.oc, block.c0);
+        let zeros = [0i16; 2 * DW_BLOCK];
+        let window = self.window;
+        let load = |at: Option<usize>| -> __m512i {
+            // SAFETY: a tap offset starts a whole pixel inside the window (checked) and
+            // c0 + 32 <= ic; otherwise 32 zeros (the padding minus the zero point).
+            unsafe {
+                match at {
+                    Some(o) => _mm512_loadu_si512(window.as_ptr().add(o + c0) as *const _),
+                    None => _mm512_loadu_si512(zeros.as_ptr() as *const _),
+                }
+            }
+        };
+        // Pair p's weights: the packed blocks' 16 values for the low half of each
+        // 128-bit lane side by side, then those for the high half.
+        let weights = |p: usize| -> (__m512i, __m512i) {
+            // SAFETY: both packed blocks hold npairs * 32 values at wa and wb.
+            unsafe {
+                let at = |base: usize, half: usize| {
+                    _mm256_loadu_si256(
+                        self.pairs.as_ptr().add(base + p * 32 + half) as *const __m256i
+                    )
+                };
+                (
+                    _mm512_inserti64x4::<1>(
+                        _mm512_castsi256_si512(at(block.wa, 0)),
+                        at(block.wb, 0),
+                    ),
+                    _mm512_inserti64x4::<1>(
+                        _mm512_castsi256_si512(at(block.wa, 16)),
+                        at(block.wb, 16),
+                    ),
+                )
+            }
+        };
+        let mut held = [(_mm512_setzero_si512(), _mm512_setzero_si512()); 8];
+        for (p, w) in held.iter_mut().enumerate().take(NP) {
+            *w = weights(p);
+        }
+        // Qwords of the two accumulators (lo: channels {0-3 | 8-11 | 16-19 | 24-27},
+        // hi: {4-7 | 12-15 | 20-23 | 28-31}) in channel order: 0-15, then 16-31.
+        let first = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+        let second = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+        let pairs = if NP > 0 { NP } else { npairs };
+        for ox in 0..g.ow {
+            let taps_at = &self.offsets[ox * 2 * npairs..(ox + 1) * 2 * npairs];
+            let mut acc_lo = _mm512_setzero_si512();
+            let mut acc_hi = _mm512_setzero_si512();
+            for p in 0..pairs {
+                let x0 = load(taps_at[2 * p]);
+                let x1 = load(taps_at[2 * p + 1]);
+                let (wl, wh) = if NP > 0 { held[p] } else { weights(p) };
+                acc_lo =
+                    _mm512_add_epi32(acc_lo, _mm512_madd_epi16(_mm512_unpacklo_epi16(x0, x1), wl));
+                acc_hi =
+                    _mm512_add_epi32(acc_hi, _mm512_madd_epi16(_mm512_unpackhi_epi16(x0, x1), wh));
+            }
+            let v0 = _mm512_permutex2var_epi64(acc_lo, first, acc_hi);
+            let v1 = _mm512_permutex2var_epi64(acc_lo, second, acc_hi);
+            let dst = &mut out_row[ox * oc + c0..ox * oc + c0 + 2 * DW_BLOCK];
+            // SAFETY: dst holds 32 bytes.
+            unsafe {
+                _mm_storeu_si128(dst.as_mut_ptr() as *mut __m128i, block.f0.requantize(v0));
+                _mm_storeu_si128(
+                    dst.as_mut_ptr().add(16) as *mut __m128i,
+                    block.f1.requantize(v1),
+                );
+            }
+        }
     }
 
     /// Blocks `from_block..` of 16 channels in 256-bit registers.
