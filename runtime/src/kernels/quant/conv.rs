@@ -428,6 +428,7 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
                 oq,
                 fq,
                 filter_dims,
+                stage: ConstantStages::new(filter_dims.is_some() && info.is_weight(2)),
             }))
         }
         _ => {
@@ -443,6 +444,7 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
                 fq,
                 filter_dims,
                 bytes,
+                stages: ConstantStages::new(filter_dims.is_some() && info.is_weight(2)),
             }))
         }
     }
@@ -493,6 +495,41 @@ struct Conv {
     /// The 8-bit dot-product path ([`gemm_u8i8`]): a constant filter whose values fit
     /// signed bytes, on a processor with the instructions.
     bytes: bool,
+    /// The output stages of the groups on that path, built at the first run when they
+    /// depend only on constants (the bias, the filter's sums).
+    stages: ConstantStages,
+}
+
+/// Output stages built once, when everything they depend on is a constant operand.
+struct ConstantStages {
+    constant: bool,
+    built: std::sync::OnceLock<Vec<Stage>>,
+}
+
+impl ConstantStages {
+    fn new(constant: bool) -> ConstantStages {
+        ConstantStages {
+            constant,
+            built: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The stages: `build`'s, kept when constant (built again at every run otherwise).
+    fn get_or_build<'a>(
+        &'a self,
+        fresh: &'a mut Option<Vec<Stage>>,
+        build: impl FnOnce() -> Result<Vec<Stage>>,
+    ) -> Result<&'a [Stage]> {
+        if !self.constant {
+            return Ok(fresh.insert(build()?));
+        }
+        if let Some(stages) = self.built.get() {
+            return Ok(stages);
+        }
+        let stages = build()?;
+        // Another execution may have set them meanwhile: they are equal.
+        Ok(self.built.get_or_init(|| stages))
+    }
 }
 
 /// Packs a filter `[O, KH, KW, Cg]` for [`gemm_u8i8`], one right operand per group
@@ -702,18 +739,21 @@ impl Conv {
                     )));
                 }
                 let og = g.oc / groups;
-                let stages = (0..groups)
-                    .map(|grp| {
-                        let columns = grp * og..(grp + 1) * og;
-                        let corrected = gemm_u8i8::corrected_bias(
-                            Some(&bias[columns.clone()]),
-                            &sums[columns],
-                            a_zp,
-                        );
-                        fq.stage(grp * og, og, Some(&corrected), oq.out_zp, oq.range)
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                conv_nhwc_bytes(&g, groups, x, oq, a_zp, packed, &stages, out, threads)
+                let mut fresh = None;
+                let stages = self.stages.get_or_build(&mut fresh, || {
+                    (0..groups)
+                        .map(|grp| {
+                            let columns = grp * og..(grp + 1) * og;
+                            let corrected = gemm_u8i8::corrected_bias(
+                                Some(&bias[columns.clone()]),
+                                &sums[columns],
+                                a_zp,
+                            );
+                            fq.stage(grp * og, og, Some(&corrected), oq.out_zp, oq.range)
+                        })
+                        .collect()
+                })?;
+                conv_nhwc_bytes(&g, groups, x, oq, a_zp, packed, stages, out, threads)
             },
         )
     }
@@ -992,6 +1032,8 @@ struct DepthwiseConv {
     oq: OutputQuant,
     fq: FilterQuant,
     filter_dims: Option<[usize; 4]>,
+    /// The output stage, built once when the bias is a constant.
+    stage: ConstantStages,
 }
 
 /// The filter `[1, KH, KW, OC]` minus its zero point, as i16 in the same order.
@@ -1411,9 +1453,16 @@ impl Kernel for DepthwiseConv {
             (Cow::Owned(w.to_vec()), Cow::Owned(pairs.to_vec()))
         };
         let bias = bias_values(ctx, fdims[3])?;
-        let stage = self
-            .fq
-            .stage(0, fdims[3], Some(bias), self.oq.out_zp, self.oq.range)?;
+        let mut fresh = None;
+        let stage = &self.stage.get_or_build(&mut fresh, || {
+            Ok(vec![self.fq.stage(
+                0,
+                fdims[3],
+                Some(bias),
+                self.oq.out_zp,
+                self.oq.range,
+            )?])
+        })?[0];
         let threads = ctx.threads;
         let oq = &self.oq;
         let out_t = ctx.output(0)?;
