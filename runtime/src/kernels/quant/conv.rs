@@ -1545,7 +1545,7 @@ impl Kernel for DepthwiseConv {
                                 // offsets against the window and its other sizes.
                                 let ok = unsafe {
                                     depthwise_row_pairs(
-                                        &g, filled, y0, &pairs, row, &stage, out_row, signed,
+                                        &g, filled, y0, &pairs, row, stage, out_row, signed,
                                     )
                                 };
                                 if !ok {
@@ -1562,7 +1562,7 @@ impl Kernel for DepthwiseConv {
                                             &w,
                                             row,
                                             done,
-                                            &stage,
+                                            stage,
                                             out_row,
                                         ),
                                         QType::I8 => depthwise_tail::<i8>(
@@ -1572,7 +1572,7 @@ impl Kernel for DepthwiseConv {
                                             &w,
                                             row,
                                             done,
-                                            &stage,
+                                            stage,
                                             out_row,
                                         ),
                                     }
@@ -1592,7 +1592,7 @@ impl Kernel for DepthwiseConv {
                                 &w,
                                 row,
                                 &mut acc,
-                                &stage,
+                                stage,
                                 out_row,
                                 signed,
                             ),
@@ -1604,7 +1604,7 @@ impl Kernel for DepthwiseConv {
                                 &w,
                                 row,
                                 &mut acc,
-                                &stage,
+                                stage,
                                 out_row,
                                 signed,
                             ),
