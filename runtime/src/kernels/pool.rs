@@ -113,54 +113,122 @@ impl Kernel for Pool {
                 let (pt, pl) = (pad_h.0, pad_w.0);
                 let kind = self.kind;
                 let clamp = self.clamp;
+                let geometry = RowGeometry {
+                    input: [ih, iw, c],
+                    output: [oh, ow],
+                    filter: (fh, fw),
+                    stride: (sh, sw),
+                    pad: (pt, pl),
+                };
                 for_each_chunk(threads, out, ow * c, |row, out_row| {
-                    let b = row / oh;
-                    let oy = row % oh;
-                    // Window rows inside the input: [y0, y1).
-                    let ys = (oy * sh).saturating_sub(pt);
-                    let ye = (oy * sh + fh).saturating_sub(pt).min(ih);
-                    for (ox, acc) in out_row.chunks_exact_mut(c).enumerate() {
-                        let xs = (ox * sw).saturating_sub(pl);
-                        let xe = (ox * sw + fw).saturating_sub(pl).min(iw);
-                        let count = ye.saturating_sub(ys) * xe.saturating_sub(xs);
-                        match kind {
-                            PoolKind::Max => acc.fill(f32::MIN),
-                            _ => acc.fill(0.0),
-                        }
-                        for iy in ys..ye {
-                            for ix in xs..xe {
-                                let px = &x[((b * ih + iy) * iw + ix) * c..][..c];
-                                match kind {
-                                    PoolKind::Average => {
-                                        acc.iter_mut().zip(px).for_each(|(a, v)| *a += *v)
-                                    }
-                                    PoolKind::L2 => {
-                                        acc.iter_mut().zip(px).for_each(|(a, v)| *a += *v * *v)
-                                    }
-                                    PoolKind::Max => acc.iter_mut().zip(px).for_each(|(a, v)| {
-                                        if *v > *a {
-                                            *a = *v
-                                        }
-                                    }),
-                                }
-                            }
-                        }
-                        match kind {
-                            PoolKind::Average if count > 0 => {
-                                let d = count as f32;
-                                acc.iter_mut().for_each(|a| *a = clamp.apply(*a / d));
-                            }
-                            PoolKind::L2 if count > 0 => {
-                                let d = count as f32;
-                                acc.iter_mut()
-                                    .for_each(|a| *a = clamp.apply((*a / d).sqrt()));
-                            }
-                            _ => acc.iter_mut().for_each(|a| *a = clamp.apply(*a)),
-                        }
-                    }
+                    pool_row(&geometry, kind, clamp, x, row, out_row);
                 });
                 Ok(())
             },
         )
+    }
+}
+
+/// Sizes one output row of a pool needs.
+struct RowGeometry {
+    /// Input height, width, channels (NHWC).
+    input: [usize; 3],
+    /// Output height and width.
+    output: [usize; 2],
+    filter: (usize, usize),
+    stride: (usize, usize),
+    /// Top and left padding.
+    pad: (usize, usize),
+}
+
+/// One output row (`row` counts rows over the batch), compiled a second time for AVX2:
+/// the channel loops vectorize, and one loop per pool kind keeps the choice out of them.
+fn pool_row(
+    g: &RowGeometry,
+    kind: PoolKind,
+    clamp: Clamp,
+    x: &[f32],
+    row: usize,
+    out_row: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn avx2(
+        g: &RowGeometry,
+        kind: PoolKind,
+        clamp: Clamp,
+        x: &[f32],
+        row: usize,
+        out_row: &mut [f32],
+    ) {
+        pool_row_body(g, kind, clamp, x, row, out_row);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if super::util::has_avx2_fma() {
+        // SAFETY: AVX2 and FMA are available (checked at run time).
+        return unsafe { avx2(g, kind, clamp, x, row, out_row) };
+    }
+    pool_row_body(g, kind, clamp, x, row, out_row);
+}
+
+#[inline(always)]
+fn pool_row_body(
+    g: &RowGeometry,
+    kind: PoolKind,
+    clamp: Clamp,
+    x: &[f32],
+    row: usize,
+    out_row: &mut [f32],
+) {
+    let [ih, iw, c] = g.input;
+    let [oh, _] = g.output;
+    let ((fh, fw), (sh, sw), (pt, pl)) = (g.filter, g.stride, g.pad);
+    let b = row / oh;
+    let oy = row % oh;
+    // Window rows inside the input: [y0, y1).
+    let ys = (oy * sh).saturating_sub(pt);
+    let ye = (oy * sh + fh).saturating_sub(pt).min(ih);
+    for (ox, acc) in out_row.chunks_exact_mut(c).enumerate() {
+        let xs = (ox * sw).saturating_sub(pl);
+        let xe = (ox * sw + fw).saturating_sub(pl).min(iw);
+        let count = ye.saturating_sub(ys) * xe.saturating_sub(xs);
+        match kind {
+            PoolKind::Max => {
+                acc.fill(f32::MIN);
+                for iy in ys..ye {
+                    for ix in xs..xe {
+                        let px = &x[((b * ih + iy) * iw + ix) * c..][..c];
+                        for (a, v) in acc.iter_mut().zip(px) {
+                            // The reference kernels' `if v > a { a = v }` ignores a NaN
+                            // input, and so does f32::max, which vectorizes to a max
+                            // and a plain store (the comparison became masked stores).
+                            *a = a.max(*v);
+                        }
+                    }
+                }
+                acc.iter_mut().for_each(|a| *a = clamp.apply(*a));
+            }
+            PoolKind::Average | PoolKind::L2 => {
+                acc.fill(0.0);
+                for iy in ys..ye {
+                    for ix in xs..xe {
+                        let px = &x[((b * ih + iy) * iw + ix) * c..][..c];
+                        if kind == PoolKind::L2 {
+                            acc.iter_mut().zip(px).for_each(|(a, v)| *a += *v * *v);
+                        } else {
+                            acc.iter_mut().zip(px).for_each(|(a, v)| *a += *v);
+                        }
+                    }
+                }
+                let d = count as f32;
+                acc.iter_mut().for_each(|a| {
+                    *a = clamp.apply(match kind {
+                        _ if count == 0 => *a,
+                        PoolKind::L2 => (*a / d).sqrt(),
+                        _ => *a / d,
+                    })
+                });
+            }
+        }
     }
 }
