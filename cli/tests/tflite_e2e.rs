@@ -159,3 +159,48 @@ fn fixed_point_requantization_is_a_different_faithful_arithmetic() {
     assert_ne!(float.data, fixed.data);
     assert!(max_int8_difference(&fixed, &reference) > 0);
 }
+
+#[test]
+#[cfg_attr(
+    shared_absent,
+    ignore = "needs ../shared (the real models), which is absent"
+)]
+fn every_kernel_path_computes_the_same_int8_bytes() {
+    // The 8-bit dot-product, AVX2 and portable paths accumulate exactly the same
+    // integers through the same output stage: capping the paths (NNC_MAX_ISA) must not
+    // change a byte, whichever of them this processor has.
+    for name in ["mobilenet_v2_int8.tflite", "mobilenet_v2_int8_logits.tflite"] {
+        let Some(model) = shared_model(name) else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let compiled = dir.path().join("model.nnc");
+        check(
+            nnc()
+                .arg("compile")
+                .arg(&model)
+                .args(["--encrypt", "none", "-o"])
+                .arg(&compiled),
+        );
+        let mut outputs = Vec::new();
+        for isa in ["native", "avx2", "portable"] {
+            let out = dir.path().join(isa);
+            check(
+                nnc()
+                    .env("NNC_MAX_ISA", isa)
+                    .arg("run")
+                    .arg(&compiled)
+                    .arg("--input")
+                    .arg(sibling(&model, "input.npy"))
+                    .arg("--output-dir")
+                    .arg(&out),
+            );
+            outputs.push((isa, read_npy_file(out.join("output_0.npy")).unwrap()));
+        }
+        let reference = read_npy_file(sibling(&model, "output.npy")).unwrap();
+        for (isa, output) in &outputs {
+            assert_eq!(output.data, outputs[0].1.data, "{name}: {isa} differs from native");
+        }
+        assert!(max_int8_difference(&outputs[0].1, &reference) <= 1, "{name}");
+    }
+}
