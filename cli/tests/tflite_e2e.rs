@@ -169,7 +169,10 @@ fn every_kernel_path_computes_the_same_int8_bytes() {
     // The 8-bit dot-product, AVX2 and portable paths accumulate exactly the same
     // integers through the same output stage: capping the paths (NNC_MAX_ISA) must not
     // change a byte, whichever of them this processor has.
-    for name in ["mobilenet_v2_int8.tflite", "mobilenet_v2_int8_logits.tflite"] {
+    for name in [
+        "mobilenet_v2_int8.tflite",
+        "mobilenet_v2_int8_logits.tflite",
+    ] {
         let Some(model) = shared_model(name) else {
             return;
         };
@@ -199,8 +202,14 @@ fn every_kernel_path_computes_the_same_int8_bytes() {
         }
         let reference = read_npy_file(sibling(&model, "output.npy")).unwrap();
         for (isa, output) in &outputs {
-            assert_eq!(output.data, outputs[0].1.data, "{name}: {isa} differs from native");
+            assert_eq!(
+                output.data, outputs[0].1.data,
+                "{name}: {isa} differs from native"
+            );
         }
-        assert!(max_int8_difference(&outputs[0].1, &reference) <= 1, "{name}");
+        assert!(
+            max_int8_difference(&outputs[0].1, &reference) <= 1,
+            "{name}"
+        );
     }
 }
