@@ -554,28 +554,46 @@ fn conv_nhwc_panels(
         }
         return Ok(());
     }
-    let tile = (IM2COL_BUDGET / k.max(1)).clamp(1, rows.max(1));
-    let col = scratch.f32(tile * k)?;
-    let mut r0 = 0;
-    while r0 < rows {
-        let r1 = (r0 + tile).min(rows);
-        let t = r1 - r0;
+    // Tiles of rows, each gathered and multiplied by one thread: with several threads,
+    // the tiles run in parallel (each in its thread's scratch), so the gathering is not
+    // a serial part of the convolution.
+    let mut tile = (IM2COL_BUDGET / k.max(1)).clamp(1, rows.max(1));
+    if threads > 1 {
+        tile = tile.min(rows.div_ceil(2 * threads)).max(8);
+    }
+    let one_tile = |r0: usize, out_rows: &mut [f32], col: &mut [f32], threads: usize| {
+        let t = out_rows.len() / g.oc.max(1);
+        let col = &mut col[..t * k];
         for grp in 0..groups {
-            im2col(g, x, grp * cg, cg, r0, r1, &mut col[..t * k]);
+            im2col(g, x, grp * cg, cg, r0, r0 + t, col);
             gemm(
-                &col[..t * k],
+                col,
                 k,
                 t,
                 k,
                 &packed[grp * per_group..(grp + 1) * per_group],
                 og,
-                &mut out[r0 * g.oc + grp * og..r1 * g.oc],
+                &mut out_rows[grp * og..],
                 g.oc,
                 epilogue(grp),
                 threads,
             )?;
         }
-        r0 = r1;
+        Ok(())
+    };
+    let chunk = tile * g.oc;
+    if threads > 1 && rows > tile {
+        use rayon::prelude::*;
+        return out[..rows * g.oc]
+            .par_chunks_mut(chunk)
+            .enumerate()
+            .try_for_each(|(i, out_rows)| {
+                super::util::with_scratch(tile * k, |col| one_tile(i * tile, out_rows, col, 1))
+            });
+    }
+    let col = scratch.f32(tile * k)?;
+    for (i, out_rows) in out[..rows * g.oc].chunks_mut(chunk).enumerate() {
+        one_tile(i * tile, out_rows, col, threads)?;
     }
     Ok(())
 }

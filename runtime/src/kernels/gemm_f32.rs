@@ -100,9 +100,11 @@ pub(crate) fn gemm(
         return Ok(());
     }
     let wide = avx512();
-    // Row blocks of whole micro-kernel heights, several per task.
+    // Two tasks per thread of equal rows (work stealing evens out the rest): rounding
+    // tasks to whole micro-kernel heights left late layers (7 x 7 = 49 rows) split 24 +
+    // 24 + 1 over two threads.
     let rows_per_task = if threads > 1 {
-        (m.div_ceil(threads * 4)).max(8).div_ceil(24) * 24
+        m.div_ceil(2 * threads).max(8)
     } else {
         m
     };

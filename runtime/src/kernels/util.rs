@@ -170,3 +170,36 @@ pub fn strides_of(shape: &[usize]) -> Vec<usize> {
     }
     s
 }
+
+thread_local! {
+    /// Each thread's kernel scratch (im2col tiles, depthwise windows), kept between
+    /// calls and grown as needed: allocating, zeroing and (with the wiping allocator)
+    /// wiping a fresh tile at every convolution cost more than some convolutions. It
+    /// holds activations, never weights; freed (and wiped) when the thread ends.
+    static SCRATCH: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on `len` elements of this thread's scratch (stale contents), or of a fresh
+/// buffer when the scratch is already in use further up the stack.
+pub(crate) fn with_scratch<S: bytemuck::Pod, R>(
+    len: usize,
+    f: impl FnOnce(&mut [S]) -> Result<R>,
+) -> Result<R> {
+    let bytes = len
+        .checked_mul(std::mem::size_of::<S>())
+        .ok_or(RuntimeError::OutOfMemory { bytes: usize::MAX })?;
+    let words = bytes.div_ceil(8);
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut held) => {
+            if held.len() < words {
+                let more = words - held.len();
+                held.try_reserve_exact(more)
+                    .map_err(|_| RuntimeError::OutOfMemory { bytes })?;
+                held.resize(words, 0);
+            }
+            let raw: &mut [u8] = bytemuck::cast_slice_mut(&mut held[..words]);
+            f(bytemuck::cast_slice_mut(&mut raw[..bytes]))
+        }
+        Err(_) => f(&mut filled(len, S::zeroed())?),
+    })
+}
