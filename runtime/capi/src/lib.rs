@@ -278,24 +278,8 @@ pub unsafe extern "C" fn nnc_model_load_file(
     key: *const NncKey,
     model: *mut *mut NncModel,
 ) -> NncResult {
-    guard(|| {
-        non_null(model, "model")?;
-        // SAFETY: `model` is non-null and, by the contract, writable.
-        unsafe { model.write(std::ptr::null_mut()) };
-        // SAFETY: by the contract, `path` is null or a NUL-terminated string.
-        let path = unsafe { path_arg(path) }?;
-        // SAFETY: by the contract, `key` is null or a live key.
-        let key = unsafe { key.as_ref() };
-        let file = nnc_runtime::ModelFile::open(path)?;
-        let loaded = imp::load(
-            file,
-            key.map(|k| &k.bytes[..]),
-            &nnc_runtime::LoadOptions::default(),
-        )?;
-        // SAFETY: as above: the out-pointer is non-null and writable.
-        unsafe { hand_out(model, loaded) };
-        Ok(())
-    })
+    // SAFETY: forwarded contract; null options are the defaults.
+    unsafe { flow::nnc_model_load_file_with_options(path, key, std::ptr::null(), model) }
 }
 
 /// Loads a compiled model from memory (the bytes of a `.nnc` file, copied: the caller
@@ -312,24 +296,8 @@ pub unsafe extern "C" fn nnc_model_load_buffer(
     key: *const NncKey,
     model: *mut *mut NncModel,
 ) -> NncResult {
-    guard(|| {
-        non_null(model, "model")?;
-        // SAFETY: `model` is non-null and, by the contract, writable.
-        unsafe { model.write(std::ptr::null_mut()) };
-        non_null(data, "data")?;
-        // SAFETY: by the contract, `data` points to `length` readable bytes.
-        let bytes = unsafe { std::slice::from_raw_parts(data, length) }.to_vec();
-        // SAFETY: by the contract, `key` is null or a live key.
-        let key = unsafe { key.as_ref() };
-        let loaded = imp::load(
-            nnc_runtime::ModelFile::from_bytes(bytes),
-            key.map(|k| &k.bytes[..]),
-            &nnc_runtime::LoadOptions::default(),
-        )?;
-        // SAFETY: as above: the out-pointer is non-null and writable.
-        unsafe { hand_out(model, loaded) };
-        Ok(())
-    })
+    // SAFETY: forwarded contract; null options are the defaults.
+    unsafe { flow::nnc_model_load_buffer_with_options(data, length, key, std::ptr::null(), model) }
 }
 
 /// Frees a model. Null is ignored. Executions created from it stay usable.

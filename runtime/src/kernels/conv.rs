@@ -355,14 +355,7 @@ fn pack_conv_filter_panels(
     [o, kh, kw, cg]: [usize; 4],
     groups: usize,
 ) -> Result<Vec<f32>> {
-    check_len("filter", filter, &[o, kh, kw, cg])?;
-    if groups == 0 || o % groups != 0 {
-        return Err(RuntimeError::kernel(format!(
-            "{o} output channels do not split into {groups} groups"
-        )));
-    }
-    let k = kh * kw * cg;
-    let og = o / groups;
+    let (k, og) = filter_groups(filter, [o, kh, kw, cg], groups)?;
     let per_group = super::gemm_f32::packed_len(k, og)
         .ok_or_else(|| RuntimeError::kernel("filter too large"))?;
     let mut packed = super::util::zeroed_f32(per_group * groups)?;
@@ -377,20 +370,29 @@ fn pack_conv_filter_panels(
     Ok(packed)
 }
 
-/// Packs a filter `[O, KH, KW, Cg]` into `groups` row-major `[K, O/groups]` matrices.
-fn pack_conv_filter(
+/// Checks a filter `[O, KH, KW, Cg]` against its shape and group count; returns the
+/// GEMM depth `K = KH * KW * Cg` and the output channels per group.
+fn filter_groups(
     filter: &[f32],
     [o, kh, kw, cg]: [usize; 4],
     groups: usize,
-) -> Result<Vec<f32>> {
+) -> Result<(usize, usize)> {
     check_len("filter", filter, &[o, kh, kw, cg])?;
     if groups == 0 || o % groups != 0 {
         return Err(RuntimeError::kernel(format!(
             "{o} output channels do not split into {groups} groups"
         )));
     }
-    let k = kh * kw * cg;
-    let og = o / groups;
+    Ok((kh * kw * cg, o / groups))
+}
+
+/// Packs a filter `[O, KH, KW, Cg]` into `groups` row-major `[K, O/groups]` matrices.
+fn pack_conv_filter(
+    filter: &[f32],
+    [o, kh, kw, cg]: [usize; 4],
+    groups: usize,
+) -> Result<Vec<f32>> {
+    let (k, og) = filter_groups(filter, [o, kh, kw, cg], groups)?;
     let mut packed = super::util::zeroed_f32(filter.len())?;
     for g in 0..groups {
         let dst = &mut packed[g * k * og..(g + 1) * k * og];
