@@ -285,6 +285,18 @@ impl Geometry {
         })
     }
 
+    /// A 1x1, stride-1, unpadded convolution: its im2col rows are its input rows.
+    fn is_pointwise(&self) -> bool {
+        self.kh == 1
+            && self.kw == 1
+            && self.sh == 1
+            && self.sw == 1
+            && self.pad_top == 0
+            && self.pad_left == 0
+            && self.oh == self.ih
+            && self.ow == self.iw
+    }
+
     /// Input row for output row `oy` and kernel row `ky`, if inside the input.
     #[inline(always)]
     fn in_y(&self, oy: usize, ky: usize) -> Option<usize> {
@@ -530,14 +542,7 @@ fn conv_nhwc_panels(
         bias: &bias[grp * og..(grp + 1) * og],
         clamp,
     };
-    let pointwise = g.kh == 1
-        && g.kw == 1
-        && g.sh == 1
-        && g.sw == 1
-        && g.pad_top == 0
-        && g.pad_left == 0
-        && g.oh == g.ih
-        && g.ow == g.iw;
+    let pointwise = g.is_pointwise();
     if pointwise {
         // The input is already the [rows, C] im2col matrix.
         for grp in 0..groups {
@@ -617,14 +622,7 @@ fn conv_nhwc(
     let og = g.oc / groups;
     let k = g.kh * g.kw * cg;
     let rows = g.n * g.oh * g.ow;
-    let pointwise = g.kh == 1
-        && g.kw == 1
-        && g.sh == 1
-        && g.sw == 1
-        && g.pad_top == 0
-        && g.pad_left == 0
-        && g.oh == g.ih
-        && g.ow == g.iw;
+    let pointwise = g.is_pointwise();
     if pointwise {
         // The input is already the [rows, C] im2col matrix. Row tiles keep each output
         // tile in cache for the bias and activation pass.
