@@ -106,6 +106,33 @@ unsafe fn load_options(options: *const NncLoadOptions) -> Result<LoadOptions, Ca
     })
 }
 
+/// What both loads with options do around opening the file: the out-pointer set to null
+/// first, the options and key read, the model handed out on success.
+///
+/// # Safety
+/// `model` null or writable for one pointer; `key` null or a live key; `options` null or
+/// a readable `NncLoadOptions` (with `cache_dir` null or NUL-terminated).
+unsafe fn load_with(
+    key: *const NncKey,
+    options: *const NncLoadOptions,
+    model: *mut *mut NncModel,
+    open: impl FnOnce() -> Result<nnc_runtime::ModelFile, CapiError>,
+) -> NncResult {
+    guard(|| {
+        non_null(model, "model")?;
+        // SAFETY: `model` is non-null and, by the contract, writable.
+        unsafe { model.write(std::ptr::null_mut()) };
+        // SAFETY: by the contract, `options` is null or readable.
+        let options = unsafe { load_options(options) }?;
+        // SAFETY: by the contract, `key` is null or a live key.
+        let key = unsafe { key.as_ref() };
+        let loaded = imp::load(open()?, key.map(|k| &k.bytes[..]), &options)?;
+        // SAFETY: as above: the out-pointer is non-null and writable.
+        unsafe { hand_out(model, loaded) };
+        Ok(())
+    })
+}
+
 /// `nnc_model_load_file` with options (null: the defaults).
 ///
 /// # Safety
@@ -117,22 +144,13 @@ pub unsafe extern "C" fn nnc_model_load_file_with_options(
     options: *const NncLoadOptions,
     model: *mut *mut NncModel,
 ) -> NncResult {
-    guard(|| {
-        non_null(model, "model")?;
-        // SAFETY: `model` is non-null and, by the contract, writable.
-        unsafe { model.write(std::ptr::null_mut()) };
-        // SAFETY: by the contract, `options` is null or readable.
-        let options = unsafe { load_options(options) }?;
+    let open = || {
         // SAFETY: by the contract, `path` is null or a NUL-terminated string.
         let path = unsafe { path_arg(path) }?;
-        // SAFETY: by the contract, `key` is null or a live key.
-        let key = unsafe { key.as_ref() };
-        let file = nnc_runtime::ModelFile::open(path)?;
-        let loaded = imp::load(file, key.map(|k| &k.bytes[..]), &options)?;
-        // SAFETY: as above: the out-pointer is non-null and writable.
-        unsafe { hand_out(model, loaded) };
-        Ok(())
-    })
+        Ok(nnc_runtime::ModelFile::open(path)?)
+    };
+    // SAFETY: forwarded contract.
+    unsafe { load_with(key, options, model, open) }
 }
 
 /// `nnc_model_load_buffer` with options (null: the defaults).
@@ -147,26 +165,14 @@ pub unsafe extern "C" fn nnc_model_load_buffer_with_options(
     options: *const NncLoadOptions,
     model: *mut *mut NncModel,
 ) -> NncResult {
-    guard(|| {
-        non_null(model, "model")?;
-        // SAFETY: `model` is non-null and, by the contract, writable.
-        unsafe { model.write(std::ptr::null_mut()) };
-        // SAFETY: by the contract, `options` is null or readable.
-        let options = unsafe { load_options(options) }?;
+    let open = || {
         non_null(data, "data")?;
         // SAFETY: by the contract, `data` points to `length` readable bytes.
         let bytes = unsafe { std::slice::from_raw_parts(data, length) }.to_vec();
-        // SAFETY: by the contract, `key` is null or a live key.
-        let key = unsafe { key.as_ref() };
-        let loaded = imp::load(
-            nnc_runtime::ModelFile::from_bytes(bytes),
-            key.map(|k| &k.bytes[..]),
-            &options,
-        )?;
-        // SAFETY: as above: the out-pointer is non-null and writable.
-        unsafe { hand_out(model, loaded) };
-        Ok(())
-    })
+        Ok(nnc_runtime::ModelFile::from_bytes(bytes))
+    };
+    // SAFETY: forwarded contract.
+    unsafe { load_with(key, options, model, open) }
 }
 
 /// Sets the deadline of each compute of `execution`, in nanoseconds from its start (for

@@ -17,6 +17,7 @@
 
 use crate::error::{Result, RuntimeError};
 use crate::kernels::Clamp;
+use crate::kernels::util::matrix_extent;
 
 /// Columns per packed panel.
 pub(crate) const NR: usize = 16;
@@ -24,11 +25,6 @@ pub(crate) const NR: usize = 16;
 /// Whether this processor runs these kernels (AVX2 and FMA at least).
 pub(crate) fn available() -> bool {
     super::isa::float_avx2_fma()
-}
-
-fn avx512() -> bool {
-    let f = super::isa::cpu_features();
-    f.avx512f && f.avx2 && f.fma
 }
 
 /// Values of a packed B of `k` x `n`.
@@ -57,13 +53,6 @@ pub(crate) struct Epilogue<'a> {
     pub clamp: Clamp,
 }
 
-fn extent(rows: usize, ld: usize, cols: usize) -> Option<usize> {
-    if rows == 0 || cols == 0 {
-        return Some(0);
-    }
-    (rows - 1).checked_mul(ld)?.checked_add(cols)
-}
-
 /// `out[r * ldc + j] = clamp(sum_kk a[r * lda + kk] * B[kk][j] + bias[j])` for `r < m`,
 /// `j < n`, with B packed by [`pack`]; rows split over the current rayon pool when
 /// `threads > 1`. Requires [`available`].
@@ -81,13 +70,13 @@ pub(crate) fn gemm(
     threads: usize,
 ) -> Result<()> {
     let bad = |what: &str| RuntimeError::Internal(format!("float GEMM: {what}"));
-    if lda < k || extent(m, lda, k).is_none_or(|e| e > a.len()) {
+    if lda < k || matrix_extent(m, lda, k).is_none_or(|e| e > a.len()) {
         return Err(bad("left operand too short"));
     }
     if packed_len(k, n) != Some(b.len()) {
         return Err(bad("packed right operand has the wrong size"));
     }
-    if ldc < n || extent(m, ldc, n).is_none_or(|e| e > out.len()) {
+    if ldc < n || matrix_extent(m, ldc, n).is_none_or(|e| e > out.len()) {
         return Err(bad("destination too short"));
     }
     if epilogue.bias.len() != n {
@@ -99,7 +88,7 @@ pub(crate) fn gemm(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let wide = avx512();
+    let wide = super::isa::float_avx512();
     // Two tasks per thread of equal rows (work stealing evens out the rest): rounding
     // tasks to whole micro-kernel heights left late layers (7 x 7 = 49 rows) split 24 +
     // 24 + 1 over two threads.
@@ -112,7 +101,7 @@ pub(crate) fn gemm(
         let rows = (m - r0).min(rows_per_task);
         let a = &a[r0 * lda..];
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: the features were checked (`available`, `avx512`); every index the
+        // SAFETY: the features were checked (`available`, `float_avx512`); every index the
         // kernels form is inside the slices: A rows r < rows of k <= lda values, B
         // panels of k * NR values, destination rows r < rows of n <= ldc values, bias
         // of n values (checked above).
@@ -131,7 +120,7 @@ pub(crate) fn gemm(
         // Each task's rows: `rows_per_task * ldc` values of the destination (the last
         // task's slice may be shorter, ending at its last row's n-th value).
         let chunk = rows_per_task * ldc;
-        let used = extent(m, ldc, n).unwrap_or(0);
+        let used = matrix_extent(m, ldc, n).unwrap_or(0);
         out[..used]
             .par_chunks_mut(chunk)
             .enumerate()

@@ -65,6 +65,12 @@ pub fn float_avx2_fma() -> bool {
     f.avx2 && f.fma
 }
 
+/// True when the float kernels' AVX-512 paths run (with AVX2 and FMA beside them).
+pub fn float_avx512() -> bool {
+    let f = cpu_features();
+    f.avx512f && f.avx2 && f.fma
+}
+
 /// True when the quantized kernels' AVX2 paths run.
 pub fn int8_avx2() -> bool {
     cpu_features().avx2

@@ -97,6 +97,15 @@ pub fn nchw_dims_to_nhwc([n, c, h, w]: [usize; 4]) -> [usize; 4] {
     [n, h, w, c]
 }
 
+/// Elements a row-major matrix of `rows` rows of `cols` values, `ld` apart, spans (None
+/// on overflow): what a slice must hold for it.
+pub(crate) fn matrix_extent(rows: usize, ld: usize, cols: usize) -> Option<usize> {
+    if rows == 0 || cols == 0 {
+        return Some(0);
+    }
+    (rows - 1).checked_mul(ld)?.checked_add(cols)
+}
+
 /// A zeroed f32 vector, with allocation failure as an error.
 pub fn zeroed_f32(n: usize) -> Result<Vec<f32>> {
     filled(n, 0.0)

@@ -495,8 +495,8 @@ struct Conv {
     /// The 8-bit dot-product path ([`gemm_u8i8`]): a constant filter whose values fit
     /// signed bytes, on a processor with the instructions.
     bytes: bool,
-    /// The output stages of the groups on that path, built at the first run when they
-    /// depend only on constants (the bias, the filter's sums).
+    /// The output stages of the groups, built at the first run when they depend only
+    /// on constants (the filter, its sums, the bias).
     stages: ConstantStages,
 }
 
@@ -624,20 +624,34 @@ impl Kernel for Conv {
     }
 
     fn run(&self, ctx: &mut KernelContext) -> Result<()> {
-        if self.bytes {
-            return self.run_bytes(ctx);
-        }
         let p = &self.params;
         let input = ctx.input(0)?;
         let x = q8_bytes(&input, "input")?;
         let in_shape = rank4(input.shape, "input")?;
         let fdims = run_filter_dims(self.filter_dims, ctx, 1)?;
         let groups = p.groups;
-        let packed: Cow<[i16]> = if self.filter_dims.is_some() {
-            Cow::Borrowed(prepared_i16(ctx.weights, 0)?)
+        let filter = if self.bytes {
+            let buffer = |i: usize, what: &str| {
+                ctx.weights
+                    .buffer(i)
+                    .map(AlignedBuf::as_bytes)
+                    .ok_or_else(|| RuntimeError::kernel(format!("prepared {what} is missing")))
+            };
+            let sums: &[i32] = bytemuck::try_cast_slice(buffer(1, "filter sums")?)
+                .map_err(|e| RuntimeError::Internal(format!("prepared filter sums: {e:?}")))?;
+            if sums.len() != fdims[0] {
+                return Err(RuntimeError::kernel("filter sums do not match the filter"));
+            }
+            PackedFilter::Bytes {
+                packed: buffer(0, "filter")?,
+                sums,
+            }
+        } else if self.filter_dims.is_some() {
+            PackedFilter::Wide(Cow::Borrowed(prepared_i16(ctx.weights, 0)?))
         } else {
             let f = ctx.input(1)?;
-            Cow::Owned(pack_conv_filter(q8_bytes(&f, "filter")?, fdims, groups, &self.fq)?.to_vec())
+            let packed = pack_conv_filter(q8_bytes(&f, "filter")?, fdims, groups, &self.fq)?;
+            PackedFilter::Wide(Cow::Owned(packed.to_vec()))
         };
         let bias = bias_values(ctx, fdims[0])?;
         if self.fq.multipliers.len() != 1 && self.fq.multipliers.len() != fdims[0] {
@@ -645,76 +659,7 @@ impl Kernel for Conv {
                 "per-channel scales do not match the filter",
             ));
         }
-        let threads = ctx.threads;
-        let oq = &self.oq;
-        let fq = &self.fq;
-        let out_t = ctx.output(0)?;
-        let out_shape = rank4(out_t.shape, "output")?;
-        let out = q8_bytes_mut(out_t, "output")?;
-        with_nhwc(
-            p.nchw,
-            x,
-            in_shape,
-            out,
-            out_shape,
-            |x, in_shape, out, out_shape| {
-                let g = Geometry::new(p, in_shape, (fdims[1], fdims[2]), out_shape)?;
-                if g.oc != fdims[0] || fdims[3] * groups != g.ic || g.oc % groups != 0 {
-                    return Err(RuntimeError::kernel(format!(
-                        "filter {fdims:?} and {groups} groups do not fit input channels {} and output channels {}",
-                        g.ic, g.oc
-                    )));
-                }
-                let og = g.oc / groups;
-                let stages = (0..groups)
-                    .map(|grp| {
-                        fq.stage(
-                            grp * og,
-                            og,
-                            Some(&bias[grp * og..(grp + 1) * og]),
-                            oq.out_zp,
-                            oq.range,
-                        )
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                conv_nhwc(&g, groups, x, oq, &packed, &stages, out, threads)
-            },
-        )
-    }
-}
-
-impl Conv {
-    /// [`Kernel::run`] on the 8-bit dot-product path (a constant filter, prepared for it).
-    fn run_bytes(&self, ctx: &mut KernelContext) -> Result<()> {
-        let p = &self.params;
-        let input = ctx.input(0)?;
-        let x = q8_bytes(&input, "input")?;
-        let in_shape = rank4(input.shape, "input")?;
-        let fdims = self
-            .filter_dims
-            .ok_or_else(|| RuntimeError::Internal("8-bit path without a constant filter".into()))?;
-        let groups = p.groups;
-        let packed = ctx
-            .weights
-            .buffer(0)
-            .ok_or_else(|| RuntimeError::kernel("prepared filter is missing"))?
-            .as_bytes();
-        let sums: &[i32] = bytemuck::try_cast_slice(
-            ctx.weights
-                .buffer(1)
-                .ok_or_else(|| RuntimeError::kernel("prepared filter sums are missing"))?
-                .as_bytes(),
-        )
-        .map_err(|e| RuntimeError::Internal(format!("prepared filter sums: {e:?}")))?;
-        let bias = bias_values(ctx, fdims[0])?;
-        if sums.len() != fdims[0]
-            || (self.fq.multipliers.len() != 1 && self.fq.multipliers.len() != fdims[0])
-        {
-            return Err(RuntimeError::kernel(
-                "per-channel scales or filter sums do not match the filter",
-            ));
-        }
-        // The input's zero point in the unsigned bytes the GEMM reads.
+        // The input's zero point in the unsigned bytes the 8-bit GEMM reads.
         let a_zp = match self.oq.in_qt {
             QType::U8 => self.oq.in_zp,
             QType::I8 => self.oq.in_zp + 128,
@@ -744,19 +689,41 @@ impl Conv {
                     (0..groups)
                         .map(|grp| {
                             let columns = grp * og..(grp + 1) * og;
-                            let corrected = gemm_u8i8::corrected_bias(
-                                Some(&bias[columns.clone()]),
-                                &sums[columns],
-                                a_zp,
-                            );
-                            fq.stage(grp * og, og, Some(&corrected), oq.out_zp, oq.range)
+                            let bias = &bias[columns.clone()];
+                            match &filter {
+                                // The zero-point correction of the 8-bit path is part of
+                                // the bias.
+                                PackedFilter::Bytes { sums, .. } => {
+                                    let corrected =
+                                        gemm_u8i8::corrected_bias(Some(bias), &sums[columns], a_zp);
+                                    fq.stage(grp * og, og, Some(&corrected), oq.out_zp, oq.range)
+                                }
+                                PackedFilter::Wide(_) => {
+                                    fq.stage(grp * og, og, Some(bias), oq.out_zp, oq.range)
+                                }
+                            }
                         })
                         .collect()
                 })?;
-                conv_nhwc_bytes(&g, groups, x, oq, a_zp, packed, stages, out, threads)
+                match &filter {
+                    PackedFilter::Bytes { packed, .. } => {
+                        conv_nhwc_bytes(&g, groups, x, oq, a_zp, packed, stages, out, threads)
+                    }
+                    PackedFilter::Wide(packed) => {
+                        conv_nhwc(&g, groups, x, oq, packed, stages, out, threads)
+                    }
+                }
             },
         )
     }
+}
+
+/// A convolution's filter as its GEMM reads it.
+enum PackedFilter<'a> {
+    /// Signed bytes for [`gemm_u8i8`], and each output channel's sum.
+    Bytes { packed: &'a [u8], sums: &'a [i32] },
+    /// i16 pairs for [`gemm`].
+    Wide(Cow<'a, [i16]>),
 }
 
 /// [`conv_nhwc`] on the 8-bit dot-product path: im2col tiles of the input's bytes (taps
@@ -1983,18 +1950,7 @@ impl Kernel for TransposeConv {
 mod tests {
     use super::*;
 
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn range(&mut self, lo: i32, hi: i32) -> i32 {
-            lo + (self.next() % (hi - lo + 1) as u64) as i32
-        }
-    }
+    use super::super::gemm::tests::Rng;
 
     /// The AVX2 depthwise kernel (both input variants, plus the scalar tail) against the
     /// portable loops, on random geometry and data.

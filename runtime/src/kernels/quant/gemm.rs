@@ -25,6 +25,7 @@
 
 use super::arith::{Multiplier, multiply_by_quantized_multiplier};
 use crate::error::{Result, RuntimeError};
+use crate::kernels::util::matrix_extent;
 
 /// Columns per packed panel.
 pub(crate) const NR: usize = 16;
@@ -315,13 +316,6 @@ pub(crate) fn gemm(a: &[i16], lda: usize, m: usize, b: &PackedRhs, dst: Dst) -> 
     gemm_with(best_isa(), a, lda, m, b, dst)
 }
 
-fn extent(rows: usize, ld: usize, cols: usize) -> Option<usize> {
-    if rows == 0 || cols == 0 {
-        return Some(0);
-    }
-    (rows - 1).checked_mul(ld)?.checked_add(cols)
-}
-
 /// [`gemm`] with a chosen implementation (tests run both).
 pub(crate) fn gemm_with(
     isa: Isa,
@@ -334,7 +328,7 @@ pub(crate) fn gemm_with(
     let kp = padded_depth(b.k);
     let n = b.n;
     let bad = |what: &str| RuntimeError::Internal(format!("quantized GEMM: {what}"));
-    if lda < kp || extent(m, lda, kp).is_none_or(|e| e > a.len()) {
+    if lda < kp || matrix_extent(m, lda, kp).is_none_or(|e| e > a.len()) {
         return Err(bad("left operand too short"));
     }
     if packed_len(b.k, n) != Some(b.data.len()) {
@@ -342,7 +336,7 @@ pub(crate) fn gemm_with(
     }
     match &dst {
         Dst::Q8 { out, ld, stage, .. } => {
-            if *ld < n || extent(m, *ld, n).is_none_or(|e| e > out.len()) {
+            if *ld < n || matrix_extent(m, *ld, n).is_none_or(|e| e > out.len()) {
                 return Err(bad("destination too short"));
             }
             if stage.n != n {
@@ -350,7 +344,7 @@ pub(crate) fn gemm_with(
             }
         }
         Dst::I32 { out, ld } => {
-            if *ld < n || extent(m, *ld, n).is_none_or(|e| e > out.len()) {
+            if *ld < n || matrix_extent(m, *ld, n).is_none_or(|e| e > out.len()) {
                 return Err(bad("destination too short"));
             }
         }
@@ -768,18 +762,19 @@ pub(crate) fn requantize_row(isa: Isa, acc: &[i32], stage: &Stage, out: &mut [u8
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    struct Rng(u64);
+    /// The xorshift generator of the quantized kernels' randomized tests.
+    pub(crate) struct Rng(pub u64);
     impl Rng {
-        fn next(&mut self) -> u64 {
+        pub(crate) fn next(&mut self) -> u64 {
             self.0 ^= self.0 << 13;
             self.0 ^= self.0 >> 7;
             self.0 ^= self.0 << 17;
             self.0
         }
-        fn range(&mut self, lo: i32, hi: i32) -> i32 {
+        pub(crate) fn range(&mut self, lo: i32, hi: i32) -> i32 {
             lo + (self.next() % (hi - lo + 1) as u64) as i32
         }
     }

@@ -35,6 +35,7 @@
 
 use super::gemm::{NR, Stage};
 use crate::error::{Result, RuntimeError};
+use crate::kernels::util::matrix_extent;
 
 /// Rows per micro-kernel block.
 pub(crate) const MR: usize = 8;
@@ -109,13 +110,6 @@ pub(crate) struct PackedRhs<'a> {
     pub n: usize,
 }
 
-fn extent(rows: usize, ld: usize, cols: usize) -> Option<usize> {
-    if rows == 0 || cols == 0 {
-        return Some(0);
-    }
-    (rows - 1).checked_mul(ld)?.checked_add(cols)
-}
-
 /// `out = stage((A ^ flip) (m x kq, rows of `lda` bytes) * B)`, as bytes (two's
 /// complement when `signed`), row `r` at `out[r * ld..]`. `vnni` selects the intrinsics
 /// (which must be [`available`]) or the portable code.
@@ -135,13 +129,13 @@ pub(crate) fn gemm(
     let kq = quad_depth(b.k);
     let n = b.n;
     let bad = |what: &str| RuntimeError::Internal(format!("8-bit GEMM: {what}"));
-    if lda < kq || extent(m, lda, kq).is_none_or(|e| e > a.len()) {
+    if lda < kq || matrix_extent(m, lda, kq).is_none_or(|e| e > a.len()) {
         return Err(bad("left operand too short"));
     }
     if packed_len(b.k, n) != Some(b.data.len()) {
         return Err(bad("packed right operand has the wrong size"));
     }
-    if ld < n || extent(m, ld, n).is_none_or(|e| e > out.len()) {
+    if ld < n || matrix_extent(m, ld, n).is_none_or(|e| e > out.len()) {
         return Err(bad("destination too short"));
     }
     if stage.columns() != n {
@@ -214,7 +208,7 @@ fn portable(
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::super::gemm::avx2::{load_stage, narrow16, requant8};
+    use super::super::gemm::avx2::{Stage8, load_stage, narrow16, requant8};
     use super::super::gemm::avx512::Float16;
     use super::{MR, NR, Stage};
 
@@ -284,6 +278,15 @@ mod avx512 {
         }
     }
 
+    /// A panel's output-stage constants, loaded once for the block's rows. A local of
+    /// one block, held in registers and never moved, so the variants' sizes differing
+    /// costs nothing (boxing would put a load in front of every use).
+    #[allow(clippy::large_enum_variant)]
+    enum PanelStage {
+        Float(Float16),
+        Fixed((Stage8, Stage8)),
+    }
+
     /// One block's operands: R rows of A from `a`, P panels of B from `b`.
     struct Block<'a> {
         a: &'a [u8],
@@ -339,21 +342,23 @@ mod avx512 {
             for p in 0..P {
                 let c0 = (self.t + p) * NR;
                 let cols = (self.n - c0).min(NR);
-                // SAFETY: the stage arrays are padded to whole panels; c0 is a multiple
-                // of 16.
-                let (s0, s1) =
-                    unsafe { (load_stage(self.stage, c0), load_stage(self.stage, c0 + 8)) };
                 // The single-precision stage on all 16 lanes at once (the default
                 // requantization); the others through the AVX2 code, 8 lanes at a time.
-                // SAFETY: as above, the bias and scale arrays hold c0 + 16 values.
-                let wide = float.as_ref().map(|f| unsafe { Float16::load(f, c0) });
+                // SAFETY (both): the stage arrays are padded to whole panels, and c0 is
+                // a multiple of 16.
+                let stage = match &float {
+                    Some(f) => PanelStage::Float(unsafe { Float16::load(f, c0) }),
+                    None => PanelStage::Fixed(unsafe {
+                        (load_stage(self.stage, c0), load_stage(self.stage, c0 + 8))
+                    }),
+                };
                 for (r, acc) in acc.iter().enumerate() {
-                    let bytes = match &wide {
-                        Some(f) => f.requantize(acc[p]),
-                        None => {
+                    let bytes = match &stage {
+                        PanelStage::Float(f) => f.requantize(acc[p]),
+                        PanelStage::Fixed((s0, s1)) => {
                             let lo = _mm512_castsi512_si256(acc[p]);
                             let hi = _mm512_extracti64x4_epi64::<1>(acc[p]);
-                            narrow16(requant8(lo, &s0), requant8(hi, &s1), self.signed)
+                            narrow16(requant8(lo, s0), requant8(hi, s1), self.signed)
                         }
                     };
                     let row = &mut out[r * ld + c0..][..cols];
@@ -378,18 +383,7 @@ mod tests {
     use super::super::gemm::{self as wide, Dst};
     use super::*;
 
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn range(&mut self, lo: i32, hi: i32) -> i32 {
-            lo + (self.next() % (hi - lo + 1) as u64) as i32
-        }
-    }
+    use super::super::gemm::tests::Rng;
 
     /// Random u8 activations with zero point `a_zp` and i8 weights: the bytes of the
     /// 8-bit path must equal those of the i16 path on `(a - a_zp)` and `b`, in both
