@@ -1,0 +1,476 @@
+//! CONV_2D and GROUPED_CONV_2D: a GEMM per group, on 8-bit dot products or on i16
+//! operands (see the parent module).
+
+use super::*;
+
+pub(super) struct Conv {
+    pub(super) params: ConvParams,
+    pub(super) oq: OutputQuant,
+    pub(super) fq: FilterQuant,
+    pub(super) filter_dims: Option<[usize; 4]>,
+    /// The 8-bit dot-product path ([`gemm_u8i8`]): a constant filter whose values fit
+    /// signed bytes, on a processor with the instructions.
+    pub(super) bytes: bool,
+    /// The output stages of the groups, built at the first run when they depend only
+    /// on constants (the filter, its sums, the bias).
+    pub(super) stages: ConstantStages,
+}
+
+/// Packs a filter `[O, KH, KW, Cg]` for [`gemm_u8i8`], one right operand per group
+/// (`B[k][j] = w[g * og + j][k] - w_zp` as i8), concatenated, and each output channel's
+/// column sum (for the zero-point correction).
+fn pack_conv_filter_bytes(
+    filter: &[u8],
+    [o, kh, kw, cg]: [usize; 4],
+    groups: usize,
+    fq: &FilterQuant,
+) -> Result<(zeroize::Zeroizing<Vec<u8>>, Vec<i32>)> {
+    if filter.len() != o * kh * kw * cg {
+        return Err(RuntimeError::kernel("filter does not match its shape"));
+    }
+    if groups == 0 || o % groups != 0 {
+        return Err(RuntimeError::kernel(format!(
+            "{o} output channels do not split into {groups} groups"
+        )));
+    }
+    if !gemm_u8i8::fits(fq.qt, fq.zp) {
+        return Err(RuntimeError::Internal(
+            "8-bit filter packing for values that do not fit a signed byte".into(),
+        ));
+    }
+    let k = kh * kw * cg;
+    let og = o / groups;
+    let per_group =
+        gemm_u8i8::packed_len(k, og).ok_or_else(|| RuntimeError::kernel("filter too large"))?;
+    let mut packed =
+        zeroize::Zeroizing::new(crate::kernels::util::filled(per_group * groups, 0u8)?);
+    let mut sums = Vec::with_capacity(o);
+    for g in 0..groups {
+        sums.extend(gemm_u8i8::pack_rhs(
+            k,
+            og,
+            // fits() guarantees the value is in [-128, 127].
+            |kk, j| (fq.qt.load(filter[(g * og + j) * k + kk]) - fq.zp) as i8,
+            &mut packed[g * per_group..(g + 1) * per_group],
+        ));
+    }
+    Ok((packed, sums))
+}
+
+/// Packs a filter `[O, KH, KW, Cg]` into one GEMM right operand per group
+/// (`B[k][j] = w[g * og + j][k] - w_zp`, k over (ky, kx, c)), concatenated.
+fn pack_conv_filter(
+    filter: &[u8],
+    [o, kh, kw, cg]: [usize; 4],
+    groups: usize,
+    fq: &FilterQuant,
+) -> Result<zeroize::Zeroizing<Vec<i16>>> {
+    if filter.len() != o * kh * kw * cg {
+        return Err(RuntimeError::kernel("filter does not match its shape"));
+    }
+    if groups == 0 || o % groups != 0 {
+        return Err(RuntimeError::kernel(format!(
+            "{o} output channels do not split into {groups} groups"
+        )));
+    }
+    let k = kh * kw * cg;
+    let og = o / groups;
+    let per_group = packed_len(k, og).ok_or_else(|| RuntimeError::kernel("filter too large"))?;
+    let mut packed =
+        zeroize::Zeroizing::new(crate::kernels::util::filled(per_group * groups, 0i16)?);
+    for g in 0..groups {
+        pack_rhs(
+            k,
+            og,
+            |kk, j| widen(fq.qt, fq.zp, filter[(g * og + j) * k + kk]),
+            &mut packed[g * per_group..(g + 1) * per_group],
+        );
+    }
+    Ok(packed)
+}
+
+impl Kernel for Conv {
+    fn prepare_weights(&self, weights: &[Option<&[u8]>]) -> Result<PreparedWeights> {
+        let mut prepared = PreparedWeights::empty();
+        if let (Some(Some(filter)), Some(dims)) = (weights.get(1), self.filter_dims) {
+            if self.bytes {
+                let (packed, sums) =
+                    pack_conv_filter_bytes(filter, dims, self.params.groups, &self.fq)?;
+                prepared.push(AlignedBuf::from_bytes(&packed)?);
+                prepared.push(AlignedBuf::from_bytes(bytemuck::cast_slice(&sums))?);
+            } else {
+                let packed = pack_conv_filter(filter, dims, self.params.groups, &self.fq)?;
+                prepared.push(i16_buffer(&packed)?);
+            }
+        }
+        prepared.add_raw(weights, &[1])?;
+        Ok(prepared)
+    }
+
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let p = &self.params;
+        let input = ctx.input(0)?;
+        let x = q8_bytes(&input, "input")?;
+        let in_shape = rank4(input.shape, "input")?;
+        let fdims = run_filter_dims(self.filter_dims, ctx, 1)?;
+        let groups = p.groups;
+        let filter = if self.bytes {
+            let buffer = |i: usize, what: &str| {
+                ctx.weights
+                    .buffer(i)
+                    .map(AlignedBuf::as_bytes)
+                    .ok_or_else(|| RuntimeError::kernel(format!("prepared {what} is missing")))
+            };
+            let sums: &[i32] = bytemuck::try_cast_slice(buffer(1, "filter sums")?)
+                .map_err(|e| RuntimeError::Internal(format!("prepared filter sums: {e:?}")))?;
+            if sums.len() != fdims[0] {
+                return Err(RuntimeError::kernel("filter sums do not match the filter"));
+            }
+            PackedFilter::Bytes {
+                packed: buffer(0, "filter")?,
+                sums,
+            }
+        } else if self.filter_dims.is_some() {
+            PackedFilter::Wide(Cow::Borrowed(prepared_i16(ctx.weights, 0)?))
+        } else {
+            let f = ctx.input(1)?;
+            let packed = pack_conv_filter(q8_bytes(&f, "filter")?, fdims, groups, &self.fq)?;
+            PackedFilter::Wide(Cow::Owned(packed.to_vec()))
+        };
+        let bias = bias_values(ctx, fdims[0])?;
+        if self.fq.multipliers.len() != 1 && self.fq.multipliers.len() != fdims[0] {
+            return Err(RuntimeError::kernel(
+                "per-channel scales do not match the filter",
+            ));
+        }
+        // The input's zero point in the unsigned bytes the 8-bit GEMM reads.
+        let a_zp = match self.oq.in_qt {
+            QType::U8 => self.oq.in_zp,
+            QType::I8 => self.oq.in_zp + 128,
+        };
+        let threads = ctx.threads;
+        let (oq, fq) = (&self.oq, &self.fq);
+        let out_t = ctx.output(0)?;
+        let out_shape = rank4(out_t.shape, "output")?;
+        let out = q8_bytes_mut(out_t, "output")?;
+        with_nhwc(
+            p.nchw,
+            x,
+            in_shape,
+            out,
+            out_shape,
+            |x, in_shape, out, out_shape| {
+                let g = Geometry::new(p, in_shape, (fdims[1], fdims[2]), out_shape)?;
+                if g.oc != fdims[0] || fdims[3] * groups != g.ic || g.oc % groups != 0 {
+                    return Err(RuntimeError::kernel(format!(
+                        "filter {fdims:?} and {groups} groups do not fit input channels {} and output channels {}",
+                        g.ic, g.oc
+                    )));
+                }
+                let og = g.oc / groups;
+                let mut fresh = None;
+                let stages = self.stages.get_or_build(&mut fresh, || {
+                    (0..groups)
+                        .map(|grp| {
+                            let columns = grp * og..(grp + 1) * og;
+                            let bias = &bias[columns.clone()];
+                            match &filter {
+                                // The zero-point correction of the 8-bit path is part of
+                                // the bias.
+                                PackedFilter::Bytes { sums, .. } => {
+                                    let corrected =
+                                        gemm_u8i8::corrected_bias(Some(bias), &sums[columns], a_zp);
+                                    fq.stage(grp * og, og, Some(&corrected), oq.out_zp, oq.range)
+                                }
+                                PackedFilter::Wide(_) => {
+                                    fq.stage(grp * og, og, Some(bias), oq.out_zp, oq.range)
+                                }
+                            }
+                        })
+                        .collect()
+                })?;
+                match &filter {
+                    PackedFilter::Bytes { packed, .. } => {
+                        conv_nhwc_bytes(&g, groups, x, oq, a_zp, packed, stages, out, threads)
+                    }
+                    PackedFilter::Wide(packed) => {
+                        conv_nhwc(&g, groups, x, oq, packed, stages, out, threads)
+                    }
+                }
+            },
+        )
+    }
+}
+
+/// A convolution's filter as its GEMM reads it.
+enum PackedFilter<'a> {
+    /// Signed bytes for [`gemm_u8i8`], and each output channel's sum.
+    Bytes { packed: &'a [u8], sums: &'a [i32] },
+    /// i16 pairs for [`gemm`].
+    Wide(Cow<'a, [i16]>),
+}
+
+/// [`conv_nhwc`] on the 8-bit dot-product path: im2col tiles of the input's bytes (taps
+/// in the padding set to its zero point), or for a 1x1 stride-1 unpadded convolution
+/// whose depth is a multiple of 4, the input rows in place; int8 bytes are offset by 128
+/// as the GEMM reads them.
+#[allow(clippy::too_many_arguments)]
+fn conv_nhwc_bytes(
+    g: &Geometry,
+    groups: usize,
+    x: &[u8],
+    oq: &OutputQuant,
+    a_zp: i32,
+    packed: &[u8],
+    stages: &[Stage],
+    out: &mut [u8],
+    threads: usize,
+) -> Result<()> {
+    let cg = g.ic / groups;
+    let og = g.oc / groups;
+    let k = g.kh * g.kw * cg;
+    let kq = gemm_u8i8::quad_depth(k);
+    let per_group =
+        gemm_u8i8::packed_len(k, og).ok_or_else(|| RuntimeError::kernel("filter too large"))?;
+    if packed.len() != per_group * groups || x.len() != g.n * g.ih * g.iw * g.ic {
+        return Err(RuntimeError::kernel(
+            "packed filter or input has the wrong size",
+        ));
+    }
+    let rows = g.n * g.oh * g.ow;
+    if out.len() != rows * g.oc {
+        return Err(RuntimeError::kernel("output has the wrong size"));
+    }
+    let signed = oq.out_qt == QType::I8;
+    // Bytes of A per tile: the same L2 budget as the i16 path's.
+    let tile = (2 * A_TILE_BUDGET / kq.max(1)).max(gemm_u8i8::MR) / gemm_u8i8::MR * gemm_u8i8::MR;
+    let tile = tile.min(rows.max(1));
+    let rhs = |grp: usize| gemm_u8i8::PackedRhs {
+        data: &packed[grp * per_group..(grp + 1) * per_group],
+        k,
+        n: og,
+    };
+    let flip = if oq.in_qt == QType::I8 { 0x80 } else { 0 };
+    if groups == 1 && g.is_pointwise() && kq == k {
+        return for_row_tiles::<u8, u8>(threads, out, g.oc, tile, 0, |r0, out_rows, _| {
+            let t = out_rows.len() / g.oc.max(1);
+            let a = &x[r0 * g.ic..(r0 + t) * g.ic];
+            let (rhs, stage) = (&rhs(0), &stages[0]);
+            gemm_u8i8::gemm(true, a, flip, g.ic, t, rhs, out_rows, g.oc, stage, signed)
+        });
+    }
+    // The zero point as the input stores it (the GEMM flips it with the rest).
+    let pad = (a_zp as u8) ^ flip;
+    for_row_tiles(
+        threads,
+        out,
+        g.oc,
+        tile,
+        tile * kq,
+        |r0, out_rows, a: &mut [u8]| {
+            let t = out_rows.len() / g.oc.max(1);
+            let a = &mut a[..t * kq];
+            for grp in 0..groups {
+                im2col_bytes(g, x, pad, grp * cg, cg, r0, kq, a);
+                gemm_u8i8::gemm(
+                    true,
+                    a,
+                    flip,
+                    kq,
+                    t,
+                    &rhs(grp),
+                    &mut out_rows[grp * og..],
+                    g.oc,
+                    &stages[grp],
+                    signed,
+                )?;
+            }
+            Ok(())
+        },
+    )
+}
+
+/// [`im2col`] in the input's own bytes for [`gemm_u8i8`]: rows r0.. of `kq` bytes,
+/// ordered (ky, kx, c), channels `c0..c0 + cg`; taps outside the input hold `pad` (the
+/// input's zero point, so they contribute nothing after the correction).
+#[allow(clippy::too_many_arguments)]
+fn im2col_bytes(
+    g: &Geometry,
+    x: &[u8],
+    pad: u8,
+    c0: usize,
+    cg: usize,
+    r0: usize,
+    kq: usize,
+    a: &mut [u8],
+) {
+    let k = g.kh * g.kw * cg;
+    let pointwise = g.is_pointwise();
+    let contiguous = g.dw == 1 && cg == g.ic;
+    for (r, dst) in a.chunks_exact_mut(kq).enumerate() {
+        dst[k..].fill(0);
+        let row = r0 + r;
+        if pointwise {
+            dst[..cg].copy_from_slice(&x[row * g.ic + c0..][..cg]);
+            continue;
+        }
+        let ox = row % g.ow;
+        let oy = (row / g.ow) % g.oh;
+        let b = row / (g.ow * g.oh);
+        for ky in 0..g.kh {
+            let drow = &mut dst[ky * g.kw * cg..(ky + 1) * g.kw * cg];
+            let Some(iy) = g.in_y(oy, ky) else {
+                drow.fill(pad);
+                continue;
+            };
+            let base = (b * g.ih + iy) * g.iw;
+            if contiguous {
+                let start = ox * g.sw;
+                let kx0 = g.pad_left.saturating_sub(start).min(g.kw);
+                let kx1 = (g.iw + g.pad_left).saturating_sub(start).min(g.kw).max(kx0);
+                drow[..kx0 * cg].fill(pad);
+                drow[kx1 * cg..].fill(pad);
+                if kx1 > kx0 {
+                    let ix0 = start + kx0 - g.pad_left;
+                    let src = &x[(base + ix0) * g.ic..(base + ix0 + kx1 - kx0) * g.ic];
+                    drow[kx0 * cg..kx1 * cg].copy_from_slice(src);
+                }
+            } else {
+                for kx in 0..g.kw {
+                    let d = &mut drow[kx * cg..(kx + 1) * cg];
+                    match g.in_x(ox, kx) {
+                        Some(ix) => d.copy_from_slice(&x[(base + ix) * g.ic + c0..][..cg]),
+                        None => d.fill(pad),
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn conv_nhwc(
+    g: &Geometry,
+    groups: usize,
+    x: &[u8],
+    oq: &OutputQuant,
+    packed: &[i16],
+    stages: &[Stage],
+    out: &mut [u8],
+    threads: usize,
+) -> Result<()> {
+    let cg = g.ic / groups;
+    let og = g.oc / groups;
+    let k = g.kh * g.kw * cg;
+    let kp = padded_depth(k);
+    let per_group = packed_len(k, og).ok_or_else(|| RuntimeError::kernel("filter too large"))?;
+    if packed.len() != per_group * groups || x.len() != g.n * g.ih * g.iw * g.ic {
+        return Err(RuntimeError::kernel(
+            "packed filter or input has the wrong size",
+        ));
+    }
+    let rows = g.n * g.oh * g.ow;
+    if out.len() != rows * g.oc {
+        return Err(RuntimeError::kernel("output has the wrong size"));
+    }
+    let tile = (A_TILE_BUDGET / kp.max(1)).max(MR) / MR * MR;
+    let tile = tile.min(rows.max(1));
+    let signed = oq.out_qt == QType::I8;
+    let (qt, zp) = (oq.in_qt, oq.in_zp);
+    for_row_tiles(threads, out, g.oc, tile, tile * kp, |r0, out_rows, a| {
+        let t = out_rows.len() / g.oc.max(1);
+        let a = &mut a[..t * kp];
+        for grp in 0..groups {
+            match qt {
+                QType::U8 => im2col::<u8>(g, super::super::typed(x), zp, grp * cg, cg, r0, kp, a),
+                QType::I8 => im2col::<i8>(g, super::super::typed(x), zp, grp * cg, cg, r0, kp, a),
+            }
+            let rhs = PackedRhs {
+                data: &packed[grp * per_group..(grp + 1) * per_group],
+                k,
+                n: og,
+            };
+            gemm::gemm(
+                a,
+                kp,
+                t,
+                &rhs,
+                Dst::Q8 {
+                    out: &mut out_rows[grp * og..],
+                    ld: g.oc,
+                    stage: &stages[grp],
+                    signed,
+                },
+            )?;
+        }
+        Ok(())
+    })
+}
+
+/// `dst[i] = src[i] - zp` as i16.
+#[inline(always)]
+fn widen_into<T: Q8>(dst: &mut [i16], src: &[T], zp: i32) {
+    for (d, &v) in dst.iter_mut().zip(src) {
+        *d = (v.to_i32() - zp) as i16;
+    }
+}
+
+/// Fills `a` (rows r0.. of the im2col matrix, `kp` values each, ordered (ky, kx, c)) for
+/// channels `c0..c0 + cg`, widened minus the zero point; taps outside the input are 0
+/// (`x_zp - x_zp`). A 1x1 stride-1 unpadded convolution's rows are its input rows.
+#[allow(clippy::too_many_arguments)]
+fn im2col<T: Q8>(
+    g: &Geometry,
+    x: &[T],
+    zp: i32,
+    c0: usize,
+    cg: usize,
+    r0: usize,
+    kp: usize,
+    a: &mut [i16],
+) {
+    let k = g.kh * g.kw * cg;
+    let pointwise = g.is_pointwise();
+    // With unit dilation and all channels, a kernel row is one contiguous input span.
+    let contiguous = g.dw == 1 && cg == g.ic;
+    for (r, dst) in a.chunks_exact_mut(kp).enumerate() {
+        dst[k..].fill(0);
+        let row = r0 + r;
+        if pointwise {
+            widen_into(&mut dst[..cg], &x[row * g.ic + c0..][..cg], zp);
+            continue;
+        }
+        let ox = row % g.ow;
+        let oy = (row / g.ow) % g.oh;
+        let b = row / (g.ow * g.oh);
+        for ky in 0..g.kh {
+            let drow = &mut dst[ky * g.kw * cg..(ky + 1) * g.kw * cg];
+            let Some(iy) = g.in_y(oy, ky) else {
+                drow.fill(0);
+                continue;
+            };
+            let base = (b * g.ih + iy) * g.iw;
+            if contiguous {
+                // Valid kx range: 0 <= ox * sw + kx - pad_left < iw.
+                let start = ox * g.sw;
+                let kx0 = g.pad_left.saturating_sub(start).min(g.kw);
+                let kx1 = (g.iw + g.pad_left).saturating_sub(start).min(g.kw).max(kx0);
+                drow[..kx0 * cg].fill(0);
+                drow[kx1 * cg..].fill(0);
+                if kx1 > kx0 {
+                    let ix0 = start + kx0 - g.pad_left;
+                    let src = &x[(base + ix0) * g.ic..(base + ix0 + kx1 - kx0) * g.ic];
+                    widen_into(&mut drow[kx0 * cg..kx1 * cg], src, zp);
+                }
+            } else {
+                for kx in 0..g.kw {
+                    let d = &mut drow[kx * cg..(kx + 1) * cg];
+                    match g.in_x(ox, kx) {
+                        Some(ix) => widen_into(d, &x[(base + ix) * g.ic + c0..][..cg], zp),
+                        None => d.fill(0),
+                    }
+                }
+            }
+        }
+    }
+}

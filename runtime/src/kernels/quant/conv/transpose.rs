@@ -1,0 +1,236 @@
+//! TRANSPOSE_CONV_2D: a GEMM of the input with the repacked filter, scatter-added into
+//! an i32 accumulator of the output, then requantized.
+
+use super::*;
+
+#[derive(Clone, Debug)]
+enum TransposePadding {
+    Explicit {
+        top: usize,
+        left: usize,
+        bottom: usize,
+        right: usize,
+    },
+    Implicit(PaddingScheme),
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct TransposeParams {
+    padding: TransposePadding,
+    stride: (usize, usize),
+    pub(super) act: FusedActivation,
+    nchw: bool,
+}
+
+pub(super) fn decode_transpose(info: &OpInfo) -> Result<TransposeParams> {
+    let params = if info.input_count() == 11 {
+        TransposeParams {
+            padding: TransposePadding::Explicit {
+                left: info.usize(3, "pad_left")?,
+                right: info.usize(4, "pad_right")?,
+                top: info.usize(5, "pad_top")?,
+                bottom: info.usize(6, "pad_bottom")?,
+            },
+            stride: (
+                info.usize(8, "stride_height")?,
+                info.usize(7, "stride_width")?,
+            ),
+            act: info.activation(9)?,
+            nchw: info.bool(10, "layout")?,
+        }
+    } else {
+        let code = info.i32(4, "padding_scheme")?;
+        let scheme = PaddingScheme::from_code(code)
+            .ok_or_else(|| info.invalid(format!("unknown padding scheme {code}")))?;
+        TransposeParams {
+            padding: TransposePadding::Implicit(scheme),
+            stride: (
+                info.usize(6, "stride_height")?,
+                info.usize(5, "stride_width")?,
+            ),
+            act: info.activation(7)?,
+            nchw: info.bool(8, "layout")?,
+        }
+    };
+    if params.stride.0 == 0 || params.stride.1 == 0 {
+        return Err(info.invalid("strides must be >= 1"));
+    }
+    Ok(params)
+}
+
+pub(super) struct TransposeConv {
+    pub(super) params: TransposeParams,
+    pub(super) oq: OutputQuant,
+    pub(super) fq: FilterQuant,
+    pub(super) filter_dims: Option<[usize; 4]>,
+}
+
+/// Packs a filter `[O, KH, KW, C]` as the GEMM right operand `[C, KH * KW * O]`
+/// (`B[c][(t, o)] = w[o][t][c] - w_zp`).
+fn pack_transpose_filter(
+    filter: &[u8],
+    [o, kh, kw, c]: [usize; 4],
+    fq: &FilterQuant,
+) -> Result<zeroize::Zeroizing<Vec<i16>>> {
+    if filter.len() != o * kh * kw * c {
+        return Err(RuntimeError::kernel("filter does not match its shape"));
+    }
+    let cols = kh * kw * o;
+    let len = packed_len(c, cols).ok_or_else(|| RuntimeError::kernel("filter too large"))?;
+    let mut packed = zeroize::Zeroizing::new(crate::kernels::util::filled(len, 0i16)?);
+    pack_rhs(
+        c,
+        cols,
+        |cc, j| {
+            let (t, oo) = (j / o, j % o);
+            widen(fq.qt, fq.zp, filter[(oo * kh * kw + t) * c + cc])
+        },
+        &mut packed,
+    );
+    Ok(packed)
+}
+
+impl Kernel for TransposeConv {
+    fn prepare_weights(&self, weights: &[Option<&[u8]>]) -> Result<PreparedWeights> {
+        let mut prepared = PreparedWeights::empty();
+        if let (Some(Some(bytes)), Some(dims)) = (weights.get(1), self.filter_dims) {
+            prepared.push(i16_buffer(&pack_transpose_filter(bytes, dims, &self.fq)?)?);
+        }
+        prepared.add_raw(weights, &[1])?;
+        Ok(prepared)
+    }
+
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let p = &self.params;
+        let input = ctx.input(0)?;
+        let x = q8_bytes(&input, "input")?;
+        let in_shape = rank4(input.shape, "input")?;
+        let fdims = run_filter_dims(self.filter_dims, ctx, 1)?;
+        let packed: Cow<[i16]> = if self.filter_dims.is_some() {
+            Cow::Borrowed(prepared_i16(ctx.weights, 0)?)
+        } else {
+            let f = ctx.input(1)?;
+            Cow::Owned(pack_transpose_filter(q8_bytes(&f, "filter")?, fdims, &self.fq)?.to_vec())
+        };
+        let bias = bias_values(ctx, fdims[0])?;
+        let stage = self
+            .fq
+            .stage(0, fdims[0], Some(bias), self.oq.out_zp, self.oq.range)?;
+        let oq = &self.oq;
+        let out_t = ctx.output(0)?;
+        let out_shape = rank4(out_t.shape, "output")?;
+        let out = q8_bytes_mut(out_t, "output")?;
+        with_nhwc(
+            p.nchw,
+            x,
+            in_shape,
+            out,
+            out_shape,
+            |x, [n, ih, iw, ic], out, [on, oh, ow, oc]| {
+                let [fo, kh, kw, fc] = fdims;
+                if fo != oc || fc != ic || on != n {
+                    return Err(RuntimeError::kernel(format!(
+                        "filter {fdims:?}, input channels {ic} and output {:?} do not fit",
+                        [on, oh, ow, oc]
+                    )));
+                }
+                if x.len() != n * ih * iw * ic || out.len() != n * oh * ow * oc {
+                    return Err(RuntimeError::kernel("input or output has the wrong size"));
+                }
+                let (sh, sw) = p.stride;
+                let (pad_top, pad_left) = match p.padding {
+                    TransposePadding::Explicit {
+                        top,
+                        bottom,
+                        left,
+                        right,
+                    } => {
+                        let eh = (sh * ih.saturating_sub(1) + kh).checked_sub(top + bottom);
+                        let ew = (sw * iw.saturating_sub(1) + kw).checked_sub(left + right);
+                        if eh != Some(oh) || ew != Some(ow) {
+                            return Err(RuntimeError::kernel(format!(
+                                "output extent {oh}x{ow} does not match the padding and strides"
+                            )));
+                        }
+                        (top, left)
+                    }
+                    TransposePadding::Implicit(scheme) => {
+                        let before = |i: usize, s: usize, k: usize, o: usize| -> usize {
+                            let total = (i.saturating_sub(1) * s + k).saturating_sub(o);
+                            if scheme == PaddingScheme::Same {
+                                total / 2
+                            } else {
+                                0
+                            }
+                        };
+                        (before(ih, sh, kh, oh), before(iw, sw, kw, ow))
+                    }
+                };
+                let cols = kh * kw * oc;
+                let kp = padded_depth(ic);
+                let mut acc = crate::kernels::util::filled(n * oh * ow * oc, 0i32)?;
+                let pixels = n * ih * iw;
+                let tile = (A_TILE_BUDGET / cols.max(kp).max(1)).clamp(1, pixels.max(1));
+                let mut a = crate::kernels::util::filled(tile * kp, 0i16)?;
+                let mut col = crate::kernels::util::filled(tile * cols, 0i32)?;
+                let rhs = PackedRhs {
+                    data: &packed,
+                    k: ic,
+                    n: cols,
+                };
+                let mut p0 = 0;
+                while p0 < pixels {
+                    let p1 = (p0 + tile).min(pixels);
+                    let t = p1 - p0;
+                    for (r, dst) in a.chunks_exact_mut(kp).take(t).enumerate() {
+                        let src = &x[(p0 + r) * ic..(p0 + r + 1) * ic];
+                        for (d, &v) in dst.iter_mut().zip(src) {
+                            *d = widen(oq.in_qt, oq.in_zp, v);
+                        }
+                        dst[ic..].fill(0);
+                    }
+                    gemm::gemm(
+                        &a[..t * kp],
+                        kp,
+                        t,
+                        &rhs,
+                        Dst::I32 {
+                            out: &mut col[..t * cols],
+                            ld: cols,
+                        },
+                    )?;
+                    for (pix, c) in (p0..p1).zip(col.chunks_exact(cols)) {
+                        let ix = pix % iw;
+                        let iy = (pix / iw) % ih;
+                        let b = pix / (iw * ih);
+                        for ky in 0..kh {
+                            let Some(oy) = (iy * sh + ky).checked_sub(pad_top).filter(|&v| v < oh)
+                            else {
+                                continue;
+                            };
+                            for kx in 0..kw {
+                                let Some(ox) =
+                                    (ix * sw + kx).checked_sub(pad_left).filter(|&v| v < ow)
+                                else {
+                                    continue;
+                                };
+                                let dst = &mut acc[((b * oh + oy) * ow + ox) * oc..][..oc];
+                                let src = &c[(ky * kw + kx) * oc..][..oc];
+                                for (d, s) in dst.iter_mut().zip(src) {
+                                    *d = d.wrapping_add(*s);
+                                }
+                            }
+                        }
+                    }
+                    p0 = p1;
+                }
+                let isa = gemm::best_isa();
+                let signed = oq.out_qt == QType::I8;
+                for (a_row, o_row) in acc.chunks_exact(oc).zip(out.chunks_exact_mut(oc)) {
+                    gemm::requantize_row(isa, a_row, &stage, o_row, signed);
+                }
+                Ok(())
+            },
+        )
+    }
+}
