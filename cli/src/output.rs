@@ -127,6 +127,25 @@ fn same_file(a: &Path, b: &Path) -> bool {
 /// Writes `bytes` to `path` (checked with [`check_output`] against `inputs`) so that the
 /// file appears complete or not at all.
 pub fn write_file(path: &Path, bytes: &[u8], mode: Mode, inputs: &[&Path]) -> anyhow::Result<()> {
+    write_file_with(path, mode, inputs, |file| {
+        let mut file = file;
+        file.write_all(bytes).map_err(|e| {
+            err(
+                Exit::CannotWrite,
+                format!("cannot write {}: {e}", path.display()),
+            )
+        })
+    })
+}
+
+/// Like [`write_file`], with `fill` writing the contents into the (temporary) file;
+/// when `fill` fails, its error is returned and nothing is left behind.
+pub fn write_file_with<T>(
+    path: &Path,
+    mode: Mode,
+    inputs: &[&Path],
+    fill: impl FnOnce(&File) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
     check_output(path, inputs)?;
     let cannot = |e: std::io::Error| {
         err(
@@ -154,20 +173,30 @@ pub fn write_file(path: &Path, bytes: &[u8], mode: Mode, inputs: &[&Path]) -> an
         Some(f) => f,
         None => named_temporary(&dir, &prefix).map_err(cannot)?.0,
     };
-    write_through(file, bytes, &dir, &prefix, path, mode).map_err(cannot)
+    let value = fill(&file.handle)?;
+    publish(file, &dir, &prefix, path, mode).map_err(cannot)?;
+    Ok(value)
 }
 
-/// Fills `file`, gives it a temporary name if it has none, and renames it over `target`.
-fn write_through(
+/// Gives the filled `file` a temporary name if it has none and renames it over `target`.
+///
+/// The rename makes the file appear complete or not at all to every reader, whatever
+/// happens to this process. Flushing to the disk (`fsync` of the file and of the
+/// directory) is kept for private files, keys: a key lost to a power failure loses
+/// every model encrypted with it. Public outputs (models, dumps) are rebuilt by running
+/// the command again, like a compiler's object files; their two flushes cost about 15 ms,
+/// half of what ONNX Runtime needs to load MobileNetV2.
+fn publish(
     mut file: TempFile,
-    bytes: &[u8],
     dir: &Path,
     prefix: &str,
     target: &Path,
     mode: Mode,
 ) -> std::io::Result<()> {
-    file.handle.write_all(bytes)?;
-    file.handle.sync_all()?;
+    let durable = mode == Mode::Private;
+    if durable {
+        file.handle.sync_all()?;
+    }
     let temp_path = match &file.path {
         Some(p) => p.clone(),
         None => link_unnamed(&file.handle, dir, prefix)?,
@@ -183,7 +212,7 @@ fn write_through(
     }
     #[cfg(not(unix))]
     let _ = mode;
-    if let Ok(d) = File::open(dir) {
+    if durable && let Ok(d) = File::open(dir) {
         let _ = d.sync_all();
     }
     Ok(())

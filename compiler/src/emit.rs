@@ -1,6 +1,6 @@
 //! Emission: an optimized NN model becomes `.nnc` bytes.
 
-use nnc_formats::container::{self, SectionKind, WriteOptions};
+use nnc_formats::container::{self, SectionKind, Sink, WriteOptions, Written};
 use nnc_formats::crypto::{Key, Mode};
 use nnc_formats::nn::Model;
 
@@ -24,7 +24,21 @@ pub fn producer() -> String {
 
 /// Serializes `model` into a `.nnc` file held in memory.
 pub fn emit(model: &Model, options: EmitOptions) -> Result<Vec<u8>, CompileError> {
-    let write_options = WriteOptions {
+    Ok(container::write(model, &write_options(options))?)
+}
+
+/// Writes `model` as a `.nnc` file into `sink` (a file: each weight field is stored as
+/// soon as it is encrypted, without the whole file ever in memory).
+pub fn emit_to(
+    model: &Model,
+    options: EmitOptions,
+    sink: &impl Sink,
+) -> Result<Written, CompileError> {
+    Ok(container::write_to(model, &write_options(options), sink)?)
+}
+
+fn write_options(options: EmitOptions) -> WriteOptions {
+    WriteOptions {
         key: options.key,
         mode: options.mode,
         authenticate_only: options.authenticate_only,
@@ -32,6 +46,5 @@ pub fn emit(model: &Model, options: EmitOptions) -> Result<Vec<u8>, CompileError
         producer: producer(),
         arena: None,
         extra_sections: options.extra_sections,
-    };
-    Ok(container::write(model, &write_options)?)
+    }
 }

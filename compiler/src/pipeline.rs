@@ -65,13 +65,15 @@ pub struct Lowered {
 /// again with inputs bound) without going back to the disk.
 pub struct SourceFile {
     pub bytes: bytes::Bytes,
+    /// The mapping behind `bytes`, when the file is memory-mapped.
+    map: Option<std::sync::Arc<memmap2::Mmap>>,
     pub format: SourceFormat,
     pub ext: onnx::tensor::ExternalDataContext,
 }
 
 impl SourceFile {
     pub fn read(path: &Path) -> Result<SourceFile, CompileError> {
-        let bytes = std::fs::read(path).map_err(|source| CompileError::Io {
+        let (bytes, map) = read_source(path).map_err(|source| CompileError::Io {
             path: path.display().to_string(),
             source,
         })?;
@@ -83,15 +85,48 @@ impl SourceFile {
             )
         })?;
         Ok(SourceFile {
-            bytes: bytes.into(),
+            bytes,
+            map,
             format,
             ext: onnx::tensor::ExternalDataContext::for_model_file(path),
         })
     }
 
-    /// Lowers and optimizes the model.
+    /// Lowers and optimizes the model. A memory-mapped source gives its pages back once
+    /// the importer has copied the weights out (they would otherwise count twice in the
+    /// compiler's peak memory); what is read again later faults back in from the file.
     pub fn lower(&self, options: &LowerOptions) -> Result<Lowered, CompileError> {
-        lower_bytes(self.bytes.clone(), self.format, &self.ext, options)
+        let Some(map) = &self.map else {
+            return lower_bytes(self.bytes.clone(), self.format, &self.ext, options);
+        };
+        let map = map.clone();
+        let mut options = options.clone();
+        options.import.release_source = Some(onnx::SourceRelease::new(move |bytes| {
+            // Whole pages inside `bytes` (64 KiB-aligned: a multiple of every page size
+            // Linux uses), or the whole mapping.
+            const ALIGN: usize = 64 * 1024;
+            let (offset, len) = match bytes {
+                None => (0, map.len()),
+                Some(b) => {
+                    let start = (b.as_ptr() as usize).wrapping_sub(map.as_ptr() as usize);
+                    if start > map.len() || b.len() > map.len() - start {
+                        return; // not a slice of this mapping
+                    }
+                    let first = start.next_multiple_of(ALIGN);
+                    let end = (start + b.len()) / ALIGN * ALIGN;
+                    if end <= first {
+                        return;
+                    }
+                    (first, end - first)
+                }
+            };
+            // SAFETY: the mapping is private and read-only, so no page holds changes:
+            // dropped pages are read again from the file when touched.
+            let _ = unsafe {
+                map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len)
+            };
+        }));
+        lower_bytes(self.bytes.clone(), self.format, &self.ext, &options)
     }
 
     /// The inputs an ONNX model declares (initializers excluded), in order; empty for
@@ -102,6 +137,38 @@ impl SourceFile {
         }
         let model = onnx::proto::decode_model(self.bytes.clone())?;
         Ok(onnx::declared_inputs(&model))
+    }
+}
+
+/// The bytes of a source model: a large regular file is memory-mapped (its weights are
+/// then read straight from the page cache, without a copy into the heap and the page
+/// faults of a fresh buffer), anything else read.
+///
+/// Like LLVM's `MemoryBuffer`, the mapping trusts that the file is not truncated while
+/// the compiler reads it (a truncated mapping faults); the model's own bytes, however
+/// hostile, are parsed with bounds checks either way.
+fn read_source(
+    path: &Path,
+) -> std::io::Result<(bytes::Bytes, Option<std::sync::Arc<memmap2::Mmap>>)> {
+    const MAP_FROM: u64 = 1 << 20;
+    let file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    if meta.is_file() && meta.len() >= MAP_FROM {
+        // SAFETY: the map is read-only and private; see above for truncation.
+        let map = std::sync::Arc::new(unsafe { memmap2::MmapOptions::new().map(&file) }?);
+        return Ok((bytes::Bytes::from_owner(SharedMap(map.clone())), Some(map)));
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut &file, &mut bytes)?;
+    Ok((bytes.into(), None))
+}
+
+/// A shared mapping as the owner of a `Bytes`.
+struct SharedMap(std::sync::Arc<memmap2::Mmap>);
+
+impl AsRef<[u8]> for SharedMap {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
     }
 }
 

@@ -25,9 +25,29 @@
 //! reuse, pages swapped out) is outside its reach; see docs/SECURITY.md.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The system allocator, zeroing every block before it is freed.
+/// The system allocator, zeroing every block before it is freed (while wiping is on:
+/// see [`set_wiping`]).
 pub struct WipingAllocator;
+
+/// Whether [`WipingAllocator`] wipes; on unless a process turns it off.
+static WIPING: AtomicBool = AtomicBool::new(true);
+
+/// Turns wiping on or off for the whole process.
+///
+/// For a process whose memory holds no secret worth wiping: `nnc compile` reads its
+/// plaintext source model from disk, so wiping freed copies of those weights protects
+/// nothing the file does not already show, and costs a `memset` and fresh zeroed pages
+/// for every large block (about a tenth of a compile). Keys keep wiping themselves
+/// (`Zeroizing`), whatever this says. A process that decrypts weights leaves it on.
+pub fn set_wiping(enabled: bool) {
+    WIPING.store(enabled, Ordering::Relaxed);
+}
+
+fn wiping() -> bool {
+    WIPING.load(Ordering::Relaxed)
+}
 
 /// Zeroes `len` bytes at `ptr` in a way the compiler may not remove as a dead store
 /// before the memory is freed.
@@ -62,12 +82,18 @@ unsafe impl GlobalAlloc for WipingAllocator {
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: the block at `ptr` of `layout.size()` bytes is the caller's until freed.
         unsafe {
-            wipe(ptr, layout.size());
+            if wiping() {
+                wipe(ptr, layout.size());
+            }
             System.dealloc(ptr, layout);
         }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if !wiping() {
+            // SAFETY: forwarded unchanged.
+            return unsafe { System.realloc(ptr, layout, new_size) };
+        }
         // A new block, the contents copied, the old block wiped and freed: the system's
         // realloc could move the data and free the old block unwiped.
         // SAFETY: `new_size` is non-zero and, rounded to the alignment, fits isize (the

@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use anyhow::Context;
 use nnc_compiler::emit::{self, EmitOptions};
-use nnc_formats::container::Container;
 use nnc_formats::crypto::{Algorithm, Key, Mode};
 use serde_json::json;
 
@@ -88,6 +87,9 @@ fn authentication_key(args: &Args) -> anyhow::Result<Key> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // Every weight this process handles comes from a plaintext source file: wiping freed
+    // copies of them would protect nothing (see `set_wiping`); keys wipe themselves.
+    nnc_runtime::alloc::set_wiping(false);
     let progress = Progress::new(!args.json);
     let algorithm: Option<Algorithm> = args.encrypt.into();
     let mode: Mode = args.mode.into();
@@ -207,22 +209,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         "writing the weights"
     });
-    let bytes = emit::emit(
-        &model,
-        EmitOptions {
-            key: key.as_ref(),
-            mode,
-            authenticate_only,
-            reproducible: args.reproducible,
-            extra_sections,
-        },
-    )
-    .with_context(|| format!("cannot compile {}", args.model.display()))?;
-    let emit_ms = started.elapsed().as_secs_f64() * 1e3;
+    let emit_options = EmitOptions {
+        key: key.as_ref(),
+        mode,
+        authenticate_only,
+        reproducible: args.reproducible,
+        extra_sections,
+    };
     progress.stage(format!("writing {}", args.output.display()));
-    output::write_file(&args.output, &bytes, output::Mode::Public, &inputs)?;
-    let container =
-        Container::parse(&bytes).context("internal error: the written file does not parse")?;
+    let written = output::write_file_with(&args.output, output::Mode::Public, &inputs, |file| {
+        emit::emit_to(&model, emit_options, file)
+            .with_context(|| format!("cannot compile {}", args.model.display()))
+    })?;
+    let emit_ms = started.elapsed().as_secs_f64() * 1e3;
     let cache = match super::cache_config(args.cache_dir.as_deref(), args.token.as_deref())? {
         None => serde_json::Value::Null,
         Some(config) => {
@@ -238,7 +237,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 limits: args.limits.limits(),
                 ..Default::default()
             };
-            let prepared = nnc_runtime::PreparedModel::load_bytes(bytes.clone(), &npu, &options)
+            let bytes = std::fs::read(&args.output)
+                .with_context(|| format!("cannot read back {}", args.output.display()))?;
+            let prepared = nnc_runtime::PreparedModel::load_bytes(bytes, &npu, &options)
                 .context("cannot prepare the compiled model for the cache")?;
             let report = prepared.cache_report();
             if let Some(w) = report
@@ -254,22 +255,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             json!({"dir": dir, "outcome": report.outcome, "warnings": report.warnings})
         }
     };
-    let fields: Vec<_> = container.fields.iter().flatten().collect();
-    let weight_bytes: u64 = fields.iter().map(|f| f.plaintext_length).sum();
+    let crypto = written.crypto;
     let summary = json!({
         "schema": "nnc.compile/1",
         "model": args.model.display().to_string(),
         "output": args.output.display().to_string(),
-        "bytes": bytes.len(),
-        "operations": container.model.main.operations.len(),
-        "weight_fields": fields.len(),
-        "weight_bytes": weight_bytes,
+        "bytes": written.file_size,
+        "operations": model.main.operations.len(),
+        "weight_fields": written.weight_fields,
+        "weight_bytes": written.weight_bytes,
         "encryption": {
             "algorithm": algorithm.map_or("none", |a| a.name()),
             "mode": if algorithm.is_some() { mode.name() } else { "none" },
-            "padding": container.header.crypto.padding.name(),
-            "integrity": container.header.crypto.integrity.name(),
-            "key_id": key.as_ref().map(|_| hex::encode(container.header.key_id)),
+            "padding": crypto.padding.name(),
+            "integrity": crypto.integrity.name(),
+            "key_id": key.as_ref().map(|_| hex::encode(written.key_id)),
         },
         "reproducible": args.reproducible,
         "cache": cache,
@@ -282,16 +282,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         eprintln!(
             "wrote {} ({} bytes): {} operations, {} weight fields ({} bytes), {}",
             args.output.display(),
-            bytes.len(),
-            container.model.main.operations.len(),
-            fields.len(),
-            weight_bytes,
+            written.file_size,
+            model.main.operations.len(),
+            written.weight_fields,
+            written.weight_bytes,
             match algorithm {
                 Some(a) => format!(
                     "{}-{} with {}",
                     a.name(),
                     mode.name(),
-                    container.header.crypto.integrity.name()
+                    crypto.integrity.name()
                 ),
                 None if key.is_some() => {
                     "unencrypted, authenticated with the key (HMAC-SHA-256)".into()

@@ -210,7 +210,14 @@ pub fn to_f32s(t: &ConstTensor) -> Vec<f32> {
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
     }
-    to_f64s(t).into_iter().map(|v| v as f32).collect()
+    match t.dtype {
+        DataType::F16 => t
+            .data
+            .chunks_exact(2)
+            .map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
+            .collect(),
+        _ => to_f64s(t).into_iter().map(|v| v as f32).collect(),
+    }
 }
 
 /// Builds a tensor of `dtype` from f64 values (rounding/truncating as the type requires).
@@ -479,6 +486,19 @@ pub fn unary(t: &ConstTensor, f: impl Fn(f64) -> f64) -> ConstTensor {
 
 /// Casts a constant to another element type (float -> int truncates toward zero).
 pub fn cast(t: &ConstTensor, to: DataType) -> ConstTensor {
+    if t.dtype == to {
+        return t.clone();
+    }
+    // Floats to float32 directly (every source value converts exactly or rounds once,
+    // as through f64), without the f64 detour for the weights of every model.
+    if to == DataType::F32 && is_float(t.dtype) {
+        let data = to_f32s(t).into_iter().flat_map(f32::to_le_bytes).collect();
+        return HostTensor {
+            dtype: to,
+            shape: t.shape.clone(),
+            data,
+        };
+    }
     if is_float(to) || is_float(t.dtype) && !is_float(to) && to != DataType::Bool {
         if is_float(to) {
             return from_f64s(to, t.shape.clone(), &to_f64s(t));
@@ -665,7 +685,13 @@ pub fn slice(
 
 /// Permutes dimensions.
 pub fn transpose(t: &ConstTensor, perm: &[usize]) -> EvalResult<ConstTensor> {
-    let r = t.shape.len();
+    transpose_as(t, &t.shape, perm)
+}
+
+/// [`transpose`] of `t`'s elements read as a tensor of `shape` (a reshape folded into
+/// the transposition, without copying the data first).
+pub fn transpose_as(t: &ConstTensor, shape: &[usize], perm: &[usize]) -> EvalResult<ConstTensor> {
+    let r = shape.len();
     if perm.len() != r {
         return Err(format!("perm {perm:?} does not match rank {r}").into());
     }
@@ -676,28 +702,76 @@ pub fn transpose(t: &ConstTensor, perm: &[usize]) -> EvalResult<ConstTensor> {
         }
         seen[p] = true;
     }
-    let shape: Vec<usize> = perm.iter().map(|&p| t.shape[p]).collect();
-    let in_strides = strides_of(&t.shape);
+    let in_shape = shape;
+    let shape: Vec<usize> = perm.iter().map(|&p| in_shape[p]).collect();
+    let in_strides = strides_of(in_shape);
     let size = t.dtype.size();
-    let total: usize = shape.iter().product();
-    let mut out = Vec::with_capacity(total * size);
-    let mut idx = vec![0usize; r];
-    for _ in 0..total {
-        let src: usize = (0..r).map(|d| idx[d] * in_strides[perm[d]]).sum();
-        out.extend_from_slice(&t.data[src * size..(src + 1) * size]);
-        for d in (0..r).rev() {
-            idx[d] += 1;
-            if idx[d] < shape[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
+    let total = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+    if total.and_then(|n| n.checked_mul(size)) != Some(t.data.len()) {
+        return Err(format!(
+            "a {:?} tensor of shape {:?} holds {} bytes",
+            t.dtype,
+            in_shape,
+            t.data.len()
+        )
+        .into());
     }
+    let data = match size {
+        1 => permute::<1>(&t.data, &in_strides, perm, &shape),
+        2 => permute::<2>(&t.data, &in_strides, perm, &shape),
+        4 => permute::<4>(&t.data, &in_strides, perm, &shape),
+        8 => permute::<8>(&t.data, &in_strides, perm, &shape),
+        other => return Err(format!("no transpose for {other}-byte elements").into()),
+    };
     Ok(HostTensor {
         dtype: t.dtype,
         shape,
-        data: out,
+        data,
     })
+}
+
+/// The elements of `data` (N bytes each; its length checked against `shape` by the
+/// caller) permuted: output axis d reads input axis `perm[d]`. Walks the output in order
+/// with the source offset kept incrementally, the innermost axis as one strided run.
+fn permute<const N: usize>(
+    data: &[u8],
+    in_strides: &[usize],
+    perm: &[usize],
+    shape: &[usize],
+) -> Vec<u8> {
+    let (src, _) = data.as_chunks::<N>();
+    let total: usize = shape.iter().product();
+    let Some((&inner, outer_shape)) = shape.split_last() else {
+        return data.to_vec();
+    };
+    if total == 0 {
+        return Vec::new();
+    }
+    let inner_stride = in_strides[perm[shape.len() - 1]];
+    let outer_strides: Vec<usize> = perm[..outer_shape.len()]
+        .iter()
+        .map(|&p| in_strides[p])
+        .collect();
+    let mut out: Vec<[u8; N]> = Vec::with_capacity(total);
+    let mut idx = vec![0usize; outer_shape.len()];
+    let mut base = 0usize;
+    for _ in 0..total / inner {
+        if inner_stride == 1 {
+            out.extend_from_slice(&src[base..base + inner]);
+        } else {
+            out.extend((0..inner).map(|j| src[base + j * inner_stride]));
+        }
+        for d in (0..outer_shape.len()).rev() {
+            idx[d] += 1;
+            base += outer_strides[d];
+            if idx[d] < outer_shape[d] {
+                break;
+            }
+            base -= outer_strides[d] * outer_shape[d];
+            idx[d] = 0;
+        }
+    }
+    out.into_flattened()
 }
 
 /// Repeats along each axis.

@@ -38,6 +38,39 @@ pub struct ImportOptions {
     pub bound_inputs: HashMap<String, nnc_formats::tensor::HostTensor>,
     /// What the model may make the compiler allocate.
     pub limits: nnc_formats::limits::Limits,
+    /// Told which source bytes the importer has copied out (each initializer as it is
+    /// converted, then everything), so that a memory-mapped source can give those pages
+    /// back (see `pipeline::SourceFile`).
+    pub release_source: Option<SourceRelease>,
+}
+
+/// A hook that lets the source model's memory go once its weights are copied: called
+/// with a slice of the source bytes, or with `None` for all of them.
+#[derive(Clone)]
+pub struct SourceRelease(std::sync::Arc<ReleaseFn>);
+
+type ReleaseFn = dyn Fn(Option<&[u8]>) + Send + Sync;
+
+impl SourceRelease {
+    pub fn new(release: impl Fn(Option<&[u8]>) + Send + Sync + 'static) -> SourceRelease {
+        SourceRelease(std::sync::Arc::new(release))
+    }
+
+    /// `bytes` (a slice of the source) will not be read again soon.
+    pub fn release(&self, bytes: &[u8]) {
+        (self.0)(Some(bytes));
+    }
+
+    /// Nothing of the source will be read again soon.
+    pub fn release_all(&self) {
+        (self.0)(None);
+    }
+}
+
+impl std::fmt::Debug for SourceRelease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SourceRelease")
+    }
 }
 
 /// What the importer learned about the source model, for `nnc inspect`.
@@ -103,7 +136,10 @@ pub fn import_model(
         notes: Vec::new(),
     };
     let mut lowerer = lower::Lowerer::new(opset, ext, &options.limits);
-    lowerer.add_initializers(graph)?;
+    lowerer.add_initializers(graph, options.release_source.as_ref())?;
+    if let Some(release) = &options.release_source {
+        release.release_all();
+    }
     lowerer.add_inputs(graph, options)?;
 
     let opsets = lower::registry::Opsets::new(
@@ -176,6 +212,17 @@ pub(crate) fn lower_graph(
     feeding: &dyn Fn(&[String]) -> Vec<String>,
 ) -> Result<(), CompileError> {
     let mut poisoned: HashSet<&str> = HashSet::new();
+    // How many reads of each value are still to be lowered (graph outputs never run
+    // out), so that a constant is released after its last reader.
+    let mut reads_left: HashMap<String, usize> = HashMap::new();
+    for node in &graph.node {
+        for name in reads(node) {
+            *reads_left.entry(name).or_default() += 1;
+        }
+    }
+    for o in &graph.output {
+        *reads_left.entry(o.name.clone()).or_default() += 1;
+    }
     let mut resolved = Vec::with_capacity(graph.node.len());
     for node in &graph.node {
         match lower::registry::resolve(&node.domain, &node.op_type, &lowerer.opsets) {
@@ -193,8 +240,21 @@ pub(crate) fn lower_graph(
             }
         }
     }
+    // Values whose last reader is the node just handled: released before the next one.
+    let mut spent: Vec<String> = Vec::new();
     for &i in order {
+        for name in spent.drain(..) {
+            lowerer.release_constant(&name);
+        }
         let node = &graph.node[i];
+        for name in reads(node) {
+            if let Some(left) = reads_left.get_mut(&name) {
+                *left = left.saturating_sub(1);
+                if *left == 0 {
+                    spent.push(name);
+                }
+            }
+        }
         let Some((op, version)) = resolved[i] else {
             continue;
         };
@@ -236,7 +296,28 @@ pub(crate) fn lower_graph(
             Err(lower::NodeError::Nested(error)) => return Err(*error),
         }
     }
+    for name in spent {
+        lowerer.release_constant(&name);
+    }
     Ok(())
+}
+
+/// Every value `node` reads: its named inputs and what its subgraphs capture.
+fn reads(node: &NodeProto) -> Vec<String> {
+    let mut names: Vec<String> = node
+        .input
+        .iter()
+        .filter(|x| !x.is_empty())
+        .cloned()
+        .collect();
+    if node
+        .attribute
+        .iter()
+        .any(|a| a.g.is_some() || !a.graphs.is_empty())
+    {
+        names.extend(implicit_inputs(node));
+    }
+    names
 }
 
 /// The values a node's graph attributes (If branches, Loop and Scan bodies) read from

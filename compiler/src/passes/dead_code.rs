@@ -61,7 +61,10 @@ pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
     Ok(changes)
 }
 
-/// Keeps only referenced operands (in their original order) and re-packs constants.
+/// Keeps only referenced operands (in their original order), re-packs the inline
+/// constants and releases the pooled bytes of dead constants. A pool read whole stays
+/// where it is (the frontends give each constant its own): copying every weight again
+/// would cost more than all the passes.
 pub fn compact(model: &mut Model) {
     let n = model.main.operands.len();
     let mut used = vec![false; n];
@@ -76,60 +79,51 @@ pub fn compact(model: &mut Model) {
     let mut remap = vec![u32::MAX; n];
     let old_operands = std::mem::take(&mut model.main.operands);
     let old_values = std::mem::take(&mut model.operand_values);
-    let old_pools = std::mem::take(&mut model.pools);
     // Opaque pools (a compiled model without its key) cannot be re-packed: keep them.
-    let opaque = old_pools.iter().any(|p| matches!(p, Pool::Opaque { .. }));
+    let opaque = model.pools.iter().any(|p| matches!(p, Pool::Opaque { .. }));
     if opaque {
-        model.pools = old_pools.clone();
         model.operand_values = old_values.clone();
     }
+    let repack = |model: &mut Model, operand: Operand| -> Operand {
+        let kept = operand.clone();
+        let bytes = nnc_formats::nn::model::constant_bytes(&operand, &old_values, &[])
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default();
+        let fresh = Operand {
+            lifetime: Lifetime::TemporaryVariable,
+            location: DataLocation::default(),
+            ..operand
+        };
+        // Stored through main, then taken back out for the caller to place.
+        model.add_constant(fresh, &bytes);
+        model.main.operands.pop().unwrap_or(kept)
+    };
     for (i, operand) in old_operands.into_iter().enumerate() {
         if !used[i] {
             continue;
         }
-        let new_index = if operand.lifetime.is_constant() && !opaque {
-            let bytes = nnc_formats::nn::model::constant_bytes(&operand, &old_values, &old_pools)
-                .map(<[u8]>::to_vec)
-                .unwrap_or_default();
-            let fresh = Operand {
-                lifetime: Lifetime::TemporaryVariable,
-                location: DataLocation::default(),
-                ..operand
-            };
-            model.add_constant(fresh, &bytes)
+        let operand = if operand.lifetime == Lifetime::ConstantCopy && !opaque {
+            repack(model, operand)
         } else {
-            model.add_operand(operand)
+            operand
         };
-        remap[i] = new_index;
+        remap[i] = model.add_operand(operand);
     }
-    // Referenced subgraphs (IF/WHILE bodies) share the model's constant storage: their
-    // constants move into the re-packed storage too (the passes rewrite main only, so
-    // every operand of a referenced subgraph is kept as it is).
+    // Referenced subgraphs (IF/WHILE bodies) share the model's inline storage: their
+    // inline constants move into the re-packed storage too (the passes rewrite main
+    // only, so every operand of a referenced subgraph is kept as it is).
     if !opaque {
         for t in 1..=model.referenced.len() {
             let count = model.referenced[t - 1].operands.len();
             for i in 0..count {
                 let operand = model.referenced[t - 1].operands[i].clone();
-                if !operand.lifetime.is_constant() {
-                    continue;
-                }
-                let bytes =
-                    nnc_formats::nn::model::constant_bytes(&operand, &old_values, &old_pools)
-                        .map(<[u8]>::to_vec)
-                        .unwrap_or_default();
-                let fresh = Operand {
-                    lifetime: Lifetime::TemporaryVariable,
-                    location: DataLocation::default(),
-                    ..operand
-                };
-                // Stored through main, then moved back into its own graph.
-                model.add_constant(fresh, &bytes);
-                if let Some(stored) = model.main.operands.pop() {
-                    model.referenced[t - 1].operands[i] = stored;
+                if operand.lifetime == Lifetime::ConstantCopy {
+                    model.referenced[t - 1].operands[i] = repack(model, operand);
                 }
             }
         }
     }
+    model.release_unreferenced_constants();
     let map = |i: &mut OperandIndex| *i = remap[*i as usize];
     for op in &mut model.main.operations {
         op.inputs.iter_mut().for_each(map);

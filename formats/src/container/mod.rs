@@ -31,7 +31,9 @@ pub use read::{
     ArenaSlot, Container, WeightField, authenticate, authenticate_metadata, copy_metadata,
     open_field, reseal, verified_field,
 };
-pub use write::{WriteOptions, is_weight, is_weight_in, weights_of, write};
+pub use write::{
+    MemorySink, Sink, WriteOptions, Written, is_weight, is_weight_in, weights_of, write, write_to,
+};
 
 use zeroize::Zeroizing;
 
@@ -66,7 +68,11 @@ pub const MAX_SECTIONS: usize = 64;
 pub const FLAG_ENCRYPTED: u32 = 1;
 /// Header flag: the file was written with `--reproducible` (derived salt and IVs).
 pub const FLAG_REPRODUCIBLE: u32 = 2;
-const KNOWN_FLAGS: u32 = FLAG_ENCRYPTED | FLAG_REPRODUCIBLE;
+/// Header flag: weight fields in a chained mode (CBC, CFB, OFB) are encrypted in
+/// segments (`crypto::stream`, docs/FORMAT.md). Set by every writer since it was
+/// introduced; files without it are read as single chains.
+pub const FLAG_SEGMENTED: u32 = 4;
+const KNOWN_FLAGS: u32 = FLAG_ENCRYPTED | FLAG_REPRODUCIBLE | FLAG_SEGMENTED;
 
 /// Section-table flag: a reader that does not know this section kind must refuse the file.
 pub const SECTION_REQUIRED: u32 = 1;
@@ -145,6 +151,8 @@ pub struct CryptoConfig {
     pub mode: Option<Mode>,
     pub padding: Padding,
     pub integrity: Integrity,
+    /// Chained-mode fields are encrypted in segments ([`FLAG_SEGMENTED`]).
+    pub segmented: bool,
 }
 
 impl CryptoConfig {
@@ -154,6 +162,7 @@ impl CryptoConfig {
             mode: None,
             padding: Padding::None,
             integrity: Integrity::Sha256,
+            segmented: false,
         }
     }
 
@@ -164,15 +173,18 @@ impl CryptoConfig {
             mode: None,
             padding: Padding::None,
             integrity: Integrity::HmacSha256,
+            segmented: false,
         }
     }
 
+    /// What this writer records for `algorithm` in `mode` (chained modes segmented).
     pub fn encrypted(algorithm: Algorithm, mode: Mode) -> CryptoConfig {
         CryptoConfig {
             algorithm: Some(algorithm),
             mode: Some(mode),
             padding: mode.padding(),
             integrity: Integrity::HmacSha256,
+            segmented: mode.is_chained(),
         }
     }
 
@@ -328,6 +340,53 @@ fn field_tag(
             ciphertext,
         ],
     )
+}
+
+/// [`field_tag`] computed as the stored bytes stream past, a chunk at a time.
+struct FieldTagWriter(TagState);
+
+enum TagState {
+    Hmac(crypto::HmacSha256Writer),
+    Digest(sha2::Sha256),
+}
+
+impl FieldTagWriter {
+    fn new(
+        keys: Option<&FileKeys>,
+        index: u32,
+        offset: u64,
+        plaintext_len: u64,
+        iv: &[u8; 16],
+    ) -> FieldTagWriter {
+        let mut w = FieldTagWriter(match keys {
+            Some(k) => TagState::Hmac(crypto::HmacSha256Writer::new(&k.authentication)),
+            None => TagState::Digest(sha2::Sha256::default()),
+        });
+        for part in [
+            label::FIELD,
+            &index.to_le_bytes(),
+            &offset.to_le_bytes(),
+            &plaintext_len.to_le_bytes(),
+            iv,
+        ] {
+            w.update(part);
+        }
+        w
+    }
+
+    fn update(&mut self, bytes: &[u8]) {
+        match &mut self.0 {
+            TagState::Hmac(m) => m.update(bytes),
+            TagState::Digest(d) => sha2::Digest::update(d, bytes),
+        }
+    }
+
+    fn finish(self) -> [u8; 32] {
+        match self.0 {
+            TagState::Hmac(m) => m.finalize(),
+            TagState::Digest(d) => sha2::Digest::finalize(d).into(),
+        }
+    }
 }
 
 /// Element-type codes of model input/output descriptions.

@@ -1,14 +1,14 @@
 //! Reading `.nnc` files: structural parsing (no key needed), verification, and per-field
 //! decryption.
 
-use zeroize::Zeroizing;
+use zeroize::{Zeroize, Zeroizing};
 
 use super::binary::Reader;
 use super::{
-    ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FORMAT_MAJOR, FORMAT_MINOR,
-    FORMAT_MINOR_SUBGRAPHS, FileKeys, HEADER_SIZE, Header, Integrity, KNOWN_FLAGS, MAGIC,
-    MAX_SECTIONS, METADATA_LENGTH_OFFSET, SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionEntry,
-    SectionKind, TAG_OFFSET, dtype_from_code, field_tag, key_id, label, tag,
+    ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FLAG_SEGMENTED, FORMAT_MAJOR,
+    FORMAT_MINOR, FORMAT_MINOR_SUBGRAPHS, FileKeys, HEADER_SIZE, Header, Integrity, KNOWN_FLAGS,
+    MAGIC, MAX_SECTIONS, METADATA_LENGTH_OFFSET, SECTION_ENTRY_SIZE, SECTION_REQUIRED,
+    SectionEntry, SectionKind, TAG_OFFSET, dtype_from_code, field_tag, key_id, label, tag,
 };
 use crate::crypto::{self, Algorithm, Mode, Padding};
 use crate::nn::{
@@ -330,7 +330,7 @@ impl<'a> Container<'a> {
         out: &mut Vec<u8>,
     ) -> Result<(), ContainerError> {
         let field = self.field(op)?;
-        open_field(self.bytes, &field, keys, self.header.crypto.mode, op, out)
+        open_field(self.bytes, &field, keys, &self.header.crypto, op, out)
     }
 
     /// Decrypts operation `op`'s field into a new zeroizing buffer.
@@ -604,31 +604,58 @@ pub fn verified_field<'b>(
 
 /// Verifies and decrypts one field of `bytes` into `out` (replacing its contents; on error
 /// `out` is left empty).
+///
+/// The stored bytes are read from `bytes` exactly once, into `out`; the tag is checked
+/// on that copy and the copy is decrypted in place. A file changed on disk under a
+/// memory map while it loads can therefore never have one version authenticated and
+/// another decrypted.
 pub fn open_field(
     bytes: &[u8],
     field: &WeightField,
     keys: Option<&FileKeys>,
-    mode: Option<Mode>,
+    crypto: &CryptoConfig,
     op: usize,
     out: &mut Vec<u8>,
 ) -> Result<(), ContainerError> {
-    let ciphertext = verified_field(bytes, field, keys, op)?;
-    match (keys.and_then(|k| k.encryption.as_ref()), mode) {
-        (Some(k), Some(mode)) => crypto::decrypt_into(k, mode, &field.iv, ciphertext, out)?,
+    let end = field
+        .offset
+        .checked_add(field.length)
+        .filter(|&e| e <= bytes.len() as u64)
+        .ok_or_else(|| ContainerError::Integrity {
+            what: format!("weight field {} (beyond the end of the file)", field.index),
+        })?;
+    out.zeroize();
+    out.extend_from_slice(&bytes[field.offset as usize..end as usize]);
+    let expected = field_tag(
+        keys,
+        field.index,
+        field.offset,
+        field.plaintext_length,
+        &field.iv,
+        out,
+    );
+    if !crypto::ct_eq(&expected, &field.tag) {
+        out.zeroize();
+        return Err(ContainerError::Integrity {
+            what: format!("weight field {} (operation {op})", field.index),
+        });
+    }
+    match (keys.and_then(|k| k.encryption.as_ref()), crypto.mode) {
+        (Some(k), Some(mode)) if crypto.segmented => {
+            crypto::decrypt_segmented_in_place(k, mode, &field.iv, out)?
+        }
+        (Some(k), Some(mode)) => crypto::decrypt_in_place(k, mode, &field.iv, out)?,
         (None, Some(_)) => {
             out.clear();
             return Err(ContainerError::Integrity {
                 what: "the file's keys (an encrypted file read without them)".into(),
             });
         }
-        _ => {
-            out.clear();
-            out.extend_from_slice(ciphertext);
-        }
+        _ => {}
     }
     if out.len() as u64 != field.plaintext_length {
         // Only a tampered (yet authenticated) file could get here; treat it so.
-        out.clear();
+        out.zeroize();
         return Err(ContainerError::Integrity {
             what: format!("weight field {} (its length)", field.index),
         });
@@ -746,6 +773,7 @@ fn parse_header(bytes: &[u8], file_len: u64) -> Result<Header, ContainerError> {
     let encrypted = flags & FLAG_ENCRYPTED != 0;
     let crypto = parse_crypto(
         encrypted,
+        flags & FLAG_SEGMENTED != 0,
         algorithm_code,
         mode_code,
         padding_code,
@@ -769,6 +797,7 @@ fn parse_header(bytes: &[u8], file_len: u64) -> Result<Header, ContainerError> {
 
 fn parse_crypto(
     encrypted: bool,
+    segmented: bool,
     a: u8,
     m: u8,
     p: u8,
@@ -781,6 +810,12 @@ fn parse_crypto(
     let padding =
         Padding::from_code(p).ok_or_else(|| field_err("padding", format!("unknown code {p}")))?;
     if !encrypted {
+        if segmented {
+            return Err(field_err(
+                "flags",
+                "an unencrypted file cannot have segmented fields".into(),
+            ));
+        }
         if a != 0 || m != 0 || p != 0 {
             return Err(field_err(
                 "algorithm",
@@ -809,11 +844,18 @@ fn parse_crypto(
             "an encrypted file uses HMAC-SHA-256 (code 1)".into(),
         ));
     }
+    if segmented && !mode.is_chained() {
+        return Err(field_err(
+            "flags",
+            format!("{} fields are never segmented", mode.name()),
+        ));
+    }
     Ok(CryptoConfig {
         algorithm: Some(algorithm),
         mode: Some(mode),
         padding,
         integrity,
+        segmented,
     })
 }
 

@@ -5,10 +5,10 @@ use zeroize::Zeroizing;
 use super::binary::Writer;
 use super::read::ArenaSlot;
 use super::{
-    ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FLAG_REPRODUCIBLE, FORMAT_MAJOR,
-    FORMAT_MINOR_BASE, FORMAT_MINOR_SUBGRAPHS, FileKeys, HEADER_SIZE, MAGIC,
-    METADATA_LENGTH_OFFSET, SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionKind, TAG_OFFSET,
-    dtype_code, field_tag, key_id, label, tag,
+    ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FLAG_REPRODUCIBLE, FLAG_SEGMENTED,
+    FORMAT_MAJOR, FORMAT_MINOR_BASE, FORMAT_MINOR_SUBGRAPHS, FieldTagWriter, FileKeys, HEADER_SIZE,
+    MAGIC, METADATA_LENGTH_OFFSET, SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionKind, TAG_OFFSET,
+    dtype_code, key_id, label, tag,
 };
 use crate::crypto::{self, Key, Mode};
 use crate::nn::{Lifetime, Model, Pool, Subgraph};
@@ -34,15 +34,135 @@ pub struct WriteOptions<'a> {
     pub extra_sections: Vec<(SectionKind, Vec<u8>)>,
 }
 
-/// One operation's weight field while writing.
-struct Field {
-    operation: usize,
-    plaintext: Zeroizing<Vec<u8>>,
-    iv: [u8; 16],
-    ciphertext: Vec<u8>,
-    offset: u64,
-    tag: [u8; 32],
+/// Where a `.nnc` file goes: byte ranges written from several threads at once, so
+/// that each weight field is stored as soon as it is encrypted (no second copy of the
+/// whole file in memory).
+pub trait Sink: Sync {
+    /// Makes the output exactly `len` bytes long; bytes nobody writes read as zero.
+    fn set_len(&self, len: u64) -> std::io::Result<()>;
+    /// Writes all of `bytes` at `offset`.
+    fn write_all_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()>;
 }
+
+impl Sink for std::fs::File {
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        std::fs::File::set_len(self, len)
+    }
+
+    #[cfg(unix)]
+    fn write_all_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
+        std::os::unix::fs::FileExt::write_all_at(self, bytes, offset)
+    }
+
+    #[cfg(windows)]
+    fn write_all_at(&self, mut bytes: &[u8], mut offset: u64) -> std::io::Result<()> {
+        use std::os::windows::fs::FileExt;
+        while !bytes.is_empty() {
+            let n = self.seek_write(bytes, offset)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            bytes = &bytes[n..];
+            offset += n as u64;
+        }
+        Ok(())
+    }
+
+    #[cfg(not(any(unix, windows)))]
+    fn write_all_at(&self, _: &[u8], _: u64) -> std::io::Result<()> {
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
+}
+
+/// A `.nnc` file built in memory ([`write`]).
+#[derive(Default)]
+pub struct MemorySink(std::sync::Mutex<Vec<u8>>);
+
+impl MemorySink {
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.0.into_inner().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Sink for MemorySink {
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        let len = usize::try_from(len).map_err(std::io::Error::other)?;
+        let mut buf = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let more = len.saturating_sub(buf.len());
+        buf.try_reserve_exact(more).map_err(std::io::Error::other)?;
+        buf.resize(len, 0);
+        Ok(())
+    }
+
+    fn write_all_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()> {
+        let mut buf = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let start = usize::try_from(offset).map_err(std::io::Error::other)?;
+        let target = start
+            .checked_add(bytes.len())
+            .and_then(|end| buf.get_mut(start..end))
+            .ok_or_else(|| std::io::Error::other("write beyond the end of the output"))?;
+        target.copy_from_slice(bytes);
+        Ok(())
+    }
+}
+
+/// What [`write_to`] wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Written {
+    pub file_size: u64,
+    /// The header's crypto configuration and key identifier (zero without a key).
+    pub crypto: CryptoConfig,
+    pub key_id: [u8; 16],
+    pub weight_fields: usize,
+    /// Plaintext bytes of every weight field (alignment padding inside fields included).
+    pub weight_bytes: u64,
+}
+
+/// One operation's weight field: where its constants lie in its plaintext, and where
+/// its stored bytes (ciphertext, or plaintext when unencrypted) go in the file.
+struct FieldPlan<'a> {
+    operation: usize,
+    /// (offset in the plaintext, bytes); offsets ascending, multiples of 64.
+    pieces: Vec<(u64, &'a [u8])>,
+    plaintext_len: u64,
+    stored_len: u64,
+    offset: u64,
+}
+
+impl FieldPlan<'_> {
+    /// Bytes `[start, end)` of the field's plaintext (constants and zero padding) in
+    /// `buf`.
+    fn assemble_range(&self, start: u64, end: u64, buf: &mut Vec<u8>) {
+        buf.clear();
+        buf.resize((end - start) as usize, 0);
+        for &(at, bytes) in &self.pieces {
+            let piece_end = at + bytes.len() as u64;
+            if piece_end <= start || at >= end {
+                continue;
+            }
+            let from = start.max(at);
+            let to = end.min(piece_end);
+            buf[(from - start) as usize..(to - start) as usize]
+                .copy_from_slice(&bytes[(from - at) as usize..(to - at) as usize]);
+        }
+    }
+
+    /// The plaintext as parts for hashing, without assembling it.
+    fn parts(&self) -> Vec<&[u8]> {
+        const ZEROS: [u8; ALIGNMENT as usize] = [0; ALIGNMENT as usize];
+        let mut parts = Vec::with_capacity(self.pieces.len() * 2);
+        let mut len = 0u64;
+        for &(at, bytes) in &self.pieces {
+            parts.push(&ZEROS[..(at - len) as usize]);
+            parts.push(bytes);
+            len = at + bytes.len() as u64;
+        }
+        parts
+    }
+}
+
+/// What a worker found for one field: (field index, IV, tag).
+type Sealed = (usize, [u8; 16], [u8; 32]);
 
 /// Whether a constant operand is model data, judged by the operand alone: every tensor
 /// constant is, whatever its size (a 16-channel bias is only 64 bytes but still a trained
@@ -94,8 +214,22 @@ fn align(v: u64) -> u64 {
     v.div_ceil(ALIGNMENT) * ALIGNMENT
 }
 
-/// Serializes `model` as a `.nnc` file (in memory).
+/// Serializes `model` as a `.nnc` file in memory.
 pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, ContainerError> {
+    let sink = MemorySink::default();
+    write_to(model, options, &sink)?;
+    Ok(sink.into_bytes())
+}
+
+/// Writes `model` as a `.nnc` file into `sink`: the weight fields first, each encrypted,
+/// authenticated and stored by a worker as soon as it is ready (fields in parallel, one
+/// reusable buffer pair per worker), then the metadata that describes them. Only the
+/// model itself and the workers' buffers are ever in memory.
+pub fn write_to(
+    model: &Model,
+    options: &WriteOptions,
+    sink: &impl Sink,
+) -> Result<Written, ContainerError> {
     if options.producer.len() > 32 {
         return Err(ContainerError::Unwritable(
             "producer string exceeds 32 bytes".into(),
@@ -141,8 +275,9 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
     // operation of its graph that reads it; a later reader refers to that field.
     let mut owners: Vec<Vec<Option<usize>>> = Vec::with_capacity(graphs.len());
     let mut placements: Vec<Vec<(u64, u64)>> = Vec::with_capacity(graphs.len());
-    let mut plaintexts: Vec<Zeroizing<Vec<u8>>> =
-        (0..total_ops).map(|_| Zeroizing::new(Vec::new())).collect();
+    // Per operation: the constants of its field, (offset in the plaintext, bytes).
+    let mut pieces: Vec<Vec<(u64, &[u8])>> = vec![Vec::new(); total_ops];
+    let mut field_lens: Vec<u64> = vec![0; total_ops];
     let mut base = 0usize;
     for (t, graph) in graphs.iter().enumerate() {
         let mut owner: Vec<Option<usize>> = vec![None; graph.operands.len()];
@@ -178,12 +313,10 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
                         )));
                     }
                 };
-                let field = &mut plaintexts[base + op_index];
-                while !(field.len() as u64).is_multiple_of(ALIGNMENT) {
-                    field.push(0);
-                }
-                placement[i] = (field.len() as u64, bytes.len() as u64);
-                field.extend_from_slice(bytes);
+                let at = align(field_lens[base + op_index]);
+                placement[i] = (at, bytes.len() as u64);
+                pieces[base + op_index].push((at, bytes));
+                field_lens[base + op_index] = at + bytes.len() as u64;
                 owner[i] = Some(base + op_index);
             }
         }
@@ -233,17 +366,21 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
         Some(_) => CryptoConfig::authenticated(),
         None => CryptoConfig::none(),
     };
-    let mut fields: Vec<Field> = plaintexts
+    let mut fields: Vec<FieldPlan> = pieces
         .into_iter()
+        .zip(field_lens)
         .enumerate()
-        .filter(|(_, p)| !p.is_empty())
-        .map(|(operation, plaintext)| Field {
+        .filter(|(_, (_, len))| *len > 0)
+        .map(|(operation, (pieces, plaintext_len))| FieldPlan {
             operation,
-            plaintext,
-            iv: [0; 16],
-            ciphertext: Vec::new(),
+            pieces,
+            plaintext_len,
+            stored_len: if encrypt {
+                crypto::ciphertext_len(options.mode, plaintext_len as usize) as u64
+            } else {
+                plaintext_len
+            },
             offset: 0,
-            tag: [0; 32],
         })
         .collect();
 
@@ -258,7 +395,9 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
             if let Some(p) = &probe_subgraphs {
                 parts.push(p);
             }
-            parts.extend(fields.iter().map(|f| f.plaintext.as_slice()));
+            for f in &fields {
+                parts.extend(f.parts());
+            }
             let digest = crypto::sha256(&parts);
             crypto::hmac_sha256(k.as_bytes(), &[label::SALT, &digest])
         }
@@ -273,37 +412,21 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
         Some(k) => Some(FileKeys::derive(k.as_bytes(), &salt)?),
         None => None,
     };
-    // IVs and ciphertexts.
-    for (index, f) in fields.iter_mut().enumerate() {
-        if let Some(k) = keys.as_ref().filter(|_| encrypt) {
-            f.iv = if options.reproducible {
-                let digest = crypto::sha256(&[&f.plaintext]);
-                let full = crypto::hmac_sha256(
-                    &k.iv_derivation,
-                    &[label::IV, &(index as u32).to_le_bytes(), &digest],
-                );
-                let mut iv = [0u8; 16];
-                iv.copy_from_slice(&full[..16]);
-                iv
-            } else {
-                crypto::try_random_bytes::<16>()?
-            };
-        }
-    }
-    encrypt_fields(&mut fields, keys.as_ref(), options.mode)?;
 
     // Layout: header, section table, operator info, referenced subgraphs, extra
-    // sections, weights. A model without referenced subgraphs is written as format
-    // 1.0 always was.
+    // sections, weights. The lengths of the metadata sections do not depend on the
+    // fields' IVs and tags, so the whole layout is known before anything is encrypted.
+    // A model without referenced subgraphs is written as format 1.0 always was.
     let has_subgraphs = !model.referenced.is_empty();
     let section_count = 2 + usize::from(has_subgraphs) + options.extra_sections.len();
     let table_offset = HEADER_SIZE as u64;
     let info_offset = align(table_offset + (section_count * SECTION_ENTRY_SIZE) as u64);
-    let info_len = encoding.operator_info(&descriptors(&fields)).len() as u64;
+    let placeholder = descriptors(&fields, &[]);
+    let info_len = encoding.operator_info(&placeholder).len() as u64;
     let mut cursor = align(info_offset + info_len);
     let subgraphs_offset = cursor;
     let subgraphs_len = encoding
-        .subgraphs(&descriptors(&fields))
+        .subgraphs(&placeholder)
         .map_or(0, |b| b.len() as u64);
     if has_subgraphs {
         cursor = align(cursor + subgraphs_len);
@@ -316,23 +439,25 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
     let weights_offset = cursor;
     for f in &mut fields {
         f.offset = cursor;
-        cursor = align(cursor + f.ciphertext.len() as u64);
+        cursor = align(cursor + f.stored_len);
     }
     let weights_len = cursor - weights_offset;
     let file_size = cursor.max(weights_offset);
-    for (index, f) in fields.iter_mut().enumerate() {
-        f.tag = field_tag(
-            keys.as_ref(),
-            index as u32,
-            f.offset,
-            f.plaintext.len() as u64,
-            &f.iv,
-            &f.ciphertext,
-        );
-    }
-    let info = encoding.operator_info(&descriptors(&fields));
+    usize::try_from(file_size).map_err(|_| ContainerError::Unwritable("file too large".into()))?;
+    sink.set_len(file_size).map_err(output_error)?;
+
+    let sealed = seal_fields(
+        &fields,
+        keys.as_ref(),
+        encrypt,
+        crypto_config.segmented,
+        options,
+        sink,
+    )?;
+    let descriptors = descriptors(&fields, &sealed);
+    let info = encoding.operator_info(&descriptors);
     debug_assert_eq!(info.len() as u64, info_len);
-    let subgraph_section = encoding.subgraphs(&descriptors(&fields));
+    let subgraph_section = encoding.subgraphs(&descriptors);
 
     let mut sections: Vec<(u32, u64, u64)> =
         vec![(SectionKind::OperatorInfo as u32, info_offset, info_len)];
@@ -349,9 +474,10 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
     }
     sections.push((SectionKind::Weights as u32, weights_offset, weights_len));
 
-    let file_len = usize::try_from(file_size)
+    // The metadata region, [0, weights_offset).
+    let metadata_length = usize::try_from(weights_offset)
         .map_err(|_| ContainerError::Unwritable("file too large".into()))?;
-    let mut out = vec![0u8; file_len];
+    let mut out = vec![0u8; metadata_length];
     // Header (tag written last).
     let mut h = Writer::default();
     h.bytes(&MAGIC);
@@ -369,6 +495,9 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
     }
     if options.reproducible {
         flags |= FLAG_REPRODUCIBLE;
+    }
+    if crypto_config.segmented {
+        flags |= FLAG_SEGMENTED;
     }
     h.u32(flags);
     h.u32(section_count as u32);
@@ -409,96 +538,201 @@ pub fn write(model: &Model, options: &WriteOptions) -> Result<Vec<u8>, Container
     for ((_, bytes), &offset) in options.extra_sections.iter().zip(&extra_offsets) {
         out[offset as usize..offset as usize + bytes.len()].copy_from_slice(bytes);
     }
-    for f in &fields {
-        out[f.offset as usize..f.offset as usize + f.ciphertext.len()]
-            .copy_from_slice(&f.ciphertext);
-    }
     // The metadata tag covers every byte before the weights (their own tags, in the
     // operator info, cover them), except the tag itself.
-    let metadata_length = weights_offset as usize;
     out[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8]
         .copy_from_slice(&weights_offset.to_le_bytes());
     let parts: Vec<&[u8]> = vec![&out[..TAG_OFFSET], &out[HEADER_SIZE..metadata_length]];
     let metadata = tag(keys.as_ref(), label::METADATA, &parts);
     out[TAG_OFFSET..TAG_OFFSET + 32].copy_from_slice(&metadata);
-    Ok(out)
+    sink.write_all_at(&out, 0).map_err(output_error)?;
+    Ok(Written {
+        file_size,
+        crypto: crypto_config,
+        key_id: id,
+        weight_fields: fields.len(),
+        weight_bytes: fields.iter().map(|f| f.plaintext_len).sum(),
+    })
 }
 
-/// Encrypts every field, spreading fields over the available cores (chained modes are
-/// sequential within one field, but fields are independent).
-fn encrypt_fields(
-    fields: &mut [Field],
+fn output_error(e: std::io::Error) -> ContainerError {
+    ContainerError::Unwritable(format!("cannot write the output: {e}"))
+}
+
+/// How every field of one file is sealed.
+#[derive(Clone, Copy)]
+struct Seal<'a> {
+    keys: Option<&'a FileKeys>,
+    encrypt: bool,
+    segmented: bool,
+    options: &'a WriteOptions<'a>,
+}
+
+/// Plaintext bytes a worker seals at a time: small enough to stay in cache while it is
+/// assembled, encrypted, tagged and written, so a field is never held whole.
+const CHUNK: u64 = 256 * 1024;
+// Chunks end on segment boundaries (only the last chunk of a field may end elsewhere).
+const _: () = assert!((CHUNK as usize).is_multiple_of(crypto::SEGMENT_LEN));
+
+/// Encrypts (when `encrypt`), authenticates and stores every field, largest first,
+/// on as many workers as there are cores (at most 8). Chained modes are sequential
+/// within a field, but fields are independent. Each worker keeps one chunk buffer
+/// (wiped when it is dropped) for all its fields.
+fn seal_fields(
+    fields: &[FieldPlan],
     keys: Option<&FileKeys>,
-    mode: Mode,
-) -> Result<(), ContainerError> {
-    let Some(keys) = keys.filter(|k| k.encryption.is_some()) else {
-        for f in fields.iter_mut() {
-            f.ciphertext = f.plaintext.to_vec();
-        }
-        return Ok(());
-    };
+    encrypt: bool,
+    segmented: bool,
+    options: &WriteOptions,
+    sink: &impl Sink,
+) -> Result<Vec<Sealed>, ContainerError> {
+    let mut order: Vec<usize> = (0..fields.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(fields[i].plaintext_len));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed = std::sync::atomic::AtomicBool::new(false);
     let workers = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
-        .clamp(1, 8);
-    // Largest fields first, dealt round-robin, to balance the work.
-    let mut order: Vec<usize> = (0..fields.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(fields[i].plaintext.len()));
-    type Encrypted = Result<Vec<(usize, Vec<u8>)>, ContainerError>;
-    let results: Vec<Encrypted> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers)
-            .map(|w| {
-                let mine: Vec<usize> = order.iter().copied().skip(w).step_by(workers).collect();
-                let fields = &*fields;
-                scope.spawn(move || -> Encrypted {
-                    let key = keys
-                        .encryption
-                        .as_ref()
-                        .ok_or_else(|| ContainerError::Unwritable("no encryption key".into()))?;
-                    mine.into_iter()
-                        .map(|i| {
-                            let f = &fields[i];
-                            crypto::encrypt(key, mode, &f.iv, &f.plaintext)
-                                .map(|c| (i, c))
-                                .map_err(Into::into)
-                        })
-                        .collect()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(ContainerError::Unwritable(
-                        "an encryption worker failed".into(),
-                    ))
-                })
-            })
-            .collect()
-    });
-    for r in results {
-        for (i, c) in r? {
-            fields[i].ciphertext = c;
+        .clamp(1, 8)
+        .min(fields.len().max(1));
+    let work = || -> Result<Vec<Sealed>, ContainerError> {
+        let mut chunk = Zeroizing::new(Vec::with_capacity(CHUNK as usize + 16));
+        let mut sealed = Vec::new();
+        loop {
+            if failed.load(std::sync::atomic::Ordering::Relaxed) {
+                return Ok(sealed);
+            }
+            let Some(&index) = order.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+            else {
+                return Ok(sealed);
+            };
+            let field = &fields[index];
+            let how = Seal {
+                keys,
+                encrypt,
+                segmented,
+                options,
+            };
+            match seal_field(index, field, &how, sink, &mut chunk) {
+                Ok(s) => sealed.push(s),
+                Err(e) => {
+                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
         }
+    };
+    let results: Vec<Result<Vec<Sealed>, ContainerError>> = if workers <= 1 {
+        vec![work()]
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..workers).map(|_| scope.spawn(work)).collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(ContainerError::Unwritable("a writing worker failed".into()))
+                    })
+                })
+                .collect()
+        })
+    };
+    let mut all = Vec::with_capacity(fields.len());
+    for r in results {
+        all.extend(r?);
     }
-    Ok(())
+    all.sort_by_key(|s| s.0);
+    Ok(all)
 }
 
-/// Field descriptor per operation: (operation, offset, ciphertext length, plaintext
+/// One field: its IV chosen, then chunk by chunk assembled, encrypted, tagged and
+/// stored.
+fn seal_field(
+    index: usize,
+    field: &FieldPlan,
+    how: &Seal,
+    sink: &impl Sink,
+    chunk: &mut Vec<u8>,
+) -> Result<Sealed, ContainerError> {
+    let Seal {
+        keys,
+        encrypt,
+        segmented,
+        options,
+    } = *how;
+    let mut iv = [0u8; 16];
+    let mut encryptor = match keys.filter(|_| encrypt) {
+        Some(k) => {
+            iv = if options.reproducible {
+                let digest = crypto::sha256(&field.parts());
+                let full = crypto::hmac_sha256(
+                    &k.iv_derivation,
+                    &[label::IV, &(index as u32).to_le_bytes(), &digest],
+                );
+                let mut iv = [0u8; 16];
+                iv.copy_from_slice(&full[..16]);
+                iv
+            } else {
+                crypto::try_random_bytes::<16>()?
+            };
+            let key = k
+                .encryption
+                .as_ref()
+                .ok_or_else(|| ContainerError::Unwritable("no encryption key".into()))?;
+            Some(crypto::FieldEncryptor::new(
+                key,
+                options.mode,
+                &iv,
+                segmented,
+            ))
+        }
+        None => None,
+    };
+    let mut tag = FieldTagWriter::new(keys, index as u32, field.offset, field.plaintext_len, &iv);
+    let mut at = 0u64;
+    loop {
+        let end = (at + CHUNK).min(field.plaintext_len);
+        field.assemble_range(at, end, chunk);
+        let last = end == field.plaintext_len;
+        if last {
+            if let Some(e) = encryptor.take() {
+                e.finish(chunk)?;
+            }
+        } else if let Some(e) = encryptor.as_mut() {
+            e.update(chunk)?;
+        }
+        tag.update(chunk);
+        sink.write_all_at(chunk, field.offset + at)
+            .map_err(output_error)?;
+        if last {
+            debug_assert_eq!(
+                at + chunk.len() as u64,
+                field.offset + field.stored_len - field.offset
+            );
+            return Ok((index, iv, tag.finish()));
+        }
+        at = end;
+    }
+}
+
+/// Field descriptor per operation: (operation, offset, stored length, plaintext
 /// length, IV, tag).
 type Descriptor = (usize, u64, u64, u64, [u8; 16], [u8; 32]);
 
-fn descriptors(fields: &[Field]) -> Vec<Descriptor> {
+/// The descriptors of `fields`, with the IVs and tags of `sealed` (zero where a field
+/// has none yet: the layout pass needs only the lengths).
+fn descriptors(fields: &[FieldPlan], sealed: &[Sealed]) -> Vec<Descriptor> {
     fields
         .iter()
-        .map(|f| {
+        .enumerate()
+        .map(|(i, f)| {
+            let (iv, tag) = sealed.get(i).map_or(([0; 16], [0; 32]), |s| (s.1, s.2));
             (
                 f.operation,
                 f.offset,
-                f.ciphertext.len() as u64,
-                f.plaintext.len() as u64,
-                f.iv,
-                f.tag,
+                f.stored_len,
+                f.plaintext_len,
+                iv,
+                tag,
             )
         })
         .collect()

@@ -117,6 +117,13 @@ impl Mode {
     /// Every mode, in code order.
     pub const ALL: [Mode; 5] = [Mode::Ecb, Mode::Cbc, Mode::Cfb, Mode::Ofb, Mode::Ctr];
 
+    /// Whether each block's encryption waits for the previous one's (CBC and CFB
+    /// encryption, OFB both ways): such modes encrypt a weight field in independent
+    /// segments so that many can run side by side (see `crypto::stream`).
+    pub const fn is_chained(self) -> bool {
+        matches!(self, Mode::Cbc | Mode::Cfb | Mode::Ofb)
+    }
+
     /// The name users type and JSON shows: `ecb`, `cbc`, `cfb`, `ofb`, `ctr`.
     pub const fn name(self) -> &'static str {
         match self {

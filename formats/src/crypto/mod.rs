@@ -12,10 +12,13 @@
 //! before calling [`decrypt`].
 
 mod algorithm;
+mod ctr;
 mod error;
 mod kdf;
 mod key;
 mod modes;
+mod sm4_simd;
+mod stream;
 
 pub use algorithm::{Algorithm, Mode, Padding};
 pub use error::CryptoError;
@@ -24,7 +27,11 @@ pub use kdf::{
     random_bytes, sha256, try_random_bytes,
 };
 pub use key::Key;
-pub use modes::{ciphertext_len, decrypt, decrypt_into, encrypt, encrypt_into};
+pub use modes::{
+    ciphertext_len, decrypt, decrypt_in_place, decrypt_into, encrypt, encrypt_in_place,
+    encrypt_into,
+};
+pub use stream::{FieldEncryptor, SEGMENT_LEN, decrypt_segmented_in_place};
 
 /// Block size of every supported cipher, in bytes.
 pub const BLOCK_LEN: usize = 16;

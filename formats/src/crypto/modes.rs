@@ -2,19 +2,22 @@
 //!
 //! One generic function per direction, monomorphised per cipher: the cipher is a type
 //! parameter, so nothing is boxed and the crates' parallel (AES-NI) block paths apply.
+//! SM4 is [`Sm4Simd`] (SIMD kernels picked at run time, see `sm4_simd`); CTR is this
+//! module's own [`ctr128_apply`], which batches counter blocks (see `ctr.rs`).
 //!
 //! The cipher crates wipe their expanded key schedules on drop only when their own
 //! `zeroize` features are enabled (`aes`, `sm4` and each mode crate); this module
-//! cannot do it for them without `unsafe`.
+//! cannot do it for them without `unsafe`. [`Sm4Simd`] wipes its own.
 
 use aes::{Aes128, Aes192, Aes256};
 use cipher::{
     Block, BlockCipherDecrypt, BlockCipherEncrypt, BlockModeDecrypt, BlockModeEncrypt,
     BlockSizeUser, InOutBuf, InvalidLength, KeyInit, KeyIvInit, StreamCipher, consts::U16,
 };
-use sm4::Sm4;
 use zeroize::Zeroize;
 
+use super::ctr::{ctr128_apply, ctr128_apply_in_place};
+use super::sm4_simd::Sm4Simd;
 use super::{Algorithm, BLOCK_LEN, CryptoError, Key, Mode, Padding};
 
 /// [`BLOCK_LEN`] for byte arithmetic.
@@ -64,7 +67,7 @@ pub fn encrypt_into(
 ) -> Result<(), CryptoError> {
     prepare(out, ciphertext_len(mode, plaintext.len()));
     let result = match key.algorithm() {
-        Algorithm::Sm4 => encrypt_with::<Sm4>(key.as_bytes(), mode, iv, plaintext, out),
+        Algorithm::Sm4 => encrypt_with::<Sm4Simd>(key.as_bytes(), mode, iv, plaintext, out),
         Algorithm::Aes128 => encrypt_with::<Aes128>(key.as_bytes(), mode, iv, plaintext, out),
         Algorithm::Aes192 => encrypt_with::<Aes192>(key.as_bytes(), mode, iv, plaintext, out),
         Algorithm::Aes256 => encrypt_with::<Aes256>(key.as_bytes(), mode, iv, plaintext, out),
@@ -120,7 +123,7 @@ pub fn decrypt_into(
     }
     prepare(out, ciphertext.len());
     let result = match key.algorithm() {
-        Algorithm::Sm4 => decrypt_with::<Sm4>(key.as_bytes(), mode, iv, ciphertext, out),
+        Algorithm::Sm4 => decrypt_with::<Sm4Simd>(key.as_bytes(), mode, iv, ciphertext, out),
         Algorithm::Aes128 => decrypt_with::<Aes128>(key.as_bytes(), mode, iv, ciphertext, out),
         Algorithm::Aes192 => decrypt_with::<Aes192>(key.as_bytes(), mode, iv, ciphertext, out),
         Algorithm::Aes256 => decrypt_with::<Aes256>(key.as_bytes(), mode, iv, ciphertext, out),
@@ -139,6 +142,78 @@ pub fn decrypt_into(
     if result.is_err() {
         // Whatever was decrypted is unauthenticated garbage at best: do not hand it out.
         out.zeroize();
+    }
+    result
+}
+
+/// Encrypts `buf` in place in `mode`, without padding: for ECB and CBC `buf` must be a
+/// whole number of blocks (the caller pads the last piece of a message;
+/// [`super::FieldEncryptor`] does).
+///
+/// # Errors
+///
+/// [`CryptoError::CiphertextLength`] for ECB/CBC input that is not whole blocks.
+pub fn encrypt_in_place(
+    key: &Key,
+    mode: Mode,
+    iv: &[u8; 16],
+    buf: &mut [u8],
+) -> Result<(), CryptoError> {
+    if mode.padding() == Padding::Pkcs7 && !buf.len().is_multiple_of(BLOCK_LEN) {
+        return Err(CryptoError::CiphertextLength {
+            mode,
+            len: buf.len(),
+        });
+    }
+    let k = key.as_bytes();
+    let result = match key.algorithm() {
+        Algorithm::Sm4 => encrypt_in_place_with::<Sm4Simd>(k, mode, iv, buf),
+        Algorithm::Aes128 => encrypt_in_place_with::<Aes128>(k, mode, iv, buf),
+        Algorithm::Aes192 => encrypt_in_place_with::<Aes192>(k, mode, iv, buf),
+        Algorithm::Aes256 => encrypt_in_place_with::<Aes256>(k, mode, iv, buf),
+    };
+    result.map_err(|InvalidLength| key_length_error(key))
+}
+
+/// Decrypts `buf` in place (removing and checking the PKCS#7 padding for ECB and CBC):
+/// for a reader that has copied the ciphertext out of a file, authenticated that copy,
+/// and must decrypt exactly the bytes it authenticated.
+///
+/// # Errors
+///
+/// As [`decrypt`]; `buf` is wiped and left empty.
+pub fn decrypt_in_place(
+    key: &Key,
+    mode: Mode,
+    iv: &[u8; 16],
+    buf: &mut Vec<u8>,
+) -> Result<(), CryptoError> {
+    if mode.padding() == Padding::Pkcs7 && (buf.is_empty() || !buf.len().is_multiple_of(BLOCK_LEN))
+    {
+        let len = buf.len();
+        buf.zeroize();
+        return Err(CryptoError::CiphertextLength { mode, len });
+    }
+    let k = key.as_bytes();
+    let result = match key.algorithm() {
+        Algorithm::Sm4 => decrypt_in_place_with::<Sm4Simd>(k, mode, iv, buf),
+        Algorithm::Aes128 => decrypt_in_place_with::<Aes128>(k, mode, iv, buf),
+        Algorithm::Aes192 => decrypt_in_place_with::<Aes192>(k, mode, iv, buf),
+        Algorithm::Aes256 => decrypt_in_place_with::<Aes256>(k, mode, iv, buf),
+    };
+    let result = match result {
+        Ok(()) if mode.padding() == Padding::Pkcs7 => match pkcs7_len(buf) {
+            Some(len) => {
+                buf.truncate(len);
+                Ok(())
+            }
+            None => Err(CryptoError::Padding { mode }),
+        },
+        Ok(()) => Ok(()),
+        Err(InvalidLength) => Err(key_length_error(key)),
+    };
+    if result.is_err() {
+        buf.zeroize();
     }
     result
 }
@@ -195,7 +270,7 @@ fn encrypt_with<C: Cipher128>(
             cfb_mode::Encryptor::<C>::new_from_slices(key, iv)?.encrypt_inout(in_out(pt, out));
         }
         Mode::Ofb => apply_keystream(ofb::Ofb::<C>::new_from_slices(key, iv)?, pt, out),
-        Mode::Ctr => apply_keystream(ctr::Ctr128BE::<C>::new_from_slices(key, iv)?, pt, out),
+        Mode::Ctr => ctr128_apply(&C::new_from_slice(key)?, iv, pt, out),
     }
     Ok(())
 }
@@ -216,7 +291,59 @@ fn decrypt_with<C: Cipher128>(
             cfb_mode::Decryptor::<C>::new_from_slices(key, iv)?.decrypt_inout(in_out(ct, out));
         }
         Mode::Ofb => apply_keystream(ofb::Ofb::<C>::new_from_slices(key, iv)?, ct, out),
-        Mode::Ctr => apply_keystream(ctr::Ctr128BE::<C>::new_from_slices(key, iv)?, ct, out),
+        Mode::Ctr => ctr128_apply(&C::new_from_slice(key)?, iv, ct, out),
+    }
+    Ok(())
+}
+
+/// `buf` is whole blocks for ECB/CBC (checked by the caller).
+fn encrypt_in_place_with<C: Cipher128>(
+    key: &[u8],
+    mode: Mode,
+    iv: &[u8; 16],
+    buf: &mut [u8],
+) -> Result<(), InvalidLength> {
+    match mode {
+        Mode::Ecb => {
+            let (blocks, _) = InOutBuf::from(buf).into_chunks::<U16>();
+            ecb::Encryptor::<C>::new_from_slice(key)?.encrypt_blocks_inout(blocks);
+        }
+        Mode::Cbc => {
+            let (blocks, _) = InOutBuf::from(buf).into_chunks::<U16>();
+            cbc::Encryptor::<C>::new_from_slices(key, iv)?.encrypt_blocks_inout(blocks);
+        }
+        Mode::Cfb => {
+            cfb_mode::Encryptor::<C>::new_from_slices(key, iv)?.encrypt_inout(InOutBuf::from(buf));
+        }
+        Mode::Ofb => ofb::Ofb::<C>::new_from_slices(key, iv)?
+            .unchecked_apply_keystream_inout(InOutBuf::from(buf)),
+        Mode::Ctr => ctr128_apply_in_place(&C::new_from_slice(key)?, iv, buf),
+    }
+    Ok(())
+}
+
+/// `buf` is whole blocks for ECB/CBC (checked by the caller); the padding stays in it.
+fn decrypt_in_place_with<C: Cipher128>(
+    key: &[u8],
+    mode: Mode,
+    iv: &[u8; 16],
+    buf: &mut [u8],
+) -> Result<(), InvalidLength> {
+    match mode {
+        Mode::Ecb => {
+            let (blocks, _) = InOutBuf::from(buf).into_chunks::<U16>();
+            ecb::Decryptor::<C>::new_from_slice(key)?.decrypt_blocks_inout(blocks);
+        }
+        Mode::Cbc => {
+            let (blocks, _) = InOutBuf::from(buf).into_chunks::<U16>();
+            cbc::Decryptor::<C>::new_from_slices(key, iv)?.decrypt_blocks_inout(blocks);
+        }
+        Mode::Cfb => {
+            cfb_mode::Decryptor::<C>::new_from_slices(key, iv)?.decrypt_inout(InOutBuf::from(buf));
+        }
+        Mode::Ofb => ofb::Ofb::<C>::new_from_slices(key, iv)?
+            .unchecked_apply_keystream_inout(InOutBuf::from(buf)),
+        Mode::Ctr => ctr128_apply_in_place(&C::new_from_slice(key)?, iv, buf),
     }
     Ok(())
 }
@@ -245,15 +372,15 @@ fn decrypt_blocks<M: BlockModeDecrypt<BlockSize = U16>>(mut mode: M, ct: &[u8], 
 }
 
 fn apply_keystream<S: StreamCipher>(mut stream: S, input: &[u8], out: &mut [u8]) {
-    // The checked variant only guards against keystream reuse after 2^128 blocks (CTR's
-    // counter wraps like OpenSSL's), which no slice can reach.
+    // The checked variant only guards against keystream reuse after 2^128 blocks, which
+    // no slice can reach (only OFB comes here; CTR is `ctr128_apply`).
     stream.unchecked_apply_keystream_inout(in_out(input, out));
 }
 
 /// Length of the message inside a PKCS#7-padded buffer, or `None` if the padding is
 /// malformed. Examines the whole last block without data-dependent branches, so the
 /// time taken does not reveal where the padding went wrong.
-fn pkcs7_len(buf: &[u8]) -> Option<usize> {
+pub(super) fn pkcs7_len(buf: &[u8]) -> Option<usize> {
     let last_block = buf
         .len()
         .checked_sub(BLOCK_LEN)

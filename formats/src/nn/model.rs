@@ -403,48 +403,137 @@ impl Model {
         (self.main.operands.len() - 1) as OperandIndex
     }
 
-    /// Adds a constant operand holding `bytes`: inline when small (CONSTANT_COPY), in
-    /// pool 0 otherwise (CONSTANT_REFERENCE). The caller guarantees that `bytes` matches
-    /// the type and dimensions; the validator checks it.
-    pub fn add_constant(&mut self, mut operand: Operand, bytes: &[u8]) -> OperandIndex {
+    /// Adds a constant operand holding `bytes`: inline when small (CONSTANT_COPY), in a
+    /// pool of its own otherwise (CONSTANT_REFERENCE). The caller guarantees that `bytes`
+    /// matches the type and dimensions; the validator checks it.
+    pub fn add_constant(&mut self, operand: Operand, bytes: &[u8]) -> OperandIndex {
         if bytes.len() <= MAX_INLINE_CONSTANT_BYTES {
-            // Keep inline values 4-byte aligned so they can be read as words.
-            while !self.operand_values.len().is_multiple_of(4) {
-                self.operand_values.push(0);
-            }
-            operand.lifetime = Lifetime::ConstantCopy;
-            operand.location = DataLocation {
-                pool_index: 0,
-                offset: self.operand_values.len() as u64,
-                length: bytes.len() as u64,
-            };
-            self.operand_values.extend_from_slice(bytes);
+            self.add_inline_constant(operand, bytes)
         } else {
-            // Pooled constants go to the first pool whose bytes we hold; a model read
-            // from a compiled file has only opaque pools, so it gets a new one.
-            let pool_index = match self.pools.iter().position(|p| matches!(p, Pool::Bytes(_))) {
-                Some(i) => i,
-                None => {
-                    self.pools.push(Pool::Bytes(Vec::new()));
-                    self.pools.len() - 1
-                }
-            };
-            let Some(Pool::Bytes(pool)) = self.pools.get_mut(pool_index) else {
-                return self.add_operand(operand);
-            };
-            // 64-byte alignment keeps every weight tensor SIMD- and mmap-friendly.
-            while !pool.len().is_multiple_of(64) {
-                pool.push(0);
-            }
-            operand.lifetime = Lifetime::ConstantReference;
-            operand.location = DataLocation {
-                pool_index: pool_index as u32,
-                offset: pool.len() as u64,
-                length: bytes.len() as u64,
-            };
-            pool.extend_from_slice(bytes);
+            self.add_pooled_constant(operand, bytes.to_vec())
         }
+    }
+
+    /// [`Model::add_constant`] taking the bytes by value: a large constant becomes its
+    /// pool without being copied.
+    pub fn add_constant_owned(&mut self, operand: Operand, bytes: Vec<u8>) -> OperandIndex {
+        if bytes.len() <= MAX_INLINE_CONSTANT_BYTES {
+            self.add_inline_constant(operand, &bytes)
+        } else {
+            self.add_pooled_constant(operand, bytes)
+        }
+    }
+
+    fn add_inline_constant(&mut self, mut operand: Operand, bytes: &[u8]) -> OperandIndex {
+        // Keep inline values 4-byte aligned so they can be read as words.
+        while !self.operand_values.len().is_multiple_of(4) {
+            self.operand_values.push(0);
+        }
+        operand.lifetime = Lifetime::ConstantCopy;
+        operand.location = DataLocation {
+            pool_index: 0,
+            offset: self.operand_values.len() as u64,
+            length: bytes.len() as u64,
+        };
+        self.operand_values.extend_from_slice(bytes);
         self.add_operand(operand)
+    }
+
+    /// One pool per large constant: adding never moves the bytes already stored (one
+    /// growing pool was reallocated and copied again and again as a model was built),
+    /// and a constant the passes make dead is freed with its pool
+    /// ([`Model::release_unreferenced_constants`]).
+    fn add_pooled_constant(&mut self, mut operand: Operand, bytes: Vec<u8>) -> OperandIndex {
+        operand.lifetime = Lifetime::ConstantReference;
+        operand.location = DataLocation {
+            pool_index: self.pools.len() as u32,
+            offset: 0,
+            length: bytes.len() as u64,
+        };
+        self.pools.push(Pool::Bytes(bytes));
+        self.add_operand(operand)
+    }
+
+    /// Releases the pooled bytes no operand of any graph refers to: a pool nobody reads
+    /// is dropped (the rest renumbered), a pool read only in part is re-packed with just
+    /// the bytes read, and a pool read whole (the usual case: one constant per pool) is
+    /// left where it is, uncopied. A model holding opaque pools (read from a compiled file
+    /// without its key) is left as it is.
+    pub fn release_unreferenced_constants(&mut self) {
+        if self.pools.iter().any(|p| matches!(p, Pool::Opaque { .. })) {
+            return;
+        }
+        // Per pool, the byte ranges read, merged into disjoint intervals.
+        let mut read: Vec<Vec<(u64, u64)>> = vec![Vec::new(); self.pools.len()];
+        for o in self.graphs().flat_map(|g| &g.operands) {
+            if o.lifetime == Lifetime::ConstantReference
+                && let Some(r) = read.get_mut(o.location.pool_index as usize)
+            {
+                let start = o.location.offset;
+                r.push((start, start.saturating_add(o.location.length)));
+            }
+        }
+        for r in &mut read {
+            r.sort_unstable();
+            let mut merged: Vec<(u64, u64)> = Vec::with_capacity(r.len());
+            for &(start, end) in r.iter() {
+                match merged.last_mut() {
+                    Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                    _ => merged.push((start, end)),
+                }
+            }
+            *r = merged;
+        }
+        // Re-pack what is read in part: (old interval start, new start) per interval.
+        let mut moved: Vec<Vec<(u64, u64)>> = vec![Vec::new(); self.pools.len()];
+        for (p, pool) in self.pools.iter_mut().enumerate() {
+            let Pool::Bytes(bytes) = pool else { continue };
+            let used: u64 = read[p].iter().map(|(s, e)| e - s).sum();
+            // Alignment padding between constants is not worth a copy.
+            let slack = 64 * read[p].len() as u64;
+            if read[p].is_empty() || (bytes.len() as u64).saturating_sub(used) <= slack {
+                continue;
+            }
+            let mut packed = Vec::with_capacity(used as usize + slack as usize);
+            for &(start, end) in &read[p] {
+                packed.resize(packed.len().next_multiple_of(64), 0);
+                moved[p].push((start, packed.len() as u64));
+                if let Some(b) = bytes.get(start as usize..end as usize) {
+                    packed.extend_from_slice(b);
+                }
+            }
+            *bytes = packed;
+        }
+        let mut renumbered = vec![u32::MAX; self.pools.len()];
+        let mut next = 0u32;
+        for (i, r) in read.iter().enumerate() {
+            if !r.is_empty() {
+                renumbered[i] = next;
+                next += 1;
+            }
+        }
+        let mut i = 0;
+        self.pools.retain(|_| {
+            i += 1;
+            !read[i - 1].is_empty()
+        });
+        let graphs = std::iter::once(&mut self.main).chain(self.referenced.iter_mut());
+        for o in graphs.flat_map(|g| g.operands.iter_mut()) {
+            if o.lifetime != Lifetime::ConstantReference {
+                continue;
+            }
+            let p = o.location.pool_index as usize;
+            if let Some(&(start, to)) = moved.get(p).and_then(|m| {
+                m.iter()
+                    .rev()
+                    .find(|(start, _)| *start <= o.location.offset)
+            }) {
+                o.location.offset = to + (o.location.offset - start);
+            }
+            if let Some(&n) = renumbered.get(p) {
+                o.location.pool_index = n;
+            }
+        }
     }
 
     /// Adds a scalar INT32 constant.
@@ -595,6 +684,46 @@ pub fn constant_bytes<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn releasing_constants_drops_repacks_or_keeps_each_pool() {
+        let mut model = Model::default();
+        let whole = model.add_f32_tensor(vec![40], &[1.0; 40]);
+        let dead = model.add_f32_tensor(vec![50], &[2.0; 50]);
+        let part = model.add_f32_tensor(vec![60], &[3.0; 60]);
+        // Pool 2 also holds 1000 bytes nobody reads, in front of the constant.
+        let Some(Pool::Bytes(bytes)) = model.pools.get_mut(2) else {
+            panic!("a pooled constant");
+        };
+        bytes.splice(0..0, [9u8; 1024]);
+        model.main.operands[part as usize].location.offset = 1024;
+        let whole_data = model.pools[0].bytes().map(<[u8]>::as_ptr);
+        // Nothing reads `dead` any more.
+        model.main.operands[dead as usize].lifetime = Lifetime::TemporaryVariable;
+
+        model.release_unreferenced_constants();
+        assert_eq!(model.pools.len(), 2, "the unread pool is gone");
+        assert_eq!(
+            model.pools[0].bytes().map(<[u8]>::as_ptr),
+            whole_data,
+            "a pool read whole is not copied"
+        );
+        let part_operand = &model.main.operands[part as usize];
+        assert_eq!(part_operand.location.pool_index, 1, "renumbered");
+        assert_eq!(part_operand.location.offset, 0, "re-packed");
+        assert_eq!(model.pools[1].size(), 240);
+        let read = |i: OperandIndex| {
+            constant_bytes(&model.main.operands[i as usize], &[], &model.pools).map(<[u8]>::to_vec)
+        };
+        assert_eq!(
+            read(part),
+            Some(bytemuck::cast_slice(&[3.0f32; 60]).to_vec())
+        );
+        assert_eq!(
+            read(whole),
+            Some(bytemuck::cast_slice(&[1.0f32; 40]).to_vec())
+        );
+    }
 
     #[test]
     fn small_constants_are_inline_and_large_ones_pooled() {

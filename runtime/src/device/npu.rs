@@ -8,7 +8,6 @@ use nnc_formats::container::{
     Container, ContainerError, CryptoConfig, FileKeys, WeightField, authenticate_metadata,
     open_field,
 };
-use nnc_formats::crypto::Mode;
 use nnc_formats::nn::{Lifetime, Model};
 use zeroize::Zeroizing;
 
@@ -173,7 +172,7 @@ impl SimulatedNpu {
             fields: container.fields.clone(),
             bytes,
             keys,
-            mode: register.mode,
+            crypto: register,
             refs,
             mine,
             ops: model
@@ -200,7 +199,7 @@ pub struct NpuWeights {
     bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,
     fields: Vec<Option<WeightField>>,
     keys: Option<FileKeys>,
-    mode: Option<Mode>,
+    crypto: CryptoRegister,
     refs: Vec<Vec<WeightRef>>,
     /// The operations this device runs (others are refused).
     mine: Vec<bool>,
@@ -281,7 +280,7 @@ impl NpuWeights {
                 (*self.bytes).as_ref(),
                 &field,
                 self.keys.as_ref(),
-                self.mode,
+                &self.crypto,
                 owner,
                 &mut buf,
             )?;

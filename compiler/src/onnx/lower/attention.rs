@@ -750,7 +750,7 @@ impl Lowerer<'_> {
                 &self.budget,
             )?;
             let w = constant::transpose(&w, &[1, 0])?;
-            let y = self.fully_connected(n, x.operand, &w, &bias[start..start + size])?;
+            let y = self.fully_connected(n, x.operand, w, &bias[start..start + size])?;
             parts.push(self.split_heads(n, y, &[batch, seq, size as u32], heads, "QKV")?);
             start += size;
         }

@@ -171,13 +171,15 @@ impl Lowerer<'_> {
     ) -> NResult<u32> {
         match f {
             Filter::Const(w) => {
-                let w4 = ConstTensor {
-                    shape: shape4.to_vec(),
-                    ..(**w).clone()
+                let cast;
+                let w: &ConstTensor = if w.dtype == DataType::F32 {
+                    w
+                } else {
+                    cast = constant::cast(w, DataType::F32);
+                    &cast
                 };
-                let w4 = constant::cast(&w4, DataType::F32);
-                let t = constant::transpose(&w4, &perm)?;
-                Ok(self.const_operand(&t)?.operand)
+                let t = constant::transpose_as(w, &shape4, &perm)?;
+                Ok(self.const_operand_owned(t)?.operand)
             }
             Filter::Run(o) => {
                 let dims: Vec<u32> = shape4.iter().map(|&d| d as u32).collect();

@@ -16,12 +16,15 @@ impl Lowerer<'_> {
         &mut self,
         n: &Node,
         x: u32,
-        weights: &ConstTensor,
+        weights: ConstTensor,
         bias: &[f32],
     ) -> NResult<u32> {
-        let w = self
-            .const_operand(&constant::cast(weights, DataType::F32))?
-            .operand;
+        let weights = if weights.dtype == DataType::F32 {
+            weights
+        } else {
+            constant::cast(&weights, DataType::F32)
+        };
+        let w = self.const_operand_owned(weights)?.operand;
         let b = self.model.add_f32_tensor(vec![bias.len() as u32], bias);
         let act = self.i32_const(0);
         self.emit(n, OperationType::FullyConnected, vec![x, w, b, act])
@@ -82,7 +85,7 @@ impl Lowerer<'_> {
                     _ => None,
                 };
                 let bias = folded_bias.clone().unwrap_or(vec![0.0; units]);
-                let out = self.fully_connected(n, a_op, &w, &bias)?;
+                let out = self.fully_connected(n, a_op, w, &bias)?;
                 if folded_bias.is_some() {
                     self.set_tensor(n, 0, out, DataType::F32, false);
                     return Ok(());
@@ -170,7 +173,7 @@ impl Lowerer<'_> {
             } else {
                 a.operand
             };
-            let y = self.fully_connected(n, rows, &w, &vec![0.0; n_out])?;
+            let y = self.fully_connected(n, rows, w, &vec![0.0; n_out])?;
             // Restore the batch dimensions: A's leading dims, then N (dropped for a 1-D B).
             let mut out_dims: Vec<u32> = a_dims[..a_dims.len().saturating_sub(1)].to_vec();
             if b.shape.len() == 2 {

@@ -106,7 +106,7 @@ impl Lowerer<'_> {
         };
         let weights = constant::f32_tensor(vec![targets as usize, cols as usize], coefficients);
         self.budget.charge(&weights)?;
-        self.fully_connected(n, x, &weights, &bias)
+        self.fully_connected(n, x, weights, &bias)
     }
 
     pub(super) fn linear_regressor(&mut self, n: &Node) -> NResult<()> {

@@ -174,6 +174,12 @@ impl<V> ScopedTable<V> {
         }
     }
 
+    /// Removes `name` when no scope is open (inside one, a removal would have to be
+    /// undone too); returns whether it did.
+    pub fn remove_outside_scopes(&mut self, name: &str) -> bool {
+        self.depth == 0 && self.map.remove(name).is_some()
+    }
+
     /// Opens a scope; [`Self::leave`] with the mark undoes every insert made since.
     pub fn enter(&mut self) -> usize {
         self.depth += 1;
@@ -246,7 +252,23 @@ impl<'e> Lowerer<'e> {
         self.model
     }
 
-    pub fn add_initializers(&mut self, graph: &GraphProto) -> Result<(), CompileError> {
+    /// Forgets the compile-time constant `name` once no node is left to read it (at the
+    /// main graph's level only): an initializer's copy of the weights is dropped as soon
+    /// as its NN operand exists, so a model's weights are not held twice while it is
+    /// lowered.
+    pub fn release_constant(&mut self, name: &str) {
+        if matches!(self.values.get(name), Some(Value::Const(_))) {
+            self.values.remove_outside_scopes(name);
+        }
+    }
+
+    /// Converts the graph's initializers to compile-time constants; `release` is told
+    /// of each one's source bytes once they are copied.
+    pub fn add_initializers(
+        &mut self,
+        graph: &GraphProto,
+        release: Option<&crate::onnx::SourceRelease>,
+    ) -> Result<(), CompileError> {
         if let Some(sparse) = graph.sparse_initializer.first() {
             let name = sparse
                 .values
@@ -264,6 +286,9 @@ impl<'e> Lowerer<'e> {
         let mut weight_bytes = 0u64;
         for t in &graph.initializer {
             let host = tensor_to_host(t, self.ext)?;
+            if let (Some(release), Some(raw)) = (release, &t.raw_data) {
+                release.release(raw);
+            }
             weight_bytes = weight_bytes.saturating_add(host.data.len() as u64);
             self.values
                 .insert(t.name.clone(), Value::Const(Rc::new(host)));
@@ -703,6 +728,12 @@ impl<'e> Lowerer<'e> {
 
     /// A new constant operand holding `c` in its NN type.
     pub fn const_operand(&mut self, c: &ConstTensor) -> NResult<TensorValue> {
+        self.const_operand_owned(c.clone())
+    }
+
+    /// [`Lowerer::const_operand`] taking the constant by value: float32, bool and 8-bit
+    /// data become the operand's storage without another copy.
+    pub fn const_operand_owned(&mut self, c: ConstTensor) -> NResult<TensorValue> {
         let scalar = c.shape.is_empty();
         let dims: Vec<u32> = if scalar {
             vec![1]
@@ -719,22 +750,23 @@ impl<'e> Lowerer<'e> {
                 })
                 .collect::<NResult<_>>()?
         };
+        let dtype = c.dtype;
         let (operand_type, bytes) = match c.dtype {
-            DataType::F32 => (OperandType::TensorFloat32, c.data.clone()),
+            DataType::F32 => (OperandType::TensorFloat32, c.data),
             DataType::F64 | DataType::F16 => (
                 OperandType::TensorFloat32,
-                bytemuck::cast_slice(&constant::to_f32s(c)).to_vec(),
+                bytemuck::cast_slice(&constant::to_f32s(&c)).to_vec(),
             ),
-            DataType::Bool => (OperandType::TensorBool8, c.data.clone()),
-            DataType::U8 => (OperandType::TensorQuant8Asymm, c.data.clone()),
-            DataType::I8 => (OperandType::TensorQuant8AsymmSigned, c.data.clone()),
+            DataType::Bool => (OperandType::TensorBool8, c.data),
+            DataType::U8 => (OperandType::TensorQuant8Asymm, c.data),
+            DataType::I8 => (OperandType::TensorQuant8AsymmSigned, c.data),
             DataType::I64
             | DataType::I32
             | DataType::U32
             | DataType::I16
             | DataType::U16
             | DataType::U64 => {
-                let values = constant::to_i64s(c);
+                let values = constant::to_i64s(&c);
                 let mut out = Vec::with_capacity(values.len() * 4);
                 for v in values {
                     let v32 = i32::try_from(v).map_err(|_| {
@@ -747,14 +779,14 @@ impl<'e> Lowerer<'e> {
                 (OperandType::TensorInt32, out)
             }
         };
-        self.computes_float64_as_float32 |= c.dtype == DataType::F64;
+        self.computes_float64_as_float32 |= dtype == DataType::F64;
         let operand = self
             .model
-            .add_constant(plain_quant8(Operand::new(operand_type, dims)), &bytes);
+            .add_constant_owned(plain_quant8(Operand::new(operand_type, dims)), bytes);
         // The label keeps the ONNX type: every integer type computes as TENSOR_INT32.
         Ok(TensorValue {
             operand,
-            dtype: c.dtype,
+            dtype,
             scalar,
         })
     }
