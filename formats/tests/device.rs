@@ -342,9 +342,9 @@ fn every_malformed_field_is_named() {
         ),
         (
             "decrypts[0].modes",
-            json!(["cbc", "gcm"]),
+            json!(["cbc", "ccm"]),
             "decrypts[0].modes",
-            "unknown cipher mode \"gcm\"",
+            "unknown cipher mode \"ccm\"",
         ),
         (
             "decrypts[0].modes",

@@ -28,8 +28,10 @@ pub struct Args {
     /// it against corruption (not against deliberate changes).
     #[arg(long, value_enum, default_value = "aes128")]
     pub encrypt: EncryptArg,
-    /// Cipher mode. The default, CTR, needs no padding and decrypts in parallel; ECB
-    /// reveals repeated blocks and is offered only for compatibility.
+    /// Cipher mode. The default, CTR, needs no padding and decrypts in parallel, each
+    /// field authenticated with HMAC-SHA-256; GCM encrypts and authenticates each field
+    /// in one pass (AES-GCM, SM4-GCM per RFC 8998); ECB reveals repeated blocks and is
+    /// offered only for compatibility.
     #[arg(long, value_enum, default_value = "ctr")]
     pub mode: ModeArg,
     #[command(flatten)]
@@ -287,6 +289,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             written.weight_fields,
             written.weight_bytes,
             match algorithm {
+                Some(a) if mode == Mode::Gcm => format!(
+                    "{}-gcm (each field authenticated by its GCM tag, the metadata with {})",
+                    a.name(),
+                    crypto.integrity.name()
+                ),
                 Some(a) => format!(
                     "{}-{} with {}",
                     a.name(),

@@ -185,6 +185,8 @@ pub enum ModeArg {
     Cfb,
     Ofb,
     Ctr,
+    /// GCM: encryption and a 128-bit tag per field in one pass (AES-GCM, SM4-GCM).
+    Gcm,
 }
 
 impl From<ModeArg> for nnc_formats::crypto::Mode {
@@ -196,6 +198,7 @@ impl From<ModeArg> for nnc_formats::crypto::Mode {
             ModeArg::Cfb => M::Cfb,
             ModeArg::Ofb => M::Ofb,
             ModeArg::Ctr => M::Ctr,
+            ModeArg::Gcm => M::Gcm,
         }
     }
 }

@@ -29,7 +29,7 @@ mod write;
 pub use error::ContainerError;
 pub use read::{
     ArenaSlot, Container, WeightField, authenticate, authenticate_metadata, copy_metadata,
-    open_field, reseal, verified_field,
+    open_field, reseal, reseal_metadata, verified_field,
 };
 pub use write::{
     MemorySink, Sink, WriteOptions, Written, is_weight, is_weight_in, weights_of, write, write_to,
@@ -340,6 +340,55 @@ fn field_tag(
             ciphertext,
         ],
     )
+}
+
+/// What a GCM field's tag authenticates besides its ciphertext: the same binding as
+/// the HMAC of [`field_tag`] (field index, place, plaintext length, IV), so a field moved,
+/// swapped or re-described is refused.
+fn gcm_aad(index: u32, offset: u64, plaintext_len: u64, iv: &[u8; 16]) -> Vec<u8> {
+    let mut aad = Vec::with_capacity(label::FIELD.len() + 36);
+    aad.extend_from_slice(label::FIELD);
+    aad.extend_from_slice(&index.to_le_bytes());
+    aad.extend_from_slice(&offset.to_le_bytes());
+    aad.extend_from_slice(&plaintext_len.to_le_bytes());
+    aad.extend_from_slice(iv);
+    aad
+}
+
+/// The 96-bit GCM nonce of a field: the first 12 bytes of its IV (the writer leaves the
+/// other 4 zero; all 16 are authenticated through [`gcm_aad`]).
+fn gcm_nonce(iv: &[u8; 16]) -> [u8; 12] {
+    std::array::from_fn(|i| iv[i])
+}
+
+/// The 32-byte tag slot of a field as its mode fills it: HMAC-SHA-256 (or SHA-256) of
+/// [`field_tag`], or for GCM the 16-byte GCM tag followed by 16 zero bytes.
+fn stored_field_tag(
+    keys: Option<&FileKeys>,
+    mode: Option<Mode>,
+    field: &read::WeightField,
+    stored: &[u8],
+) -> Result<[u8; 32], ContainerError> {
+    if mode != Some(Mode::Gcm) {
+        return Ok(field_tag(
+            keys,
+            field.index,
+            field.offset,
+            field.plaintext_length,
+            &field.iv,
+            stored,
+        ));
+    }
+    let key =
+        keys.and_then(|k| k.encryption.as_ref())
+            .ok_or_else(|| ContainerError::Integrity {
+                what: "the file's keys (an encrypted file read without them)".into(),
+            })?;
+    let aad = gcm_aad(field.index, field.offset, field.plaintext_length, &field.iv);
+    let t = crypto::gcm_tag(key, &gcm_nonce(&field.iv), &aad, stored)?;
+    let mut slot = [0u8; 32];
+    slot[..16].copy_from_slice(&t);
+    Ok(slot)
 }
 
 /// [`field_tag`] computed as the stored bytes stream past, a chunk at a time.

@@ -8,7 +8,8 @@ use super::{
     ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FLAG_SEGMENTED, FORMAT_MAJOR,
     FORMAT_MINOR, FORMAT_MINOR_SUBGRAPHS, FileKeys, HEADER_SIZE, Header, Integrity, KNOWN_FLAGS,
     MAGIC, MAX_SECTIONS, METADATA_LENGTH_OFFSET, SECTION_ENTRY_SIZE, SECTION_REQUIRED,
-    SectionEntry, SectionKind, TAG_OFFSET, dtype_from_code, field_tag, key_id, label, tag,
+    SectionEntry, SectionKind, TAG_OFFSET, dtype_from_code, gcm_aad, gcm_nonce, key_id, label,
+    stored_field_tag, tag,
 };
 use crate::crypto::{self, Algorithm, Mode, Padding};
 use crate::nn::{
@@ -307,7 +308,29 @@ impl<'a> Container<'a> {
         op: usize,
     ) -> Result<&'a [u8], ContainerError> {
         let field = self.field(op)?;
-        verified_field(self.bytes, &field, keys, op)
+        let label = self.operation_label(op);
+        verified_field(self.bytes, &field, keys, self.header.crypto.mode, &label)
+    }
+
+    /// How errors name operation `op` (global numbering: main's operations, then each
+    /// referenced subgraph's): `operation 7 (CONV_2D from node 'conv3')`.
+    pub fn operation_label(&self, op: usize) -> String {
+        match self
+            .model
+            .graphs()
+            .flat_map(|g| g.operations.iter())
+            .nth(op)
+        {
+            Some(o) if o.source.is_empty() => format!("operation {op} ({})", o.op_type),
+            Some(o) => format!("operation {op} ({} from node '{}')", o.op_type, o.source),
+            None => format!("operation {op}"),
+        }
+    }
+
+    /// Where operation `op`'s field tag lies in the file (its IV is the 16 bytes
+    /// before); `None` when it has no field.
+    pub fn tag_offset(&self, op: usize) -> Option<u64> {
+        self.tag_offsets.get(op).copied().flatten()
     }
 
     fn field(&self, op: usize) -> Result<WeightField, ContainerError> {
@@ -330,7 +353,8 @@ impl<'a> Container<'a> {
         out: &mut Vec<u8>,
     ) -> Result<(), ContainerError> {
         let field = self.field(op)?;
-        open_field(self.bytes, &field, keys, &self.header.crypto, op, out)
+        let label = self.operation_label(op);
+        open_field(self.bytes, &field, keys, &self.header.crypto, &label, out)
     }
 
     /// Decrypts operation `op`'s field into a new zeroizing buffer.
@@ -494,6 +518,21 @@ pub fn authenticate_metadata(
 /// only when the structure parses; the metadata tag always is.
 #[doc(hidden)]
 pub fn reseal(bytes: &mut [u8], master: Option<&[u8]>) -> Result<(), ContainerError> {
+    reseal_with(bytes, master, true)
+}
+
+/// [`reseal`] of the metadata tag only, the field tags left as they are: for tests of
+/// what a field's own tag binds, given metadata re-signed by a key holder.
+#[doc(hidden)]
+pub fn reseal_metadata(bytes: &mut [u8], master: Option<&[u8]>) -> Result<(), ContainerError> {
+    reseal_with(bytes, master, false)
+}
+
+fn reseal_with(
+    bytes: &mut [u8],
+    master: Option<&[u8]>,
+    fields_too: bool,
+) -> Result<(), ContainerError> {
     if bytes.len() < HEADER_SIZE {
         return Err(ContainerError::Truncated {
             what: "the header".into(),
@@ -513,16 +552,29 @@ pub fn reseal(bytes: &mut [u8], master: Option<&[u8]>) -> Result<(), ContainerEr
         (true, None) => return Err(ContainerError::KeyRequired { algorithm: None }),
         (false, _) => None,
     };
-    let fields: Vec<(WeightField, u64)> = match Container::parse(bytes) {
-        Ok(c) => c
-            .fields
-            .iter()
-            .zip(&c.tag_offsets)
-            .filter_map(|(f, t)| Some(((*f)?, (*t)?)))
-            .collect(),
-        Err(_) => Vec::new(),
+    let (fields, crypto): (Vec<(WeightField, u64)>, Option<CryptoConfig>) =
+        match Container::parse(bytes) {
+            Ok(c) => (
+                c.fields
+                    .iter()
+                    .zip(&c.tag_offsets)
+                    .filter_map(|(f, t)| Some(((*f)?, (*t)?)))
+                    .collect(),
+                Some(c.header.crypto),
+            ),
+            Err(_) => (Vec::new(), None),
+        };
+    let mode = crypto.and_then(|c| c.mode);
+    // GCM tags need the encryption key too.
+    let keys = match (keys, crypto.and_then(|c| c.algorithm), master) {
+        (Some(k), Some(algorithm), Some(master)) if mode == Some(Mode::Gcm) => {
+            let mut salt = [0u8; 32];
+            salt.copy_from_slice(&bytes[96..128]);
+            Some(k.with_encryption(master, &salt, algorithm)?)
+        }
+        (k, _, _) => k,
     };
-    for (field, tag_offset) in fields {
+    for (field, tag_offset) in fields.into_iter().filter(|_| fields_too) {
         let end = field.offset.saturating_add(field.length);
         let (Some(ciphertext), Ok(at)) = (
             bytes.get(field.offset as usize..end as usize),
@@ -530,14 +582,9 @@ pub fn reseal(bytes: &mut [u8], master: Option<&[u8]>) -> Result<(), ContainerEr
         ) else {
             continue;
         };
-        let t = field_tag(
-            keys.as_ref(),
-            field.index,
-            field.offset,
-            field.plaintext_length,
-            &field.iv,
-            ciphertext,
-        );
+        let Ok(t) = stored_field_tag(keys.as_ref(), mode, &field, ciphertext) else {
+            continue;
+        };
         if let Some(slot) = bytes.get_mut(at..at + 32) {
             slot.copy_from_slice(&t);
         }
@@ -576,7 +623,8 @@ pub fn verified_field<'b>(
     bytes: &'b [u8],
     field: &WeightField,
     keys: Option<&FileKeys>,
-    op: usize,
+    mode: Option<Mode>,
+    op: &str,
 ) -> Result<&'b [u8], ContainerError> {
     let end = field
         .offset
@@ -586,20 +634,19 @@ pub fn verified_field<'b>(
             what: format!("weight field {} (beyond the end of the file)", field.index),
         })?;
     let ciphertext = &bytes[field.offset as usize..end as usize];
-    let expected = field_tag(
-        keys,
-        field.index,
-        field.offset,
-        field.plaintext_length,
-        &field.iv,
-        ciphertext,
-    );
+    let expected = stored_field_tag(keys, mode, field, ciphertext)?;
     if !crypto::ct_eq(&expected, &field.tag) {
-        return Err(ContainerError::Integrity {
-            what: format!("weight field {} (operation {op})", field.index),
-        });
+        return Err(field_refused(field, op));
     }
     Ok(ciphertext)
+}
+
+/// The error for a field whose tag does not match, naming its operation (`op`, as
+/// [`Container::operation_label`] words it).
+fn field_refused(field: &WeightField, op: &str) -> ContainerError {
+    ContainerError::Integrity {
+        what: format!("weight field {} of {op}", field.index),
+    }
 }
 
 /// Verifies and decrypts one field of `bytes` into `out` (replacing its contents; on error
@@ -614,7 +661,7 @@ pub fn open_field(
     field: &WeightField,
     keys: Option<&FileKeys>,
     crypto: &CryptoConfig,
-    op: usize,
+    op: &str,
     out: &mut Vec<u8>,
 ) -> Result<(), ContainerError> {
     let end = field
@@ -626,19 +673,28 @@ pub fn open_field(
         })?;
     out.zeroize();
     out.extend_from_slice(&bytes[field.offset as usize..end as usize]);
-    let expected = field_tag(
-        keys,
-        field.index,
-        field.offset,
-        field.plaintext_length,
-        &field.iv,
-        out,
-    );
+    if crypto.mode == Some(Mode::Gcm) {
+        // One pass checks the GCM tag and (only then) decrypts the copy.
+        let key = keys.and_then(|k| k.encryption.as_ref());
+        let opened = match key {
+            Some(key) if field.tag[16..].iter().all(|&b| b == 0) => {
+                let aad = gcm_aad(field.index, field.offset, field.plaintext_length, &field.iv);
+                let mut tag = [0u8; 16];
+                tag.copy_from_slice(&field.tag[..16]);
+                crypto::gcm_open_in_place(key, &gcm_nonce(&field.iv), &aad, out, &tag).is_ok()
+            }
+            _ => false,
+        };
+        if !opened || out.len() as u64 != field.plaintext_length {
+            out.zeroize();
+            return Err(field_refused(field, op));
+        }
+        return Ok(());
+    }
+    let expected = stored_field_tag(keys, crypto.mode, field, out)?;
     if !crypto::ct_eq(&expected, &field.tag) {
         out.zeroize();
-        return Err(ContainerError::Integrity {
-            what: format!("weight field {} (operation {op})", field.index),
-        });
+        return Err(field_refused(field, op));
     }
     match (keys.and_then(|k| k.encryption.as_ref()), crypto.mode) {
         (Some(k), Some(mode)) if crypto.segmented => {

@@ -8,7 +8,7 @@ use super::{
     ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FLAG_REPRODUCIBLE, FLAG_SEGMENTED,
     FORMAT_MAJOR, FORMAT_MINOR_BASE, FORMAT_MINOR_SUBGRAPHS, FieldTagWriter, FileKeys, HEADER_SIZE,
     MAGIC, METADATA_LENGTH_OFFSET, SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionKind, TAG_OFFSET,
-    dtype_code, key_id, label, tag,
+    dtype_code, gcm_aad, gcm_nonce, key_id, label, tag,
 };
 use crate::crypto::{self, Key, Mode};
 use crate::nn::{Lifetime, Model, Pool, Subgraph};
@@ -659,8 +659,9 @@ fn seal_field(
         segmented,
         options,
     } = *how;
+    let gcm = encrypt && options.mode == crypto::Mode::Gcm;
     let mut iv = [0u8; 16];
-    let mut encryptor = match keys.filter(|_| encrypt) {
+    let mut cipher = match keys.filter(|_| encrypt) {
         Some(k) => {
             iv = if options.reproducible {
                 let digest = crypto::sha256(&field.parts());
@@ -678,40 +679,73 @@ fn seal_field(
                 .encryption
                 .as_ref()
                 .ok_or_else(|| ContainerError::Unwritable("no encryption key".into()))?;
-            Some(crypto::FieldEncryptor::new(
-                key,
-                options.mode,
-                &iv,
-                segmented,
-            ))
+            if gcm {
+                // A 96-bit nonce; the IV's last 4 bytes stay zero.
+                iv[12..].fill(0);
+                let aad = gcm_aad(index as u32, field.offset, field.plaintext_len, &iv);
+                FieldCipher::Gcm(crypto::GcmSealer::new(key, &gcm_nonce(&iv), &aad)?)
+            } else {
+                FieldCipher::Blocks(crypto::FieldEncryptor::new(
+                    key,
+                    options.mode,
+                    &iv,
+                    segmented,
+                ))
+            }
         }
-        None => None,
+        None => FieldCipher::Plain,
     };
-    let mut tag = FieldTagWriter::new(keys, index as u32, field.offset, field.plaintext_len, &iv);
+    // GCM's tag authenticates the field; the other modes are encrypt-then-MAC.
+    let mut mac = (!gcm)
+        .then(|| FieldTagWriter::new(keys, index as u32, field.offset, field.plaintext_len, &iv));
+    let mut gcm_tag = [0u8; 16];
     let mut at = 0u64;
     loop {
         let end = (at + CHUNK).min(field.plaintext_len);
         field.assemble_range(at, end, chunk);
         let last = end == field.plaintext_len;
-        if last {
-            if let Some(e) = encryptor.take() {
-                e.finish(chunk)?;
+        match (std::mem::replace(&mut cipher, FieldCipher::Plain), last) {
+            (FieldCipher::Blocks(e), true) => e.finish(chunk)?,
+            (FieldCipher::Gcm(g), true) => gcm_tag = g.finish(chunk)?,
+            (FieldCipher::Blocks(mut e), false) => {
+                e.update(chunk)?;
+                cipher = FieldCipher::Blocks(e);
             }
-        } else if let Some(e) = encryptor.as_mut() {
-            e.update(chunk)?;
+            (FieldCipher::Gcm(mut g), false) => {
+                g.update(chunk)?;
+                cipher = FieldCipher::Gcm(g);
+            }
+            (FieldCipher::Plain, _) => {}
         }
-        tag.update(chunk);
+        if let Some(m) = mac.as_mut() {
+            m.update(chunk);
+        }
         sink.write_all_at(chunk, field.offset + at)
             .map_err(output_error)?;
         if last {
-            debug_assert_eq!(
-                at + chunk.len() as u64,
-                field.offset + field.stored_len - field.offset
-            );
-            return Ok((index, iv, tag.finish()));
+            debug_assert_eq!(at + chunk.len() as u64, field.stored_len);
+            let tag = match mac {
+                Some(m) => m.finish(),
+                None => {
+                    let mut slot = [0u8; 32];
+                    slot[..16].copy_from_slice(&gcm_tag);
+                    slot
+                }
+            };
+            return Ok((index, iv, tag));
         }
         at = end;
     }
+}
+
+/// How a field's stored bytes are made from its plaintext.
+enum FieldCipher<'k> {
+    /// Unencrypted (digests or authenticated plaintext).
+    Plain,
+    /// A confidentiality mode, tagged with HMAC-SHA-256.
+    Blocks(crypto::FieldEncryptor<'k>),
+    /// GCM, which tags itself.
+    Gcm(crypto::GcmSealer<'k>),
 }
 
 /// Field descriptor per operation: (operation, offset, stored length, plaintext

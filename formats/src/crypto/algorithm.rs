@@ -111,11 +111,26 @@ pub enum Mode {
     /// Counter mode, the whole 16-byte IV is a big-endian counter (as OpenSSL and
     /// NIST SP 800-38A); no padding.
     Ctr,
+    /// Galois/counter mode (NIST SP 800-38D; SM4-GCM as RFC 8998): encryption and a
+    /// 128-bit tag in one pass, 96-bit nonce; no padding. Authenticated, so it is used
+    /// through `crypto::gcm`, not the plain `encrypt`/`decrypt`.
+    Gcm,
 }
 
 impl Mode {
-    /// Every mode, in code order.
+    /// The confidentiality modes of SP 800-38A, in code order (what `encrypt` and
+    /// `decrypt` take, and `openssl enc` computes).
     pub const ALL: [Mode; 5] = [Mode::Ecb, Mode::Cbc, Mode::Cfb, Mode::Ofb, Mode::Ctr];
+
+    /// Every mode a `.nnc` file may use: [`Mode::ALL`] and GCM.
+    pub const EVERY: [Mode; 6] = [
+        Mode::Ecb,
+        Mode::Cbc,
+        Mode::Cfb,
+        Mode::Ofb,
+        Mode::Ctr,
+        Mode::Gcm,
+    ];
 
     /// Whether each block's encryption waits for the previous one's (CBC and CFB
     /// encryption, OFB both ways): such modes encrypt a weight field in independent
@@ -132,6 +147,7 @@ impl Mode {
             Mode::Cfb => "cfb",
             Mode::Ofb => "ofb",
             Mode::Ctr => "ctr",
+            Mode::Gcm => "gcm",
         }
     }
 
@@ -143,6 +159,7 @@ impl Mode {
             Mode::Cfb => 3,
             Mode::Ofb => 4,
             Mode::Ctr => 5,
+            Mode::Gcm => 6,
         }
     }
 
@@ -154,6 +171,7 @@ impl Mode {
             3 => Some(Mode::Cfb),
             4 => Some(Mode::Ofb),
             5 => Some(Mode::Ctr),
+            6 => Some(Mode::Gcm),
             _ => None,
         }
     }
@@ -167,7 +185,7 @@ impl Mode {
     pub const fn padding(self) -> Padding {
         match self {
             Mode::Ecb | Mode::Cbc => Padding::Pkcs7,
-            Mode::Cfb | Mode::Ofb | Mode::Ctr => Padding::None,
+            Mode::Cfb | Mode::Ofb | Mode::Ctr | Mode::Gcm => Padding::None,
         }
     }
 }
@@ -185,7 +203,7 @@ impl FromStr for Mode {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let folded = s.trim().to_ascii_lowercase();
         let folded = if folded == "cfb128" { "cfb" } else { &folded };
-        Mode::ALL
+        Mode::EVERY
             .into_iter()
             .find(|m| m.name() == folded)
             .ok_or_else(|| CryptoError::UnknownMode(s.to_owned()))
@@ -268,7 +286,7 @@ mod tests {
             assert_eq!(Algorithm::from_code(a.code()), Some(a));
             assert_eq!(a.name().parse::<Algorithm>().ok(), Some(a));
         }
-        for m in Mode::ALL {
+        for m in Mode::EVERY {
             assert_eq!(Mode::from_code(m.code()), Some(m));
             assert_eq!(m.name().parse::<Mode>().ok(), Some(m));
         }
@@ -278,7 +296,7 @@ mod tests {
         assert_eq!(Algorithm::from_code(0), None);
         assert_eq!(Algorithm::from_code(5), None);
         assert_eq!(Mode::from_code(0), None);
-        assert_eq!(Mode::from_code(6), None);
+        assert_eq!(Mode::from_code(7), None);
         assert_eq!(Padding::from_code(2), None);
     }
 
@@ -286,8 +304,8 @@ mod tests {
     fn on_disk_codes_are_the_documented_ones() {
         let alg: Vec<u8> = Algorithm::ALL.iter().map(|a| a.code()).collect();
         assert_eq!(alg, [1, 2, 3, 4]);
-        let modes: Vec<u8> = Mode::ALL.iter().map(|m| m.code()).collect();
-        assert_eq!(modes, [1, 2, 3, 4, 5]);
+        let modes: Vec<u8> = Mode::EVERY.iter().map(|m| m.code()).collect();
+        assert_eq!(modes, [1, 2, 3, 4, 5, 6]);
         assert_eq!((Padding::None.code(), Padding::Pkcs7.code()), (0, 1));
     }
 
@@ -299,8 +317,9 @@ mod tests {
         let err = "aes512".parse::<Algorithm>().unwrap_err();
         assert_eq!(err, CryptoError::UnknownAlgorithm("aes512".into()));
         assert!(err.to_string().contains("aes256"), "{err}");
+        assert_eq!("GCM".parse::<Mode>().ok(), Some(Mode::Gcm));
         assert!(matches!(
-            "gcm".parse::<Mode>(),
+            "ccm".parse::<Mode>(),
             Err(CryptoError::UnknownMode(_))
         ));
     }

@@ -49,12 +49,22 @@ pub enum CryptoError {
     #[error("{mode} decryption produced invalid padding: wrong key or IV, or corrupted data")]
     Padding { mode: Mode },
 
+    /// An authenticated mode's tag does not match: the data, its associated data or
+    /// nonce were altered, or the key is wrong.
+    #[error("{mode} authentication failed: altered data or the wrong key")]
+    Unauthentic { mode: Mode },
+
+    /// An authenticated mode (GCM) asked of the plain `encrypt`/`decrypt`, which have
+    /// nowhere to put its tag.
+    #[error("{mode} is an authenticated mode: seal and open it through crypto::gcm")]
+    NeedsTag { mode: Mode },
+
     /// A cipher name that is none of the supported algorithms.
     #[error("unknown cipher algorithm {0:?}; expected one of sm4, aes128, aes192, aes256")]
     UnknownAlgorithm(String),
 
     /// A mode name that is none of the supported modes.
-    #[error("unknown cipher mode {0:?}; expected one of ecb, cbc, cfb, ofb, ctr")]
+    #[error("unknown cipher mode {0:?}; expected one of ecb, cbc, cfb, ofb, ctr, gcm")]
     UnknownMode(String),
 
     /// More HKDF-SHA-256 output was requested than RFC 5869 allows (255 * 32 bytes).

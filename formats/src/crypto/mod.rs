@@ -14,6 +14,7 @@
 mod algorithm;
 mod ctr;
 mod error;
+mod gcm;
 mod kdf;
 mod key;
 mod modes;
@@ -22,6 +23,7 @@ mod stream;
 
 pub use algorithm::{Algorithm, Mode, Padding};
 pub use error::CryptoError;
+pub use gcm::{GCM_MAX_LEN, GcmSealer, gcm_open_in_place, gcm_tag};
 pub use kdf::{
     HKDF_SHA256_MAX_LEN, HmacSha256Writer, SHA256_LEN, ct_eq, hkdf_sha256, hmac_sha256,
     random_bytes, sha256, try_random_bytes,

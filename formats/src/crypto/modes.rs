@@ -65,6 +65,7 @@ pub fn encrypt_into(
     plaintext: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<(), CryptoError> {
+    refuse_aead(mode)?;
     prepare(out, ciphertext_len(mode, plaintext.len()));
     let result = match key.algorithm() {
         Algorithm::Sm4 => encrypt_with::<Sm4Simd>(key.as_bytes(), mode, iv, plaintext, out),
@@ -112,6 +113,10 @@ pub fn decrypt_into(
     ciphertext: &[u8],
     out: &mut Vec<u8>,
 ) -> Result<(), CryptoError> {
+    if let Err(e) = refuse_aead(mode) {
+        out.zeroize();
+        return Err(e);
+    }
     if mode.padding() == Padding::Pkcs7
         && (ciphertext.is_empty() || !ciphertext.len().is_multiple_of(BLOCK_LEN))
     {
@@ -159,6 +164,7 @@ pub fn encrypt_in_place(
     iv: &[u8; 16],
     buf: &mut [u8],
 ) -> Result<(), CryptoError> {
+    refuse_aead(mode)?;
     if mode.padding() == Padding::Pkcs7 && !buf.len().is_multiple_of(BLOCK_LEN) {
         return Err(CryptoError::CiphertextLength {
             mode,
@@ -218,6 +224,16 @@ pub fn decrypt_in_place(
     result
 }
 
+/// GCM has a tag, which these functions have nowhere to put: it goes through
+/// `crypto::gcm`. Every public function here calls this first, so the generic functions
+/// below never see GCM.
+fn refuse_aead(mode: Mode) -> Result<(), CryptoError> {
+    match mode {
+        Mode::Gcm => Err(CryptoError::NeedsTag { mode }),
+        _ => Ok(()),
+    }
+}
+
 /// Makes `out` exactly `len` bytes long, wiping the old allocation if it must move.
 fn prepare(out: &mut Vec<u8>, len: usize) {
     if out.capacity() < len {
@@ -271,6 +287,7 @@ fn encrypt_with<C: Cipher128>(
         }
         Mode::Ofb => apply_keystream(ofb::Ofb::<C>::new_from_slices(key, iv)?, pt, out),
         Mode::Ctr => ctr128_apply(&C::new_from_slice(key)?, iv, pt, out),
+        Mode::Gcm => {} // refused by `refuse_aead`
     }
     Ok(())
 }
@@ -292,6 +309,7 @@ fn decrypt_with<C: Cipher128>(
         }
         Mode::Ofb => apply_keystream(ofb::Ofb::<C>::new_from_slices(key, iv)?, ct, out),
         Mode::Ctr => ctr128_apply(&C::new_from_slice(key)?, iv, ct, out),
+        Mode::Gcm => {} // refused by `refuse_aead`
     }
     Ok(())
 }
@@ -318,6 +336,7 @@ fn encrypt_in_place_with<C: Cipher128>(
         Mode::Ofb => ofb::Ofb::<C>::new_from_slices(key, iv)?
             .unchecked_apply_keystream_inout(InOutBuf::from(buf)),
         Mode::Ctr => ctr128_apply_in_place(&C::new_from_slice(key)?, iv, buf),
+        Mode::Gcm => {} // refused by `refuse_aead`
     }
     Ok(())
 }
@@ -344,6 +363,7 @@ fn decrypt_in_place_with<C: Cipher128>(
         Mode::Ofb => ofb::Ofb::<C>::new_from_slices(key, iv)?
             .unchecked_apply_keystream_inout(InOutBuf::from(buf)),
         Mode::Ctr => ctr128_apply_in_place(&C::new_from_slice(key)?, iv, buf),
+        Mode::Gcm => {} // refused by `refuse_aead`
     }
     Ok(())
 }

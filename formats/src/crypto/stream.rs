@@ -93,7 +93,8 @@ impl<'k> FieldEncryptor<'k> {
         let mut last_cipher = [0u8; BLOCK_LEN];
         last_cipher.copy_from_slice(&chunk[len - BLOCK_LEN..]);
         match self.mode {
-            Mode::Ecb => {}
+            // GCM never gets here: `encrypt_in_place` refused it above.
+            Mode::Ecb | Mode::Gcm => {}
             Mode::Cbc | Mode::Cfb => self.iv = last_cipher,
             Mode::Ofb => {
                 for ((v, c), p) in self.iv.iter_mut().zip(last_cipher).zip(last_plain) {

@@ -350,7 +350,7 @@ impl DeviceProfile {
                 .iter()
                 .map(|&algorithm| DecryptSupport {
                     algorithm,
-                    modes: Mode::ALL.to_vec(),
+                    modes: Mode::EVERY.to_vec(),
                 })
                 .collect(),
             cache_files: CacheFiles::default(),

@@ -281,7 +281,10 @@ impl NpuWeights {
                 &field,
                 self.keys.as_ref(),
                 &self.crypto,
-                owner,
+                &self
+                    .ops
+                    .get(owner)
+                    .map_or_else(|| format!("operation {owner}"), ToString::to_string),
                 &mut buf,
             )?;
             self.cache.decryptions.fetch_add(1, Ordering::Relaxed);
