@@ -626,19 +626,24 @@ pub fn verified_field<'b>(
     mode: Option<Mode>,
     op: &str,
 ) -> Result<&'b [u8], ContainerError> {
-    let end = field
-        .offset
-        .checked_add(field.length)
-        .filter(|&e| e <= bytes.len() as u64)
-        .ok_or_else(|| ContainerError::Integrity {
-            what: format!("weight field {} (beyond the end of the file)", field.index),
-        })?;
-    let ciphertext = &bytes[field.offset as usize..end as usize];
+    let ciphertext = stored_bytes(bytes, field)?;
     let expected = stored_field_tag(keys, mode, field, ciphertext)?;
     if !crypto::ct_eq(&expected, &field.tag) {
         return Err(field_refused(field, op));
     }
     Ok(ciphertext)
+}
+
+/// A field's stored bytes in the file, or an integrity error when they lie beyond it.
+fn stored_bytes<'b>(bytes: &'b [u8], field: &WeightField) -> Result<&'b [u8], ContainerError> {
+    field
+        .offset
+        .checked_add(field.length)
+        .filter(|&end| end <= bytes.len() as u64)
+        .map(|end| &bytes[field.offset as usize..end as usize])
+        .ok_or_else(|| ContainerError::Integrity {
+            what: format!("weight field {} (beyond the end of the file)", field.index),
+        })
 }
 
 /// The error for a field whose tag does not match, naming its operation (`op`, as
@@ -664,15 +669,9 @@ pub fn open_field(
     op: &str,
     out: &mut Vec<u8>,
 ) -> Result<(), ContainerError> {
-    let end = field
-        .offset
-        .checked_add(field.length)
-        .filter(|&e| e <= bytes.len() as u64)
-        .ok_or_else(|| ContainerError::Integrity {
-            what: format!("weight field {} (beyond the end of the file)", field.index),
-        })?;
+    let stored = stored_bytes(bytes, field)?;
     out.zeroize();
-    out.extend_from_slice(&bytes[field.offset as usize..end as usize]);
+    out.extend_from_slice(stored);
     if crypto.mode == Some(Mode::Gcm) {
         // One pass checks the GCM tag and (only then) decrypts the copy.
         let key = keys.and_then(|k| k.encryption.as_ref());
