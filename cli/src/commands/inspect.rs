@@ -288,6 +288,13 @@ pub fn compiled_report(
             "mode": h.crypto.mode.map(|m| m.name()),
             "padding": h.crypto.padding.name(),
             "integrity": h.crypto.integrity.name(),
+            // What authenticates each weight field: GCM's own tag, else the integrity above.
+            "field_integrity": if h.crypto.mode == Some(nnc_formats::crypto::Mode::Gcm) {
+                "GCM"
+            } else {
+                h.crypto.integrity.name()
+            },
+            "segmented": h.crypto.segmented,
             "authenticated": h.crypto.is_keyed(),
             "protection": super::verify::protection(&h.crypto).0,
             "key_id": h.crypto.is_keyed().then(|| hex::encode(h.key_id)),
@@ -319,11 +326,24 @@ fn compiled_text(r: &Value) -> String {
     ));
     if crypto["encrypted"] == Value::Bool(true) {
         s.push_str(&format!(
-            "encryption: {}-{} (padding {}), integrity {}, key id {}{}\n",
+            "encryption: {}-{} (padding {}{}), integrity {}, key id {}{}\n",
             crypto["algorithm"].as_str().unwrap_or(""),
             crypto["mode"].as_str().unwrap_or(""),
             crypto["padding"].as_str().unwrap_or(""),
-            crypto["integrity"].as_str().unwrap_or(""),
+            if crypto["segmented"] == Value::Bool(true) {
+                ", 4 KiB segments"
+            } else {
+                ""
+            },
+            if crypto["field_integrity"] == crypto["integrity"] {
+                crypto["integrity"].as_str().unwrap_or("").to_string()
+            } else {
+                format!(
+                    "{} per field, {} for the metadata",
+                    crypto["field_integrity"].as_str().unwrap_or(""),
+                    crypto["integrity"].as_str().unwrap_or("")
+                )
+            },
             crypto["key_id"].as_str().unwrap_or(""),
             if r["reproducible"] == Value::Bool(true) {
                 ", reproducible"
