@@ -214,11 +214,10 @@ pub(crate) fn lower_graph(
     let mut poisoned: HashSet<&str> = HashSet::new();
     // How many reads of each value are still to be lowered (graph outputs never run
     // out), so that a constant is released after its last reader.
+    let node_reads: Vec<Vec<String>> = graph.node.iter().map(reads).collect();
     let mut reads_left: HashMap<String, usize> = HashMap::new();
-    for node in &graph.node {
-        for name in reads(node) {
-            *reads_left.entry(name).or_default() += 1;
-        }
+    for name in node_reads.iter().flatten() {
+        *reads_left.entry(name.clone()).or_default() += 1;
     }
     for o in &graph.output {
         *reads_left.entry(o.name.clone()).or_default() += 1;
@@ -247,11 +246,11 @@ pub(crate) fn lower_graph(
             lowerer.release_constant(&name);
         }
         let node = &graph.node[i];
-        for name in reads(node) {
-            if let Some(left) = reads_left.get_mut(&name) {
+        for name in &node_reads[i] {
+            if let Some(left) = reads_left.get_mut(name) {
                 *left = left.saturating_sub(1);
                 if *left == 0 {
-                    spent.push(name);
+                    spent.push(name.clone());
                 }
             }
         }

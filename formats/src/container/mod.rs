@@ -329,23 +329,15 @@ fn field_tag(
     iv: &[u8; 16],
     ciphertext: &[u8],
 ) -> [u8; 32] {
-    tag(
-        keys,
-        label::FIELD,
-        &[
-            &index.to_le_bytes(),
-            &offset.to_le_bytes(),
-            &plaintext_len.to_le_bytes(),
-            iv,
-            ciphertext,
-        ],
-    )
+    let mut tag = FieldTagWriter::new(keys, index, offset, plaintext_len, iv);
+    tag.update(ciphertext);
+    tag.finish()
 }
 
-/// What a GCM field's tag authenticates besides its ciphertext: the same binding as
-/// the HMAC of [`field_tag`] (field index, place, plaintext length, IV), so a field moved,
-/// swapped or re-described is refused.
-fn gcm_aad(index: u32, offset: u64, plaintext_len: u64, iv: &[u8; 16]) -> Vec<u8> {
+/// What ties a field's tag to its place: label, field index, offset, plaintext length and
+/// IV. The HMAC of [`field_tag`] covers it before the ciphertext; GCM takes it as the
+/// associated data. Either way a field moved, swapped or re-described is refused.
+fn field_binding(index: u32, offset: u64, plaintext_len: u64, iv: &[u8; 16]) -> Vec<u8> {
     let mut aad = Vec::with_capacity(label::FIELD.len() + 36);
     aad.extend_from_slice(label::FIELD);
     aad.extend_from_slice(&index.to_le_bytes());
@@ -384,14 +376,15 @@ fn stored_field_tag(
             .ok_or_else(|| ContainerError::Integrity {
                 what: "the file's keys (an encrypted file read without them)".into(),
             })?;
-    let aad = gcm_aad(field.index, field.offset, field.plaintext_length, &field.iv);
+    let aad = field_binding(field.index, field.offset, field.plaintext_length, &field.iv);
     let t = crypto::gcm_tag(key, &gcm_nonce(&field.iv), &aad, stored)?;
     let mut slot = [0u8; 32];
     slot[..16].copy_from_slice(&t);
     Ok(slot)
 }
 
-/// [`field_tag`] computed as the stored bytes stream past, a chunk at a time.
+/// A field's tag computed as its stored bytes stream past, a chunk at a time (the
+/// writer feeds it chunk by chunk; [`field_tag`] in one go).
 struct FieldTagWriter(TagState);
 
 enum TagState {
@@ -411,15 +404,7 @@ impl FieldTagWriter {
             Some(k) => TagState::Hmac(crypto::HmacSha256Writer::new(&k.authentication)),
             None => TagState::Digest(sha2::Sha256::default()),
         });
-        for part in [
-            label::FIELD,
-            &index.to_le_bytes(),
-            &offset.to_le_bytes(),
-            &plaintext_len.to_le_bytes(),
-            iv,
-        ] {
-            w.update(part);
-        }
+        w.update(&field_binding(index, offset, plaintext_len, iv));
         w
     }
 

@@ -8,8 +8,8 @@ use super::{
     ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FLAG_SEGMENTED, FORMAT_MAJOR,
     FORMAT_MINOR, FORMAT_MINOR_SUBGRAPHS, FileKeys, HEADER_SIZE, Header, Integrity, KNOWN_FLAGS,
     MAGIC, MAX_SECTIONS, METADATA_LENGTH_OFFSET, SECTION_ENTRY_SIZE, SECTION_REQUIRED,
-    SectionEntry, SectionKind, TAG_OFFSET, dtype_from_code, gcm_aad, gcm_nonce, key_id, label,
-    stored_field_tag, tag,
+    SectionEntry, SectionKind, TAG_OFFSET, dtype_from_code, field_binding, gcm_nonce, key_id,
+    label, stored_field_tag, tag,
 };
 use crate::crypto::{self, Algorithm, Mode, Padding};
 use crate::nn::{
@@ -677,7 +677,8 @@ pub fn open_field(
         let key = keys.and_then(|k| k.encryption.as_ref());
         let opened = match key {
             Some(key) if field.tag[16..].iter().all(|&b| b == 0) => {
-                let aad = gcm_aad(field.index, field.offset, field.plaintext_length, &field.iv);
+                let aad =
+                    field_binding(field.index, field.offset, field.plaintext_length, &field.iv);
                 let mut tag = [0u8; 16];
                 tag.copy_from_slice(&field.tag[..16]);
                 crypto::gcm_open_in_place(key, &gcm_nonce(&field.iv), &aad, out, &tag).is_ok()

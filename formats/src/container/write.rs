@@ -8,7 +8,7 @@ use super::{
     ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FLAG_REPRODUCIBLE, FLAG_SEGMENTED,
     FORMAT_MAJOR, FORMAT_MINOR_BASE, FORMAT_MINOR_SUBGRAPHS, FieldTagWriter, FileKeys, HEADER_SIZE,
     MAGIC, METADATA_LENGTH_OFFSET, SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionKind, TAG_OFFSET,
-    dtype_code, gcm_aad, gcm_nonce, key_id, label, tag,
+    dtype_code, field_binding, gcm_nonce, key_id, label, tag,
 };
 use crate::crypto::{self, Key, Mode};
 use crate::nn::{Lifetime, Model, Pool, Subgraph};
@@ -682,7 +682,7 @@ fn seal_field(
             if gcm {
                 // A 96-bit nonce; the IV's last 4 bytes stay zero.
                 iv[12..].fill(0);
-                let aad = gcm_aad(index as u32, field.offset, field.plaintext_len, &iv);
+                let aad = field_binding(index as u32, field.offset, field.plaintext_len, &iv);
                 FieldCipher::Gcm(crypto::GcmSealer::new(key, &gcm_nonce(&iv), &aad)?)
             } else {
                 FieldCipher::Blocks(crypto::FieldEncryptor::new(

@@ -1,7 +1,9 @@
 //! Encryption and decryption for every (algorithm x mode) pair.
 //!
-//! One generic function per direction, monomorphised per cipher: the cipher is a type
-//! parameter, so nothing is boxed and the crates' parallel (AES-NI) block paths apply.
+//! One generic in-place function per direction, monomorphised per cipher: the cipher is
+//! a type parameter, so nothing is boxed and the crates' parallel (AES-NI) block paths
+//! apply. The copying one-shot functions copy (and pad) into their output and run in
+//! place there, except CTR, which XORs from input to output in one pass.
 //! SM4 is [`Sm4Simd`] (SIMD kernels picked at run time, see `sm4_simd`); CTR is this
 //! module's own [`ctr128_apply`], which batches counter blocks (see `ctr.rs`).
 //!
@@ -11,8 +13,8 @@
 
 use aes::{Aes128, Aes192, Aes256};
 use cipher::{
-    Block, BlockCipherDecrypt, BlockCipherEncrypt, BlockModeDecrypt, BlockModeEncrypt,
-    BlockSizeUser, InOutBuf, InvalidLength, KeyInit, KeyIvInit, StreamCipher, consts::U16,
+    BlockCipherDecrypt, BlockCipherEncrypt, BlockModeDecrypt, BlockModeEncrypt, BlockSizeUser,
+    InOutBuf, InvalidLength, KeyInit, KeyIvInit, StreamCipher, consts::U16,
 };
 use zeroize::Zeroize;
 
@@ -66,14 +68,18 @@ pub fn encrypt_into(
     out: &mut Vec<u8>,
 ) -> Result<(), CryptoError> {
     refuse_aead(mode)?;
-    prepare(out, ciphertext_len(mode, plaintext.len()));
-    let result = match key.algorithm() {
-        Algorithm::Sm4 => encrypt_with::<Sm4Simd>(key.as_bytes(), mode, iv, plaintext, out),
-        Algorithm::Aes128 => encrypt_with::<Aes128>(key.as_bytes(), mode, iv, plaintext, out),
-        Algorithm::Aes192 => encrypt_with::<Aes192>(key.as_bytes(), mode, iv, plaintext, out),
-        Algorithm::Aes256 => encrypt_with::<Aes256>(key.as_bytes(), mode, iv, plaintext, out),
-    };
-    result.map_err(|InvalidLength| key_length_error(key))
+    let len = ciphertext_len(mode, plaintext.len());
+    prepare(out, len);
+    if mode == Mode::Ctr {
+        // One pass from the input to the output (the hot one-shot case).
+        return ctr_into(key, iv, plaintext, out);
+    }
+    // The other modes run in place: the plaintext and its PKCS#7 padding (1 to 16 bytes
+    // of value n, for ECB and CBC) are copied into `out` first.
+    let (message, padding) = out.split_at_mut(plaintext.len());
+    message.copy_from_slice(plaintext);
+    padding.fill(padding.len() as u8);
+    encrypt_in_place(key, mode, iv, out)
 }
 
 /// Decrypts `ciphertext` with `key` in `mode`. ECB ignores `iv`.
@@ -117,38 +123,16 @@ pub fn decrypt_into(
         out.zeroize();
         return Err(e);
     }
-    if mode.padding() == Padding::Pkcs7
-        && (ciphertext.is_empty() || !ciphertext.len().is_multiple_of(BLOCK_LEN))
-    {
-        out.zeroize();
-        return Err(CryptoError::CiphertextLength {
-            mode,
-            len: ciphertext.len(),
-        });
-    }
     prepare(out, ciphertext.len());
-    let result = match key.algorithm() {
-        Algorithm::Sm4 => decrypt_with::<Sm4Simd>(key.as_bytes(), mode, iv, ciphertext, out),
-        Algorithm::Aes128 => decrypt_with::<Aes128>(key.as_bytes(), mode, iv, ciphertext, out),
-        Algorithm::Aes192 => decrypt_with::<Aes192>(key.as_bytes(), mode, iv, ciphertext, out),
-        Algorithm::Aes256 => decrypt_with::<Aes256>(key.as_bytes(), mode, iv, ciphertext, out),
-    };
-    let result = match result {
-        Ok(()) if mode.padding() == Padding::Pkcs7 => match pkcs7_len(out) {
-            Some(len) => {
-                out.truncate(len);
-                Ok(())
-            }
-            None => Err(CryptoError::Padding { mode }),
-        },
-        Ok(()) => Ok(()),
-        Err(InvalidLength) => Err(key_length_error(key)),
-    };
-    if result.is_err() {
-        // Whatever was decrypted is unauthenticated garbage at best: do not hand it out.
-        out.zeroize();
+    if mode == Mode::Ctr {
+        let result = ctr_into(key, iv, ciphertext, out);
+        if result.is_err() {
+            out.zeroize();
+        }
+        return result;
     }
-    result
+    out.copy_from_slice(ciphertext);
+    decrypt_in_place(key, mode, iv, out)
 }
 
 /// Encrypts `buf` in place in `mode`, without padding: for ECB and CBC `buf` must be a
@@ -194,6 +178,10 @@ pub fn decrypt_in_place(
     iv: &[u8; 16],
     buf: &mut Vec<u8>,
 ) -> Result<(), CryptoError> {
+    if let Err(e) = refuse_aead(mode) {
+        buf.zeroize();
+        return Err(e);
+    }
     if mode.padding() == Padding::Pkcs7 && (buf.is_empty() || !buf.len().is_multiple_of(BLOCK_LEN))
     {
         let len = buf.len();
@@ -254,12 +242,6 @@ fn key_length_error(key: &Key) -> CryptoError {
     }
 }
 
-/// Input and output of one operation. Every caller in this module sizes `out` to
-/// `input` first, so the lengths are equal by construction.
-fn in_out<'a>(input: &'a [u8], out: &'a mut [u8]) -> InOutBuf<'a, 'a, u8> {
-    InOutBuf::new(input, out).expect("callers size the output to the input")
-}
-
 /// A 128-bit block cipher usable in every mode, in both directions.
 trait Cipher128:
     KeyInit + BlockCipherEncrypt + BlockCipherDecrypt + BlockSizeUser<BlockSize = U16>
@@ -269,49 +251,6 @@ trait Cipher128:
 impl<C> Cipher128 for C where
     C: KeyInit + BlockCipherEncrypt + BlockCipherDecrypt + BlockSizeUser<BlockSize = U16>
 {
-}
-
-/// `out` is `ciphertext_len(mode, pt.len())` bytes long.
-fn encrypt_with<C: Cipher128>(
-    key: &[u8],
-    mode: Mode,
-    iv: &[u8; 16],
-    pt: &[u8],
-    out: &mut [u8],
-) -> Result<(), InvalidLength> {
-    match mode {
-        Mode::Ecb => encrypt_pkcs7(ecb::Encryptor::<C>::new_from_slice(key)?, pt, out),
-        Mode::Cbc => encrypt_pkcs7(cbc::Encryptor::<C>::new_from_slices(key, iv)?, pt, out),
-        Mode::Cfb => {
-            cfb_mode::Encryptor::<C>::new_from_slices(key, iv)?.encrypt_inout(in_out(pt, out));
-        }
-        Mode::Ofb => apply_keystream(ofb::Ofb::<C>::new_from_slices(key, iv)?, pt, out),
-        Mode::Ctr => ctr128_apply(&C::new_from_slice(key)?, iv, pt, out),
-        Mode::Gcm => {} // refused by `refuse_aead`
-    }
-    Ok(())
-}
-
-/// `out` is `ct.len()` bytes long; for ECB/CBC, `ct` is a whole number of blocks and
-/// the padding is left in `out` for the caller to check.
-fn decrypt_with<C: Cipher128>(
-    key: &[u8],
-    mode: Mode,
-    iv: &[u8; 16],
-    ct: &[u8],
-    out: &mut [u8],
-) -> Result<(), InvalidLength> {
-    match mode {
-        Mode::Ecb => decrypt_blocks(ecb::Decryptor::<C>::new_from_slice(key)?, ct, out),
-        Mode::Cbc => decrypt_blocks(cbc::Decryptor::<C>::new_from_slices(key, iv)?, ct, out),
-        Mode::Cfb => {
-            cfb_mode::Decryptor::<C>::new_from_slices(key, iv)?.decrypt_inout(in_out(ct, out));
-        }
-        Mode::Ofb => apply_keystream(ofb::Ofb::<C>::new_from_slices(key, iv)?, ct, out),
-        Mode::Ctr => ctr128_apply(&C::new_from_slice(key)?, iv, ct, out),
-        Mode::Gcm => {} // refused by `refuse_aead`
-    }
-    Ok(())
 }
 
 /// `buf` is whole blocks for ECB/CBC (checked by the caller).
@@ -368,33 +307,25 @@ fn decrypt_in_place_with<C: Cipher128>(
     Ok(())
 }
 
-/// Encrypts the whole blocks of `pt` straight into `out`, then the padded last block.
-fn encrypt_pkcs7<M: BlockModeEncrypt<BlockSize = U16>>(mut mode: M, pt: &[u8], out: &mut [u8]) {
-    let whole = pt.len() - pt.len() % BLOCK_LEN;
-    let (pt_blocks, pt_tail) = pt.split_at(whole);
-    let (out_blocks, out_last) = out.split_at_mut(whole);
-    let (blocks, _) = in_out(pt_blocks, out_blocks).into_chunks::<U16>();
-    mode.encrypt_blocks_inout(blocks);
-
-    // PKCS#7 pads with n bytes of value n, 1 <= n <= 16 (the tail is shorter than a
-    // block, so the cast is exact).
-    let pad = BLOCK_LEN_U8 - pt_tail.len() as u8;
-    let mut last = Block::<M>::default();
-    last[..pt_tail.len()].copy_from_slice(pt_tail);
-    last[pt_tail.len()..].fill(pad);
-    mode.encrypt_block(&mut last);
-    out_last.copy_from_slice(&last);
-}
-
-fn decrypt_blocks<M: BlockModeDecrypt<BlockSize = U16>>(mut mode: M, ct: &[u8], out: &mut [u8]) {
-    let (blocks, _) = in_out(ct, out).into_chunks::<U16>();
-    mode.decrypt_blocks_inout(blocks);
-}
-
-fn apply_keystream<S: StreamCipher>(mut stream: S, input: &[u8], out: &mut [u8]) {
-    // The checked variant only guards against keystream reuse after 2^128 blocks, which
-    // no slice can reach (only OFB comes here; CTR is `ctr128_apply`).
-    stream.unchecked_apply_keystream_inout(in_out(input, out));
+/// CTR from `input` into `out` (of the same length).
+fn ctr_into(key: &Key, iv: &[u8; 16], input: &[u8], out: &mut [u8]) -> Result<(), CryptoError> {
+    fn with<C: Cipher128>(
+        key: &[u8],
+        iv: &[u8; 16],
+        input: &[u8],
+        out: &mut [u8],
+    ) -> Result<(), InvalidLength> {
+        ctr128_apply(&C::new_from_slice(key)?, iv, input, out);
+        Ok(())
+    }
+    let k = key.as_bytes();
+    let result = match key.algorithm() {
+        Algorithm::Sm4 => with::<Sm4Simd>(k, iv, input, out),
+        Algorithm::Aes128 => with::<Aes128>(k, iv, input, out),
+        Algorithm::Aes192 => with::<Aes192>(k, iv, input, out),
+        Algorithm::Aes256 => with::<Aes256>(k, iv, input, out),
+    };
+    result.map_err(|InvalidLength| key_length_error(key))
 }
 
 /// Length of the message inside a PKCS#7-padded buffer, or `None` if the padding is
