@@ -16,6 +16,7 @@ pub mod device;
 pub mod limits;
 pub mod nn;
 pub mod npy;
+pub mod parallel;
 pub mod plan;
 pub mod tensor;
 #[doc(hidden)]

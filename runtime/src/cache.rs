@@ -9,12 +9,14 @@
 //! re-laying the weights out for the kernels.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use nnc_formats::cache::{
     CacheDir, CacheEntry, CacheError, Lookup, Token, TokenInputs, open_data, seal_data, token,
 };
 use nnc_formats::plan::ExecutionPlan;
 
+use crate::buffer::{PageBuf, WeightBuf, align_up};
 use crate::error::{Result, RuntimeError};
 use crate::exec::ProgramImage;
 use crate::kernels::PreparedWeights;
@@ -161,7 +163,7 @@ pub(crate) fn encode_model(step: &CacheStep, image: &ProgramImage) -> Vec<u8> {
 
 /// Reads a step's model-cache payload back; the operations must be the step's own.
 pub(crate) fn decode_model(step: &CacheStep, payload: &[u8]) -> Result<ProgramImage> {
-    let bad = |m: &str| RuntimeError::Internal(format!("model cache: {m}"));
+    let bad = |m: &str| RuntimeError::Cache(format!("model file: {m}"));
     let n = payload
         .get(..4)
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
@@ -181,23 +183,66 @@ pub(crate) fn decode_model(step: &CacheStep, payload: &[u8]) -> Result<ProgramIm
     ProgramImage::from_bytes(&payload[ops_end..])
 }
 
-/// The data-cache plaintext of one file: (operation, prepared weights) records.
+/// The data-cache plaintext of one file: a directory, then every prepared buffer at a
+/// 64-byte offset, so that the plaintext read into one aligned allocation *is* the
+/// weights' storage (each buffer a [`WeightBuf`] view of it; nothing copied or packed).
+///
+/// Layout: u32 record count; per record u32 operation, u32 buffer count, u32 view count,
+/// each buffer's u64 offset and u64 length, each input view as u32 (u32::MAX: none);
+/// zeros to a multiple of 64; the buffers at their offsets, zeros between them.
 pub(crate) fn encode_data(
-    records: &[(usize, zeroize::Zeroizing<Vec<u8>>)],
-) -> zeroize::Zeroizing<Vec<u8>> {
-    let mut out = zeroize::Zeroizing::new(Vec::new());
-    out.extend_from_slice(&(records.len() as u32).to_le_bytes());
-    for (op, bytes) in records {
-        out.extend_from_slice(&(*op as u32).to_le_bytes());
-        out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
-        out.extend_from_slice(bytes);
+    records: &[(usize, Arc<PreparedWeights>)],
+) -> Result<zeroize::Zeroizing<Vec<u8>>> {
+    let directory: usize = 4 + records
+        .iter()
+        .map(|(_, w)| 12 + 16 * w.buffers().len() + 4 * w.input_views().len())
+        .sum::<usize>();
+    let too_large = || RuntimeError::Cache("data file: the weights are too large".into());
+    let mut end = align_up(directory).ok_or_else(too_large)?;
+    let mut offsets = Vec::new();
+    for (_, w) in records {
+        for b in w.buffers() {
+            offsets.push(end);
+            end = end
+                .checked_add(b.len())
+                .and_then(align_up)
+                .ok_or_else(too_large)?;
+        }
     }
-    out
+    let mut out = zeroize::Zeroizing::new(Vec::new());
+    out.try_reserve_exact(end)
+        .map_err(|_| RuntimeError::OutOfMemory { bytes: end })?;
+    out.extend_from_slice(&(records.len() as u32).to_le_bytes());
+    let mut next = offsets.iter();
+    for (op, w) in records {
+        out.extend_from_slice(&(*op as u32).to_le_bytes());
+        out.extend_from_slice(&(w.buffers().len() as u32).to_le_bytes());
+        out.extend_from_slice(&(w.input_views().len() as u32).to_le_bytes());
+        for (b, offset) in w.buffers().iter().zip(next.by_ref()) {
+            out.extend_from_slice(&(*offset as u64).to_le_bytes());
+            out.extend_from_slice(&(b.len() as u64).to_le_bytes());
+        }
+        for v in w.input_views() {
+            out.extend_from_slice(&v.map_or(u32::MAX, |i| i as u32).to_le_bytes());
+        }
+    }
+    let buffers = records.iter().flat_map(|(_, w)| w.buffers());
+    for (b, &offset) in buffers.zip(&offsets) {
+        out.resize(offset, 0);
+        out.extend_from_slice(b.as_bytes());
+    }
+    out.resize(end, 0);
+    Ok(out)
 }
 
-/// Reads one data-cache plaintext back into prepared weights per operation.
-pub(crate) fn decode_data(plain: &[u8], step: &CacheStep) -> Result<Vec<(usize, PreparedWeights)>> {
-    let bad = |m: &str| RuntimeError::Internal(format!("data cache: {m}"));
+/// Reads one data-cache plaintext (in its aligned storage) back into prepared weights per
+/// operation, each buffer a view of `storage`. Every count, offset and length is checked.
+pub(crate) fn decode_data(
+    storage: &Arc<PageBuf>,
+    step: &CacheStep,
+) -> Result<Vec<(usize, PreparedWeights)>> {
+    let plain = storage.as_bytes();
+    let bad = |m: &str| RuntimeError::Cache(format!("data file: {m}"));
     let mut pos = 0usize;
     let mut take = |n: usize| -> Result<&[u8]> {
         let end = pos
@@ -208,27 +253,42 @@ pub(crate) fn decode_data(plain: &[u8], step: &CacheStep) -> Result<Vec<(usize, 
         pos = end;
         Ok(s)
     };
-    let count = {
-        let b = take(4)?;
-        u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize
+    let u32_of = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+    let u64_of = |b: &[u8]| {
+        let mut v = [0u8; 8];
+        v.copy_from_slice(b);
+        usize::try_from(u64::from_le_bytes(v)).map_err(|_| bad("a buffer is too large"))
     };
+    let count = u32_of(take(4)?);
     if count > plain.len() / 12 {
         return Err(bad("record count exceeds the data"));
     }
     let mut out = Vec::with_capacity(count);
     for _ in 0..count {
-        let b = take(4)?;
-        let op = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+        let op = u32_of(take(4)?);
         if !step.operations.contains(&op) {
             return Err(bad("it holds weights of an operation outside the step"));
         }
-        let mut len = [0u8; 8];
-        len.copy_from_slice(take(8)?);
-        let len = usize::try_from(u64::from_le_bytes(len)).map_err(|_| bad("record too large"))?;
-        out.push((op, PreparedWeights::from_bytes(take(len)?)?));
-    }
-    if pos != plain.len() {
-        return Err(bad("trailing bytes"));
+        let buffers = u32_of(take(4)?);
+        let views = u32_of(take(4)?);
+        if buffers > plain.len() / 16 || views > plain.len() / 4 {
+            return Err(bad("a record's counts exceed the data"));
+        }
+        let mut bufs = Vec::with_capacity(buffers);
+        for _ in 0..buffers {
+            let offset = u64_of(take(8)?)?;
+            let len = u64_of(take(8)?)?;
+            bufs.push(
+                WeightBuf::view(storage, offset, len)
+                    .map_err(|_| bad("a buffer is unaligned or lies outside the data"))?,
+            );
+        }
+        let mut input_views = Vec::with_capacity(views);
+        for _ in 0..views {
+            let v = u32_of(take(4)?);
+            input_views.push((v != u32::MAX as usize).then_some(v));
+        }
+        out.push((op, PreparedWeights::from_parts(bufs, input_views)?));
     }
     Ok(out)
 }
@@ -262,10 +322,13 @@ fn decode_entry(
         None
     };
     let mut weights = Vec::new();
-    for (part, file) in entry.data.into_iter().enumerate() {
-        let plain = open_data(key, &step.token, part as u16, step.data_files as u16, file)
+    for (part, file) in entry.data.iter().enumerate() {
+        let data = open_data(key, &step.token, part as u16, step.data_files as u16, file)
             .map_err(cache_err)?;
-        weights.extend(decode_data(&plain, step)?);
+        // One read and one decryption, straight into the storage the kernels read.
+        let mut storage = PageBuf::zeroed(data.plaintext_len())?;
+        data.read_into(storage.as_bytes_mut()).map_err(cache_err)?;
+        weights.extend(decode_data(&Arc::new(storage), step)?);
     }
     Ok(DecodedStep { image, weights })
 }
@@ -339,24 +402,24 @@ pub(crate) fn store(
     dir: &CacheDir,
     steps: &[CacheStep],
     image: &ProgramImage,
-    prepared: &dyn Fn(usize) -> Result<Option<zeroize::Zeroizing<Vec<u8>>>>,
+    prepared: &dyn Fn(usize) -> Result<Option<Arc<PreparedWeights>>>,
     key_for: &dyn Fn(usize, &Token) -> Result<Option<nnc_formats::cache::CacheKey>>,
 ) -> Result<()> {
     for step in steps {
         let model_parts = split(&encode_model(step, image), step.model_files);
-        let mut records: Vec<Vec<(usize, zeroize::Zeroizing<Vec<u8>>)>> =
+        let mut records: Vec<Vec<(usize, Arc<PreparedWeights>)>> =
             (0..step.data_files).map(|_| Vec::new()).collect();
         if step.data_files > 0 {
             for (k, &op) in step.operations.iter().enumerate() {
-                if let Some(bytes) = prepared(op)? {
-                    records[k % step.data_files].push((op, bytes));
+                if let Some(weights) = prepared(op)? {
+                    records[k % step.data_files].push((op, weights));
                 }
             }
         }
         let key = key_for(step.device, &step.token)?;
         let mut data_files = Vec::with_capacity(step.data_files);
         for (part, recs) in records.iter().enumerate() {
-            let plain = encode_data(recs);
+            let plain = encode_data(recs)?;
             data_files.push(
                 seal_data(
                     key.as_ref(),

@@ -406,7 +406,7 @@ impl PreparedModel {
                 None => {
                     for (device, op, weights) in h.weights {
                         if let Some(d) = attached.get(device) {
-                            d.insert_prepared(op, weights);
+                            d.insert_prepared(op, weights)?;
                         }
                     }
                     cached_image = Some(h.image);
@@ -469,9 +469,7 @@ impl PreparedModel {
         }
         if let (Some((dir, _)), CacheOutcome::Miss) = (&cache_dir, report.outcome) {
             let image = program.image();
-            let prepared = |op: usize| -> Result<Option<zeroize::Zeroizing<Vec<u8>>>> {
-                Ok(program.prepared_weights(op)?.map(|w| w.to_bytes()))
-            };
+            let prepared = |op: usize| program.prepared_weights(op);
             if let Err(e) = cache::store(dir, &steps, &image, &prepared, &key_for) {
                 report
                     .warnings

@@ -25,14 +25,16 @@ pub struct CacheLock {
     _file: File,
 }
 
-/// The files of one cache entry, each read once into memory; model-cache payloads have
-/// been checked against the index.
+/// The files of one cache entry: model-cache payloads read once into memory and checked
+/// against the index; data-cache files open, to be read by [`super::open_data`] (they
+/// authenticate themselves, segment by segment, as they are read).
 #[derive(Debug)]
 pub struct CacheEntry {
     /// Model-cache payloads (headers stripped), in order.
     pub model: Vec<Vec<u8>>,
-    /// Data-cache files, whole (they authenticate themselves: `open_data`).
-    pub data: Vec<Vec<u8>>,
+    /// Data-cache files, open for reading. An open file keeps the contents it had when
+    /// it was opened even if a store or a cleaning replaces or removes it afterwards.
+    pub data: Vec<File>,
 }
 
 /// The outcome of looking a token up.
@@ -271,8 +273,8 @@ impl CacheDir {
         let mut data = Vec::with_capacity(data_files);
         for i in 0..data_files {
             let path = dir.join(format!("data-{i}.bin"));
-            match fs::read(&path) {
-                Ok(b) => data.push(b),
+            match File::open(&path) {
+                Ok(f) => data.push(f),
                 Err(e) => return Ok(Lookup::Invalid(format!("data cache file {i}: {e}"))),
             }
         }
@@ -566,7 +568,10 @@ mod tests {
         match c.lookup(&token, 1, 1, None).unwrap() {
             Lookup::Hit(e) => {
                 assert_eq!(e.model, vec![b"program".to_vec()]);
-                assert_eq!(e.data, vec![b"weights".to_vec()]);
+                assert_eq!(e.data.len(), 1);
+                let mut read = Vec::new();
+                std::io::Read::read_to_end(&mut &e.data[0], &mut read).unwrap();
+                assert_eq!(read, b"weights");
             }
             other => panic!("{other:?}"),
         }

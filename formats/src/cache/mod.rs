@@ -11,8 +11,9 @@
 //!   the cache files (`index.json` at the top of the directory) and reset whenever the nnc
 //!   version changes, so that a model cache is used only if it hashes to what this nnc
 //!   wrote;
-//! - reading takes each file **once** into memory and hashes and parses that buffer (no
-//!   time-of-check/time-of-use gap); writing hashes the buffer before writing it, writes a
+//! - reading takes each byte of a file **once** into memory and hashes, authenticates and
+//!   parses that copy (no time-of-check/time-of-use gap; a data-cache file is read segment
+//!   by segment straight into the storage its plaintext will live in); writing hashes the buffer before writing it, writes a
 //!   0600 temporary file and renames it into place, and updates the index last, atomically;
 //! - a lock (`lock` file: shared for reading, exclusive for writing) keeps any write from
 //!   running beside another read or write;
@@ -27,7 +28,7 @@ mod data;
 mod dir;
 mod index;
 
-pub use data::{CacheKey, OpenedData, open_data, seal_data};
+pub use data::{CacheKey, DataFile, ReadAt, SEGMENT_LEN, open_data, seal_data};
 pub use dir::{CacheDir, CacheEntry, CacheLock, CleanReport, EntryInfo, EntryStatus, Lookup};
 pub use index::{INDEX_FORMAT, Index, IndexEntry};
 

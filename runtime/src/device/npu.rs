@@ -218,9 +218,17 @@ impl NpuWeights {
         &self.device
     }
 
-    /// Puts prepared weights (from a data cache) into the parameter cache.
-    pub(crate) fn insert_prepared(&self, op: usize, weights: PreparedWeights) {
+    /// Puts prepared weights (from a data cache) into the parameter cache. A bounded
+    /// cache gets buffers of their own: weights that are views of a cache hit's shared
+    /// storage would keep all of it alive after an eviction accounted it freed.
+    pub(crate) fn insert_prepared(&self, op: usize, weights: PreparedWeights) -> Result<()> {
+        let weights = if self.cache.is_bounded() {
+            weights.into_own()?
+        } else {
+            weights
+        };
         self.cache.insert(op, &Arc::new(weights));
+        Ok(())
     }
 
     /// True when `weights` have the layout `kernel` prepares for operation `op` (buffer

@@ -169,17 +169,23 @@ impl Program {
         Ok(program)
     }
 
-    /// Asks the weight provider to load every operation's weights (by global number).
+    /// Asks the weight provider to load every operation's weights (by global number), on
+    /// every core: each operation's fields are authenticated, decrypted and laid out for
+    /// its kernel independently of the others'.
     fn preload_weights(&self) -> Result<()> {
         let ops = &self.model.main.operations;
-        for (i, kernel) in self.kernels.iter().enumerate() {
-            if self.has_weights[i] {
-                self.weights
-                    .preload(self.op_base + i, kernel.as_ref())
-                    .map_err(|e| e.locate(i, &ops[i]))?;
-            }
-        }
-        Ok(())
+        let with_weights = || {
+            self.kernels
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| self.has_weights[i])
+        };
+        let workers = nnc_formats::parallel::workers_for(with_weights().count());
+        nnc_formats::parallel::for_each(with_weights(), workers, |(i, kernel)| {
+            self.weights
+                .preload(self.op_base + i, kernel.as_ref())
+                .map_err(|e| e.locate(i, &ops[i]))
+        })
     }
 
     /// Prepares graph `model.main` (graph number `graph` of the original model) without

@@ -19,7 +19,7 @@
 use nnc_formats::nn::signature::{self, InputView};
 use nnc_formats::nn::{FusedActivation, Lifetime, Operand, OperandType, Operation, OperationType};
 
-use crate::buffer::AlignedBuf;
+use crate::buffer::{AlignedBuf, WeightBuf};
 use crate::error::{OpRef, Result, RuntimeError};
 use crate::tensor::{TensorMut, TensorRef};
 
@@ -67,7 +67,7 @@ pub trait Kernel: Send + Sync {
 /// input's tensor.
 #[derive(Debug, Default)]
 pub struct PreparedWeights {
-    buffers: Vec<AlignedBuf>,
+    buffers: Vec<WeightBuf>,
     input_views: Vec<Option<usize>>,
 }
 
@@ -100,8 +100,8 @@ impl PreparedWeights {
     }
 
     /// Adds a buffer and returns its index.
-    pub fn push(&mut self, buffer: AlignedBuf) -> usize {
-        self.buffers.push(buffer);
+    pub fn push(&mut self, buffer: impl Into<WeightBuf>) -> usize {
+        self.buffers.push(buffer.into());
         self.buffers.len() - 1
     }
 
@@ -113,19 +113,19 @@ impl PreparedWeights {
         self.input_views[position] = Some(buffer);
     }
 
-    pub fn buffer(&self, index: usize) -> Option<&AlignedBuf> {
+    pub fn buffer(&self, index: usize) -> Option<&WeightBuf> {
         self.buffers.get(index)
     }
 
     /// The bytes presented as input `position`, if any.
     pub fn input_view(&self, position: usize) -> Option<&[u8]> {
         let index = (*self.input_views.get(position)?)?;
-        self.buffers.get(index).map(AlignedBuf::as_bytes)
+        self.buffers.get(index).map(WeightBuf::as_bytes)
     }
 
     /// Bytes of memory held, for cache accounting.
     pub fn byte_size(&self) -> usize {
-        self.buffers.iter().map(AlignedBuf::capacity).sum()
+        self.buffers.iter().map(WeightBuf::capacity).sum()
     }
 
     pub fn buffer_count(&self) -> usize {
@@ -136,71 +136,49 @@ impl PreparedWeights {
     /// preparation determines from its static parameters alone, whatever the weights.
     pub fn layout(&self) -> (Vec<usize>, Vec<Option<usize>>) {
         (
-            self.buffers.iter().map(AlignedBuf::len).collect(),
+            self.buffers.iter().map(WeightBuf::len).collect(),
             self.input_views.clone(),
         )
     }
 
-    /// Serializes the prepared weights (for a data cache, which seals them): u32 buffer
-    /// count, each buffer as u64 length and bytes, u32 view count, each view as u32
-    /// (u32::MAX for none). The result is zeroized when dropped.
-    pub fn to_bytes(&self) -> zeroize::Zeroizing<Vec<u8>> {
-        let mut out = zeroize::Zeroizing::new(Vec::with_capacity(self.byte_size() + 16));
-        out.extend_from_slice(&(self.buffers.len() as u32).to_le_bytes());
-        for b in &self.buffers {
-            out.extend_from_slice(&(b.len() as u64).to_le_bytes());
-            out.extend_from_slice(b.as_bytes());
-        }
-        out.extend_from_slice(&(self.input_views.len() as u32).to_le_bytes());
-        for v in &self.input_views {
-            out.extend_from_slice(&v.map_or(u32::MAX, |i| i as u32).to_le_bytes());
-        }
-        out
+    /// The buffers, by index.
+    pub fn buffers(&self) -> &[WeightBuf] {
+        &self.buffers
     }
 
-    /// Reads what [`PreparedWeights::to_bytes`] wrote; every length and index is checked.
-    pub fn from_bytes(bytes: &[u8]) -> Result<PreparedWeights> {
-        let bad = |m: &str| RuntimeError::Internal(format!("prepared weights: {m}"));
-        let mut pos = 0usize;
-        let mut take = |n: usize| -> Result<&[u8]> {
-            let end = pos
-                .checked_add(n)
-                .filter(|&e| e <= bytes.len())
-                .ok_or_else(|| bad("truncated"))?;
-            let s = &bytes[pos..end];
-            pos = end;
-            Ok(s)
-        };
-        let u32_of = |s: &[u8]| u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
-        let count = u32_of(take(4)?) as usize;
-        if count > bytes.len() / 8 {
-            return Err(bad("buffer count exceeds the data"));
+    /// Which buffer each input position sees.
+    pub fn input_views(&self) -> &[Option<usize>] {
+        &self.input_views
+    }
+
+    /// Prepared weights from their parts (as a data cache stores them); every view must
+    /// name one of the buffers.
+    pub fn from_parts(
+        buffers: Vec<WeightBuf>,
+        input_views: Vec<Option<usize>>,
+    ) -> Result<PreparedWeights> {
+        if input_views.iter().flatten().any(|&v| v >= buffers.len()) {
+            return Err(RuntimeError::Internal(
+                "prepared weights: a view names a missing buffer".into(),
+            ));
         }
-        let mut prepared = PreparedWeights::empty();
-        for _ in 0..count {
-            let mut len = [0u8; 8];
-            len.copy_from_slice(take(8)?);
-            let len =
-                usize::try_from(u64::from_le_bytes(len)).map_err(|_| bad("buffer too large"))?;
-            prepared.push(AlignedBuf::from_bytes(take(len)?)?);
-        }
-        let views = u32_of(take(4)?) as usize;
-        if views > bytes.len() / 4 {
-            return Err(bad("view count exceeds the data"));
-        }
-        for position in 0..views {
-            let v = u32_of(take(4)?);
-            if v != u32::MAX {
-                if v as usize >= count {
-                    return Err(bad("a view names a missing buffer"));
-                }
-                prepared.set_input_view(position, v as usize);
-            }
-        }
-        if pos != bytes.len() {
-            return Err(bad("trailing bytes"));
-        }
-        Ok(prepared)
+        Ok(PreparedWeights {
+            buffers,
+            input_views,
+        })
+    }
+
+    /// The same weights with every buffer of its own (views of shared storage copied):
+    /// for a bounded parameter cache, whose evictions must free what they account for.
+    pub fn into_own(self) -> Result<PreparedWeights> {
+        Ok(PreparedWeights {
+            buffers: self
+                .buffers
+                .into_iter()
+                .map(WeightBuf::into_own)
+                .collect::<Result<_>>()?,
+            input_views: self.input_views,
+        })
     }
 }
 

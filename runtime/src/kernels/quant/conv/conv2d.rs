@@ -2,6 +2,7 @@
 //! operands (see the parent module).
 
 use super::*;
+use crate::buffer::WeightBuf;
 
 pub(super) struct Conv {
     pub(super) params: ConvParams,
@@ -118,7 +119,7 @@ impl Kernel for Conv {
             let buffer = |i: usize, what: &str| {
                 ctx.weights
                     .buffer(i)
-                    .map(AlignedBuf::as_bytes)
+                    .map(WeightBuf::as_bytes)
                     .ok_or_else(|| RuntimeError::kernel(format!("prepared {what} is missing")))
             };
             let sums: &[i32] = bytemuck::try_cast_slice(buffer(1, "filter sums")?)
