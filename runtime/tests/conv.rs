@@ -352,6 +352,49 @@ fn depthwise_mobilenet_like_blocks() {
     }
 }
 
+/// The 3x3 and 5x5 depthwise kernels that keep the filter in registers: channel counts
+/// around the 16-lane blocks, rows wide enough for groups of four pixels with both
+/// padded edges, strides, dilations, explicit and implicit padding, a batch, and every
+/// activation.
+#[test]
+fn depthwise_register_kernels_at_every_edge() {
+    let mut rng = Rng::new(9);
+    let mut ran = 0;
+    for k in [3, 5] {
+        for c in [1, 15, 16, 17, 40] {
+            for (s, d) in [(1, 1), (2, 1), (1, 2)] {
+                for padding in [Err(true), Err(false), Ok((2, 0, 1, 3))] {
+                    let case = Case {
+                        n: 2,
+                        h: 6,
+                        w: 13,
+                        c,
+                        o: c,
+                        kh: k,
+                        kw: k,
+                        sh: s,
+                        sw: s,
+                        dh: d,
+                        dw: d,
+                        groups: 1,
+                        multiplier: 1,
+                        padding,
+                        act: (c % 4) as i32,
+                        nchw: false,
+                        filter_const: true,
+                    };
+                    ran += usize::from(run_conv_case(
+                        OperationType::DepthwiseConv2d,
+                        &case,
+                        &mut rng,
+                    ));
+                }
+            }
+        }
+    }
+    assert!(ran >= 70, "only {ran} cases fit");
+}
+
 // ---------------------------------------------------------------------------------------
 // TRANSPOSE_CONV_2D
 

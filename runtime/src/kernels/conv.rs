@@ -789,12 +789,136 @@ fn depthwise_row(
     out_row: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
+    if m == 1 && super::isa::float_avx512() {
+        let done = match (g.kh, g.kw) {
+            // SAFETY: the CPU supports AVX-512F (checked at run time just above).
+            (3, 3) => unsafe { depthwise_row_avx512::<3>(g, x, w, bias, clamp, b, oy, out_row) },
+            (5, 5) => unsafe { depthwise_row_avx512::<5>(g, x, w, bias, clamp, b, oy, out_row) },
+            _ => false,
+        };
+        if done {
+            return;
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
     if super::util::has_avx2_fma() {
         // SAFETY: the CPU supports AVX2 and FMA (checked at run time just above).
         unsafe { depthwise_row_avx2(g, m, x, w, bias, clamp, b, oy, out_row) };
         return;
     }
     depthwise_row_impl::<false>(g, m, x, w, bias, clamp, b, oy, out_row);
+}
+
+/// One output row of a K x K depthwise convolution (multiplier 1) on AVX-512: for each
+/// block of 16 channels the K x K filter taps stay in registers (9 or 25 of the 32) while
+/// the block slides along the row, four output pixels at a time (four independent
+/// accumulator chains: one would wait on the FMA latency at every tap), so each tap costs
+/// one load of the input and one FMA. Pixels whose window crosses the left or right
+/// padding take a checked path. Taps are summed in the same order as the other paths
+/// (bias, then rows, then columns, fused multiply-adds), so every path gives the same
+/// bits. Returns false, computing nothing, when the buffers do not have the geometry's
+/// sizes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn depthwise_row_avx512<const K: usize>(
+    g: &Geometry,
+    x: &[f32],
+    w: &[f32],
+    bias: &[f32],
+    clamp: Clamp,
+    b: usize,
+    oy: usize,
+    out_row: &mut [f32],
+) -> bool {
+    use std::arch::x86_64::*;
+    let c = g.oc;
+    let sizes_fit = g.ic == c
+        && g.kh == K
+        && g.kw == K
+        && bias.len() == c
+        && w.len() >= K * K * c
+        && out_row.len() == g.ow * c
+        && b < g.n
+        && x.len() >= g.n * g.ih * g.iw * c;
+    if !sizes_fit {
+        return false;
+    }
+    // Where each filter row reads in the input (None: in the padding).
+    let rows: [Option<usize>; K] =
+        std::array::from_fn(|ky| g.in_y(oy, ky).map(|iy| (b * g.ih + iy) * g.iw));
+    // Output pixels whose whole window row lies inside the input.
+    let inside = |ox: usize| g.in_x(ox, 0).is_some() && g.in_x(ox, K - 1).is_some();
+    let first = (0..g.ow).find(|&ox| inside(ox)).unwrap_or(g.ow);
+    let end = (first..g.ow).find(|&ox| !inside(ox)).unwrap_or(g.ow);
+    let lo = _mm512_set1_ps(clamp.lo);
+    let hi = _mm512_set1_ps(clamp.hi);
+    let (xp, wp, op) = (x.as_ptr(), w.as_ptr(), out_row.as_mut_ptr());
+    // max(lo, x) and min(hi, x) return x when it is NaN, as Clamp::apply does.
+    let finish = |v: __m512| _mm512_min_ps(hi, _mm512_max_ps(lo, v));
+    for c0 in (0..c).step_by(16) {
+        let lanes = (c - c0).min(16);
+        let mask: __mmask16 = (((1u32 << lanes) - 1) & 0xffff) as u16;
+        // SAFETY (every load and store below): lanes beyond `mask` are not touched, and
+        // the checks above bound each index: (ky * K + kx) * c + c0 + lane < K * K * c,
+        // (row + ix) * c + c0 + lane < n * ih * iw * c (row and ix come from in_y and
+        // in_x, or lie between two pixels in_x accepted), ox * c + c0 + lane < ow * c.
+        let load = |ptr: *const f32| unsafe { _mm512_maskz_loadu_ps(mask, ptr) };
+        let taps: [[__m512; K]; K] = std::array::from_fn(|ky| {
+            std::array::from_fn(|kx| load(unsafe { wp.add((ky * K + kx) * c + c0) }))
+        });
+        let bias_v = load(unsafe { bias.as_ptr().add(c0) });
+        let store = |ox: usize, v: __m512| unsafe {
+            _mm512_mask_storeu_ps(op.add(ox * c + c0), mask, finish(v))
+        };
+        // Checked pixels (windows in the left or right padding).
+        let checked = |ox: usize| {
+            let mut acc = bias_v;
+            for (ky, row) in rows.iter().enumerate() {
+                let Some(row) = *row else { continue };
+                for (kx, tap) in taps[ky].iter().enumerate() {
+                    let Some(ix) = g.in_x(ox, kx) else { continue };
+                    let xv = load(unsafe { xp.add((row + ix) * c + c0) });
+                    acc = _mm512_fmadd_ps(xv, *tap, acc);
+                }
+            }
+            store(ox, acc);
+        };
+        // P pixels from `ox`, all inside: the input of pixel p, tap (ky, kx) is at
+        // column ix0 + p * sw + kx * dw.
+        macro_rules! inside_pixels {
+            ($p:literal, $ox:expr) => {{
+                let ox = $ox;
+                let ix0 = ox * g.sw - g.pad_left;
+                let mut acc = [bias_v; $p];
+                for ky in 0..K {
+                    let Some(row) = rows[ky] else { continue };
+                    let base = unsafe { xp.add((row + ix0) * c + c0) };
+                    for kx in 0..K {
+                        for p in 0..$p {
+                            let xv = load(unsafe { base.add((p * g.sw + kx * g.dw) * c) });
+                            acc[p] = _mm512_fmadd_ps(xv, taps[ky][kx], acc[p]);
+                        }
+                    }
+                }
+                for p in 0..$p {
+                    store(ox + p, acc[p]);
+                }
+            }};
+        }
+        (0..first).for_each(checked);
+        let mut ox = first;
+        while ox + 4 <= end {
+            inside_pixels!(4, ox);
+            ox += 4;
+        }
+        while ox < end {
+            inside_pixels!(1, ox);
+            ox += 1;
+        }
+        (end..g.ow).for_each(checked);
+    }
+    true
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -129,7 +129,11 @@ pub fn report() -> KernelIsa {
     KernelIsa {
         arch: std::env::consts::ARCH,
         cpu_features: cpu_features(),
-        float: if float_avx2_fma() {
+        float: if float_avx512() {
+            // The convolutions' GEMM and depthwise kernels on 512-bit registers; the
+            // other float kernels on AVX2 and FMA.
+            "avx512"
+        } else if float_avx2_fma() {
             "avx2+fma"
         } else {
             "portable"
@@ -151,7 +155,8 @@ mod tests {
     #[test]
     fn the_report_names_the_paths_the_kernels_take() {
         let r = report();
-        assert_eq!(r.float == "avx2+fma", float_avx2_fma());
+        assert_eq!(r.float == "avx512", float_avx512());
+        assert_eq!(r.float == "avx2+fma", float_avx2_fma() && !float_avx512());
         assert_eq!(r.int8 == "avx512-vnni", int8_vnni());
         assert_eq!(r.int8 == "portable", !int8_vnni() && !int8_avx2());
         assert!(
