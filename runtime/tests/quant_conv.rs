@@ -408,6 +408,34 @@ fn depthwise_matches_reference() {
     }
 }
 
+/// 3x3 depthwise convolutions of multiplier 1 with per-channel signed filters (those the
+/// 8-bit dot-product kernel takes under the single-precision stage; under the reference
+/// fixed-point stage these tests use, it hands them to the i16 kernels, checked here):
+/// uint8 and int8 activations, channel counts around 64-channel blocks, strides,
+/// dilations, padding on every side. The dot-product kernel itself is checked against
+/// the definition in its module's tests.
+#[test]
+fn depthwise_3x3_per_channel_matches_reference() {
+    let mut rng = Rng::new(6);
+    let mut seed = 4600;
+    for ch in [1, 16, 63, 64, 65, 130] {
+        for (s, d) in [(1, 1), (2, 1), (1, 2)] {
+            let mut c = random_case(&mut rng, true, false);
+            (c.h, c.w, c.c, c.kh, c.kw, c.multiplier) = (7, 11, ch, 3, 3, 1);
+            (c.sh, c.sw, c.dh, c.dw, c.per_channel, c.filter_kind) = (s, s, d, d, true, 0);
+            c.padding = match seed % 3 {
+                0 => Err(true),
+                1 => Err(false),
+                _ => Ok((1, 2, 2, 0)),
+            };
+            c.ty = if seed % 2 == 0 { U8 } else { I8 };
+            c.nchw = false;
+            check_conv(OperationType::DepthwiseConv2d, &c, seed);
+            seed += 1;
+        }
+    }
+}
+
 #[test]
 fn transpose_conv_matches_reference() {
     let mut rng = Rng::new(5);

@@ -718,6 +718,15 @@ pub(crate) mod avx512 {
         #[target_feature(enable = "avx512f")]
         #[inline]
         pub(crate) fn requantize(&self, acc: __m512i) -> __m128i {
+            // In the 8-bit range: the low byte of each lane is the stored byte.
+            _mm512_cvtepi32_epi8(self.requantize_i32(acc))
+        }
+
+        /// 16 accumulators to the 16 output values, as i32 inside the activation's
+        /// range (for callers that narrow several registers at once).
+        #[target_feature(enable = "avx512f")]
+        #[inline]
+        pub(crate) fn requantize_i32(&self, acc: __m512i) -> __m512i {
             let x = _mm512_cvtepi32_ps(_mm512_add_epi32(acc, self.bias));
             let v = _mm512_min_ps(
                 _mm512_max_ps(_mm512_mul_ps(x, self.scale), self.lo_less_zp),
@@ -725,9 +734,7 @@ pub(crate) mod avx512 {
             );
             // The default MXCSR rounding: to nearest, ties to even.
             let q = _mm512_add_epi32(_mm512_cvtps_epi32(v), self.zp);
-            let q = _mm512_min_epi32(_mm512_max_epi32(q, self.lo), self.hi);
-            // In the 8-bit range: the low byte of each lane is the stored byte.
-            _mm512_cvtepi32_epi8(q)
+            _mm512_min_epi32(_mm512_max_epi32(q, self.lo), self.hi)
         }
     }
 }

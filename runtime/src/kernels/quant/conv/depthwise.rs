@@ -2,6 +2,7 @@
 //! module).
 
 use super::*;
+use crate::buffer::WeightBuf;
 
 pub(super) struct DepthwiseConv {
     pub(super) params: ConvParams,
@@ -406,6 +407,11 @@ impl Kernel for DepthwiseConv {
             prepared.push(i16_buffer(&w)?);
             let pairs = pack_depthwise_pairs(&w, dims[1] * dims[2], dims[3])?;
             prepared.push(i16_buffer(&pairs)?);
+            if depthwise_vnni::applies(&self.fq, self.params.multiplier, self.filter_dims) {
+                let (packed, sums) = depthwise_vnni::pack(&w, dims[3])?;
+                prepared.push(AlignedBuf::from_bytes(&packed)?);
+                prepared.push(AlignedBuf::from_bytes(bytemuck::cast_slice(&sums))?);
+            }
         }
         prepared.add_raw(weights, &[1])?;
         Ok(prepared)
@@ -441,6 +447,7 @@ impl Kernel for DepthwiseConv {
         })?[0];
         let threads = ctx.threads;
         let oq = &self.oq;
+        let ctx_weights = ctx.weights;
         let out_t = ctx.output(0)?;
         let out_shape = rank4(out_t.shape, "output")?;
         let out = q8_bytes_mut(out_t, "output")?;
@@ -474,6 +481,24 @@ impl Kernel for DepthwiseConv {
                 }
                 let row_len = g.ow * g.oc;
                 let signed = oq.out_qt == QType::I8;
+                if self.filter_dims.is_some()
+                    && depthwise_vnni::applies(&self.fq, m, self.filter_dims)
+                {
+                    let packed = ctx_weights
+                        .buffer(2)
+                        .map(WeightBuf::as_bytes)
+                        .ok_or_else(|| RuntimeError::kernel("packed filter is missing"))?;
+                    let sums: &[i32] = ctx_weights
+                        .buffer(3)
+                        .map(WeightBuf::as_bytes)
+                        .and_then(|b| bytemuck::try_cast_slice(b).ok())
+                        .ok_or_else(|| RuntimeError::kernel("filter sums are missing"))?;
+                    if depthwise_vnni::run(
+                        &g, x, oq.in_qt, oq.in_zp, packed, sums, stage, threads, out, signed,
+                    )? {
+                        return Ok(());
+                    }
+                }
                 let isa = gemm::best_isa();
                 let fast = cfg!(target_arch = "x86_64")
                     && isa != Isa::Portable

@@ -16,9 +16,12 @@
 //!   reads its input rows in place); otherwise the [`super::gemm`] GEMM on operands
 //!   widened to i16. Others gather im2col tiles. Filters are packed, for the path this
 //!   processor takes, when the weights are prepared.
-//! - DEPTHWISE_CONV_2D: direct loops accumulating i32 over contiguous channel blocks
-//!   (AVX2 on 16 channels, AVX-512 on 32 with the single-precision stage on 16 lanes,
-//!   a portable loop elsewhere), then the vectorized requantizing stage.
+//! - DEPTHWISE_CONV_2D: 3x3 filters of multiplier 1 with signed-byte weights, under the
+//!   single-precision stage, on AVX512-VNNI: four taps per `vpdpbusd` over 64 channels,
+//!   input bytes read in place ([`depthwise_vnni`]). Otherwise direct loops
+//!   accumulating i32 over contiguous channel blocks of a window widened to i16 (AVX2 on
+//!   16 channels, AVX-512 on 32 with the single-precision stage on 16 lanes, a portable
+//!   loop elsewhere), then the vectorized requantizing stage.
 //! - TRANSPOSE_CONV_2D: GEMM of the input with the repacked filter into per-pixel i32
 //!   columns, scatter-added into an i32 accumulator of the output, then requantized.
 
@@ -38,6 +41,7 @@ use crate::kernels::{Kernel, KernelContext, OpInfo, PreparedWeights, Requantizat
 
 mod conv2d;
 mod depthwise;
+mod depthwise_vnni;
 mod transpose;
 
 use conv2d::Conv;
