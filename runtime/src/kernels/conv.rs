@@ -13,11 +13,11 @@
 
 use std::borrow::Cow;
 
-use nnc_formats::nn::signature::implicit_padding;
-use nnc_formats::nn::{OperandType, OperationType, PaddingScheme};
+use nnc_formats::nn::{OperandType, OperationType};
 
 use super::linalg::{Layout, matmul};
 use super::util::{for_each_chunk, rank4, with_nhwc};
+use super::window::{ConvParams, Geometry, TransposeParams, decode_conv, decode_transpose};
 use super::{Clamp, Kernel, KernelContext, OpInfo, PreparedWeights};
 use crate::buffer::AlignedBuf;
 use crate::error::{Result, RuntimeError};
@@ -66,250 +66,6 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
                 packed_for_kernel: filter_is_weight && super::gemm_f32::available(),
             }))
         }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Padding {
-    Explicit {
-        top: usize,
-        bottom: usize,
-        left: usize,
-        right: usize,
-    },
-    Implicit(PaddingScheme),
-}
-
-impl Padding {
-    /// (before, after) padding of the height axis (`vertical`) or the width axis.
-    pub(crate) fn resolve(
-        &self,
-        vertical: bool,
-        input: usize,
-        kernel: usize,
-        stride: usize,
-        dilation: usize,
-    ) -> Result<(usize, usize)> {
-        match *self {
-            Padding::Explicit {
-                top,
-                bottom,
-                left,
-                right,
-            } => Ok(if vertical {
-                (top, bottom)
-            } else {
-                (left, right)
-            }),
-            Padding::Implicit(scheme) => {
-                let c = |v: usize| {
-                    u32::try_from(v).map_err(|_| RuntimeError::kernel("dimension exceeds u32"))
-                };
-                let (a, b) =
-                    implicit_padding(c(input)?, c(kernel)?, c(stride)?, c(dilation)?, scheme);
-                Ok((a as usize, b as usize))
-            }
-        }
-    }
-}
-
-/// Output extent of a window operation along one axis; errors when the window does not fit.
-pub(crate) fn window_extent(
-    input: usize,
-    kernel: usize,
-    stride: usize,
-    dilation: usize,
-    pad: (usize, usize),
-) -> Result<usize> {
-    let effective = kernel
-        .checked_sub(1)
-        .and_then(|k| k.checked_mul(dilation))
-        .and_then(|k| k.checked_add(1))
-        .ok_or_else(|| RuntimeError::kernel("kernel extent overflows"))?;
-    let padded = input
-        .checked_add(pad.0)
-        .and_then(|v| v.checked_add(pad.1))
-        .ok_or_else(|| RuntimeError::kernel("padded extent overflows"))?;
-    if padded < effective || stride == 0 {
-        return Err(RuntimeError::kernel(format!(
-            "kernel extent {effective} exceeds padded input extent {padded}"
-        )));
-    }
-    Ok((padded - effective) / stride + 1)
-}
-
-#[derive(Clone, Debug)]
-pub(crate) struct ConvParams {
-    pub padding: Padding,
-    /// (height, width)
-    pub stride: (usize, usize),
-    pub dilation: (usize, usize),
-    pub clamp: Clamp,
-    pub nchw: bool,
-    pub groups: usize,
-    pub multiplier: usize,
-}
-
-/// Decodes CONV_2D / DEPTHWISE_CONV_2D / GROUPED_CONV_2D parameters, following the input
-/// counts signature::infer accepts.
-fn decode_conv(info: &OpInfo) -> Result<ConvParams> {
-    let op = info.op_type();
-    let n = info.input_count();
-    let (explicit_counts, implicit_counts): (&[usize], &[usize]) = match op {
-        OperationType::Conv2d => (&[10, 11, 13], &[7, 8, 10]),
-        OperationType::DepthwiseConv2d => (&[11, 12, 14], &[8, 9, 11]),
-        _ => (&[12], &[9]),
-    };
-    let explicit = if op == OperationType::Conv2d && n == 10 {
-        info.input_type(7)? == OperandType::Int32
-    } else if op == OperationType::DepthwiseConv2d && n == 11 {
-        info.input_type(8)? == OperandType::Int32
-    } else if explicit_counts.contains(&n) {
-        true
-    } else if implicit_counts.contains(&n) {
-        false
-    } else {
-        return Err(info.invalid(format!("unexpected input count {n}")));
-    };
-    let (padding, mut next) = if explicit {
-        (
-            Padding::Explicit {
-                left: info.usize(3, "pad_left")?,
-                right: info.usize(4, "pad_right")?,
-                top: info.usize(5, "pad_top")?,
-                bottom: info.usize(6, "pad_bottom")?,
-            },
-            7,
-        )
-    } else {
-        let code = info.i32(3, "padding_scheme")?;
-        let scheme = PaddingScheme::from_code(code)
-            .ok_or_else(|| info.invalid(format!("unknown padding scheme {code}")))?;
-        (Padding::Implicit(scheme), 4)
-    };
-    let sw = info.usize(next, "stride_width")?;
-    let sh = info.usize(next + 1, "stride_height")?;
-    next += 2;
-    let (mut groups, mut multiplier) = (1, 1);
-    match op {
-        OperationType::DepthwiseConv2d => {
-            multiplier = info.usize(next, "depth_multiplier")?;
-            next += 1;
-        }
-        OperationType::GroupedConv2d => {
-            groups = info.usize(next, "num_groups")?;
-            next += 1;
-        }
-        _ => {}
-    }
-    let clamp = Clamp::new(info.activation(next)?);
-    let nchw = info.optional_bool(next + 1, "layout")?;
-    let dilation = if info.input_count() > next + 2 {
-        (
-            info.usize(next + 3, "dilation_height")?,
-            info.usize(next + 2, "dilation_width")?,
-        )
-    } else {
-        (1, 1)
-    };
-    if sw == 0 || sh == 0 || dilation.0 == 0 || dilation.1 == 0 || groups == 0 || multiplier == 0 {
-        return Err(info.invalid("strides, dilations, groups and depth multiplier must be >= 1"));
-    }
-    Ok(ConvParams {
-        padding,
-        stride: (sh, sw),
-        dilation,
-        clamp,
-        nchw,
-        groups,
-        multiplier,
-    })
-}
-
-/// Everything a convolution needs to know about sizes, in NHWC terms.
-#[derive(Clone, Copy, Debug)]
-struct Geometry {
-    n: usize,
-    ih: usize,
-    iw: usize,
-    ic: usize,
-    oh: usize,
-    ow: usize,
-    oc: usize,
-    kh: usize,
-    kw: usize,
-    sh: usize,
-    sw: usize,
-    dh: usize,
-    dw: usize,
-    pad_top: usize,
-    pad_left: usize,
-}
-
-impl Geometry {
-    /// Checks the input, kernel and output sizes against each other.
-    fn new(
-        p: &ConvParams,
-        input: [usize; 4],
-        (kh, kw): (usize, usize),
-        output: [usize; 4],
-    ) -> Result<Geometry> {
-        let [n, ih, iw, ic] = input;
-        let (sh, sw) = p.stride;
-        let (dh, dw) = p.dilation;
-        let pad_h = p.padding.resolve(true, ih, kh, sh, dh)?;
-        let pad_w = p.padding.resolve(false, iw, kw, sw, dw)?;
-        let oh = window_extent(ih, kh, sh, dh, pad_h)?;
-        let ow = window_extent(iw, kw, sw, dw, pad_w)?;
-        if output[0] != n || output[1] != oh || output[2] != ow {
-            return Err(RuntimeError::kernel(format!(
-                "output shape {output:?} (NHWC) does not match the computed [{n}, {oh}, {ow}, _]"
-            )));
-        }
-        Ok(Geometry {
-            n,
-            ih,
-            iw,
-            ic,
-            oh,
-            ow,
-            oc: output[3],
-            kh,
-            kw,
-            sh,
-            sw,
-            dh,
-            dw,
-            pad_top: pad_h.0,
-            pad_left: pad_w.0,
-        })
-    }
-
-    /// A 1x1, stride-1, unpadded convolution: its im2col rows are its input rows.
-    fn is_pointwise(&self) -> bool {
-        self.kh == 1
-            && self.kw == 1
-            && self.sh == 1
-            && self.sw == 1
-            && self.pad_top == 0
-            && self.pad_left == 0
-            && self.oh == self.ih
-            && self.ow == self.iw
-    }
-
-    /// Input row for output row `oy` and kernel row `ky`, if inside the input.
-    #[inline(always)]
-    fn in_y(&self, oy: usize, ky: usize) -> Option<usize> {
-        (oy * self.sh + ky * self.dh)
-            .checked_sub(self.pad_top)
-            .filter(|&y| y < self.ih)
-    }
-
-    #[inline(always)]
-    fn in_x(&self, ox: usize, kx: usize) -> Option<usize> {
-        (ox * self.sw + kx * self.dw)
-            .checked_sub(self.pad_left)
-            .filter(|&x| x < self.iw)
     }
 }
 
@@ -492,7 +248,15 @@ impl Kernel for Conv {
                 }
                 if self.packed_for_kernel {
                     return conv_nhwc_panels(
-                        &g, groups, x, &packed, bias, p.clamp, out, scratch, threads,
+                        &g,
+                        groups,
+                        x,
+                        &packed,
+                        bias,
+                        p.clamp(),
+                        out,
+                        scratch,
+                        threads,
                     );
                 }
                 if packed.len() != fdims.iter().product::<usize>() {
@@ -504,7 +268,7 @@ impl Kernel for Conv {
                     x,
                     &packed,
                     bias,
-                    p.clamp,
+                    p.clamp(),
                     out,
                     scratch,
                     threads,
@@ -768,7 +532,7 @@ impl Kernel for DepthwiseConv {
                 for_each_chunk(threads, out, row_len, |row, out_row| {
                     let b = row / g.oh;
                     let oy = row % g.oh;
-                    depthwise_row(&g, m, x, w, bias, p.clamp, b, oy, out_row);
+                    depthwise_row(&g, m, x, w, bias, p.clamp(), b, oy, out_row);
                 });
                 Ok(())
             },
@@ -1061,58 +825,6 @@ fn depthwise_row_impl<const FMA: bool>(
 // ---------------------------------------------------------------------------------------
 // TRANSPOSE_CONV_2D
 
-#[derive(Clone, Debug)]
-enum TransposePadding {
-    Explicit {
-        top: usize,
-        bottom: usize,
-        left: usize,
-        right: usize,
-    },
-    /// Implicit: the output shape is an input; padding follows from it.
-    Implicit(PaddingScheme),
-}
-
-#[derive(Clone, Debug)]
-struct TransposeParams {
-    padding: TransposePadding,
-    stride: (usize, usize),
-    clamp: Clamp,
-    nchw: bool,
-}
-
-fn decode_transpose(info: &OpInfo) -> Result<TransposeParams> {
-    if info.input_count() == 11 {
-        Ok(TransposeParams {
-            padding: TransposePadding::Explicit {
-                left: info.usize(3, "pad_left")?,
-                right: info.usize(4, "pad_right")?,
-                top: info.usize(5, "pad_top")?,
-                bottom: info.usize(6, "pad_bottom")?,
-            },
-            stride: (
-                info.usize(8, "stride_height")?,
-                info.usize(7, "stride_width")?,
-            ),
-            clamp: Clamp::new(info.activation(9)?),
-            nchw: info.bool(10, "layout")?,
-        })
-    } else {
-        let code = info.i32(4, "padding_scheme")?;
-        let scheme = PaddingScheme::from_code(code)
-            .ok_or_else(|| info.invalid(format!("unknown padding scheme {code}")))?;
-        Ok(TransposeParams {
-            padding: TransposePadding::Implicit(scheme),
-            stride: (
-                info.usize(6, "stride_height")?,
-                info.usize(5, "stride_width")?,
-            ),
-            clamp: Clamp::new(info.activation(7)?),
-            nchw: info.bool(8, "layout")?,
-        })
-    }
-}
-
 struct TransposeConv {
     params: TransposeParams,
     filter_dims: Option<[usize; 4]>,
@@ -1196,34 +908,7 @@ impl Kernel for TransposeConv {
                     )));
                 }
                 let (sh, sw) = p.stride;
-                let (pad_top, pad_left) = match p.padding {
-                    TransposePadding::Explicit {
-                        top,
-                        bottom,
-                        left,
-                        right,
-                    } => {
-                        let eh = (sh * ih.saturating_sub(1) + kh).checked_sub(top + bottom);
-                        let ew = (sw * iw.saturating_sub(1) + kw).checked_sub(left + right);
-                        if eh != Some(oh) || ew != Some(ow) {
-                            return Err(RuntimeError::kernel(format!(
-                                "output extent {oh}x{ow} does not match the padding and strides"
-                            )));
-                        }
-                        (top, left)
-                    }
-                    TransposePadding::Implicit(scheme) => {
-                        let before = |i: usize, s: usize, k: usize, o: usize| -> usize {
-                            let total = (i.saturating_sub(1) * s + k).saturating_sub(o);
-                            if scheme == PaddingScheme::Same {
-                                total / 2
-                            } else {
-                                0
-                            }
-                        };
-                        (before(ih, sh, kh, oh), before(iw, sw, kw, ow))
-                    }
-                };
+                let (pad_top, pad_left) = p.pads((ih, iw), (kh, kw), (oh, ow))?;
                 // out = bias, then scatter-add the per-pixel columns.
                 for row in out.chunks_exact_mut(oc) {
                     row.copy_from_slice(bias);
@@ -1274,7 +959,7 @@ impl Kernel for TransposeConv {
                     }
                     p0 = p1;
                 }
-                p.clamp.apply_slice(out);
+                p.clamp().apply_slice(out);
                 Ok(())
             },
         )

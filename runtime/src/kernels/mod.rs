@@ -46,6 +46,7 @@ pub mod shape;
 pub mod softmax;
 pub mod transformer;
 pub(crate) mod util;
+pub(crate) mod window;
 
 /// An operation's CPU implementation.
 pub trait Kernel: Send + Sync {

@@ -5,10 +5,10 @@
 //! 0 for those two and `f32::MIN` (the maximum of nothing, as TFLite initializes it) for
 //! MAX_POOL_2D, before the fused activation.
 
-use nnc_formats::nn::{OperandType, OperationType, PaddingScheme};
+use nnc_formats::nn::{OperandType, OperationType};
 
-use super::conv::{Padding, window_extent};
 use super::util::{for_each_chunk, rank4, with_nhwc};
+use super::window::{Padding, decode_pool, window_extent};
 use super::{Clamp, Kernel, KernelContext, OpInfo};
 use crate::error::{Result, RuntimeError};
 
@@ -41,37 +41,14 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
         OperationType::MaxPool2d => PoolKind::Max,
         _ => PoolKind::L2,
     };
-    let explicit = info.input_count() >= 10;
-    let (padding, next) = if explicit {
-        (
-            Padding::Explicit {
-                left: info.usize(1, "pad_left")?,
-                right: info.usize(2, "pad_right")?,
-                top: info.usize(3, "pad_top")?,
-                bottom: info.usize(4, "pad_bottom")?,
-            },
-            5,
-        )
-    } else {
-        let code = info.i32(1, "padding_scheme")?;
-        let scheme = PaddingScheme::from_code(code)
-            .ok_or_else(|| info.invalid(format!("unknown padding scheme {code}")))?;
-        (Padding::Implicit(scheme), 2)
-    };
-    let sw = info.usize(next, "stride_width")?;
-    let sh = info.usize(next + 1, "stride_height")?;
-    let fw = info.usize(next + 2, "filter_width")?;
-    let fh = info.usize(next + 3, "filter_height")?;
-    if sw == 0 || sh == 0 || fw == 0 || fh == 0 {
-        return Err(info.invalid("strides and filter sizes must be >= 1"));
-    }
+    let w = decode_pool(info)?;
     Ok(Box::new(Pool {
         kind,
-        padding,
-        stride: (sh, sw),
-        filter: (fh, fw),
-        clamp: Clamp::new(info.activation(next + 4)?),
-        nchw: info.optional_bool(next + 5, "layout")?,
+        padding: w.padding,
+        stride: w.stride,
+        filter: w.filter,
+        clamp: Clamp::new(w.act),
+        nchw: w.nchw,
     }))
 }
 

@@ -9,7 +9,7 @@
 //! entirely in the padding (TFLite rejects it) averages to the real value 0 and has the
 //! type's lowest value as its maximum.
 
-use nnc_formats::nn::{OperationType, PaddingScheme};
+use nnc_formats::nn::OperationType;
 
 use super::arith::{Multiplier, Q8, QType, Qp, activation_range};
 use super::{
@@ -17,8 +17,8 @@ use super::{
     typed_mut,
 };
 use crate::error::{Result, RuntimeError};
-use crate::kernels::conv::{Padding, window_extent};
 use crate::kernels::util::{rank4, with_nhwc};
+use crate::kernels::window::{Padding, decode_pool, window_extent};
 use crate::kernels::{Kernel, KernelContext, OpInfo};
 
 struct Pool {
@@ -41,30 +41,7 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     if output_type(info, 0)? != qt {
         return Err(info.unsupported("input and output of different 8-bit types"));
     }
-    let explicit = info.input_count() >= 10;
-    let (padding, next) = if explicit {
-        (
-            Padding::Explicit {
-                left: info.usize(1, "pad_left")?,
-                right: info.usize(2, "pad_right")?,
-                top: info.usize(3, "pad_top")?,
-                bottom: info.usize(4, "pad_bottom")?,
-            },
-            5,
-        )
-    } else {
-        let code = info.i32(1, "padding_scheme")?;
-        let scheme = PaddingScheme::from_code(code)
-            .ok_or_else(|| info.invalid(format!("unknown padding scheme {code}")))?;
-        (Padding::Implicit(scheme), 2)
-    };
-    let sw = info.usize(next, "stride_width")?;
-    let sh = info.usize(next + 1, "stride_height")?;
-    let fw = info.usize(next + 2, "filter_width")?;
-    let fh = info.usize(next + 3, "filter_height")?;
-    if sw == 0 || sh == 0 || fw == 0 || fh == 0 {
-        return Err(info.invalid("strides and filter sizes must be >= 1"));
-    }
+    let w = decode_pool(info)?;
     let (input, output) = (qp(info.operand(0)?), qp(info.output_operand(0)?));
     check_scale(info, "input", input.scale)?;
     check_scale(info, "output", output.scale)?;
@@ -78,15 +55,15 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     };
     Ok(Box::new(Pool {
         max: info.op_type() == OperationType::MaxPool2d,
-        padding,
-        stride: (sh, sw),
-        filter: (fh, fw),
-        nchw: info.optional_bool(next + 5, "layout")?,
+        padding: w.padding,
+        stride: w.stride,
+        filter: w.filter,
+        nchw: w.nchw,
         qt,
         input,
         output,
         rescale,
-        range: activation_range(info.activation(next + 4)?, output, qt),
+        range: activation_range(w.act, output, qt),
     }))
 }
 

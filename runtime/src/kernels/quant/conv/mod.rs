@@ -27,7 +27,7 @@
 
 use std::borrow::Cow;
 
-use nnc_formats::nn::{FusedActivation, OperandType, OperationType, PaddingScheme};
+use nnc_formats::nn::{FusedActivation, OperandType, OperationType};
 
 use super::arith::{Multiplier, Q8, QType, activation_range};
 use super::gemm::{self, Dst, Isa, MR, PackedRhs, Stage, pack_rhs, packed_len, padded_depth};
@@ -35,8 +35,8 @@ use super::gemm_u8i8;
 use super::{activation_type, check_scale, for_row_tiles, output_type, q8_bytes, q8_bytes_mut, qp};
 use crate::buffer::AlignedBuf;
 use crate::error::{Result, RuntimeError};
-use crate::kernels::conv::{Padding, window_extent};
 use crate::kernels::util::{rank4, with_nhwc};
+use crate::kernels::window::{ConvParams, Geometry, decode_conv};
 use crate::kernels::{Kernel, KernelContext, OpInfo, PreparedWeights, Requantization};
 
 mod conv2d;
@@ -203,179 +203,6 @@ fn multipliers_of(all: &[Multiplier], c0: usize, n: usize) -> &[Multiplier] {
         all
     } else {
         &all[c0..c0 + n]
-    }
-}
-
-#[derive(Clone, Debug)]
-struct ConvParams {
-    padding: Padding,
-    /// (height, width)
-    stride: (usize, usize),
-    dilation: (usize, usize),
-    act: FusedActivation,
-    nchw: bool,
-    groups: usize,
-    multiplier: usize,
-}
-
-/// Decodes CONV_2D / DEPTHWISE_CONV_2D / GROUPED_CONV_2D parameters (the input counts
-/// signature::infer accepts).
-fn decode_conv(info: &OpInfo) -> Result<ConvParams> {
-    let op = info.op_type();
-    let n = info.input_count();
-    let (explicit_counts, implicit_counts): (&[usize], &[usize]) = match op {
-        OperationType::Conv2d => (&[10, 11, 13], &[7, 8, 10]),
-        OperationType::DepthwiseConv2d => (&[11, 12, 14], &[8, 9, 11]),
-        _ => (&[12], &[9]),
-    };
-    let explicit = if op == OperationType::Conv2d && n == 10 {
-        info.input_type(7)? == OperandType::Int32
-    } else if op == OperationType::DepthwiseConv2d && n == 11 {
-        info.input_type(8)? == OperandType::Int32
-    } else if explicit_counts.contains(&n) {
-        true
-    } else if implicit_counts.contains(&n) {
-        false
-    } else {
-        return Err(info.invalid(format!("unexpected input count {n}")));
-    };
-    let (padding, mut next) = if explicit {
-        (
-            Padding::Explicit {
-                left: info.usize(3, "pad_left")?,
-                right: info.usize(4, "pad_right")?,
-                top: info.usize(5, "pad_top")?,
-                bottom: info.usize(6, "pad_bottom")?,
-            },
-            7,
-        )
-    } else {
-        let code = info.i32(3, "padding_scheme")?;
-        let scheme = PaddingScheme::from_code(code)
-            .ok_or_else(|| info.invalid(format!("unknown padding scheme {code}")))?;
-        (Padding::Implicit(scheme), 4)
-    };
-    let sw = info.usize(next, "stride_width")?;
-    let sh = info.usize(next + 1, "stride_height")?;
-    next += 2;
-    let (mut groups, mut multiplier) = (1, 1);
-    match op {
-        OperationType::DepthwiseConv2d => {
-            multiplier = info.usize(next, "depth_multiplier")?;
-            next += 1;
-        }
-        OperationType::GroupedConv2d => {
-            groups = info.usize(next, "num_groups")?;
-            next += 1;
-        }
-        _ => {}
-    }
-    let act = info.activation(next)?;
-    let nchw = info.optional_bool(next + 1, "layout")?;
-    let dilation = if info.input_count() > next + 2 {
-        (
-            info.usize(next + 3, "dilation_height")?,
-            info.usize(next + 2, "dilation_width")?,
-        )
-    } else {
-        (1, 1)
-    };
-    if sw == 0 || sh == 0 || dilation.0 == 0 || dilation.1 == 0 || groups == 0 || multiplier == 0 {
-        return Err(info.invalid("strides, dilations, groups and depth multiplier must be >= 1"));
-    }
-    Ok(ConvParams {
-        padding,
-        stride: (sh, sw),
-        dilation,
-        act,
-        nchw,
-        groups,
-        multiplier,
-    })
-}
-
-/// Convolution sizes in NHWC terms.
-#[derive(Clone, Copy, Debug)]
-struct Geometry {
-    n: usize,
-    ih: usize,
-    iw: usize,
-    ic: usize,
-    oh: usize,
-    ow: usize,
-    oc: usize,
-    kh: usize,
-    kw: usize,
-    sh: usize,
-    sw: usize,
-    dh: usize,
-    dw: usize,
-    pad_top: usize,
-    pad_left: usize,
-}
-
-impl Geometry {
-    fn new(
-        p: &ConvParams,
-        input: [usize; 4],
-        (kh, kw): (usize, usize),
-        output: [usize; 4],
-    ) -> Result<Geometry> {
-        let [n, ih, iw, ic] = input;
-        let (sh, sw) = p.stride;
-        let (dh, dw) = p.dilation;
-        let pad_h = p.padding.resolve(true, ih, kh, sh, dh)?;
-        let pad_w = p.padding.resolve(false, iw, kw, sw, dw)?;
-        let oh = window_extent(ih, kh, sh, dh, pad_h)?;
-        let ow = window_extent(iw, kw, sw, dw, pad_w)?;
-        if output[0] != n || output[1] != oh || output[2] != ow {
-            return Err(RuntimeError::kernel(format!(
-                "output shape {output:?} (NHWC) does not match the computed [{n}, {oh}, {ow}, _]"
-            )));
-        }
-        Ok(Geometry {
-            n,
-            ih,
-            iw,
-            ic,
-            oh,
-            ow,
-            oc: output[3],
-            kh,
-            kw,
-            sh,
-            sw,
-            dh,
-            dw,
-            pad_top: pad_h.0,
-            pad_left: pad_w.0,
-        })
-    }
-
-    /// A 1x1, stride-1, unpadded convolution: its im2col rows are its input rows.
-    fn is_pointwise(&self) -> bool {
-        self.kh == 1
-            && self.kw == 1
-            && self.sh == 1
-            && self.sw == 1
-            && self.pad_top == 0
-            && self.pad_left == 0
-            && self.oh == self.ih
-            && self.ow == self.iw
-    }
-
-    #[inline(always)]
-    fn in_y(&self, oy: usize, ky: usize) -> Option<usize> {
-        (oy * self.sh + ky * self.dh)
-            .checked_sub(self.pad_top)
-            .filter(|&y| y < self.ih)
-    }
-
-    #[inline(always)]
-    fn in_x(&self, ox: usize, kx: usize) -> Option<usize> {
-        (ox * self.sw + kx * self.dw)
-            .checked_sub(self.pad_left)
-            .filter(|&x| x < self.iw)
     }
 }
 

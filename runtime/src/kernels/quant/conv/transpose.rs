@@ -3,60 +3,7 @@
 
 use super::*;
 
-#[derive(Clone, Debug)]
-enum TransposePadding {
-    Explicit {
-        top: usize,
-        left: usize,
-        bottom: usize,
-        right: usize,
-    },
-    Implicit(PaddingScheme),
-}
-
-#[derive(Clone, Debug)]
-pub(super) struct TransposeParams {
-    padding: TransposePadding,
-    stride: (usize, usize),
-    pub(super) act: FusedActivation,
-    nchw: bool,
-}
-
-pub(super) fn decode_transpose(info: &OpInfo) -> Result<TransposeParams> {
-    let params = if info.input_count() == 11 {
-        TransposeParams {
-            padding: TransposePadding::Explicit {
-                left: info.usize(3, "pad_left")?,
-                right: info.usize(4, "pad_right")?,
-                top: info.usize(5, "pad_top")?,
-                bottom: info.usize(6, "pad_bottom")?,
-            },
-            stride: (
-                info.usize(8, "stride_height")?,
-                info.usize(7, "stride_width")?,
-            ),
-            act: info.activation(9)?,
-            nchw: info.bool(10, "layout")?,
-        }
-    } else {
-        let code = info.i32(4, "padding_scheme")?;
-        let scheme = PaddingScheme::from_code(code)
-            .ok_or_else(|| info.invalid(format!("unknown padding scheme {code}")))?;
-        TransposeParams {
-            padding: TransposePadding::Implicit(scheme),
-            stride: (
-                info.usize(6, "stride_height")?,
-                info.usize(5, "stride_width")?,
-            ),
-            act: info.activation(7)?,
-            nchw: info.bool(8, "layout")?,
-        }
-    };
-    if params.stride.0 == 0 || params.stride.1 == 0 {
-        return Err(info.invalid("strides must be >= 1"));
-    }
-    Ok(params)
-}
+pub(super) use crate::kernels::window::{TransposeParams, decode_transpose};
 
 pub(super) struct TransposeConv {
     pub(super) params: TransposeParams,
@@ -138,34 +85,7 @@ impl Kernel for TransposeConv {
                     return Err(RuntimeError::kernel("input or output has the wrong size"));
                 }
                 let (sh, sw) = p.stride;
-                let (pad_top, pad_left) = match p.padding {
-                    TransposePadding::Explicit {
-                        top,
-                        bottom,
-                        left,
-                        right,
-                    } => {
-                        let eh = (sh * ih.saturating_sub(1) + kh).checked_sub(top + bottom);
-                        let ew = (sw * iw.saturating_sub(1) + kw).checked_sub(left + right);
-                        if eh != Some(oh) || ew != Some(ow) {
-                            return Err(RuntimeError::kernel(format!(
-                                "output extent {oh}x{ow} does not match the padding and strides"
-                            )));
-                        }
-                        (top, left)
-                    }
-                    TransposePadding::Implicit(scheme) => {
-                        let before = |i: usize, s: usize, k: usize, o: usize| -> usize {
-                            let total = (i.saturating_sub(1) * s + k).saturating_sub(o);
-                            if scheme == PaddingScheme::Same {
-                                total / 2
-                            } else {
-                                0
-                            }
-                        };
-                        (before(ih, sh, kh, oh), before(iw, sw, kw, ow))
-                    }
-                };
+                let (pad_top, pad_left) = p.pads((ih, iw), (kh, kw), (oh, ow))?;
                 let cols = kh * kw * oc;
                 let kp = padded_depth(ic);
                 let mut acc = crate::kernels::util::filled(n * oh * ow * oc, 0i32)?;
