@@ -35,12 +35,14 @@ impl AlignedBuf {
         }
     }
 
-    /// A zero-filled buffer of `len` bytes. Allocated zeroed (calloc), so a large buffer
-    /// is fresh pages from the system, not a memset: a cache hit reads megabytes of
-    /// weights into one, and each page is first touched by the thread that fills it.
+    /// A zero-filled buffer of `len` bytes.
     pub fn zeroed(len: usize) -> Result<AlignedBuf> {
-        let blocks = bytemuck::allocation::try_zeroed_vec::<Block>(len.div_ceil(ALIGN))
-            .map_err(|()| RuntimeError::OutOfMemory { bytes: len })?;
+        let count = len.div_ceil(ALIGN);
+        let mut blocks = Vec::new();
+        blocks
+            .try_reserve_exact(count)
+            .map_err(|_| RuntimeError::OutOfMemory { bytes: len })?;
+        blocks.resize(count, Block([0; ALIGN]));
         Ok(AlignedBuf { blocks, len })
     }
 
@@ -142,14 +144,14 @@ impl std::fmt::Debug for AlignedBuf {
     }
 }
 
+#[cfg(target_os = "linux")]
+const HUGE_PAGE: usize = 2 << 20;
+
 /// Page-aligned memory mapped fresh from the system, zero-filled by the kernel as each
 /// page is first touched, zeroized when dropped: for a large buffer written once by
 /// several threads (a cache hit's data file). The system allocator zero-fills an
 /// over-aligned allocation with one memset on the allocating thread (7 ms for 14 MB
 /// here), where a fresh mapping costs nothing until each worker's page faults.
-#[cfg(target_os = "linux")]
-const HUGE_PAGE: usize = 2 << 20;
-
 pub struct PageBuf {
     map: memmap2::MmapMut,
     len: usize,

@@ -263,7 +263,8 @@ pub(crate) fn decode_data(
     if count > plain.len() / 12 {
         return Err(bad("record count exceeds the data"));
     }
-    let mut out = Vec::with_capacity(count);
+    // Vectors grow as records parse (a hostile count allocates nothing up front).
+    let mut out = Vec::new();
     for _ in 0..count {
         let op = u32_of(take(4)?);
         if !step.operations.contains(&op) {
@@ -274,7 +275,7 @@ pub(crate) fn decode_data(
         if buffers > plain.len() / 16 || views > plain.len() / 4 {
             return Err(bad("a record's counts exceed the data"));
         }
-        let mut bufs = Vec::with_capacity(buffers);
+        let mut bufs = Vec::new();
         for _ in 0..buffers {
             let offset = u64_of(take(8)?)?;
             let len = u64_of(take(8)?)?;
@@ -283,7 +284,7 @@ pub(crate) fn decode_data(
                     .map_err(|_| bad("a buffer is unaligned or lies outside the data"))?,
             );
         }
-        let mut input_views = Vec::with_capacity(views);
+        let mut input_views = Vec::new();
         for _ in 0..views {
             let v = u32_of(take(4)?);
             input_views.push((v != u32::MAX as usize).then_some(v));
