@@ -94,7 +94,7 @@ pub(crate) struct Stage {
 }
 
 /// [`Stage::float_constants`]: per column (padded to whole panels) the bias and scale;
-/// the clamp range less the zero point (as f32), the zero point and the clamp range.
+/// the clamp range less the zero point (as f32) and the zero point.
 /// [`Stage::apply`] is the definition of what they compute.
 pub(crate) struct FloatConstants<'a> {
     pub bias: &'a [i32],
@@ -102,8 +102,6 @@ pub(crate) struct FloatConstants<'a> {
     pub lo_less_zp: f32,
     pub hi_less_zp: f32,
     pub zp: i32,
-    pub lo: i32,
-    pub hi: i32,
 }
 
 /// The constants of the single-precision output stage.
@@ -246,8 +244,6 @@ impl Stage {
             lo_less_zp: f.lo,
             hi_less_zp: f.hi,
             zp: self.zp,
-            lo: self.lo,
-            hi: self.hi,
         })
     }
 
@@ -689,8 +685,6 @@ pub(crate) mod avx512 {
         lo_less_zp: __m512,
         hi_less_zp: __m512,
         zp: __m512i,
-        lo: __m512i,
-        hi: __m512i,
     }
 
     impl Float16 {
@@ -708,8 +702,6 @@ pub(crate) mod avx512 {
                     lo_less_zp: _mm512_set1_ps(f.lo_less_zp),
                     hi_less_zp: _mm512_set1_ps(f.hi_less_zp),
                     zp: _mm512_set1_epi32(f.zp),
-                    lo: _mm512_set1_epi32(f.lo),
-                    hi: _mm512_set1_epi32(f.hi),
                 }
             }
         }
@@ -732,9 +724,12 @@ pub(crate) mod avx512 {
                 _mm512_max_ps(_mm512_mul_ps(x, self.scale), self.lo_less_zp),
                 self.hi_less_zp,
             );
-            // The default MXCSR rounding: to nearest, ties to even.
-            let q = _mm512_add_epi32(_mm512_cvtps_epi32(v), self.zp);
-            _mm512_min_epi32(_mm512_max_epi32(q, self.lo), self.hi)
+            // The default MXCSR rounding: to nearest, ties to even. No integer clamp
+            // after it: the bounds less the zero point are integers (exact in f32), so
+            // the rounded value stays inside them, and `max_ps` returns its second
+            // operand for a NaN, so none gets through (the stage's hottest instructions:
+            // it runs once per output).
+            _mm512_add_epi32(_mm512_cvtps_epi32(v), self.zp)
         }
     }
 }
