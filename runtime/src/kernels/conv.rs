@@ -650,8 +650,10 @@ unsafe fn depthwise_row_avx512<const K: usize>(
         };
         // P pixels from `ox`, all inside: the input of pixel p, tap (ky, kx) is at
         // column ix0 + p * sw + kx * dw.
+        // `$sw` and `$dw` are literals for the common strides (the column offsets of
+        // the taps then fold into addressing modes instead of taking a register each).
         macro_rules! inside_pixels {
-            ($p:literal, $ox:expr) => {{
+            ($p:literal, $ox:expr, $sw:expr, $dw:expr) => {{
                 let ox = $ox;
                 let ix0 = ox * g.sw - g.pad_left;
                 let mut acc = [bias_v; $p];
@@ -660,7 +662,7 @@ unsafe fn depthwise_row_avx512<const K: usize>(
                     let base = unsafe { xp.add((row + ix0) * c + c0) };
                     for kx in 0..K {
                         for p in 0..$p {
-                            let xv = load(unsafe { base.add((p * g.sw + kx * g.dw) * c) });
+                            let xv = load(unsafe { base.add((p * $sw + kx * $dw) * c) });
                             acc[p] = _mm512_fmadd_ps(xv, taps[ky][kx], acc[p]);
                         }
                     }
@@ -670,15 +672,24 @@ unsafe fn depthwise_row_avx512<const K: usize>(
                 }
             }};
         }
-        (0..first).for_each(checked);
-        let mut ox = first;
-        while ox + 4 <= end {
-            inside_pixels!(4, ox);
-            ox += 4;
+        macro_rules! row {
+            ($sw:expr, $dw:expr) => {{
+                let mut ox = first;
+                while ox + 4 <= end {
+                    inside_pixels!(4, ox, $sw, $dw);
+                    ox += 4;
+                }
+                while ox < end {
+                    inside_pixels!(1, ox, $sw, $dw);
+                    ox += 1;
+                }
+            }};
         }
-        while ox < end {
-            inside_pixels!(1, ox);
-            ox += 1;
+        (0..first).for_each(checked);
+        match (g.sw, g.dw) {
+            (1, 1) => row!(1, 1),
+            (2, 1) => row!(2, 1),
+            (sw, dw) => row!(sw, dw),
         }
         (end..g.ow).for_each(checked);
     }
