@@ -304,37 +304,31 @@ where
     }
     let cipher = C::new_from_slice(key)?;
     let mut work = vec![0u8; SEGMENT_LEN];
-    let mut seg_iv: [B16; 1] = Default::default();
-    for (i, segment) in (0u64..).zip(buf.chunks_mut(SEGMENT_LEN)) {
-        segment_ivs(&cipher, iv, i, &mut seg_iv);
+    // Every segment's IV in one multi-block call (one block at a time kept SM4's wide
+    // kernels idle).
+    let mut seg_ivs: Vec<B16> = vec![B16::default(); buf.len().div_ceil(SEGMENT_LEN)];
+    segment_ivs(&cipher, iv, 0, &mut seg_ivs);
+    for (segment, seg_iv) in buf.chunks_mut(SEGMENT_LEN).zip(&seg_ivs) {
         let len = segment.len();
         let padded = len.next_multiple_of(BLOCK_LEN);
         let work = &mut work[..padded];
         if mode == Mode::Cbc {
             // P_j = D(C_j) xor C_{j-1}, with C_{-1} the segment's IV; the caller checked
-            // that CBC data is whole blocks. Written from the last block back, so that
-            // C_{j-1} is still in place when P_j is made.
+            // that CBC data is whole blocks. The decrypted blocks are XORed with the
+            // ciphertext shifted by one block, whole slices at a time (they vectorize;
+            // block-by-block XORs ran byte by byte), then copied back.
             work.copy_from_slice(segment);
             let (blocks, _) = B16::slice_as_chunks_mut(work);
             cipher.decrypt_blocks(blocks);
-            for j in (0..len / BLOCK_LEN).rev() {
-                let (before, this) = segment.split_at_mut(j * BLOCK_LEN);
-                let previous: &[u8] = if j == 0 {
-                    &seg_iv[0]
-                } else {
-                    &before[before.len() - BLOCK_LEN..]
-                };
-                for ((p, d), c) in this[..BLOCK_LEN]
-                    .iter_mut()
-                    .zip(&work[j * BLOCK_LEN..])
-                    .zip(previous)
-                {
-                    *p = d ^ c;
-                }
+            if len >= BLOCK_LEN {
+                let (first, rest) = work.split_at_mut(BLOCK_LEN);
+                xor_into(first, seg_iv);
+                xor_into(&mut rest[..len - BLOCK_LEN], &segment[..len - BLOCK_LEN]);
             }
+            segment.copy_from_slice(&work[..len]);
         } else {
             // CFB: P_j = C_j xor E(C_{j-1}), with C_{-1} the segment's IV.
-            work[..BLOCK_LEN].copy_from_slice(&seg_iv[0]);
+            work[..BLOCK_LEN].copy_from_slice(seg_iv);
             let shifted = padded - BLOCK_LEN;
             work[BLOCK_LEN..].copy_from_slice(&segment[..shifted]);
             let (blocks, _) = B16::slice_as_chunks_mut(work);
@@ -345,8 +339,15 @@ where
         }
     }
     work.zeroize();
-    seg_iv.zeroize();
+    seg_ivs.zeroize();
     Ok(())
+}
+
+/// `dst ^= src`, element by element over the shorter of the two.
+fn xor_into(dst: &mut [u8], src: &[u8]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d ^= s;
+    }
 }
 
 #[cfg(test)]
