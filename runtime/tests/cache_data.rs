@@ -11,9 +11,7 @@ use std::path::Path;
 
 use common::*;
 use nnc_formats::cache::seal_data;
-use nnc_formats::container::{self, WriteOptions};
 use nnc_formats::crypto::{Algorithm, Key, Mode};
-use nnc_formats::nn::OperationType;
 use nnc_formats::tensor::HostTensor;
 use nnc_runtime::{CacheConfig, CacheOutcome, LoadOptions, PreparedModel, SimulatedNpu};
 
@@ -21,30 +19,9 @@ const K: usize = 320;
 /// Enough weights (N x K f32) for a data file of several sealed segments.
 const N: usize = 400;
 
-/// FULLY_CONNECTED of a [1, K] input with [N, K] weights, written under `key` (or
-/// unencrypted); returns the file and the input to feed it.
+/// The model of these tests, written under `key` (or unencrypted).
 fn model(key: Option<&Key>) -> (Vec<u8>, Vec<HostTensor>) {
-    let mut rng = Rng::new(11);
-    let (model, feeds) = single_op(
-        OperationType::FullyConnected,
-        vec![
-            input_f32(&[1, K], &Rng::new(7).f32s(K)),
-            const_f32(&[N, K], &rng.f32s(N * K)),
-            const_f32(&[N], &rng.f32s(N)),
-            Arg::I32(0),
-        ],
-        &[out_f32(&[1, N])],
-    );
-    let options = WriteOptions {
-        key,
-        mode: Mode::Ctr,
-        authenticate_only: false,
-        reproducible: false,
-        producer: "test".into(),
-        arena: None,
-        extra_sections: Vec::new(),
-    };
-    (container::write(&model, &options).expect("writes"), feeds)
+    fully_connected_file(K, N, 11, key, Mode::Ctr)
 }
 
 fn load(file: &[u8], npu: &SimulatedNpu, cache: &Path) -> PreparedModel {

@@ -16,30 +16,9 @@ use nnc_runtime::{LoadOptions, ModelFile, PreparedModel, SimulatedNpu};
 const K: usize = 256;
 const N: usize = 256;
 
-/// FULLY_CONNECTED of a [1, K] input with [N, K] weights filled from `seed`, written
-/// encrypted under `key`; returns the file and the input to feed it.
+/// Version `seed` of the model these tests rewrite on disk (encrypted under `key`).
 fn version(key: &Key, seed: u64) -> (Vec<u8>, Vec<nnc_formats::tensor::HostTensor>) {
-    let mut rng = Rng::new(seed);
-    let (model, feeds) = single_op(
-        OperationType::FullyConnected,
-        vec![
-            input_f32(&[1, K], &Rng::new(7).f32s(K)),
-            const_f32(&[N, K], &rng.f32s(N * K)),
-            const_f32(&[N], &rng.f32s(N)),
-            Arg::I32(0),
-        ],
-        &[out_f32(&[1, N])],
-    );
-    let options = WriteOptions {
-        key: Some(key),
-        mode: Mode::Cbc,
-        authenticate_only: false,
-        reproducible: false,
-        producer: "test".into(),
-        arena: None,
-        extra_sections: Vec::new(),
-    };
-    (container::write(&model, &options).expect("writes"), feeds)
+    fully_connected_file(K, N, seed, Some(key), Mode::Cbc)
 }
 
 fn run(

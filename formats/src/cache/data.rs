@@ -430,8 +430,10 @@ impl<S: ReadAt + ?Sized> DataFile<'_, S> {
         result
     }
 
-    /// The plaintext in a new buffer, zeroized when dropped.
-    pub fn read_to_vec(&self) -> Result<Zeroizing<Vec<u8>>, CacheError> {
+    /// The plaintext in a new buffer, zeroized when dropped (for tests: the runtime
+    /// reads into the storage its weights live in).
+    #[cfg(test)]
+    fn read_to_vec(&self) -> Result<Zeroizing<Vec<u8>>, CacheError> {
         let mut out = Zeroizing::new(Vec::new());
         out.try_reserve_exact(self.plaintext_len)
             .map_err(|_| invalid_for(&self.token, self.part, "too large to read"))?;

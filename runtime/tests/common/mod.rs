@@ -394,3 +394,39 @@ pub fn implicit_pad(
         Some(((input - eff + 1).div_ceil(stride), 0))
     }
 }
+
+/// A `.nnc` file of one FULLY_CONNECTED: a [1, k] input (fixed values, returned to feed
+/// it) times [n, k] weights and an [n] bias drawn from `seed`, written under `key` in
+/// `mode` (unencrypted without a key).
+pub fn fully_connected_file(
+    k: usize,
+    n: usize,
+    seed: u64,
+    key: Option<&nnc_formats::crypto::Key>,
+    mode: nnc_formats::crypto::Mode,
+) -> (Vec<u8>, Vec<HostTensor>) {
+    let mut rng = Rng::new(seed);
+    let (model, feeds) = single_op(
+        OperationType::FullyConnected,
+        vec![
+            input_f32(&[1, k], &Rng::new(7).f32s(k)),
+            const_f32(&[n, k], &rng.f32s(n * k)),
+            const_f32(&[n], &rng.f32s(n)),
+            Arg::I32(0),
+        ],
+        &[out_f32(&[1, n])],
+    );
+    let options = nnc_formats::container::WriteOptions {
+        key,
+        mode,
+        authenticate_only: false,
+        reproducible: false,
+        producer: "test".into(),
+        arena: None,
+        extra_sections: Vec::new(),
+    };
+    (
+        nnc_formats::container::write(&model, &options).expect("writes"),
+        feeds,
+    )
+}

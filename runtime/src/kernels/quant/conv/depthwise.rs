@@ -404,13 +404,16 @@ impl Kernel for DepthwiseConv {
                 return Err(RuntimeError::kernel("filter does not match its shape"));
             }
             let w = widen_filter(bytes, &self.fq)?;
-            prepared.push(i16_buffer(&w)?);
-            let pairs = pack_depthwise_pairs(&w, dims[1] * dims[2], dims[3])?;
-            prepared.push(i16_buffer(&pairs)?);
+            // One layout per kernel: the dot-product kernel's packed bytes and sums, or
+            // the widened filter and its interleaved pairs.
             if depthwise_vnni::applies(&self.fq, self.params.multiplier, self.filter_dims) {
                 let (packed, sums) = depthwise_vnni::pack(&w, dims[3])?;
                 prepared.push(AlignedBuf::from_bytes(&packed)?);
                 prepared.push(AlignedBuf::from_bytes(bytemuck::cast_slice(&sums))?);
+            } else {
+                prepared.push(i16_buffer(&w)?);
+                let pairs = pack_depthwise_pairs(&w, dims[1] * dims[2], dims[3])?;
+                prepared.push(i16_buffer(&pairs)?);
             }
         }
         prepared.add_raw(weights, &[1])?;
@@ -423,7 +426,10 @@ impl Kernel for DepthwiseConv {
         let x = q8_bytes(&input, "input")?;
         let in_shape = rank4(input.shape, "input")?;
         let fdims = run_filter_dims(self.filter_dims, ctx, 1)?;
-        let (w, pairs): (Cow<[i16]>, Cow<[i16]>) = if self.filter_dims.is_some() {
+        let vnni_applies = depthwise_vnni::applies(&self.fq, p.multiplier, self.filter_dims);
+        let (w, pairs): (Cow<[i16]>, Cow<[i16]>) = if vnni_applies {
+            (Cow::Borrowed(&[]), Cow::Borrowed(&[]))
+        } else if self.filter_dims.is_some() {
             (
                 Cow::Borrowed(prepared_i16(ctx.weights, 0)?),
                 Cow::Borrowed(prepared_i16(ctx.weights, 1)?),
@@ -435,19 +441,43 @@ impl Kernel for DepthwiseConv {
             (Cow::Owned(w.to_vec()), Cow::Owned(pairs.to_vec()))
         };
         let bias = bias_values(ctx, fdims[3])?;
+        // The 8-bit dot-product kernel's packed filter and per-channel weight sums.
+        let vnni: Option<(&[u8], &[i32])> = if vnni_applies {
+            let packed = ctx
+                .weights
+                .buffer(0)
+                .map(WeightBuf::as_bytes)
+                .ok_or_else(|| RuntimeError::kernel("packed filter is missing"))?;
+            let sums = ctx
+                .weights
+                .buffer(1)
+                .map(WeightBuf::as_bytes)
+                .and_then(|b| bytemuck::try_cast_slice(b).ok())
+                .ok_or_else(|| RuntimeError::kernel("filter sums are missing"))?;
+            Some((packed, sums))
+        } else {
+            None
+        };
+        // Built once when the bias is constant; for the dot-product kernel, in the order
+        // its accumulators hold the channels, with the zero-point correction in the bias.
         let mut fresh = None;
         let stage = &self.stage.get_or_build(&mut fresh, || {
-            Ok(vec![self.fq.stage(
-                0,
-                fdims[3],
-                Some(bias),
-                self.oq.out_zp,
-                self.oq.range,
-            )?])
+            Ok(vec![match vnni {
+                Some((_, sums)) => depthwise_vnni::stage(
+                    &self.fq,
+                    bias,
+                    sums,
+                    (self.oq.in_qt, self.oq.in_zp),
+                    self.oq.out_zp,
+                    self.oq.range,
+                )?,
+                None => self
+                    .fq
+                    .stage(0, fdims[3], Some(bias), self.oq.out_zp, self.oq.range)?,
+            }])
         })?[0];
         let threads = ctx.threads;
         let oq = &self.oq;
-        let ctx_weights = ctx.weights;
         let out_t = ctx.output(0)?;
         let out_shape = rank4(out_t.shape, "output")?;
         let out = q8_bytes_mut(out_t, "output")?;
@@ -463,7 +493,7 @@ impl Kernel for DepthwiseConv {
                 if fdims[0] != 1
                     || fdims[3] != g.oc
                     || g.ic * m != g.oc
-                    || w.len() != fdims.iter().product::<usize>()
+                    || (vnni.is_none() && w.len() != fdims.iter().product::<usize>())
                 {
                     return Err(RuntimeError::kernel(format!(
                         "filter {fdims:?} and depth multiplier {m} do not fit input channels {} and output channels {}",
@@ -473,6 +503,19 @@ impl Kernel for DepthwiseConv {
                 if x.len() != g.n * g.ih * g.iw * g.ic || out.len() != g.n * g.oh * g.ow * g.oc {
                     return Err(RuntimeError::kernel("input or output has the wrong size"));
                 }
+                let signed = oq.out_qt == QType::I8;
+                if let Some((packed, _)) = vnni {
+                    return depthwise_vnni::run(
+                        &g,
+                        x,
+                        (oq.in_qt, oq.in_zp),
+                        packed,
+                        stage,
+                        threads,
+                        out,
+                        signed,
+                    );
+                }
                 let taps = g.kh * g.kw;
                 if pairs.len() != (g.oc / DW_BLOCK) * taps.div_ceil(2) * 2 * DW_BLOCK {
                     return Err(RuntimeError::kernel(
@@ -480,25 +523,6 @@ impl Kernel for DepthwiseConv {
                     ));
                 }
                 let row_len = g.ow * g.oc;
-                let signed = oq.out_qt == QType::I8;
-                if self.filter_dims.is_some()
-                    && depthwise_vnni::applies(&self.fq, m, self.filter_dims)
-                {
-                    let packed = ctx_weights
-                        .buffer(2)
-                        .map(WeightBuf::as_bytes)
-                        .ok_or_else(|| RuntimeError::kernel("packed filter is missing"))?;
-                    let sums: &[i32] = ctx_weights
-                        .buffer(3)
-                        .map(WeightBuf::as_bytes)
-                        .and_then(|b| bytemuck::try_cast_slice(b).ok())
-                        .ok_or_else(|| RuntimeError::kernel("filter sums are missing"))?;
-                    if depthwise_vnni::run(
-                        &g, x, oq.in_qt, oq.in_zp, packed, sums, stage, threads, out, signed,
-                    )? {
-                        return Ok(());
-                    }
-                }
                 let isa = gemm::best_isa();
                 let fast = cfg!(target_arch = "x86_64")
                     && isa != Isa::Portable

@@ -27,8 +27,9 @@ const TAPS: usize = 9;
 const GROUPS: usize = 3;
 
 /// True when this path runs for a depthwise convolution with these static parameters:
-/// a 3x3 filter of multiplier 1 whose values are signed bytes with zero point 0 (so the
-/// packed filter is the filter itself), on a processor with AVX512-VNNI.
+/// a constant 3x3 filter of multiplier 1 whose values are signed bytes with zero point 0
+/// (so the packed filter is the filter itself), the single-precision output stage, on a
+/// processor with AVX512-VNNI.
 pub(super) fn applies(
     fq: &FilterQuant,
     multiplier: usize,
@@ -37,8 +38,16 @@ pub(super) fn applies(
     multiplier == 1
         && fq.qt == QType::I8
         && fq.zp == 0
+        && fq.float_scales.is_some()
         && matches!(filter_dims, Some([1, 3, 3, _]))
         && crate::kernels::isa::int8_vnni()
+}
+
+/// The input zero point as the unsigned byte the kernel reads (int8 inputs are read
+/// flipped to `x + 128`).
+fn unsigned_zero_point((qt, zp): (QType, i32)) -> Result<u8> {
+    let flipped = if qt == QType::I8 { zp + 128 } else { zp };
+    u8::try_from(flipped).map_err(|_| RuntimeError::kernel("input zero point is outside its type"))
 }
 
 /// Index of channel `ch`, tap `tap` in the packed filter: per block of 64 channels, per
@@ -71,57 +80,90 @@ pub(super) fn pack(w: &[i16], oc: usize) -> Result<(Vec<u8>, Vec<i32>)> {
     Ok((packed, sums))
 }
 
-/// The output stage's constants in the accumulators' channel order, with the
-/// zero-point correction in the bias: entry `(blk * 4 + k) * 16 + 4 l + j` is channel
-/// `64 blk + 16 l + 4 k + j` (zeros past the last channel).
-struct Permuted {
-    bias: Vec<i32>,
-    scale: Vec<f32>,
+/// The channel whose output lane `at` of the permuted stage holds: entry
+/// `(blk * 4 + k) * 16 + 4 l + j` is channel `64 blk + 16 l + 4 k + j`, the order the
+/// unpacks leave the channels in the accumulators (None past the last channel).
+fn channel_at(at: usize, channels: usize) -> Option<usize> {
+    let (blk, within) = (at / BLOCK, at % BLOCK);
+    let (k, lane, j) = (within / 16, within % 16 / 4, within % 4);
+    Some(blk * BLOCK + 16 * lane + 4 * k + j).filter(|&ch| ch < channels)
 }
 
-fn permute(f: &gemm::FloatConstants, sums: &[i32], zp_unsigned: i32) -> Result<Permuted> {
+/// This kernel's output stage (single precision): per-channel constants in the
+/// accumulators' order ([`channel_at`]), the zero-point correction `-x_zp_u * sum(w)`
+/// in the bias. Lanes past the last channel take channel 0's scale (their outputs are
+/// never stored). Built once per kernel when the bias is constant.
+pub(super) fn stage(
+    fq: &FilterQuant,
+    bias: &[i32],
+    sums: &[i32],
+    input: (QType, i32),
+    out_zp: i32,
+    range: (i32, i32),
+) -> Result<Stage> {
     let oc = sums.len();
-    let n = oc.div_ceil(BLOCK) * BLOCK;
-    if f.bias.len() < oc || f.scale.len() < oc {
+    let Some(scales) = &fq.float_scales else {
         return Err(RuntimeError::Internal(
-            "depthwise stage is too short".into(),
+            "the dot-product depthwise kernel needs the single-precision stage".into(),
+        ));
+    };
+    if bias.len() != oc || (scales.len() != 1 && scales.len() != oc) {
+        return Err(RuntimeError::kernel(
+            "bias or scales do not fit the channels",
         ));
     }
-    let mut bias = crate::kernels::util::filled(n, 0i32)?;
-    let mut scale = crate::kernels::util::filled(n, 0f32)?;
-    for (ch, &sum) in sums.iter().enumerate() {
-        let (blk, within) = (ch / BLOCK, ch % BLOCK);
-        let (lane, k, j) = (within / 16, within % 16 / 4, within % 4);
-        let at = (blk * 4 + k) * 16 + lane * 4 + j;
-        bias[at] = f.bias[ch].wrapping_sub(zp_unsigned.wrapping_mul(sum));
-        scale[at] = f.scale[ch];
-    }
-    Ok(Permuted { bias, scale })
+    let zp = i32::from(unsigned_zero_point(input)?);
+    let n = oc.div_ceil(BLOCK) * BLOCK;
+    let per_channel = |all_len: usize, at: usize| {
+        if all_len == 1 {
+            0
+        } else {
+            channel_at(at, oc).unwrap_or(0)
+        }
+    };
+    let permuted_bias: Vec<i32> = (0..n)
+        .map(|at| {
+            channel_at(at, oc).map_or(0, |ch| bias[ch].wrapping_sub(zp.wrapping_mul(sums[ch])))
+        })
+        .collect();
+    let multipliers: Vec<Multiplier> = (0..n)
+        .map(|at| {
+            fq.multipliers
+                .get(per_channel(fq.multipliers.len(), at))
+                .copied()
+        })
+        .collect::<Option<_>>()
+        .ok_or_else(|| {
+            RuntimeError::kernel("requantization multipliers do not fit the channels")
+        })?;
+    let permuted_scales: Vec<f32> = (0..n)
+        .map(|at| scales[per_channel(scales.len(), at)])
+        .collect();
+    Stage::new(n, Some(&permuted_bias), &multipliers, out_zp, range)?.float_scales(&permuted_scales)
 }
 
-/// Runs the convolution into `out` (NHWC). Ok(false), having written nothing, when the
-/// stage requantizes in fixed point (this path has the single-precision stage only).
+/// Runs the convolution into `out` (NHWC) with the output stage [`stage`] built.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run(
     g: &Geometry,
     x: &[u8],
-    in_qt: QType,
-    in_zp: i32,
+    input: (QType, i32),
     packed: &[u8],
-    sums: &[i32],
     stage: &Stage,
     threads: usize,
     out: &mut [u8],
     signed_out: bool,
-) -> Result<bool> {
-    let Some(f) = stage.float_constants() else {
-        return Ok(false);
+) -> Result<()> {
+    let Some(constants) = stage.float_constants() else {
+        return Err(RuntimeError::Internal(
+            "the dot-product depthwise kernel needs the single-precision stage".into(),
+        ));
     };
     let blocks = g.oc.div_ceil(BLOCK);
     let sizes_fit = g.kh == 3
         && g.kw == 3
         && g.ic == g.oc
-        && sums.len() == g.oc
+        && stage.columns() == blocks * BLOCK
         && packed.len() == blocks * GROUPS * 4 * BLOCK
         && x.len() == g.n * g.ih * g.iw * g.ic
         && out.len() == g.n * g.oh * g.ow * g.oc;
@@ -130,34 +172,22 @@ pub(super) fn run(
             "depthwise operands do not fit the geometry".into(),
         ));
     }
-    let signed_in = in_qt == QType::I8;
-    // The zero point as the unsigned byte the kernel reads in the padding.
-    let zp_unsigned = if signed_in { in_zp + 128 } else { in_zp };
-    let zp_byte = u8::try_from(zp_unsigned)
-        .map_err(|_| RuntimeError::kernel("input zero point is outside its type"))?;
-    let permuted = permute(&f, sums, zp_unsigned)?;
-    let constants = gemm::FloatConstants {
-        bias: &permuted.bias,
-        scale: &permuted.scale,
-        ..f
-    };
-    let row_len = g.ow * g.oc;
     let rows = Rows {
         g,
         x,
         packed,
         constants: &constants,
-        zp_byte,
-        signed_in,
+        zp_byte: unsigned_zero_point(input)?,
+        signed_in: input.0 == QType::I8,
         signed_out,
     };
+    let row_len = g.ow * g.oc;
     for_row_tiles::<u8, u8>(threads, out, row_len, 1, 0, |row, out_row, _| {
         // SAFETY: AVX512F/BW/VNNI are present (`applies` checked int8_vnni when the
         // kernel was built); the sizes were checked above.
         unsafe { rows.row(row, out_row) };
         Ok(())
-    })?;
-    Ok(true)
+    })
 }
 
 /// The operands every row reads, checked by [`run`].
@@ -371,6 +401,14 @@ mod tests {
                         .float_scales(&scales)
                         .unwrap();
                     let (packed, sums) = pack(&w, oc).unwrap();
+                    let fq = FilterQuant {
+                        qt: QType::I8,
+                        zp: 0,
+                        multipliers: multipliers.clone(),
+                        float_scales: Some(scales.clone()),
+                    };
+                    let kernel_stage =
+                        super::stage(&fq, &bias, &sums, (in_qt, zp), out_zp, range).unwrap();
                     let mut want = vec![0u8; n * oh * ow * oc];
                     for (i, o) in want.iter_mut().enumerate() {
                         let (pixel, c) = (i / oc, i % oc);
@@ -389,11 +427,17 @@ mod tests {
                     }
                     for threads in [1, 2] {
                         let mut got = vec![0u8; want.len()];
-                        let ran = run(
-                            &g, &x, in_qt, zp, &packed, &sums, &stage, threads, &mut got, signed,
+                        run(
+                            &g,
+                            &x,
+                            (in_qt, zp),
+                            &packed,
+                            &kernel_stage,
+                            threads,
+                            &mut got,
+                            signed,
                         )
                         .unwrap();
-                        assert!(ran);
                         assert!(
                             got == want,
                             "oc {oc} stride {stride} dilation {dilation} {in_qt:?} threads {threads}"
