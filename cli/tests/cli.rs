@@ -606,6 +606,27 @@ fn bench_burst_times_both_paths() {
     );
 }
 
+#[test]
+fn bench_reports_the_float_math_it_ran_with() {
+    for math in ["strict", "fast"] {
+        let o = run(nnc().arg("bench").arg(tiny_cnn()).args([
+            "--runs",
+            "3",
+            "--json",
+            "--float-math",
+            math,
+        ]));
+        assert!(o.status.success(), "{}", stderr(&o));
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(r["float_math"], math, "{r}");
+    }
+    let o = run(nnc()
+        .arg("bench")
+        .arg(tiny_cnn())
+        .args(["--float-math", "sloppy"]));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
 // ---- compile-time input binding -------------------------------------------------------
 
 /// Resize(X [1,1,2,2], scales) with `scales` a graph input, written to `dir/model.onnx`,

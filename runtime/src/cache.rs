@@ -19,7 +19,7 @@ use nnc_formats::plan::ExecutionPlan;
 use crate::buffer::{PageBuf, WeightBuf, align_up};
 use crate::error::{Result, RuntimeError};
 use crate::exec::ProgramImage;
-use crate::kernels::PreparedWeights;
+use crate::kernels::{FloatMath, PreparedWeights};
 
 /// The nnc version caches are tied to: another version never reads them.
 pub const CACHE_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -76,10 +76,18 @@ pub(crate) struct CacheStep {
 /// What a step's token binds besides the nnc version: the kernels' instruction-set
 /// paths, because prepared weights are laid out for them (a quantized filter is packed
 /// as bytes for the dot-product path and as i16 pairs for the AVX2 one), so a cache
-/// written on one processor is a miss, not a misreading, on another.
-fn kernel_build() -> String {
+/// written on one processor is a miss, not a misreading, on another. Likewise the
+/// float-math option, under which 3x3 filters are prepared for the Winograd path.
+fn kernel_build(float_math: FloatMath) -> String {
     let isa = crate::kernels::isa::report();
-    format!("{CACHE_VERSION} float:{} int8:{}", isa.float, isa.int8)
+    let math = match float_math {
+        FloatMath::Strict => "",
+        FloatMath::Fast => " fast-math",
+    };
+    format!(
+        "{CACHE_VERSION} float:{} int8:{}{math}",
+        isa.float, isa.int8
+    )
 }
 
 /// The cache steps of a model: the plan's steps, or one step of every operation.
@@ -88,8 +96,9 @@ pub(crate) fn steps(
     operation_count: usize,
     model_id: &[u8],
     default_device: &str,
+    float_math: FloatMath,
 ) -> Vec<CacheStep> {
-    let build = kernel_build();
+    let build = kernel_build(float_math);
     let make = |device: usize,
                 ops: Vec<usize>,
                 name: &str,

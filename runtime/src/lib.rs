@@ -48,5 +48,7 @@ pub use exec::{
 pub use execution::{
     Burst, Execution, Fence, FenceState, Memory, MemoryDesc, Pending, Priority, Scheduler,
 };
-pub use kernels::{Kernel, KernelContext, PreparedWeights, Requantization};
+pub use kernels::{
+    FloatMath, Kernel, KernelContext, KernelOptions, PreparedWeights, Requantization,
+};
 pub use model::{DeviceSource, Devices, LoadOptions, ModelFile, PreparedModel, Timing};

@@ -27,7 +27,7 @@ use crate::exec::{
     ExecuteOptions, InputTensor, OutputBuffer, PrepareOptions, Program, WeightProvider,
 };
 use crate::execution::{IoKind, Pending, Priority, Scheduler};
-use crate::kernels::{Kernel, PreparedWeights, Requantization};
+use crate::kernels::{FloatMath, Kernel, KernelOptions, PreparedWeights, Requantization};
 
 /// Where the devices a model runs on come from: a single device runs every step; a
 /// [`Devices`] set maps each device a model's execution plan names to its simulation.
@@ -159,6 +159,9 @@ pub struct LoadOptions {
     pub cache: Option<CacheConfig>,
     /// How quantized convolutions and products requantize.
     pub requantization: Requantization,
+    /// How closely float32 operations follow float32 arithmetic ([`FloatMath::Fast`]
+    /// allows Winograd convolutions).
+    pub float_math: FloatMath,
     /// How much memory the model may make the runtime allocate.
     pub limits: nnc_formats::limits::Limits,
     /// The model's priority among executions queued on the same scheduler.
@@ -178,6 +181,7 @@ impl Default for LoadOptions {
             threads: 1,
             cache: None,
             requantization: Requantization::default(),
+            float_math: FloatMath::default(),
             limits: nnc_formats::limits::Limits::default(),
             priority: Priority::default(),
             scheduler: None,
@@ -310,7 +314,13 @@ impl PreparedModel {
         let mut steps = Vec::new();
         if let Some((dir, cfg)) = &cache_dir {
             let model_id: Vec<u8> = cfg.token.map_or(header.tag.to_vec(), |t| t.to_vec());
-            steps = cache::steps(plan.as_ref(), op_count, &model_id, &device_names[0]);
+            steps = cache::steps(
+                plan.as_ref(),
+                op_count,
+                &model_id,
+                &device_names[0],
+                options.float_math,
+            );
             hit = cache::try_hit(dir, &steps, &key_for, &mut report.warnings)?;
             report.outcome = if hit.is_some() {
                 CacheOutcome::Hit
@@ -424,6 +434,7 @@ impl PreparedModel {
         let prepare_options = PrepareOptions {
             threads: options.threads,
             requantization: options.requantization,
+            float_math: options.float_math,
             limits: options.limits,
         };
         let program = match (
@@ -727,12 +738,12 @@ fn prepared_layout_ok(
         nnc_formats::nn::Lifetime::ConstantCopy => model.constant_bytes(i),
         _ => None,
     };
-    match crate::kernels::build_with(
-        operation,
-        &model.main.operands,
-        inline,
-        options.requantization,
-    ) {
+    let kernel_options = KernelOptions {
+        requantization: options.requantization,
+        float_math: options.float_math,
+    }
+    .for_model(model.relax_computation_float32_to_float16);
+    match crate::kernels::build_with(operation, &model.main.operands, inline, kernel_options) {
         Ok(kernel) => d.layout_matches(op, kernel.as_ref(), weights),
         Err(_) => false,
     }

@@ -146,3 +146,78 @@ fn a_rewritten_data_file_of_an_unencrypted_model_is_discarded_not_used() {
         // The miss wrote a good entry again; forge the next case over it.
     }
 }
+
+/// A 3x3 CONV_2D of 16 channels on a 12x12 image (SAME padding), unencrypted: a layer
+/// the Winograd path takes under `FloatMath::Fast`.
+fn conv3x3_file() -> (Vec<u8>, Vec<HostTensor>) {
+    let mut rng = Rng::new(5);
+    let (model, feeds) = single_op(
+        nnc_formats::nn::OperationType::Conv2d,
+        vec![
+            input_f32(&[1, 12, 12, 16], &rng.f32s(12 * 12 * 16)),
+            const_f32(&[16, 3, 3, 16], &rng.f32s(16 * 9 * 16)),
+            const_f32(&[16], &rng.f32s(16)),
+            Arg::I32(1),
+            Arg::I32(1),
+            Arg::I32(1),
+            Arg::I32(0),
+        ],
+        &[out_f32(&[1, 12, 12, 16])],
+    );
+    let options = nnc_formats::container::WriteOptions {
+        key: None,
+        mode: Mode::Ctr,
+        authenticate_only: false,
+        reproducible: false,
+        producer: "test".into(),
+        arena: None,
+        extra_sections: Vec::new(),
+    };
+    (
+        nnc_formats::container::write(&model, &options).expect("writes"),
+        feeds,
+    )
+}
+
+/// Filters are prepared differently under the two float-math options, so the cache
+/// keeps an entry per option: loading under the other option is a miss (never a
+/// misreading of the other layout), and each option's hit computes what a fresh
+/// prepare under it does.
+#[test]
+fn the_float_math_option_has_its_own_cache_entry() {
+    use nnc_runtime::FloatMath;
+    let (file, feeds) = conv3x3_file();
+    let npu = SimulatedNpu::new("npu0");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cache = tmp.path().join("cache");
+    let load_with = |float_math: FloatMath, cached: bool| {
+        let options = LoadOptions {
+            cache: cached.then(|| CacheConfig {
+                dir: cache.clone(),
+                token: None,
+            }),
+            float_math,
+            ..LoadOptions::default()
+        };
+        PreparedModel::load_bytes(file.to_vec(), &npu, &options).expect("loads")
+    };
+    let fresh_strict = outputs(&load_with(FloatMath::Strict, false), &feeds);
+    let fresh_fast = outputs(&load_with(FloatMath::Fast, false), &feeds);
+    assert_ne!(fresh_strict, fresh_fast, "the fast path did not run");
+    for (math, expected, outcome) in [
+        (FloatMath::Strict, &fresh_strict, CacheOutcome::Miss),
+        (FloatMath::Fast, &fresh_fast, CacheOutcome::Miss),
+        (FloatMath::Fast, &fresh_fast, CacheOutcome::Hit),
+        (FloatMath::Strict, &fresh_strict, CacheOutcome::Hit),
+    ] {
+        let model = load_with(math, true);
+        let report = model.cache_report();
+        assert_eq!(report.outcome, outcome, "{math:?}: {:?}", report.warnings);
+        assert!(
+            report.warnings.is_empty(),
+            "{math:?}: {:?}",
+            report.warnings
+        );
+        assert_eq!(&outputs(&model, &feeds), expected, "{math:?}");
+    }
+}

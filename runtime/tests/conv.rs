@@ -6,7 +6,9 @@
 mod common;
 
 use common::*;
-use nnc_formats::nn::{OperandType, OperationType};
+use nnc_formats::nn::{Model, OperandType, OperationType};
+use nnc_formats::tensor::HostTensor;
+use nnc_runtime::{FloatMath, HostWeights, PrepareOptions, Program};
 
 #[derive(Clone, Debug)]
 struct Case {
@@ -242,6 +244,106 @@ fn run_conv_case(kind: OperationType, case: &Case, rng: &mut Rng) -> bool {
     }
     assert_close(&got, &expected, &format!("{kind} {case:?}"));
     true
+}
+
+/// A CONV_2D model of `case` (NHWC, constant filter, explicit activation), its input,
+/// and the float64 reference.
+fn conv_model(case: &Case, rng: &mut Rng) -> (Model, Vec<HostTensor>, Vec<Ref>) {
+    let geom = geometry(case).expect("the window fits");
+    let (oh, ow, _, _) = geom;
+    let x = rng.f32s(case.n * case.h * case.w * case.c);
+    let f = rng.f32s(case.o * case.kh * case.kw * case.c);
+    let bias = rng.f32s(case.o);
+    let expected = reference_conv(case, &x, &f, &bias, 1, case.o, geom);
+    let mut args = vec![
+        input_f32(&[case.n, case.h, case.w, case.c], &x),
+        f32_arg(true, &[case.o, case.kh, case.kw, case.c], &f),
+        f32_arg(true, &[case.o], &bias),
+    ];
+    args.extend(padding_args(case));
+    args.push(Arg::I32(case.sw as i32));
+    args.push(Arg::I32(case.sh as i32));
+    args.push(Arg::I32(case.act));
+    let (model, feeds) = single_op(
+        OperationType::Conv2d,
+        args,
+        &[out_f32(&[case.n, oh, ow, case.o])],
+    );
+    (model, feeds, expected)
+}
+
+fn run_with(model: &Model, feeds: &[HostTensor], float_math: FloatMath) -> Vec<f32> {
+    let weights = std::sync::Arc::new(HostWeights::new(model).unwrap());
+    let options = PrepareOptions {
+        float_math,
+        ..Default::default()
+    };
+    let program = Program::prepare(model, weights, &options).unwrap();
+    f32s(&program.execute_host(feeds).unwrap()[0])
+}
+
+/// `FloatMath::Fast` (Winograd F(4x4, 3x3) on the 3x3 stride-1 layers it takes):
+/// outputs differ from the strict path's (another algorithm ran), stay within NNAPI's
+/// relaxed tolerance, and within ten times the strict path's error model (see
+/// `assert_close`). A model that allows relaxed computation gets the same bits without
+/// asking.
+#[test]
+fn fast_float_math_runs_3x3_layers_within_the_relaxed_tolerance() {
+    let mut rng = Rng::new(7);
+    for (n, h, w, c, o, pad, act) in [
+        (1, 30, 30, 64, 48, Err(true), 0),
+        (2, 9, 13, 19, 21, Ok((1, 1, 1, 1)), 3),
+        (1, 12, 10, 32, 16, Err(false), 1),
+    ] {
+        let case = Case {
+            n,
+            h,
+            w,
+            c,
+            o,
+            kh: 3,
+            kw: 3,
+            sh: 1,
+            sw: 1,
+            dh: 1,
+            dw: 1,
+            groups: 1,
+            multiplier: 1,
+            padding: pad,
+            act,
+            nchw: false,
+            filter_const: true,
+        };
+        let (mut model, feeds, expected) = conv_model(&case, &mut rng);
+        let strict = run_with(&model, &feeds, FloatMath::Strict);
+        assert_close(&strict, &expected, &format!("strict {case:?}"));
+        let fast = run_with(&model, &feeds, FloatMath::Fast);
+        assert_ne!(
+            strict, fast,
+            "{case:?}: the fast path computed the strict path's bits"
+        );
+        let relaxed = 5.0 / 1024.0;
+        for (i, (&a, e)) in fast.iter().zip(&expected).enumerate() {
+            let diff = (f64::from(a) - e.value).abs();
+            assert!(
+                diff <= relaxed + relaxed * e.value.abs(),
+                "{case:?}: element {i}: {a} against {} outside the relaxed tolerance",
+                e.value
+            );
+            let ten_times = 1e-4 + 50.0 * f64::from(f32::EPSILON) * e.value.abs().max(e.abs_sum);
+            assert!(
+                diff <= ten_times,
+                "{case:?}: element {i}: {a} against {} (diff {diff:e} > {ten_times:e})",
+                e.value
+            );
+        }
+        model.relax_computation_float32_to_float16 = true;
+        assert_eq!(
+            run_with(&model, &feeds, FloatMath::Strict),
+            fast,
+            "{case:?}: relaxed model"
+        );
+    }
 }
 
 fn sweep(kind: OperationType, seed: u64, cases: usize) {

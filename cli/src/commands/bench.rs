@@ -30,6 +30,9 @@ pub struct Args {
     /// How quantized convolutions, products and means requantize (as for `nnc run`).
     #[arg(long, value_enum, default_value_t = super::run::RequantizationArg::Float)]
     pub requantization: super::run::RequantizationArg,
+    /// How closely float32 operations follow float32 arithmetic (as for `nnc run`).
+    #[arg(long, value_enum, default_value_t = super::run::FloatMathArg::Strict)]
+    pub float_math: super::run::FloatMathArg,
     /// Also time the same number of executions through a burst (an execution bound once
     /// to memory objects, computed through `nnc_runtime::Burst`), printed beside the
     /// plain path with each path's per-execution overhead.
@@ -54,6 +57,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         json: false,
         threads: args.threads,
         requantization: args.requantization,
+        float_math: args.float_math,
         parameter_cache: None,
         input_shapes: Vec::new(),
         cache_dir: None,
@@ -109,6 +113,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "overhead_median_ms": plain.overhead_median,
             "arena_bytes": model.program().arena_size(),
             "kernels": kernels,
+            "float_math": match args.float_math {
+                super::run::FloatMathArg::Strict => "strict",
+                super::run::FloatMathArg::Fast => "fast",
+            },
             "input_dtypes": inputs.iter().map(|t| t.dtype).collect::<Vec<DataType>>(),
         });
         if let Some(b) = &burst {

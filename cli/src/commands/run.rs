@@ -50,6 +50,12 @@ pub struct Args {
     /// arithmetic (LiteRT's default CPU path), `fixed-point` TFLite's reference kernels.
     #[arg(long, value_enum, default_value_t = RequantizationArg::Float)]
     pub requantization: RequantizationArg,
+    /// How closely float32 operations follow float32 arithmetic: `strict` within NNAPI's
+    /// float32 tolerance, `fast` allows Winograd 3x3 convolutions (errors about ten times
+    /// larger, within the relaxed tolerance; models that allow relaxed computation run
+    /// this way anyway).
+    #[arg(long, value_enum, default_value_t = FloatMathArg::Strict)]
+    pub float_math: FloatMathArg,
     /// Bound the simulated NPU's parameter cache (bytes): weights beyond it are evicted
     /// and decrypted again when next used. Unbounded by default.
     #[arg(long, value_name = "BYTES")]
@@ -133,6 +139,7 @@ pub fn load_binding(
         threads: usize::from(args.threads),
         cache: super::cache_config(args.cache_dir.as_deref(), args.token.as_deref())?,
         requantization: args.requantization.into(),
+        float_math: args.float_math.into(),
         limits: args.limits.limits(),
         ..LoadOptions::default()
     };
@@ -562,6 +569,22 @@ impl From<RequantizationArg> for nnc_runtime::Requantization {
         match arg {
             RequantizationArg::Float => nnc_runtime::Requantization::Float,
             RequantizationArg::FixedPoint => nnc_runtime::Requantization::FixedPoint,
+        }
+    }
+}
+
+/// `--float-math`: the runtime's [`nnc_runtime::FloatMath`] as a command-line value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FloatMathArg {
+    Strict,
+    Fast,
+}
+
+impl From<FloatMathArg> for nnc_runtime::FloatMath {
+    fn from(arg: FloatMathArg) -> Self {
+        match arg {
+            FloatMathArg::Strict => nnc_runtime::FloatMath::Strict,
+            FloatMathArg::Fast => nnc_runtime::FloatMath::Fast,
         }
     }
 }

@@ -16,7 +16,7 @@ use super::plan::{ArenaPlan, Interval, plan_arena};
 use super::weights::WeightProvider;
 use crate::buffer::AlignedBuf;
 use crate::error::{OpRef, Result, RuntimeError};
-use crate::kernels::{self, Kernel, Requantization, Scratch};
+use crate::kernels::{self, FloatMath, Kernel, KernelOptions, Requantization, Scratch};
 use crate::tensor::byte_size;
 
 /// How to prepare a program.
@@ -27,8 +27,21 @@ pub struct PrepareOptions {
     pub threads: usize,
     /// How quantized convolutions and products requantize.
     pub requantization: Requantization,
+    /// How closely float32 operations follow float32 arithmetic.
+    pub float_math: FloatMath,
     /// How much memory the model may make the runtime allocate.
     pub limits: Limits,
+}
+
+impl PrepareOptions {
+    /// The kernel options of `model`'s operations.
+    pub fn kernel_options(&self, model: &Model) -> KernelOptions {
+        KernelOptions {
+            requantization: self.requantization,
+            float_math: self.float_math,
+        }
+        .for_model(model.relax_computation_float32_to_float16)
+    }
 }
 
 impl Default for PrepareOptions {
@@ -36,6 +49,7 @@ impl Default for PrepareOptions {
         PrepareOptions {
             threads: 1,
             requantization: Requantization::default(),
+            float_math: FloatMath::default(),
             limits: Limits::default(),
         }
     }
@@ -218,7 +232,7 @@ impl Program {
                 kernels.push(Box::new(super::control_flow::ControlFlowKernel));
                 continue;
             }
-            match kernels::build_with(op, operands, inline, options.requantization)
+            match kernels::build_with(op, operands, inline, options.kernel_options(model))
                 .map_err(|e| e.locate(i, op))
             {
                 Ok(k) => kernels.push(k),

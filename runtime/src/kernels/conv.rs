@@ -59,11 +59,33 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
         }
         _ => {
             let params = decode_conv(info)?;
+            let winograd = filter_dims.is_some_and(|[o, kh, kw, cg]| {
+                let out = info
+                    .output_operand(0)
+                    .ok()
+                    .filter(|o| o.is_fully_specified());
+                let output = out.and_then(|o| match *o.dimensions.as_slice() {
+                    [_, _, h, w] if params.nchw => Some((h as usize, w as usize)),
+                    [_, h, w, _] if !params.nchw => Some((h as usize, w as usize)),
+                    _ => None,
+                });
+                super::winograd::applies(&super::winograd::Candidate {
+                    kernel: (kh, kw),
+                    stride: params.stride,
+                    dilation: params.dilation,
+                    groups: params.groups,
+                    in_channels: cg * params.groups,
+                    out_channels: o,
+                    output,
+                    fast_math: info.float_math == super::FloatMath::Fast,
+                })
+            });
             Ok(Box::new(Conv {
                 params,
                 filter_dims,
                 filter_is_weight,
                 packed_for_kernel: filter_is_weight && super::gemm_f32::available(),
+                winograd,
             }))
         }
     }
@@ -114,19 +136,28 @@ struct Conv {
     /// the bias and activation fused), on processors that run them; otherwise the
     /// `gemm` crate's row-major layout.
     packed_for_kernel: bool,
+    /// A constant 3x3 stride-1 filter transformed for [`super::winograd`] (decided from
+    /// the shapes and the float-math option when the kernel is built).
+    winograd: bool,
 }
 
 /// Packs a filter `[O, KH, KW, Cg]` for [`super::gemm_f32`], one right operand per
-/// group (`B[k][j] = w[g * og + j][k]`), concatenated.
+/// group (`B[k][j] = w[g * og + j][k]`), concatenated, straight into the aligned storage
+/// the kernel reads.
 fn pack_conv_filter_panels(
     filter: &[f32],
     [o, kh, kw, cg]: [usize; 4],
     groups: usize,
-) -> Result<Vec<f32>> {
+) -> Result<AlignedBuf> {
     let (k, og) = filter_groups(filter, [o, kh, kw, cg], groups)?;
-    let per_group = super::gemm_f32::packed_len(k, og)
-        .ok_or_else(|| RuntimeError::kernel("filter too large"))?;
-    let mut packed = super::util::zeroed_f32(per_group * groups)?;
+    let too_large = || RuntimeError::kernel("filter too large");
+    let per_group = super::gemm_f32::packed_len(k, og).ok_or_else(too_large)?;
+    let bytes = per_group
+        .checked_mul(groups)
+        .and_then(|v| v.checked_mul(4))
+        .ok_or_else(too_large)?;
+    let mut storage = AlignedBuf::zeroed(bytes)?;
+    let packed = storage.as_f32_mut();
     for g in 0..groups {
         super::gemm_f32::pack(
             k,
@@ -135,7 +166,7 @@ fn pack_conv_filter_panels(
             &mut packed[g * per_group..(g + 1) * per_group],
         );
     }
-    Ok(packed)
+    Ok(storage)
 }
 
 /// Checks a filter `[O, KH, KW, Cg]` against its shape and group count; returns the
@@ -189,12 +220,16 @@ impl Kernel for Conv {
         let mut prepared = PreparedWeights::empty();
         if let (Some(Some(bytes)), Some(dims)) = (weights.get(1), self.filter_dims) {
             let filter = f32_zeroizing(bytes);
-            let packed = zeroize::Zeroizing::new(if self.packed_for_kernel {
+            let packed = if self.winograd {
+                super::winograd::prepare_filter(&filter, dims)?
+            } else if self.packed_for_kernel {
                 pack_conv_filter_panels(&filter, dims, self.params.groups)?
             } else {
-                pack_conv_filter(&filter, dims, self.params.groups)?
-            });
-            prepared.push(AlignedBuf::from_f32(&packed)?);
+                let rows =
+                    zeroize::Zeroizing::new(pack_conv_filter(&filter, dims, self.params.groups)?);
+                AlignedBuf::from_f32(&rows)?
+            };
+            prepared.push(packed);
         }
         prepared.add_raw(weights, &[1])?;
         Ok(prepared)
@@ -245,6 +280,9 @@ impl Kernel for Conv {
                         g.ic,
                         g.oc
                     )));
+                }
+                if self.winograd {
+                    return super::winograd::conv(&g, x, &packed, bias, p.clamp(), out, threads);
                 }
                 if self.packed_for_kernel {
                     return conv_nhwc_panels(

@@ -47,6 +47,7 @@ pub mod softmax;
 pub mod transformer;
 pub(crate) mod util;
 pub(crate) mod window;
+mod winograd;
 
 /// An operation's CPU implementation.
 pub trait Kernel: Send + Sync {
@@ -283,7 +284,45 @@ pub enum Requantization {
     FixedPoint,
 }
 
-/// Builds the kernel of one operation with the default [`Requantization`].
+/// How closely float32 operations must follow float32 arithmetic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum FloatMath {
+    /// Every product and sum as a direct float32 computation would round it: results
+    /// within NNAPI's float32 tolerance.
+    #[default]
+    Strict,
+    /// Faster algorithms that round more: 3x3 stride-1 convolutions as Winograd F(4x4,
+    /// 3x3), whose errors are about ten times a direct sum's (ResNet18's logits: 3.0e-6
+    /// from ONNX Runtime's against 2.4e-6), well inside NNAPI's relaxed (float16)
+    /// tolerance. Like Arm Compute Library's `fast_math` and ncnn's default. Models
+    /// that allow relaxed computation (`relax_computation_float32_to_float16`) get it
+    /// whatever this option says.
+    Fast,
+}
+
+/// How kernels are built: options that change what they compute or how exactly.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct KernelOptions {
+    pub requantization: Requantization,
+    pub float_math: FloatMath,
+}
+
+impl KernelOptions {
+    /// The options a model gets: [`FloatMath::Fast`] when it allows relaxed float32
+    /// computation.
+    pub fn for_model(self, relaxed: bool) -> KernelOptions {
+        KernelOptions {
+            float_math: if relaxed {
+                FloatMath::Fast
+            } else {
+                self.float_math
+            },
+            ..self
+        }
+    }
+}
+
+/// Builds the kernel of one operation with the default [`KernelOptions`].
 ///
 /// `constant` yields the bytes of constant operands by operand index; only inline
 /// (CONSTANT_COPY) values are needed, so a device that keeps its weights encrypted can
@@ -293,18 +332,19 @@ pub fn build<'c>(
     operands: &[Operand],
     constant: impl Fn(u32) -> Option<&'c [u8]>,
 ) -> Result<Box<dyn Kernel>> {
-    build_with(op, operands, constant, Requantization::default())
+    build_with(op, operands, constant, KernelOptions::default())
 }
 
-/// [`build`] with an explicit [`Requantization`].
+/// [`build`] with explicit [`KernelOptions`].
 pub fn build_with<'c>(
     op: &Operation,
     operands: &[Operand],
     constant: impl Fn(u32) -> Option<&'c [u8]>,
-    requantization: Requantization,
+    options: KernelOptions,
 ) -> Result<Box<dyn Kernel>> {
     let mut info = OpInfo::new(op, operands, &constant)?;
-    info.requantization = requantization;
+    info.requantization = options.requantization;
+    info.float_math = options.float_math;
     info.check_signature()?;
     // Operations with quantized operands have their own kernels (None: not quantized).
     if let Some(kernel) = quant::build(&info) {
@@ -408,6 +448,7 @@ pub(crate) struct OpInfo<'a> {
     outputs: Vec<&'a Operand>,
     values: Vec<Option<&'a [u8]>>,
     pub requantization: Requantization,
+    pub float_math: FloatMath,
 }
 
 impl<'a> OpInfo<'a> {
@@ -448,6 +489,7 @@ impl<'a> OpInfo<'a> {
             outputs,
             values,
             requantization: Requantization::default(),
+            float_math: FloatMath::default(),
         })
     }
 

@@ -1,0 +1,720 @@
+//! Winograd F(4x4, 3x3) for float 3x3 stride-1 convolutions (NHWC, one group).
+//!
+//! Each 4x4 block of output pixels (a tile) is computed from the 6x6 input patch under
+//! it as `Y = A^T [(G g G^T) . (B^T d B)] A` (Lavin and Gray, "Fast Algorithms for
+//! Convolutional Neural Networks", 2016, with the interpolation points 0, +-1, +-2 and
+//! infinity): 36 multiplications per tile and channel pair instead of 144. Over a block
+//! of tiles, the elementwise products summed over input channels are 36 independent
+//! matrix products `M_p = V_p U_p`, (tiles x Cin) by (Cin x Cout), which run on the
+//! packed micro-kernels of [`super::gemm_f32`].
+//!
+//! - Filters are transformed (`U = G g G^T`, in f64, rounded once) and packed when the
+//!   weights are prepared: 36 packed matrices, 4x the memory of the filter. That, and
+//!   tiles that overhang small outputs, is why [`applies`] takes only layers with
+//!   outputs of at least 8x8 and filters of at most [`MAX_TRANSFORMED_FILTER`] bytes.
+//! - Input and output transforms run over channel vectors (16 lanes on AVX-512, 8 on
+//!   AVX2) with zero padding read as zeros, and the output transform adds the bias and
+//!   applies the fused activation as it stores.
+//! - Accuracy: the products are summed over transformed values, which are larger than
+//!   the inputs and filters (the coefficients reach 8 and 1/24), so errors are about ten
+//!   times a direct sum's: on a layer of random values scaled like a trained one's they
+//!   stay inside NNAPI's float32 tolerance (the test below), but not on every layer (a
+//!   3x3 layer of 64 unnormalized channels in `tests/conv.rs` exceeds it by 5%). That is
+//!   why the path runs only under [`super::FloatMath::Fast`], or for models that allow
+//!   relaxed computation, where NNAPI's float16 tolerance is hundreds of times wider.
+
+use crate::buffer::AlignedBuf;
+use crate::error::{Result, RuntimeError};
+use crate::kernels::Clamp;
+use crate::kernels::gemm_f32::{self, Epilogue};
+use crate::kernels::window::Geometry;
+
+/// Output pixels per tile side.
+const TILE: usize = 4;
+/// Input pixels per tile side (TILE + 3 - 1).
+const ALPHA: usize = 6;
+/// Elementwise products per tile.
+const POSITIONS: usize = ALPHA * ALPHA;
+
+/// Largest transformed filter (bytes) this path prepares: 256 x 256 channels (9.4 MB).
+/// Beyond it the 4x larger filter costs more memory than the layer gains in time.
+const MAX_TRANSFORMED_FILTER: usize = 10 << 20;
+
+/// Bytes of transformed input and products a block of tiles may take (per thread): the
+/// block's products stay in L2 between the matrix products and the output transform.
+const BLOCK_BYTES: usize = 2 << 20;
+
+/// The shape of a convolution as [`applies`] judges it.
+pub(crate) struct Candidate {
+    pub kernel: (usize, usize),
+    pub stride: (usize, usize),
+    pub dilation: (usize, usize),
+    pub groups: usize,
+    pub in_channels: usize,
+    pub out_channels: usize,
+    /// Output height and width, when known when the model is prepared.
+    pub output: Option<(usize, usize)>,
+    /// Whether the kernel options allow it ([`super::FloatMath::Fast`]).
+    pub fast_math: bool,
+}
+
+/// Whether a convolution takes this path (decided once, when the kernel is built).
+pub(crate) fn applies(c: &Candidate) -> bool {
+    let filter_bytes = POSITIONS
+        .checked_mul(c.in_channels)
+        .and_then(|v| v.checked_mul(c.out_channels))
+        .and_then(|v| v.checked_mul(4));
+    c.fast_math
+        && gemm_f32::available()
+        && c.kernel == (3, 3)
+        && c.stride == (1, 1)
+        && c.dilation == (1, 1)
+        && c.groups == 1
+        && c.in_channels >= 16
+        && c.out_channels >= 16
+        && filter_bytes.is_some_and(|b| b <= MAX_TRANSFORMED_FILTER)
+        && c.output.is_some_and(|(h, w)| h >= 8 && w >= 8)
+}
+
+/// Values of the prepared (transformed and packed) filter.
+fn prepared_len(cin: usize, cout: usize) -> Option<usize> {
+    gemm_f32::packed_len(cin, cout)?.checked_mul(POSITIONS)
+}
+
+/// Transforms a filter `[O, 3, 3, C]` into the 36 matrices `U_p` (C x O), each packed
+/// for [`gemm_f32::gemm`], concatenated, written straight into the aligned storage the
+/// kernel reads (no second copy of a buffer 4x the filter's size).
+pub(crate) fn prepare_filter(filter: &[f32], [o, kh, kw, c]: [usize; 4]) -> Result<AlignedBuf> {
+    if (kh, kw) != (3, 3) || o.checked_mul(9).and_then(|v| v.checked_mul(c)) != Some(filter.len()) {
+        return Err(RuntimeError::kernel(format!(
+            "Winograd filter: {} values do not make a [{o}, {kh}, {kw}, {c}] 3x3 filter",
+            filter.len()
+        )));
+    }
+    let per = gemm_f32::packed_len(c, o).ok_or_else(|| RuntimeError::kernel("filter too large"))?;
+    let total = prepared_len(c, o).ok_or_else(|| RuntimeError::kernel("filter too large"))?;
+    // Each U_p[c][o] goes straight to its place in the packed layout of
+    // [`gemm_f32::pack`] (panels of NR output channels, one row of NR per input
+    // channel); columns past `o` stay zero.
+    let bytes = total
+        .checked_mul(4)
+        .ok_or_else(|| RuntimeError::kernel("filter too large"))?;
+    let mut storage = AlignedBuf::zeroed(bytes)?;
+    let packed = storage.as_f32_mut();
+    let nr = gemm_f32::NR;
+    for oc in 0..o {
+        let (panel, lane) = (oc / nr, oc % nr);
+        for ic in 0..c {
+            let g: [[f64; 3]; 3] = std::array::from_fn(|y| {
+                std::array::from_fn(|x| filter[((oc * 3 + y) * 3 + x) * c + ic] as f64)
+            });
+            let t = transform_filter(&g);
+            for (p, v) in t.iter().flatten().enumerate() {
+                packed[p * per + (panel * c + ic) * nr + lane] = *v as f32;
+            }
+        }
+    }
+    Ok(storage)
+}
+
+/// `G g G^T` for one 3x3 filter slice.
+fn transform_filter(g: &[[f64; 3]; 3]) -> [[f64; ALPHA]; ALPHA] {
+    const G: [[f64; 3]; ALPHA] = [
+        [1.0 / 4.0, 0.0, 0.0],
+        [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+        [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+        [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+        [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+        [0.0, 0.0, 1.0],
+    ];
+    // G g: 6 x 3.
+    let gg: [[f64; 3]; ALPHA] =
+        std::array::from_fn(|i| std::array::from_fn(|j| (0..3).map(|k| G[i][k] * g[k][j]).sum()));
+    // (G g) G^T: 6 x 6.
+    std::array::from_fn(|i| std::array::from_fn(|j| (0..3).map(|k| gg[i][k] * G[j][k]).sum()))
+}
+
+/// `out = clamp(conv(x, filter) + bias)` with the filter prepared by [`prepare_filter`];
+/// tile rows split over the current rayon pool when `threads > 1`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn conv(
+    g: &Geometry,
+    x: &[f32],
+    prepared: &[f32],
+    bias: &[f32],
+    clamp: Clamp,
+    out: &mut [f32],
+    threads: usize,
+) -> Result<()> {
+    let bad = |what: &str| RuntimeError::Internal(format!("Winograd convolution: {what}"));
+    if (g.kh, g.kw, g.sh, g.sw, g.dh, g.dw) != (3, 3, 1, 1, 1, 1) {
+        return Err(bad("not a 3x3 stride-1 convolution"));
+    }
+    let (cin, cout) = (g.ic, g.oc);
+    let per = gemm_f32::packed_len(cin, cout).ok_or_else(|| bad("filter too large"))?;
+    if prepared_len(cin, cout) != Some(prepared.len()) {
+        return Err(bad("prepared filter has the wrong size"));
+    }
+    if bias.len() != cout
+        || x.len() != g.n * g.ih * g.iw * cin
+        || out.len() != g.n * g.oh * g.ow * cout
+    {
+        return Err(bad("operand sizes do not match the geometry"));
+    }
+    if !gemm_f32::available() {
+        return Err(bad("AVX2 and FMA requested on a processor without them"));
+    }
+    if out.is_empty() {
+        return Ok(());
+    }
+    let tiles_w = g.ow.div_ceil(TILE);
+    let tile_rows = g.oh.div_ceil(TILE);
+    let per_tile = POSITIONS * (cin + cout) * 4;
+    let cap = (BLOCK_BYTES / per_tile / tiles_w).clamp(1, tile_rows);
+    let rows_per_block = balanced_block(tile_rows, cap, threads);
+    let zeros = vec![0.0f32; cout];
+    let ctx = Ctx {
+        g,
+        prepared,
+        per,
+        zeros: &zeros,
+        bias,
+        clamp,
+        tiles_w,
+    };
+    let image_in = g.ih * g.iw * cin;
+    let image_out = g.oh * g.ow * cout;
+    let block_out = rows_per_block * TILE * g.ow * cout;
+    let scratch_len = rows_per_block * tiles_w * POSITIONS * (cin + cout);
+    for (b, out_img) in out.chunks_exact_mut(image_out).enumerate() {
+        let x_img = &x[b * image_in..(b + 1) * image_in];
+        let block = |i: usize, out_rows: &mut [f32]| {
+            super::util::with_scratch(scratch_len, |s: &mut [f32]| {
+                ctx.block(x_img, i * rows_per_block, out_rows, s)
+            })
+        };
+        if threads > 1 && tile_rows > rows_per_block {
+            use rayon::prelude::*;
+            out_img
+                .par_chunks_mut(block_out)
+                .enumerate()
+                .try_for_each(|(i, o)| block(i, o))?;
+        } else {
+            for (i, o) in out_img.chunks_mut(block_out).enumerate() {
+                block(i, o)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Tile rows per block: at most `cap`, and with several threads the largest size whose
+/// blocks spread most evenly over them (ResNet's 14 tile rows on 2 threads: 7 blocks of
+/// 1 row each per thread, not 4 + 4 against 4 + 2).
+fn balanced_block(rows: usize, cap: usize, threads: usize) -> usize {
+    if threads <= 1 {
+        return cap;
+    }
+    let load = |per: usize| rows.div_ceil(per).div_ceil(threads) * per;
+    (1..=cap)
+        .min_by_key(|&per| (load(per), std::cmp::Reverse(per)))
+        .unwrap_or(1)
+}
+
+struct Ctx<'a> {
+    g: &'a Geometry,
+    prepared: &'a [f32],
+    /// Values of one packed `U_p`.
+    per: usize,
+    zeros: &'a [f32],
+    bias: &'a [f32],
+    clamp: Clamp,
+    tiles_w: usize,
+}
+
+impl Ctx<'_> {
+    /// One block: tile rows `row0..` whose output rows are `out_rows` (whole rows of
+    /// the image, the last block's possibly fewer).
+    fn block(
+        &self,
+        x: &[f32],
+        row0: usize,
+        out_rows: &mut [f32],
+        scratch: &mut [f32],
+    ) -> Result<()> {
+        let g = self.g;
+        let (cin, cout) = (g.ic, g.oc);
+        let pixel_rows = out_rows.len() / (g.ow * cout);
+        let rows = pixel_rows.div_ceil(TILE);
+        let tiles = rows * self.tiles_w;
+        let (v, rest) = scratch.split_at_mut(POSITIONS * tiles * cin);
+        let m = &mut rest[..POSITIONS * tiles * cout];
+        for t in 0..tiles {
+            let (ty, tx) = (row0 + t / self.tiles_w, t % self.tiles_w);
+            input_tile(g, x, ty * TILE, tx * TILE, v, tiles, t);
+        }
+        let epilogue = Epilogue {
+            bias: self.zeros,
+            clamp: Clamp::none(),
+        };
+        for p in 0..POSITIONS {
+            gemm_f32::gemm(
+                &v[p * tiles * cin..(p + 1) * tiles * cin],
+                cin,
+                tiles,
+                cin,
+                &self.prepared[p * self.per..(p + 1) * self.per],
+                cout,
+                &mut m[p * tiles * cout..(p + 1) * tiles * cout],
+                cout,
+                epilogue,
+                1,
+            )?;
+        }
+        for t in 0..tiles {
+            let (ty, tx) = (t / self.tiles_w, t % self.tiles_w);
+            output_tile(
+                self,
+                m,
+                tiles,
+                t,
+                ty * TILE,
+                tx * TILE,
+                pixel_rows,
+                out_rows,
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Transforms the input patch of the tile whose top-left output pixel is (oy, ox) into
+/// `v[p][t][..cin]` for every position p.
+fn input_tile(
+    g: &Geometry,
+    x: &[f32],
+    oy: usize,
+    ox: usize,
+    v: &mut [f32],
+    tiles: usize,
+    t: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if super::isa::float_avx512() {
+            // SAFETY: the features were just checked.
+            return unsafe { input_tile_avx512(g, x, oy, ox, v, tiles, t) };
+        }
+        if super::isa::float_avx2_fma() {
+            // SAFETY: the features were just checked.
+            return unsafe { input_tile_avx2(g, x, oy, ox, v, tiles, t) };
+        }
+    }
+    input_tile_lanes::<8>(g, x, oy, ox, v, tiles, t)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn input_tile_avx512(
+    g: &Geometry,
+    x: &[f32],
+    oy: usize,
+    ox: usize,
+    v: &mut [f32],
+    tiles: usize,
+    t: usize,
+) {
+    input_tile_lanes::<16>(g, x, oy, ox, v, tiles, t)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn input_tile_avx2(
+    g: &Geometry,
+    x: &[f32],
+    oy: usize,
+    ox: usize,
+    v: &mut [f32],
+    tiles: usize,
+    t: usize,
+) {
+    input_tile_lanes::<8>(g, x, oy, ox, v, tiles, t)
+}
+
+/// [`input_tile`] over channel vectors of `W` lanes, then one channel at a time.
+#[inline(always)]
+fn input_tile_lanes<const W: usize>(
+    g: &Geometry,
+    x: &[f32],
+    oy: usize,
+    ox: usize,
+    v: &mut [f32],
+    tiles: usize,
+    t: usize,
+) {
+    let cin = g.ic;
+    // Input rows and columns of the patch (None: padding).
+    let iy: [Option<usize>; ALPHA] =
+        std::array::from_fn(|r| (oy + r).checked_sub(g.pad_top).filter(|&y| y < g.ih));
+    let ix: [Option<usize>; ALPHA] =
+        std::array::from_fn(|c| (ox + c).checked_sub(g.pad_left).filter(|&x| x < g.iw));
+    let mut c0 = 0;
+    while c0 + W <= cin {
+        input_channels::<W>(g, x, &iy, &ix, c0, v, tiles, t);
+        c0 += W;
+    }
+    while c0 < cin {
+        input_channels::<1>(g, x, &iy, &ix, c0, v, tiles, t);
+        c0 += 1;
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn input_channels<const W: usize>(
+    g: &Geometry,
+    x: &[f32],
+    iy: &[Option<usize>; ALPHA],
+    ix: &[Option<usize>; ALPHA],
+    c0: usize,
+    v: &mut [f32],
+    tiles: usize,
+    t: usize,
+) {
+    let mut d = [[[0.0f32; W]; ALPHA]; ALPHA];
+    for (r, y) in iy.iter().enumerate() {
+        let Some(y) = *y else { continue };
+        for (c, xx) in ix.iter().enumerate() {
+            let Some(xx) = *xx else { continue };
+            let at = (y * g.iw + xx) * g.ic + c0;
+            d[r][c].copy_from_slice(&x[at..at + W]);
+        }
+    }
+    // B^T d, column by column, then (B^T d) B, row by row.
+    let mut bd = [[[0.0f32; W]; ALPHA]; ALPHA];
+    for c in 0..ALPHA {
+        let col = input_transform(std::array::from_fn(|r| d[r][c]));
+        for (r, v) in col.into_iter().enumerate() {
+            bd[r][c] = v;
+        }
+    }
+    let stride = tiles * g.ic;
+    for (r, bd_row) in bd.into_iter().enumerate() {
+        let row = input_transform(bd_row);
+        for (c, vals) in row.iter().enumerate() {
+            let at = (r * ALPHA + c) * stride + t * g.ic + c0;
+            v[at..at + W].copy_from_slice(vals);
+        }
+    }
+}
+
+/// `B^T d` for one column of six lane vectors.
+#[inline(always)]
+fn input_transform<const W: usize>(d: [[f32; W]; ALPHA]) -> [[f32; W]; ALPHA] {
+    let mut out = [[0.0f32; W]; ALPHA];
+    for l in 0..W {
+        let [d0, d1, d2, d3, d4, d5] = [d[0][l], d[1][l], d[2][l], d[3][l], d[4][l], d[5][l]];
+        out[0][l] = 4.0 * d0 - 5.0 * d2 + d4;
+        out[1][l] = -4.0 * (d1 + d2) + d3 + d4;
+        out[2][l] = 4.0 * (d1 - d2) - d3 + d4;
+        out[3][l] = 2.0 * (d3 - d1) - d2 + d4;
+        out[4][l] = 2.0 * (d1 - d3) - d2 + d4;
+        out[5][l] = 4.0 * d1 - 5.0 * d3 + d5;
+    }
+    out
+}
+
+/// `A^T m` for one column of six lane vectors: four outputs.
+#[inline(always)]
+fn output_transform<const W: usize>(m: [[f32; W]; ALPHA]) -> [[f32; W]; TILE] {
+    let mut out = [[0.0f32; W]; TILE];
+    for l in 0..W {
+        let [m0, m1, m2, m3, m4, m5] = [m[0][l], m[1][l], m[2][l], m[3][l], m[4][l], m[5][l]];
+        let (s12, d12) = (m1 + m2, m1 - m2);
+        let (s34, d34) = (m3 + m4, m3 - m4);
+        out[0][l] = m0 + s12 + s34;
+        out[1][l] = d12 + 2.0 * d34;
+        out[2][l] = s12 + 4.0 * s34;
+        out[3][l] = d12 + 8.0 * d34 + m5;
+    }
+    out
+}
+
+/// Transforms tile t's products back to its (up to) 4x4 output pixels, adds the bias,
+/// applies the activation and stores them into `out_rows` (pixel rows of the block).
+#[allow(clippy::too_many_arguments)]
+fn output_tile(
+    ctx: &Ctx,
+    m: &[f32],
+    tiles: usize,
+    t: usize,
+    oy: usize,
+    ox: usize,
+    pixel_rows: usize,
+    out_rows: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if super::isa::float_avx512() {
+            // SAFETY: the features were just checked.
+            return unsafe { output_tile_avx512(ctx, m, tiles, t, oy, ox, pixel_rows, out_rows) };
+        }
+        if super::isa::float_avx2_fma() {
+            // SAFETY: the features were just checked.
+            return unsafe { output_tile_avx2(ctx, m, tiles, t, oy, ox, pixel_rows, out_rows) };
+        }
+    }
+    output_tile_lanes::<8>(ctx, m, tiles, t, oy, ox, pixel_rows, out_rows)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn output_tile_avx512(
+    ctx: &Ctx,
+    m: &[f32],
+    tiles: usize,
+    t: usize,
+    oy: usize,
+    ox: usize,
+    pixel_rows: usize,
+    out_rows: &mut [f32],
+) {
+    output_tile_lanes::<16>(ctx, m, tiles, t, oy, ox, pixel_rows, out_rows)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn output_tile_avx2(
+    ctx: &Ctx,
+    m: &[f32],
+    tiles: usize,
+    t: usize,
+    oy: usize,
+    ox: usize,
+    pixel_rows: usize,
+    out_rows: &mut [f32],
+) {
+    output_tile_lanes::<8>(ctx, m, tiles, t, oy, ox, pixel_rows, out_rows)
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn output_tile_lanes<const W: usize>(
+    ctx: &Ctx,
+    m: &[f32],
+    tiles: usize,
+    t: usize,
+    oy: usize,
+    ox: usize,
+    pixel_rows: usize,
+    out_rows: &mut [f32],
+) {
+    let cout = ctx.g.oc;
+    let mut o0 = 0;
+    while o0 + W <= cout {
+        output_channels::<W>(ctx, m, tiles, t, oy, ox, pixel_rows, o0, out_rows);
+        o0 += W;
+    }
+    while o0 < cout {
+        output_channels::<1>(ctx, m, tiles, t, oy, ox, pixel_rows, o0, out_rows);
+        o0 += 1;
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn output_channels<const W: usize>(
+    ctx: &Ctx,
+    m: &[f32],
+    tiles: usize,
+    t: usize,
+    oy: usize,
+    ox: usize,
+    pixel_rows: usize,
+    o0: usize,
+    out_rows: &mut [f32],
+) {
+    let g = ctx.g;
+    let cout = g.oc;
+    let stride = tiles * cout;
+    let load = |p: usize| -> [f32; W] {
+        let at = p * stride + t * cout + o0;
+        m[at..at + W].try_into().unwrap_or([0.0; W])
+    };
+    // A^T m, column by column (4 x 6), then (A^T m) A, row by row (4 x 4).
+    let cols: [[[f32; W]; TILE]; ALPHA] =
+        std::array::from_fn(|c| output_transform(std::array::from_fn(|r| load(r * ALPHA + c))));
+    let am: [[[f32; W]; ALPHA]; TILE] =
+        std::array::from_fn(|r| std::array::from_fn(|c| cols[c][r]));
+    let bias: [f32; W] = g_bias(ctx.bias, o0);
+    for (r, row) in am.iter().enumerate() {
+        let y = oy + r;
+        if y >= pixel_rows {
+            break;
+        }
+        let vals = output_transform(*row);
+        for (c, vals) in vals.iter().enumerate() {
+            let x = ox + c;
+            if x >= g.ow {
+                break;
+            }
+            let at = (y * g.ow + x) * cout + o0;
+            for ((dst, &v), &b) in out_rows[at..at + W].iter_mut().zip(vals).zip(&bias) {
+                *dst = ctx.clamp.apply(v + b);
+            }
+        }
+    }
+}
+
+#[inline(always)]
+fn g_bias<const W: usize>(bias: &[f32], o0: usize) -> [f32; W] {
+    bias[o0..o0 + W].try_into().unwrap_or([0.0; W])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic values in [-1, 1).
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// Direct convolution in f64 (NHWC input, [O, 3, 3, C] filter).
+    fn reference(g: &Geometry, x: &[f32], w: &[f32], bias: &[f32], clamp: Clamp) -> Vec<f64> {
+        let mut out = vec![0.0f64; g.n * g.oh * g.ow * g.oc];
+        for b in 0..g.n {
+            for oy in 0..g.oh {
+                for ox in 0..g.ow {
+                    for o in 0..g.oc {
+                        let mut acc = bias[o] as f64;
+                        for ky in 0..3 {
+                            for kx in 0..3 {
+                                let (Some(y), Some(xx)) = (
+                                    (oy + ky).checked_sub(g.pad_top).filter(|&y| y < g.ih),
+                                    (ox + kx).checked_sub(g.pad_left).filter(|&v| v < g.iw),
+                                ) else {
+                                    continue;
+                                };
+                                for c in 0..g.ic {
+                                    acc += x[((b * g.ih + y) * g.iw + xx) * g.ic + c] as f64
+                                        * w[((o * 3 + ky) * 3 + kx) * g.ic + c] as f64;
+                                }
+                            }
+                        }
+                        let v = acc.max(clamp.lo as f64).min(clamp.hi as f64);
+                        out[((b * g.oh + oy) * g.ow + ox) * g.oc + o] = v;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn geometry(n: usize, (ih, iw): (usize, usize), ic: usize, oc: usize, pad: usize) -> Geometry {
+        Geometry {
+            n,
+            ih,
+            iw,
+            ic,
+            oh: ih + 2 * pad - 2,
+            ow: iw + 2 * pad - 2,
+            oc,
+            kh: 3,
+            kw: 3,
+            sh: 1,
+            sw: 1,
+            dh: 1,
+            dw: 1,
+            pad_top: pad,
+            pad_left: pad,
+        }
+    }
+
+    /// Within NNAPI's float32 tolerance of a direct convolution computed in f64, at
+    /// every border (sizes not multiples of 4, padding or none), with channel counts
+    /// that leave vector tails, two images, an activation, on 1 and 2 threads.
+    #[test]
+    fn matches_direct_convolution_within_float32_tolerance() {
+        if !gemm_f32::available() {
+            return;
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        for (i, &(n, hw, ic, oc, pad, relu)) in [
+            (1, (8, 8), 16, 16, 1, false),
+            (2, (9, 11), 19, 21, 1, true),
+            (1, (14, 14), 64, 40, 1, false),
+            (1, (13, 10), 24, 33, 0, true),
+            (1, (30, 17), 32, 48, 1, false),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let g = geometry(n, hw, ic, oc, pad);
+            let x = values(n * hw.0 * hw.1 * ic, 3 * i as u64 + 1);
+            let scale = 1.0 / ((9 * ic) as f32).sqrt();
+            let w: Vec<f32> = values(oc * 9 * ic, 3 * i as u64 + 2)
+                .iter()
+                .map(|v| v * scale)
+                .collect();
+            let bias = values(oc, 3 * i as u64 + 3);
+            let clamp = if relu {
+                Clamp { lo: 0.0, hi: 6.0 }
+            } else {
+                Clamp::none()
+            };
+            let expected = reference(&g, &x, &w, &bias, clamp);
+            let prepared = prepare_filter(&w, [oc, 3, 3, ic]).unwrap();
+            let prepared = prepared.as_f32();
+            for threads in [1, 2] {
+                let mut out = vec![f32::NAN; expected.len()];
+                pool.install(|| conv(&g, &x, prepared, &bias, clamp, &mut out, threads))
+                    .unwrap();
+                for (j, (&a, &e)) in out.iter().zip(&expected).enumerate() {
+                    let tol = 1e-5 + 5.0 * f32::EPSILON as f64 * e.abs();
+                    assert!(
+                        (a as f64 - e).abs() <= tol,
+                        "case {i}, {threads} threads, element {j}: {a} against {e}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn blocks_spread_evenly_over_threads() {
+        assert_eq!(balanced_block(14, 4, 1), 4);
+        assert_eq!(balanced_block(14, 4, 2), 1);
+        assert_eq!(balanced_block(16, 8, 2), 8);
+        assert_eq!(balanced_block(4, 4, 2), 2);
+        assert_eq!(balanced_block(1, 1, 2), 1);
+    }
+
+    #[test]
+    fn refuses_what_it_does_not_compute() {
+        let mut g = geometry(1, (8, 8), 16, 16, 1);
+        let w = values(16 * 9 * 16, 1);
+        let prepared = prepare_filter(&w, [16, 3, 3, 16]).unwrap();
+        let prepared = prepared.as_f32();
+        let x = values(8 * 8 * 16, 2);
+        let mut out = vec![0.0; 8 * 8 * 16];
+        let bias = vec![0.0; 16];
+        assert!(conv(&g, &x, &prepared[1..], &bias, Clamp::none(), &mut out, 1).is_err());
+        g.sh = 2;
+        assert!(conv(&g, &x, prepared, &bias, Clamp::none(), &mut out, 1).is_err());
+        assert!(prepare_filter(&w[1..], [16, 3, 3, 16]).is_err());
+    }
+}
