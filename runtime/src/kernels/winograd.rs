@@ -544,10 +544,14 @@ fn output_channels<const W: usize>(
         m[at..at + W].try_into().unwrap_or([0.0; W])
     };
     // A^T m, column by column (4 x 6), then (A^T m) A, row by row (4 x 4).
-    let cols: [[[f32; W]; TILE]; ALPHA] =
-        std::array::from_fn(|c| output_transform(std::array::from_fn(|r| load(r * ALPHA + c))));
-    let am: [[[f32; W]; ALPHA]; TILE] =
-        std::array::from_fn(|r| std::array::from_fn(|c| cols[c][r]));
+    let mut am = [[[0.0f32; W]; ALPHA]; TILE];
+    #[allow(clippy::needless_range_loop)] // c indexes am's inner arrays, not am
+    for c in 0..ALPHA {
+        let col = output_transform(std::array::from_fn(|r| load(r * ALPHA + c)));
+        for (r, v) in col.into_iter().enumerate() {
+            am[r][c] = v;
+        }
+    }
     let bias: [f32; W] = g_bias(ctx.bias, o0);
     for (r, row) in am.iter().enumerate() {
         let y = oy + r;
