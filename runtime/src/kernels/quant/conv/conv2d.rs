@@ -308,6 +308,11 @@ fn im2col_bytes(
     let k = g.kh * g.kw * cg;
     let pointwise = g.is_pointwise();
     let contiguous = g.dw == 1 && cg == g.ic;
+    // The output pixel of row r0, then stepped row by row (two divisions per row were a
+    // large part of gathering a 3-channel first layer's 27-byte rows).
+    let mut ox = r0 % g.ow.max(1);
+    let mut oy = (r0 / g.ow.max(1)) % g.oh.max(1);
+    let mut b = r0 / (g.ow * g.oh).max(1);
     for (r, dst) in a.chunks_exact_mut(kq).enumerate() {
         dst[k..].fill(0);
         let row = r0 + r;
@@ -315,9 +320,19 @@ fn im2col_bytes(
             dst[..cg].copy_from_slice(&x[row * g.ic + c0..][..cg]);
             continue;
         }
-        let ox = row % g.ow;
-        let oy = (row / g.ow) % g.oh;
-        let b = row / (g.ow * g.oh);
+        let (b, oy, ox) = {
+            let here = (b, oy, ox);
+            ox += 1;
+            if ox == g.ow {
+                ox = 0;
+                oy += 1;
+                if oy == g.oh {
+                    oy = 0;
+                    b += 1;
+                }
+            }
+            here
+        };
         for ky in 0..g.kh {
             let drow = &mut dst[ky * g.kw * cg..(ky + 1) * g.kw * cg];
             let Some(iy) = g.in_y(oy, ky) else {
@@ -334,7 +349,14 @@ fn im2col_bytes(
                 if kx1 > kx0 {
                     let ix0 = start + kx0 - g.pad_left;
                     let src = &x[(base + ix0) * g.ic..(base + ix0 + kx1 - kx0) * g.ic];
-                    drow[kx0 * cg..kx1 * cg].copy_from_slice(src);
+                    let dst = &mut drow[kx0 * cg..kx1 * cg];
+                    // A first layer's whole 3 x 3-channel span as a fixed-size copy (moves,
+                    // not a call to memcpy for 9 bytes).
+                    match dst.len() {
+                        9 => copy_fixed::<9>(dst, src),
+                        12 => copy_fixed::<12>(dst, src),
+                        _ => dst.copy_from_slice(src),
+                    }
                 }
             } else {
                 for kx in 0..g.kw {
@@ -346,6 +368,16 @@ fn im2col_bytes(
                 }
             }
         }
+    }
+}
+
+/// `dst.copy_from_slice(src)` for slices of exactly `N` bytes, with `N` known to the
+/// compiler.
+#[inline(always)]
+fn copy_fixed<const N: usize>(dst: &mut [u8], src: &[u8]) {
+    debug_assert_eq!((dst.len(), src.len()), (N, N));
+    if let (Ok(d), Ok(s)) = (<&mut [u8; N]>::try_from(dst), <&[u8; N]>::try_from(src)) {
+        *d = *s;
     }
 }
 
