@@ -164,19 +164,7 @@ fn conv3x3_file() -> (Vec<u8>, Vec<HostTensor>) {
         ],
         &[out_f32(&[1, 12, 12, 16])],
     );
-    let options = nnc_formats::container::WriteOptions {
-        key: None,
-        mode: Mode::Ctr,
-        authenticate_only: false,
-        reproducible: false,
-        producer: "test".into(),
-        arena: None,
-        extra_sections: Vec::new(),
-    };
-    (
-        nnc_formats::container::write(&model, &options).expect("writes"),
-        feeds,
-    )
+    (write_file(&model, None, Mode::Ctr), feeds)
 }
 
 /// Filters are prepared differently under the two float-math options, so the cache

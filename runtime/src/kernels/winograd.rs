@@ -249,10 +249,12 @@ impl Ctx<'_> {
         let tiles = rows * self.tiles_w;
         let (v, rest) = scratch.split_at_mut(POSITIONS * tiles * cin);
         let m = &mut rest[..POSITIONS * tiles * cout];
-        for t in 0..tiles {
-            let (ty, tx) = (row0 + t / self.tiles_w, t % self.tiles_w);
-            input_tile(g, x, ty * TILE, tx * TILE, v, tiles, t);
-        }
+        let block = Block {
+            row0,
+            tiles,
+            pixel_rows,
+        };
+        self.transform_inputs(x, &block, v);
         let epilogue = Epilogue {
             bias: self.zeros,
             clamp: Clamp::none(),
@@ -271,77 +273,97 @@ impl Ctx<'_> {
                 1,
             )?;
         }
-        for t in 0..tiles {
-            let (ty, tx) = (t / self.tiles_w, t % self.tiles_w);
-            output_tile(
-                self,
-                m,
-                tiles,
-                t,
-                ty * TILE,
-                tx * TILE,
-                pixel_rows,
-                out_rows,
-            );
-        }
+        self.transform_outputs(m, &block, out_rows);
         Ok(())
     }
-}
 
-/// Transforms the input patch of the tile whose top-left output pixel is (oy, ox) into
-/// `v[p][t][..cin]` for every position p.
-fn input_tile(
-    g: &Geometry,
-    x: &[f32],
-    oy: usize,
-    ox: usize,
-    v: &mut [f32],
-    tiles: usize,
-    t: usize,
-) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if super::isa::float_avx512() {
-            // SAFETY: the features were just checked.
-            return unsafe { input_tile_avx512(g, x, oy, ox, v, tiles, t) };
+    /// [`Ctx::inputs`] compiled for this processor's widest float vectors: 16 lanes
+    /// under AVX-512, 8 under AVX2+FMA (the processors [`applies`] admits; the last
+    /// call is a fallback for the compiler's baseline).
+    fn transform_inputs(&self, x: &[f32], block: &Block, v: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if super::isa::float_avx512() {
+                // SAFETY: the features were just checked.
+                return unsafe { self.inputs_avx512(x, block, v) };
+            }
+            if super::isa::float_avx2_fma() {
+                // SAFETY: the features were just checked.
+                return unsafe { self.inputs_avx2(x, block, v) };
+            }
         }
-        if super::isa::float_avx2_fma() {
-            // SAFETY: the features were just checked.
-            return unsafe { input_tile_avx2(g, x, oy, ox, v, tiles, t) };
+        self.inputs::<8>(x, block, v)
+    }
+
+    /// [`Ctx::outputs`] compiled as [`Ctx::transform_inputs`] is.
+    fn transform_outputs(&self, m: &[f32], block: &Block, out_rows: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if super::isa::float_avx512() {
+                // SAFETY: the features were just checked.
+                return unsafe { self.outputs_avx512(m, block, out_rows) };
+            }
+            if super::isa::float_avx2_fma() {
+                // SAFETY: the features were just checked.
+                return unsafe { self.outputs_avx2(m, block, out_rows) };
+            }
+        }
+        self.outputs::<8>(m, block, out_rows)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn inputs_avx512(&self, x: &[f32], block: &Block, v: &mut [f32]) {
+        self.inputs::<16>(x, block, v)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn inputs_avx2(&self, x: &[f32], block: &Block, v: &mut [f32]) {
+        self.inputs::<8>(x, block, v)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn outputs_avx512(&self, m: &[f32], block: &Block, out_rows: &mut [f32]) {
+        self.outputs::<16>(m, block, out_rows)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn outputs_avx2(&self, m: &[f32], block: &Block, out_rows: &mut [f32]) {
+        self.outputs::<8>(m, block, out_rows)
+    }
+
+    /// Transforms the input patch of every tile of the block into `v[p][t][..cin]`.
+    #[inline(always)]
+    fn inputs<const W: usize>(&self, x: &[f32], block: &Block, v: &mut [f32]) {
+        for t in 0..block.tiles {
+            let oy = (block.row0 + t / self.tiles_w) * TILE;
+            let ox = (t % self.tiles_w) * TILE;
+            input_tile_lanes::<W>(self.g, x, oy, ox, v, block.tiles, t);
         }
     }
-    input_tile_lanes::<8>(g, x, oy, ox, v, tiles, t)
+
+    /// Transforms every tile's products back to its (up to) 4x4 output pixels in
+    /// `out_rows`, with the bias and activation.
+    #[inline(always)]
+    fn outputs<const W: usize>(&self, m: &[f32], block: &Block, out_rows: &mut [f32]) {
+        for t in 0..block.tiles {
+            let (oy, ox) = ((t / self.tiles_w) * TILE, (t % self.tiles_w) * TILE);
+            output_tile_lanes::<W>(self, m, block.tiles, t, oy, ox, block.pixel_rows, out_rows);
+        }
+    }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn input_tile_avx512(
-    g: &Geometry,
-    x: &[f32],
-    oy: usize,
-    ox: usize,
-    v: &mut [f32],
+/// One block of tiles: tile rows from `row0`, `tiles` tiles, `pixel_rows` output rows.
+struct Block {
+    row0: usize,
     tiles: usize,
-    t: usize,
-) {
-    input_tile_lanes::<16>(g, x, oy, ox, v, tiles, t)
+    pixel_rows: usize,
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn input_tile_avx2(
-    g: &Geometry,
-    x: &[f32],
-    oy: usize,
-    ox: usize,
-    v: &mut [f32],
-    tiles: usize,
-    t: usize,
-) {
-    input_tile_lanes::<8>(g, x, oy, ox, v, tiles, t)
-}
-
-/// [`input_tile`] over channel vectors of `W` lanes, then one channel at a time.
+/// One tile's input transform (top-left output pixel (oy, ox)) over channel vectors of `W` lanes, then one channel at a time.
 #[inline(always)]
 fn input_tile_lanes<const W: usize>(
     g: &Geometry,
@@ -440,65 +462,8 @@ fn output_transform<const W: usize>(m: [[f32; W]; ALPHA]) -> [[f32; W]; TILE] {
     out
 }
 
-/// Transforms tile t's products back to its (up to) 4x4 output pixels, adds the bias,
-/// applies the activation and stores them into `out_rows` (pixel rows of the block).
-#[allow(clippy::too_many_arguments)]
-fn output_tile(
-    ctx: &Ctx,
-    m: &[f32],
-    tiles: usize,
-    t: usize,
-    oy: usize,
-    ox: usize,
-    pixel_rows: usize,
-    out_rows: &mut [f32],
-) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if super::isa::float_avx512() {
-            // SAFETY: the features were just checked.
-            return unsafe { output_tile_avx512(ctx, m, tiles, t, oy, ox, pixel_rows, out_rows) };
-        }
-        if super::isa::float_avx2_fma() {
-            // SAFETY: the features were just checked.
-            return unsafe { output_tile_avx2(ctx, m, tiles, t, oy, ox, pixel_rows, out_rows) };
-        }
-    }
-    output_tile_lanes::<8>(ctx, m, tiles, t, oy, ox, pixel_rows, out_rows)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn output_tile_avx512(
-    ctx: &Ctx,
-    m: &[f32],
-    tiles: usize,
-    t: usize,
-    oy: usize,
-    ox: usize,
-    pixel_rows: usize,
-    out_rows: &mut [f32],
-) {
-    output_tile_lanes::<16>(ctx, m, tiles, t, oy, ox, pixel_rows, out_rows)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn output_tile_avx2(
-    ctx: &Ctx,
-    m: &[f32],
-    tiles: usize,
-    t: usize,
-    oy: usize,
-    ox: usize,
-    pixel_rows: usize,
-    out_rows: &mut [f32],
-) {
-    output_tile_lanes::<8>(ctx, m, tiles, t, oy, ox, pixel_rows, out_rows)
-}
-
+/// One tile's output transform over channel vectors of `W` lanes, then one channel at
+/// a time.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn output_tile_lanes<const W: usize>(

@@ -416,6 +416,15 @@ pub fn fully_connected_file(
         ],
         &[out_f32(&[1, n])],
     );
+    (write_file(&model, key, mode), feeds)
+}
+
+/// The `.nnc` bytes of `model`, written under `key` in `mode` (unencrypted without a key).
+pub fn write_file(
+    model: &Model,
+    key: Option<&nnc_formats::crypto::Key>,
+    mode: nnc_formats::crypto::Mode,
+) -> Vec<u8> {
     let options = nnc_formats::container::WriteOptions {
         key,
         mode,
@@ -425,8 +434,5 @@ pub fn fully_connected_file(
         arena: None,
         extra_sections: Vec::new(),
     };
-    (
-        nnc_formats::container::write(&model, &options).expect("writes"),
-        feeds,
-    )
+    nnc_formats::container::write(model, &options).expect("writes")
 }
