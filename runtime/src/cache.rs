@@ -76,8 +76,9 @@ pub(crate) struct CacheStep {
 /// What a step's token binds besides the nnc version: the kernels' instruction-set
 /// paths, because prepared weights are laid out for them (a quantized filter is packed
 /// as bytes for the dot-product path and as i16 pairs for the AVX2 one), so a cache
-/// written on one processor is a miss, not a misreading, on another. Likewise the
-/// float-math option, under which 3x3 filters are prepared for the Winograd path.
+/// written on one processor is a miss, not a misreading, on another. Likewise the float
+/// math the kernels are built with (the option, or fast for a model that allows relaxed
+/// computation), under which 3x3 filters are prepared for the Winograd path.
 fn kernel_build(float_math: FloatMath) -> String {
     let isa = crate::kernels::isa::report();
     let math = match float_math {

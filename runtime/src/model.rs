@@ -274,9 +274,16 @@ impl PreparedModel {
         let metadata = copy_metadata(data)?;
         devices.device_for("").authenticate(&metadata)?;
         check_prepare_deadline(options.deadline, "while the file was authenticated")?;
-        let (header, plan, op_count) = {
+        let (header, plan, op_count, kernel_options) = {
             let container = Container::parse_with_metadata(data, metadata.clone())?;
             let op_count = container.model.main.operations.len();
+            // What the kernels are built with, as the program will build them (a model
+            // that allows relaxed computation gets fast float math whatever the option).
+            let kernel_options = KernelOptions {
+                requantization: options.requantization,
+                float_math: options.float_math,
+            }
+            .for_model(container.model.relax_computation_float32_to_float16);
             let plan = match container.section(SectionKind::ExecutionPlan) {
                 Some(section) => Some(
                     ExecutionPlan::from_bytes(
@@ -288,7 +295,7 @@ impl PreparedModel {
                 ),
                 None => None,
             };
-            (container.header.clone(), plan, op_count)
+            (container.header.clone(), plan, op_count, kernel_options)
         };
         let register = header.crypto;
         // Compilation cache: try every step's entry before touching a weight field.
@@ -319,7 +326,7 @@ impl PreparedModel {
                 op_count,
                 &model_id,
                 &device_names[0],
-                options.float_math,
+                kernel_options.float_math,
             );
             hit = cache::try_hit(dir, &steps, &key_for, &mut report.warnings)?;
             report.outcome = if hit.is_some() {
@@ -395,7 +402,14 @@ impl PreparedModel {
             let bad_layout = (!keyed)
                 .then(|| {
                     h.weights.iter().find(|(device, op, weights)| {
-                        !prepared_layout_ok(&model, &attached, *device, *op, weights, options)
+                        !prepared_layout_ok(
+                            &model,
+                            &attached,
+                            *device,
+                            *op,
+                            weights,
+                            kernel_options,
+                        )
                     })
                 })
                 .flatten()
@@ -729,7 +743,7 @@ fn prepared_layout_ok(
     device: usize,
     op: usize,
     weights: &PreparedWeights,
-    options: &LoadOptions,
+    kernel_options: KernelOptions,
 ) -> bool {
     let (Some(d), Some(operation)) = (attached.get(device), model.main.operations.get(op)) else {
         return false;
@@ -738,11 +752,6 @@ fn prepared_layout_ok(
         nnc_formats::nn::Lifetime::ConstantCopy => model.constant_bytes(i),
         _ => None,
     };
-    let kernel_options = KernelOptions {
-        requantization: options.requantization,
-        float_math: options.float_math,
-    }
-    .for_model(model.relax_computation_float32_to_float16);
     match crate::kernels::build_with(operation, &model.main.operands, inline, kernel_options) {
         Ok(kernel) => d.layout_matches(op, kernel.as_ref(), weights),
         Err(_) => false,

@@ -148,10 +148,11 @@ fn a_rewritten_data_file_of_an_unencrypted_model_is_discarded_not_used() {
 }
 
 /// A 3x3 CONV_2D of 16 channels on a 12x12 image (SAME padding), unencrypted: a layer
-/// the Winograd path takes under `FloatMath::Fast`.
-fn conv3x3_file() -> (Vec<u8>, Vec<HostTensor>) {
+/// the Winograd path takes under `FloatMath::Fast` (or when `relaxed`, the model allows
+/// relaxed computation).
+fn conv3x3_file(relaxed: bool) -> (Vec<u8>, Vec<HostTensor>) {
     let mut rng = Rng::new(5);
-    let (model, feeds) = single_op(
+    let (mut model, feeds) = single_op(
         nnc_formats::nn::OperationType::Conv2d,
         vec![
             input_f32(&[1, 12, 12, 16], &rng.f32s(12 * 12 * 16)),
@@ -164,6 +165,7 @@ fn conv3x3_file() -> (Vec<u8>, Vec<HostTensor>) {
         ],
         &[out_f32(&[1, 12, 12, 16])],
     );
+    model.relax_computation_float32_to_float16 = relaxed;
     (write_file(&model, None, Mode::Ctr), feeds)
 }
 
@@ -174,7 +176,7 @@ fn conv3x3_file() -> (Vec<u8>, Vec<HostTensor>) {
 #[test]
 fn the_float_math_option_has_its_own_cache_entry() {
     use nnc_runtime::FloatMath;
-    let (file, feeds) = conv3x3_file();
+    let (file, feeds) = conv3x3_file(false);
     let npu = SimulatedNpu::new("npu0");
     let tmp = tempfile::tempdir().expect("tempdir");
     let cache = tmp.path().join("cache");
@@ -207,5 +209,34 @@ fn the_float_math_option_has_its_own_cache_entry() {
             report.warnings
         );
         assert_eq!(&outputs(&model, &feeds), expected, "{math:?}");
+    }
+}
+
+/// A model that allows relaxed computation is prepared with fast float math whatever
+/// the option says, so its cache entry is the same under both: the second load hits.
+#[test]
+fn a_relaxed_model_has_one_cache_entry_for_both_options() {
+    use nnc_runtime::FloatMath;
+    let (file, feeds) = conv3x3_file(true);
+    let npu = SimulatedNpu::new("npu0");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut first = None;
+    for (math, outcome) in [
+        (FloatMath::Strict, CacheOutcome::Miss),
+        (FloatMath::Fast, CacheOutcome::Hit),
+    ] {
+        let options = LoadOptions {
+            cache: Some(CacheConfig {
+                dir: tmp.path().join("cache"),
+                token: None,
+            }),
+            float_math: math,
+            ..LoadOptions::default()
+        };
+        let model = PreparedModel::load_bytes(file.clone(), &npu, &options).expect("loads");
+        let report = model.cache_report();
+        assert_eq!(report.outcome, outcome, "{math:?}: {:?}", report.warnings);
+        let got = outputs(&model, &feeds);
+        assert_eq!(first.get_or_insert_with(|| got.clone()), &got, "{math:?}");
     }
 }

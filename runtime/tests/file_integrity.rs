@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use nnc_formats::container::{self, WriteOptions};
+use nnc_formats::container;
 use nnc_formats::crypto::{Algorithm, Key, Mode};
 use nnc_formats::nn::OperationType;
 use nnc_runtime::{LoadOptions, ModelFile, PreparedModel, SimulatedNpu};
@@ -127,19 +127,10 @@ fn two_layers(key: &Key, mode: Mode) -> (Vec<u8>, Vec<nnc_formats::tensor::HostT
     };
     model.input_info = vec![io("x")];
     model.output_info = vec![io("y")];
-    let options = WriteOptions {
-        key: Some(key),
-        mode,
-        authenticate_only: false,
-        reproducible: false,
-        producer: "test".into(),
-        arena: None,
-        extra_sections: Vec::new(),
-    };
     let feeds = vec![
         nnc_formats::tensor::HostTensor::from_f32(vec![1, W], &Rng::new(3).f32s(W)).expect("input"),
     ];
-    (container::write(&model, &options).expect("writes"), feeds)
+    (write_file(&model, Some(key), mode), feeds)
 }
 
 fn load_error(bytes: Vec<u8>, npu: &SimulatedNpu) -> String {

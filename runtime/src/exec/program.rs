@@ -224,6 +224,7 @@ impl Program {
         };
         // Build every kernel before failing, so that all unsupported operations are
         // reported together.
+        let kernel_options = options.kernel_options(model);
         let mut kernels: Vec<Box<dyn Kernel>> = Vec::with_capacity(n_ops);
         let mut unsupported = Vec::new();
         for (i, op) in ops.iter().enumerate() {
@@ -232,7 +233,7 @@ impl Program {
                 kernels.push(Box::new(super::control_flow::ControlFlowKernel));
                 continue;
             }
-            match kernels::build_with(op, operands, inline, options.kernel_options(model))
+            match kernels::build_with(op, operands, inline, kernel_options)
                 .map_err(|e| e.locate(i, op))
             {
                 Ok(k) => kernels.push(k),

@@ -212,3 +212,29 @@ pub(crate) fn with_scratch<S: bytemuck::Pod, R>(
         Err(_) => f(&mut filled(len, S::zeroed())?),
     })
 }
+
+/// The xorshift generator of the kernels' randomized unit tests.
+#[cfg(test)]
+pub(crate) mod test_rng {
+    pub(crate) struct Rng(pub u64);
+
+    impl Rng {
+        pub(crate) fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        pub(crate) fn range(&mut self, lo: i32, hi: i32) -> i32 {
+            lo + (self.next() % (hi - lo + 1) as u64) as i32
+        }
+
+        /// `n` values uniform in [-1, 1).
+        pub(crate) fn f32s(&mut self, n: usize) -> Vec<f32> {
+            (0..n)
+                .map(|_| (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
+                .collect()
+        }
+    }
+}

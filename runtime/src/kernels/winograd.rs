@@ -339,9 +339,13 @@ impl Ctx<'_> {
     #[inline(always)]
     fn inputs<const W: usize>(&self, x: &[f32], block: &Block, v: &mut [f32]) {
         for t in 0..block.tiles {
-            let oy = (block.row0 + t / self.tiles_w) * TILE;
-            let ox = (t % self.tiles_w) * TILE;
-            input_tile_lanes::<W>(self.g, x, oy, ox, v, block.tiles, t);
+            let at = TileAt {
+                index: t,
+                count: block.tiles,
+                oy: (block.row0 + t / self.tiles_w) * TILE,
+                ox: (t % self.tiles_w) * TILE,
+            };
+            input_tile_lanes::<W>(self.g, x, &at, v);
         }
     }
 
@@ -350,10 +354,24 @@ impl Ctx<'_> {
     #[inline(always)]
     fn outputs<const W: usize>(&self, m: &[f32], block: &Block, out_rows: &mut [f32]) {
         for t in 0..block.tiles {
-            let (oy, ox) = ((t / self.tiles_w) * TILE, (t % self.tiles_w) * TILE);
-            output_tile_lanes::<W>(self, m, block.tiles, t, oy, ox, block.pixel_rows, out_rows);
+            // Output rows count from the block's first.
+            let at = TileAt {
+                index: t,
+                count: block.tiles,
+                oy: (t / self.tiles_w) * TILE,
+                ox: (t % self.tiles_w) * TILE,
+            };
+            output_tile_lanes::<W>(self, m, &at, block.pixel_rows, out_rows);
         }
     }
+}
+
+/// Tile `index` of a block of `count`, whose top-left output pixel is (oy, ox).
+struct TileAt {
+    index: usize,
+    count: usize,
+    oy: usize,
+    ox: usize,
 }
 
 /// One block of tiles: tile rows from `row0`, `tiles` tiles, `pixel_rows` output rows.
@@ -363,53 +381,49 @@ struct Block {
     pixel_rows: usize,
 }
 
-/// One tile's input transform (top-left output pixel (oy, ox)) over channel vectors of `W` lanes, then one channel at a time.
+/// One tile's input transform over channel vectors of `W` lanes, then one channel at a
+/// time.
 #[inline(always)]
-fn input_tile_lanes<const W: usize>(
-    g: &Geometry,
-    x: &[f32],
-    oy: usize,
-    ox: usize,
-    v: &mut [f32],
-    tiles: usize,
-    t: usize,
-) {
-    let cin = g.ic;
+fn input_tile_lanes<const W: usize>(g: &Geometry, x: &[f32], at: &TileAt, v: &mut [f32]) {
     // Input rows and columns of the patch (None: padding).
-    let iy: [Option<usize>; ALPHA] =
-        std::array::from_fn(|r| (oy + r).checked_sub(g.pad_top).filter(|&y| y < g.ih));
-    let ix: [Option<usize>; ALPHA] =
-        std::array::from_fn(|c| (ox + c).checked_sub(g.pad_left).filter(|&x| x < g.iw));
+    let patch = Patch {
+        iy: std::array::from_fn(|r| (at.oy + r).checked_sub(g.pad_top).filter(|&y| y < g.ih)),
+        ix: std::array::from_fn(|c| (at.ox + c).checked_sub(g.pad_left).filter(|&x| x < g.iw)),
+    };
     let mut c0 = 0;
-    while c0 + W <= cin {
-        input_channels::<W>(g, x, &iy, &ix, c0, v, tiles, t);
+    while c0 + W <= g.ic {
+        input_channels::<W>(g, x, &patch, at, c0, v);
         c0 += W;
     }
-    while c0 < cin {
-        input_channels::<1>(g, x, &iy, &ix, c0, v, tiles, t);
+    while c0 < g.ic {
+        input_channels::<1>(g, x, &patch, at, c0, v);
         c0 += 1;
     }
 }
 
+/// The input pixels under a tile: rows `iy`, columns `ix` (None: padding).
+struct Patch {
+    iy: [Option<usize>; ALPHA],
+    ix: [Option<usize>; ALPHA],
+}
+
+/// Input channels `c0..c0 + W` of one tile into `v[p][tile][c0..]`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn input_channels<const W: usize>(
     g: &Geometry,
     x: &[f32],
-    iy: &[Option<usize>; ALPHA],
-    ix: &[Option<usize>; ALPHA],
+    patch: &Patch,
+    at: &TileAt,
     c0: usize,
     v: &mut [f32],
-    tiles: usize,
-    t: usize,
 ) {
     let mut d = [[[0.0f32; W]; ALPHA]; ALPHA];
-    for (r, y) in iy.iter().enumerate() {
+    for (r, y) in patch.iy.iter().enumerate() {
         let Some(y) = *y else { continue };
-        for (c, xx) in ix.iter().enumerate() {
+        for (c, xx) in patch.ix.iter().enumerate() {
             let Some(xx) = *xx else { continue };
-            let at = (y * g.iw + xx) * g.ic + c0;
-            d[r][c].copy_from_slice(&x[at..at + W]);
+            let i = (y * g.iw + xx) * g.ic + c0;
+            d[r][c].copy_from_slice(&x[i..i + W]);
         }
     }
     // B^T d, column by column, then (B^T d) B, row by row.
@@ -420,12 +434,12 @@ fn input_channels<const W: usize>(
             bd[r][c] = v;
         }
     }
-    let stride = tiles * g.ic;
+    let stride = at.count * g.ic;
     for (r, bd_row) in bd.into_iter().enumerate() {
         let row = input_transform(bd_row);
         for (c, vals) in row.iter().enumerate() {
-            let at = (r * ALPHA + c) * stride + t * g.ic + c0;
-            v[at..at + W].copy_from_slice(vals);
+            let i = (r * ALPHA + c) * stride + at.index * g.ic + c0;
+            v[i..i + W].copy_from_slice(vals);
         }
     }
 }
@@ -465,48 +479,45 @@ fn output_transform<const W: usize>(m: [[f32; W]; ALPHA]) -> [[f32; W]; TILE] {
 /// One tile's output transform over channel vectors of `W` lanes, then one channel at
 /// a time.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn output_tile_lanes<const W: usize>(
     ctx: &Ctx,
     m: &[f32],
-    tiles: usize,
-    t: usize,
-    oy: usize,
-    ox: usize,
+    at: &TileAt,
     pixel_rows: usize,
     out_rows: &mut [f32],
 ) {
     let cout = ctx.g.oc;
     let mut o0 = 0;
     while o0 + W <= cout {
-        output_channels::<W>(ctx, m, tiles, t, oy, ox, pixel_rows, o0, out_rows);
+        output_channels::<W>(ctx, m, at, pixel_rows, o0, out_rows);
         o0 += W;
     }
     while o0 < cout {
-        output_channels::<1>(ctx, m, tiles, t, oy, ox, pixel_rows, o0, out_rows);
+        output_channels::<1>(ctx, m, at, pixel_rows, o0, out_rows);
         o0 += 1;
     }
 }
 
+/// Output channels `o0..o0 + W` of one tile: its products `m[p][tile][o0..]` transformed
+/// back, the bias added and the activation applied, stored where they fall inside the
+/// `pixel_rows` rows of `out_rows`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 fn output_channels<const W: usize>(
     ctx: &Ctx,
     m: &[f32],
-    tiles: usize,
-    t: usize,
-    oy: usize,
-    ox: usize,
+    at: &TileAt,
     pixel_rows: usize,
     o0: usize,
     out_rows: &mut [f32],
 ) {
     let g = ctx.g;
     let cout = g.oc;
-    let stride = tiles * cout;
+    let stride = at.count * cout;
     let load = |p: usize| -> [f32; W] {
-        let at = p * stride + t * cout + o0;
-        m[at..at + W].try_into().unwrap_or([0.0; W])
+        let i = p * stride + at.index * cout + o0;
+        let mut lanes = [0.0f32; W];
+        lanes.copy_from_slice(&m[i..i + W]);
+        lanes
     };
     // A^T m, column by column (4 x 6), then (A^T m) A, row by row (4 x 4).
     let mut am = [[[0.0f32; W]; ALPHA]; TILE];
@@ -517,29 +528,25 @@ fn output_channels<const W: usize>(
             am[r][c] = v;
         }
     }
-    let bias: [f32; W] = g_bias(ctx.bias, o0);
+    let mut bias = [0.0f32; W];
+    bias.copy_from_slice(&ctx.bias[o0..o0 + W]);
     for (r, row) in am.iter().enumerate() {
-        let y = oy + r;
+        let y = at.oy + r;
         if y >= pixel_rows {
             break;
         }
         let vals = output_transform(*row);
         for (c, vals) in vals.iter().enumerate() {
-            let x = ox + c;
+            let x = at.ox + c;
             if x >= g.ow {
                 break;
             }
-            let at = (y * g.ow + x) * cout + o0;
-            for ((dst, &v), &b) in out_rows[at..at + W].iter_mut().zip(vals).zip(&bias) {
+            let i = (y * g.ow + x) * cout + o0;
+            for ((dst, &v), &b) in out_rows[i..i + W].iter_mut().zip(vals).zip(&bias) {
                 *dst = ctx.clamp.apply(v + b);
             }
         }
     }
-}
-
-#[inline(always)]
-fn g_bias<const W: usize>(bias: &[f32], o0: usize) -> [f32; W] {
-    bias[o0..o0 + W].try_into().unwrap_or([0.0; W])
 }
 
 #[cfg(test)]
@@ -548,15 +555,7 @@ mod tests {
 
     /// Deterministic values in [-1, 1).
     fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
+        crate::kernels::util::test_rng::Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1).f32s(n)
     }
 
     /// Direct convolution in f64 (NHWC input, [O, 3, 3, C] filter).

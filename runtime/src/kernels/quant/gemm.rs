@@ -767,19 +767,7 @@ pub(crate) fn requantize_row(isa: Isa, acc: &[i32], stage: &Stage, out: &mut [u8
 pub(crate) mod tests {
     use super::*;
 
-    /// The xorshift generator of the quantized kernels' randomized tests.
-    pub(crate) struct Rng(pub u64);
-    impl Rng {
-        pub(crate) fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        pub(crate) fn range(&mut self, lo: i32, hi: i32) -> i32 {
-            lo + (self.next() % (hi - lo + 1) as u64) as i32
-        }
-    }
+    pub(crate) use crate::kernels::util::test_rng::Rng;
 
     /// The product computed plainly, in i64.
     fn reference(a: &[i16], lda: usize, m: usize, k: usize, b: &[i16], n: usize) -> Vec<i64> {

@@ -371,13 +371,16 @@ fn im2col_bytes(
     }
 }
 
-/// `dst.copy_from_slice(src)` for slices of exactly `N` bytes, with `N` known to the
-/// compiler.
+/// `dst.copy_from_slice(src)`, as moves of `N` bytes known to the compiler when both
+/// slices hold `N`.
 #[inline(always)]
 fn copy_fixed<const N: usize>(dst: &mut [u8], src: &[u8]) {
-    debug_assert_eq!((dst.len(), src.len()), (N, N));
-    if let (Ok(d), Ok(s)) = (<&mut [u8; N]>::try_from(dst), <&[u8; N]>::try_from(src)) {
-        *d = *s;
+    match (
+        <&mut [u8; N]>::try_from(&mut *dst),
+        <&[u8; N]>::try_from(src),
+    ) {
+        (Ok(d), Ok(s)) => *d = *s,
+        _ => dst.copy_from_slice(src),
     }
 }
 
