@@ -78,15 +78,17 @@ pub(crate) struct CacheStep {
 /// as bytes for the dot-product path and as i16 pairs for the AVX2 one), so a cache
 /// written on one processor is a miss, not a misreading, on another. Likewise the float
 /// math the kernels are built with (the option, or fast for a model that allows relaxed
-/// computation), under which 3x3 filters are prepared for the Winograd path.
+/// computation), under which 3x3 filters are prepared for the Winograd path, and the
+/// revision of the prepared layouts.
 fn kernel_build(float_math: FloatMath) -> String {
     let isa = crate::kernels::isa::report();
     let math = match float_math {
         FloatMath::Strict => "",
         FloatMath::Fast => " fast-math",
     };
+    let layout = crate::kernels::PREPARED_LAYOUT_REVISION;
     format!(
-        "{CACHE_VERSION} float:{} int8:{}{math}",
+        "{CACHE_VERSION} layout:{layout} float:{} int8:{}{math}",
         isa.float, isa.int8
     )
 }

@@ -282,7 +282,8 @@ fn run_with(model: &Model, feeds: &[HostTensor], float_math: FloatMath) -> Vec<f
     f32s(&program.execute_host(feeds).unwrap()[0])
 }
 
-/// `FloatMath::Fast` (Winograd F(4x4, 3x3) on the 3x3 stride-1 layers it takes):
+/// `FloatMath::Fast` (Winograd F(4x4, 3x3) or F(2x2, 3x3) on the 3x3 stride-1 layers
+/// they take):
 /// outputs differ from the strict path's (another algorithm ran), stay within NNAPI's
 /// relaxed tolerance, and within ten times the strict path's error model (see
 /// `assert_close`). A model that allows relaxed computation gets the same bits without
@@ -294,6 +295,8 @@ fn fast_float_math_runs_3x3_layers_within_the_relaxed_tolerance() {
         (1, 30, 30, 64, 48, Err(true), 0),
         (2, 9, 13, 19, 21, Ok((1, 1, 1, 1)), 3),
         (1, 12, 10, 32, 16, Err(false), 1),
+        // A 7x7 output: F(2x2, 3x3).
+        (1, 7, 7, 48, 40, Err(true), 1),
     ] {
         let case = Case {
             n,

@@ -59,7 +59,7 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
         }
         _ => {
             let params = decode_conv(info)?;
-            let winograd = filter_dims.is_some_and(|[o, kh, kw, cg]| {
+            let winograd = filter_dims.and_then(|[o, kh, kw, cg]| {
                 let out = info
                     .output_operand(0)
                     .ok()
@@ -69,7 +69,7 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
                     [_, h, w, _] if !params.nchw => Some((h as usize, w as usize)),
                     _ => None,
                 });
-                super::winograd::applies(&super::winograd::Candidate {
+                super::winograd::choose(&super::winograd::Candidate {
                     kernel: (kh, kw),
                     stride: params.stride,
                     dilation: params.dilation,
@@ -136,9 +136,9 @@ struct Conv {
     /// the bias and activation fused), on processors that run them; otherwise the
     /// `gemm` crate's row-major layout.
     packed_for_kernel: bool,
-    /// A constant 3x3 stride-1 filter transformed for [`super::winograd`] (decided from
-    /// the shapes and the float-math option when the kernel is built).
-    winograd: bool,
+    /// The [`super::winograd`] tiling a constant 3x3 stride-1 filter is transformed for
+    /// (decided from the shapes and the float-math option when the kernel is built).
+    winograd: Option<super::winograd::Tiling>,
 }
 
 /// Packs a filter `[O, KH, KW, Cg]` for [`super::gemm_f32`], one right operand per
@@ -220,8 +220,8 @@ impl Kernel for Conv {
         let mut prepared = PreparedWeights::empty();
         if let (Some(Some(bytes)), Some(dims)) = (weights.get(1), self.filter_dims) {
             let filter = f32_zeroizing(bytes);
-            let packed = if self.winograd {
-                super::winograd::prepare_filter(&filter, dims)?
+            let packed = if let Some(tiling) = self.winograd {
+                super::winograd::prepare_filter(&filter, dims, tiling)?
             } else if self.packed_for_kernel {
                 pack_conv_filter_panels(&filter, dims, self.params.groups)?
             } else {
@@ -281,8 +281,17 @@ impl Kernel for Conv {
                         g.oc
                     )));
                 }
-                if self.winograd {
-                    return super::winograd::conv(&g, x, &packed, bias, p.clamp(), out, threads);
+                if let Some(tiling) = self.winograd {
+                    return super::winograd::conv(
+                        &g,
+                        tiling,
+                        x,
+                        &packed,
+                        bias,
+                        p.clamp(),
+                        out,
+                        threads,
+                    );
                 }
                 if self.packed_for_kernel {
                     return conv_nhwc_panels(

@@ -292,13 +292,19 @@ pub enum FloatMath {
     #[default]
     Strict,
     /// Faster algorithms that round more: 3x3 stride-1 convolutions as Winograd F(4x4,
-    /// 3x3), whose errors are about ten times a direct sum's (ResNet18's logits: 3.0e-6
-    /// from ONNX Runtime's against 2.4e-6), well inside NNAPI's relaxed (float16)
-    /// tolerance. Like Arm Compute Library's `fast_math` and ncnn's default. Models
+    /// 3x3) (F(2x2, 3x3) on outputs smaller than 8x8), whose errors are about ten times
+    /// a direct sum's (ResNet18's logits: 3.0e-6 from ONNX Runtime's against 2.4e-6),
+    /// well inside NNAPI's relaxed (float16) tolerance. Like Arm Compute Library's `fast_math` and ncnn's default. Models
     /// that allow relaxed computation (`relax_computation_float32_to_float16`) get it
     /// whatever this option says.
     Fast,
 }
+
+/// The revision of the layouts kernels prepare weights in. A compilation cache holds
+/// prepared weights, and the nnc version alone does not tell builds apart: bump this
+/// whenever a kernel prepares a weight differently (so an older entry is a miss, not a
+/// misreading). 2: 3x3 filters of small outputs prepared for Winograd F(2x2, 3x3).
+pub(crate) const PREPARED_LAYOUT_REVISION: u32 = 2;
 
 /// How kernels are built: options that change what they compute or how exactly.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
