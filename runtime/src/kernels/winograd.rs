@@ -511,26 +511,24 @@ fn input_channels<const W: usize, const A: usize>(
     c0: usize,
     v: &mut [f32],
 ) {
-    let mut d = [[[0.0f32; W]; A]; A];
-    for (r, y) in patch.iy.iter().enumerate() {
-        let Some(y) = *y else { continue };
-        for (c, xx) in patch.ix.iter().enumerate() {
-            let Some(xx) = *xx else { continue };
-            let i = (y * g.iw + xx) * g.ic + c0;
-            d[r][c].copy_from_slice(&x[i..i + W]);
-        }
-    }
-    // B^T d, column by column, then (B^T d) B, row by row.
-    let mut bd = [[[0.0f32; W]; A]; A];
-    for c in 0..A {
-        let col = input_transform::<W, A>(std::array::from_fn(|r| d[r][c]));
-        for (r, v) in col.into_iter().enumerate() {
-            bd[r][c] = v;
-        }
-    }
+    // B^T d column by column, each column loaded as it is transformed (padding reads as
+    // zeros), then (B^T d) B row by row. The arrays are built element by element, so
+    // none is zero-filled first (a 2.3 KB memset per tile and channel vector otherwise).
+    let column = |c: usize| -> [[f32; W]; A] {
+        std::array::from_fn(|r| match (patch.iy[r], patch.ix[c]) {
+            (Some(y), Some(xx)) => {
+                let i = (y * g.iw + xx) * g.ic + c0;
+                let mut lanes = [0.0f32; W];
+                lanes.copy_from_slice(&x[i..i + W]);
+                lanes
+            }
+            _ => [0.0f32; W],
+        })
+    };
+    let bd: [[[f32; W]; A]; A] = std::array::from_fn(|c| input_transform::<W, A>(column(c)));
     let stride = at.count * g.ic;
-    for (r, bd_row) in bd.into_iter().enumerate() {
-        let row = input_transform::<W, A>(bd_row);
+    for r in 0..A {
+        let row = input_transform::<W, A>(std::array::from_fn(|c| bd[c][r]));
         for (c, vals) in row.iter().enumerate() {
             let i = (r * A + c) * stride + at.index * g.ic + c0;
             v[i..i + W].copy_from_slice(vals);
@@ -631,23 +629,19 @@ fn output_channels<const W: usize, const T: usize, const A: usize>(
         lanes.copy_from_slice(&m[i..i + W]);
         lanes
     };
-    // A^T m, column by column (4 x 6), then (A^T m) A, row by row (4 x 4).
-    let mut am = [[[0.0f32; W]; A]; T];
-    #[allow(clippy::needless_range_loop)] // c indexes am's inner arrays, not am
-    for c in 0..A {
-        let col = output_transform::<W, T, A>(std::array::from_fn(|r| load(r * A + c)));
-        for (r, v) in col.into_iter().enumerate() {
-            am[r][c] = v;
-        }
-    }
+    // A^T m, column by column (T x A, built without zero-filling), then (A^T m) A, row by
+    // row (T x T).
+    let am: [[[f32; W]; T]; A] = std::array::from_fn(|c| {
+        output_transform::<W, T, A>(std::array::from_fn(|r| load(r * A + c)))
+    });
     let mut bias = [0.0f32; W];
     bias.copy_from_slice(&ctx.bias[o0..o0 + W]);
-    for (r, row) in am.iter().enumerate() {
+    for r in 0..T {
         let y = at.oy + r;
         if y >= pixel_rows {
             break;
         }
-        let vals = output_transform::<W, T, A>(*row);
+        let vals = output_transform::<W, T, A>(std::array::from_fn(|c| am[c][r]));
         for (c, vals) in vals.iter().enumerate() {
             let x = at.ox + c;
             if x >= g.ow {
