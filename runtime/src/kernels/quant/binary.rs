@@ -162,7 +162,7 @@ struct Binary {
     qt: QType,
     /// The output byte of every pair of input bytes, at `a << 8 | b` (all but a raw
     /// MAXIMUM / MINIMUM).
-    pairs: Option<Box<[u8]>>,
+    pairs: Option<Box<PairTable>>,
 }
 
 fn multiplier(info: &OpInfo, real: f64) -> Result<Multiplier> {
@@ -270,14 +270,18 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     Ok(Box::new(Binary { op, qt, pairs }))
 }
 
+/// One output byte per pair of input bytes. A fixed-size array, so that indexing it with
+/// a 16-bit index needs no bounds check in the per-element loop.
+type PairTable = [u8; 1 << 16];
+
 /// The output byte of every pair of stored bytes `(i, j)`, at `i << 8 | j`: `f(i, j, a,
 /// b)` of the bytes and their values, saturated to the type.
-fn pair_table(qt: QType, f: impl Fn(usize, usize, i32, i32) -> i32) -> Box<[u8]> {
+fn pair_table(qt: QType, f: impl Fn(usize, usize, i32, i32) -> i32) -> Box<PairTable> {
     let (lo, hi) = match qt {
         QType::U8 => (0, 255),
         QType::I8 => (-128, 127),
     };
-    let mut table = vec![0u8; 1 << 16].into_boxed_slice();
+    let mut table = Box::new([0u8; 1 << 16]);
     for (i, a) in qt.all_values() {
         for (j, b) in qt.all_values() {
             // The clamp keeps the value in the type's range; the byte is its two's
@@ -288,7 +292,7 @@ fn pair_table(qt: QType, f: impl Fn(usize, usize, i32, i32) -> i32) -> Box<[u8]>
     table
 }
 
-fn run_typed<T: Q8>(op: Op, pairs: Option<&[u8]>, ctx: &mut KernelContext) -> Result<()> {
+fn run_typed<T: Q8>(op: Op, pairs: Option<&PairTable>, ctx: &mut KernelContext) -> Result<()> {
     let a = ctx.input(0)?;
     let b = ctx.input(1)?;
     let (x, y) = (
@@ -299,9 +303,9 @@ fn run_typed<T: Q8>(op: Op, pairs: Option<&[u8]>, ctx: &mut KernelContext) -> Re
     let so = out.shape;
     let o = typed_mut::<T>(super::q8_bytes_mut(out, "output")?);
     if let Some(table) = pairs {
-        let byte = |v: T| usize::from(bytemuck::cast::<T, u8>(v));
+        let byte = |v: T| u16::from(bytemuck::cast::<T, u8>(v));
         return broadcast_map(x, a.shape, y, b.shape, o, so, |p: T, q: T| {
-            bytemuck::cast::<u8, T>(table[byte(p) << 8 | byte(q)])
+            bytemuck::cast::<u8, T>(table[usize::from(byte(p) << 8 | byte(q))])
         });
     }
     match op {

@@ -314,7 +314,16 @@ fn im2col_bytes(
     let mut oy = (r0 / g.ow.max(1)) % g.oh.max(1);
     let mut b = r0 / (g.ow * g.oh).max(1);
     for (r, dst) in a.chunks_exact_mut(kq).enumerate() {
-        dst[k..].fill(0);
+        // The depth's padding to a multiple of 4 (under 4 bytes) as one 4-byte store
+        // that the row's values then overwrite in part: a fill of a variable length is
+        // a call to memset per row.
+        if kq > k {
+            if kq - k <= 4 && kq >= 4 {
+                dst[kq - 4..].copy_from_slice(&[0; 4]);
+            } else {
+                dst[k..].fill(0);
+            }
+        }
         let row = r0 + r;
         if pointwise {
             dst[..cg].copy_from_slice(&x[row * g.ic + c0..][..cg]);
@@ -344,8 +353,13 @@ fn im2col_bytes(
                 let start = ox * g.sw;
                 let kx0 = g.pad_left.saturating_sub(start).min(g.kw);
                 let kx1 = (g.iw + g.pad_left).saturating_sub(start).min(g.kw).max(kx0);
-                drow[..kx0 * cg].fill(pad);
-                drow[kx1 * cg..].fill(pad);
+                // Only windows at the left and right edges meet padding.
+                if kx0 > 0 {
+                    drow[..kx0 * cg].fill(pad);
+                }
+                if kx1 < g.kw {
+                    drow[kx1 * cg..].fill(pad);
+                }
                 if kx1 > kx0 {
                     let ix0 = start + kx0 - g.pad_left;
                     let src = &x[(base + ix0) * g.ic..(base + ix0 + kx1 - kx0) * g.ic];
