@@ -293,8 +293,17 @@ mod x86 {
                 for (r, acc) in acc.iter().enumerate() {
                     // max(lo, x) then min(hi, x) return x when it is NaN, as Clamp does.
                     let v = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_add_ps(acc[p], bias)));
-                    // SAFETY: row r holds columns c0..c0 + cols (the mask).
-                    unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr().add(r * ldc + c0), mask, v) };
+                    let dst = out.as_mut_ptr().wrapping_add(r * ldc + c0);
+                    // A full panel stores without a mask: masked 512-bit stores are
+                    // slower on some processors (AMD Zen 4).
+                    // SAFETY: row r holds columns c0..c0 + cols (the mask, or all 16).
+                    unsafe {
+                        if cols == NR {
+                            _mm512_storeu_ps(dst, v);
+                        } else {
+                            _mm512_mask_storeu_ps(dst, mask, v);
+                        }
+                    }
                 }
             }
         }
