@@ -115,6 +115,26 @@ typedef enum NncPriority {
   NNC_PRIORITY_HIGH = 110,
 } NncPriority;
 
+// How closely float32 operations follow float32 arithmetic (`NncLoadOptions.float_math`).
+typedef enum NncFloatMath {
+  // Direct float32 sums: results within the NN API's float32 tolerance (the default).
+  NNC_FLOAT_MATH_STRICT = 0,
+  // Faster algorithms that round more (Winograd 3x3 convolutions), within the NN
+  // API's relaxed (float16) tolerance. Models that allow relaxed computation get it
+  // whatever this says.
+  NNC_FLOAT_MATH_FAST = 1,
+} NncFloatMath;
+
+// How quantized convolutions and products requantize (`NncLoadOptions.requantization`).
+typedef enum NncRequantization {
+  // The scale in single precision, rounded half to even: XNNPACK's arithmetic, which
+  // LiteRT runs by default (the default).
+  NNC_REQUANTIZATION_FLOAT = 0,
+  // A Q31 multiplier with gemmlowp's rounding: TensorFlow Lite's reference kernels
+  // and the NN API's reference implementation.
+  NNC_REQUANTIZATION_FIXED_POINT = 1,
+} NncRequantization;
+
 // A burst: a sequence of computes of one model with the least overhead per compute
 // (each runs on the caller's thread on the burst's own execution state). Create with
 // `nnc_burst_create`, compute with `nnc_execution_burst_compute`, free with
@@ -177,6 +197,10 @@ typedef struct NncLoadOptions {
   // A compilation-cache directory (NUL-terminated path), or null for none. A hit
   // prepares from the cache; a miss prepares and fills it.
   const char *cache_dir;
+  // An `NncFloatMath` value.
+  int32_t float_math;
+  // An `NncRequantization` value.
+  int32_t requantization;
 } NncLoadOptions;
 
 #ifdef __cplusplus
@@ -399,7 +423,8 @@ enum NncResult nnc_execution_get_timing(struct NncExecution *execution,
                                         uint64_t *on_device_ns,
                                         uint64_t *total_ns);
 
-// The defaults: one thread, medium priority, no deadline, no cache.
+// The defaults: one thread, medium priority, no deadline, no cache, strict float math,
+// single-precision requantization.
 struct NncLoadOptions nnc_load_options_default(void);
 
 // `nnc_model_load_file` with options (null: the defaults).

@@ -1,5 +1,5 @@
 //! The C API beyond one synchronous compute: load options (threads, priority,
-//! preparation deadline, compilation cache), execution deadlines, memory objects
+//! preparation deadline, compilation cache, float math, requantization), execution deadlines, memory objects
 //! (shared memory by file descriptor), events, asynchronous and fenced computes on the
 //! runtime's bounded scheduler, and bursts.
 //!
@@ -14,7 +14,9 @@ use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use nnc_runtime::{Burst, CacheConfig, Fence, FenceState, LoadOptions, Memory, Priority};
+use nnc_runtime::{
+    Burst, CacheConfig, Fence, FenceState, FloatMath, LoadOptions, Memory, Priority, Requantization,
+};
 
 use crate::error::{CapiError, guard, guard_void};
 use crate::{
@@ -32,6 +34,30 @@ pub enum NncPriority {
     High = 110,
 }
 
+/// How closely float32 operations follow float32 arithmetic (`NncLoadOptions.float_math`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NncFloatMath {
+    /// Direct float32 sums: results within the NN API's float32 tolerance (the default).
+    Strict = 0,
+    /// Faster algorithms that round more (Winograd 3x3 convolutions), within the NN
+    /// API's relaxed (float16) tolerance. Models that allow relaxed computation get it
+    /// whatever this says.
+    Fast = 1,
+}
+
+/// How quantized convolutions and products requantize (`NncLoadOptions.requantization`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NncRequantization {
+    /// The scale in single precision, rounded half to even: XNNPACK's arithmetic, which
+    /// LiteRT runs by default (the default).
+    Float = 0,
+    /// A Q31 multiplier with gemmlowp's rounding: TensorFlow Lite's reference kernels
+    /// and the NN API's reference implementation.
+    FixedPoint = 1,
+}
+
 /// How to load a model. Start from `nnc_load_options_default()` and change fields.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -47,9 +73,14 @@ pub struct NncLoadOptions {
     /// A compilation-cache directory (NUL-terminated path), or null for none. A hit
     /// prepares from the cache; a miss prepares and fills it.
     pub cache_dir: *const c_char,
+    /// An `NncFloatMath` value.
+    pub float_math: i32,
+    /// An `NncRequantization` value.
+    pub requantization: i32,
 }
 
-/// The defaults: one thread, medium priority, no deadline, no cache.
+/// The defaults: one thread, medium priority, no deadline, no cache, strict float math,
+/// single-precision requantization.
 #[unsafe(no_mangle)]
 pub extern "C" fn nnc_load_options_default() -> NncLoadOptions {
     NncLoadOptions {
@@ -57,6 +88,8 @@ pub extern "C" fn nnc_load_options_default() -> NncLoadOptions {
         priority: NncPriority::Medium as i32,
         prepare_timeout_ns: 0,
         cache_dir: std::ptr::null(),
+        float_math: NncFloatMath::Strict as i32,
+        requantization: NncRequantization::Float as i32,
     }
 }
 
@@ -85,6 +118,24 @@ unsafe fn load_options(options: *const NncLoadOptions) -> Result<LoadOptions, Ca
             )));
         }
     };
+    let float_math = match o.float_math {
+        m if m == NncFloatMath::Strict as i32 => FloatMath::Strict,
+        m if m == NncFloatMath::Fast as i32 => FloatMath::Fast,
+        other => {
+            return Err(CapiError::BadData(format!(
+                "float_math {other} is not NNC_FLOAT_MATH_STRICT (0) or NNC_FLOAT_MATH_FAST (1)"
+            )));
+        }
+    };
+    let requantization = match o.requantization {
+        r if r == NncRequantization::Float as i32 => Requantization::Float,
+        r if r == NncRequantization::FixedPoint as i32 => Requantization::FixedPoint,
+        other => {
+            return Err(CapiError::BadData(format!(
+                "requantization {other} is not NNC_REQUANTIZATION_FLOAT (0) or NNC_REQUANTIZATION_FIXED_POINT (1)"
+            )));
+        }
+    };
     let cache = if o.cache_dir.is_null() {
         None
     } else {
@@ -99,6 +150,8 @@ unsafe fn load_options(options: *const NncLoadOptions) -> Result<LoadOptions, Ca
         threads: o.threads as usize,
         priority,
         cache,
+        float_math,
+        requantization,
         deadline: (o.prepare_timeout_ns > 0)
             .then(|| start.checked_add(Duration::from_nanos(o.prepare_timeout_ns)))
             .flatten(),

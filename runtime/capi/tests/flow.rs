@@ -321,6 +321,17 @@ fn memory_objects_carry_inputs_and_outputs_through_file_descriptors() {
     unsafe { nnc_memory_free(output_memory) };
 }
 
+/// Outputs within float32 rounding of the reference (ONNX Runtime's).
+fn assert_near(got: &[f32], reference: &[f32]) {
+    assert_eq!(got.len(), reference.len());
+    for (i, (a, b)) in got.iter().zip(reference).enumerate() {
+        assert!(
+            (a - b).abs() <= 1e-4 + 1e-4 * b.abs(),
+            "output {i}: {a} against {b}"
+        );
+    }
+}
+
 #[test]
 fn load_options_are_checked_and_applied() {
     let (bytes, key, input, reference) = tiny();
@@ -356,6 +367,24 @@ fn load_options_are_checked_and_applied() {
         ..defaults
     });
     assert_eq!(r, NncResult::BadData);
+    assert_eq!(defaults.float_math, NncFloatMath::Strict as i32);
+    assert_eq!(defaults.requantization, NncRequantization::Float as i32);
+    let (r, _) = load(&NncLoadOptions {
+        float_math: 5,
+        ..defaults
+    });
+    assert_eq!(r, NncResult::BadData);
+    assert!(last_error().contains("float_math 5"), "{}", last_error());
+    let (r, _) = load(&NncLoadOptions {
+        requantization: -1,
+        ..defaults
+    });
+    assert_eq!(r, NncResult::BadData);
+    assert!(
+        last_error().contains("requantization -1"),
+        "{}",
+        last_error()
+    );
     // A preparation deadline of 1 ns cannot be met.
     let (r, _) = load(&NncLoadOptions {
         prepare_timeout_ns: 1,
@@ -376,13 +405,30 @@ fn load_options_are_checked_and_applied() {
         let (r, m) = load(&options);
         assert_eq!(r, NncResult::NoError, "{}", last_error());
         let model = Model(m);
-        assert_eq!(
-            reference_outputs(&model, &input, reference.len()).len(),
-            reference.len()
+        assert_near(
+            &reference_outputs(&model, &input, reference.len()),
+            &reference,
         );
     }
     let cached = std::fs::read_dir(cache.path()).unwrap().count();
     assert!(cached > 0, "the cache directory was filled");
+    // The float math reaches the kernels: the cache binds it, so a fast load is a miss
+    // that adds its own entry, and it still computes the reference (this model has no
+    // layer the fast path changes). The requantization is accepted alike.
+    let (r, m) = load(&NncLoadOptions {
+        float_math: NncFloatMath::Fast as i32,
+        requantization: NncRequantization::FixedPoint as i32,
+        ..options
+    });
+    assert_eq!(r, NncResult::NoError, "{}", last_error());
+    assert_near(
+        &reference_outputs(&Model(m), &input, reference.len()),
+        &reference,
+    );
+    assert!(
+        std::fs::read_dir(cache.path()).unwrap().count() > cached,
+        "a fast load has its own cache entry"
+    );
     // SAFETY: freed once.
     unsafe { nnc_key_free(k) };
 }

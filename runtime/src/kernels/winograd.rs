@@ -527,6 +527,7 @@ fn input_channels<const W: usize, const A: usize>(
     };
     let bd: [[[f32; W]; A]; A] = std::array::from_fn(|c| input_transform::<W, A>(column(c)));
     let stride = at.count * g.ic;
+    #[allow(clippy::needless_range_loop)] // r indexes bd's inner arrays (its rows)
     for r in 0..A {
         let row = input_transform::<W, A>(std::array::from_fn(|c| bd[c][r]));
         for (c, vals) in row.iter().enumerate() {
@@ -636,6 +637,7 @@ fn output_channels<const W: usize, const T: usize, const A: usize>(
     });
     let mut bias = [0.0f32; W];
     bias.copy_from_slice(&ctx.bias[o0..o0 + W]);
+    #[allow(clippy::needless_range_loop)] // r indexes am's inner arrays (its rows)
     for r in 0..T {
         let y = at.oy + r;
         if y >= pixel_rows {
