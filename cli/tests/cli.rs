@@ -627,6 +627,42 @@ fn bench_reports_the_float_math_it_ran_with() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
 
+/// `nnc compile --relax-float32` stores the NN API's relaxed-computation flag: the summary
+/// and the dump say so, and the runtime runs such a model with fast float math without
+/// being asked (which `nnc bench --json` reports); without the flag, strict.
+#[test]
+fn relax_float32_is_stored_and_makes_the_runtime_fast() {
+    let dir = tempfile::tempdir().unwrap();
+    for relax in [false, true] {
+        let out = dir.path().join(format!("relax-{relax}.nnc"));
+        let mut cmd = nnc();
+        cmd.arg("compile")
+            .arg(tiny_cnn())
+            .arg("-o")
+            .arg(&out)
+            .args(["--encrypt", "none", "--json"]);
+        if relax {
+            cmd.arg("--relax-float32");
+        }
+        let o = run(&mut cmd);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let summary: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(summary["relax_float32"], relax, "{summary}");
+        let o = run(nnc().arg("dump").arg(&out).args(["--format", "json"]));
+        assert!(o.status.success(), "{}", stderr(&o));
+        let dump: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(
+            dump["relax_computation_float32_to_float16"], relax,
+            "{dump}"
+        );
+        let o = run(nnc().arg("bench").arg(&out).args(["--runs", "2", "--json"]));
+        assert!(o.status.success(), "{}", stderr(&o));
+        let bench: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let expected = if relax { "fast" } else { "strict" };
+        assert_eq!(bench["float_math"], expected, "{bench}");
+    }
+}
+
 // ---- compile-time input binding -------------------------------------------------------
 
 /// Resize(X [1,1,2,2], scales) with `scales` a graph input, written to `dir/model.onnx`,

@@ -113,9 +113,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "overhead_median_ms": plain.overhead_median,
             "arena_bytes": model.program().arena_size(),
             "kernels": kernels,
-            "float_math": match args.float_math {
-                super::run::FloatMathArg::Strict => "strict",
-                super::run::FloatMathArg::Fast => "fast",
+            // What ran: a model that allows relaxed computation runs fast either way.
+            "float_math": match model.program().kernel_options().float_math {
+                nnc_runtime::FloatMath::Strict => "strict",
+                nnc_runtime::FloatMath::Fast => "fast",
             },
             "input_dtypes": inputs.iter().map(|t| t.dtype).collect::<Vec<DataType>>(),
         });

@@ -65,6 +65,12 @@ pub struct Args {
     /// decrypted in host memory); list them instead.
     #[arg(long)]
     pub no_plaintext_fallback: bool,
+    /// Let float32 operations run with float16 range and precision (the NN API's
+    /// relaxComputationFloat32toFloat16, stored in the file): the runtime then takes the
+    /// faster algorithms of `nnc run --float-math fast` by itself, and the partitioner
+    /// rates devices by their relaxed float32 performance.
+    #[arg(long)]
+    pub relax_float32: bool,
     /// Also prepare the compiled model and write its compilation-cache artifacts here.
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
@@ -142,6 +148,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         || !matches!(args.partition, super::PartitionArg::Fallback)
         || args.no_plaintext_fallback;
     let mut model = lowered.model;
+    // Set before partitioning: relaxed models are placed by relaxed performance.
+    model.relax_computation_float32_to_float16 |= args.relax_float32;
     let mut extra_sections = Vec::new();
     let mut plan_summary = serde_json::Value::Null;
     if partitioned {
@@ -274,6 +282,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "key_id": key.as_ref().map(|_| hex::encode(written.key_id)),
         },
         "reproducible": args.reproducible,
+        "relax_float32": model.relax_computation_float32_to_float16,
         "cache": cache,
         "plan": plan_summary,
         "timing_ms": { "lower": lower_ms, "emit": emit_ms },

@@ -104,6 +104,8 @@ pub struct Program {
     pub(crate) plan: Option<StaticPlan>,
     pub(crate) weights: Arc<dyn WeightProvider>,
     pub(crate) threads: usize,
+    /// What the kernels were built with (the options, made fast for a relaxed model).
+    pub(crate) kernel_options: KernelOptions,
     pub(crate) limits: Limits,
     pub(crate) pool: Option<rayon::ThreadPool>,
     pub(crate) states: Mutex<Vec<ExecState>>,
@@ -396,6 +398,7 @@ impl Program {
             plan,
             weights,
             threads,
+            kernel_options,
             limits: options.limits,
             pool,
             states: Mutex::new(Vec::new()),
@@ -475,6 +478,12 @@ impl Program {
     /// Whether shapes are computed per execution (some dimension is unknown until then).
     pub fn is_dynamic(&self) -> bool {
         self.plan.is_none()
+    }
+
+    /// What the kernels were built with: the prepare options, with fast float math for
+    /// a model that allows relaxed computation.
+    pub fn kernel_options(&self) -> KernelOptions {
+        self.kernel_options
     }
 
     /// Bytes of the activation arena each execution uses (0 for dynamic programs).
