@@ -93,7 +93,23 @@ pub fn transpose_2d<T: Copy>(src: &[T], dst: &mut [T], rows: usize, cols: usize)
         unsafe { transpose_4byte_avx2(src.as_ptr().cast(), dst.as_mut_ptr().cast(), rows, cols) };
         return;
     }
-    transpose_tiles(src, dst, rows, cols);
+    match rows {
+        // An image's NCHW -> NHWC input transpose: channels interleaved pixel by pixel.
+        3 => transpose_few_rows::<T, 3>(src, dst, cols),
+        4 => transpose_few_rows::<T, 4>(src, dst, cols),
+        _ => transpose_tiles(src, dst, rows, cols),
+    }
+}
+
+/// [`transpose_2d`] of `R` rows: every column's `R` values written together (a loop the
+/// compiler turns into interleaving shuffles, where the tiles moved one value at a time).
+fn transpose_few_rows<T: Copy, const R: usize>(src: &[T], dst: &mut [T], cols: usize) {
+    let rows: [&[T]; R] = std::array::from_fn(|i| &src[i * cols..(i + 1) * cols]);
+    for (j, out) in dst[..R * cols].chunks_exact_mut(R).enumerate() {
+        for (o, row) in out.iter_mut().zip(&rows) {
+            *o = row[j];
+        }
+    }
 }
 
 /// [`transpose_2d`] element by element, in tiles.
