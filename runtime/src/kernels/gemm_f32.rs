@@ -5,8 +5,9 @@
 //! Why not the `gemm` crate here (it stays for products whose operands both change at
 //! run time): it packs both operands at every call, 12% of MobileNetV2's time, and
 //! leaves the bias and activation to a second pass over the output. A convolution's
-//! filter never changes, and its A (NHWC rows, or im2col tiles) is already row-major
-//! with unit stride, which the micro-kernel reads in place, one broadcast per value.
+//! filter never changes, and its A is read in place, one broadcast per value: NHWC rows
+//! (1x1 convolutions), im2col tiles (inputs of few channels), or ([`Lhs::Indirect`], an
+//! indirect GEMM) each output pixel's window as one run of input channels per tap.
 //!
 //! Layout of B ([`pack`]): panels of [`NR`] = 16 columns; within a panel, row `kk`'s 16
 //! values together (one 512-bit or two 256-bit registers), columns past n zero.
@@ -53,6 +54,82 @@ pub(crate) struct Epilogue<'a> {
     pub clamp: Clamp,
 }
 
+/// Where the micro-kernels read the rows of A.
+#[derive(Clone, Copy)]
+pub(crate) enum Lhs<'a> {
+    /// A row-major matrix: row r at `a[r * lda..]`.
+    Dense { a: &'a [f32], lda: usize },
+    /// An indirect GEMM (a convolution without im2col): row r's k values are `segments`
+    /// runs of `seg` values, run s starting at `x[starts[r * segments + s]]`, or reading
+    /// `zeros` where the start is [`ZERO_RUN`] (padding).
+    Indirect {
+        x: &'a [f32],
+        starts: &'a [usize],
+        segments: usize,
+        seg: usize,
+        zeros: &'a [f32],
+    },
+}
+
+/// The start of a run of zeros in [`Lhs::Indirect`].
+pub(crate) const ZERO_RUN: usize = usize::MAX;
+
+impl<'a> Lhs<'a> {
+    /// Runs per row and values per run, for a depth of `k`.
+    fn runs(&self, k: usize) -> (usize, usize) {
+        match *self {
+            Lhs::Dense { .. } => (1, k),
+            Lhs::Indirect { segments, seg, .. } => (segments, seg),
+        }
+    }
+
+    /// The rows from `r0` on.
+    fn rows_from(self, r0: usize) -> Lhs<'a> {
+        match self {
+            Lhs::Dense { a, lda } => Lhs::Dense {
+                a: &a[(r0 * lda).min(a.len())..],
+                lda,
+            },
+            Lhs::Indirect {
+                x,
+                starts,
+                segments,
+                seg,
+                zeros,
+            } => Lhs::Indirect {
+                x,
+                starts: &starts[(r0 * segments).min(starts.len())..],
+                segments,
+                seg,
+                zeros,
+            },
+        }
+    }
+
+    /// Whether `m` rows of depth `k` are inside the slices.
+    fn covers(&self, m: usize, k: usize) -> bool {
+        match *self {
+            Lhs::Dense { a, lda } => {
+                lda >= k && matrix_extent(m, lda, k).is_some_and(|e| e <= a.len())
+            }
+            Lhs::Indirect {
+                x,
+                starts,
+                segments,
+                seg,
+                zeros,
+            } => {
+                segments.checked_mul(seg) == Some(k)
+                    && zeros.len() >= seg
+                    && m.checked_mul(segments).is_some_and(|n| n <= starts.len())
+                    && starts[..m * segments].iter().all(|&st| {
+                        st == ZERO_RUN || st.checked_add(seg).is_some_and(|e| e <= x.len())
+                    })
+            }
+        }
+    }
+}
+
 /// `out[r * ldc + j] = clamp(sum_kk a[r * lda + kk] * B[kk][j] + bias[j])` for `r < m`,
 /// `j < n`, with B packed by [`pack`]; rows split over the current rayon pool when
 /// `threads > 1`. Requires [`available`].
@@ -69,8 +146,36 @@ pub(crate) fn gemm(
     epilogue: Epilogue,
     threads: usize,
 ) -> Result<()> {
+    gemm_lhs(
+        Lhs::Dense { a, lda },
+        m,
+        k,
+        b,
+        n,
+        out,
+        ldc,
+        epilogue,
+        threads,
+    )
+}
+
+/// [`gemm`] with A's rows where `lhs` says (an indirect GEMM: each row's values gathered
+/// from runs of the input, in the order of B's rows, summed in the same order as the
+/// dense product of the gathered matrix, so it gives the same bits).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_lhs(
+    lhs: Lhs,
+    m: usize,
+    k: usize,
+    b: &[f32],
+    n: usize,
+    out: &mut [f32],
+    ldc: usize,
+    epilogue: Epilogue,
+    threads: usize,
+) -> Result<()> {
     let bad = |what: &str| RuntimeError::Internal(format!("float GEMM: {what}"));
-    if lda < k || matrix_extent(m, lda, k).is_none_or(|e| e > a.len()) {
+    if !lhs.covers(m, k) {
         return Err(bad("left operand too short"));
     }
     if packed_len(k, n) != Some(b.len()) {
@@ -99,21 +204,21 @@ pub(crate) fn gemm(
     };
     let run = |r0: usize, out: &mut [f32]| {
         let rows = (m - r0).min(rows_per_task);
-        let a = &a[r0 * lda..];
+        let lhs = lhs.rows_from(r0);
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the features were checked (`available`, `float_avx512`); every index the
-        // kernels form is inside the slices: A rows r < rows of k <= lda values, B
+        // kernels form is inside the slices: A rows r < rows of k values (`covers`), B
         // panels of k * NR values, destination rows r < rows of n <= ldc values, bias
         // of n values (checked above).
         unsafe {
             if wide {
-                x86::gemm_avx512(a, lda, rows, k, b, n, out, ldc, &epilogue);
+                x86::gemm_avx512(lhs, rows, k, b, n, out, ldc, &epilogue);
             } else {
-                x86::gemm_avx2(a, lda, rows, k, b, n, out, ldc, &epilogue);
+                x86::gemm_avx2(lhs, rows, k, b, n, out, ldc, &epilogue);
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (a, rows, out, wide);
+        let _ = (lhs, rows, out, wide);
     };
     if threads > 1 && m > rows_per_task {
         use rayon::prelude::*;
@@ -135,15 +240,14 @@ pub(crate) fn gemm(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Epilogue, NR};
+    use super::{Epilogue, Lhs, NR, ZERO_RUN};
 
     /// # Safety
     /// AVX512F, AVX2 and FMA; the extents [`super::gemm`] checks.
     #[target_feature(enable = "avx512f,avx2,fma")]
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn gemm_avx512(
-        a: &[f32],
-        lda: usize,
+        lhs: Lhs,
         m: usize,
         k: usize,
         b: &[f32],
@@ -160,8 +264,7 @@ mod x86 {
             while r0 < m {
                 let rows = (m - r0).min(8);
                 let blk = Block {
-                    a: &a[r0 * lda..],
-                    lda,
+                    lhs: lhs.rows_from(r0),
                     k,
                     b: &b[t * k * NR..],
                     n,
@@ -202,8 +305,7 @@ mod x86 {
     #[target_feature(enable = "avx2,fma")]
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn gemm_avx2(
-        a: &[f32],
-        lda: usize,
+        lhs: Lhs,
         m: usize,
         k: usize,
         b: &[f32],
@@ -217,8 +319,7 @@ mod x86 {
             while r0 < m {
                 let rows = (m - r0).min(6);
                 let blk = Block {
-                    a: &a[r0 * lda..],
-                    lda,
+                    lhs: lhs.rows_from(r0),
                     k,
                     b: &b[t * k * NR..],
                     n,
@@ -242,10 +343,9 @@ mod x86 {
         }
     }
 
-    /// One block's operands: rows of A from `a`, panels of B from `b` (panel `t` first).
+    /// One block's operands: rows of A from `lhs`, panels of B from `b` (panel `t` first).
     struct Block<'a> {
-        a: &'a [f32],
-        lda: usize,
+        lhs: Lhs<'a>,
         k: usize,
         b: &'a [f32],
         n: usize,
@@ -254,6 +354,31 @@ mod x86 {
     }
 
     impl Block<'_> {
+        /// Where run `s` of rows 0..R starts.
+        ///
+        /// # Safety
+        /// The block's rows are inside `lhs` (as [`super::gemm_lhs`] checks).
+        #[inline(always)]
+        unsafe fn run_starts<const R: usize>(&self, s: usize, seg: usize) -> [*const f32; R] {
+            match self.lhs {
+                // SAFETY: row r's run s is inside A (the caller's contract).
+                Lhs::Dense { a, lda } => {
+                    std::array::from_fn(|r| unsafe { a.as_ptr().add(r * lda + s * seg) })
+                }
+                Lhs::Indirect {
+                    x,
+                    starts,
+                    segments,
+                    zeros,
+                    ..
+                } => std::array::from_fn(|r| match starts[r * segments + s] {
+                    ZERO_RUN => zeros.as_ptr(),
+                    // SAFETY: every start that is not ZERO_RUN begins a run inside x.
+                    st => unsafe { x.as_ptr().add(st) },
+                }),
+            }
+        }
+
         /// R rows x 16 P columns in 512-bit registers.
         ///
         /// # Safety
@@ -262,21 +387,26 @@ mod x86 {
         #[target_feature(enable = "avx512f,avx2,fma")]
         #[inline]
         unsafe fn zmm<const R: usize, const P: usize>(&self, out: &mut [f32], ldc: usize) {
-            debug_assert!(self.a.len() >= (R - 1) * self.lda + self.k);
             debug_assert!(self.b.len() >= P * self.k * NR);
             let mut acc = [[_mm512_setzero_ps(); P]; R];
-            let (ap, bp) = (self.a.as_ptr(), self.b.as_ptr());
-            for kk in 0..self.k {
-                let mut bv = [_mm512_setzero_ps(); P];
-                for (p, v) in bv.iter_mut().enumerate() {
-                    // SAFETY: panel p's row kk ends at p * k * NR + (kk + 1) * NR.
-                    *v = unsafe { _mm512_loadu_ps(bp.add(p * self.k * NR + kk * NR)) };
-                }
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    // SAFETY: row r's value kk is inside A.
-                    let av = _mm512_set1_ps(unsafe { *ap.add(r * self.lda + kk) });
-                    for (acc, &b) in acc.iter_mut().zip(&bv) {
-                        *acc = _mm512_fmadd_ps(av, b, *acc);
+            let bp = self.b.as_ptr();
+            let (runs, seg) = self.lhs.runs(self.k);
+            for s in 0..runs {
+                // SAFETY: the block's rows are inside A (the caller's contract).
+                let rows = unsafe { self.run_starts::<R>(s, seg) };
+                for kk in 0..seg {
+                    let row_k = s * seg + kk;
+                    let mut bv = [_mm512_setzero_ps(); P];
+                    for (p, v) in bv.iter_mut().enumerate() {
+                        // SAFETY: panel p's row row_k ends at p * k * NR + (row_k + 1) * NR.
+                        *v = unsafe { _mm512_loadu_ps(bp.add(p * self.k * NR + row_k * NR)) };
+                    }
+                    for (acc, row) in acc.iter_mut().zip(&rows) {
+                        // SAFETY: each run holds seg values.
+                        let av = _mm512_set1_ps(unsafe { *row.add(kk) });
+                        for (acc, &b) in acc.iter_mut().zip(&bv) {
+                            *acc = _mm512_fmadd_ps(av, b, *acc);
+                        }
                     }
                 }
             }
@@ -315,23 +445,28 @@ mod x86 {
         #[target_feature(enable = "avx2,fma")]
         #[inline]
         unsafe fn ymm<const R: usize>(&self, out: &mut [f32], ldc: usize) {
-            debug_assert!(self.a.len() >= (R - 1) * self.lda + self.k);
             debug_assert!(self.b.len() >= self.k * NR);
             let mut acc = [[_mm256_setzero_ps(); 2]; R];
-            let (ap, bp) = (self.a.as_ptr(), self.b.as_ptr());
-            for kk in 0..self.k {
-                // SAFETY: the panel's row kk ends at (kk + 1) * NR.
-                let (b0, b1) = unsafe {
-                    (
-                        _mm256_loadu_ps(bp.add(kk * NR)),
-                        _mm256_loadu_ps(bp.add(kk * NR + 8)),
-                    )
-                };
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    // SAFETY: row r's value kk is inside A.
-                    let av = _mm256_set1_ps(unsafe { *ap.add(r * self.lda + kk) });
-                    acc[0] = _mm256_fmadd_ps(av, b0, acc[0]);
-                    acc[1] = _mm256_fmadd_ps(av, b1, acc[1]);
+            let bp = self.b.as_ptr();
+            let (runs, seg) = self.lhs.runs(self.k);
+            for s in 0..runs {
+                // SAFETY: the block's rows are inside A (the caller's contract).
+                let rows = unsafe { self.run_starts::<R>(s, seg) };
+                for kk in 0..seg {
+                    let row_k = s * seg + kk;
+                    // SAFETY: the panel's row row_k ends at (row_k + 1) * NR.
+                    let (b0, b1) = unsafe {
+                        (
+                            _mm256_loadu_ps(bp.add(row_k * NR)),
+                            _mm256_loadu_ps(bp.add(row_k * NR + 8)),
+                        )
+                    };
+                    for (acc, row) in acc.iter_mut().zip(&rows) {
+                        // SAFETY: each run holds seg values.
+                        let av = _mm256_set1_ps(unsafe { *row.add(kk) });
+                        acc[0] = _mm256_fmadd_ps(av, b0, acc[0]);
+                        acc[1] = _mm256_fmadd_ps(av, b1, acc[1]);
+                    }
                 }
             }
             let c0 = self.t * NR;
@@ -428,6 +563,43 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// An indirect left operand is checked whole before the kernels read it: a run past
+    /// the input, too few starts, or a zero run shorter than a run are refused.
+    #[test]
+    fn indirect_operands_are_checked() {
+        if !available() {
+            return;
+        }
+        let x = vec![1.0f32; 40];
+        let zeros = vec![0.0f32; 8];
+        let b = vec![0.5f32; packed_len(16, 3).unwrap()];
+        let bias = [0.0f32; 3];
+        let e = Epilogue {
+            bias: &bias,
+            clamp: Clamp::none(),
+        };
+        let run = |starts: &[usize], zeros: &[f32]| {
+            let mut out = vec![0.0f32; 2 * 3];
+            let lhs = Lhs::Indirect {
+                x: &x,
+                starts,
+                segments: 2,
+                seg: 8,
+                zeros,
+            };
+            gemm_lhs(lhs, 2, 16, &b, 3, &mut out, 3, e, 1).map(|()| out)
+        };
+        // Row 0: x[0..8] and zeros; row 1: x[32..40] and x[8..16]: 8 and 16 ones.
+        let out = run(&[0, ZERO_RUN, 32, 8], &zeros).unwrap();
+        assert_eq!(out, [4.0, 4.0, 4.0, 8.0, 8.0, 8.0]);
+        assert!(run(&[0, ZERO_RUN, 33, 8], &zeros).is_err(), "a run past x");
+        assert!(run(&[0, ZERO_RUN, 32], &zeros).is_err(), "too few starts");
+        assert!(
+            run(&[0, ZERO_RUN, 32, 8], &zeros[..7]).is_err(),
+            "short zeros"
+        );
     }
 
     #[test]
