@@ -379,7 +379,9 @@ fn conv_nhwc_panels(
     if threads > 1 {
         tile = tile.min(rows.div_ceil(2 * threads)).max(8);
     }
-    if cg >= INDIRECT_MIN_CHANNELS {
+    // Few channels: whole window rows are runs (one group, unit horizontal dilation).
+    let row_runs = groups == 1 && g.dw == 1 && g.kw * g.ic >= 8;
+    if cg >= INDIRECT_MIN_CHANNELS || row_runs {
         return conv_indirect(
             g, groups, x, packed, per_group, epilogue, out, tile, threads,
         );
@@ -443,28 +445,50 @@ fn conv_indirect<'a>(
     tile: usize,
     threads: usize,
 ) -> Result<()> {
-    use super::gemm_f32::{Lhs, ZERO_RUN, gemm_lhs};
+    use super::gemm_f32::{AUX, Lhs, gemm_lhs};
     let cg = g.ic / groups;
     let og = g.oc / groups;
-    let taps = g.kh * g.kw;
     let rows = g.n * g.oh * g.ow;
-    let zeros = super::util::zeroed_f32(cg)?;
+    // Runs per output pixel and values per run: a tap's channels, or, for inputs of few
+    // channels, a whole window row (the kernel width's pixels are adjacent in NHWC).
+    let by_rows = cg < INDIRECT_MIN_CHANNELS;
+    if by_rows && (groups != 1 || g.dw != 1) {
+        return Err(RuntimeError::Internal(
+            "window-row runs need one group and unit horizontal dilation".into(),
+        ));
+    }
+    let (taps, seg) = if by_rows {
+        (g.kh, g.kw * g.ic)
+    } else {
+        (g.kh * g.kw, cg)
+    };
+    let zeros = super::util::zeroed_f32(seg)?;
     let one_tile = |r0: usize, out_rows: &mut [f32], starts: &mut [usize], threads: usize| {
         let t = out_rows.len() / g.oc.max(1);
         let starts = &mut starts[..t * taps];
+        // Runs of zeros, then the window rows that meet the left or right padding.
+        let mut gathered = Vec::new();
         for grp in 0..groups {
-            window_starts(g, grp * cg, r0, starts, ZERO_RUN);
+            let aux = if by_rows {
+                gathered.clear();
+                gathered.extend_from_slice(&zeros);
+                window_row_starts(g, x, r0, starts, &mut gathered);
+                &gathered[..]
+            } else {
+                window_starts(g, grp * cg, r0, starts, AUX);
+                &zeros[..]
+            };
             let lhs = Lhs::Indirect {
                 x,
                 starts,
                 segments: taps,
-                seg: cg,
-                zeros: &zeros,
+                seg,
+                aux,
             };
             gemm_lhs(
                 lhs,
                 t,
-                taps * cg,
+                taps * seg,
                 &packed[grp * per_group..(grp + 1) * per_group],
                 og,
                 &mut out_rows[grp * og..],
@@ -493,6 +517,50 @@ fn conv_indirect<'a>(
         }
         Ok(())
     })
+}
+
+/// For output rows `r0..` (one per entry of `starts` / kh), where each window row (kw
+/// pixels of all channels: one group, unit horizontal dilation) starts in the NHWC input;
+/// a row in the vertical padding is `aux`'s leading zeros, and one that meets the left or
+/// right padding is gathered, with its zeros, at the end of `aux`.
+fn window_row_starts(g: &Geometry, x: &[f32], r0: usize, starts: &mut [usize], aux: &mut Vec<f32>) {
+    use super::gemm_f32::AUX;
+    let mut ox = r0 % g.ow.max(1);
+    let mut oy = (r0 / g.ow.max(1)) % g.oh.max(1);
+    let mut b = r0 / (g.ow * g.oh).max(1);
+    for row in starts.chunks_exact_mut(g.kh.max(1)) {
+        let ix0 = (ox * g.sw)
+            .checked_sub(g.pad_left)
+            .filter(|&i| i + g.kw <= g.iw);
+        for (ky, st) in row.iter_mut().enumerate() {
+            *st = match (g.in_y(oy, ky), ix0) {
+                (None, _) => AUX,
+                (Some(iy), Some(ix0)) => ((b * g.ih + iy) * g.iw + ix0) * g.ic,
+                (Some(iy), None) => {
+                    let at = aux.len();
+                    for kx in 0..g.kw {
+                        match g.in_x(ox, kx) {
+                            Some(ix) => {
+                                let p = ((b * g.ih + iy) * g.iw + ix) * g.ic;
+                                aux.extend_from_slice(&x[p..p + g.ic]);
+                            }
+                            None => aux.extend(std::iter::repeat_n(0.0, g.ic)),
+                        }
+                    }
+                    AUX | at
+                }
+            };
+        }
+        ox += 1;
+        if ox == g.ow {
+            ox = 0;
+            oy += 1;
+            if oy == g.oh {
+                oy = 0;
+                b += 1;
+            }
+        }
+    }
 }
 
 /// For output rows `r0..` (one per entry of `starts` / taps), where each tap's `cg`
@@ -1163,7 +1231,7 @@ mod tests {
 
     /// The indirect GEMM reads the same windows im2col gathers, in the same order: the
     /// same bits, at every border, with strides, dilations, groups, two images, several
-    /// tiles, on one and two threads.
+    /// tiles, on one and two threads, by taps and (few channels) by window rows.
     #[test]
     fn indirect_windows_give_the_bits_of_im2col() {
         if !gemm_f32::available() {
@@ -1181,6 +1249,10 @@ mod tests {
             (1, 12, 12, 16, 24, 5, 5, 1, 2, 3, 1),
             (1, 8, 9, 32, 32, 3, 3, 1, 1, 0, 2),
             (1, 6, 6, 24, 16, 7, 7, 2, 1, 3, 1),
+            // Few channels: whole window rows are the runs, gathered at the borders.
+            (1, 13, 12, 3, 32, 3, 3, 2, 1, 1, 1),
+            (2, 15, 15, 3, 16, 7, 7, 2, 1, 3, 1),
+            (1, 9, 8, 4, 8, 3, 3, 1, 1, 0, 1),
         ]
         .iter()
         .enumerate()

@@ -60,19 +60,20 @@ pub(crate) enum Lhs<'a> {
     /// A row-major matrix: row r at `a[r * lda..]`.
     Dense { a: &'a [f32], lda: usize },
     /// An indirect GEMM (a convolution without im2col): row r's k values are `segments`
-    /// runs of `seg` values, run s starting at `x[starts[r * segments + s]]`, or reading
-    /// `zeros` where the start is [`ZERO_RUN`] (padding).
+    /// runs of `seg` values, run s starting at `x[starts[r * segments + s]]`, or, for a
+    /// start with the [`AUX`] bit set, at `aux[start - AUX]` (padding: a run of zeros, or
+    /// a window row gathered with its padding).
     Indirect {
         x: &'a [f32],
         starts: &'a [usize],
         segments: usize,
         seg: usize,
-        zeros: &'a [f32],
+        aux: &'a [f32],
     },
 }
 
-/// The start of a run of zeros in [`Lhs::Indirect`].
-pub(crate) const ZERO_RUN: usize = usize::MAX;
+/// The bit of an [`Lhs::Indirect`] start that says the run is in `aux`.
+pub(crate) const AUX: usize = 1 << (usize::BITS - 1);
 
 impl<'a> Lhs<'a> {
     /// Runs per row and values per run, for a depth of `k`.
@@ -95,13 +96,13 @@ impl<'a> Lhs<'a> {
                 starts,
                 segments,
                 seg,
-                zeros,
+                aux,
             } => Lhs::Indirect {
                 x,
                 starts: &starts[(r0 * segments).min(starts.len())..],
                 segments,
                 seg,
-                zeros,
+                aux,
             },
         }
     }
@@ -117,14 +118,19 @@ impl<'a> Lhs<'a> {
                 starts,
                 segments,
                 seg,
-                zeros,
+                aux,
             } => {
+                let fits = |st: usize| {
+                    let (from, start) = if st & AUX != 0 {
+                        (aux, st & !AUX)
+                    } else {
+                        (x, st)
+                    };
+                    start.checked_add(seg).is_some_and(|e| e <= from.len())
+                };
                 segments.checked_mul(seg) == Some(k)
-                    && zeros.len() >= seg
                     && m.checked_mul(segments).is_some_and(|n| n <= starts.len())
-                    && starts[..m * segments].iter().all(|&st| {
-                        st == ZERO_RUN || st.checked_add(seg).is_some_and(|e| e <= x.len())
-                    })
+                    && starts[..m * segments].iter().all(|&st| fits(st))
             }
         }
     }
@@ -240,7 +246,7 @@ pub(crate) fn gemm_lhs(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Epilogue, Lhs, NR, ZERO_RUN};
+    use super::{AUX, Epilogue, Lhs, NR};
 
     /// # Safety
     /// AVX512F, AVX2 and FMA; the extents [`super::gemm`] checks.
@@ -369,12 +375,19 @@ mod x86 {
                     x,
                     starts,
                     segments,
-                    zeros,
+                    aux,
                     ..
-                } => std::array::from_fn(|r| match starts[r * segments + s] {
-                    ZERO_RUN => zeros.as_ptr(),
-                    // SAFETY: every start that is not ZERO_RUN begins a run inside x.
-                    st => unsafe { x.as_ptr().add(st) },
+                } => std::array::from_fn(|r| {
+                    let st = starts[r * segments + s];
+                    // SAFETY: every start begins a run of seg values inside x, or with
+                    // the AUX bit, inside aux (checked by `covers`).
+                    unsafe {
+                        if st & AUX != 0 {
+                            aux.as_ptr().add(st & !AUX)
+                        } else {
+                            x.as_ptr().add(st)
+                        }
+                    }
                 }),
             }
         }
@@ -566,7 +579,7 @@ mod tests {
     }
 
     /// An indirect left operand is checked whole before the kernels read it: a run past
-    /// the input, too few starts, or a zero run shorter than a run are refused.
+    /// the input or past `aux`, or too few starts, are refused.
     #[test]
     fn indirect_operands_are_checked() {
         if !available() {
@@ -580,26 +593,24 @@ mod tests {
             bias: &bias,
             clamp: Clamp::none(),
         };
-        let run = |starts: &[usize], zeros: &[f32]| {
+        let run = |starts: &[usize], aux: &[f32]| {
             let mut out = vec![0.0f32; 2 * 3];
             let lhs = Lhs::Indirect {
                 x: &x,
                 starts,
                 segments: 2,
                 seg: 8,
-                zeros,
+                aux,
             };
             gemm_lhs(lhs, 2, 16, &b, 3, &mut out, 3, e, 1).map(|()| out)
         };
         // Row 0: x[0..8] and zeros; row 1: x[32..40] and x[8..16]: 8 and 16 ones.
-        let out = run(&[0, ZERO_RUN, 32, 8], &zeros).unwrap();
+        let out = run(&[0, AUX, 32, 8], &zeros).unwrap();
         assert_eq!(out, [4.0, 4.0, 4.0, 8.0, 8.0, 8.0]);
-        assert!(run(&[0, ZERO_RUN, 33, 8], &zeros).is_err(), "a run past x");
-        assert!(run(&[0, ZERO_RUN, 32], &zeros).is_err(), "too few starts");
-        assert!(
-            run(&[0, ZERO_RUN, 32, 8], &zeros[..7]).is_err(),
-            "short zeros"
-        );
+        assert!(run(&[0, AUX, 33, 8], &zeros).is_err(), "a run past x");
+        assert!(run(&[0, AUX, 32], &zeros).is_err(), "too few starts");
+        assert!(run(&[0, AUX | 1, 32, 8], &zeros).is_err(), "a run past aux");
+        assert!(run(&[0, AUX, 32, 8], &zeros[..7]).is_err(), "short aux");
     }
 
     #[test]
