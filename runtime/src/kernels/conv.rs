@@ -302,7 +302,6 @@ impl Kernel for Conv {
                         bias,
                         p.clamp(),
                         out,
-                        scratch,
                         threads,
                     );
                 }
@@ -337,7 +336,6 @@ fn conv_nhwc_panels(
     bias: &[f32],
     clamp: Clamp,
     out: &mut [f32],
-    scratch: &mut super::Scratch,
     threads: usize,
 ) -> Result<()> {
     use super::gemm_f32::{Epilogue, gemm, packed_len};
@@ -386,7 +384,9 @@ fn conv_nhwc_panels(
             g, groups, x, packed, per_group, epilogue, out, tile, threads,
         );
     }
-    let one_tile = |r0: usize, out_rows: &mut [f32], col: &mut [f32], threads: usize| {
+    // With one tile, the product itself is split over the threads.
+    let inner = if rows > tile { 1 } else { threads };
+    let tiles = |r0: usize, out_rows: &mut [f32], col: &mut [f32]| {
         let t = out_rows.len() / g.oc.max(1);
         let col = &mut col[..t * k];
         for grp in 0..groups {
@@ -401,26 +401,19 @@ fn conv_nhwc_panels(
                 &mut out_rows[grp * og..],
                 g.oc,
                 epilogue(grp),
-                threads,
+                inner,
             )?;
         }
         Ok(())
     };
-    let chunk = tile * g.oc;
-    if threads > 1 && rows > tile {
-        use rayon::prelude::*;
-        return out[..rows * g.oc]
-            .par_chunks_mut(chunk)
-            .enumerate()
-            .try_for_each(|(i, out_rows)| {
-                super::util::with_scratch(tile * k, |col| one_tile(i * tile, out_rows, col, 1))
-            });
-    }
-    let col = scratch.f32(tile * k)?;
-    for (i, out_rows) in out[..rows * g.oc].chunks_mut(chunk).enumerate() {
-        one_tile(i * tile, out_rows, col, threads)?;
-    }
-    Ok(())
+    super::util::for_row_tiles(
+        threads,
+        &mut out[..rows * g.oc],
+        g.oc,
+        tile,
+        tile * k,
+        tiles,
+    )
 }
 
 /// Input channels (per group) from which a convolution reads its windows in place (an
@@ -463,7 +456,9 @@ fn conv_indirect<'a>(
         (g.kh * g.kw, cg)
     };
     let zeros = super::util::zeroed_f32(seg)?;
-    let one_tile = |r0: usize, out_rows: &mut [f32], starts: &mut [usize], threads: usize| {
+    // With one tile, the product itself is split over the threads.
+    let inner = if rows > tile { 1 } else { threads };
+    let tiles = |r0: usize, out_rows: &mut [f32], starts: &mut [usize]| {
         let t = out_rows.len() / g.oc.max(1);
         let starts = &mut starts[..t * taps];
         // Runs of zeros, then the window rows that meet the left or right padding.
@@ -494,29 +489,19 @@ fn conv_indirect<'a>(
                 &mut out_rows[grp * og..],
                 g.oc,
                 epilogue(grp),
-                threads,
+                inner,
             )?;
         }
         Ok(())
     };
-    let chunk = tile * g.oc;
-    if threads > 1 && rows > tile {
-        use rayon::prelude::*;
-        return out[..rows * g.oc]
-            .par_chunks_mut(chunk)
-            .enumerate()
-            .try_for_each(|(i, out_rows)| {
-                super::util::with_scratch(tile * taps, |starts| {
-                    one_tile(i * tile, out_rows, starts, 1)
-                })
-            });
-    }
-    super::util::with_scratch(tile * taps, |starts| {
-        for (i, out_rows) in out[..rows * g.oc].chunks_mut(chunk).enumerate() {
-            one_tile(i * tile, out_rows, starts, threads)?;
-        }
-        Ok(())
-    })
+    super::util::for_row_tiles(
+        threads,
+        &mut out[..rows * g.oc],
+        g.oc,
+        tile,
+        tile * taps,
+        tiles,
+    )
 }
 
 /// For output rows `r0..` (one per entry of `starts` / kh), where each window row (kw

@@ -315,6 +315,36 @@ pub(crate) fn with_scratch<S: bytemuck::Pod, R>(
     })
 }
 
+/// Runs `f(first_row, rows, scratch)` over consecutive tiles of `tile_rows` rows of
+/// `out` (`row_len` elements per row), in parallel on the current rayon pool when
+/// `threads > 1`. Each call gets `scratch_len` elements of its thread's scratch, with
+/// whatever an earlier call left there: `f` must write what it reads. With several
+/// threads and one tile, `f` runs once on the calling thread (and may split its own work
+/// over the pool).
+pub(crate) fn for_row_tiles<T: Send, S: bytemuck::Pod + Send>(
+    threads: usize,
+    out: &mut [T],
+    row_len: usize,
+    tile_rows: usize,
+    scratch_len: usize,
+    f: impl Fn(usize, &mut [T], &mut [S]) -> Result<()> + Sync + Send,
+) -> Result<()> {
+    use rayon::prelude::*;
+    let chunk = tile_rows.max(1) * row_len.max(1);
+    if threads > 1 && out.len() > chunk {
+        out.par_chunks_mut(chunk)
+            .enumerate()
+            .try_for_each(|(i, rows)| with_scratch(scratch_len, |s| f(i * tile_rows, rows, s)))
+    } else {
+        with_scratch(scratch_len, |scratch| {
+            for (i, rows) in out.chunks_mut(chunk).enumerate() {
+                f(i * tile_rows, rows, scratch)?;
+            }
+            Ok(())
+        })
+    }
+}
+
 /// The xorshift generator of the kernels' randomized unit tests.
 #[cfg(test)]
 pub(crate) mod test_rng {

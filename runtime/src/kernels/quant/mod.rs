@@ -28,6 +28,7 @@
 
 use nnc_formats::nn::{Operand, OperandType, OperationType};
 
+use super::util::for_row_tiles;
 use super::{Kernel, OpInfo};
 use crate::error::{Result, RuntimeError};
 use crate::tensor::{TensorMut, TensorRef};
@@ -186,34 +187,4 @@ fn typed<T: arith::Q8>(bytes: &[u8]) -> &[T] {
 
 fn typed_mut<T: arith::Q8>(bytes: &mut [u8]) -> &mut [T] {
     bytemuck::cast_slice_mut(bytes)
-}
-
-/// Runs `f(first_row, rows, scratch)` over consecutive tiles of `tile_rows` rows of
-/// `out` (`row_len` elements per row), in parallel on the current rayon pool when
-/// `threads > 1`. Each call gets `scratch_len` elements of its thread's scratch, with
-/// whatever an earlier call left there: `f` must write what it reads.
-fn for_row_tiles<T: Send, S: bytemuck::Pod + Send>(
-    threads: usize,
-    out: &mut [T],
-    row_len: usize,
-    tile_rows: usize,
-    scratch_len: usize,
-    f: impl Fn(usize, &mut [T], &mut [S]) -> Result<()> + Sync + Send,
-) -> Result<()> {
-    use rayon::prelude::*;
-    let chunk = tile_rows.max(1) * row_len.max(1);
-    if threads > 1 && out.len() > chunk {
-        out.par_chunks_mut(chunk)
-            .enumerate()
-            .try_for_each(|(i, rows)| {
-                super::util::with_scratch(scratch_len, |s| f(i * tile_rows, rows, s))
-            })
-    } else {
-        super::util::with_scratch(scratch_len, |scratch| {
-            for (i, rows) in out.chunks_mut(chunk).enumerate() {
-                f(i * tile_rows, rows, scratch)?;
-            }
-            Ok(())
-        })
-    }
 }
