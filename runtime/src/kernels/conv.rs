@@ -294,16 +294,7 @@ impl Kernel for Conv {
                     );
                 }
                 if self.packed_for_kernel {
-                    return conv_nhwc_panels(
-                        &g,
-                        groups,
-                        x,
-                        &packed,
-                        bias,
-                        p.clamp(),
-                        out,
-                        threads,
-                    );
+                    return conv_nhwc_panels(&g, groups, x, &packed, bias, p.clamp(), out, threads);
                 }
                 if packed.len() != fdims.iter().product::<usize>() {
                     return Err(RuntimeError::kernel("packed filter has the wrong size"));
@@ -510,10 +501,7 @@ fn conv_indirect<'a>(
 /// right padding is gathered, with its zeros, at the end of `aux`.
 fn window_row_starts(g: &Geometry, x: &[f32], r0: usize, starts: &mut [usize], aux: &mut Vec<f32>) {
     use super::gemm_f32::AUX;
-    let mut ox = r0 % g.ow.max(1);
-    let mut oy = (r0 / g.ow.max(1)) % g.oh.max(1);
-    let mut b = r0 / (g.ow * g.oh).max(1);
-    for row in starts.chunks_exact_mut(g.kh.max(1)) {
+    for (row, (b, oy, ox)) in starts.chunks_exact_mut(g.kh.max(1)).zip(g.pixels_from(r0)) {
         let ix0 = (ox * g.sw)
             .checked_sub(g.pad_left)
             .filter(|&i| i + g.kw <= g.iw);
@@ -536,15 +524,6 @@ fn window_row_starts(g: &Geometry, x: &[f32], r0: usize, starts: &mut [usize], a
                 }
             };
         }
-        ox += 1;
-        if ox == g.ow {
-            ox = 0;
-            oy += 1;
-            if oy == g.oh {
-                oy = 0;
-                b += 1;
-            }
-        }
     }
 }
 
@@ -563,10 +542,7 @@ fn window_starts(g: &Geometry, c0: usize, r0: usize, starts: &mut [usize], zero:
             .checked_sub(pad)
             .filter(|&i| i + span <= extent)
     };
-    let mut ox = r0 % g.ow.max(1);
-    let mut oy = (r0 / g.ow.max(1)) % g.oh.max(1);
-    let mut b = r0 / (g.ow * g.oh).max(1);
-    for row in starts.chunks_exact_mut(taps.max(1)) {
+    for (row, (b, oy, ox)) in starts.chunks_exact_mut(taps.max(1)).zip(g.pixels_from(r0)) {
         match (
             inside(oy, g.sh, g.pad_top, span_y, g.ih),
             inside(ox, g.sw, g.pad_left, span_x, g.iw),
@@ -587,15 +563,6 @@ fn window_starts(g: &Geometry, c0: usize, r0: usize, starts: &mut [usize], zero:
                         };
                     }
                 }
-            }
-        }
-        ox += 1;
-        if ox == g.ow {
-            ox = 0;
-            oy += 1;
-            if oy == g.oh {
-                oy = 0;
-                b += 1;
             }
         }
     }

@@ -239,6 +239,26 @@ impl Geometry {
         })
     }
 
+    /// The output pixels `(image, oy, ox)` from row `r0` on (rows count pixels over the
+    /// batch), stepped without a division per pixel.
+    pub fn pixels_from(&self, r0: usize) -> impl Iterator<Item = (usize, usize, usize)> {
+        let (oh, ow) = (self.oh.max(1), self.ow.max(1));
+        let mut at = (r0 / (oh * ow), (r0 / ow) % oh, r0 % ow);
+        std::iter::from_fn(move || {
+            let here = at;
+            at.2 += 1;
+            if at.2 == ow {
+                at.2 = 0;
+                at.1 += 1;
+                if at.1 == oh {
+                    at.1 = 0;
+                    at.0 += 1;
+                }
+            }
+            Some(here)
+        })
+    }
+
     /// A 1x1, stride-1, unpadded convolution: its im2col rows are its input rows.
     pub fn is_pointwise(&self) -> bool {
         self.kh == 1

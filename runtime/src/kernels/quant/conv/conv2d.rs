@@ -308,12 +308,10 @@ fn im2col_bytes(
     let k = g.kh * g.kw * cg;
     let pointwise = g.is_pointwise();
     let contiguous = g.dw == 1 && cg == g.ic;
-    // The output pixel of row r0, then stepped row by row (two divisions per row were a
-    // large part of gathering a 3-channel first layer's 27-byte rows).
-    let mut ox = r0 % g.ow.max(1);
-    let mut oy = (r0 / g.ow.max(1)) % g.oh.max(1);
-    let mut b = r0 / (g.ow * g.oh).max(1);
-    for (r, dst) in a.chunks_exact_mut(kq).enumerate() {
+    // The output pixels stepped row by row (two divisions per row were a large part of
+    // gathering a 3-channel first layer's 27-byte rows).
+    let pixels = g.pixels_from(r0);
+    for ((r, dst), (b, oy, ox)) in a.chunks_exact_mut(kq).enumerate().zip(pixels) {
         // The depth's padding to a multiple of 4 (under 4 bytes) as one 4-byte store
         // that the row's values then overwrite in part: a fill of a variable length is
         // a call to memset per row.
@@ -329,19 +327,6 @@ fn im2col_bytes(
             dst[..cg].copy_from_slice(&x[row * g.ic + c0..][..cg]);
             continue;
         }
-        let (b, oy, ox) = {
-            let here = (b, oy, ox);
-            ox += 1;
-            if ox == g.ow {
-                ox = 0;
-                oy += 1;
-                if oy == g.oh {
-                    oy = 0;
-                    b += 1;
-                }
-            }
-            here
-        };
         for ky in 0..g.kh {
             let drow = &mut dst[ky * g.kw * cg..(ky + 1) * g.kw * cg];
             let Some(iy) = g.in_y(oy, ky) else {
