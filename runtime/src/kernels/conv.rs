@@ -15,6 +15,7 @@ use std::borrow::Cow;
 
 use nnc_formats::nn::{OperandType, OperationType};
 
+use super::conv_indirect::INDIRECT_MIN_CHANNELS;
 use super::linalg::{Layout, matmul};
 use super::util::{for_each_chunk, rank4, with_nhwc};
 use super::window::{ConvParams, Geometry, TransposeParams, decode_conv, decode_transpose};
@@ -144,7 +145,7 @@ struct Conv {
 /// Packs a filter `[O, KH, KW, Cg]` for [`super::gemm_f32`], one right operand per
 /// group (`B[k][j] = w[g * og + j][k]`), concatenated, straight into the aligned storage
 /// the kernel reads.
-fn pack_conv_filter_panels(
+pub(super) fn pack_conv_filter_panels(
     filter: &[f32],
     [o, kh, kw, cg]: [usize; 4],
     groups: usize,
@@ -371,7 +372,7 @@ fn conv_nhwc_panels(
     // Few channels: whole window rows are runs (one group, unit horizontal dilation).
     let row_runs = groups == 1 && g.dw == 1 && g.kw * g.ic >= 8;
     if cg >= INDIRECT_MIN_CHANNELS || row_runs {
-        return conv_indirect(
+        return super::conv_indirect::conv_indirect(
             g, groups, x, packed, per_group, epilogue, out, tile, threads,
         );
     }
@@ -405,167 +406,6 @@ fn conv_nhwc_panels(
         tile * k,
         tiles,
     )
-}
-
-/// Input channels (per group) from which a convolution reads its windows in place (an
-/// indirect GEMM) instead of gathering them (im2col): each tap is then a run of at least
-/// this many values, enough to amortize finding the run's start.
-const INDIRECT_MIN_CHANNELS: usize = 16;
-
-/// [`conv_nhwc_panels`] without im2col: for every output pixel of a tile and every tap
-/// of its window, where the tap's input channels start (or that it is padding), and the
-/// micro-kernels read the windows in place ([`super::gemm_f32::Lhs::Indirect`]). The
-/// products are summed in the im2col order, so the bits are the same; the gathering
-/// copied 9x the input of a 3x3 layer (7% of ResNet18).
-#[allow(clippy::too_many_arguments)]
-fn conv_indirect<'a>(
-    g: &Geometry,
-    groups: usize,
-    x: &[f32],
-    packed: &[f32],
-    per_group: usize,
-    epilogue: impl Fn(usize) -> super::gemm_f32::Epilogue<'a> + Sync,
-    out: &mut [f32],
-    tile: usize,
-    threads: usize,
-) -> Result<()> {
-    use super::gemm_f32::{AUX, Lhs, gemm_lhs};
-    let cg = g.ic / groups;
-    let og = g.oc / groups;
-    let rows = g.n * g.oh * g.ow;
-    // Runs per output pixel and values per run: a tap's channels, or, for inputs of few
-    // channels, a whole window row (the kernel width's pixels are adjacent in NHWC).
-    let by_rows = cg < INDIRECT_MIN_CHANNELS;
-    if by_rows && (groups != 1 || g.dw != 1) {
-        return Err(RuntimeError::Internal(
-            "window-row runs need one group and unit horizontal dilation".into(),
-        ));
-    }
-    let (taps, seg) = if by_rows {
-        (g.kh, g.kw * g.ic)
-    } else {
-        (g.kh * g.kw, cg)
-    };
-    let zeros = super::util::zeroed_f32(seg)?;
-    // With one tile, the product itself is split over the threads.
-    let inner = if rows > tile { 1 } else { threads };
-    let tiles = |r0: usize, out_rows: &mut [f32], starts: &mut [usize]| {
-        let t = out_rows.len() / g.oc.max(1);
-        let starts = &mut starts[..t * taps];
-        // Runs of zeros, then the window rows that meet the left or right padding.
-        let mut gathered = Vec::new();
-        for grp in 0..groups {
-            let aux = if by_rows {
-                gathered.clear();
-                gathered.extend_from_slice(&zeros);
-                window_row_starts(g, x, r0, starts, &mut gathered);
-                &gathered[..]
-            } else {
-                window_starts(g, grp * cg, r0, starts, AUX);
-                &zeros[..]
-            };
-            let lhs = Lhs::Indirect {
-                x,
-                starts,
-                segments: taps,
-                seg,
-                aux,
-            };
-            gemm_lhs(
-                lhs,
-                t,
-                taps * seg,
-                &packed[grp * per_group..(grp + 1) * per_group],
-                og,
-                &mut out_rows[grp * og..],
-                g.oc,
-                epilogue(grp),
-                inner,
-            )?;
-        }
-        Ok(())
-    };
-    super::util::for_row_tiles(
-        threads,
-        &mut out[..rows * g.oc],
-        g.oc,
-        tile,
-        tile * taps,
-        tiles,
-    )
-}
-
-/// For output rows `r0..` (one per entry of `starts` / kh), where each window row (kw
-/// pixels of all channels: one group, unit horizontal dilation) starts in the NHWC input;
-/// a row in the vertical padding is `aux`'s leading zeros, and one that meets the left or
-/// right padding is gathered, with its zeros, at the end of `aux`.
-fn window_row_starts(g: &Geometry, x: &[f32], r0: usize, starts: &mut [usize], aux: &mut Vec<f32>) {
-    use super::gemm_f32::AUX;
-    for (row, (b, oy, ox)) in starts.chunks_exact_mut(g.kh.max(1)).zip(g.pixels_from(r0)) {
-        let ix0 = (ox * g.sw)
-            .checked_sub(g.pad_left)
-            .filter(|&i| i + g.kw <= g.iw);
-        for (ky, st) in row.iter_mut().enumerate() {
-            *st = match (g.in_y(oy, ky), ix0) {
-                (None, _) => AUX,
-                (Some(iy), Some(ix0)) => ((b * g.ih + iy) * g.iw + ix0) * g.ic,
-                (Some(iy), None) => {
-                    let at = aux.len();
-                    for kx in 0..g.kw {
-                        match g.in_x(ox, kx) {
-                            Some(ix) => {
-                                let p = ((b * g.ih + iy) * g.iw + ix) * g.ic;
-                                aux.extend_from_slice(&x[p..p + g.ic]);
-                            }
-                            None => aux.extend(std::iter::repeat_n(0.0, g.ic)),
-                        }
-                    }
-                    AUX | at
-                }
-            };
-        }
-    }
-}
-
-/// For output rows `r0..` (one per entry of `starts` / taps), where each tap's `cg`
-/// input channels from `c0` start in the NHWC input, or `zero` for a tap in the padding.
-/// A window wholly inside the input is its first tap's start plus fixed offsets.
-fn window_starts(g: &Geometry, c0: usize, r0: usize, starts: &mut [usize], zero: usize) {
-    let taps = g.kh * g.kw;
-    let offsets: Vec<usize> = (0..taps)
-        .map(|t| ((t / g.kw) * g.dh * g.iw + (t % g.kw) * g.dw) * g.ic)
-        .collect();
-    // The window of output (oy, ox) spans input rows oy * sh - pad_top + [0, span_y).
-    let (span_y, span_x) = ((g.kh - 1) * g.dh + 1, (g.kw - 1) * g.dw + 1);
-    let inside = |o: usize, stride: usize, pad: usize, span: usize, extent: usize| {
-        (o * stride)
-            .checked_sub(pad)
-            .filter(|&i| i + span <= extent)
-    };
-    for (row, (b, oy, ox)) in starts.chunks_exact_mut(taps.max(1)).zip(g.pixels_from(r0)) {
-        match (
-            inside(oy, g.sh, g.pad_top, span_y, g.ih),
-            inside(ox, g.sw, g.pad_left, span_x, g.iw),
-        ) {
-            (Some(iy), Some(ix)) => {
-                let first = ((b * g.ih + iy) * g.iw + ix) * g.ic + c0;
-                for (st, off) in row.iter_mut().zip(&offsets) {
-                    *st = first + off;
-                }
-            }
-            _ => {
-                for ky in 0..g.kh {
-                    let iy = g.in_y(oy, ky);
-                    for kx in 0..g.kw {
-                        row[ky * g.kw + kx] = match (iy, g.in_x(ox, kx)) {
-                            (Some(iy), Some(ix)) => ((b * g.ih + iy) * g.iw + ix) * g.ic + c0,
-                            _ => zero,
-                        };
-                    }
-                }
-            }
-        }
-    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -644,7 +484,15 @@ fn conv_nhwc(
 
 /// Fills `col` (rows r0..r1 of the im2col matrix, each `[KH, KW, cg]`) for the channel
 /// range `c0..c0 + cg`.
-fn im2col(g: &Geometry, x: &[f32], c0: usize, cg: usize, r0: usize, r1: usize, col: &mut [f32]) {
+pub(super) fn im2col(
+    g: &Geometry,
+    x: &[f32],
+    c0: usize,
+    cg: usize,
+    r0: usize,
+    r1: usize,
+    col: &mut [f32],
+) {
     let k = g.kh * g.kw * cg;
     // With unit dilation and all channels, a kernel row is one contiguous input span.
     let contiguous = g.dw == 1 && cg == g.ic;
@@ -1173,106 +1021,5 @@ impl Kernel for TransposeConv {
                 Ok(())
             },
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kernels::gemm_f32::{self, Epilogue};
-
-    /// The indirect GEMM reads the same windows im2col gathers, in the same order: the
-    /// same bits, at every border, with strides, dilations, groups, two images, several
-    /// tiles, on one and two threads, by taps and (few channels) by window rows.
-    #[test]
-    fn indirect_windows_give_the_bits_of_im2col() {
-        if !gemm_f32::available() {
-            return;
-        }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
-        let mut rng = crate::kernels::util::test_rng::Rng(0x1234_5678_9abc_def1);
-        // (n, ih, iw, ic, oc, kh, kw, stride, dilation, pad, groups)
-        for (case, &(n, ih, iw, ic, oc, kh, kw, s, d, pad, groups)) in [
-            (1, 9, 11, 16, 20, 3, 3, 1, 1, 1, 1),
-            (2, 10, 7, 32, 17, 3, 3, 2, 1, 1, 1),
-            (1, 12, 12, 16, 24, 5, 5, 1, 2, 3, 1),
-            (1, 8, 9, 32, 32, 3, 3, 1, 1, 0, 2),
-            (1, 6, 6, 24, 16, 7, 7, 2, 1, 3, 1),
-            // Few channels: whole window rows are the runs, gathered at the borders.
-            (1, 13, 12, 3, 32, 3, 3, 2, 1, 1, 1),
-            (2, 15, 15, 3, 16, 7, 7, 2, 1, 3, 1),
-            (1, 9, 8, 4, 8, 3, 3, 1, 1, 0, 1),
-        ]
-        .iter()
-        .enumerate()
-        {
-            let (span_h, span_w) = ((kh - 1) * d + 1, (kw - 1) * d + 1);
-            let g = Geometry {
-                n,
-                ih,
-                iw,
-                ic,
-                oh: (ih + 2 * pad - span_h) / s + 1,
-                ow: (iw + 2 * pad - span_w) / s + 1,
-                oc,
-                kh,
-                kw,
-                sh: s,
-                sw: s,
-                dh: d,
-                dw: d,
-                pad_top: pad,
-                pad_left: pad,
-            };
-            let (cg, og) = (ic / groups, oc / groups);
-            let x = rng.f32s(n * ih * iw * ic);
-            let filter = rng.f32s(oc * kh * kw * cg);
-            let bias = rng.f32s(oc);
-            let packed = pack_conv_filter_panels(&filter, [oc, kh, kw, cg], groups).unwrap();
-            let packed = packed.as_f32();
-            let k = kh * kw * cg;
-            let per_group = gemm_f32::packed_len(k, og).unwrap();
-            let rows = n * g.oh * g.ow;
-            let clamp = Clamp { lo: -0.5, hi: 6.0 };
-            let epilogue = |grp: usize| Epilogue {
-                bias: &bias[grp * og..(grp + 1) * og],
-                clamp,
-            };
-            let mut expected = vec![0.0f32; rows * oc];
-            let mut col = vec![0.0f32; rows * k];
-            for grp in 0..groups {
-                im2col(&g, &x, grp * cg, cg, 0, rows, &mut col);
-                gemm_f32::gemm(
-                    &col,
-                    k,
-                    rows,
-                    k,
-                    &packed[grp * per_group..(grp + 1) * per_group],
-                    og,
-                    &mut expected[grp * og..],
-                    oc,
-                    epilogue(grp),
-                    1,
-                )
-                .unwrap();
-            }
-            for (tile, threads) in [(rows, 1), (7, 1), (7, 2), (8, 2)] {
-                let mut got = vec![f32::NAN; rows * oc];
-                pool.install(|| {
-                    conv_indirect(
-                        &g, groups, &x, packed, per_group, epilogue, &mut got, tile, threads,
-                    )
-                })
-                .unwrap();
-                let same = got
-                    .iter()
-                    .zip(&expected)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(same, "case {case}, tile {tile}, {threads} threads");
-            }
-        }
     }
 }

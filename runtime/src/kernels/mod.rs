@@ -25,6 +25,7 @@ use crate::tensor::{TensorMut, TensorRef};
 
 pub mod compare;
 pub mod conv;
+mod conv_indirect;
 pub mod elementwise;
 pub mod fully_connected;
 pub mod gather;

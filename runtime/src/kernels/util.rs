@@ -78,21 +78,26 @@ pub fn nhwc_to_nchw<T: Copy>(src: &[T], dst: &mut [T], [n, h, w, c]: [usize; 4])
 /// in cache-friendly tiles; 4-byte elements (float32, int32) in 8 x 8 register blocks
 /// on AVX2 (a model's NCHW <-> NHWC boundary transposes: 1 ns per element before).
 pub fn transpose_2d<T: Copy>(src: &[T], dst: &mut [T], rows: usize, cols: usize) {
-    let Some(len) = rows.checked_mul(cols) else {
-        return;
-    };
-    assert!(
-        src.len() >= len && dst.len() >= len,
-        "transpose_2d: {rows} x {cols} does not fit the slices"
-    );
+    // The register path only where both slices hold the whole matrix (its callers
+    // check the sizes; the element-by-element path indexes as it goes).
+    let fits = rows
+        .checked_mul(cols)
+        .is_some_and(|len| src.len() >= len && dst.len() >= len);
     #[cfg(target_arch = "x86_64")]
-    if std::mem::size_of::<T>() == 4 && rows >= 8 && cols >= 8 && super::isa::float_avx2_fma() {
+    if fits
+        && std::mem::size_of::<T>() == 4
+        && rows >= 8
+        && cols >= 8
+        && super::isa::float_avx2_fma()
+    {
         // SAFETY: AVX2 is available (checked); both slices hold rows * cols elements of
         // four bytes (checked above), which the kernel reads and writes as unaligned
         // 32-bit words, moving their bits unchanged.
         unsafe { transpose_4byte_avx2(src.as_ptr().cast(), dst.as_mut_ptr().cast(), rows, cols) };
         return;
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = fits;
     match rows {
         // An image's NCHW -> NHWC input transpose: channels interleaved pixel by pixel.
         3 => transpose_few_rows::<T, 3>(src, dst, cols),
