@@ -87,6 +87,7 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
                 filter_is_weight,
                 packed_for_kernel: filter_is_weight && super::gemm_f32::available(),
                 winograd,
+                indirect: Default::default(),
             }))
         }
     }
@@ -140,6 +141,8 @@ struct Conv {
     /// The [`super::winograd`] tiling a constant 3x3 stride-1 filter is transformed for
     /// (decided from the shapes and the float-math option when the kernel is built).
     winograd: Option<super::winograd::Tiling>,
+    /// Where the windows of the last input shape start (indirect convolutions).
+    indirect: super::conv_indirect::IndirectCache,
 }
 
 /// Packs a filter `[O, KH, KW, Cg]` for [`super::gemm_f32`], one right operand per
@@ -295,7 +298,17 @@ impl Kernel for Conv {
                     );
                 }
                 if self.packed_for_kernel {
-                    return conv_nhwc_panels(&g, groups, x, &packed, bias, p.clamp(), out, threads);
+                    return conv_nhwc_panels(
+                        &g,
+                        groups,
+                        x,
+                        &packed,
+                        bias,
+                        p.clamp(),
+                        out,
+                        threads,
+                        &self.indirect,
+                    );
                 }
                 if packed.len() != fdims.iter().product::<usize>() {
                     return Err(RuntimeError::kernel("packed filter has the wrong size"));
@@ -329,6 +342,7 @@ fn conv_nhwc_panels(
     clamp: Clamp,
     out: &mut [f32],
     threads: usize,
+    indirect: &super::conv_indirect::IndirectCache,
 ) -> Result<()> {
     use super::gemm_f32::{Epilogue, gemm, packed_len};
     let cg = g.ic / groups;
@@ -373,7 +387,7 @@ fn conv_nhwc_panels(
     let row_runs = groups == 1 && g.dw == 1 && g.kw * g.ic >= 8;
     if cg >= INDIRECT_MIN_CHANNELS || row_runs {
         return super::conv_indirect::conv_indirect(
-            g, groups, x, packed, per_group, epilogue, out, tile, threads,
+            g, groups, x, packed, per_group, epilogue, out, tile, threads, indirect,
         );
     }
     // With one tile, the product itself is split over the threads.

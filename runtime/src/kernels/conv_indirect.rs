@@ -3,6 +3,7 @@
 //! GEMM), through a table of where each run starts. The products are summed in im2col's
 //! order, so the bits are those of the gathered product.
 
+use super::gemm_f32::{AUX, Lhs, StartTable, gemm_lhs};
 use super::window::Geometry;
 use crate::error::{Result, RuntimeError};
 
@@ -11,11 +12,150 @@ use crate::error::{Result, RuntimeError};
 /// this many values, enough to amortize finding the run's start.
 pub(super) const INDIRECT_MIN_CHANNELS: usize = 16;
 
-/// [`conv_nhwc_panels`] without im2col: for every output pixel of a tile and every tap
-/// of its window, where the tap's input channels start (or that it is padding), and the
+/// Bytes of start table a convolution keeps between executions ([`IndirectCache`]);
+/// larger geometries (huge images) build each tile's starts as the tile runs.
+const CACHED_TABLE_BYTES: usize = 8 << 20;
+
+/// The start table of a convolution's last geometry, kept by its kernel: an execution of
+/// the same shapes reuses it instead of recomputing and rechecking every start per tile
+/// (3.5% of SqueezeNet did that).
+pub(super) struct IndirectCache {
+    table: std::sync::Mutex<Option<std::sync::Arc<IndirectTable>>>,
+    max_bytes: usize,
+}
+
+impl Default for IndirectCache {
+    fn default() -> IndirectCache {
+        IndirectCache::with_limit(CACHED_TABLE_BYTES)
+    }
+}
+
+impl IndirectCache {
+    /// A cache keeping tables of at most `max_bytes`.
+    fn with_limit(max_bytes: usize) -> IndirectCache {
+        IndirectCache {
+            table: std::sync::Mutex::new(None),
+            max_bytes,
+        }
+    }
+
+    /// The table of every output row of `g`, built on first use of these shapes, or
+    /// `None` when it would be larger than the limit.
+    fn table(&self, g: &Geometry, groups: usize) -> Result<Option<std::sync::Arc<IndirectTable>>> {
+        let rows = g.n * g.oh * g.ow;
+        let (taps, _) = runs_of(g, groups);
+        if rows.saturating_mul(taps).saturating_mul(size_of::<usize>()) > self.max_bytes {
+            return Ok(None);
+        }
+        // A poisoned lock only means another execution failed while building: rebuild.
+        let mut held = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = held.as_ref()
+            && t.geometry == *g
+            && t.groups == groups
+        {
+            return Ok(Some(std::sync::Arc::clone(t)));
+        }
+        let table = std::sync::Arc::new(IndirectTable::build(g, groups, 0, rows)?);
+        *held = Some(std::sync::Arc::clone(&table));
+        Ok(Some(table))
+    }
+}
+
+/// Runs per output pixel and values per run: a tap's channels, or, for inputs of few
+/// channels, a whole window row (the kernel width's pixels are adjacent in NHWC).
+fn runs_of(g: &Geometry, groups: usize) -> (usize, usize) {
+    let cg = g.ic / groups.max(1);
+    if cg < INDIRECT_MIN_CHANNELS {
+        (g.kh, g.kw * g.ic)
+    } else {
+        (g.kh * g.kw, cg)
+    }
+}
+
+/// Where the runs of output rows `r0..r0 + rows` start, relative to the first channel of
+/// a group (a group's runs are the same ones shifted by its channel offset). The
+/// auxiliary buffer holds a run of zeros (padding taps), then, for window-row runs, the
+/// rows that meet the left or right padding, gathered from the input at each execution.
+pub(super) struct IndirectTable {
+    geometry: Geometry,
+    groups: usize,
+    r0: usize,
+    taps: usize,
+    starts: StartTable,
+    /// Window rows gathered into the auxiliary buffer: (where, image, input row, output
+    /// column), in the order of their places.
+    gathers: Vec<(usize, usize, usize, usize)>,
+}
+
+impl IndirectTable {
+    fn build(g: &Geometry, groups: usize, r0: usize, rows: usize) -> Result<IndirectTable> {
+        let by_rows = g.ic / groups.max(1) < INDIRECT_MIN_CHANNELS;
+        if by_rows && (groups != 1 || g.dw != 1) {
+            return Err(RuntimeError::Internal(
+                "window-row runs need one group and unit horizontal dilation".into(),
+            ));
+        }
+        let (taps, seg) = runs_of(g, groups);
+        let mut starts = vec![0usize; rows * taps];
+        let mut gathers = Vec::new();
+        if by_rows {
+            window_row_starts(g, r0, seg, &mut starts, &mut gathers);
+        } else {
+            window_starts(g, &tap_offsets(g), 0, r0, &mut starts, AUX);
+        }
+        Ok(IndirectTable {
+            geometry: *g,
+            groups,
+            r0,
+            taps,
+            starts: StartTable::new(starts, seg)?,
+            gathers,
+        })
+    }
+
+    /// The auxiliary buffer for input `x`: the zero run, then the gathered window rows.
+    fn aux(&self, x: &[f32]) -> Result<Vec<f32>> {
+        let g = &self.geometry;
+        let seg = runs_of(g, self.groups).1;
+        let mut aux = super::util::zeroed_f32(seg * (1 + self.gathers.len()))?;
+        for &(at, b, iy, ox) in &self.gathers {
+            for kx in 0..g.kw {
+                if let Some(ix) = g.in_x(ox, kx) {
+                    let p = ((b * g.ih + iy) * g.iw + ix) * g.ic;
+                    aux[at + kx * g.ic..][..g.ic].copy_from_slice(&x[p..p + g.ic]);
+                }
+            }
+        }
+        Ok(aux)
+    }
+
+    /// The left operand of rows `r..r + rows` of group `grp`.
+    fn lhs<'a>(
+        &'a self,
+        x: &'a [f32],
+        aux: &'a [f32],
+        grp: usize,
+        r: usize,
+        rows: usize,
+    ) -> Lhs<'a> {
+        let c0 = grp * (self.geometry.ic / self.groups.max(1));
+        Lhs::Indirect {
+            x: x.get(c0..).unwrap_or(&[]),
+            starts: self
+                .starts
+                .view((r - self.r0) * self.taps, rows * self.taps),
+            segments: self.taps,
+            aux,
+        }
+    }
+}
+
+/// [`conv_nhwc_panels`] without im2col: for every output pixel and every tap of its
+/// window, where the tap's input channels start (or that it is padding), and the
 /// micro-kernels read the windows in place ([`super::gemm_f32::Lhs::Indirect`]). The
 /// products are summed in the im2col order, so the bits are the same; the gathering
-/// copied 9x the input of a 3x3 layer (7% of ResNet18).
+/// copied 9x the input of a 3x3 layer (7% of ResNet18). The starts are computed once
+/// per geometry (`cache`), or per tile for very large ones.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn conv_indirect<'a>(
     g: &Geometry,
@@ -27,54 +167,38 @@ pub(super) fn conv_indirect<'a>(
     out: &mut [f32],
     tile: usize,
     threads: usize,
+    cache: &IndirectCache,
 ) -> Result<()> {
-    use super::gemm_f32::{AUX, Lhs, gemm_lhs};
-    let cg = g.ic / groups;
     let og = g.oc / groups;
     let rows = g.n * g.oh * g.ow;
-    // Runs per output pixel and values per run: a tap's channels, or, for inputs of few
-    // channels, a whole window row (the kernel width's pixels are adjacent in NHWC).
-    let by_rows = cg < INDIRECT_MIN_CHANNELS;
-    if by_rows && (groups != 1 || g.dw != 1) {
-        return Err(RuntimeError::Internal(
-            "window-row runs need one group and unit horizontal dilation".into(),
-        ));
-    }
-    let (taps, seg) = if by_rows {
-        (g.kh, g.kw * g.ic)
-    } else {
-        (g.kh * g.kw, cg)
+    let k = {
+        let (taps, seg) = runs_of(g, groups);
+        taps * seg
     };
-    let zeros = super::util::zeroed_f32(seg)?;
-    let offsets = tap_offsets(g);
+    let whole = cache.table(g, groups)?;
+    let whole_aux = match &whole {
+        Some(t) => Some(t.aux(x)?),
+        None => None,
+    };
     // With one tile, the product itself is split over the threads.
     let inner = if rows > tile { 1 } else { threads };
-    let tiles = |r0: usize, out_rows: &mut [f32], starts: &mut [usize]| {
+    let tiles = |r0: usize, out_rows: &mut [f32], _: &mut [u8]| {
         let t = out_rows.len() / g.oc.max(1);
-        let starts = &mut starts[..t * taps];
-        // Runs of zeros, then the window rows that meet the left or right padding.
-        let mut gathered = Vec::new();
+        let own;
+        let (table, aux) = match (&whole, &whole_aux) {
+            (Some(table), Some(aux)) => (&**table, &aux[..]),
+            _ => {
+                let table = IndirectTable::build(g, groups, r0, t)?;
+                let aux = table.aux(x)?;
+                own = (table, aux);
+                (&own.0, &own.1[..])
+            }
+        };
         for grp in 0..groups {
-            let aux = if by_rows {
-                gathered.clear();
-                gathered.extend_from_slice(&zeros);
-                window_row_starts(g, x, r0, starts, &mut gathered);
-                &gathered[..]
-            } else {
-                window_starts(g, &offsets, grp * cg, r0, starts, AUX);
-                &zeros[..]
-            };
-            let lhs = Lhs::Indirect {
-                x,
-                starts,
-                segments: taps,
-                seg,
-                aux,
-            };
             gemm_lhs(
-                lhs,
+                table.lhs(x, aux, grp, r0, t),
                 t,
-                taps * seg,
+                k,
                 &packed[grp * per_group..(grp + 1) * per_group],
                 og,
                 &mut out_rows[grp * og..],
@@ -85,22 +209,21 @@ pub(super) fn conv_indirect<'a>(
         }
         Ok(())
     };
-    super::util::for_row_tiles(
-        threads,
-        &mut out[..rows * g.oc],
-        g.oc,
-        tile,
-        tile * taps,
-        tiles,
-    )
+    super::util::for_row_tiles(threads, &mut out[..rows * g.oc], g.oc, tile, 0, tiles)
 }
 
-/// For output rows `r0..` (one per entry of `starts` / kh), where each window row (kw
-/// pixels of all channels: one group, unit horizontal dilation) starts in the NHWC input;
-/// a row in the vertical padding is `aux`'s leading zeros, and one that meets the left or
-/// right padding is gathered, with its zeros, at the end of `aux`.
-fn window_row_starts(g: &Geometry, x: &[f32], r0: usize, starts: &mut [usize], aux: &mut Vec<f32>) {
-    use super::gemm_f32::AUX;
+/// For output rows `r0..` (one per `g.kh` entries of `starts`), where each window row
+/// (kw pixels of all channels: one group, unit horizontal dilation) starts in the NHWC
+/// input; a row in the vertical padding is the auxiliary buffer's leading zeros, and one
+/// that meets the left or right padding is recorded in `gathers` with its place in the
+/// auxiliary buffer (after the `seg` zeros, `seg` values each).
+fn window_row_starts(
+    g: &Geometry,
+    r0: usize,
+    seg: usize,
+    starts: &mut [usize],
+    gathers: &mut Vec<(usize, usize, usize, usize)>,
+) {
     for (row, (b, oy, ox)) in starts.chunks_exact_mut(g.kh.max(1)).zip(g.pixels_from(r0)) {
         let ix0 = (ox * g.sw)
             .checked_sub(g.pad_left)
@@ -110,16 +233,8 @@ fn window_row_starts(g: &Geometry, x: &[f32], r0: usize, starts: &mut [usize], a
                 (None, _) => AUX,
                 (Some(iy), Some(ix0)) => ((b * g.ih + iy) * g.iw + ix0) * g.ic,
                 (Some(iy), None) => {
-                    let at = aux.len();
-                    for kx in 0..g.kw {
-                        match g.in_x(ox, kx) {
-                            Some(ix) => {
-                                let p = ((b * g.ih + iy) * g.iw + ix) * g.ic;
-                                aux.extend_from_slice(&x[p..p + g.ic]);
-                            }
-                            None => aux.extend(std::iter::repeat_n(0.0, g.ic)),
-                        }
-                    }
+                    let at = seg * (1 + gathers.len());
+                    gathers.push((at, b, iy, ox));
                     AUX | at
                 }
             };
@@ -265,19 +380,25 @@ mod tests {
                 )
                 .unwrap();
             }
-            for (tile, threads) in [(rows, 1), (7, 1), (7, 2), (8, 2)] {
-                let mut got = vec![f32::NAN; rows * oc];
-                pool.install(|| {
-                    conv_indirect(
-                        &g, groups, &x, packed, per_group, epilogue, &mut got, tile, threads,
-                    )
-                })
-                .unwrap();
-                let same = got
-                    .iter()
-                    .zip(&expected)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(same, "case {case}, tile {tile}, {threads} threads");
+            // Kept tables (each used twice), and tables built per tile.
+            let kept = IndirectCache::default();
+            let per_tile = IndirectCache::with_limit(0);
+            for (tile, threads) in [(rows, 1), (7, 1), (7, 2), (8, 2), (rows, 2)] {
+                for (cache, name) in [(&kept, "kept"), (&per_tile, "per tile")] {
+                    let mut got = vec![f32::NAN; rows * oc];
+                    pool.install(|| {
+                        conv_indirect(
+                            &g, groups, &x, packed, per_group, epilogue, &mut got, tile, threads,
+                            cache,
+                        )
+                    })
+                    .unwrap();
+                    let same = got
+                        .iter()
+                        .zip(&expected)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "case {case}, tile {tile}, {threads} threads, {name}");
+                }
             }
         }
     }

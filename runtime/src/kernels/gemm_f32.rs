@@ -60,14 +60,13 @@ pub(crate) enum Lhs<'a> {
     /// A row-major matrix: row r at `a[r * lda..]`.
     Dense { a: &'a [f32], lda: usize },
     /// An indirect GEMM (a convolution without im2col): row r's k values are `segments`
-    /// runs of `seg` values, run s starting at `x[starts[r * segments + s]]`, or, for a
-    /// start with the [`AUX`] bit set, at `aux[start - AUX]` (padding: a run of zeros, or
-    /// a window row gathered with its padding).
+    /// runs of `starts.seg` values, run s starting at `x[starts[r * segments + s]]`, or,
+    /// for a start with the [`AUX`] bit set, at `aux[start - AUX]` (padding: a run of
+    /// zeros, or a window row gathered with its padding).
     Indirect {
         x: &'a [f32],
-        starts: &'a [usize],
+        starts: Starts<'a>,
         segments: usize,
-        seg: usize,
         aux: &'a [f32],
     },
 }
@@ -75,12 +74,69 @@ pub(crate) enum Lhs<'a> {
 /// The bit of an [`Lhs::Indirect`] start that says the run is in `aux`.
 pub(crate) const AUX: usize = 1 << (usize::BITS - 1);
 
+/// Run starts of an indirect operand with the extents their runs reach in `x` and in
+/// `aux`, found once when the table is made: a GEMM then checks a table it is given
+/// against its slices in constant time, however often the table is used.
+pub(crate) struct StartTable {
+    starts: Vec<usize>,
+    seg: usize,
+    x_end: usize,
+    aux_end: usize,
+}
+
+impl StartTable {
+    /// A table of runs of `seg` values each.
+    pub(crate) fn new(starts: Vec<usize>, seg: usize) -> Result<StartTable> {
+        let (mut x_end, mut aux_end) = (0usize, 0usize);
+        for &st in &starts {
+            let (end, start) = if st & AUX != 0 {
+                (&mut aux_end, st & !AUX)
+            } else {
+                (&mut x_end, st)
+            };
+            let e = start.checked_add(seg).ok_or_else(|| {
+                RuntimeError::Internal("float GEMM: a run start overflows".into())
+            })?;
+            *end = (*end).max(e);
+        }
+        Ok(StartTable {
+            starts,
+            seg,
+            x_end,
+            aux_end,
+        })
+    }
+
+    /// Starts `from..from + len` (clamped to the table), with the table's extents.
+    pub(crate) fn view(&self, from: usize, len: usize) -> Starts<'_> {
+        let from = from.min(self.starts.len());
+        let to = from.saturating_add(len).min(self.starts.len());
+        Starts {
+            starts: &self.starts[from..to],
+            seg: self.seg,
+            x_end: self.x_end,
+            aux_end: self.aux_end,
+        }
+    }
+}
+
+/// A view of a [`StartTable`]: its extents bound every start of the view.
+#[derive(Clone, Copy)]
+pub(crate) struct Starts<'a> {
+    starts: &'a [usize],
+    seg: usize,
+    x_end: usize,
+    aux_end: usize,
+}
+
 impl<'a> Lhs<'a> {
     /// Runs per row and values per run, for a depth of `k`.
     fn runs(&self, k: usize) -> (usize, usize) {
         match *self {
             Lhs::Dense { .. } => (1, k),
-            Lhs::Indirect { segments, seg, .. } => (segments, seg),
+            Lhs::Indirect {
+                segments, starts, ..
+            } => (segments, starts.seg),
         }
     }
 
@@ -95,13 +151,14 @@ impl<'a> Lhs<'a> {
                 x,
                 starts,
                 segments,
-                seg,
                 aux,
             } => Lhs::Indirect {
                 x,
-                starts: &starts[(r0 * segments).min(starts.len())..],
+                starts: Starts {
+                    starts: &starts.starts[(r0 * segments).min(starts.starts.len())..],
+                    ..starts
+                },
                 segments,
-                seg,
                 aux,
             },
         }
@@ -117,20 +174,13 @@ impl<'a> Lhs<'a> {
                 x,
                 starts,
                 segments,
-                seg,
                 aux,
             } => {
-                let fits = |st: usize| {
-                    let (from, start) = if st & AUX != 0 {
-                        (aux, st & !AUX)
-                    } else {
-                        (x, st)
-                    };
-                    start.checked_add(seg).is_some_and(|e| e <= from.len())
-                };
-                segments.checked_mul(seg) == Some(k)
-                    && m.checked_mul(segments).is_some_and(|n| n <= starts.len())
-                    && starts[..m * segments].iter().all(|&st| fits(st))
+                segments.checked_mul(starts.seg) == Some(k)
+                    && m.checked_mul(segments)
+                        .is_some_and(|n| n <= starts.starts.len())
+                    && starts.x_end <= x.len()
+                    && starts.aux_end <= aux.len()
             }
         }
     }
@@ -376,11 +426,10 @@ mod x86 {
                     starts,
                     segments,
                     aux,
-                    ..
                 } => std::array::from_fn(|r| {
-                    let st = starts[r * segments + s];
+                    let st = starts.starts[r * segments + s];
                     // SAFETY: every start begins a run of seg values inside x, or with
-                    // the AUX bit, inside aux (checked by `covers`).
+                    // the AUX bit, inside aux (the table's extents, checked by `covers`).
                     unsafe {
                         if st & AUX != 0 {
                             aux.as_ptr().add(st & !AUX)
@@ -595,11 +644,11 @@ mod tests {
         };
         let run = |starts: &[usize], aux: &[f32]| {
             let mut out = vec![0.0f32; 2 * 3];
+            let table = StartTable::new(starts.to_vec(), 8)?;
             let lhs = Lhs::Indirect {
                 x: &x,
-                starts,
+                starts: table.view(0, starts.len()),
                 segments: 2,
-                seg: 8,
                 aux,
             };
             gemm_lhs(lhs, 2, 16, &b, 3, &mut out, 3, e, 1).map(|()| out)

@@ -181,7 +181,7 @@ pub(crate) fn decode_conv(info: &OpInfo) -> Result<ConvParams> {
 }
 
 /// Everything a convolution needs to know about sizes, in NHWC terms.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Geometry {
     pub n: usize,
     pub ih: usize,
