@@ -691,11 +691,12 @@ fn pools_match_reference() {
             OperationType::MaxPool2d,
             OperationType::L2Pool2d,
         ][rng.range(0, 2)];
+        // Channel counts that take each of the max kernel's blocks (32, 8, single).
         let (n, h, w, c) = (
             rng.range(1, 2),
             rng.range(1, 8),
             rng.range(1, 8),
-            rng.range(1, 5),
+            [1, 2, 5, 8, 13, 32, 45][rng.range(0, 6)],
         );
         let (fh, fw, sh, sw) = (
             rng.range(1, 3),
@@ -734,7 +735,12 @@ fn pools_match_reference() {
             };
             (oh, ow, pt, pl, Err(same))
         };
-        let x = rng.f32s(n * h * w * c);
+        let mut x = rng.f32s(n * h * w * c);
+        // A maximum ignores a NaN input, as the reference kernels do.
+        if kind == OperationType::MaxPool2d && rng.bool() {
+            let at = rng.range(0, x.len() - 1);
+            x[at] = f32::NAN;
+        }
         let mut expected = Vec::new();
         for b in 0..n {
             for oy in 0..oh {
@@ -759,7 +765,14 @@ fn pools_match_reference() {
                                 vals.iter().map(|v| v.abs()).sum::<f64>() / count,
                             ),
                             OperationType::MaxPool2d => {
+                                // f64::max skips the NaN; a window of nothing else gives
+                                // f32::MIN, the maximum of nothing.
                                 let m = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                                let m = if m == f64::NEG_INFINITY {
+                                    f64::from(f32::MIN)
+                                } else {
+                                    m
+                                };
                                 (m, m.abs())
                             }
                             _ => {

@@ -171,19 +171,23 @@ fn pool_row_body(
         let count = ye.saturating_sub(ys) * xe.saturating_sub(xs);
         match kind {
             PoolKind::Max => {
-                acc.fill(f32::MIN);
-                for iy in ys..ye {
-                    for ix in xs..xe {
-                        let px = &x[((b * ih + iy) * iw + ix) * c..][..c];
-                        for (a, v) in acc.iter_mut().zip(px) {
-                            // The reference kernels' `if v > a { a = v }` ignores a NaN
-                            // input, and so does f32::max, which vectorizes to a max
-                            // and a plain store (the comparison became masked stores).
-                            *a = a.max(*v);
-                        }
-                    }
+                // Channels in blocks held in registers over the whole window (the output
+                // row as the running maximum cost a load and a store per tap).
+                let at = |iy: usize, ix: usize| ((b * ih + iy) * iw + ix) * c;
+                let window = (ys..ye).flat_map(|iy| (xs..xe).map(move |ix| at(iy, ix)));
+                let mut c0 = 0;
+                while c0 + 32 <= c {
+                    max_block::<32>(x, window.clone(), c0, clamp, &mut acc[c0..c0 + 32]);
+                    c0 += 32;
                 }
-                acc.iter_mut().for_each(|a| *a = clamp.apply(*a));
+                while c0 + 8 <= c {
+                    max_block::<8>(x, window.clone(), c0, clamp, &mut acc[c0..c0 + 8]);
+                    c0 += 8;
+                }
+                while c0 < c {
+                    max_block::<1>(x, window.clone(), c0, clamp, &mut acc[c0..c0 + 1]);
+                    c0 += 1;
+                }
             }
             PoolKind::Average | PoolKind::L2 => {
                 acc.fill(0.0);
@@ -207,5 +211,29 @@ fn pool_row_body(
                 });
             }
         }
+    }
+}
+
+/// The clamped maximum of W channels from `c0` over the window's pixels (their offsets in
+/// `x`), a window of none giving `f32::MIN`. `if v > m { v } else { m }` is one vector
+/// max whose NaN rule (the second operand when either is NaN) ignores a NaN input, as the
+/// reference kernels' `if v > m { m = v }` does; the running maximum is never NaN.
+#[inline(always)]
+fn max_block<const W: usize>(
+    x: &[f32],
+    window: impl Iterator<Item = usize>,
+    c0: usize,
+    clamp: Clamp,
+    out: &mut [f32],
+) {
+    let mut m = [f32::MIN; W];
+    for p in window {
+        let px = &x[p + c0..][..W];
+        for (m, &v) in m.iter_mut().zip(px) {
+            *m = if v > *m { v } else { *m };
+        }
+    }
+    for (o, m) in out.iter_mut().zip(m) {
+        *o = clamp.apply(m);
     }
 }
