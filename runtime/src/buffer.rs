@@ -6,8 +6,6 @@
 
 use std::sync::Arc;
 
-use zeroize::Zeroize;
-
 use crate::error::{Result, RuntimeError};
 
 /// Alignment of every [`AlignedBuf`] and of every region the memory planner hands out.
@@ -130,8 +128,7 @@ impl Default for AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut self.blocks);
-        bytes.zeroize();
+        nnc_formats::crypto::wipe(bytemuck::cast_slice_mut(&mut self.blocks));
     }
 }
 
@@ -192,7 +189,7 @@ impl PageBuf {
 
 impl Drop for PageBuf {
     fn drop(&mut self) {
-        self.map.zeroize();
+        nnc_formats::crypto::wipe(&mut self.map);
     }
 }
 

@@ -1,7 +1,7 @@
 //! Reading `.nnc` files: structural parsing (no key needed), verification, and per-field
 //! decryption.
 
-use zeroize::{Zeroize, Zeroizing};
+use zeroize::Zeroizing;
 
 use super::binary::Reader;
 use super::{
@@ -670,7 +670,7 @@ pub fn open_field(
     out: &mut Vec<u8>,
 ) -> Result<(), ContainerError> {
     let stored = stored_bytes(bytes, field)?;
-    out.zeroize();
+    crypto::wipe_vec(out);
     out.extend_from_slice(stored);
     if crypto.mode == Some(Mode::Gcm) {
         // One pass checks the GCM tag and (only then) decrypts the copy.
@@ -686,14 +686,14 @@ pub fn open_field(
             _ => false,
         };
         if !opened || out.len() as u64 != field.plaintext_length {
-            out.zeroize();
+            crypto::wipe_vec(out);
             return Err(field_refused(field, op));
         }
         return Ok(());
     }
     let expected = stored_field_tag(keys, crypto.mode, field, out)?;
     if !crypto::ct_eq(&expected, &field.tag) {
-        out.zeroize();
+        crypto::wipe_vec(out);
         return Err(field_refused(field, op));
     }
     match (keys.and_then(|k| k.encryption.as_ref()), crypto.mode) {
@@ -711,7 +711,7 @@ pub fn open_field(
     }
     if out.len() as u64 != field.plaintext_length {
         // Only a tampered (yet authenticated) file could get here; treat it so.
-        out.zeroize();
+        crypto::wipe_vec(out);
         return Err(ContainerError::Integrity {
             what: format!("weight field {} (its length)", field.index),
         });

@@ -20,6 +20,7 @@ mod key;
 mod modes;
 mod sm4_simd;
 mod stream;
+mod wipe;
 
 pub use algorithm::{Algorithm, Mode, Padding};
 pub use error::CryptoError;
@@ -34,6 +35,7 @@ pub use modes::{
     encrypt_into,
 };
 pub use stream::{FieldEncryptor, SEGMENT_LEN, decrypt_segmented_in_place};
+pub use wipe::{WipedBytes, wipe, wipe_vec};
 
 /// Block size of every supported cipher, in bytes.
 pub const BLOCK_LEN: usize = 16;

@@ -8,8 +8,8 @@ use nnc_formats::container::{
     Container, ContainerError, CryptoConfig, FileKeys, WeightField, authenticate_metadata,
     open_field,
 };
+use nnc_formats::crypto::WipedBytes;
 use nnc_formats::nn::{Lifetime, Model};
-use zeroize::Zeroizing;
 
 use super::cache::{CacheStats, ParameterCache};
 use super::key_store::KeyStore;
@@ -269,7 +269,7 @@ impl NpuWeights {
         let opref = || op.clone();
         // Decrypt each field this operation reads once (a shared constant may live in
         // another operation's field), verifying its tag against the bytes as they are now.
-        let mut plaintext: HashMap<usize, Zeroizing<Vec<u8>>> = HashMap::new();
+        let mut plaintext: HashMap<usize, WipedBytes> = HashMap::new();
         for &(owner, _, _) in refs.iter().flatten() {
             if plaintext.contains_key(&owner) {
                 continue;
@@ -283,7 +283,7 @@ impl NpuWeights {
                         operation: opref(),
                         message: format!("weight field of operation {owner} is missing"),
                     })?;
-            let mut buf = Zeroizing::new(Vec::new());
+            let mut buf = WipedBytes::default();
             open_field(
                 (*self.bytes).as_ref(),
                 &field,
@@ -323,7 +323,7 @@ impl NpuWeights {
             other => other,
         })?;
         Ok(Arc::new(prepared))
-        // `plaintext` is dropped (zeroized) here: only the prepared form remains.
+        // `plaintext` is dropped (wiped) here: only the prepared form remains.
     }
 }
 
