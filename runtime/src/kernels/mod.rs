@@ -305,7 +305,8 @@ pub enum FloatMath {
 /// prepared weights, and the nnc version alone does not tell builds apart: bump this
 /// whenever a kernel prepares a weight differently (so an older entry is a miss, not a
 /// misreading). 2: 3x3 filters of small outputs prepared for Winograd F(2x2, 3x3).
-pub(crate) const PREPARED_LAYOUT_REVISION: u32 = 2;
+/// 3: FULLY_CONNECTED's constant weights packed into the float GEMM's panels.
+pub(crate) const PREPARED_LAYOUT_REVISION: u32 = 3;
 
 /// How kernels are built: options that change what they compute or how exactly.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
