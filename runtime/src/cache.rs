@@ -79,16 +79,16 @@ pub(crate) struct CacheStep {
 /// written on one processor is a miss, not a misreading, on another. Likewise the float
 /// math the kernels are built with (the option, or fast for a model that allows relaxed
 /// computation), under which 3x3 filters are prepared for the Winograd path, and the
-/// revision of the prepared layouts.
+/// fingerprint of the kernels' sources (which lay the prepared weights out).
 fn kernel_build(float_math: FloatMath) -> String {
     let isa = crate::kernels::isa::report();
     let math = match float_math {
         FloatMath::Strict => "",
         FloatMath::Fast => " fast-math",
     };
-    let layout = crate::kernels::PREPARED_LAYOUT_REVISION;
+    let kernels = crate::kernels::KERNELS_FINGERPRINT;
     format!(
-        "{CACHE_VERSION} layout:{layout} float:{} int8:{}{math}",
+        "{CACHE_VERSION} kernels:{kernels} float:{} int8:{}{math}",
         isa.float, isa.int8
     )
 }

@@ -301,12 +301,10 @@ pub enum FloatMath {
     Fast,
 }
 
-/// The revision of the layouts kernels prepare weights in. A compilation cache holds
-/// prepared weights, and the nnc version alone does not tell builds apart: bump this
-/// whenever a kernel prepares a weight differently (so an older entry is a miss, not a
-/// misreading). 2: 3x3 filters of small outputs prepared for Winograd F(2x2, 3x3).
-/// 3: FULLY_CONNECTED's constant weights packed into the float GEMM's panels.
-pub(crate) const PREPARED_LAYOUT_REVISION: u32 = 3;
+/// A fingerprint of the kernels' sources (`build.rs`). A compilation cache holds
+/// prepared weights, and the nnc version alone does not tell builds apart: an entry from
+/// a build whose kernels differ in any way is a miss, not a misreading.
+pub(crate) const KERNELS_FINGERPRINT: &str = env!("NNC_KERNELS_FINGERPRINT");
 
 /// How kernels are built: options that change what they compute or how exactly.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
