@@ -92,29 +92,9 @@ impl Kernel for FullyConnected {
             Some(b) => Some(b.f32()?),
             None => None,
         };
-        if let Some(b) = bias
-            && b.len() != units
-        {
-            return Err(RuntimeError::kernel(format!(
-                "bias of {} values for {units} units",
-                b.len()
-            )));
-        }
-        if x.len() % k != 0 {
-            return Err(RuntimeError::kernel(format!(
-                "input of {} values is not a whole number of rows of {k}",
-                x.len()
-            )));
-        }
-        let batch = x.len() / k;
         let parallelism = ctx.gemm_parallelism();
         let out = ctx.output(0)?.f32_mut()?;
-        if out.len() != batch * units {
-            return Err(RuntimeError::kernel(format!(
-                "output holds {} values, expected {batch} x {units}",
-                out.len()
-            )));
-        }
+        let batch = check_sizes(x.len(), k, bias.map(<[f32]>::len), units, out.len())?;
         matmul(
             batch,
             units,
@@ -159,31 +139,43 @@ impl FullyConnected {
                 &zeros
             }
         };
-        if bias.len() != units {
-            return Err(RuntimeError::kernel(format!(
-                "bias of {} values for {units} units",
-                bias.len()
-            )));
-        }
-        if x.len() % k != 0 {
-            return Err(RuntimeError::kernel(format!(
-                "input of {} values is not a whole number of rows of {k}",
-                x.len()
-            )));
-        }
-        let batch = x.len() / k;
         let threads = ctx.threads;
         let out = ctx.output(0)?.f32_mut()?;
-        if out.len() != batch * units {
-            return Err(RuntimeError::kernel(format!(
-                "output holds {} values, expected {batch} x {units}",
-                out.len()
-            )));
-        }
+        let batch = check_sizes(x.len(), k, Some(bias.len()), units, out.len())?;
         let epilogue = Epilogue {
             bias,
             clamp: self.clamp,
         };
         gemm_f32::gemm(x, k, batch, k, packed, units, out, units, epilogue, threads)
     }
+}
+
+/// Checks the input (whole rows of `k`), the bias (`units` values) and the output
+/// (`units` per row) against each other; returns the rows.
+fn check_sizes(
+    input: usize,
+    k: usize,
+    bias: Option<usize>,
+    units: usize,
+    output: usize,
+) -> Result<usize> {
+    if let Some(b) = bias
+        && b != units
+    {
+        return Err(RuntimeError::kernel(format!(
+            "bias of {b} values for {units} units"
+        )));
+    }
+    if k == 0 || !input.is_multiple_of(k) {
+        return Err(RuntimeError::kernel(format!(
+            "input of {input} values is not a whole number of rows of {k}"
+        )));
+    }
+    let batch = input / k;
+    if output != batch * units {
+        return Err(RuntimeError::kernel(format!(
+            "output holds {output} values, expected {batch} x {units}"
+        )));
+    }
+    Ok(batch)
 }
