@@ -12,9 +12,10 @@ pub fn wipe(bytes: &mut [u8]) {
     tail.zeroize();
 }
 
-/// [`wipe`]s a vector's contents and empties it (its spare capacity holds only what
-/// earlier wipes left: zeros).
+/// [`wipe`]s a vector's whole allocation, its spare capacity too (it may hold what a
+/// truncation left, as `zeroize` on a vector assumes), and empties it.
 pub fn wipe_vec(bytes: &mut Vec<u8>) {
+    bytes.resize(bytes.capacity(), 0);
     wipe(bytes);
     bytes.clear();
 }
@@ -59,8 +60,13 @@ mod tests {
                 assert!(buf[start + len..].iter().all(|&b| b == 0xa5));
             }
         }
+        // The spare capacity of a truncated vector is wiped too.
         let mut v = vec![1u8; 33];
+        v.truncate(5);
         wipe_vec(&mut v);
         assert!(v.is_empty());
+        // SAFETY: the 33 bytes were initialized (and then wiped); only read here.
+        let all = unsafe { std::slice::from_raw_parts(v.as_ptr(), 33) };
+        assert!(all.iter().all(|&b| b == 0));
     }
 }

@@ -175,9 +175,12 @@ pub(super) fn conv_indirect<'a>(
         let (taps, seg) = runs_of(g, groups);
         taps * seg
     };
-    let whole = cache.table(g, groups)?;
-    let whole_aux = match &whole {
-        Some(t) => Some(t.aux(x)?),
+    // The whole convolution's table and auxiliary buffer, when the kernel keeps one.
+    let whole = match cache.table(g, groups)? {
+        Some(table) => {
+            let aux = table.aux(x)?;
+            Some((table, aux))
+        }
         None => None,
     };
     // With one tile, the product itself is split over the threads.
@@ -185,9 +188,9 @@ pub(super) fn conv_indirect<'a>(
     let tiles = |r0: usize, out_rows: &mut [f32], _: &mut [u8]| {
         let t = out_rows.len() / g.oc.max(1);
         let own;
-        let (table, aux) = match (&whole, &whole_aux) {
-            (Some(table), Some(aux)) => (&**table, &aux[..]),
-            _ => {
+        let (table, aux) = match &whole {
+            Some((table, aux)) => (&**table, &aux[..]),
+            None => {
                 let table = IndirectTable::build(g, groups, r0, t)?;
                 let aux = table.aux(x)?;
                 own = (table, aux);
