@@ -13,6 +13,7 @@ pub struct CpuFeatures {
     pub fma: bool,
     pub avx512f: bool,
     pub avx512bw: bool,
+    pub avx512vl: bool,
     pub avx512_vnni: bool,
     pub avx_vnni: bool,
 }
@@ -49,6 +50,7 @@ fn detect() -> CpuFeatures {
         fma: has!("fma"),
         avx512f: has!("avx512f"),
         avx512bw: has!("avx512bw"),
+        avx512vl: has!("avx512vl"),
         avx512_vnni: has!("avx512vnni"),
         avx_vnni: has!("avxvnni"),
     }
@@ -77,10 +79,11 @@ pub fn int8_avx2() -> bool {
 }
 
 /// True when quantized convolutions take the 8-bit dot-product path (AVX512-VNNI's
-/// `vpdpbusd` on 512-bit registers; the AVX2 output stage runs beside it).
+/// `vpdpbusd` on 512-bit registers, and on 256-bit ones for narrow channel blocks; the
+/// AVX2 output stage runs beside it). Every processor with AVX512-VNNI has AVX512VL.
 pub fn int8_vnni() -> bool {
     let f = cpu_features();
-    f.avx512f && f.avx512bw && f.avx512_vnni && f.avx2
+    f.avx512f && f.avx512bw && f.avx512vl && f.avx512_vnni && f.avx2
 }
 
 /// What the kernels run on this processor.
@@ -104,6 +107,7 @@ impl KernelIsa {
             ("fma", f.fma),
             ("avx512f", f.avx512f),
             ("avx512bw", f.avx512bw),
+            ("avx512vl", f.avx512vl),
             ("avx512_vnni", f.avx512_vnni),
             ("avx_vnni", f.avx_vnni),
         ]
@@ -174,6 +178,7 @@ mod tests {
             fma: true,
             avx512f: true,
             avx512bw: true,
+            avx512vl: true,
             avx512_vnni: true,
             avx_vnni: true,
         };

@@ -208,14 +208,13 @@ fn portable(
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::super::gemm::avx2::{Stage8, load_stage, narrow16, requant8};
-    use super::super::gemm::avx512::Float16;
+    use super::super::gemm::avx2::{load_stage, narrow16, requant8};
     use super::{MR, NR, Stage};
 
     /// # Safety
-    /// The CPU supports AVX512F, AVX512BW, AVX512-VNNI and AVX2, and the slices have
-    /// the extents [`super::gemm`] checks.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
+    /// The CPU supports AVX512F, AVX512BW, AVX512VL, AVX512-VNNI and AVX2, and the
+    /// slices have the extents [`super::gemm`] checks.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
     #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn gemm(
         a: &[u8],
@@ -278,13 +277,15 @@ mod avx512 {
         }
     }
 
-    /// A panel's output-stage constants, loaded once for the block's rows. A local of
-    /// one block, held in registers and never moved, so the variants' sizes differing
-    /// costs nothing (boxing would put a load in front of every use).
-    #[allow(clippy::large_enum_variant)]
-    enum PanelStage {
-        Float(Float16),
-        Fixed((Stage8, Stage8)),
+    /// The single-precision stage's constants for the block's panels (the bias is the
+    /// accumulators' start, so it is not here).
+    struct FloatPanels<const P: usize> {
+        scale: [__m512; P],
+        hi_less_zp: __m512,
+        zp: __m512i,
+        lo: __m512i,
+        /// Dword `d` of the result from dword `4 (d % 4) + d / 4` of the packed bytes.
+        order: __m512i,
     }
 
     /// One block's operands: R rows of A from `a`, P panels of B from `b`.
@@ -309,12 +310,24 @@ mod avx512 {
         /// As [`gemm`]'s calls: `a` holds R rows of `kq` bytes at `lda` strides, `b` P
         /// panels of `kq * NR` bytes, `out` R rows at `ld` strides holding the block's
         /// columns below n.
-        #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2")]
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
         #[inline]
         unsafe fn run<const R: usize, const P: usize>(&self, out: &mut [u8], ld: usize) {
             debug_assert!(self.a.len() >= (R - 1) * self.lda + self.kq);
             debug_assert!(self.b.len() >= P * self.kq * NR);
-            let mut acc = [[_mm512_setzero_si512(); P]; R];
+            let float = self.stage.float_constants();
+            // The single-precision stage starts the accumulators at the bias (one
+            // addition fewer per register); the fixed-point stage adds it itself.
+            let mut start = [_mm512_setzero_si512(); P];
+            if let Some(f) = &float {
+                for (p, v) in start.iter_mut().enumerate() {
+                    // SAFETY: the stage arrays are padded to whole panels.
+                    *v = unsafe {
+                        _mm512_loadu_si512(f.bias.as_ptr().add((self.t + p) * NR) as *const _)
+                    };
+                }
+            }
+            let mut acc = [start; R];
             // Opaque to the optimizer: knowing it a splat, LLVM XORs the four bytes
             // before broadcasting them, which takes a register broadcast (a shuffle)
             // per row; opaque, each row is one XOR with an embedded memory broadcast.
@@ -342,29 +355,143 @@ mod avx512 {
                     }
                 }
             }
-            let float = self.stage.float_constants();
+            match &float {
+                // SAFETY: as this function's contract.
+                Some(f) => unsafe { self.store_float::<R, P>(&acc, f, out, ld) },
+                None => unsafe { self.store_fixed::<R, P>(&acc, out, ld) },
+            }
+        }
+
+        /// The single-precision stage four registers at a time: scaled and rounded under
+        /// the upper bound, then saturating packs to i16, the zero point added, packs to
+        /// bytes, the lower bound, and one permutation that puts each row's bytes
+        /// together (two rows of 32 columns, or four of 16, per 64 bytes). Values below
+        /// the lower bound saturate on the way down and end at it.
+        ///
+        /// # Safety
+        /// As [`Self::run`]; `acc` started at the bias.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
+        #[inline]
+        unsafe fn store_float<const R: usize, const P: usize>(
+            &self,
+            acc: &[[__m512i; P]; R],
+            f: &super::super::gemm::FloatConstants,
+            out: &mut [u8],
+            ld: usize,
+        ) {
+            let c0 = self.t * NR;
+            let mut scale = [_mm512_setzero_ps(); P];
+            for (p, s) in scale.iter_mut().enumerate() {
+                // SAFETY: the stage arrays are padded to whole panels.
+                *s = unsafe { _mm512_loadu_ps(f.scale.as_ptr().add(c0 + p * NR)) };
+            }
+            let k = FloatPanels::<P> {
+                scale,
+                hi_less_zp: _mm512_set1_ps(f.hi_less_zp),
+                zp: _mm512_set1_epi16(f.zp as i16),
+                lo: _mm512_set1_epi8((f.lo_less_zp as i32 + f.zp) as i8),
+                order: _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0),
+            };
+            let scaled = |r: usize, p: usize| {
+                let v = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[r][p]), k.scale[p]);
+                // The default MXCSR rounding: to nearest, ties to even.
+                _mm512_cvtps_epi32(_mm512_min_ps(v, k.hi_less_zp))
+            };
+            let narrow = |q: [__m512i; 4]| {
+                let w01 = _mm512_adds_epi16(_mm512_packs_epi32(q[0], q[1]), k.zp);
+                let w23 = _mm512_adds_epi16(_mm512_packs_epi32(q[2], q[3]), k.zp);
+                let bytes = if self.signed {
+                    _mm512_max_epi8(_mm512_packs_epi16(w01, w23), k.lo)
+                } else {
+                    _mm512_max_epu8(_mm512_packus_epi16(w01, w23), k.lo)
+                };
+                _mm512_permutexvar_epi32(k.order, bytes)
+            };
+            let cols = (self.n - c0).min(P * NR);
+            let op = out.as_mut_ptr();
+            if P == 2 {
+                let mask = if cols == 32 {
+                    u32::MAX
+                } else {
+                    (1u32 << cols) - 1
+                };
+                let mut r = 0;
+                while r < R {
+                    // An odd last row is paired with itself; its copy is not stored.
+                    let r1 = (r + 1).min(R - 1);
+                    let bytes = narrow([scaled(r, 0), scaled(r, 1), scaled(r1, 0), scaled(r1, 1)]);
+                    let halves = [
+                        _mm512_castsi512_si256(bytes),
+                        _mm512_extracti64x4_epi64::<1>(bytes),
+                    ];
+                    for (i, half) in halves.into_iter().enumerate().take(R - r) {
+                        // SAFETY: row r + i < R holds the block's columns c0..c0 + cols.
+                        unsafe {
+                            let dst = op.add((r + i) * ld + c0);
+                            if cols == 32 {
+                                _mm256_storeu_si256(dst as *mut __m256i, half);
+                            } else {
+                                _mm256_mask_storeu_epi8(dst as *mut i8, mask, half);
+                            }
+                        }
+                    }
+                    r += 2;
+                }
+            } else {
+                let mask = if cols == 16 {
+                    u16::MAX
+                } else {
+                    (1u16 << cols) - 1
+                };
+                let mut r = 0;
+                while r < R {
+                    let at = |i: usize| scaled((r + i).min(R - 1), 0);
+                    let bytes = narrow([at(0), at(1), at(2), at(3)]);
+                    let quarters = [
+                        _mm512_castsi512_si128(bytes),
+                        _mm512_extracti32x4_epi32::<1>(bytes),
+                        _mm512_extracti32x4_epi32::<2>(bytes),
+                        _mm512_extracti32x4_epi32::<3>(bytes),
+                    ];
+                    for (i, quarter) in quarters.into_iter().enumerate().take(R - r) {
+                        // SAFETY: row r + i < R holds the block's columns c0..c0 + cols.
+                        unsafe {
+                            let dst = op.add((r + i) * ld + c0);
+                            if cols == 16 {
+                                _mm_storeu_si128(dst as *mut __m128i, quarter);
+                            } else {
+                                _mm_mask_storeu_epi8(dst as *mut i8, mask, quarter);
+                            }
+                        }
+                    }
+                    r += 4;
+                }
+            }
+        }
+
+        /// The fixed-point stage through the AVX2 code, 8 lanes at a time.
+        ///
+        /// # Safety
+        /// As [`Self::run`]; `acc` started at zero.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
+        #[inline]
+        unsafe fn store_fixed<const R: usize, const P: usize>(
+            &self,
+            acc: &[[__m512i; P]; R],
+            out: &mut [u8],
+            ld: usize,
+        ) {
             for p in 0..P {
                 let c0 = (self.t + p) * NR;
                 let cols = (self.n - c0).min(NR);
-                // The single-precision stage on all 16 lanes at once (the default
-                // requantization); the others through the AVX2 code, 8 lanes at a time.
-                // SAFETY (both): the stage arrays are padded to whole panels, and c0 is
-                // a multiple of 16.
-                let stage = match &float {
-                    Some(f) => PanelStage::Float(unsafe { Float16::load(f, c0) }),
-                    None => PanelStage::Fixed(unsafe {
-                        (load_stage(self.stage, c0), load_stage(self.stage, c0 + 8))
-                    }),
-                };
+                // SAFETY: the stage arrays are padded to whole panels, and c0 is a
+                // multiple of 16.
+                let (s0, s1) =
+                    unsafe { (load_stage(self.stage, c0), load_stage(self.stage, c0 + 8)) };
                 for (r, acc) in acc.iter().enumerate() {
-                    let bytes = match &stage {
-                        PanelStage::Float(f) => f.requantize(acc[p]),
-                        PanelStage::Fixed((s0, s1)) => {
-                            let lo = _mm512_castsi512_si256(acc[p]);
-                            let hi = _mm512_extracti64x4_epi64::<1>(acc[p]);
-                            narrow16(requant8(lo, s0), requant8(hi, s1), self.signed)
-                        }
-                    };
+                    let lo = _mm512_castsi512_si256(acc[p]);
+                    let hi = _mm512_extracti64x4_epi64::<1>(acc[p]);
+                    let bytes = narrow16(requant8(lo, &s0), requant8(hi, &s1), self.signed);
                     let row = &mut out[r * ld + c0..][..cols];
                     if cols == NR {
                         // SAFETY: the row holds NR bytes.
@@ -422,7 +549,13 @@ mod tests {
                 .map(|_| 2f32.powi(rng.range(-20, -6)) * 1.3)
                 .collect();
             let signed = case % 2 == 0;
-            let range = if signed { (-128, 127) } else { (0, 255) };
+            // Every fifth case clamps to an activation's range inside the type's.
+            let range = match (signed, case % 5 == 0) {
+                (true, false) => (-128, 127),
+                (true, true) => (-100, 90),
+                (false, false) => (0, 255),
+                (false, true) => (20, 230),
+            };
             let zp = rng.range(range.0, range.1);
             let float = case % 3 == 0;
             let stage_with = |bias: &[i32]| {

@@ -293,7 +293,8 @@ fn conv_nhwc_bytes(
 
 /// [`im2col`] in the input's own bytes for [`gemm_u8i8`]: rows r0.. of `kq` bytes,
 /// ordered (ky, kx, c), channels `c0..c0 + cg`; taps outside the input hold `pad` (the
-/// input's zero point, so they contribute nothing after the correction).
+/// input's zero point, so they contribute nothing after the correction). The depth's
+/// padding to `kq` is left as it is: B is zero there.
 #[allow(clippy::too_many_arguments)]
 fn im2col_bytes(
     g: &Geometry,
@@ -305,81 +306,97 @@ fn im2col_bytes(
     kq: usize,
     a: &mut [u8],
 ) {
-    let k = g.kh * g.kw * cg;
     let pointwise = g.is_pointwise();
     let contiguous = g.dw == 1 && cg == g.ic;
+    // A window row of a contiguous convolution is one run of kw * ic input bytes.
+    let run = g.kw * g.ic;
+    // The input row of each kernel row for the current output row, None in the padding
+    // (recomputed when the output row changes, not per pixel).
+    let mut rows_at: Option<(usize, usize)> = None;
+    let mut bases: Vec<Option<usize>> = vec![None; g.kh];
     // The output pixels stepped row by row (two divisions per row were a large part of
     // gathering a 3-channel first layer's 27-byte rows).
     let pixels = g.pixels_from(r0);
     for ((r, dst), (b, oy, ox)) in a.chunks_exact_mut(kq).enumerate().zip(pixels) {
-        // The depth's padding to a multiple of 4 (under 4 bytes) as one 4-byte store
-        // that the row's values then overwrite in part: a fill of a variable length is
-        // a call to memset per row.
-        if kq > k {
-            if kq - k <= 4 && kq >= 4 {
-                dst[kq - 4..].copy_from_slice(&[0; 4]);
-            } else {
-                dst[k..].fill(0);
-            }
-        }
         let row = r0 + r;
         if pointwise {
             dst[..cg].copy_from_slice(&x[row * g.ic + c0..][..cg]);
             continue;
         }
-        for ky in 0..g.kh {
-            let drow = &mut dst[ky * g.kw * cg..(ky + 1) * g.kw * cg];
-            let Some(iy) = g.in_y(oy, ky) else {
-                drow.fill(pad);
+        if rows_at != Some((b, oy)) {
+            rows_at = Some((b, oy));
+            for (ky, base) in bases.iter_mut().enumerate() {
+                *base = g.in_y(oy, ky).map(|iy| (b * g.ih + iy) * g.iw);
+            }
+        }
+        if contiguous {
+            let start = ox * g.sw;
+            let kx0 = g.pad_left.saturating_sub(start).min(g.kw);
+            let kx1 = (g.iw + g.pad_left).saturating_sub(start).min(g.kw).max(kx0);
+            if kx0 == 0 && kx1 == g.kw {
+                // Inside the input horizontally (most windows): a run per kernel row.
+                let ix0 = start - g.pad_left;
+                for (drow, base) in dst.chunks_exact_mut(run).zip(&bases) {
+                    match base {
+                        Some(base) => copy_short(drow, &x[(base + ix0) * g.ic..][..run]),
+                        None => drow.fill(pad),
+                    }
+                }
                 continue;
-            };
-            let base = (b * g.ih + iy) * g.iw;
-            if contiguous {
-                let start = ox * g.sw;
-                let kx0 = g.pad_left.saturating_sub(start).min(g.kw);
-                let kx1 = (g.iw + g.pad_left).saturating_sub(start).min(g.kw).max(kx0);
+            }
+            for (drow, base) in dst.chunks_exact_mut(run).zip(&bases) {
+                let Some(base) = base else {
+                    drow.fill(pad);
+                    continue;
+                };
                 // Only windows at the left and right edges meet padding.
-                if kx0 > 0 {
-                    drow[..kx0 * cg].fill(pad);
-                }
-                if kx1 < g.kw {
-                    drow[kx1 * cg..].fill(pad);
-                }
+                drow[..kx0 * cg].fill(pad);
+                drow[kx1 * cg..].fill(pad);
                 if kx1 > kx0 {
                     let ix0 = start + kx0 - g.pad_left;
                     let src = &x[(base + ix0) * g.ic..(base + ix0 + kx1 - kx0) * g.ic];
-                    let dst = &mut drow[kx0 * cg..kx1 * cg];
-                    // A first layer's whole 3 x 3-channel span as a fixed-size copy (moves,
-                    // not a call to memcpy for 9 bytes).
-                    match dst.len() {
-                        9 => copy_fixed::<9>(dst, src),
-                        12 => copy_fixed::<12>(dst, src),
-                        _ => dst.copy_from_slice(src),
-                    }
+                    copy_short(&mut drow[kx0 * cg..kx1 * cg], src);
                 }
-            } else {
-                for kx in 0..g.kw {
-                    let d = &mut drow[kx * cg..(kx + 1) * cg];
-                    match g.in_x(ox, kx) {
-                        Some(ix) => d.copy_from_slice(&x[(base + ix) * g.ic + c0..][..cg]),
-                        None => d.fill(pad),
-                    }
+            }
+            continue;
+        }
+        for (drow, base) in dst.chunks_exact_mut(g.kw * cg).zip(&bases) {
+            let Some(base) = base else {
+                drow.fill(pad);
+                continue;
+            };
+            for (kx, d) in drow.chunks_exact_mut(cg).enumerate() {
+                match g.in_x(ox, kx) {
+                    Some(ix) => d.copy_from_slice(&x[(base + ix) * g.ic + c0..][..cg]),
+                    None => d.fill(pad),
                 }
             }
         }
     }
 }
 
-/// `dst.copy_from_slice(src)`, as moves of `N` bytes known to the compiler when both
-/// slices hold `N`.
+/// `dst.copy_from_slice(src)` for the short runs of an im2col row: lengths of 4 to 16
+/// bytes as two overlapping moves of 4 or 8 bytes (a call to memcpy per 9-byte run of a
+/// 3-channel first layer cost more than the copy), longer ones through memcpy.
 #[inline(always)]
-fn copy_fixed<const N: usize>(dst: &mut [u8], src: &[u8]) {
-    match (
-        <&mut [u8; N]>::try_from(&mut *dst),
-        <&[u8; N]>::try_from(src),
-    ) {
-        (Ok(d), Ok(s)) => *d = *s,
-        _ => dst.copy_from_slice(src),
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = dst.len();
+    if src.len() != n {
+        dst.copy_from_slice(src);
+        return;
+    }
+    if (8..=16).contains(&n) {
+        let head = u64::from_ne_bytes(src[..8].try_into().unwrap_or([0; 8]));
+        let tail = u64::from_ne_bytes(src[n - 8..].try_into().unwrap_or([0; 8]));
+        dst[..8].copy_from_slice(&head.to_ne_bytes());
+        dst[n - 8..].copy_from_slice(&tail.to_ne_bytes());
+    } else if (4..8).contains(&n) {
+        let head = u32::from_ne_bytes(src[..4].try_into().unwrap_or([0; 4]));
+        let tail = u32::from_ne_bytes(src[n - 4..].try_into().unwrap_or([0; 4]));
+        dst[..4].copy_from_slice(&head.to_ne_bytes());
+        dst[n - 4..].copy_from_slice(&tail.to_ne_bytes());
+    } else {
+        dst.copy_from_slice(src);
     }
 }
 

@@ -202,103 +202,396 @@ struct Rows<'a> {
 }
 
 impl Rows<'_> {
-    /// Output row `row` (image `row / oh`, row `row % oh`).
+    /// Output row `row` (image `row / oh`, row `row % oh`): the channels in blocks of
+    /// 64 on 512-bit registers, a last block of at most 32 channels on 256-bit ones
+    /// (half the work where a 512-bit block would compute lanes it never stores:
+    /// MobileNetV2's 32-channel layer, and the 32- or 16-channel tails of 96 and 144).
     ///
     /// # Safety
-    /// AVX512F, AVX512BW and AVX512-VNNI; the sizes checked by [`run`]; `out_row` is one
-    /// output row.
+    /// AVX512F, AVX512BW, AVX512VL and AVX512-VNNI; the sizes checked by [`run`];
+    /// `out_row` is one output row.
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn row(&self, row: usize, out_row: &mut [u8]) {
-        use std::arch::x86_64::*;
         let g = self.g;
-        let c = g.oc;
-        if out_row.len() != g.ow * c {
+        if out_row.len() != g.ow * g.oc {
             return;
         }
         let (b, oy) = (row / g.oh, row % g.oh);
-        let rows: [Option<usize>; 3] =
-            std::array::from_fn(|ky| g.in_y(oy, ky).map(|iy| (b * g.ih + iy) * g.iw));
-        let flip = _mm512_set1_epi8(if self.signed_in { i8::MIN } else { 0 });
-        let zp = _mm512_set1_epi8(self.zp_byte as i8);
+        let mut rows = [None; 3];
+        for (ky, r) in rows.iter_mut().enumerate() {
+            *r = g.in_y(oy, ky).map(|iy| (b * g.ih + iy) * g.iw);
+        }
+        for blk in 0..g.oc.div_ceil(BLOCK) {
+            let lanes = (g.oc - blk * BLOCK).min(BLOCK);
+            // SAFETY: as this function's contract; blk is a block of the channels.
+            unsafe {
+                if lanes <= <simd::Ymm as simd::Width>::LANES {
+                    self.block::<simd::Ymm>(&rows, blk, lanes, out_row);
+                } else {
+                    self.block::<simd::Zmm>(&rows, blk, lanes, out_row);
+                }
+            }
+        }
+    }
+
+    /// Block `blk`'s first `lanes` channels (at most `W::LANES`) of every pixel of the
+    /// output row, whose kernel rows start at the input pixels `rows` (None: padding).
+    ///
+    /// # Safety
+    /// As [`Self::row`]; `lanes <= W::LANES`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[inline]
+    unsafe fn block<W: simd::Width>(
+        &self,
+        rows: &[Option<usize>; 3],
+        blk: usize,
+        lanes: usize,
+        out_row: &mut [u8],
+    ) {
+        let g = self.g;
+        let (c, c0) = (g.oc, blk * BLOCK);
+        let mask = W::mask(lanes);
         let (xp, op) = (self.x.as_ptr(), out_row.as_mut_ptr());
-        for blk in 0..c.div_ceil(BLOCK) {
-            let c0 = blk * BLOCK;
-            let lanes = (c - c0).min(BLOCK);
-            let mask: __mmask64 = if lanes == BLOCK {
-                u64::MAX
-            } else {
-                (1u64 << lanes) - 1
-            };
-            // SAFETY (loads and stores below): the packed filter holds GROUPS * 4
-            // registers per block; the stage constants 4 * 16 per block; an input load
-            // starts at a pixel inside the input (rows and in_x) and reads the block's
-            // channels under `mask`; a store writes the block's channels of pixel ox.
-            let weights: [[__m512i; 4]; GROUPS] = std::array::from_fn(|q| {
-                std::array::from_fn(|k| unsafe {
-                    _mm512_loadu_si512(
+        // SAFETY (loads and stores below): the packed filter holds GROUPS * 4 registers
+        // of 64 bytes per block and the stage constants 4 * 16 per block, of which W
+        // reads the first W::LANES bytes or W::LANES / 4 values; an input load starts
+        // at a pixel inside the input (rows and in_x) and reads the block's channels
+        // under `mask`; a store writes the block's channels of pixel ox.
+        unsafe {
+            let flip = W::splat8(if self.signed_in { i8::MIN } else { 0 });
+            let zp = W::splat8(self.zp_byte as i8);
+            let mut weights = [[zp; 4]; GROUPS];
+            for (q, group) in weights.iter_mut().enumerate() {
+                for (k, w) in group.iter_mut().enumerate() {
+                    *w = W::load(
                         self.packed
                             .as_ptr()
-                            .add(((blk * GROUPS + q) * 4 + k) * BLOCK)
-                            as *const _,
-                    )
-                })
-            });
-            let stages: [gemm::avx512::Float16; 4] = std::array::from_fn(|k| unsafe {
-                gemm::avx512::Float16::load(self.constants, (blk * 4 + k) * 16)
-            });
+                            .add(((blk * GROUPS + q) * 4 + k) * BLOCK),
+                    );
+                }
+            }
+            let f = self.constants;
+            let mut bias = [zp; 4];
+            let mut scale = [W::splat_ps(0.0); 4];
+            for k in 0..4 {
+                let at = (blk * 4 + k) * 16;
+                bias[k] = W::load(f.bias.as_ptr().add(at) as *const u8);
+                scale[k] = W::load_ps(f.scale.as_ptr().add(at));
+            }
+            let stage = simd::Narrow::<W> {
+                hi_less_zp: W::splat_ps(f.hi_less_zp),
+                zp: W::splat16(f.zp as i16),
+                lo: W::splat8((f.lo_less_zp as i32 + f.zp) as i8),
+                signed: self.signed_out,
+            };
             for ox in 0..g.ow {
-                let mut acc = [_mm512_setzero_si512(); 4];
+                // The bias is the accumulators' start (one addition fewer per register).
+                let mut acc = bias;
                 for (q, w) in weights.iter().enumerate() {
-                    let tap = |t: usize| -> __m512i {
-                        let tap = 4 * q + t;
+                    let mut t = [zp; 4];
+                    for (i, t) in t.iter_mut().enumerate() {
+                        let tap = 4 * q + i;
                         if tap >= TAPS {
-                            return zp;
+                            break;
                         }
-                        match (rows[tap / 3], g.in_x(ox, tap % 3)) {
-                            (Some(r), Some(ix)) => _mm512_xor_si512(
-                                unsafe {
-                                    _mm512_maskz_loadu_epi8(
-                                        mask,
-                                        xp.add((r + ix) * c + c0) as *const i8,
-                                    )
-                                },
-                                flip,
-                            ),
-                            _ => zp,
+                        if let (Some(r), Some(ix)) = (rows[tap / 3], g.in_x(ox, tap % 3)) {
+                            *t = W::load_bytes(mask, xp.add((r + ix) * c + c0), flip);
                         }
-                    };
-                    let (t0, t1, t2, t3) = (tap(0), tap(1), tap(2), tap(3));
-                    let (lo01, hi01) = (_mm512_unpacklo_epi8(t0, t1), _mm512_unpackhi_epi8(t0, t1));
-                    let (lo23, hi23) = (_mm512_unpacklo_epi8(t2, t3), _mm512_unpackhi_epi8(t2, t3));
-                    let grouped = [
-                        _mm512_unpacklo_epi16(lo01, lo23),
-                        _mm512_unpackhi_epi16(lo01, lo23),
-                        _mm512_unpacklo_epi16(hi01, hi23),
-                        _mm512_unpackhi_epi16(hi01, hi23),
-                    ];
+                    }
+                    let grouped = W::interleave(t);
                     for k in 0..4 {
-                        acc[k] = _mm512_dpbusd_epi32(acc[k], grouped[k], w[k]);
+                        acc[k] = W::dot(acc[k], grouped[k], w[k]);
                     }
                 }
-                let q: [__m512i; 4] = std::array::from_fn(|k| stages[k].requantize_i32(acc[k]));
-                // In the 8-bit range already, so the saturating packs only reorder.
-                let words = (
-                    _mm512_packs_epi32(q[0], q[1]),
-                    _mm512_packs_epi32(q[2], q[3]),
-                );
-                let bytes = if self.signed_out {
-                    _mm512_packs_epi16(words.0, words.1)
-                } else {
-                    _mm512_packus_epi16(words.0, words.1)
-                };
-                unsafe { _mm512_mask_storeu_epi8(op.add(ox * c + c0) as *mut i8, mask, bytes) };
+                let mut scaled = acc;
+                for k in 0..4 {
+                    scaled[k] = W::scaled(acc[k], scale[k], stage.hi_less_zp);
+                }
+                W::store_bytes(mask, op.add(ox * c + c0), stage.narrow(scaled));
             }
         }
     }
 
     #[cfg(not(target_arch = "x86_64"))]
     unsafe fn row(&self, _row: usize, _out_row: &mut [u8]) {}
+}
+
+/// The instructions of a block at two register widths: [`Zmm`] (512 bits, 64 channels)
+/// and [`Ymm`] (256 bits, 32 channels). Within each 128-bit lane both do the same, so the
+/// packed filter and the stage constants serve both (a 256-bit block reads the first half
+/// of each 512-bit group).
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use std::arch::x86_64::*;
+
+    /// # Safety (every method)
+    /// AVX512F, AVX512BW, AVX512VL and AVX512-VNNI; pointers hold what is read or
+    /// written (`LANES` bytes, or `LANES / 4` values, under the mask where there is one).
+    pub(super) trait Width {
+        /// Channels (bytes) per register.
+        const LANES: usize;
+        type V: Copy;
+        type F: Copy;
+        type M: Copy;
+        fn mask(lanes: usize) -> Self::M;
+        unsafe fn splat8(v: i8) -> Self::V;
+        unsafe fn splat16(v: i16) -> Self::V;
+        unsafe fn splat_ps(v: f32) -> Self::F;
+        unsafe fn load(p: *const u8) -> Self::V;
+        unsafe fn load_ps(p: *const f32) -> Self::F;
+        /// The masked bytes at `p` XOR `flip` (zero outside the mask).
+        unsafe fn load_bytes(m: Self::M, p: *const u8, flip: Self::V) -> Self::V;
+        unsafe fn store_bytes(m: Self::M, p: *mut u8, v: Self::V);
+        /// Four taps' bytes to four registers whose every i32 lane holds one channel's
+        /// four taps (channels `16 l + 4 k + j` in register k, lane l, element j).
+        unsafe fn interleave(t: [Self::V; 4]) -> [Self::V; 4];
+        unsafe fn dot(acc: Self::V, a: Self::V, w: Self::V) -> Self::V;
+        /// `round(min(acc * scale, hi_less_zp))` as i32 (the stage before the zero
+        /// point and the lower bound, which [`Narrow`] applies after narrowing).
+        unsafe fn scaled(acc: Self::V, scale: Self::F, hi_less_zp: Self::F) -> Self::V;
+        unsafe fn packs32(a: Self::V, b: Self::V) -> Self::V;
+        unsafe fn adds16(a: Self::V, b: Self::V) -> Self::V;
+        unsafe fn packs16(a: Self::V, b: Self::V, signed: bool) -> Self::V;
+        unsafe fn max8(a: Self::V, b: Self::V, signed: bool) -> Self::V;
+    }
+
+    /// The output stage's narrowing constants.
+    pub(super) struct Narrow<W: Width> {
+        pub hi_less_zp: W::F,
+        pub zp: W::V,
+        pub lo: W::V,
+        pub signed: bool,
+    }
+
+    impl<W: Width> Narrow<W> {
+        /// Four registers of scaled i32 to one of bytes, in channel order: saturating
+        /// packs to i16, the zero point added (saturating), saturating packs to bytes,
+        /// then the lower bound. Values below the bound saturate on the way and end at
+        /// it; the upper bound was applied before rounding, so nothing above it is left.
+        ///
+        /// # Safety
+        /// As [`Width`].
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        pub unsafe fn narrow(&self, q: [W::V; 4]) -> W::V {
+            unsafe {
+                let w01 = W::adds16(W::packs32(q[0], q[1]), self.zp);
+                let w23 = W::adds16(W::packs32(q[2], q[3]), self.zp);
+                W::max8(W::packs16(w01, w23, self.signed), self.lo, self.signed)
+            }
+        }
+    }
+
+    pub(super) struct Zmm;
+    pub(super) struct Ymm;
+
+    impl Width for Zmm {
+        const LANES: usize = 64;
+        type V = __m512i;
+        type F = __m512;
+        type M = __mmask64;
+        fn mask(lanes: usize) -> __mmask64 {
+            if lanes >= 64 {
+                u64::MAX
+            } else {
+                (1u64 << lanes) - 1
+            }
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn splat8(v: i8) -> __m512i {
+            _mm512_set1_epi8(v)
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn splat16(v: i16) -> __m512i {
+            _mm512_set1_epi16(v)
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn splat_ps(v: f32) -> __m512 {
+            _mm512_set1_ps(v)
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn load(p: *const u8) -> __m512i {
+            unsafe { _mm512_loadu_si512(p as *const _) }
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn load_ps(p: *const f32) -> __m512 {
+            unsafe { _mm512_loadu_ps(p) }
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn load_bytes(m: __mmask64, p: *const u8, flip: __m512i) -> __m512i {
+            _mm512_xor_si512(unsafe { _mm512_maskz_loadu_epi8(m, p as *const i8) }, flip)
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn store_bytes(m: __mmask64, p: *mut u8, v: __m512i) {
+            unsafe { _mm512_mask_storeu_epi8(p as *mut i8, m, v) }
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn interleave([t0, t1, t2, t3]: [__m512i; 4]) -> [__m512i; 4] {
+            let (lo01, hi01) = (_mm512_unpacklo_epi8(t0, t1), _mm512_unpackhi_epi8(t0, t1));
+            let (lo23, hi23) = (_mm512_unpacklo_epi8(t2, t3), _mm512_unpackhi_epi8(t2, t3));
+            [
+                _mm512_unpacklo_epi16(lo01, lo23),
+                _mm512_unpackhi_epi16(lo01, lo23),
+                _mm512_unpacklo_epi16(hi01, hi23),
+                _mm512_unpackhi_epi16(hi01, hi23),
+            ]
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn dot(acc: __m512i, a: __m512i, w: __m512i) -> __m512i {
+            _mm512_dpbusd_epi32(acc, a, w)
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn scaled(acc: __m512i, scale: __m512, hi_less_zp: __m512) -> __m512i {
+            // The default MXCSR rounding: to nearest, ties to even, as the stage's
+            // definition rounds.
+            _mm512_cvtps_epi32(_mm512_min_ps(
+                _mm512_mul_ps(_mm512_cvtepi32_ps(acc), scale),
+                hi_less_zp,
+            ))
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn packs32(a: __m512i, b: __m512i) -> __m512i {
+            _mm512_packs_epi32(a, b)
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn adds16(a: __m512i, b: __m512i) -> __m512i {
+            _mm512_adds_epi16(a, b)
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn packs16(a: __m512i, b: __m512i, signed: bool) -> __m512i {
+            if signed {
+                _mm512_packs_epi16(a, b)
+            } else {
+                _mm512_packus_epi16(a, b)
+            }
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn max8(a: __m512i, b: __m512i, signed: bool) -> __m512i {
+            if signed {
+                _mm512_max_epi8(a, b)
+            } else {
+                _mm512_max_epu8(a, b)
+            }
+        }
+    }
+
+    impl Width for Ymm {
+        const LANES: usize = 32;
+        type V = __m256i;
+        type F = __m256;
+        type M = __mmask32;
+        fn mask(lanes: usize) -> __mmask32 {
+            if lanes >= 32 {
+                u32::MAX
+            } else {
+                (1u32 << lanes) - 1
+            }
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn splat8(v: i8) -> __m256i {
+            _mm256_set1_epi8(v)
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn splat16(v: i16) -> __m256i {
+            _mm256_set1_epi16(v)
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn splat_ps(v: f32) -> __m256 {
+            _mm256_set1_ps(v)
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn load(p: *const u8) -> __m256i {
+            unsafe { _mm256_loadu_si256(p as *const _) }
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn load_ps(p: *const f32) -> __m256 {
+            unsafe { _mm256_loadu_ps(p) }
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn load_bytes(m: __mmask32, p: *const u8, flip: __m256i) -> __m256i {
+            _mm256_xor_si256(unsafe { _mm256_maskz_loadu_epi8(m, p as *const i8) }, flip)
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn store_bytes(m: __mmask32, p: *mut u8, v: __m256i) {
+            unsafe { _mm256_mask_storeu_epi8(p as *mut i8, m, v) }
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn interleave([t0, t1, t2, t3]: [__m256i; 4]) -> [__m256i; 4] {
+            let (lo01, hi01) = (_mm256_unpacklo_epi8(t0, t1), _mm256_unpackhi_epi8(t0, t1));
+            let (lo23, hi23) = (_mm256_unpacklo_epi8(t2, t3), _mm256_unpackhi_epi8(t2, t3));
+            [
+                _mm256_unpacklo_epi16(lo01, lo23),
+                _mm256_unpackhi_epi16(lo01, lo23),
+                _mm256_unpacklo_epi16(hi01, hi23),
+                _mm256_unpackhi_epi16(hi01, hi23),
+            ]
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn dot(acc: __m256i, a: __m256i, w: __m256i) -> __m256i {
+            _mm256_dpbusd_epi32(acc, a, w)
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn scaled(acc: __m256i, scale: __m256, hi_less_zp: __m256) -> __m256i {
+            _mm256_cvtps_epi32(_mm256_min_ps(
+                _mm256_mul_ps(_mm256_cvtepi32_ps(acc), scale),
+                hi_less_zp,
+            ))
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn packs32(a: __m256i, b: __m256i) -> __m256i {
+            _mm256_packs_epi32(a, b)
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn adds16(a: __m256i, b: __m256i) -> __m256i {
+            _mm256_adds_epi16(a, b)
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn packs16(a: __m256i, b: __m256i, signed: bool) -> __m256i {
+            if signed {
+                _mm256_packs_epi16(a, b)
+            } else {
+                _mm256_packus_epi16(a, b)
+            }
+        }
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+        #[inline]
+        unsafe fn max8(a: __m256i, b: __m256i, signed: bool) -> __m256i {
+            if signed {
+                _mm256_max_epi8(a, b)
+            } else {
+                _mm256_max_epu8(a, b)
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -354,7 +647,7 @@ mod tests {
         }
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
         let mut cases = 0;
-        for oc in [1usize, 16, 63, 64, 65, 130] {
+        for oc in [1usize, 16, 32, 63, 64, 65, 96, 130] {
             for (stride, dilation, pads) in [(1, 1, (1, 1)), (2, 1, (0, 2)), (1, 2, (2, 1))] {
                 for in_qt in [QType::U8, QType::I8] {
                     let (n, ih, iw) = (2, 6, 9);
@@ -447,6 +740,6 @@ mod tests {
                 }
             }
         }
-        assert_eq!(cases, 72);
+        assert_eq!(cases, 96);
     }
 }
