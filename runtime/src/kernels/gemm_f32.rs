@@ -297,6 +297,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{AUX, Epilogue, Lhs, NR};
+    use crate::kernels::util::block_rows;
 
     /// # Safety
     /// AVX512F, AVX2 and FMA; the extents [`super::gemm`] checks.
@@ -318,7 +319,7 @@ mod x86 {
             let pair = t + 1 < panels;
             let mut r0 = 0;
             while r0 < m {
-                let rows = (m - r0).min(8);
+                let rows = block_rows(m - r0, 8);
                 let blk = Block {
                     lhs: lhs.rows_from(r0),
                     k,
@@ -373,7 +374,7 @@ mod x86 {
         for t in 0..n.div_ceil(NR) {
             let mut r0 = 0;
             while r0 < m {
-                let rows = (m - r0).min(6);
+                let rows = block_rows(m - r0, 6);
                 let blk = Block {
                     lhs: lhs.rows_from(r0),
                     k,

@@ -206,6 +206,15 @@ pub fn nchw_dims_to_nhwc([n, c, h, w]: [usize; 4]) -> [usize; 4] {
 
 /// Elements a row-major matrix of `rows` rows of `cols` values, `ld` apart, spans (None
 /// on overflow): what a slice must hold for it.
+/// The rows of the next micro-kernel block when `left` rows remain and a block holds at
+/// most `mr`: the remaining rows split evenly over the fewest blocks (49 rows in blocks
+/// of 8 are seven blocks of 7, not six of 8 and one of 1, whose single row reads as many
+/// weights as eight would).
+pub(crate) fn block_rows(left: usize, mr: usize) -> usize {
+    let blocks = left.div_ceil(mr.max(1)).max(1);
+    left.div_ceil(blocks)
+}
+
 pub(crate) fn matrix_extent(rows: usize, ld: usize, cols: usize) -> Option<usize> {
     if rows == 0 || cols == 0 {
         return Some(0);

@@ -210,6 +210,7 @@ mod avx512 {
 
     use super::super::gemm::avx2::{load_stage, narrow16, requant8};
     use super::{MR, NR, Stage};
+    use crate::kernels::util::block_rows;
 
     /// # Safety
     /// The CPU supports AVX512F, AVX512BW, AVX512VL, AVX512-VNNI and AVX2, and the
@@ -235,7 +236,7 @@ mod avx512 {
             let pair = t + 1 < panels;
             let mut r0 = 0;
             while r0 < m {
-                let rows = (m - r0).min(MR);
+                let rows = block_rows(m - r0, MR);
                 let block = Block {
                     a: &a[r0 * lda..],
                     flip: i32::from_ne_bytes([flip; 4]),
