@@ -606,6 +606,61 @@ fn bench_burst_times_both_paths() {
     );
 }
 
+/// `nnc bench --profile` times every operation: the JSON lists each one in graph order
+/// with its type and median time, the text shows them by time and per type; a model with
+/// control flow (run with shapes known only at run time) is profiled too.
+#[test]
+fn bench_profile_times_every_operation() {
+    let o = run(nnc()
+        .arg("bench")
+        .arg(tiny_cnn())
+        .args(["--runs", "5", "--profile", "--json"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ops = r["operations"].as_array().expect("operations");
+    let inspect = run(nnc().arg("inspect").arg(tiny_cnn()).arg("--json"));
+    let summary: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    // The optimized graph's operations, as `inspect` counts them.
+    let declared = summary["operation_count"].as_u64();
+    assert!(
+        !ops.is_empty() && Some(ops.len() as u64) == declared,
+        "{r}\n{summary}"
+    );
+    for (i, op) in ops.iter().enumerate() {
+        assert_eq!(op["index"], i, "{op}");
+        assert!(op["type"].as_str().is_some_and(|t| !t.is_empty()), "{op}");
+        assert!(op["median_ms"].as_f64().is_some_and(|t| t >= 0.0), "{op}");
+    }
+    assert!(
+        ops.iter().any(|op| op["median_ms"].as_f64() > Some(0.0)),
+        "no operation took any time: {r}"
+    );
+    // Without --profile, no profile.
+    let plain = run(nnc()
+        .arg("bench")
+        .arg(tiny_cnn())
+        .args(["--runs", "2", "--json"]));
+    let plain: serde_json::Value = serde_json::from_slice(&plain.stdout).unwrap();
+    assert!(plain.get("operations").is_none(), "{plain}");
+
+    let model = testdata("onnx/if_branches_differ_in_shape");
+    let o = run(nnc()
+        .arg("bench")
+        .arg(model.join("model.onnx"))
+        .arg("--input")
+        .arg(model.join("input_0.npy"))
+        .arg("--input")
+        .arg(model.join("input_1.npy"))
+        .args(["--runs", "3", "--profile"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("operations by median time") && text.contains("by operation type"),
+        "{text}"
+    );
+    assert!(text.contains("IF") && text.contains("dynamic"), "{text}");
+}
+
 #[test]
 fn bench_reports_the_float_math_it_ran_with() {
     for math in ["strict", "fast"] {

@@ -38,6 +38,11 @@ pub struct Args {
     /// plain path with each path's per-execution overhead.
     #[arg(long)]
     pub burst: bool,
+    /// Also time every operation over the same number of executions (separate from the
+    /// timed ones, which stay unprofiled) and print where the time goes: the operations
+    /// by median time, and the total per operation type.
+    #[arg(long)]
+    pub profile: bool,
     /// Print one JSON object on stdout.
     #[arg(long)]
     pub json: bool,
@@ -99,6 +104,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
+    let profile = if args.profile {
+        Some(
+            model
+                .program()
+                .profile_host(&inputs, args.runs as usize)
+                .context("profiled execution failed")?,
+        )
+    } else {
+        None
+    };
     let kernels = nnc_runtime::kernels::isa::report();
     if args.json {
         let mut report = json!({
@@ -128,6 +143,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "overhead_median_ms": b.overhead_median,
             });
         }
+        if let Some(p) = &profile {
+            report["operations"] = p
+                .iter()
+                .map(|t| {
+                    json!({
+                        "index": t.index,
+                        "type": t.operation.op_type.name(),
+                        "node": t.operation.node,
+                        "output_shape": t.output_shape,
+                        "median_ms": ms(t.median),
+                    })
+                })
+                .collect();
+        }
         output::stdout(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
     } else {
         let mut text = format!(
@@ -147,9 +176,100 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 plain.median, plain.overhead_median, b.median, b.overhead_median
             ));
         }
+        if let Some(p) = &profile {
+            text.push_str(&profile_text(p, args.runs));
+        }
         output::stdout(&text)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Operations shown by name in the text profile; the rest are summed on one line.
+const PROFILE_TOP: usize = 25;
+
+/// The text form of a profile: the slowest operations, then the time per type.
+fn profile_text(profile: &[nnc_runtime::OperationTime], runs: u32) -> String {
+    let total: Duration = profile.iter().map(|t| t.median).sum();
+    let share = |d: Duration| {
+        if total.is_zero() {
+            0.0
+        } else {
+            100.0 * d.as_secs_f64() / total.as_secs_f64()
+        }
+    };
+    let mut by_time: Vec<&nnc_runtime::OperationTime> = profile.iter().collect();
+    by_time.sort_by(|a, b| b.median.cmp(&a.median).then(a.index.cmp(&b.index)));
+    let mut text = format!(
+        "operations by median time over {runs} profiled runs (sum of medians {:.3} ms):\n{:>6}  {:<24} {:<20} {:>9} {:>7}  node\n",
+        ms(total),
+        "#",
+        "operation",
+        "output shape",
+        "ms",
+        "share"
+    );
+    for t in by_time.iter().take(PROFILE_TOP) {
+        let shape = t.output_shape.as_ref().map_or_else(
+            || "dynamic".to_string(),
+            |s| format!("{s:?}").replace(' ', ""),
+        );
+        text.push_str(&format!(
+            "{:>6}  {:<24} {:<20} {:>9.4} {:>6.1}%  {}\n",
+            t.index,
+            t.operation.op_type.name(),
+            shape,
+            ms(t.median),
+            share(t.median),
+            short_node(&t.operation.node)
+        ));
+    }
+    if by_time.len() > PROFILE_TOP {
+        let rest: Duration = by_time[PROFILE_TOP..].iter().map(|t| t.median).sum();
+        text.push_str(&format!(
+            "{:>6}  {:<45} {:>9.4} {:>6.1}%\n",
+            "",
+            format!("{} more operations", by_time.len() - PROFILE_TOP),
+            ms(rest),
+            share(rest)
+        ));
+    }
+    // Per type, in order of total time.
+    let mut types: Vec<(&str, usize, Duration)> = Vec::new();
+    for t in profile {
+        let name = t.operation.op_type.name();
+        match types.iter_mut().find(|(n, _, _)| *n == name) {
+            Some((_, count, sum)) => {
+                *count += 1;
+                *sum += t.median;
+            }
+            None => types.push((name, 1, t.median)),
+        }
+    }
+    types.sort_by_key(|t| std::cmp::Reverse(t.2));
+    text.push_str("by operation type:\n");
+    for (name, count, sum) in types {
+        text.push_str(&format!(
+            "  {:<24} {:>4} {:<3} {:>9.4} ms {:>6.1}%\n",
+            name,
+            count,
+            if count == 1 { "op" } else { "ops" },
+            ms(sum),
+            share(sum)
+        ));
+    }
+    text
+}
+
+/// A source node's name as the text profile shows it: converters fuse long names (a
+/// TFLite node can name every operation folded into it), so long ones are cut; the JSON
+/// profile has them whole.
+fn short_node(node: &str) -> String {
+    const SHOWN: usize = 60;
+    if node.chars().count() <= SHOWN {
+        return node.to_string();
+    }
+    let head: String = node.chars().take(SHOWN - 3).collect();
+    format!("{head}...")
 }
 
 fn ms(d: Duration) -> f64 {

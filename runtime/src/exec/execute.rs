@@ -20,7 +20,7 @@ use nnc_formats::tensor::{DataType, HostTensor};
 use super::control_flow::Flow;
 use super::program::{ExecState, Program, Storage};
 use crate::buffer::AlignedBuf;
-use crate::error::{Result, RuntimeError};
+use crate::error::{OpRef, Result, RuntimeError};
 use crate::kernels::{KernelContext, PreparedWeights};
 use crate::tensor::{TensorMut, TensorRef, byte_size};
 
@@ -108,6 +108,51 @@ pub struct ExecutionResult {
     pub output_sizes: Vec<usize>,
     /// Wall-clock duration, when measured.
     pub duration: Option<Duration>,
+}
+
+/// One main-graph operation's time in a profile ([`Program::profile_host`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OperationTime {
+    /// Index in the main graph's operation list.
+    pub index: usize,
+    pub operation: OpRef,
+    /// The first output's shape, when known before execution.
+    pub output_shape: Option<Vec<usize>>,
+    /// The median over the profiled executions (an IF or WHILE includes its subgraphs;
+    /// an operation the plan elides, a reshape aliasing its input, is zero).
+    pub median: Duration,
+}
+
+/// Times each operation of one execution into the state's `op_times` when profiling;
+/// does nothing otherwise (one branch per operation).
+struct OpClock<'a> {
+    times: Option<&'a mut Vec<Duration>>,
+    current: Option<(usize, Instant)>,
+}
+
+impl<'a> OpClock<'a> {
+    fn new(times: Option<&'a mut Vec<Duration>>) -> OpClock<'a> {
+        OpClock {
+            times,
+            current: None,
+        }
+    }
+
+    /// Ends the running operation's interval and starts operation `i`'s.
+    fn start(&mut self, i: usize) {
+        if self.times.is_some() {
+            self.stop();
+            self.current = Some((i, Instant::now()));
+        }
+    }
+
+    fn stop(&mut self) {
+        if let (Some(times), Some((i, at))) = (self.times.as_deref_mut(), self.current.take())
+            && let Some(t) = times.get_mut(i)
+        {
+            *t += at.elapsed();
+        }
+    }
 }
 
 /// Receives the outputs: checked all at once before the first is written.
@@ -368,6 +413,48 @@ impl Program {
             result.push(self.host_output(k, shape, bytes)?);
         }
         Ok((result, device))
+    }
+
+    /// Executes `runs` times with host tensors, timing every main-graph operation, and
+    /// returns each operation's median time in graph order. For finding where an
+    /// execution's time goes (`nnc bench --profile`); the clock reads add a little time
+    /// per operation, so the executions of [`Program::execute_host`] stay unprofiled.
+    pub fn profile_host(&self, inputs: &[HostTensor], runs: usize) -> Result<Vec<OperationTime>> {
+        let count = self.model.main.operations.len();
+        let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(runs); count];
+        let mut state = self.take_state();
+        let mut result = Ok(());
+        for _ in 0..runs.max(1) {
+            state.op_times = Some(vec![Duration::ZERO; count]);
+            if let Err(e) =
+                self.execute_host_in(inputs, &ExecuteOptions::default(), Some(&mut state))
+            {
+                result = Err(e);
+                break;
+            }
+            for (sample, &t) in samples.iter_mut().zip(state.op_times.iter().flatten()) {
+                sample.push(t);
+            }
+        }
+        state.op_times = None;
+        self.return_state(state);
+        result?;
+        Ok(samples
+            .into_iter()
+            .enumerate()
+            .map(|(index, mut times)| {
+                times.sort_unstable();
+                OperationTime {
+                    index,
+                    operation: self.op_ref(index),
+                    output_shape: self.model.main.operations[index]
+                        .outputs
+                        .first()
+                        .and_then(|&o| self.static_shapes.get(o as usize).cloned().flatten()),
+                    median: times.get(times.len() / 2).copied().unwrap_or_default(),
+                }
+            })
+            .collect())
     }
 
     /// Input `k` as the model's input operand takes it (shape and bytes of its NN
@@ -706,7 +793,12 @@ impl Program {
         // Before computing anything: every output must fit its buffer.
         sink.check(&out_shapes, &out_sizes)?;
 
-        let ExecState { arena, scratch } = state;
+        let ExecState {
+            arena,
+            scratch,
+            op_times,
+        } = state;
+        let mut clock = OpClock::new(op_times.as_mut());
         arena.ensure_len(plan.arena.arena_size)?;
         let region = |o: u32| -> Result<(usize, usize)> {
             let offset = plan
@@ -723,6 +815,7 @@ impl Program {
             if plan.skip[i] {
                 continue;
             }
+            clock.start(i);
             flow.check_deadline(|| self.op_ref(i))?;
             let weights = self.weights_for(i)?;
             let mut reads = Vec::new();
@@ -783,6 +876,7 @@ impl Program {
             };
             self.kernels[i].run(&mut ctx).map_err(|e| e.locate(i, op))?;
         }
+        clock.stop();
         let bytes = arena.as_bytes();
         for (k, &o) in self.model.main.outputs.iter().enumerate() {
             let (offset, len) = region(o)?;
@@ -810,7 +904,9 @@ impl Program {
         }
         let mut buffers: Vec<Option<AlignedBuf>> = (0..n).map(|_| None).collect();
         let scratch = &mut state.scratch;
+        let mut clock = OpClock::new(state.op_times.as_mut());
         for (i, op) in self.model.main.operations.iter().enumerate() {
+            clock.start(i);
             flow.check_deadline(|| self.op_ref(i))?;
             let weights = self.weights_for(i)?;
             let located = |message: String| RuntimeError::Operation {
@@ -964,6 +1060,7 @@ impl Program {
                 }
             }
         }
+        clock.stop();
         let mut out_shapes = Vec::with_capacity(self.output_count());
         for &o in &self.model.main.outputs {
             out_shapes.push(shapes[o as usize].clone().ok_or_else(|| {

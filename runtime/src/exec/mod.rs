@@ -15,7 +15,9 @@ pub mod program;
 pub mod weights;
 
 pub use control_flow::{DEFAULT_LOOP_TIMEOUT, MAX_LOOP_TIMEOUT};
-pub use execute::{ExecuteOptions, ExecutionResult, InputTensor, OutputBuffer, host_type};
+pub use execute::{
+    ExecuteOptions, ExecutionResult, InputTensor, OperationTime, OutputBuffer, host_type,
+};
 pub use fold::evaluate_operation;
 pub use plan::{ArenaPlan, Interval, plan_arena};
 pub use program::{PlanImage, PrepareOptions, Program, ProgramImage};

@@ -88,6 +88,9 @@ pub(crate) struct StaticPlan {
 pub(crate) struct ExecState {
     pub arena: AlignedBuf,
     pub scratch: Scratch,
+    /// When profiling ([`Program::profile_host`]): each main-graph operation's time in
+    /// the last execution.
+    pub op_times: Option<Vec<std::time::Duration>>,
 }
 
 /// A prepared model. `&self` methods may run concurrently from several threads.
