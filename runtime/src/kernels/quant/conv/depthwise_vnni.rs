@@ -1,12 +1,14 @@
 //! DEPTHWISE_CONV_2D 3x3, depth multiplier 1, on AVX512-VNNI: four taps per `vpdpbusd`.
 //!
-//! The input bytes are read in place (no widened window): for each output pixel and
-//! block of 64 channels, the inputs of four taps are interleaved byte by byte
-//! (`vpunpck{l,h}bw` then `vpunpck{l,h}wd`) into four registers whose every i32 lane
-//! holds one channel's four taps, and `vpdpbusd` multiplies them with the packed signed
-//! filter bytes and sums the four products into the lane. Nine taps are three such
-//! groups (the last padded with zero weights); the twelve filter registers stay loaded
-//! while the block slides along the row. The unpacks leave the channels of each 128-bit
+//! The input bytes are read in place (no widened window): for each input column a window
+//! touches and block of 64 channels, the column's three taps (kernel rows 0-2, and a
+//! fourth slot of zero weight) are interleaved byte by byte (`vpunpck{l,h}bw` then
+//! `vpunpck{l,h}wd`) into four registers whose every i32 lane holds one channel's taps,
+//! and `vpdpbusd` multiplies them with the packed signed filter bytes and sums the
+//! products into the lane. A window is three such columns; an interleaved column is kept
+//! (a ring of the last three) for the next outputs whose windows share it, so at stride
+//! 1 each output interleaves one new column instead of three. The twelve filter
+//! registers stay loaded while the block slides along the row. The unpacks leave the channels of each 128-bit
 //! lane in the order {0-3}, {4-7}, {8-11}, {12-15} across the four accumulators; the
 //! output stage's per-channel constants are laid out in that order, and the saturating
 //! packs (`vpackssdw`, then `vpack{s,u}swb`) put the bytes back in channel order.
@@ -50,13 +52,14 @@ fn unsigned_zero_point((qt, zp): (QType, i32)) -> Result<u8> {
     u8::try_from(flipped).map_err(|_| RuntimeError::kernel("input zero point is outside its type"))
 }
 
-/// Index of channel `ch`, tap `tap` in the packed filter: per block of 64 channels, per
-/// group of four taps, four registers (one per accumulator `k`), each lane `l` of 128
-/// bits holding channels `16 l + 4 k + j` (j = 0..3) as four tap bytes.
+/// Index of channel `ch`, tap `tap` (`ky * 3 + kx`) in the packed filter: per block of
+/// 64 channels, per kernel column `kx`, four registers (one per accumulator `k`), each
+/// lane `l` of 128 bits holding channels `16 l + 4 k + j` (j = 0..3) as four tap bytes
+/// (kernel rows 0-2, then a zero).
 fn packed_index(ch: usize, tap: usize) -> usize {
     let (blk, within) = (ch / BLOCK, ch % BLOCK);
     let (lane, k, j) = (within / 16, within % 16 / 4, within % 4);
-    let (q, t) = (tap / 4, tap % 4);
+    let (q, t) = (tap % 3, tap / 3);
     (((blk * GROUPS + q) * 4 + k) * BLOCK) + lane * 16 + j * 4 + t
 }
 
@@ -286,21 +289,30 @@ impl Rows<'_> {
                 lo: W::splat8((f.lo_less_zp as i32 + f.zp) as i8),
                 signed: self.signed_out,
             };
+            // The last three interleaved input columns, at `ix % 3`, tagged with `ix`.
+            let mut ring = [[zp; 4]; 3];
+            let mut tags = [usize::MAX; 3];
             for ox in 0..g.ow {
                 // The bias is the accumulators' start (one addition fewer per register).
                 let mut acc = bias;
-                for (q, w) in weights.iter().enumerate() {
-                    let mut t = [zp; 4];
-                    for (i, t) in t.iter_mut().enumerate() {
-                        let tap = 4 * q + i;
-                        if tap >= TAPS {
-                            break;
+                for (kx, w) in weights.iter().enumerate() {
+                    // A column in the padding is the zero point throughout (interleaving
+                    // equal bytes leaves them equal).
+                    let mut grouped = [zp; 4];
+                    if let Some(ix) = g.in_x(ox, kx) {
+                        let slot = ix % 3;
+                        if tags[slot] != ix {
+                            let mut t = [zp; 4];
+                            for (t, r) in t.iter_mut().zip(rows) {
+                                if let Some(r) = r {
+                                    *t = W::load_bytes(mask, xp.add((r + ix) * c + c0), flip);
+                                }
+                            }
+                            ring[slot] = W::interleave(t);
+                            tags[slot] = ix;
                         }
-                        if let (Some(r), Some(ix)) = (rows[tap / 3], g.in_x(ox, tap % 3)) {
-                            *t = W::load_bytes(mask, xp.add((r + ix) * c + c0), flip);
-                        }
+                        grouped = ring[slot];
                     }
-                    let grouped = W::interleave(t);
                     for k in 0..4 {
                         acc[k] = W::dot(acc[k], grouped[k], w[k]);
                     }
