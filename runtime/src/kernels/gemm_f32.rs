@@ -331,8 +331,20 @@ mod x86 {
                 let o = &mut out[r0 * ldc..];
                 // SAFETY (each call): rows r0..r0 + rows < m, panels t (and t + 1 when
                 // `pair`) exist, destination rows hold their columns below n.
+                // A last pair whose second panel holds at most 8 columns (16k + 8
+                // outputs, MobileNetV2's 24-channel projections) runs that panel on
+                // 256-bit registers: a quarter of the pair's multiply-adds were on zeros.
+                let half = pair && n - (t + 1) * NR <= NR / 2;
                 unsafe {
                     match (rows, pair) {
+                        (8, true) if half => blk.zmm_half::<8>(o, ldc),
+                        (7, true) if half => blk.zmm_half::<7>(o, ldc),
+                        (6, true) if half => blk.zmm_half::<6>(o, ldc),
+                        (5, true) if half => blk.zmm_half::<5>(o, ldc),
+                        (4, true) if half => blk.zmm_half::<4>(o, ldc),
+                        (3, true) if half => blk.zmm_half::<3>(o, ldc),
+                        (2, true) if half => blk.zmm_half::<2>(o, ldc),
+                        (_, true) if half => blk.zmm_half::<1>(o, ldc),
                         (8, true) => blk.zmm::<8, 2>(o, ldc),
                         (7, true) => blk.zmm::<7, 2>(o, ldc),
                         (6, true) => blk.zmm::<6, 2>(o, ldc),
@@ -496,6 +508,80 @@ mod x86 {
                         } else {
                             _mm512_mask_storeu_ps(dst, mask, v);
                         }
+                    }
+                }
+            }
+        }
+
+        /// R rows x (16 + at most 8) columns: the first panel in 512-bit registers, the
+        /// second panel's first 8 columns (all it has below n) in 256-bit ones. Each
+        /// lane computes what [`Self::zmm`] computes, in the same order.
+        ///
+        /// # Safety
+        /// As [`Self::zmm`] with P = 2, the second panel holding at most 8 columns.
+        #[target_feature(enable = "avx512f,avx2,fma")]
+        #[inline]
+        unsafe fn zmm_half<const R: usize>(&self, out: &mut [f32], ldc: usize) {
+            debug_assert!(self.b.len() >= 2 * self.k * NR);
+            let mut acc = [_mm512_setzero_ps(); R];
+            let mut acc_half = [_mm256_setzero_ps(); R];
+            let bp = self.b.as_ptr();
+            let (runs, seg) = self.lhs.runs(self.k);
+            for s in 0..runs {
+                // SAFETY: the block's rows are inside A (the caller's contract).
+                let rows = unsafe { self.run_starts::<R>(s, seg) };
+                for kk in 0..seg {
+                    let row_k = s * seg + kk;
+                    // SAFETY: both panels' row row_k end inside the two panels.
+                    let (b0, b1) = unsafe {
+                        (
+                            _mm512_loadu_ps(bp.add(row_k * NR)),
+                            _mm256_loadu_ps(bp.add(self.k * NR + row_k * NR)),
+                        )
+                    };
+                    for r in 0..R {
+                        // SAFETY: each run holds seg values.
+                        let av = _mm512_set1_ps(unsafe { *rows[r].add(kk) });
+                        acc[r] = _mm512_fmadd_ps(av, b0, acc[r]);
+                        acc_half[r] = _mm256_fmadd_ps(_mm512_castps512_ps256(av), b1, acc_half[r]);
+                    }
+                }
+            }
+            let c0 = self.t * NR;
+            let c1 = c0 + NR;
+            let cols = self.n - c1;
+            let (lo, hi) = (
+                _mm512_set1_ps(self.e.clamp.lo),
+                _mm512_set1_ps(self.e.clamp.hi),
+            );
+            // AVX's masked moves (AVX512VL's are not among the features this path needs).
+            let mask = _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(cols as i32),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            );
+            // SAFETY: the bias holds n values: 16 from c0, `cols` (masked) from c1.
+            let (bias, bias_half) = unsafe {
+                (
+                    _mm512_loadu_ps(self.e.bias.as_ptr().add(c0)),
+                    _mm256_maskload_ps(self.e.bias.as_ptr().add(c1), mask),
+                )
+            };
+            let (lo_half, hi_half) = (_mm512_castps512_ps256(lo), _mm512_castps512_ps256(hi));
+            for r in 0..R {
+                // max(lo, x) then min(hi, x) return x when it is NaN, as Clamp does.
+                let v = _mm512_min_ps(hi, _mm512_max_ps(lo, _mm512_add_ps(acc[r], bias)));
+                let w = _mm256_min_ps(
+                    hi_half,
+                    _mm256_max_ps(lo_half, _mm256_add_ps(acc_half[r], bias_half)),
+                );
+                let dst = out.as_mut_ptr().wrapping_add(r * ldc + c0);
+                // SAFETY: row r holds columns c0..c1 + cols.
+                unsafe {
+                    _mm512_storeu_ps(dst, v);
+                    if cols == 8 {
+                        _mm256_storeu_ps(dst.add(NR), w);
+                    } else {
+                        _mm256_maskstore_ps(dst.add(NR), mask, w);
                     }
                 }
             }
