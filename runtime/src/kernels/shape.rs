@@ -15,7 +15,7 @@ use bytemuck::Pod;
 use nnc_formats::nn::signature::strided_slice_range;
 use nnc_formats::nn::{OperandType, OperationType};
 
-use super::util::{axis, rank4, split_at_axis, strides_of, with_nhwc};
+use super::util::{axis, for_each_chunk, rank4, split_at_axis, strides_of, with_nhwc};
 use super::{Kernel, KernelContext, OpInfo};
 use crate::error::{Result, RuntimeError};
 use crate::tensor::TensorRef;
@@ -168,6 +168,10 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     Ok(Box::new(ShapeKernel { op, element_size }))
 }
 
+/// Bytes of output per task of a parallel concatenation: enough that a task outweighs
+/// handing it to another thread.
+const CONCAT_TASK_BYTES: usize = 64 << 10;
+
 fn typed<T: Pod>(bytes: &[u8]) -> Result<&[T]> {
     bytemuck::try_cast_slice(bytes)
         .map_err(|e| RuntimeError::kernel(format!("misaligned tensor data: {e:?}")))
@@ -285,8 +289,12 @@ impl ShapeKernel {
         ctx: &mut KernelContext,
     ) -> Result<()> {
         let KernelContext {
-            inputs, outputs, ..
+            inputs,
+            outputs,
+            threads,
+            ..
         } = ctx;
+        let threads = *threads;
         let input = |i: usize| -> Result<TensorRef> {
             inputs
                 .get(i)
@@ -333,6 +341,8 @@ impl ShapeKernel {
                 let a = axis(*a, out_shape.len())?;
                 let (outer, total, inner) = split_at_axis(out_shape, a);
                 let o = typed_mut::<T>(out.bytes)?;
+                // Each input's slice and its width along the axis (times the inner size).
+                let mut parts: Vec<(&[T], usize)> = Vec::with_capacity(n);
                 let mut pos = 0;
                 for k in 0..n {
                     let t = input(k)?;
@@ -353,15 +363,33 @@ impl ShapeKernel {
                     if pos + t.shape[a] > total {
                         return err("inputs exceed the output along the axis");
                     }
-                    for b in 0..outer {
-                        let dst = b * total * inner + pos * inner;
-                        o[dst..dst + chunk].copy_from_slice(&x[b * chunk..(b + 1) * chunk]);
+                    if x.len() != outer * chunk {
+                        return err(format!("input {k} does not hold its shape's values"));
                     }
+                    parts.push((x, chunk));
                     pos += t.shape[a];
                 }
                 if pos != total {
                     return err("inputs do not fill the output along the axis");
                 }
+                let row = total * inner;
+                if o.len() != outer * row {
+                    return err("output does not hold its shape's values");
+                }
+                // Output rows (one per outer index) in blocks over the threads, each row
+                // written front to back from the inputs in turn (a channel concatenation
+                // in NHWC is one short piece per input per pixel).
+                let rows_per_task = (CONCAT_TASK_BYTES / (row * size_of::<T>()).max(1)).max(1);
+                for_each_chunk(threads, o, rows_per_task * row, |task, block| {
+                    for (r, dst) in block.chunks_exact_mut(row).enumerate() {
+                        let b = task * rows_per_task + r;
+                        let mut at = 0;
+                        for &(x, w) in &parts {
+                            dst[at..at + w].copy_from_slice(&x[b * w..(b + 1) * w]);
+                            at += w;
+                        }
+                    }
+                });
                 return Ok(());
             }
             ShapeOp::Split { axis: a } => {
