@@ -252,8 +252,20 @@ mod avx512 {
                 // SAFETY (for each call): rows r0..r0 + rows < m hold kq bytes at lda
                 // strides, the panels t (and t + 1 when `pair`) exist, and the
                 // destination rows hold the columns of those panels below n.
+                // A last pair whose second panel holds at most 8 columns (MobileNetV2's
+                // 24-channel projections) takes that panel's products on 256-bit
+                // registers: a quarter of the pair's dot products were on zeros.
+                let half = pair && n - (t + 1) * NR <= NR / 2;
                 unsafe {
                     match (rows, pair) {
+                        (8, true) if half => block.run_half::<8>(dst, ld),
+                        (7, true) if half => block.run_half::<7>(dst, ld),
+                        (6, true) if half => block.run_half::<6>(dst, ld),
+                        (5, true) if half => block.run_half::<5>(dst, ld),
+                        (4, true) if half => block.run_half::<4>(dst, ld),
+                        (3, true) if half => block.run_half::<3>(dst, ld),
+                        (2, true) if half => block.run_half::<2>(dst, ld),
+                        (_, true) if half => block.run_half::<1>(dst, ld),
                         (8, true) => block.run::<8, 2>(dst, ld),
                         (7, true) => block.run::<7, 2>(dst, ld),
                         (6, true) => block.run::<6, 2>(dst, ld),
@@ -360,6 +372,61 @@ mod avx512 {
                 // SAFETY: as this function's contract.
                 Some(f) => unsafe { self.store_float::<R, P>(&acc, f, out, ld) },
                 None => unsafe { self.store_fixed::<R, P>(&acc, out, ld) },
+            }
+        }
+
+        /// [`Self::run`] with P = 2 for a second panel of at most 8 columns: its dot
+        /// products on the first half of each 64-byte quad row, in 256-bit registers,
+        /// widened (upper lanes zero, never stored) for the output stage.
+        ///
+        /// # Safety
+        /// As [`Self::run`] with P = 2.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
+        #[inline]
+        unsafe fn run_half<const R: usize>(&self, out: &mut [u8], ld: usize) {
+            debug_assert!(self.a.len() >= (R - 1) * self.lda + self.kq);
+            debug_assert!(self.b.len() >= 2 * self.kq * NR);
+            let float = self.stage.float_constants();
+            let (mut start, mut start_half) = (_mm512_setzero_si512(), _mm256_setzero_si256());
+            if let Some(f) = &float {
+                let c0 = self.t * NR;
+                // SAFETY: the stage arrays are padded to whole panels.
+                unsafe {
+                    start = _mm512_loadu_si512(f.bias.as_ptr().add(c0) as *const _);
+                    start_half = _mm256_loadu_si256(f.bias.as_ptr().add(c0 + NR) as *const _);
+                }
+            }
+            let mut acc = [start; R];
+            let mut acc_half = [start_half; R];
+            // Opaque to the optimizer, as in `run`.
+            let flip = std::hint::black_box(_mm512_set1_epi32(self.flip));
+            let ap = self.a.as_ptr();
+            let bp = self.b.as_ptr();
+            for q in 0..self.kq / 4 {
+                // SAFETY: both panels' quad q rows end inside the two panels.
+                let (b0, b1) = unsafe {
+                    (
+                        _mm512_loadu_si512(bp.add(q * 4 * NR) as *const _),
+                        _mm256_loadu_si256(bp.add(self.kq * NR + q * 4 * NR) as *const _),
+                    )
+                };
+                for r in 0..R {
+                    // SAFETY: row r's quad q ends at r * lda + 4q + 4 <= r * lda + kq.
+                    let quad =
+                        unsafe { (ap.add(r * self.lda + 4 * q) as *const i32).read_unaligned() };
+                    let av = _mm512_xor_si512(_mm512_set1_epi32(quad), flip);
+                    acc[r] = _mm512_dpbusd_epi32(acc[r], av, b0);
+                    acc_half[r] = _mm256_dpbusd_epi32(acc_half[r], _mm512_castsi512_si256(av), b1);
+                }
+            }
+            let mut both = [[_mm512_setzero_si512(); 2]; R];
+            for r in 0..R {
+                both[r] = [acc[r], _mm512_zextsi256_si512(acc_half[r])];
+            }
+            match &float {
+                // SAFETY: as this function's contract.
+                Some(f) => unsafe { self.store_float::<R, 2>(&both, f, out, ld) },
+                None => unsafe { self.store_fixed::<R, 2>(&both, out, ld) },
             }
         }
 
