@@ -172,7 +172,7 @@ fn check_sizes(
         )));
     }
     let batch = input / k;
-    if output != batch * units {
+    if batch.checked_mul(units) != Some(output) {
         return Err(RuntimeError::kernel(format!(
             "output holds {output} values, expected {batch} x {units}"
         )));

@@ -297,7 +297,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{AUX, Epilogue, Lhs, NR};
-    use crate::kernels::util::block_rows;
+    use crate::kernels::util::{Panels, block_rows};
 
     /// # Safety
     /// AVX512F, AVX2 and FMA; the extents [`super::gemm`] checks.
@@ -316,7 +316,7 @@ mod x86 {
         let panels = n.div_ceil(NR);
         let mut t = 0;
         while t < panels {
-            let pair = t + 1 < panels;
+            let panel = Panels::from(t, panels, n, NR);
             let mut r0 = 0;
             while r0 < m {
                 let rows = block_rows(m - r0, 8);
@@ -329,43 +329,23 @@ mod x86 {
                     e,
                 };
                 let o = &mut out[r0 * ldc..];
-                // SAFETY (each call): rows r0..r0 + rows < m, panels t (and t + 1 when
-                // `pair`) exist, destination rows hold their columns below n.
-                // A last pair whose second panel holds at most 8 columns (16k + 8
-                // outputs, MobileNetV2's 24-channel projections) runs that panel on
-                // 256-bit registers: a quarter of the pair's multiply-adds were on zeros.
-                let half = pair && n - (t + 1) * NR <= NR / 2;
+                // SAFETY (each call): rows r0..r0 + rows < m, the panels `panel` names
+                // exist, destination rows hold their columns below n.
                 unsafe {
-                    match (rows, pair) {
-                        (8, true) if half => blk.zmm_half::<8>(o, ldc),
-                        (7, true) if half => blk.zmm_half::<7>(o, ldc),
-                        (6, true) if half => blk.zmm_half::<6>(o, ldc),
-                        (5, true) if half => blk.zmm_half::<5>(o, ldc),
-                        (4, true) if half => blk.zmm_half::<4>(o, ldc),
-                        (3, true) if half => blk.zmm_half::<3>(o, ldc),
-                        (2, true) if half => blk.zmm_half::<2>(o, ldc),
-                        (_, true) if half => blk.zmm_half::<1>(o, ldc),
-                        (8, true) => blk.zmm::<8, 2>(o, ldc),
-                        (7, true) => blk.zmm::<7, 2>(o, ldc),
-                        (6, true) => blk.zmm::<6, 2>(o, ldc),
-                        (5, true) => blk.zmm::<5, 2>(o, ldc),
-                        (4, true) => blk.zmm::<4, 2>(o, ldc),
-                        (3, true) => blk.zmm::<3, 2>(o, ldc),
-                        (2, true) => blk.zmm::<2, 2>(o, ldc),
-                        (_, true) => blk.zmm::<1, 2>(o, ldc),
-                        (8, false) => blk.zmm::<8, 1>(o, ldc),
-                        (7, false) => blk.zmm::<7, 1>(o, ldc),
-                        (6, false) => blk.zmm::<6, 1>(o, ldc),
-                        (5, false) => blk.zmm::<5, 1>(o, ldc),
-                        (4, false) => blk.zmm::<4, 1>(o, ldc),
-                        (3, false) => blk.zmm::<3, 1>(o, ldc),
-                        (2, false) => blk.zmm::<2, 1>(o, ldc),
-                        (_, false) => blk.zmm::<1, 1>(o, ldc),
+                    match rows {
+                        8 => blk.zmm_panels::<8>(panel, o, ldc),
+                        7 => blk.zmm_panels::<7>(panel, o, ldc),
+                        6 => blk.zmm_panels::<6>(panel, o, ldc),
+                        5 => blk.zmm_panels::<5>(panel, o, ldc),
+                        4 => blk.zmm_panels::<4>(panel, o, ldc),
+                        3 => blk.zmm_panels::<3>(panel, o, ldc),
+                        2 => blk.zmm_panels::<2>(panel, o, ldc),
+                        _ => blk.zmm_panels::<1>(panel, o, ldc),
                     }
                 }
                 r0 += rows;
             }
-            t += if pair { 2 } else { 1 };
+            t += panel.count();
         }
     }
 
@@ -509,6 +489,23 @@ mod x86 {
                             _mm512_mask_storeu_ps(dst, mask, v);
                         }
                     }
+                }
+            }
+        }
+
+        /// R rows of the panels `panel` names, on the kernel for them.
+        ///
+        /// # Safety
+        /// As [`Self::zmm`] for those panels.
+        #[target_feature(enable = "avx512f,avx2,fma")]
+        #[inline]
+        unsafe fn zmm_panels<const R: usize>(&self, panel: Panels, out: &mut [f32], ldc: usize) {
+            // SAFETY: as this function's contract.
+            unsafe {
+                match panel {
+                    Panels::One => self.zmm::<R, 1>(out, ldc),
+                    Panels::Two => self.zmm::<R, 2>(out, ldc),
+                    Panels::OneAndHalf => self.zmm_half::<R>(out, ldc),
                 }
             }
         }

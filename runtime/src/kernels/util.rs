@@ -204,8 +204,6 @@ pub fn nchw_dims_to_nhwc([n, c, h, w]: [usize; 4]) -> [usize; 4] {
     [n, h, w, c]
 }
 
-/// Elements a row-major matrix of `rows` rows of `cols` values, `ld` apart, spans (None
-/// on overflow): what a slice must hold for it.
 /// The rows of the next micro-kernel block when `left` rows remain and a block holds at
 /// most `mr`: the remaining rows split evenly over the fewest blocks (49 rows in blocks
 /// of 8 are seven blocks of 7, not six of 8 and one of 1, whose single row reads as many
@@ -215,6 +213,40 @@ pub(crate) fn block_rows(left: usize, mr: usize) -> usize {
     left.div_ceil(blocks)
 }
 
+/// Which panels of `nr` columns a GEMM micro-kernel block computes from panel `t` (of
+/// `panels` covering `n` columns): one, a pair, or a pair whose second panel holds at
+/// most `nr / 2` columns (16k + 8 outputs, MobileNetV2's 24-channel projections), which
+/// the kernels run on half-width registers: a quarter of the pair's products were on
+/// zeros.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Panels {
+    One,
+    Two,
+    OneAndHalf,
+}
+
+impl Panels {
+    pub(crate) fn from(t: usize, panels: usize, n: usize, nr: usize) -> Panels {
+        if t + 1 >= panels {
+            Panels::One
+        } else if n.saturating_sub((t + 1) * nr) <= nr / 2 {
+            Panels::OneAndHalf
+        } else {
+            Panels::Two
+        }
+    }
+
+    /// How many panels from `t` the block covers.
+    pub(crate) fn count(self) -> usize {
+        match self {
+            Panels::One => 1,
+            Panels::Two | Panels::OneAndHalf => 2,
+        }
+    }
+}
+
+/// Elements a row-major matrix of `rows` rows of `cols` values, `ld` apart, spans (None
+/// on overflow): what a slice must hold for it.
 pub(crate) fn matrix_extent(rows: usize, ld: usize, cols: usize) -> Option<usize> {
     if rows == 0 || cols == 0 {
         return Some(0);
@@ -388,6 +420,26 @@ pub(crate) mod test_rng {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A block covers one panel at the end, a pair before it, and a pair whose second
+    /// panel is at most half full as `OneAndHalf`; walking by `count` covers every panel.
+    #[test]
+    fn panels_of_a_block() {
+        assert_eq!(Panels::from(0, 1, 16, 16), Panels::One);
+        assert_eq!(Panels::from(0, 2, 24, 16), Panels::OneAndHalf);
+        assert_eq!(Panels::from(0, 2, 25, 16), Panels::Two);
+        assert_eq!(Panels::from(0, 2, 32, 16), Panels::Two);
+        assert_eq!(Panels::from(2, 4, 56, 16), Panels::OneAndHalf);
+        assert_eq!(Panels::from(2, 3, 40, 16), Panels::One);
+        for n in 1usize..100 {
+            let panels = n.div_ceil(16);
+            let mut t = 0;
+            while t < panels {
+                t += Panels::from(t, panels, n, 16).count();
+            }
+            assert_eq!(t, panels, "n {n}");
+        }
+    }
 
     /// Every element lands at its transposed place, for the register blocks, their edges
     /// (sizes that are not multiples of 8, and under 8), 4-byte elements of any alignment

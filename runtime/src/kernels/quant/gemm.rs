@@ -710,15 +710,6 @@ pub(crate) mod avx512 {
         #[target_feature(enable = "avx512f")]
         #[inline]
         pub(crate) fn requantize(&self, acc: __m512i) -> __m128i {
-            // In the 8-bit range: the low byte of each lane is the stored byte.
-            _mm512_cvtepi32_epi8(self.requantize_i32(acc))
-        }
-
-        /// 16 accumulators to the 16 output values, as i32 inside the activation's
-        /// range (for callers that narrow several registers at once).
-        #[target_feature(enable = "avx512f")]
-        #[inline]
-        pub(crate) fn requantize_i32(&self, acc: __m512i) -> __m512i {
             let x = _mm512_cvtepi32_ps(_mm512_add_epi32(acc, self.bias));
             let v = _mm512_min_ps(
                 _mm512_max_ps(_mm512_mul_ps(x, self.scale), self.lo_less_zp),
@@ -728,8 +719,9 @@ pub(crate) mod avx512 {
             // after it: the bounds less the zero point are integers (exact in f32), so
             // the rounded value stays inside them, and `max_ps` returns its second
             // operand for a NaN, so none gets through (the stage's hottest instructions:
-            // it runs once per output).
-            _mm512_add_epi32(_mm512_cvtps_epi32(v), self.zp)
+            // it runs once per output). In the 8-bit range: the low byte of each lane is
+            // the stored byte.
+            _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(v), self.zp))
         }
     }
 }

@@ -210,7 +210,7 @@ mod avx512 {
 
     use super::super::gemm::avx2::{load_stage, narrow16, requant8};
     use super::{MR, NR, Stage};
-    use crate::kernels::util::block_rows;
+    use crate::kernels::util::{Panels, block_rows};
 
     /// # Safety
     /// The CPU supports AVX512F, AVX512BW, AVX512VL, AVX512-VNNI and AVX2, and the
@@ -233,7 +233,7 @@ mod avx512 {
         let panels = n.div_ceil(NR);
         let mut t = 0;
         while t < panels {
-            let pair = t + 1 < panels;
+            let panel = Panels::from(t, panels, n, NR);
             let mut r0 = 0;
             while r0 < m {
                 let rows = block_rows(m - r0, MR);
@@ -250,43 +250,23 @@ mod avx512 {
                 };
                 let dst = &mut out[r0 * ld..];
                 // SAFETY (for each call): rows r0..r0 + rows < m hold kq bytes at lda
-                // strides, the panels t (and t + 1 when `pair`) exist, and the
-                // destination rows hold the columns of those panels below n.
-                // A last pair whose second panel holds at most 8 columns (MobileNetV2's
-                // 24-channel projections) takes that panel's products on 256-bit
-                // registers: a quarter of the pair's dot products were on zeros.
-                let half = pair && n - (t + 1) * NR <= NR / 2;
+                // strides, the panels `panel` names exist, and the destination rows hold
+                // the columns of those panels below n.
                 unsafe {
-                    match (rows, pair) {
-                        (8, true) if half => block.run_half::<8>(dst, ld),
-                        (7, true) if half => block.run_half::<7>(dst, ld),
-                        (6, true) if half => block.run_half::<6>(dst, ld),
-                        (5, true) if half => block.run_half::<5>(dst, ld),
-                        (4, true) if half => block.run_half::<4>(dst, ld),
-                        (3, true) if half => block.run_half::<3>(dst, ld),
-                        (2, true) if half => block.run_half::<2>(dst, ld),
-                        (_, true) if half => block.run_half::<1>(dst, ld),
-                        (8, true) => block.run::<8, 2>(dst, ld),
-                        (7, true) => block.run::<7, 2>(dst, ld),
-                        (6, true) => block.run::<6, 2>(dst, ld),
-                        (5, true) => block.run::<5, 2>(dst, ld),
-                        (4, true) => block.run::<4, 2>(dst, ld),
-                        (3, true) => block.run::<3, 2>(dst, ld),
-                        (2, true) => block.run::<2, 2>(dst, ld),
-                        (_, true) => block.run::<1, 2>(dst, ld),
-                        (8, false) => block.run::<8, 1>(dst, ld),
-                        (7, false) => block.run::<7, 1>(dst, ld),
-                        (6, false) => block.run::<6, 1>(dst, ld),
-                        (5, false) => block.run::<5, 1>(dst, ld),
-                        (4, false) => block.run::<4, 1>(dst, ld),
-                        (3, false) => block.run::<3, 1>(dst, ld),
-                        (2, false) => block.run::<2, 1>(dst, ld),
-                        (_, false) => block.run::<1, 1>(dst, ld),
+                    match rows {
+                        8 => block.run_panels::<8>(panel, dst, ld),
+                        7 => block.run_panels::<7>(panel, dst, ld),
+                        6 => block.run_panels::<6>(panel, dst, ld),
+                        5 => block.run_panels::<5>(panel, dst, ld),
+                        4 => block.run_panels::<4>(panel, dst, ld),
+                        3 => block.run_panels::<3>(panel, dst, ld),
+                        2 => block.run_panels::<2>(panel, dst, ld),
+                        _ => block.run_panels::<1>(panel, dst, ld),
                     }
                 }
                 r0 += rows;
             }
-            t += if pair { 2 } else { 1 };
+            t += panel.count();
         }
     }
 
@@ -372,6 +352,23 @@ mod avx512 {
                 // SAFETY: as this function's contract.
                 Some(f) => unsafe { self.store_float::<R, P>(&acc, f, out, ld) },
                 None => unsafe { self.store_fixed::<R, P>(&acc, out, ld) },
+            }
+        }
+
+        /// R rows of the panels `panel` names, on the kernel for them.
+        ///
+        /// # Safety
+        /// As [`Self::run`] for those panels.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
+        #[inline]
+        unsafe fn run_panels<const R: usize>(&self, panel: Panels, out: &mut [u8], ld: usize) {
+            // SAFETY: as this function's contract.
+            unsafe {
+                match panel {
+                    Panels::One => self.run::<R, 1>(out, ld),
+                    Panels::Two => self.run::<R, 2>(out, ld),
+                    Panels::OneAndHalf => self.run_half::<R>(out, ld),
+                }
             }
         }
 
