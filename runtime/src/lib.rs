@@ -42,8 +42,8 @@ pub use cache::{CacheConfig, CacheOutcome, CacheReport};
 pub use device::{CacheStats, SimulatedNpu};
 pub use error::{OpRef, RuntimeError};
 pub use exec::{
-    ExecuteOptions, ExecutionResult, HostWeights, InputTensor, OperationTime, OutputBuffer,
-    PrepareOptions, Program, WeightProvider, evaluate_operation,
+    ExecuteOptions, ExecutionResult, HostWeights, InputTensor, MAX_THREADS, OperationTime,
+    OutputBuffer, PrepareOptions, Program, WeightProvider, evaluate_operation,
 };
 pub use execution::{
     Burst, Execution, Fence, FenceState, Memory, MemoryDesc, Pending, Priority, Scheduler,

@@ -173,6 +173,9 @@ pub struct LoadOptions {
     /// device attachment, kernel preparation), failing with
     /// [`RuntimeError::MissedDeadline`].
     pub deadline: Option<Instant>,
+    /// Run adjacent operations as one where a fused kernel exists
+    /// ([`PrepareOptions::fusion`]); the results are the same bits either way.
+    pub fusion: bool,
 }
 
 impl Default for LoadOptions {
@@ -186,6 +189,7 @@ impl Default for LoadOptions {
             priority: Priority::default(),
             scheduler: None,
             deadline: None,
+            fusion: true,
         }
     }
 }
@@ -450,6 +454,7 @@ impl PreparedModel {
             requantization: options.requantization,
             float_math: options.float_math,
             limits: options.limits,
+            fusion: options.fusion,
         };
         let program = match (
             &image,

@@ -33,6 +33,9 @@ pub struct Args {
     /// How closely float32 operations follow float32 arithmetic (as for `nnc run`).
     #[arg(long, value_enum, default_value_t = super::run::FloatMathArg::Strict)]
     pub float_math: super::run::FloatMathArg,
+    /// Run every operation on its own (as for `nnc run`).
+    #[arg(long)]
+    pub no_fusion: bool,
     /// Also time the same number of executions through a burst (an execution bound once
     /// to memory objects, computed through `nnc_runtime::Burst`), printed beside the
     /// plain path with each path's per-execution overhead.
@@ -63,6 +66,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         threads: args.threads,
         requantization: args.requantization,
         float_math: args.float_math,
+        no_fusion: args.no_fusion,
         parameter_cache: None,
         input_shapes: Vec::new(),
         cache_dir: None,
@@ -153,6 +157,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                         "node": t.operation.node,
                         "output_shape": t.output_shape,
                         "median_ms": ms(t.median),
+                        "fused_into": t.fused_into,
                     })
                 })
                 .collect();
@@ -231,6 +236,19 @@ fn profile_text(profile: &[nnc_runtime::OperationTime], runs: u32) -> String {
             format!("{} more operations", by_time.len() - PROFILE_TOP),
             ms(rest),
             share(rest)
+        ));
+    }
+    let fused: Vec<String> = profile
+        .iter()
+        .filter_map(|t| {
+            t.fused_into
+                .map(|head| format!("#{} into #{head}", t.index))
+        })
+        .collect();
+    if !fused.is_empty() {
+        text.push_str(&format!(
+            "fused (timed with the operation they ran in): {}\n",
+            fused.join(", ")
         ));
     }
     // Per type, in order of total time.

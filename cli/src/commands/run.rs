@@ -56,6 +56,10 @@ pub struct Args {
     /// this way anyway).
     #[arg(long, value_enum, default_value_t = FloatMathArg::Strict)]
     pub float_math: FloatMathArg,
+    /// Run every operation on its own: no fused kernels (the results are the same bits;
+    /// for comparing timings and per-operation profiles).
+    #[arg(long)]
+    pub no_fusion: bool,
     /// Bound the simulated NPU's parameter cache (bytes): weights beyond it are evicted
     /// and decrypted again when next used. Unbounded by default.
     #[arg(long, value_name = "BYTES")]
@@ -141,6 +145,7 @@ pub fn load_binding(
         requantization: args.requantization.into(),
         float_math: args.float_math.into(),
         limits: args.limits.limits(),
+        fusion: !args.no_fusion,
         ..LoadOptions::default()
     };
     let device = |name: &str| {

@@ -119,8 +119,11 @@ pub struct OperationTime {
     /// The first output's shape, when known before execution.
     pub output_shape: Option<Vec<usize>>,
     /// The median over the profiled executions (an IF or WHILE includes its subgraphs;
-    /// an operation the plan elides, a reshape aliasing its input, is zero).
+    /// an operation the plan elides, a reshape aliasing its input, is zero, and so is
+    /// one run fused into the operation before it, whose time includes it).
     pub median: Duration,
+    /// The operation this one ran fused into ([`Program::fused_operations`]).
+    pub fused_into: Option<usize>,
 }
 
 /// Times each operation of one execution into the state's `op_times` when profiling;
@@ -488,6 +491,9 @@ impl Program {
                         .first()
                         .and_then(|&o| self.static_shapes.get(o as usize).cloned().flatten()),
                     median: times.get(times.len() / 2).copied().unwrap_or_default(),
+                    fused_into: index
+                        .checked_sub(1)
+                        .filter(|&head| self.fused.get(head).is_some_and(Option::is_some)),
                 }
             })
             .collect())
@@ -850,31 +856,56 @@ impl Program {
                 })?;
             Ok((offset, plan.sizes[o as usize]))
         };
-        for (i, op) in self.model.main.operations.iter().enumerate() {
-            if plan.skip[i] {
+        let ops = &self.model.main.operations;
+        // The second operation of a pair that just ran fused.
+        let mut done = usize::MAX;
+        for (i, op) in ops.iter().enumerate() {
+            if plan.skip[i] || i == done {
                 continue;
             }
             clock.start(i);
             flow.check_deadline(|| self.op_ref(i))?;
             let weights = self.weights_for(i)?;
+            // Which operations' inputs this step reads: its own, and with a fused pair
+            // the second's (whose input 0, the first's output, is never written).
+            let pair = self.fused.get(i).and_then(Option::as_ref);
+            let tail = match pair {
+                Some(_) => Some((&ops[i + 1], self.weights_for(i + 1)?)),
+                None => None,
+            };
+            let writes_of = tail.as_ref().map_or(op, |(t, _)| *t);
             let mut reads = Vec::new();
             let mut read_slot = vec![usize::MAX; op.inputs.len()];
+            let mut tail_slot = vec![usize::MAX; tail.as_ref().map_or(0, |(t, _)| t.inputs.len())];
             for (pos, &o) in op.inputs.iter().enumerate() {
                 if self.storage[o as usize] == Storage::Computed {
                     read_slot[pos] = reads.len();
                     reads.push(region(o)?);
                 }
             }
-            let writes: Vec<(usize, usize)> = op
+            if let Some((t, _)) = &tail {
+                for (pos, &o) in t.inputs.iter().enumerate().skip(1) {
+                    if self.storage[o as usize] == Storage::Computed {
+                        tail_slot[pos] = reads.len();
+                        reads.push(region(o)?);
+                    }
+                }
+            }
+            let writes: Vec<(usize, usize)> = writes_of
                 .outputs
                 .iter()
                 .map(|&o| region(o))
                 .collect::<Result<_>>()?;
             let (read_slices, write_slices) = split_regions(arena.as_bytes_mut(), &reads, &writes)?;
-            let mut inputs = Vec::with_capacity(op.inputs.len());
-            for (pos, &o) in op.inputs.iter().enumerate() {
+            // Input `pos` (operand `o`) of the step's first operation, or of the fused
+            // pair's second.
+            let input_of = |o: u32, pos: usize, of_tail: bool| {
+                let (weights, slot) = match &tail {
+                    Some((_, tail_weights)) if of_tail => (tail_weights, &tail_slot),
+                    _ => (&weights, &read_slot),
+                };
                 let operand = &operands[o as usize];
-                inputs.push(match self.storage[o as usize] {
+                Ok(match self.storage[o as usize] {
                     Storage::Input(k) => {
                         Some(self.tensor_ref(operand, &in_shapes[k], in_data[k].bytes()))
                     }
@@ -889,11 +920,49 @@ impl Program {
                         Some(bytes) => Some(self.tensor_ref(operand, shape_of(o)?, bytes)),
                         None => None,
                     },
-                    Storage::Computed => {
-                        Some(self.tensor_ref(operand, shape_of(o)?, read_slices[read_slot[pos]]))
+                    Storage::Computed if slot[pos] != usize::MAX => {
+                        Some(self.tensor_ref(operand, shape_of(o)?, read_slices[slot[pos]]))
                     }
-                    Storage::NoValue | Storage::Unused => None,
-                });
+                    Storage::Computed | Storage::NoValue | Storage::Unused => None,
+                })
+            };
+            let inputs = op
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(pos, &o)| input_of(o, pos, false))
+                .collect::<Result<Vec<_>>>()?;
+            if let (Some(pair), Some((t, _))) = (pair, &tail) {
+                let tail_inputs = t
+                    .inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(pos, &o)| input_of(o, pos, true))
+                    .collect::<Result<Vec<_>>>()?;
+                let (&out, bytes) = t
+                    .outputs
+                    .first()
+                    .zip(write_slices.into_iter().next())
+                    .ok_or_else(|| RuntimeError::Internal("fused pair without output".into()))?;
+                let operand = &operands[out as usize];
+                let mut output = TensorMut {
+                    operand_type: operand.operand_type,
+                    shape: shape_of(out)?,
+                    bytes,
+                    scale: operand.scale,
+                    zero_point: operand.zero_point,
+                };
+                pair.run(
+                    &inputs,
+                    &weights,
+                    shape_of(op.outputs[0])?,
+                    &tail_inputs,
+                    &mut output,
+                    self.threads,
+                )
+                .map_err(|e| e.locate(i, op))?;
+                done = i + 1;
+                continue;
             }
             let mut outputs = Vec::with_capacity(op.outputs.len());
             for (&o, bytes) in op.outputs.iter().zip(write_slices) {

@@ -20,5 +20,5 @@ pub use execute::{
 };
 pub use fold::evaluate_operation;
 pub use plan::{ArenaPlan, Interval, plan_arena};
-pub use program::{PlanImage, PrepareOptions, Program, ProgramImage};
+pub use program::{MAX_THREADS, PlanImage, PrepareOptions, Program, ProgramImage};
 pub use weights::{HostWeights, WeightProvider};

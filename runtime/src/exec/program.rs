@@ -16,6 +16,7 @@ use super::plan::{ArenaPlan, Interval, plan_arena};
 use super::weights::WeightProvider;
 use crate::buffer::AlignedBuf;
 use crate::error::{OpRef, Result, RuntimeError};
+use crate::kernels::expand_depthwise::ExpandDepthwise;
 use crate::kernels::{self, FloatMath, Kernel, KernelOptions, Requantization, Scratch};
 use crate::tensor::byte_size;
 
@@ -31,6 +32,10 @@ pub struct PrepareOptions {
     pub float_math: FloatMath,
     /// How much memory the model may make the runtime allocate.
     pub limits: Limits,
+    /// Run adjacent operations as one where a fused kernel exists (a 1x1 expansion
+    /// convolution and the depthwise convolution reading it); the results are the same
+    /// bits either way.
+    pub fusion: bool,
 }
 
 impl PrepareOptions {
@@ -51,6 +56,7 @@ impl Default for PrepareOptions {
             requantization: Requantization::default(),
             float_math: FloatMath::default(),
             limits: Limits::default(),
+            fusion: true,
         }
     }
 }
@@ -105,12 +111,17 @@ pub struct Program {
     /// For every operand, the last operation reading it (`usize::MAX` for model outputs).
     pub(crate) last_use: Vec<usize>,
     pub(crate) plan: Option<StaticPlan>,
+    /// At operation `i`, the kernel that runs `i` and `i + 1` together (static plans
+    /// only; the executor then skips `i + 1`).
+    pub(crate) fused: Vec<Option<ExpandDepthwise>>,
     pub(crate) weights: Arc<dyn WeightProvider>,
     pub(crate) threads: usize,
     /// What the kernels were built with (the options, made fast for a relaxed model).
     pub(crate) kernel_options: KernelOptions,
     pub(crate) limits: Limits,
-    pub(crate) pool: Option<rayon::ThreadPool>,
+    /// The process's pool of this size, shared with every other program of as many
+    /// threads ([`shared_pool`]).
+    pub(crate) pool: Option<Arc<rayon::ThreadPool>>,
     pub(crate) states: Mutex<Vec<ExecState>>,
     /// The programs of the referenced subgraphs (`referenced[t - 1]` runs graph `t`), in
     /// the top-level program only; a subgraph's own program reaches them through the
@@ -279,6 +290,17 @@ impl Program {
         for &o in &model.main.outputs {
             last_use[o as usize] = usize::MAX;
         }
+        // A pair that may run fused reads its first operation's inputs while it writes
+        // the second's output: those inputs stay live through the second operation, so
+        // the plan never gives the output their memory.
+        let candidates: Vec<usize> = fusion_candidates(ops, &last_use).collect();
+        for i in candidates {
+            for &o in &ops[i].inputs {
+                if last_use[o as usize] == i {
+                    last_use[o as usize] = i + 1;
+                }
+            }
+        }
 
         let mut constants: Vec<Option<AlignedBuf>> = Vec::with_capacity(operands.len());
         for (i, o) in operands.iter().enumerate() {
@@ -358,6 +380,13 @@ impl Program {
             ));
         }
 
+        let fused = match &plan {
+            Some(plan) if options.fusion => {
+                fuse_pairs(model, inline, &storage, &static_shapes, &last_use, plan)
+            }
+            _ => (0..n_ops).map(|_| None).collect(),
+        };
+
         let has_weights: Vec<bool> = ops
             .iter()
             .map(|op| {
@@ -370,13 +399,7 @@ impl Program {
         // A referenced subgraph runs inside its IF or WHILE, on the top-level program's
         // threads.
         let pool = if threads > 1 && graph == 0 {
-            Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .thread_name(|i| format!("nnc-runtime-{i}"))
-                    .build()
-                    .map_err(|e| RuntimeError::ThreadPool(e.to_string()))?,
-            )
+            Some(shared_pool(threads)?)
         } else {
             None
         };
@@ -399,6 +422,7 @@ impl Program {
             static_shapes,
             last_use,
             plan,
+            fused,
             weights,
             threads,
             kernel_options,
@@ -426,6 +450,16 @@ impl Program {
             (Some(true), Some(kernel)) => self.weights.weights(op, kernel.as_ref()).map(Some),
             _ => Ok(None),
         }
+    }
+
+    /// The operations of the main graph that run fused into the operation before them
+    /// (their time is that operation's when profiling).
+    pub fn fused_operations(&self) -> Vec<usize> {
+        self.fused
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| f.as_ref().map(|_| i + 1))
+            .collect()
     }
 
     /// What preparation derived (shapes and memory plan), for a model cache.
@@ -593,6 +627,89 @@ fn propagate_shapes(model: &Model) -> Result<Vec<Vec<u32>>> {
         }
     }
     Ok(dims)
+}
+
+/// The operations `i` whose output only operation `i + 1` reads, where the pair is a
+/// CONV_2D and a DEPTHWISE_CONV_2D reading it as its input 0: the pairs a fused kernel
+/// may run (decided from the graph alone, so that the memory plan, which a model cache
+/// stores, does not depend on the processor).
+fn fusion_candidates<'m>(
+    ops: &'m [nnc_formats::nn::Operation],
+    last_use: &'m [usize],
+) -> impl Iterator<Item = usize> + 'm {
+    ops.windows(2).enumerate().filter_map(move |(i, pair)| {
+        let (head, tail) = (&pair[0], &pair[1]);
+        let &[t] = head.outputs.as_slice() else {
+            return None;
+        };
+        (head.op_type == OperationType::Conv2d
+            && tail.op_type == OperationType::DepthwiseConv2d
+            && tail.inputs.first() == Some(&t)
+            && !tail.inputs[1..].contains(&t)
+            && last_use[t as usize] == i + 1)
+            .then_some(i)
+    })
+}
+
+/// The fused kernels of the candidate pairs that have one and whose memory the plan
+/// keeps apart: the first operation's computed inputs and the second's other inputs
+/// must not share bytes with the second's outputs (a cached plan from before the
+/// lifetimes were extended may place them together; such a pair runs unfused).
+fn fuse_pairs<'c>(
+    model: &Model,
+    constant: impl Fn(u32) -> Option<&'c [u8]> + Copy,
+    storage: &[Storage],
+    shapes: &[Option<Vec<usize>>],
+    last_use: &[usize],
+    plan: &StaticPlan,
+) -> Vec<Option<ExpandDepthwise>> {
+    let ops = &model.main.operations;
+    let mut fused: Vec<Option<ExpandDepthwise>> = (0..ops.len()).map(|_| None).collect();
+    let region = |o: u32| {
+        let o = o as usize;
+        plan.offsets
+            .get(o)
+            .copied()
+            .flatten()
+            .map(|at| (at, at + plan.sizes[o]))
+    };
+    let apart = |reads: &[u32], writes: &[u32]| {
+        reads.iter().all(|&r| {
+            storage[r as usize] != Storage::Computed
+                || region(r).is_some_and(|(r0, r1)| {
+                    writes
+                        .iter()
+                        .all(|&w| region(w).is_some_and(|(w0, w1)| r1 <= w0 || w1 <= r0))
+                })
+        })
+    };
+    for i in fusion_candidates(ops, last_use) {
+        let (head, tail) = (&ops[i], &ops[i + 1]);
+        let t = head.outputs[0];
+        let shape = |o: u32| shapes.get(o as usize).and_then(|s| s.as_deref());
+        let (Some(x), Some(expansion), Some(out)) = (
+            shape(head.inputs[0]),
+            shape(t),
+            tail.outputs.first().and_then(|&o| shape(o)),
+        ) else {
+            continue;
+        };
+        if plan.skip[i]
+            || plan.skip[i + 1]
+            || !apart(&head.inputs, &tail.outputs)
+            || !apart(&tail.inputs[1..], &tail.outputs)
+        {
+            continue;
+        }
+        fused[i] = kernels::expand_depthwise_pair(
+            head,
+            tail,
+            &model.main.operands,
+            constant,
+            [x, expansion, out],
+        );
+    }
+    fused
 }
 
 /// Liveness, aliasing of RESHAPE-like operations, and arena placement.
@@ -896,5 +1013,65 @@ impl ProgramImage {
             }
         }
         Ok(())
+    }
+}
+
+/// The most threads a program may ask for: pools live as long as the process, so an
+/// embedder's mistake must not start thousands of threads.
+pub const MAX_THREADS: usize = 256;
+
+/// The process's rayon pool of `threads` workers, started the first time a program asks
+/// for that many and kept for the life of the process: loading and dropping models never
+/// starts threads again, and programs of one size share workers instead of each
+/// oversubscribing the cores with its own. One pool per size rather than one for all
+/// because a rayon pool cannot cap a single job's parallelism below its own size.
+pub(crate) fn shared_pool(threads: usize) -> Result<Arc<rayon::ThreadPool>> {
+    use std::collections::HashMap;
+    if threads > MAX_THREADS {
+        return Err(RuntimeError::ThreadPool(format!(
+            "{threads} threads asked for; at most {MAX_THREADS}"
+        )));
+    }
+    use std::sync::OnceLock;
+    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
+    let pools = POOLS.get_or_init(Default::default);
+    // A poisoned lock only means another thread panicked between lookup and insert; the
+    // map itself is always consistent.
+    let mut pools = pools
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(pool) = pools.get(&threads) {
+        return Ok(Arc::clone(pool));
+    }
+    let pool = Arc::new(
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(move |i| format!("nnc-runtime-{threads}-{i}"))
+            .build()
+            .map_err(|e| RuntimeError::ThreadPool(e.to_string()))?,
+    );
+    pools.insert(threads, Arc::clone(&pool));
+    Ok(pool)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_of_one_size_share_the_process_pool() {
+        let a = shared_pool(3).unwrap();
+        let b = shared_pool(3).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.current_num_threads(), 3);
+        let c = shared_pool(5).unwrap();
+        assert!(!Arc::ptr_eq(&a, &c));
+        assert_eq!(c.current_num_threads(), 5);
+    }
+
+    #[test]
+    fn more_threads_than_the_maximum_are_refused() {
+        let err = shared_pool(MAX_THREADS + 1).unwrap_err();
+        assert!(err.to_string().contains("at most 256"), "{err}");
     }
 }

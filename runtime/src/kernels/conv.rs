@@ -602,7 +602,7 @@ impl Kernel for DepthwiseConv {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn depthwise_row(
+pub(super) fn depthwise_row(
     g: &Geometry,
     m: usize,
     x: &[f32],

@@ -27,6 +27,7 @@ pub mod compare;
 pub mod conv;
 mod conv_indirect;
 pub mod elementwise;
+pub(crate) mod expand_depthwise;
 pub mod fully_connected;
 pub mod gather;
 mod gemm_f32;
@@ -342,6 +343,24 @@ pub fn build<'c>(
 }
 
 /// [`build`] with explicit [`KernelOptions`].
+/// The fused kernel of a 1x1 expansion convolution `head` and the depthwise convolution
+/// `tail` reading its output, where the pair has the shape
+/// [`expand_depthwise::ExpandDepthwise`] runs; `shapes` are the expansion's input, its
+/// output and the depthwise output.
+pub(crate) fn expand_depthwise_pair<'c>(
+    head: &Operation,
+    tail: &Operation,
+    operands: &[Operand],
+    constant: impl Fn(u32) -> Option<&'c [u8]>,
+    shapes: [&[usize]; 3],
+) -> Option<expand_depthwise::ExpandDepthwise> {
+    let head = OpInfo::new(head, operands, &constant).ok()?;
+    let tail = OpInfo::new(tail, operands, &constant).ok()?;
+    head.check_signature().ok()?;
+    tail.check_signature().ok()?;
+    expand_depthwise::ExpandDepthwise::for_pair(&head, &tail, shapes)
+}
+
 pub fn build_with<'c>(
     op: &Operation,
     operands: &[Operand],
