@@ -161,8 +161,18 @@ struct Binary {
     op: Op,
     qt: QType,
     /// The output byte of every pair of input bytes, at `a << 8 | b` (all but a raw
-    /// MAXIMUM / MINIMUM).
-    pairs: Option<Box<PairTable>>,
+    /// MAXIMUM / MINIMUM), built the first time an execution needs it: a same-shape ADD
+    /// or SUB on AVX-512 never does (ten 64 KiB tables took 3-5 ms of int8 MobileNetV2's
+    /// preparation and were never read).
+    pairs: std::sync::OnceLock<Option<Box<PairTable>>>,
+}
+
+impl Binary {
+    fn pairs(&self) -> Option<&PairTable> {
+        self.pairs
+            .get_or_init(|| pairs_for(self.op, self.qt))
+            .as_deref()
+    }
 }
 
 fn multiplier(info: &OpInfo, real: f64) -> Result<Multiplier> {
@@ -239,7 +249,16 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
             range,
         },
     };
-    let pairs = match op {
+    Ok(Box::new(Binary {
+        op,
+        qt,
+        pairs: std::sync::OnceLock::new(),
+    }))
+}
+
+/// [`Binary::pairs`] for `op` on `qt`.
+fn pairs_for(op: Op, qt: QType) -> Option<Box<PairTable>> {
+    match op {
         Op::MaxMinRaw { .. } => None,
         Op::AddSub {
             sub,
@@ -266,8 +285,7 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
             }))
         }
         _ => Some(pair_table(qt, |_, _, a, b| op.eval(a, b))),
-    };
-    Ok(Box::new(Binary { op, qt, pairs }))
+    }
 }
 
 /// One output byte per pair of input bytes. A fixed-size array, so that indexing it with
@@ -292,7 +310,11 @@ fn pair_table(qt: QType, f: impl Fn(usize, usize, i32, i32) -> i32) -> Box<PairT
     table
 }
 
-fn run_typed<T: Q8>(op: Op, pairs: Option<&PairTable>, ctx: &mut KernelContext) -> Result<()> {
+fn run_typed<'p, T: Q8>(
+    op: Op,
+    pairs: impl FnOnce() -> Option<&'p PairTable>,
+    ctx: &mut KernelContext,
+) -> Result<()> {
     let a = ctx.input(0)?;
     let b = ctx.input(1)?;
     let (x, y) = (
@@ -323,7 +345,7 @@ fn run_typed<T: Q8>(op: Op, pairs: Option<&PairTable>, ctx: &mut KernelContext) 
         };
         return Ok(());
     }
-    if let Some(table) = pairs {
+    if let Some(table) = pairs() {
         let byte = |v: T| u16::from(bytemuck::cast::<T, u8>(v));
         return broadcast_map(x, a.shape, y, b.shape, o, so, |p: T, q: T| {
             bytemuck::cast::<u8, T>(table[usize::from(byte(p) << 8 | byte(q))])
@@ -349,8 +371,8 @@ fn run_typed<T: Q8>(op: Op, pairs: Option<&PairTable>, ctx: &mut KernelContext) 
 impl Kernel for Binary {
     fn run(&self, ctx: &mut KernelContext) -> Result<()> {
         match self.qt {
-            QType::U8 => run_typed::<u8>(self.op, self.pairs.as_deref(), ctx),
-            QType::I8 => run_typed::<i8>(self.op, self.pairs.as_deref(), ctx),
+            QType::U8 => run_typed::<u8>(self.op, || self.pairs(), ctx),
+            QType::I8 => run_typed::<i8>(self.op, || self.pairs(), ctx),
         }
     }
 }
