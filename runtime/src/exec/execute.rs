@@ -926,19 +926,15 @@ impl Program {
                     Storage::Computed | Storage::NoValue | Storage::Unused => None,
                 })
             };
-            let inputs = op
-                .inputs
-                .iter()
-                .enumerate()
-                .map(|(pos, &o)| input_of(o, pos, false))
-                .collect::<Result<Vec<_>>>()?;
+            let inputs_of = |operation: &nnc_formats::nn::Operation, of_tail: bool| {
+                let inputs = operation.inputs.iter().enumerate();
+                inputs
+                    .map(|(pos, &o)| input_of(o, pos, of_tail))
+                    .collect::<Result<Vec<_>>>()
+            };
+            let inputs = inputs_of(op, false)?;
             if let (Some(pair), Some((t, _))) = (pair, &tail) {
-                let tail_inputs = t
-                    .inputs
-                    .iter()
-                    .enumerate()
-                    .map(|(pos, &o)| input_of(o, pos, true))
-                    .collect::<Result<Vec<_>>>()?;
+                let tail_inputs = inputs_of(t, true)?;
                 let (&out, bytes) = t
                     .outputs
                     .first()
