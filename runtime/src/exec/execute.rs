@@ -18,9 +18,10 @@ use nnc_formats::nn::{Lifetime, Operand, OperandType};
 use nnc_formats::tensor::{DataType, HostTensor};
 
 use super::control_flow::Flow;
+use super::profile::OpClock;
 use super::program::{ExecState, Program, Storage};
 use crate::buffer::AlignedBuf;
-use crate::error::{OpRef, Result, RuntimeError};
+use crate::error::{Result, RuntimeError};
 use crate::kernels::{KernelContext, PreparedWeights};
 use crate::tensor::{TensorMut, TensorRef, byte_size};
 
@@ -108,54 +109,6 @@ pub struct ExecutionResult {
     pub output_sizes: Vec<usize>,
     /// Wall-clock duration, when measured.
     pub duration: Option<Duration>,
-}
-
-/// One main-graph operation's time in a profile ([`Program::profile_host`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OperationTime {
-    /// Index in the main graph's operation list.
-    pub index: usize,
-    pub operation: OpRef,
-    /// The first output's shape, when known before execution.
-    pub output_shape: Option<Vec<usize>>,
-    /// The median over the profiled executions (an IF or WHILE includes its subgraphs;
-    /// an operation the plan elides, a reshape aliasing its input, is zero, and so is
-    /// one run fused into the operation before it, whose time includes it).
-    pub median: Duration,
-    /// The operation this one ran fused into ([`Program::fused_operations`]).
-    pub fused_into: Option<usize>,
-}
-
-/// Times each operation of one execution into the state's `op_times` when profiling;
-/// does nothing otherwise (one branch per operation).
-struct OpClock<'a> {
-    times: Option<&'a mut Vec<Duration>>,
-    current: Option<(usize, Instant)>,
-}
-
-impl<'a> OpClock<'a> {
-    fn new(times: Option<&'a mut Vec<Duration>>) -> OpClock<'a> {
-        OpClock {
-            times,
-            current: None,
-        }
-    }
-
-    /// Ends the running operation's interval and starts operation `i`'s.
-    fn start(&mut self, i: usize) {
-        if self.times.is_some() {
-            self.stop();
-            self.current = Some((i, Instant::now()));
-        }
-    }
-
-    fn stop(&mut self) {
-        if let (Some(times), Some((i, at))) = (self.times.as_deref_mut(), self.current.take())
-            && let Some(t) = times.get_mut(i)
-        {
-            *t += at.elapsed();
-        }
-    }
 }
 
 /// Keeps the pool's other workers taking work for the whole of an execution: each runs
@@ -452,51 +405,6 @@ impl Program {
             result.push(self.host_output(k, shape, bytes)?);
         }
         Ok((result, device))
-    }
-
-    /// Executes `runs` times with host tensors, timing every main-graph operation, and
-    /// returns each operation's median time in graph order. For finding where an
-    /// execution's time goes (`nnc bench --profile`); the clock reads add a little time
-    /// per operation, so the executions of [`Program::execute_host`] stay unprofiled.
-    pub fn profile_host(&self, inputs: &[HostTensor], runs: usize) -> Result<Vec<OperationTime>> {
-        let count = self.model.main.operations.len();
-        let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(runs); count];
-        let mut state = self.take_state();
-        let mut result = Ok(());
-        for _ in 0..runs.max(1) {
-            state.op_times = Some(vec![Duration::ZERO; count]);
-            if let Err(e) =
-                self.execute_host_in(inputs, &ExecuteOptions::default(), Some(&mut state))
-            {
-                result = Err(e);
-                break;
-            }
-            for (sample, &t) in samples.iter_mut().zip(state.op_times.iter().flatten()) {
-                sample.push(t);
-            }
-        }
-        state.op_times = None;
-        self.return_state(state);
-        result?;
-        Ok(samples
-            .into_iter()
-            .enumerate()
-            .map(|(index, mut times)| {
-                times.sort_unstable();
-                OperationTime {
-                    index,
-                    operation: self.op_ref(index),
-                    output_shape: self.model.main.operations[index]
-                        .outputs
-                        .first()
-                        .and_then(|&o| self.static_shapes.get(o as usize).cloned().flatten()),
-                    median: times.get(times.len() / 2).copied().unwrap_or_default(),
-                    fused_into: index
-                        .checked_sub(1)
-                        .filter(|&head| self.fused.get(head).is_some_and(Option::is_some)),
-                }
-            })
-            .collect())
     }
 
     /// Input `k` as the model's input operand takes it (shape and bytes of its NN

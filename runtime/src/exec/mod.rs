@@ -4,6 +4,7 @@
 //! - [`program`]: preparation (kernels, shape propagation, memory plan, weights).
 //! - [`control_flow`]: IF and WHILE, running the referenced subgraphs' programs.
 //! - [`execute`]: synchronous execution, static or with run-time shapes.
+//! - [`profile`]: per-operation timing (`nnc bench --profile`).
 //! - [`weights`]: the [`WeightProvider`] seam and [`HostWeights`].
 //! - [`fold`]: [`evaluate_operation`] for the compiler's constant folding.
 
@@ -11,14 +12,14 @@ pub mod control_flow;
 pub mod execute;
 pub mod fold;
 pub mod plan;
+pub mod profile;
 pub mod program;
 pub mod weights;
 
 pub use control_flow::{DEFAULT_LOOP_TIMEOUT, MAX_LOOP_TIMEOUT};
-pub use execute::{
-    ExecuteOptions, ExecutionResult, InputTensor, OperationTime, OutputBuffer, host_type,
-};
+pub use execute::{ExecuteOptions, ExecutionResult, InputTensor, OutputBuffer, host_type};
 pub use fold::evaluate_operation;
 pub use plan::{ArenaPlan, Interval, plan_arena};
+pub use profile::OperationTime;
 pub use program::{MAX_THREADS, PlanImage, PrepareOptions, Program, ProgramImage};
 pub use weights::{HostWeights, WeightProvider};

@@ -294,7 +294,7 @@ impl Program {
         // the second's output: those inputs stay live through the second operation, so
         // the plan never gives the output their memory.
         let candidates: Vec<usize> = fusion_candidates(ops, &last_use).collect();
-        for i in candidates {
+        for &i in &candidates {
             for &o in &ops[i].inputs {
                 if last_use[o as usize] == i {
                     last_use[o as usize] = i + 1;
@@ -382,7 +382,7 @@ impl Program {
 
         let fused = match &plan {
             Some(plan) if options.fusion => {
-                fuse_pairs(model, inline, &storage, &static_shapes, &last_use, plan)
+                fuse_pairs(model, inline, &candidates, &storage, &static_shapes, plan)
             }
             _ => (0..n_ops).map(|_| None).collect(),
         };
@@ -645,7 +645,7 @@ fn fusion_candidates<'m>(
         (head.op_type == OperationType::Conv2d
             && tail.op_type == OperationType::DepthwiseConv2d
             && tail.inputs.first() == Some(&t)
-            && !tail.inputs[1..].contains(&t)
+            && !tail.inputs.iter().skip(1).any(|&o| o == t)
             && last_use[t as usize] == i + 1)
             .then_some(i)
     })
@@ -658,20 +658,17 @@ fn fusion_candidates<'m>(
 fn fuse_pairs<'c>(
     model: &Model,
     constant: impl Fn(u32) -> Option<&'c [u8]> + Copy,
+    candidates: &[usize],
     storage: &[Storage],
     shapes: &[Option<Vec<usize>>],
-    last_use: &[usize],
     plan: &StaticPlan,
 ) -> Vec<Option<ExpandDepthwise>> {
     let ops = &model.main.operations;
     let mut fused: Vec<Option<ExpandDepthwise>> = (0..ops.len()).map(|_| None).collect();
     let region = |o: u32| {
         let o = o as usize;
-        plan.offsets
-            .get(o)
-            .copied()
-            .flatten()
-            .map(|at| (at, at + plan.sizes[o]))
+        let at = plan.offsets.get(o).copied().flatten()?;
+        Some((at, at.checked_add(*plan.sizes.get(o)?)?))
     };
     let apart = |reads: &[u32], writes: &[u32]| {
         reads.iter().all(|&r| {
@@ -683,21 +680,21 @@ fn fuse_pairs<'c>(
                 })
         })
     };
-    for i in fusion_candidates(ops, last_use) {
+    for &i in candidates {
         let (head, tail) = (&ops[i], &ops[i + 1]);
-        let t = head.outputs[0];
         let shape = |o: u32| shapes.get(o as usize).and_then(|s| s.as_deref());
+        let operand_shape = |list: &[u32]| list.first().and_then(|&o| shape(o));
         let (Some(x), Some(expansion), Some(out)) = (
-            shape(head.inputs[0]),
-            shape(t),
-            tail.outputs.first().and_then(|&o| shape(o)),
+            operand_shape(&head.inputs),
+            operand_shape(&head.outputs),
+            operand_shape(&tail.outputs),
         ) else {
             continue;
         };
         if plan.skip[i]
             || plan.skip[i + 1]
             || !apart(&head.inputs, &tail.outputs)
-            || !apart(&tail.inputs[1..], &tail.outputs)
+            || !apart(tail.inputs.get(1..).unwrap_or(&[]), &tail.outputs)
         {
             continue;
         }

@@ -342,7 +342,6 @@ pub fn build<'c>(
     build_with(op, operands, constant, KernelOptions::default())
 }
 
-/// [`build`] with explicit [`KernelOptions`].
 /// The fused kernel of a 1x1 expansion convolution `head` and the depthwise convolution
 /// `tail` reading its output, where the pair has the shape
 /// [`expand_depthwise::ExpandDepthwise`] runs; `shapes` are the expansion's input, its
@@ -361,6 +360,7 @@ pub(crate) fn expand_depthwise_pair<'c>(
     expand_depthwise::ExpandDepthwise::for_pair(&head, &tail, shapes)
 }
 
+/// [`build`] with explicit [`KernelOptions`].
 pub fn build_with<'c>(
     op: &Operation,
     operands: &[Operand],
