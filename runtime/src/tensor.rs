@@ -124,6 +124,13 @@ pub struct TensorMut<'a> {
     pub bytes: &'a mut [u8],
     pub scale: f32,
     pub zero_point: i32,
+    /// `None` for a dense tensor. `Some(stride)` when the tensor is a slice of the last
+    /// dimension of a larger one (a concatenation done in place): its rows (runs of the
+    /// last dimension) start `stride` elements apart in `bytes`, which spans from the
+    /// first row's start to the last row's end. Only kernels that say they write such
+    /// outputs get them ([`crate::kernels::writes_row_slices`]); the dense accessors
+    /// refuse them, so another kernel fails instead of writing the wrong places.
+    pub row_stride: Option<usize>,
 }
 
 impl<'a> TensorMut<'a> {
@@ -136,18 +143,57 @@ impl<'a> TensorMut<'a> {
     }
 
     pub fn f32_mut(&mut self) -> Result<&mut [f32]> {
+        self.dense()?;
         expect(self.operand_type, F32_TYPES, "float32")?;
         cast_mut(self.bytes, self.operand_type, "f32")
     }
 
     pub fn i32_mut(&mut self) -> Result<&mut [i32]> {
+        self.dense()?;
         expect(self.operand_type, I32_TYPES, "int32")?;
         cast_mut(self.bytes, self.operand_type, "i32")
     }
 
     pub fn u8_mut(&mut self) -> Result<&mut [u8]> {
+        self.dense()?;
         expect(self.operand_type, U8_TYPES, "8-bit")?;
         Ok(self.bytes)
+    }
+
+    fn dense(&self) -> Result<()> {
+        match self.row_stride {
+            None => Ok(()),
+            Some(_) => Err(RuntimeError::Internal(
+                "a kernel that writes dense outputs was given a slice of a larger tensor".into(),
+            )),
+        }
+    }
+
+    /// Shape, f32 data and row stride in elements (the last dimension for a dense
+    /// tensor; see [`TensorMut::row_stride`]). The data holds `(rows - 1) * stride +
+    /// last` elements or more.
+    pub fn f32_rows(&mut self) -> Result<(&'a [usize], &mut [f32], usize)> {
+        expect(self.operand_type, F32_TYPES, "float32")?;
+        let shape = self.shape;
+        let last = shape.last().copied().unwrap_or(1);
+        let stride = self.row_stride.unwrap_or(last);
+        let rows = shape
+            .iter()
+            .rev()
+            .skip(1)
+            .try_fold(1usize, |a, &d| a.checked_mul(d));
+        let data: &mut [f32] = cast_mut(self.bytes, self.operand_type, "f32")?;
+        let needed = rows.and_then(|r| match r {
+            0 => Some(0),
+            r => (r - 1).checked_mul(stride)?.checked_add(last),
+        });
+        if stride < last || needed.is_none_or(|n| n > data.len()) {
+            return Err(RuntimeError::Internal(format!(
+                "output rows of {last} every {stride} elements do not fit {} elements",
+                data.len()
+            )));
+        }
+        Ok((shape, data, stride))
     }
 
     /// Shape and mutable f32 data at once (the shape borrow is independent of the data).

@@ -764,6 +764,8 @@ impl Program {
                 })?;
             Ok((offset, plan.sizes[o as usize]))
         };
+        // Outputs written as slices of a concatenation's output (`super::in_place`).
+        let row_stride = |o: u32| plan.row_strides.get(o as usize).copied().flatten();
         let ops = &self.model.main.operations;
         // The second operation of a pair that just ran fused.
         let mut done = usize::MAX;
@@ -855,6 +857,7 @@ impl Program {
                     bytes,
                     scale: operand.scale,
                     zero_point: operand.zero_point,
+                    row_stride: row_stride(out),
                 };
                 pair.run(
                     &inputs,
@@ -877,6 +880,7 @@ impl Program {
                     bytes,
                     scale: operand.scale,
                     zero_point: operand.zero_point,
+                    row_stride: row_stride(o),
                 });
             }
             let mut ctx = KernelContext {
@@ -1052,6 +1056,7 @@ impl Program {
                     bytes: buf.as_bytes_mut(),
                     scale: operand.scale,
                     zero_point: operand.zero_point,
+                    row_stride: None,
                 });
             }
             let mut ctx = KernelContext {

@@ -138,6 +138,7 @@ pub fn evaluate_operation<'c>(
             bytes: buf.as_bytes_mut(),
             scale: operand.scale,
             zero_point: operand.zero_point,
+            row_stride: None,
         })
         .collect();
     let mut scratch = Scratch::new();

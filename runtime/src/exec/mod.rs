@@ -1,6 +1,7 @@
 //! The executor: preparing a model into a [`Program`] and running it.
 //!
 //! - [`plan`]: liveness and arena placement of temporaries.
+//! - [`in_place`]: concatenations whose inputs are written straight into their output.
 //! - [`program`]: preparation (kernels, shape propagation, memory plan, weights).
 //! - [`control_flow`]: IF and WHILE, running the referenced subgraphs' programs.
 //! - [`execute`]: synchronous execution, static or with run-time shapes.
@@ -11,6 +12,7 @@
 pub mod control_flow;
 pub mod execute;
 pub mod fold;
+pub(crate) mod in_place;
 pub mod plan;
 pub mod profile;
 pub mod program;

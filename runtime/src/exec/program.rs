@@ -12,6 +12,7 @@ use nnc_formats::limits::{LimitKind, Limits};
 use nnc_formats::nn::signature::{self, InputView};
 use nnc_formats::nn::{Lifetime, Model, Operand, OperandType, OperationType, Pool};
 
+use super::in_place::{Uses, in_place_concat, row_strides};
 use super::plan::{ArenaPlan, Interval, plan_arena};
 use super::weights::WeightProvider;
 use crate::buffer::AlignedBuf;
@@ -84,8 +85,11 @@ pub(crate) struct StaticPlan {
     pub offsets: Vec<Option<usize>>,
     /// Bytes of every operand with a known shape.
     pub sizes: Vec<usize>,
-    /// Operations that are no-ops because their output aliases their input.
+    /// Operations that are no-ops: their output aliases their input, or their inputs
+    /// are slices of their output ([`super::in_place`]).
     pub skip: Vec<bool>,
+    /// For every operand written as a slice of a larger tensor, its row stride.
+    pub row_strides: Vec<Option<usize>>,
     pub arena: ArenaPlan,
 }
 
@@ -357,7 +361,7 @@ impl Program {
             ));
         }
         let plan = match image {
-            Some(image) => image.plan.as_ref().map(PlanImage::to_plan),
+            Some(image) => image.plan.as_ref().map(|p| p.to_plan(model, &image.shapes)),
             None if all_static && !control_flow => Some(static_plan(
                 model,
                 &storage,
@@ -748,11 +752,32 @@ fn static_plan(
             skip[i] = true;
         }
     }
+    // Concatenations whose inputs their producers write in place: each input becomes a
+    // slice of the output's buffer, which lives from the first of those producers on.
+    let uses = Uses::of(model);
+    let mut slice_of: Vec<Option<(usize, usize)>> = vec![None; operands.len()];
+    let mut starts_early: Vec<usize> = (0..operands.len()).map(|o| producer[o]).collect();
+    for (i, skipped) in skip.iter_mut().enumerate() {
+        let Some(concat) = in_place_concat(model, i, shapes, &uses) else {
+            continue;
+        };
+        let out = concat.output as usize;
+        if root[out] != out || storage[out] != Storage::Computed {
+            continue;
+        }
+        *skipped = true;
+        for s in &concat.slices {
+            let t = s.operand as usize;
+            slice_of[t] = Some((out, s.first * 4));
+            sizes[t] = s.span;
+            starts_early[out] = starts_early[out].min(producer[t]);
+        }
+    }
     // One interval per root covering all its aliases.
     let mut interval_of: Vec<Option<usize>> = vec![None; operands.len()];
     let mut intervals: Vec<Interval> = Vec::new();
     for i in 0..operands.len() {
-        if storage[i] != Storage::Computed {
+        if storage[i] != Storage::Computed || slice_of[i].is_some() {
             continue;
         }
         let r = root[i];
@@ -766,7 +791,7 @@ fn static_plan(
             None => {
                 interval_of[r] = Some(intervals.len());
                 intervals.push(Interval {
-                    first: producer[r],
+                    first: starts_early[r],
                     last,
                     size: sizes[r],
                 });
@@ -774,17 +799,24 @@ fn static_plan(
         }
     }
     let arena = plan_arena(&intervals)?;
+    let offset_of = |i: usize| interval_of[root[i]].map(|k| arena.offsets[k]);
     let offsets = (0..operands.len())
         .map(|i| {
-            (storage[i] == Storage::Computed)
-                .then(|| interval_of[root[i]].map(|k| arena.offsets[k]))
-                .flatten()
+            if storage[i] != Storage::Computed {
+                return None;
+            }
+            match slice_of[i] {
+                Some((out, bytes)) => offset_of(out).map(|o| o + bytes),
+                None => offset_of(i),
+            }
         })
         .collect();
+    let row_strides = row_strides(model, &skip, shapes, &uses);
     Ok(StaticPlan {
         offsets,
         sizes,
         skip,
+        row_strides,
         arena,
     })
 }
@@ -811,11 +843,14 @@ pub struct PlanImage {
 }
 
 impl PlanImage {
-    fn to_plan(&self) -> StaticPlan {
+    /// The plan, with the row strides of the slices that `model`'s in-place
+    /// concatenations (checked by [`ProgramImage::check`]) have.
+    fn to_plan(&self, model: &Model, shapes: &[Option<Vec<usize>>]) -> StaticPlan {
         StaticPlan {
             offsets: self.offsets.clone(),
             sizes: self.sizes.clone(),
             skip: self.skip.clone(),
+            row_strides: row_strides(model, &self.skip, shapes, &Uses::of(model)),
             arena: ArenaPlan {
                 offsets: Vec::new(),
                 arena_size: self.arena_size,
@@ -997,15 +1032,29 @@ impl ProgramImage {
                     return bad(format!("operand {i}'s slot lies outside the arena"));
                 }
             }
+            let uses = Uses::of(model);
+            let offset = |o: u32| p.offsets.get(o as usize).copied().flatten();
             for (k, op) in model.main.operations.iter().enumerate() {
-                if p.skip[k] {
-                    use nnc_formats::nn::OperationType as O;
-                    let aliasing = matches!(op.op_type, O::Reshape | O::Squeeze | O::ExpandDims);
-                    let same =
-                        |a: u32, b: u32| p.offsets.get(a as usize) == p.offsets.get(b as usize);
-                    if !aliasing || !same(op.inputs[0], op.outputs[0]) {
-                        return bad(format!("operation {k} is skipped but is not an alias"));
-                    }
+                if !p.skip[k] {
+                    continue;
+                }
+                use nnc_formats::nn::OperationType as O;
+                let aliasing = matches!(op.op_type, O::Reshape | O::Squeeze | O::ExpandDims)
+                    && op.inputs.first().map(|&o| offset(o))
+                        == op.outputs.first().map(|&o| offset(o));
+                // An in-place concatenation: each input at its first element of the output.
+                let in_place = in_place_concat(model, k, &self.shapes, &uses).is_some_and(|c| {
+                    c.slices.iter().all(|s| {
+                        offset(c.output).is_some_and(|o| {
+                            o.checked_add(s.first * 4).is_some()
+                                && offset(s.operand) == Some(o + s.first * 4)
+                        }) && p.sizes.get(s.operand as usize) == Some(&s.span)
+                    })
+                });
+                if !aliasing && !in_place {
+                    return bad(format!(
+                        "operation {k} is skipped but is neither an alias nor an in-place concatenation"
+                    ));
                 }
             }
         }

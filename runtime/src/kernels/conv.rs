@@ -261,9 +261,71 @@ impl Kernel for Conv {
         let threads = ctx.threads;
         let parallelism = ctx.gemm_parallelism();
         let (out_t, scratch) = ctx.output_and_scratch(0)?;
-        let (out_shape, out) = out_t.f32_parts()?;
+        let (out_shape, out, row_stride) = out_t.f32_rows()?;
         let out_shape = rank4(out_shape, "output")?;
-        check_len("output", out, &out_shape)?;
+        let run = Run {
+            x,
+            in_shape,
+            packed: &packed,
+            fdims,
+            bias,
+            out_shape,
+            threads,
+            parallelism,
+        };
+        let last = out_shape[3];
+        // Only the packed micro-kernels write a slice of a larger tensor themselves; the
+        // other paths compute densely and the rows are then placed (the copy an
+        // out-of-place concatenation would have made).
+        if row_stride == last || (self.packed_for_kernel && self.winograd.is_none() && !p.nchw) {
+            if row_stride == last {
+                check_len("output", out, &out_shape)?;
+                return self.compute(&run, out, None, scratch);
+            }
+            return self.compute(&run, out, Some(row_stride), scratch);
+        }
+        let mut dense = super::util::zeroed_f32(out_shape.iter().product())?;
+        self.compute(&run, &mut dense, None, scratch)?;
+        for (src, dst) in dense.chunks_exact(last).zip(out.chunks_mut(row_stride)) {
+            dst[..last].copy_from_slice(src);
+        }
+        Ok(())
+    }
+}
+
+/// What one execution of a [`Conv`] computes from.
+struct Run<'r> {
+    x: &'r [f32],
+    in_shape: [usize; 4],
+    packed: &'r [f32],
+    fdims: [usize; 4],
+    bias: &'r [f32],
+    out_shape: [usize; 4],
+    threads: usize,
+    parallelism: gemm::Parallelism,
+}
+
+impl Conv {
+    /// Computes the output into `out`: dense, or (on the packed micro-kernels' NHWC path
+    /// only) with its rows (output pixels) `row_stride` floats apart.
+    fn compute(
+        &self,
+        run: &Run,
+        out: &mut [f32],
+        row_stride: Option<usize>,
+        scratch: &mut super::Scratch,
+    ) -> Result<()> {
+        let p = &self.params;
+        let &Run {
+            x,
+            in_shape,
+            packed,
+            fdims,
+            bias,
+            out_shape,
+            threads,
+            parallelism,
+        } = run;
         with_nhwc(
             p.nchw,
             x,
@@ -285,29 +347,34 @@ impl Kernel for Conv {
                         g.oc
                     )));
                 }
+                if self.packed_for_kernel && self.winograd.is_none() {
+                    return conv_nhwc_panels(
+                        &g,
+                        groups,
+                        x,
+                        packed,
+                        bias,
+                        p.clamp(),
+                        (out, row_stride.unwrap_or(g.oc)),
+                        threads,
+                        &self.indirect,
+                    );
+                }
+                if row_stride.is_some() {
+                    return Err(RuntimeError::Internal(
+                        "this convolution path writes dense outputs only".into(),
+                    ));
+                }
                 if let Some(tiling) = self.winograd {
                     return super::winograd::conv(
                         &g,
                         tiling,
                         x,
-                        &packed,
+                        packed,
                         bias,
                         p.clamp(),
                         out,
                         threads,
-                    );
-                }
-                if self.packed_for_kernel {
-                    return conv_nhwc_panels(
-                        &g,
-                        groups,
-                        x,
-                        &packed,
-                        bias,
-                        p.clamp(),
-                        out,
-                        threads,
-                        &self.indirect,
                     );
                 }
                 if packed.len() != fdims.iter().product::<usize>() {
@@ -317,7 +384,7 @@ impl Kernel for Conv {
                     &g,
                     groups,
                     x,
-                    &packed,
+                    packed,
                     bias,
                     p.clamp(),
                     out,
@@ -331,7 +398,8 @@ impl Kernel for Conv {
 }
 
 /// [`conv_nhwc`] with a filter packed by [`pack_conv_filter_panels`]: the bias and
-/// activation are applied as [`super::gemm_f32`] stores each block.
+/// activation are applied as [`super::gemm_f32`] stores each block. `out` is the output
+/// and the distance between the starts of its rows (output pixels), `g.oc` or more.
 #[allow(clippy::too_many_arguments)]
 fn conv_nhwc_panels(
     g: &Geometry,
@@ -340,7 +408,7 @@ fn conv_nhwc_panels(
     packed: &[f32],
     bias: &[f32],
     clamp: Clamp,
-    out: &mut [f32],
+    (out, ldo): (&mut [f32], usize),
     threads: usize,
     indirect: &super::conv_indirect::IndirectCache,
 ) -> Result<()> {
@@ -353,6 +421,7 @@ fn conv_nhwc_panels(
     if packed.len() != per_group * groups {
         return Err(RuntimeError::kernel("packed filter has the wrong size"));
     }
+    let out = super::util::strided_rows(out, rows, g.oc, ldo)?;
     let epilogue = |grp: usize| Epilogue {
         bias: &bias[grp * og..(grp + 1) * og],
         clamp,
@@ -369,7 +438,7 @@ fn conv_nhwc_panels(
                 &packed[grp * per_group..(grp + 1) * per_group],
                 og,
                 &mut out[grp * og..],
-                g.oc,
+                ldo,
                 epilogue(grp),
                 threads,
             )?;
@@ -387,13 +456,22 @@ fn conv_nhwc_panels(
     let row_runs = groups == 1 && g.dw == 1 && g.kw * g.ic >= 8;
     if cg >= INDIRECT_MIN_CHANNELS || row_runs {
         return super::conv_indirect::conv_indirect(
-            g, groups, x, packed, per_group, epilogue, out, tile, threads, indirect,
+            g,
+            groups,
+            x,
+            packed,
+            per_group,
+            epilogue,
+            (out, ldo),
+            tile,
+            threads,
+            indirect,
         );
     }
     // With one tile, the product itself is split over the threads.
     let inner = if rows > tile { 1 } else { threads };
     let tiles = |r0: usize, out_rows: &mut [f32], col: &mut [f32]| {
-        let t = out_rows.len() / g.oc.max(1);
+        let t = super::util::rows_in(out_rows.len(), g.oc, ldo);
         let col = &mut col[..t * k];
         for grp in 0..groups {
             im2col(g, x, grp * cg, cg, r0, r0 + t, col);
@@ -405,21 +483,14 @@ fn conv_nhwc_panels(
                 &packed[grp * per_group..(grp + 1) * per_group],
                 og,
                 &mut out_rows[grp * og..],
-                g.oc,
+                ldo,
                 epilogue(grp),
                 inner,
             )?;
         }
         Ok(())
     };
-    super::util::for_row_tiles(
-        threads,
-        &mut out[..rows * g.oc],
-        g.oc,
-        tile,
-        tile * k,
-        tiles,
-    )
+    super::util::for_row_tiles(threads, out, ldo, tile, tile * k, tiles)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -164,7 +164,7 @@ pub(super) fn conv_indirect<'a>(
     packed: &[f32],
     per_group: usize,
     epilogue: impl Fn(usize) -> super::gemm_f32::Epilogue<'a> + Sync,
-    out: &mut [f32],
+    (out, ldo): (&mut [f32], usize),
     tile: usize,
     threads: usize,
     cache: &IndirectCache,
@@ -186,7 +186,7 @@ pub(super) fn conv_indirect<'a>(
     // With one tile, the product itself is split over the threads.
     let inner = if rows > tile { 1 } else { threads };
     let tiles = |r0: usize, out_rows: &mut [f32], _: &mut [u8]| {
-        let t = out_rows.len() / g.oc.max(1);
+        let t = super::util::rows_in(out_rows.len(), g.oc, ldo);
         let own;
         let (table, aux) = match &whole {
             Some((table, aux)) => (&**table, &aux[..]),
@@ -205,14 +205,15 @@ pub(super) fn conv_indirect<'a>(
                 &packed[grp * per_group..(grp + 1) * per_group],
                 og,
                 &mut out_rows[grp * og..],
-                g.oc,
+                ldo,
                 epilogue(grp),
                 inner,
             )?;
         }
         Ok(())
     };
-    super::util::for_row_tiles(threads, &mut out[..rows * g.oc], g.oc, tile, 0, tiles)
+    let out = super::util::strided_rows(out, rows, g.oc, ldo)?;
+    super::util::for_row_tiles(threads, out, ldo, tile, 0, tiles)
 }
 
 /// For output rows `r0..` (one per `g.kh` entries of `starts`), where each window row
@@ -388,19 +389,42 @@ mod tests {
             let per_tile = IndirectCache::with_limit(0);
             for (tile, threads) in [(rows, 1), (7, 1), (7, 2), (8, 2), (rows, 2)] {
                 for (cache, name) in [(&kept, "kept"), (&per_tile, "per tile")] {
-                    let mut got = vec![f32::NAN; rows * oc];
-                    pool.install(|| {
-                        conv_indirect(
-                            &g, groups, &x, packed, per_group, epilogue, &mut got, tile, threads,
-                            cache,
-                        )
-                    })
-                    .unwrap();
-                    let same = got
-                        .iter()
-                        .zip(&expected)
-                        .all(|(a, b)| a.to_bits() == b.to_bits());
-                    assert!(same, "case {case}, tile {tile}, {threads} threads, {name}");
+                    // Dense, and as channels 3.. of rows of oc + 5 (an in-place
+                    // concatenation): the slice gets the same bits, nothing else is written.
+                    for (ldo, first) in [(oc, 0), (oc + 5, 3)] {
+                        let mut got = vec![f32::NAN; rows * ldo];
+                        let extent = (rows - 1) * ldo + oc;
+                        pool.install(|| {
+                            conv_indirect(
+                                &g,
+                                groups,
+                                &x,
+                                packed,
+                                per_group,
+                                epilogue,
+                                (&mut got[first..first + extent], ldo),
+                                tile,
+                                threads,
+                                cache,
+                            )
+                        })
+                        .unwrap();
+                        for (r, row) in got.chunks_exact(ldo).enumerate() {
+                            let want = &expected[r * oc..(r + 1) * oc];
+                            let same = row[first..first + oc]
+                                .iter()
+                                .zip(want)
+                                .all(|(a, b)| a.to_bits() == b.to_bits());
+                            let untouched = row[..first]
+                                .iter()
+                                .chain(&row[first + oc..])
+                                .all(|v| v.is_nan());
+                            assert!(
+                                same && untouched,
+                                "case {case}, tile {tile}, {threads} threads, {name}, row stride {ldo}"
+                            );
+                        }
+                    }
                 }
             }
         }

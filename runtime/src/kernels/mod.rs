@@ -360,6 +360,25 @@ pub(crate) fn expand_depthwise_pair<'c>(
     expand_depthwise::ExpandDepthwise::for_pair(&head, &tail, shapes)
 }
 
+/// Whether the kernel [`build_with`] makes for `op` writes its output 0 as a slice of a
+/// larger tensor's last dimension ([`TensorMut::row_stride`]), whatever options it is
+/// built with: the float convolutions. The memory planner places such outputs straight
+/// in the concatenation that reads them. A function of the graph alone, as the plan
+/// (which a cache stores) must be.
+pub(crate) fn writes_row_slices(op: &Operation, operands: &[Operand]) -> bool {
+    let float = |list: &[u32]| {
+        list.first()
+            .and_then(|&o| operands.get(o as usize))
+            .is_some_and(|o| o.operand_type == nnc_formats::nn::OperandType::TensorFloat32)
+    };
+    matches!(
+        op.op_type,
+        OperationType::Conv2d | OperationType::GroupedConv2d
+    ) && op.outputs.len() == 1
+        && float(&op.inputs)
+        && float(&op.outputs)
+}
+
 /// [`build`] with explicit [`KernelOptions`].
 pub fn build_with<'c>(
     op: &Operation,

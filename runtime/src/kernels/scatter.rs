@@ -355,6 +355,7 @@ mod tests {
                 bytes: bytemuck::cast_slice_mut(&mut out),
                 scale: 0.0,
                 zero_point: 0,
+                row_stride: None,
             }],
             weights: &weights,
             scratch: &mut scratch,

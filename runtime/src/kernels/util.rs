@@ -367,6 +367,37 @@ pub(crate) fn with_scratch<S: bytemuck::Pod, R>(
 /// whatever an earlier call left there: `f` must write what it reads. With several
 /// threads and one tile, `f` runs once on the calling thread (and may split its own work
 /// over the pool).
+/// The first `(rows - 1) * stride + len` elements of `out`: `rows` rows of `len`
+/// elements starting `stride` apart (the last row without its gap), or an error if `out`
+/// is shorter or the stride shorter than a row.
+pub(crate) fn strided_rows<T>(
+    out: &mut [T],
+    rows: usize,
+    len: usize,
+    stride: usize,
+) -> Result<&mut [T]> {
+    let extent = match rows {
+        0 => Some(0),
+        r => (r - 1).checked_mul(stride).and_then(|v| v.checked_add(len)),
+    };
+    match extent {
+        Some(e) if stride >= len && e <= out.len() => Ok(&mut out[..e]),
+        _ => Err(RuntimeError::kernel(format!(
+            "{rows} rows of {len} every {stride} elements do not fit {} elements",
+            out.len()
+        ))),
+    }
+}
+
+/// How many rows a piece of [`strided_rows`] of `len` elements starting `stride` apart
+/// holds (every piece but the last is whole rows with their gaps).
+pub(crate) fn rows_in(piece: usize, len: usize, stride: usize) -> usize {
+    if len == 0 || stride < len {
+        return 0;
+    }
+    (piece + stride - len) / stride
+}
+
 pub(crate) fn for_row_tiles<T: Send, S: bytemuck::Pod + Send>(
     threads: usize,
     out: &mut [T],
