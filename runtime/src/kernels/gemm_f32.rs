@@ -276,6 +276,36 @@ pub(crate) fn gemm_lhs(
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (lhs, rows, out, wide);
     };
+    if threads > 1 && m == 1 && n > 4 * NR {
+        // One row (a fully connected layer on one input): the columns are split instead,
+        // in whole pairs of panels; each column is summed as it would be unsplit.
+        use rayon::prelude::*;
+        let cols = n.div_ceil(2 * threads).div_ceil(2 * NR) * 2 * NR;
+        out[..n]
+            .par_chunks_mut(cols)
+            .enumerate()
+            .for_each(|(i, o)| {
+                let c0 = i * cols;
+                let part = Epilogue {
+                    bias: &epilogue.bias[c0..c0 + o.len()],
+                    clamp: epilogue.clamp,
+                };
+                let b = &b[(c0 / NR) * k * NR..];
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: as below, for the columns c0..c0 + o.len() of the one row: their
+                // panels start at b's panel c0 / NR, their bias values are `part.bias`.
+                unsafe {
+                    if wide {
+                        x86::gemm_avx512(lhs, 1, k, b, o.len(), o, ldc, &part);
+                    } else {
+                        x86::gemm_avx2(lhs, 1, k, b, o.len(), o, ldc, &part);
+                    }
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                let _ = (b, o, part);
+            });
+        return Ok(());
+    }
     if threads > 1 && m > rows_per_task {
         use rayon::prelude::*;
         // Each task's rows: `rows_per_task * ldc` values of the destination (the last
@@ -707,6 +737,56 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// One row split by columns over threads gives the bits of one thread, and writes
+    /// nothing past n.
+    #[test]
+    fn one_row_split_by_columns_gives_the_same_bits() {
+        if !available() {
+            return;
+        }
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % 2001) as f32 / 1000.0 - 1.0
+        };
+        for (n, k) in [(65, 37), (100, 5), (129, 64), (1000, 130)] {
+            let a: Vec<f32> = (0..k).map(|_| next()).collect();
+            let bias: Vec<f32> = (0..n).map(|_| next()).collect();
+            let bm: Vec<f32> = (0..k * n).map(|_| next()).collect();
+            let mut packed = vec![0f32; packed_len(k, n).unwrap()];
+            pack(k, n, |kk, j| bm[kk * n + j], &mut packed);
+            let e = Epilogue {
+                bias: &bias,
+                clamp: Clamp { lo: -0.5, hi: 2.0 },
+            };
+            let product = |threads: usize| {
+                let mut out = vec![f32::NAN; n + 3];
+                gemm(&a, k, 1, k, &packed, n, &mut out, n, e, threads).unwrap();
+                out
+            };
+            let one = product(1);
+            for (j, &got) in one[..n].iter().enumerate() {
+                let want: f32 = (0..k).map(|kk| a[kk] * bm[kk * n + j]).sum();
+                let want = e.clamp.apply(want + bias[j]);
+                assert!(
+                    (got - want).abs() <= 1e-4,
+                    "n {n}, column {j}: {got} vs {want}"
+                );
+            }
+            for threads in [2, 3] {
+                let split = product(threads);
+                assert!(split[n..].iter().all(|v| v.is_nan()), "n {n}: wrote past n");
+                let same = one[..n]
+                    .iter()
+                    .zip(&split[..n])
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "n {n}, {threads} threads");
             }
         }
     }
