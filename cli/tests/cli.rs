@@ -630,6 +630,9 @@ fn bench_profile_times_every_operation() {
         assert_eq!(op["index"], i, "{op}");
         assert!(op["type"].as_str().is_some_and(|t| !t.is_empty()), "{op}");
         assert!(op["median_ms"].as_f64().is_some_and(|t| t >= 0.0), "{op}");
+        // An operation the plan elides takes no time.
+        let elided = op["elided"].as_bool().expect("elided");
+        assert!(!elided || op["median_ms"].as_f64() == Some(0.0), "{op}");
     }
     assert!(
         ops.iter().any(|op| op["median_ms"].as_f64() > Some(0.0)),

@@ -227,6 +227,15 @@ fn a_concatenation_of_convolutions_is_done_in_place_with_the_same_bits() {
                 let program = prepare(&model, threads, math);
                 assert!(concat_skipped(&program, &model), "case {i}: {f:?}");
                 let got = program.execute_host(std::slice::from_ref(&input)).unwrap();
+                // The profile says the concatenation was no work.
+                let profile = program
+                    .profile_host(std::slice::from_ref(&input), 1)
+                    .unwrap();
+                let concat = profile
+                    .iter()
+                    .find(|t| t.operation.op_type == OperationType::Concatenation)
+                    .unwrap();
+                assert!(concat.elided && concat.median.is_zero(), "case {i}");
                 assert!(
                     same_bits(&f32s(&got[0]), &expected),
                     "case {i} ({threads} threads, {math:?}): {f:?}"

@@ -158,6 +158,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                         "output_shape": t.output_shape,
                         "median_ms": ms(t.median),
                         "fused_into": t.fused_into,
+                        "elided": t.elided,
                     })
                 })
                 .collect();
@@ -249,6 +250,17 @@ fn profile_text(profile: &[nnc_runtime::OperationTime], runs: u32) -> String {
         text.push_str(&format!(
             "fused (timed with the operation they ran in): {}\n",
             fused.join(", ")
+        ));
+    }
+    let elided: Vec<String> = profile
+        .iter()
+        .filter(|t| t.elided)
+        .map(|t| format!("#{} {}", t.index, t.operation.op_type.name()))
+        .collect();
+    if !elided.is_empty() {
+        text.push_str(&format!(
+            "no work (their outputs are their inputs' memory, or were written in place): {}\n",
+            elided.join(", ")
         ));
     }
     // Per type, in order of total time.

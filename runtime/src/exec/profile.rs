@@ -23,6 +23,9 @@ pub struct OperationTime {
     pub median: Duration,
     /// The operation this one ran fused into ([`Program::fused_operations`]).
     pub fused_into: Option<usize>,
+    /// The memory plan makes this operation no work: a reshape whose output is its
+    /// input's bytes, or a concatenation whose producers wrote its output in place.
+    pub elided: bool,
 }
 
 /// Times each operation of one execution into the state's `op_times` when profiling;
@@ -98,6 +101,10 @@ impl Program {
                     fused_into: index
                         .checked_sub(1)
                         .filter(|&head| self.fused.get(head).is_some_and(Option::is_some)),
+                    elided: self
+                        .plan
+                        .as_ref()
+                        .is_some_and(|p| p.skip.get(index) == Some(&true)),
                 }
             })
             .collect())
