@@ -28,6 +28,9 @@ pub(crate) const NR: usize = 16;
 /// would push the current panels out of L2, and ran 2-5% slower fetched ahead.
 const AHEAD_MAX_BYTES: usize = 128 << 10;
 
+/// The smallest depth whose next rows of A the AVX-512 kernel fetches ahead.
+const AHEAD_ROWS_MIN_K: usize = 64;
+
 /// Whether this processor runs these kernels (AVX2 and FMA at least).
 pub(crate) fn available() -> bool {
     super::isa::float_avx2_fma()
@@ -331,7 +334,7 @@ pub(crate) fn gemm_lhs(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{AHEAD_MAX_BYTES, AUX, Epilogue, Lhs, NR};
+    use super::{AHEAD_MAX_BYTES, AHEAD_ROWS_MIN_K, AUX, Epilogue, Lhs, NR};
     use crate::kernels::util::{Panels, block_rows};
 
     /// # Safety
@@ -381,6 +384,12 @@ mod x86 {
                     t,
                     e,
                     ahead: &ahead[from..(from + share).min(ahead.len())],
+                    ahead_rows: match lhs.rows_from(r0 + rows) {
+                        Lhs::Dense { a, lda } if k >= AHEAD_ROWS_MIN_K => {
+                            &a[..(block_rows(m - r0, 8) * lda).min(a.len())]
+                        }
+                        _ => &[],
+                    },
                 };
                 let o = &mut out[r0 * ldc..];
                 // SAFETY (each call): rows r0..r0 + rows < m, the panels `panel` names
@@ -429,6 +438,7 @@ mod x86 {
                     t,
                     e,
                     ahead: &[],
+                    ahead_rows: &[],
                 };
                 let o = &mut out[r0 * ldc..];
                 // SAFETY (each call): as in gemm_avx512, one panel.
@@ -462,6 +472,10 @@ mod x86 {
         /// in the model); spread over the steps, the fetches do not queue ahead of the
         /// block's own loads, as a burst of them did.
         ahead: &'a [f32],
+        /// Likewise the next block's rows of a dense A, a cache line per step, when the
+        /// rows are long (an NHWC input of many channels that the previous layer left in
+        /// L3: the broadcasts of 8 rows at once otherwise wait on it line by line).
+        ahead_rows: &'a [f32],
     }
 
     impl Block<'_> {
@@ -471,6 +485,10 @@ mod x86 {
             if let Some(v) = self.ahead.get(step * 16) {
                 // SAFETY: a hint on an address inside `ahead`.
                 unsafe { _mm_prefetch::<_MM_HINT_T1>((v as *const f32).cast()) };
+            }
+            if let Some(v) = self.ahead_rows.get(step * 16) {
+                // SAFETY: a hint on an address inside `ahead_rows`.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>((v as *const f32).cast()) };
             }
         }
 
