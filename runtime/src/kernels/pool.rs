@@ -141,11 +141,88 @@ fn pool_row(
         pool_row_body(g, kind, clamp, x, row, out_row);
     }
     #[cfg(target_arch = "x86_64")]
+    if kind == PoolKind::Max
+        && super::isa::float_avx512()
+        // SAFETY: AVX-512F is available (checked at run time just above).
+        && unsafe { max_row_avx512(g, clamp, x, row, out_row) }
+    {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if super::util::has_avx2_fma() {
         // SAFETY: AVX2 and FMA are available (checked at run time).
         return unsafe { avx2(g, kind, clamp, x, row, out_row) };
     }
     pool_row_body(g, kind, clamp, x, row, out_row);
+}
+
+/// One output row of a max pool on AVX-512: for each output pixel, up to 64 channels at a
+/// time are held in four registers while the window's pixels are read (each pixel's
+/// channels one contiguous run), then clamped and stored. The same maxima as
+/// [`pool_row_body`] (`_mm512_max_ps(v, m)` returns `m` when `v` is NaN, as `if v > m`
+/// does). ONNX Runtime's pools ran 30-70% faster than the portable loop on SqueezeNet's
+/// three. Returns false, computing nothing, when the buffers do not have the geometry's
+/// sizes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn max_row_avx512(
+    g: &RowGeometry,
+    clamp: Clamp,
+    x: &[f32],
+    row: usize,
+    out_row: &mut [f32],
+) -> bool {
+    use std::arch::x86_64::*;
+    let [ih, iw, c] = g.input;
+    let [oh, ow] = g.output;
+    let ((fh, fw), (sh, sw), (pt, pl)) = (g.filter, g.stride, g.pad);
+    let b = row / oh.max(1);
+    let oy = row % oh.max(1);
+    if out_row.len() != ow * c || x.len() < (b + 1) * ih * iw * c {
+        return false;
+    }
+    let ys = (oy * sh).saturating_sub(pt);
+    let ye = (oy * sh + fh).saturating_sub(pt).min(ih);
+    let (lo, hi) = (_mm512_set1_ps(clamp.lo), _mm512_set1_ps(clamp.hi));
+    let (xp, op) = (x.as_ptr(), out_row.as_mut_ptr());
+    for ox in 0..ow {
+        let xs = (ox * sw).saturating_sub(pl);
+        let xe = (ox * sw + fw).saturating_sub(pl).min(iw);
+        let mut c0 = 0;
+        while c0 < c {
+            let width = (c - c0).min(64);
+            let masks: [__mmask16; 4] = std::array::from_fn(|v| {
+                let lanes = width.saturating_sub(16 * v).min(16);
+                (((1u32 << lanes) - 1) & 0xffff) as u16
+            });
+            let mut m = [_mm512_set1_ps(f32::MIN); 4];
+            for iy in ys..ye {
+                for ix in xs..xe {
+                    let at = ((b * ih + iy) * iw + ix) * c + c0;
+                    for (v, m) in m.iter_mut().enumerate() {
+                        if masks[v] != 0 {
+                            // SAFETY: iy < ih, ix < iw, b < n (the length check above):
+                            // the pixel's channels c0 + 16v + lane < c are inside x.
+                            let xv =
+                                unsafe { _mm512_maskz_loadu_ps(masks[v], xp.add(at + 16 * v)) };
+                            *m = _mm512_max_ps(xv, *m);
+                        }
+                    }
+                }
+            }
+            for (v, m) in m.iter().enumerate() {
+                if masks[v] != 0 {
+                    let clamped = _mm512_min_ps(hi, _mm512_max_ps(lo, *m));
+                    // SAFETY: ox < ow, channels c0 + 16v + lane < c: inside the row.
+                    unsafe {
+                        _mm512_mask_storeu_ps(op.add(ox * c + c0 + 16 * v), masks[v], clamped)
+                    };
+                }
+            }
+            c0 += width;
+        }
+    }
+    true
 }
 
 #[inline(always)]
@@ -235,5 +312,59 @@ fn max_block<const W: usize>(
     }
     for (o, m) in out.iter_mut().zip(m) {
         *o = clamp.apply(m);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The AVX-512 max-pool row gives the portable loop's bits: windows inside and across
+    /// the padding, strides 1 to 3, channel counts around the 16- and 64-lane blocks,
+    /// NaN inputs, clamps, two images.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn the_avx512_max_row_matches_the_portable_one() {
+        if !crate::kernels::isa::float_avx512() {
+            return;
+        }
+        let mut rng = crate::kernels::util::test_rng::Rng(0x5eed_0f90_0100);
+        let cases = [
+            // (ih, iw, c, filter, stride, pad (top, left))
+            (9, 11, 64, (3, 3), (2, 2), (0, 0)),
+            (8, 7, 17, (3, 3), (1, 1), (1, 1)),
+            (10, 10, 130, (2, 3), (2, 1), (1, 0)),
+            (5, 6, 1, (3, 2), (3, 3), (2, 1)),
+            (7, 7, 80, (7, 7), (1, 1), (3, 3)),
+        ];
+        for (case, &(ih, iw, c, (fh, fw), (sh, sw), (pt, pl))) in cases.iter().enumerate() {
+            let oh = (ih + 2 * pt - fh) / sh + 1;
+            let ow = (iw + 2 * pl - fw) / sw + 1;
+            let g = RowGeometry {
+                input: [ih, iw, c],
+                output: [oh, ow],
+                filter: (fh, fw),
+                stride: (sh, sw),
+                pad: (pt, pl),
+            };
+            let mut x = rng.f32s(2 * ih * iw * c);
+            for v in x.iter_mut().step_by(7) {
+                *v = f32::NAN;
+            }
+            for clamp in [Clamp::none(), Clamp { lo: -0.25, hi: 0.5 }] {
+                for row in 0..2 * oh {
+                    let mut want = vec![0.0f32; ow * c];
+                    let mut got = vec![1.0f32; ow * c];
+                    pool_row_body(&g, PoolKind::Max, clamp, &x, row, &mut want);
+                    // SAFETY: the feature was checked above.
+                    assert!(unsafe { max_row_avx512(&g, clamp, &x, row, &mut got) });
+                    let same = want
+                        .iter()
+                        .zip(&got)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "case {case}, row {row}");
+                }
+            }
+        }
     }
 }
