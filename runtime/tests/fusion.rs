@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use nnc_formats::nn::{IoInfo, Lifetime, Model, Operand, OperandType, OperationType};
+use nnc_formats::nn::{IoInfo, Lifetime, Model, OperationType};
 use nnc_formats::tensor::{DataType, HostTensor};
 use nnc_runtime::{HostWeights, PrepareOptions, Program};
 
@@ -26,23 +26,19 @@ struct Pair {
     act: i32,
 }
 
-fn tensor(dims: &[usize]) -> Operand {
-    Operand::new(
-        OperandType::TensorFloat32,
-        dims.iter().map(|&d| d as u32).collect(),
-    )
-}
-
 /// CONV_2D 1x1 (x -> expansion) then DEPTHWISE_CONV_2D (expansion -> y), weights pooled
 /// (prepared), with random values; returns the model and its input.
 fn pair_model(p: Pair, rng: &mut Rng) -> (Model, HostTensor) {
     let mut m = Model::default();
-    let mut x_operand = tensor(&[p.n, p.h, p.w, p.c]);
+    let mut x_operand = f32_operand(&[p.n, p.h, p.w, p.c]);
     x_operand.lifetime = Lifetime::SubgraphInput;
     let x = m.add_operand(x_operand);
-    let expand_filter = m.add_constant(tensor(&[p.e, 1, 1, p.c]), &f32_bytes(&rng.f32s(p.e * p.c)));
-    let expand_bias = m.add_constant(tensor(&[p.e]), &f32_bytes(&rng.f32s(p.e)));
-    let t = m.add_operand(tensor(&[p.n, p.h, p.w, p.e]));
+    let expand_filter = m.add_constant(
+        f32_operand(&[p.e, 1, 1, p.c]),
+        &f32_bytes(&rng.f32s(p.e * p.c)),
+    );
+    let expand_bias = m.add_constant(f32_operand(&[p.e]), &f32_bytes(&rng.f32s(p.e)));
+    let t = m.add_operand(f32_operand(&[p.n, p.h, p.w, p.e]));
     let (valid, same) = (m.add_i32(2), m.add_i32(1));
     let one = m.add_i32(1);
     let relu6 = m.add_i32(3);
@@ -61,11 +57,11 @@ fn pair_model(p: Pair, rng: &mut Rng) -> (Model, HostTensor) {
         ),
     };
     let dw_filter = m.add_constant(
-        tensor(&[1, p.k, p.k, p.e]),
+        f32_operand(&[1, p.k, p.k, p.e]),
         &f32_bytes(&rng.f32s(p.k * p.k * p.e)),
     );
-    let dw_bias = m.add_constant(tensor(&[p.e]), &f32_bytes(&rng.f32s(p.e)));
-    let mut y_operand = tensor(&[p.n, oh, ow, p.e]);
+    let dw_bias = m.add_constant(f32_operand(&[p.e]), &f32_bytes(&rng.f32s(p.e)));
+    let mut y_operand = f32_operand(&[p.n, oh, ow, p.e]);
     y_operand.lifetime = Lifetime::SubgraphOutput;
     let y = m.add_operand(y_operand);
     let mut inputs = vec![t, dw_filter, dw_bias];

@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use nnc_formats::nn::{IoInfo, Lifetime, Model, Operand, OperandType, OperationType};
+use nnc_formats::nn::{IoInfo, Lifetime, Model, OperationType};
 use nnc_formats::tensor::{DataType, HostTensor};
 use nnc_runtime::exec::ProgramImage;
 use nnc_runtime::kernels::FloatMath;
@@ -32,35 +32,28 @@ struct Fire {
     expose_e1: bool,
 }
 
-fn tensor(dims: &[usize]) -> Operand {
-    Operand::new(
-        OperandType::TensorFloat32,
-        dims.iter().map(|&d| d as u32).collect(),
-    )
-}
-
 /// x -> squeeze 1x1 (ReLU) -> [expand 1x1 (ReLU), expand 3x3 SAME (ReLU)] -> concat on
 /// the last axis -> 1x1 convolution; random weights (pooled, as compiled models have
 /// them) and input.
 fn fire_model(f: Fire, rng: &mut Rng) -> (Model, HostTensor) {
     let mut m = Model::default();
-    let mut x_operand = tensor(&[f.n, f.h, f.w, f.c]);
+    let mut x_operand = f32_operand(&[f.n, f.h, f.w, f.c]);
     x_operand.lifetime = Lifetime::SubgraphInput;
     let x = m.add_operand(x_operand);
     let (same, one, relu) = (m.add_i32(1), m.add_i32(1), m.add_i32(1));
     let nhwc = m.add_bool(false);
     let conv = |m: &mut Model, rng: &mut Rng, input, k: usize, cin, cout, nchw: bool, name| {
         let filter = m.add_constant(
-            tensor(&[cout, k, k, cin]),
+            f32_operand(&[cout, k, k, cin]),
             &f32_bytes(&rng.f32s(cout * k * k * cin)),
         );
-        let bias = m.add_constant(tensor(&[cout]), &f32_bytes(&rng.f32s(cout)));
+        let bias = m.add_constant(f32_operand(&[cout]), &f32_bytes(&rng.f32s(cout)));
         let dims = if nchw {
             [f.n, cout, f.h, f.w]
         } else {
             [f.n, f.h, f.w, cout]
         };
-        let out = m.add_operand(tensor(&dims));
+        let out = m.add_operand(f32_operand(&dims));
         let layout = if nchw { m.add_bool(true) } else { nhwc };
         m.add_operation(
             OperationType::Conv2d,
@@ -73,7 +66,7 @@ fn fire_model(f: Fire, rng: &mut Rng) -> (Model, HostTensor) {
     let s = conv(&mut m, rng, x, 1, f.c, f.squeeze, false, "squeeze");
     let (s_in, e1_dims, e3_dims, cat_dims) = if f.nchw {
         // The expansions read the squeeze output as NCHW data of the same element count.
-        let reshaped = m.add_operand(tensor(&[f.n, f.squeeze, f.h, f.w]));
+        let reshaped = m.add_operand(f32_operand(&[f.n, f.squeeze, f.h, f.w]));
         let shape = m.add_i32_vector(&[f.n as i32, f.squeeze as i32, f.h as i32, f.w as i32]);
         m.add_operation(
             OperationType::Reshape,
@@ -103,7 +96,7 @@ fn fire_model(f: Fire, rng: &mut Rng) -> (Model, HostTensor) {
             ([f.n, f.e1, f.h, 2 * f.w], 2 * f.w)
         }
     };
-    let cat = m.add_operand(tensor(&cat_dims));
+    let cat = m.add_operand(f32_operand(&cat_dims));
     m.add_operation(
         OperationType::Concatenation,
         vec![e1, e3, axis],
@@ -111,12 +104,12 @@ fn fire_model(f: Fire, rng: &mut Rng) -> (Model, HostTensor) {
         "concat",
     );
     let head_filter = m.add_constant(
-        tensor(&[8, 1, 1, head_in]),
+        f32_operand(&[8, 1, 1, head_in]),
         &f32_bytes(&rng.f32s(8 * head_in)),
     );
-    let head_bias = m.add_constant(tensor(&[8]), &f32_bytes(&rng.f32s(8)));
+    let head_bias = m.add_constant(f32_operand(&[8]), &f32_bytes(&rng.f32s(8)));
     let y_dims = [cat_dims[0], cat_dims[1], cat_dims[2], 8];
-    let mut y_operand = tensor(&y_dims);
+    let mut y_operand = f32_operand(&y_dims);
     y_operand.lifetime = Lifetime::SubgraphOutput;
     let y = m.add_operand(y_operand);
     let none = m.add_i32(0);

@@ -809,17 +809,11 @@ mod tests {
         if !available() {
             return;
         }
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % 2001) as f32 / 1000.0 - 1.0
-        };
+        let mut rng = crate::kernels::util::test_rng::Rng(0x9e37_79b9_7f4a_7c15);
         for (n, k) in [(65, 37), (100, 5), (129, 64), (1000, 130)] {
-            let a: Vec<f32> = (0..k).map(|_| next()).collect();
-            let bias: Vec<f32> = (0..n).map(|_| next()).collect();
-            let bm: Vec<f32> = (0..k * n).map(|_| next()).collect();
+            let a = rng.f32s(k);
+            let bias = rng.f32s(n);
+            let bm = rng.f32s(k * n);
             let mut packed = vec![0f32; packed_len(k, n).unwrap()];
             pack(k, n, |kk, j| bm[kk * n + j], &mut packed);
             let e = Epilogue {

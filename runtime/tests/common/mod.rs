@@ -81,6 +81,14 @@ pub enum Arg {
     NoValue(OperandType),
 }
 
+/// A float32 operand of these dimensions.
+pub fn f32_operand(dims: &[usize]) -> Operand {
+    Operand::new(
+        OperandType::TensorFloat32,
+        dims.iter().map(|&d| d as u32).collect(),
+    )
+}
+
 pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
     bytemuck::cast_slice(v).to_vec()
 }
