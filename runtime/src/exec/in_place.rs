@@ -51,8 +51,8 @@ impl Uses {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Slice {
     pub operand: u32,
-    /// Its first element in the output's rows.
-    pub first: usize,
+    /// Bytes from the output's start to the slice's first element.
+    pub offset: usize,
     /// Bytes from its first element to its last (the rows and the gaps between them).
     pub span: usize,
 }
@@ -123,7 +123,7 @@ pub(crate) fn in_place_concat(
         let span = rows.checked_sub(1)?.checked_mul(row)?.checked_add(len)?;
         slices.push(Slice {
             operand: t,
-            first,
+            offset: first.checked_mul(4)?,
             span: span.checked_mul(4)?,
         });
         first = first.checked_add(len)?;

@@ -768,7 +768,7 @@ fn static_plan(
         *skipped = true;
         for s in &concat.slices {
             let t = s.operand as usize;
-            slice_of[t] = Some((out, s.first * 4));
+            slice_of[t] = Some((out, s.offset));
             sizes[t] = s.span;
             starts_early[out] = starts_early[out].min(producer[t]);
         }
@@ -1046,8 +1046,8 @@ impl ProgramImage {
                 let in_place = in_place_concat(model, k, &self.shapes, &uses).is_some_and(|c| {
                     c.slices.iter().all(|s| {
                         offset(c.output).is_some_and(|o| {
-                            o.checked_add(s.first * 4).is_some()
-                                && offset(s.operand) == Some(o + s.first * 4)
+                            o.checked_add(s.offset)
+                                .is_some_and(|at| offset(s.operand) == Some(at))
                         }) && p.sizes.get(s.operand as usize) == Some(&s.span)
                     })
                 });
