@@ -176,6 +176,36 @@ pub(crate) fn broadcast_map<A: Copy, B: Copy, O>(
     })
 }
 
+/// Values per task below which a same-shape float operation runs on one thread.
+const PARALLEL_MIN: usize = 16 * 1024;
+
+/// [`broadcast_map`] for float32, with operands of the output's shape split over the
+/// threads: a residual ADD after a convolution that ran on two cores otherwise reads
+/// half its operands from the other core's cache on one (ResNet18's ADDs took 0.05 ms
+/// on one thread and 0.085 after two-thread convolutions).
+fn map_f32(
+    threads: usize,
+    (a, sa): (&[f32], &[usize]),
+    (b, sb): (&[f32], &[usize]),
+    (out, so): (&mut [f32], &[usize]),
+    f: impl Fn(f32, f32) -> f32 + Sync + Send,
+) -> Result<()> {
+    let same = sa == so && sb == so && a.len() == out.len() && b.len() == out.len();
+    if threads > 1 && same && out.len() >= 2 * PARALLEL_MIN {
+        use rayon::prelude::*;
+        let chunk = out.len().div_ceil(2 * threads).max(PARALLEL_MIN);
+        out.par_chunks_mut(chunk)
+            .zip(a.par_chunks(chunk).zip(b.par_chunks(chunk)))
+            .for_each(|(o, (x, y))| {
+                o.iter_mut()
+                    .zip(x.iter().zip(y))
+                    .for_each(|(o, (&x, &y))| *o = f(x, y))
+            });
+        return Ok(());
+    }
+    broadcast_map(a, sa, b, sb, out, so, f)
+}
+
 /// `out = f(c, a, b)` with three-way broadcasting (SELECT).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn broadcast_map3<C: Copy, A: Copy, O: Copy>(
@@ -315,6 +345,7 @@ pub(crate) fn floor_div_i32(a: i32, b: i32) -> i32 {
 
 impl Kernel for Binary {
     fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let threads = ctx.threads;
         let a = ctx.input(0)?;
         let b = ctx.input(1)?;
         let out = ctx.output(0)?;
@@ -324,39 +355,42 @@ impl Kernel for Binary {
             OperandType::TensorFloat32 => {
                 let (x, y) = (a.f32()?, b.f32()?);
                 let o = out.f32_mut()?;
+                macro_rules! map {
+                    ($f:expr) => {
+                        map_f32(threads, (x, a.shape), (y, b.shape), (o, so), $f)
+                    };
+                }
                 match self.op {
                     BinaryOp::Add => {
-                        broadcast_map(x, a.shape, y, b.shape, o, so, |p, q| clamp.apply(p + q))
+                        map!(|p, q| clamp.apply(p + q))
                     }
                     BinaryOp::Sub => {
-                        broadcast_map(x, a.shape, y, b.shape, o, so, |p, q| clamp.apply(p - q))
+                        map!(|p, q| clamp.apply(p - q))
                     }
                     BinaryOp::Mul => {
-                        broadcast_map(x, a.shape, y, b.shape, o, so, |p, q| clamp.apply(p * q))
+                        map!(|p, q| clamp.apply(p * q))
                     }
                     BinaryOp::Div => {
-                        broadcast_map(x, a.shape, y, b.shape, o, so, |p, q| clamp.apply(p / q))
+                        map!(|p, q| clamp.apply(p / q))
                     }
                     BinaryOp::Max => {
-                        broadcast_map(x, a.shape, y, b.shape, o, so, |p: f32, q: f32| p.max(q))
+                        map!(|p: f32, q: f32| p.max(q))
                     }
                     BinaryOp::Min => {
-                        broadcast_map(x, a.shape, y, b.shape, o, so, |p: f32, q: f32| p.min(q))
+                        map!(|p: f32, q: f32| p.min(q))
                     }
                     BinaryOp::Pow => {
-                        broadcast_map(x, a.shape, y, b.shape, o, so, |p: f32, q: f32| p.powf(q))
+                        map!(|p: f32, q: f32| p.powf(q))
                     }
                     BinaryOp::Prelu => {
-                        broadcast_map(x, a.shape, y, b.shape, o, so, |p: f32, q: f32| {
-                            if p >= 0.0 { p } else { p * q }
-                        })
+                        map!(|p: f32, q: f32| { if p >= 0.0 { p } else { p * q } })
                     }
                     // Rust's `%` on floats is C's fmod.
                     BinaryOp::Mod { fmod: true } => {
-                        broadcast_map(x, a.shape, y, b.shape, o, so, |p: f32, q: f32| p % q)
+                        map!(|p: f32, q: f32| p % q)
                     }
                     BinaryOp::Mod { fmod: false } => {
-                        broadcast_map(x, a.shape, y, b.shape, o, so, python_mod_f32)
+                        map!(python_mod_f32)
                     }
                     BinaryOp::Bitwise(_) => Err(RuntimeError::kernel("float BITWISE")),
                 }
@@ -605,5 +639,31 @@ mod tests {
         assert_eq!(logistic(-1000.0), 0.0);
         assert_eq!(logistic(1000.0), 1.0);
         assert!((logistic(0.0) - 0.5).abs() < 1e-7);
+    }
+
+    /// Same-shape operands split over threads give every value one thread gives, and a
+    /// broadcast operand still broadcasts.
+    #[test]
+    fn same_shape_float_maps_split_over_threads() {
+        let n = 5 * PARALLEL_MIN + 7;
+        let a: Vec<f32> = (0..n).map(|i| (i % 97) as f32 - 40.0).collect();
+        let b: Vec<f32> = (0..n).map(|i| (i % 13) as f32 * 0.5).collect();
+        let f = |p: f32, q: f32| (p + q).clamp(-10.0, 30.0);
+        let mut one = vec![f32::NAN; n];
+        map_f32(1, (&a, &[n]), (&b, &[n]), (&mut one, &[n]), f).unwrap();
+        for threads in [2, 3] {
+            let mut split = vec![f32::NAN; n];
+            map_f32(threads, (&a, &[n]), (&b, &[n]), (&mut split, &[n]), f).unwrap();
+            assert_eq!(one, split, "{threads} threads");
+        }
+        assert!(one.iter().enumerate().all(|(i, &v)| v == f(a[i], b[i])));
+        let mut broadcast = vec![f32::NAN; n];
+        map_f32(2, (&a, &[n]), (&[1.0], &[1]), (&mut broadcast, &[n]), f).unwrap();
+        assert!(
+            broadcast
+                .iter()
+                .enumerate()
+                .all(|(i, &v)| v == f(a[i], 1.0))
+        );
     }
 }
