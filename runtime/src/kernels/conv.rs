@@ -450,7 +450,12 @@ fn conv_nhwc_panels(
     // a serial part of the convolution.
     let mut tile = (IM2COL_BUDGET / k.max(1)).clamp(1, rows.max(1));
     if threads > 1 {
-        tile = tile.min(rows.div_ceil(2 * threads)).max(8);
+        // At least two tiles per thread, as many for each thread: ResNet18's first
+        // layer came to seven whole tiles and a sliver.
+        let tiles = rows
+            .div_ceil(tile.min(rows.div_ceil(2 * threads)).max(1))
+            .next_multiple_of(threads);
+        tile = rows.div_ceil(tiles).max(8);
     }
     // Few channels: whole window rows are runs (one group, unit horizontal dilation).
     let row_runs = groups == 1 && g.dw == 1 && g.kw * g.ic >= 8;
