@@ -449,7 +449,9 @@ fn conv_nhwc_panels(
     // the tiles run in parallel (each in its thread's scratch), so the gathering is not
     // a serial part of the convolution.
     let mut tile = (IM2COL_BUDGET / k.max(1)).clamp(1, rows.max(1));
-    if threads > 1 {
+    // Few rows in one tile: the product splits its columns over the threads instead.
+    let one_split_tile = tile == rows && super::gemm_f32::splits_columns(rows, k, og);
+    if threads > 1 && !one_split_tile {
         // At least two tiles per thread, as many for each thread: ResNet18's first
         // layer came to seven whole tiles and a sliver.
         let tiles = rows
