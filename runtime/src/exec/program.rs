@@ -279,12 +279,11 @@ impl Program {
         for (k, &i) in model.main.inputs.iter().enumerate() {
             storage[i as usize] = Storage::Input(k);
         }
-        let mut producer = vec![usize::MAX; operands.len()];
+        let uses = Uses::of(model);
         let mut last_use = vec![0usize; operands.len()];
         for (i, op) in ops.iter().enumerate() {
             for &o in &op.outputs {
                 storage[o as usize] = Storage::Computed;
-                producer[o as usize] = i;
                 last_use[o as usize] = i;
             }
             for &o in &op.inputs {
@@ -320,7 +319,7 @@ impl Program {
 
         let static_shapes: Vec<Option<Vec<usize>>> = match image {
             Some(image) => {
-                image.check(model)?;
+                image.check(model, &uses)?;
                 image.shapes.clone()
             }
             None => {
@@ -361,12 +360,15 @@ impl Program {
             ));
         }
         let plan = match image {
-            Some(image) => image.plan.as_ref().map(|p| p.to_plan(model, &image.shapes)),
+            Some(image) => image
+                .plan
+                .as_ref()
+                .map(|p| p.to_plan(model, &image.shapes, &uses)),
             None if all_static && !control_flow => Some(static_plan(
                 model,
                 &storage,
                 &static_shapes,
-                &producer,
+                &uses,
                 &last_use,
             )?),
             None => None,
@@ -718,9 +720,10 @@ fn static_plan(
     model: &Model,
     storage: &[Storage],
     shapes: &[Option<Vec<usize>>],
-    producer: &[usize],
+    uses: &Uses,
     last_use: &[usize],
 ) -> Result<StaticPlan> {
+    let producer = &uses.producer;
     let operands = &model.main.operands;
     let ops = &model.main.operations;
     let n_ops = ops.len();
@@ -754,11 +757,10 @@ fn static_plan(
     }
     // Concatenations whose inputs their producers write in place: each input becomes a
     // slice of the output's buffer, which lives from the first of those producers on.
-    let uses = Uses::of(model);
     let mut slice_of: Vec<Option<(usize, usize)>> = vec![None; operands.len()];
     let mut starts_early: Vec<usize> = (0..operands.len()).map(|o| producer[o]).collect();
     for (i, skipped) in skip.iter_mut().enumerate() {
-        let Some(concat) = in_place_concat(model, i, shapes, &uses) else {
+        let Some(concat) = in_place_concat(model, i, shapes, uses) else {
             continue;
         };
         let out = concat.output as usize;
@@ -811,7 +813,7 @@ fn static_plan(
             }
         })
         .collect();
-    let row_strides = row_strides(model, &skip, shapes, &uses);
+    let row_strides = row_strides(model, &skip, shapes, uses);
     Ok(StaticPlan {
         offsets,
         sizes,
@@ -845,12 +847,12 @@ pub struct PlanImage {
 impl PlanImage {
     /// The plan, with the row strides of the slices that `model`'s in-place
     /// concatenations (checked by [`ProgramImage::check`]) have.
-    fn to_plan(&self, model: &Model, shapes: &[Option<Vec<usize>>]) -> StaticPlan {
+    fn to_plan(&self, model: &Model, shapes: &[Option<Vec<usize>>], uses: &Uses) -> StaticPlan {
         StaticPlan {
             offsets: self.offsets.clone(),
             sizes: self.sizes.clone(),
             skip: self.skip.clone(),
-            row_strides: row_strides(model, &self.skip, shapes, &Uses::of(model)),
+            row_strides: row_strides(model, &self.skip, shapes, uses),
             arena: ArenaPlan {
                 offsets: Vec::new(),
                 arena_size: self.arena_size,
@@ -981,7 +983,7 @@ impl ProgramImage {
     /// Checks that the image fits `model`: counts match; known shapes agree with the
     /// declared dimensions; every arena slot lies inside the arena; operations skipped as
     /// aliases are reshapes whose output shares its input's slot.
-    fn check(&self, model: &Model) -> Result<()> {
+    fn check(&self, model: &Model, uses: &Uses) -> Result<()> {
         let bad = |m: String| {
             Err(RuntimeError::Internal(format!(
                 "cached program does not fit the model: {m}"
@@ -1032,7 +1034,6 @@ impl ProgramImage {
                     return bad(format!("operand {i}'s slot lies outside the arena"));
                 }
             }
-            let uses = Uses::of(model);
             let offset = |o: u32| p.offsets.get(o as usize).copied().flatten();
             for (k, op) in model.main.operations.iter().enumerate() {
                 if !p.skip[k] {
@@ -1043,7 +1044,7 @@ impl ProgramImage {
                     && op.inputs.first().map(|&o| offset(o))
                         == op.outputs.first().map(|&o| offset(o));
                 // An in-place concatenation: each input at its first element of the output.
-                let in_place = in_place_concat(model, k, &self.shapes, &uses).is_some_and(|c| {
+                let in_place = in_place_concat(model, k, &self.shapes, uses).is_some_and(|c| {
                     c.slices.iter().all(|s| {
                         offset(c.output).is_some_and(|o| {
                             o.checked_add(s.offset)

@@ -284,12 +284,21 @@ impl Kernel for Conv {
             }
             return self.compute(&run, out, Some(row_stride), scratch);
         }
-        let mut dense = super::util::zeroed_f32(out_shape.iter().product())?;
-        self.compute(&run, &mut dense, None, scratch)?;
-        for (src, dst) in dense.chunks_exact(last).zip(out.chunks_mut(row_stride)) {
-            dst[..last].copy_from_slice(src);
-        }
-        Ok(())
+        // The dense result in the execution's scratch, kept from run to run (a fresh
+        // buffer each run is fresh pages to fault in); the one path here that also needs
+        // scratch (the non-x86 GEMM's im2col) grows a second one.
+        let mut held = std::mem::take(scratch);
+        let placed = held.f32(out_shape.iter().product()).and_then(|dense| {
+            self.compute(&run, dense, None, scratch)?;
+            // (No channels: nothing to place; `row_stride` exceeds `last`, so it is not 0.)
+            let rows = dense.chunks_exact(last.max(1));
+            for (src, dst) in rows.zip(out.chunks_mut(row_stride)) {
+                dst[..last].copy_from_slice(src);
+            }
+            Ok(())
+        });
+        *scratch = held;
+        placed
     }
 }
 

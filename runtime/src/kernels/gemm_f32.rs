@@ -274,23 +274,28 @@ pub(crate) fn gemm_lhs(
     } else {
         m
     };
+    // The micro-kernels on `rows` rows of `lhs` and the columns whose panels start `b`,
+    // bias values in `e`.
+    let kernel =
+        |lhs: Lhs, rows: usize, b: &[f32], n: usize, out: &mut [f32], ldc, e: &Epilogue| {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the features were checked (`available`, `float_avx512`); every index the
+            // kernels form is inside the slices: A rows r < rows of k values (`covers`), B
+            // panels of k * NR values, destination rows r < rows of n <= ldc values, bias
+            // of n values (checked above, and by each caller for its share of the columns).
+            unsafe {
+                if wide {
+                    x86::gemm_avx512(lhs, rows, k, b, n, out, ldc, e);
+                } else {
+                    x86::gemm_avx2(lhs, rows, k, b, n, out, ldc, e);
+                }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = (lhs, rows, b, n, out, ldc, e, wide);
+        };
     let run = |r0: usize, out: &mut [f32]| {
         let rows = (m - r0).min(rows_per_task);
-        let lhs = lhs.rows_from(r0);
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: the features were checked (`available`, `float_avx512`); every index the
-        // kernels form is inside the slices: A rows r < rows of k values (`covers`), B
-        // panels of k * NR values, destination rows r < rows of n <= ldc values, bias
-        // of n values (checked above).
-        unsafe {
-            if wide {
-                x86::gemm_avx512(lhs, rows, k, b, n, out, ldc, &epilogue);
-            } else {
-                x86::gemm_avx2(lhs, rows, k, b, n, out, ldc, &epilogue);
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (lhs, rows, out, wide);
+        kernel(lhs.rows_from(r0), rows, b, n, out, ldc, &epilogue);
     };
     if threads > 1 && splits_columns(m, k, n) {
         // Few rows and a large filter (a classifier on one input, ResNet18's 7 x 7
@@ -311,20 +316,17 @@ pub(crate) fn gemm_lhs(
                     bias: &epilogue.bias[c0..c0 + width],
                     clamp: epilogue.clamp,
                 };
-                let b = &b[(c0 / NR) * k * NR..];
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: as below, for the columns c0..c0 + width: their panels start at
-                // b's panel c0 / NR, their bias values are `e.bias`, and `part` holds m
-                // rows of `width`.
-                unsafe {
-                    if wide {
-                        x86::gemm_avx512(lhs, m, k, b, width, &mut part, width, &e);
-                    } else {
-                        x86::gemm_avx2(lhs, m, k, b, width, &mut part, width, &e);
-                    }
-                }
-                #[cfg(not(target_arch = "x86_64"))]
-                let _ = (b, e);
+                // Columns c0..c0 + width: their panels start at b's panel c0 / NR, and
+                // `part` holds m rows of `width`.
+                kernel(
+                    lhs,
+                    m,
+                    &b[(c0 / NR) * k * NR..],
+                    width,
+                    &mut part,
+                    width,
+                    &e,
+                );
                 Ok((c0, width, part))
             })
             .collect::<Result<Vec<_>>>()?;
