@@ -6,7 +6,7 @@
 //! | 0 | | success |
 //! | 1 | `failure` | the operation ran and failed: an execution error, `compare` found differences, `cache verify` found damage, an I/O error while working |
 //! | 2 | `usage` | bad command line: unknown or conflicting options, a missing key, a bad `--limit` |
-//! | 3 | `integrity` | verification failed: wrong key, tampered file, or a file not authenticated with the key given |
+//! | 3 | `integrity` | verification failed: wrong key, tampered file, or a file not authenticated with the key given; a `.nnc` altered or truncated while it is read (a weight field read again during `run`) |
 //! | 4 | `limit` | the input needs more memory than a resource limit allows (`--limit NAME=SIZE`) |
 //! | 65 | `malformed-input` | a model, `.nnc`, tensor file or device profile is malformed, or of an unknown type |
 //! | 66 | `missing-input` | an input file (model, key, tensor, profile) does not exist or cannot be read |
@@ -73,16 +73,6 @@ pub fn err(kind: Exit, message: impl Into<String>) -> anyhow::Error {
     })
 }
 
-/// Reads an input file: a missing or unreadable one is `missing-input`, naming `what`.
-pub fn read_input(path: &std::path::Path, what: &str) -> anyhow::Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| {
-        err(
-            Exit::MissingInput,
-            format!("cannot read {what} {}: {e}", path.display()),
-        )
-    })
-}
-
 fn container_kind(e: &ContainerError) -> Exit {
     match e {
         _ if e.is_integrity() => Exit::Integrity,
@@ -90,6 +80,9 @@ fn container_kind(e: &ContainerError) -> Exit {
         // A key of another length can only be the wrong key.
         ContainerError::KeyAlgorithm { .. } | ContainerError::Crypto(_) => Exit::Integrity,
         ContainerError::Unwritable(_) => Exit::Unsupported,
+        // An I/O error reading a `.nnc` (its truncation while it is read is an integrity
+        // failure above).
+        ContainerError::Read { .. } => Exit::MissingInput,
         _ => Exit::Malformed,
     }
 }

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use nnc_formats::crypto::{Algorithm, Key};
+use nnc_runtime::key_file::read_key_file;
 use zeroize::Zeroizing;
 
 use crate::exit::{Exit, err};
@@ -26,16 +27,17 @@ impl KeyArgs {
     /// The hex text of the key, if one was given (zeroized when dropped).
     fn hex(&self) -> anyhow::Result<Option<(Zeroizing<String>, String)>> {
         if let Some(path) = &self.key_file {
+            // Bounded and non-blocking: a FIFO, /dev/zero or a huge file is refused
+            // before anything proportional to it is read.
+            let text = read_key_file(path).map_err(|e| {
+                use nnc_runtime::key_file::KeyFileError as E;
+                let kind = match e {
+                    E::Io { .. } | E::NotAFile { .. } => Exit::MissingInput,
+                    E::TooLong { .. } | E::NotText { .. } => Exit::Malformed,
+                };
+                err(kind, format!("--key-file: {e}"))
+            })?;
             warn_if_readable_by_others(path);
-            let text = Zeroizing::new(std::fs::read_to_string(path).map_err(|e| {
-                err(
-                    Exit::MissingInput,
-                    format!(
-                        "cannot read the key file given with --key-file ({}): {e}",
-                        path.display()
-                    ),
-                )
-            })?);
             return Ok(Some((text, format!("key file {}", path.display()))));
         }
         if let Some(var) = &self.key_env {

@@ -2,6 +2,7 @@
 
 mod commands;
 mod exit;
+mod input;
 mod keys;
 mod output;
 mod progress;

@@ -4,9 +4,11 @@ use std::path::Path;
 
 use anyhow::Context;
 use nnc_compiler::onnx::{proto, tensor};
+use nnc_formats::limits::Limits;
 use nnc_formats::tensor::HostTensor;
 
-use crate::exit::{Exit, err, read_input};
+use crate::exit::{Exit, err};
+use crate::input;
 
 /// File formats for tensors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -32,28 +34,42 @@ impl TensorFormat {
     }
 }
 
-/// Reads a tensor file, its format chosen by extension.
+/// Reads a tensor file, its format chosen by extension, within the default limits.
 pub fn read(path: &Path) -> anyhow::Result<HostTensor> {
-    match TensorFormat::of(path) {
-        Some(TensorFormat::Npy) => {
-            let bytes = read_input(path, "tensor file")?;
-            nnc_formats::npy::read_npy(&bytes)
-                .with_context(|| format!("{} is not a valid .npy file", path.display()))
-        }
-        Some(TensorFormat::Pb) => {
-            let bytes = read_input(path, "tensor file")?;
-            let proto = proto::decode_tensor(&bytes)
-                .with_context(|| format!("{} is not an ONNX TensorProto", path.display()))?;
-            tensor::tensor_to_host(&proto, &tensor::ExternalDataContext::none())
-                .with_context(|| format!("cannot read tensor file {}", path.display()))
-        }
-        None => Err(err(
+    read_within(path, &Limits::default())
+}
+
+/// Reads a tensor file, its format chosen by extension: a file or tensor beyond the
+/// `tensor` limit is refused (exit 4) before its data is read.
+pub fn read_within(path: &Path, limits: &Limits) -> anyhow::Result<HostTensor> {
+    let format = TensorFormat::of(path).ok_or_else(|| {
+        err(
             Exit::Malformed,
             format!(
                 "{}: unknown tensor file type (expected .npy or .pb)",
                 path.display()
             ),
-        )),
+        )
+    })?;
+    let bytes = input::read_tensor_file(path, limits)?;
+    match format {
+        TensorFormat::Npy => nnc_formats::npy::read_npy(&bytes)
+            .with_context(|| format!("{} is not a valid .npy file", path.display())),
+        TensorFormat::Pb => {
+            let proto = proto::decode_tensor(&bytes)
+                .with_context(|| format!("{} is not an ONNX TensorProto", path.display()))?;
+            let context = tensor::ExternalDataContext::none().with_limits(*limits);
+            tensor::tensor_to_host(&proto, &context).map_err(|e| {
+                let what = format!("cannot read tensor file {}", path.display());
+                match e {
+                    // Classified by the limit (exit 4), not as a malformed file.
+                    tensor::OnnxTensorError::Limit { source, .. } => {
+                        anyhow::Error::new(source).context(what)
+                    }
+                    e => anyhow::Error::new(e).context(what),
+                }
+            })
+        }
     }
 }
 

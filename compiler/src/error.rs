@@ -17,7 +17,7 @@ pub enum CompileError {
     #[error("not a valid ONNX model: {0}")]
     OnnxDecode(#[from] crate::onnx::proto::OnnxDecodeError),
     #[error("{0}")]
-    OnnxTensor(#[from] crate::onnx::tensor::OnnxTensorError),
+    OnnxTensor(crate::onnx::tensor::OnnxTensorError),
     /// The model is malformed: it breaks its own format's rules.
     #[error("invalid model: {location}: {message}")]
     InvalidModel { location: String, message: String },
@@ -52,6 +52,18 @@ pub enum CompileError {
         #[source]
         error: nnc_formats::limits::LimitError,
     },
+}
+
+impl From<crate::onnx::tensor::OnnxTensorError> for CompileError {
+    /// A tensor beyond a limit is a limit error (exit 4), not a malformed model.
+    fn from(e: crate::onnx::tensor::OnnxTensorError) -> Self {
+        match e {
+            crate::onnx::tensor::OnnxTensorError::Limit { source, .. } => {
+                CompileError::limit("model", source)
+            }
+            e => CompileError::OnnxTensor(e),
+        }
+    }
 }
 
 impl CompileError {

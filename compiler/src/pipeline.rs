@@ -142,7 +142,9 @@ impl SourceFile {
 
 /// The bytes of a source model: a large regular file is memory-mapped (its weights are
 /// then read straight from the page cache, without a copy into the heap and the page
-/// faults of a fresh buffer), anything else read.
+/// faults of a fresh buffer), a small one read, up to its size when opened and no
+/// further. Anything but a regular file (a FIFO that would block, a device that never
+/// ends, a directory) is refused before it is opened.
 ///
 /// Like LLVM's `MemoryBuffer`, the mapping trusts that the file is not truncated while
 /// the compiler reads it (a truncated mapping faults); the model's own bytes, however
@@ -151,16 +153,36 @@ fn read_source(
     path: &Path,
 ) -> std::io::Result<(bytes::Bytes, Option<std::sync::Arc<memmap2::Mmap>>)> {
     const MAP_FROM: u64 = 1 << 20;
+    // stat before open: opening a FIFO for reading waits for a writer.
+    refuse_special(&std::fs::metadata(path)?)?;
     let file = std::fs::File::open(path)?;
     let meta = file.metadata()?;
-    if meta.is_file() && meta.len() >= MAP_FROM {
+    refuse_special(&meta)?;
+    if meta.len() >= MAP_FROM {
         // SAFETY: the map is read-only and private; see above for truncation.
         let map = std::sync::Arc::new(unsafe { memmap2::MmapOptions::new().map(&file) }?);
         return Ok((bytes::Bytes::from_owner(SharedMap(map.clone())), Some(map)));
     }
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(&mut &file, &mut bytes)?;
+    let len = meta.len();
+    let mut bytes = Vec::with_capacity(len as usize);
+    std::io::Read::read_to_end(&mut std::io::Read::take(&file, len), &mut bytes)?;
     Ok((bytes.into(), None))
+}
+
+/// A model source must be a regular file.
+fn refuse_special(meta: &std::fs::Metadata) -> std::io::Result<()> {
+    if meta.is_file() {
+        return Ok(());
+    }
+    let kind = if meta.is_dir() {
+        std::io::ErrorKind::IsADirectory
+    } else {
+        std::io::ErrorKind::InvalidInput
+    };
+    Err(std::io::Error::new(
+        kind,
+        "not a regular file (a model is read from a file, not a FIFO, device or directory)",
+    ))
 }
 
 /// A shared mapping as the owner of a `Bytes`.
@@ -213,8 +235,10 @@ pub fn lower_bytes(
     ext: &onnx::tensor::ExternalDataContext,
     options: &LowerOptions,
 ) -> Result<Lowered, CompileError> {
+    // External data is checked against the limits the import runs under.
+    let ext = ext.clone().with_limits(options.import.limits);
     let imported = match format {
-        SourceFormat::Onnx => onnx::import_bytes(bytes, &options.import, ext)?,
+        SourceFormat::Onnx => onnx::import_bytes(bytes, &options.import, &ext)?,
         SourceFormat::Tflite => {
             if !options.import.bound_inputs.is_empty() {
                 return Err(CompileError::Options(

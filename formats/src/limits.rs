@@ -8,6 +8,8 @@
 //! of while keeping what a small hostile file can cost well under a gigabyte.
 
 use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The limits in force for one compilation or load.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,7 +63,10 @@ impl LimitKind {
         match self {
             LimitKind::Tensor => "the largest tensor",
             LimitKind::Folded => "the constants compile-time evaluation may create",
-            LimitKind::Arena => "the activation arena of one execution",
+            LimitKind::Arena => {
+                "the memory of one execution (activation arenas of the graph and its \
+                 subgraphs, loop state, streamed outputs)"
+            }
         }
     }
 }
@@ -87,6 +92,9 @@ pub struct LimitError {
 
 fn describe_bytes(requested: Option<u64>) -> String {
     match requested {
+        // A rounded size can read as the limit itself ("2.0 GiB, beyond the limit of
+        // 2 GiB"): say the exact bytes too.
+        Some(n) if format_size(n).contains('.') => format!("{} ({n} bytes)", format_size(n)),
         Some(n) => format_size(n),
         None => "more than 2^64 bytes".into(),
     }
@@ -217,6 +225,137 @@ impl fmt::Display for LimitKind {
     }
 }
 
+/// A limit that bounds a *sum*: every allocation proportional to sizes an input controls
+/// (the main graph's arena, each subgraph's arena, loop state and scan accumulators,
+/// a stream's collected outputs) reserves its bytes here before it allocates, and gives
+/// them back when it frees them (dropping the [`Reservation`]). Checking each request
+/// alone against a limit is not enough: a loop that keeps one old state per iteration,
+/// or five thousand subgraphs of one modest arena each, stays under every per-request
+/// check and still exhausts the machine.
+///
+/// Shared by `Arc` between the threads of one execution; reservations are atomic.
+#[derive(Debug)]
+pub struct Budget {
+    kind: LimitKind,
+    limit: u64,
+    used: AtomicU64,
+}
+
+impl Budget {
+    /// A budget of `limits`' `kind` limit.
+    pub fn new(limits: &Limits, kind: LimitKind) -> Arc<Budget> {
+        Arc::new(Budget {
+            kind,
+            limit: limits.get(kind),
+            used: AtomicU64::new(0),
+        })
+    }
+
+    /// Reserves `bytes` (`None`: the size overflowed) for `what`, or refuses with a
+    /// [`LimitError`] naming the limit, what asked and how much the budget already holds.
+    pub fn reserve(
+        self: &Arc<Self>,
+        what: impl FnOnce() -> String,
+        bytes: Option<u64>,
+    ) -> Result<Reservation, LimitError> {
+        let mut reservation = Reservation {
+            budget: Arc::clone(self),
+            bytes: 0,
+        };
+        reservation.resize(what, bytes)?;
+        Ok(reservation)
+    }
+
+    /// Bytes reserved now.
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Acquire)
+    }
+
+    /// The limit in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    pub fn kind(&self) -> LimitKind {
+        self.kind
+    }
+
+    fn refuse(&self, what: String, requested: Option<u64>, held: u64) -> LimitError {
+        let in_use = self.used().saturating_sub(held);
+        let what = if in_use > 0 {
+            format!("{what} (with {} already in use)", format_size(in_use))
+        } else {
+            what
+        };
+        LimitError {
+            kind: self.kind,
+            what,
+            requested: requested.and_then(|r| r.checked_add(in_use)),
+            limit: self.limit,
+        }
+    }
+}
+
+/// Bytes held in a [`Budget`]; given back when dropped.
+#[derive(Debug)]
+pub struct Reservation {
+    budget: Arc<Budget>,
+    bytes: u64,
+}
+
+impl Reservation {
+    /// An empty reservation in `budget`, to [`Reservation::resize`] later.
+    pub fn empty(budget: &Arc<Budget>) -> Reservation {
+        Reservation {
+            budget: Arc::clone(budget),
+            bytes: 0,
+        }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Grows or shrinks what this reservation holds to `bytes` (`None`: overflowed). On
+    /// refusal the reservation keeps what it held.
+    pub fn resize(
+        &mut self,
+        what: impl FnOnce() -> String,
+        bytes: Option<u64>,
+    ) -> Result<(), LimitError> {
+        let budget = &self.budget;
+        let Some(new) = bytes else {
+            return Err(budget.refuse(what(), None, self.bytes));
+        };
+        if new <= self.bytes {
+            budget.used.fetch_sub(self.bytes - new, Ordering::AcqRel);
+            self.bytes = new;
+            return Ok(());
+        }
+        let grow = new - self.bytes;
+        let result = budget
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(grow)
+                    .filter(|&total| total <= budget.limit)
+            });
+        match result {
+            Ok(_) => {
+                self.bytes = new;
+                Ok(())
+            }
+            Err(_) => Err(budget.refuse(what(), Some(new), self.bytes)),
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,5 +404,35 @@ mod tests {
                 .unwrap_err()
                 .contains("tensor, folded, arena")
         );
+    }
+
+    #[test]
+    fn a_budget_bounds_the_sum_of_its_reservations() {
+        let limits = Limits {
+            max_arena_bytes: 100,
+            ..Limits::default()
+        };
+        let budget = Budget::new(&limits, LimitKind::Arena);
+        let a = budget.reserve(|| "a".into(), Some(60)).unwrap();
+        let err = budget.reserve(|| "b".into(), Some(50)).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("b (with 60 B already in use)"), "{text}");
+        assert!(text.contains("--limit arena=SIZE"), "{text}");
+        assert_eq!(err.requested, Some(110));
+        assert_eq!(budget.used(), 60);
+        let mut b = budget.reserve(|| "b".into(), Some(40)).unwrap();
+        assert_eq!(budget.used(), 100);
+        assert!(b.resize(|| "b".into(), Some(41)).is_err());
+        assert_eq!(b.bytes(), 40, "a refused resize keeps what it held");
+        b.resize(|| "b".into(), Some(10)).unwrap();
+        assert_eq!(budget.used(), 70);
+        drop(a);
+        assert_eq!(budget.used(), 10);
+        assert!(budget.reserve(|| "c".into(), None).is_err());
+        drop(b);
+        assert_eq!(budget.used(), 0);
+        let mut empty = Reservation::empty(&budget);
+        empty.resize(|| "d".into(), Some(100)).unwrap();
+        assert_eq!(budget.used(), 100);
     }
 }

@@ -22,6 +22,12 @@ use nnc_formats::limits::Limits;
 use nnc_formats::tensor::HostTensor;
 use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
 
+mod control_flow;
+pub use control_flow::control_flow;
+
+mod capi_sequence;
+pub use capi_sequence::capi_sequence;
+
 /// A fuzz target: bytes in, nothing out; only a panic (or abort, hang, runaway
 /// allocation) is a finding.
 pub type Target = fn(&[u8]);
@@ -36,6 +42,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("npy", npy),
     ("tensor_proto", tensor_proto),
     ("compile_pipeline", compile_pipeline),
+    ("control_flow", control_flow),
+    ("capi_sequence", capi_sequence),
 ];
 
 /// The fixed key of every file the targets seal: the fuzzer plays a key holder, so that

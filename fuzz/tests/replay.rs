@@ -92,3 +92,13 @@ fn tensor_proto() {
 fn compile_pipeline() {
     replay("compile_pipeline");
 }
+
+#[test]
+fn control_flow() {
+    replay("control_flow");
+}
+
+#[test]
+fn capi_sequence() {
+    replay("capi_sequence");
+}

@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use nnc_formats::cache::{
-    CacheDir, CacheEntry, CacheError, Lookup, Token, TokenInputs, open_data, seal_data, token,
+    CacheDir, CacheEntry, CacheError, Lookup, ModelDigest, Token, TokenInputs, open_data,
+    seal_data, token,
 };
 use nnc_formats::plan::ExecutionPlan;
 
@@ -29,7 +30,8 @@ pub const CACHE_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub struct CacheConfig {
     pub dir: PathBuf,
     /// The caller's token, standing for the model in every step's token; by default the
-    /// model file's checksum (its metadata tag, which authenticates every byte).
+    /// model file's checksum (its metadata tag, which authenticates every byte). Either
+    /// way an entry is used only for the model file it was prepared from.
     pub token: Option<Token>,
 }
 
@@ -66,6 +68,9 @@ impl CacheReport {
 #[derive(Clone, Debug)]
 pub(crate) struct CacheStep {
     pub token: Token,
+    /// The model file's metadata tag: an entry prepared from another file is a miss,
+    /// whatever the token (a caller's token names a model but cannot prove which).
+    pub model_digest: ModelDigest,
     /// Index of the step's device among the attached devices.
     pub device: usize,
     pub operations: Vec<usize>,
@@ -94,10 +99,13 @@ fn kernel_build(float_math: FloatMath) -> String {
 }
 
 /// The cache steps of a model: the plan's steps, or one step of every operation.
+/// `model_id` goes into the tokens (the caller's token or the metadata tag);
+/// `model_digest` is the file's metadata tag, which every entry records.
 pub(crate) fn steps(
     plan: Option<&ExecutionPlan>,
     operation_count: usize,
     model_id: &[u8],
+    model_digest: &ModelDigest,
     default_device: &str,
     float_math: FloatMath,
 ) -> Vec<CacheStep> {
@@ -118,6 +126,7 @@ pub(crate) fn steps(
                 preference,
                 nnc_version: &build,
             }),
+            model_digest: *model_digest,
             device,
             operations: ops,
             model_files: files.0 as usize,
@@ -358,10 +367,20 @@ pub(crate) fn try_hit(
     for step in steps {
         let key = key_for(step.device, &step.token)?;
         let entry = match dir
-            .lookup(&step.token, step.model_files, step.data_files, key.as_ref())
+            .lookup(
+                &step.token,
+                &step.model_digest,
+                step.model_files,
+                step.data_files,
+                key.as_ref(),
+            )
             .map_err(cache_err)?
         {
             Lookup::Miss => return Ok(None),
+            Lookup::IndexDamaged(why) => {
+                warnings.push(why);
+                return Ok(None);
+            }
             Lookup::Invalid(reason) => {
                 warnings.push(format!(
                     "discarded cache entry {}: {reason}",
@@ -444,8 +463,14 @@ pub(crate) fn store(
                 .map_err(cache_err)?,
             );
         }
-        dir.store(&step.token, &model_parts, &data_files, key.as_ref())
-            .map_err(cache_err)?;
+        dir.store(
+            &step.token,
+            &step.model_digest,
+            &model_parts,
+            &data_files,
+            key.as_ref(),
+        )
+        .map_err(cache_err)?;
     }
     Ok(())
 }

@@ -35,6 +35,7 @@ pub mod error;
 pub mod exec;
 pub mod execution;
 pub mod kernels;
+pub mod key_file;
 pub mod model;
 pub mod tensor;
 

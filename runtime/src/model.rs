@@ -15,7 +15,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use nnc_formats::container::{Container, Header, SectionKind, copy_metadata};
+use nnc_formats::container::{
+    Container, ContainerError, FileSource, Header, SectionKind, Source, copy_metadata_from,
+};
 use nnc_formats::nn::IoInfo;
 use nnc_formats::plan::ExecutionPlan;
 use nnc_formats::tensor::HostTensor;
@@ -105,30 +107,28 @@ impl WeightProvider for PlanWeights {
     }
 }
 
-/// The bytes of a `.nnc` file: memory-mapped, or owned. Open one to read the file's public
-/// structure (such as its execution plan) and then load it, without reading it twice.
+/// The bytes of a `.nnc` file: an open file read at offsets, or bytes in memory. Open one
+/// to read the file's public structure (such as its execution plan) and then load it.
 pub struct ModelFile(ModelBytes);
 
 enum ModelBytes {
-    Mapped(memmap2::Mmap),
+    /// Read with positional reads, each into a buffer of the reader's own, never
+    /// memory-mapped: a file truncated by another process is then an error
+    /// ([`ContainerError::Shrank`]) rather than a SIGBUS, and a weight field is checked
+    /// and decrypted from bytes no other process can change.
+    File(FileSource),
     Owned(Vec<u8>),
 }
 
 impl ModelFile {
-    /// Maps a `.nnc` file. Weights are paged in only when a device reads them, so a model
+    /// Opens a `.nnc` file. Weights are read only when a device reads them, so a model
     /// prepared from a compilation cache never reads its weight region at all.
     pub fn open(path: &Path) -> Result<ModelFile> {
-        let io = |e: std::io::Error| RuntimeError::Io {
+        let file = FileSource::open(path).map_err(|e| RuntimeError::Io {
             path: path.display().to_string(),
             message: e.to_string(),
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        // SAFETY: the mapping is read-only; if another process changes the file while it
-        // is mapped, the bytes read may change but stay in bounds. Every weight field's
-        // tag is checked again each time a device reads it, so altered weights are
-        // refused rather than used.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        Ok(ModelFile(ModelBytes::Mapped(map)))
+        })?;
+        Ok(ModelFile(ModelBytes::File(file)))
     }
 
     /// A `.nnc` file held in memory.
@@ -136,17 +136,39 @@ impl ModelFile {
         ModelFile(ModelBytes::Owned(bytes))
     }
 
-    pub fn bytes(&self) -> &[u8] {
-        match &self.0 {
-            ModelBytes::Mapped(m) => m,
-            ModelBytes::Owned(v) => v,
-        }
+    /// The file's public structure, parsed from a copy of its metadata region and not
+    /// authenticated (a device authenticates the file when it loads).
+    pub fn parse(&self) -> std::result::Result<Container<'_>, ContainerError> {
+        let metadata = copy_metadata_from(self)?;
+        Container::parse_source(self, metadata)
     }
 }
 
-impl AsRef<[u8]> for ModelFile {
-    fn as_ref(&self) -> &[u8] {
-        self.bytes()
+impl Source for ModelFile {
+    fn len(&self) -> u64 {
+        match &self.0 {
+            ModelBytes::File(f) => f.len(),
+            ModelBytes::Owned(v) => Source::len(v),
+        }
+    }
+
+    fn read_at(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        what: &dyn Fn() -> String,
+    ) -> std::result::Result<(), ContainerError> {
+        match &self.0 {
+            ModelBytes::File(f) => f.read_at(offset, buf, what),
+            ModelBytes::Owned(v) => v.read_at(offset, buf, what),
+        }
+    }
+
+    fn in_memory(&self) -> Option<&[u8]> {
+        match &self.0 {
+            ModelBytes::File(_) => None,
+            ModelBytes::Owned(v) => Some(v),
+        }
     }
 }
 
@@ -235,7 +257,7 @@ fn check_prepare_deadline(deadline: Option<Instant>, phase: &str) -> Result<()> 
 }
 
 impl PreparedModel {
-    /// Loads a `.nnc` file through a memory map.
+    /// Loads a `.nnc` file, reading it at offsets (never memory-mapped).
     pub fn load_file(
         path: &Path,
         devices: &impl DeviceSource,
@@ -271,15 +293,15 @@ impl PreparedModel {
         check_prepare_deadline(options.deadline, "before preparation began")?;
         // Host side: parse the header and the file's public structure (the execution
         // plan), and program each device's crypto control register.
-        let data: &[u8] = (*bytes).as_ref();
+        let data: &ModelFile = &bytes;
         // Nothing of the file is trusted before a device holding the key authenticates it.
         // The metadata region is copied once; authentication, the host's parse and every
-        // device's parse read that copy, never the (possibly memory-mapped) file again.
-        let metadata = copy_metadata(data)?;
+        // device's parse read that copy, never the file again.
+        let metadata = copy_metadata_from(data)?;
         devices.device_for("").authenticate(&metadata)?;
         check_prepare_deadline(options.deadline, "while the file was authenticated")?;
         let (header, plan, op_count, kernel_options) = {
-            let container = Container::parse_with_metadata(data, metadata.clone())?;
+            let container = Container::parse_source(data, metadata.clone())?;
             let op_count = container.model.main.operations.len();
             // What the kernels are built with, as the program will build them (a model
             // that allows relaxed computation gets fast float math whatever the option).
@@ -329,6 +351,7 @@ impl PreparedModel {
                 plan.as_ref(),
                 op_count,
                 &model_id,
+                &header.tag,
                 &device_names[0],
                 kernel_options.float_math,
             );
@@ -343,7 +366,7 @@ impl PreparedModel {
         // the operations it runs (unless the cache supplies their prepared weights), and
         // sets up its decrypt path.
         let verify_fields = hit.is_none();
-        let shared: Arc<dyn AsRef<[u8]> + Send + Sync> = bytes;
+        let shared: Arc<dyn Source> = bytes;
         let (model, attached, by_operation) = match &plan {
             None => {
                 let (model, w) = devices.device_for("").attach(

@@ -456,10 +456,15 @@ fn eight_threads_writing_one_domain_buffer_neither_crash_nor_hang() {
     let inputs: Vec<Vec<f32>> = (0..8).map(|t| input_values(64, t)).collect();
     let valid: Vec<Vec<f32>> = inputs.iter().map(|x| plain(&model, x)).collect();
     let barrier = Arc::new(Barrier::new(9));
+    // Writers keep computing until the reader has copied the buffer a few times while
+    // they run (at least 40 computes each): on a loaded machine a fixed number of
+    // computes can finish before the reader's first copy gets in.
+    let readers_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writers: Vec<_> = inputs
         .iter()
         .map(|x| {
             let (model, y, barrier) = (Arc::clone(&model), Arc::clone(&y), Arc::clone(&barrier));
+            let done = Arc::clone(&readers_done);
             let x = x.clone();
             std::thread::spawn(move || {
                 let input = Memory::from_bytes(bytemuck::cast_slice(&x)).unwrap();
@@ -467,8 +472,10 @@ fn eight_threads_writing_one_domain_buffer_neither_crash_nor_hang() {
                 execution.set_input_memory(0, &input).unwrap();
                 execution.set_output_memory(0, &y).unwrap();
                 barrier.wait();
-                for _ in 0..40 {
+                let mut computes = 0;
+                while computes < 40 || !done.load(std::sync::atomic::Ordering::Acquire) {
                     execution.compute().unwrap();
+                    computes += 1;
                 }
             })
         })
@@ -483,6 +490,11 @@ fn eight_threads_writing_one_domain_buffer_neither_crash_nor_hang() {
         if Memory::copy(&y, &pool).is_ok() {
             assert!(valid.contains(&read_f32(&pool)), "a torn value");
             copies += 1;
+            if copies >= 5 {
+                readers_done.store(true, std::sync::atomic::Ordering::Release);
+            }
+        } else {
+            std::thread::yield_now();
         }
     }
     for w in writers {
@@ -490,7 +502,10 @@ fn eight_threads_writing_one_domain_buffer_neither_crash_nor_hang() {
     }
     Memory::copy(&y, &pool).unwrap();
     assert!(valid.contains(&read_f32(&pool)));
-    assert!(copies > 0);
+    assert!(
+        copies >= 5,
+        "only {copies} copies got in while the writers ran"
+    );
 }
 
 #[cfg(target_os = "linux")]

@@ -51,6 +51,14 @@ pub struct Args {
     pub json: bool,
     #[command(flatten)]
     pub limits: super::LimitArgs,
+    /// Bound the simulated NPU's parameter cache (bytes), as for `nnc run`: weights
+    /// beyond it are evicted and decrypted again when next used. Unbounded by default.
+    #[arg(long, value_name = "BYTES")]
+    pub parameter_cache: Option<u64>,
+    /// How long the WHILE loops of one execution may run in all, as for `nnc run` (e.g.
+    /// `500ms`, `5s`; a bare number is milliseconds). Default 2s, at most 15s.
+    #[arg(long, value_name = "DURATION", value_parser = super::run::parse_loop_timeout)]
+    pub loop_timeout: Option<Duration>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -67,14 +75,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         requantization: args.requantization,
         float_math: args.float_math,
         no_fusion: args.no_fusion,
-        parameter_cache: None,
+        parameter_cache: args.parameter_cache,
         input_shapes: Vec::new(),
         cache_dir: None,
         token: None,
         limits: args.limits.clone(),
         streams: Vec::new(),
         feed_back: Vec::new(),
-        loop_timeout: None,
+        loop_timeout: args.loop_timeout,
     };
     let start = Instant::now();
     let progress = crate::progress::Progress::new(!args.json);
@@ -98,13 +106,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         super::run::gather_inputs(&run_args, model.inputs())?
     };
     let model = Arc::new(model);
-    let warm_up = model.run(&inputs).context("warm-up execution failed")?;
+    let options = nnc_runtime::exec::ExecuteOptions {
+        loop_timeout: args.loop_timeout,
+        ..Default::default()
+    };
+    let (warm_up, _) = model
+        .run_with(&inputs, &options)
+        .context("warm-up execution failed")?;
     let plain = time_runs(args.runs, || {
-        let (_, timing) = model.run_timed(&inputs).context("execution failed")?;
+        let (_, timing) = model
+            .run_with(&inputs, &options)
+            .context("execution failed")?;
         Ok(timing)
     })?;
     let burst = if args.burst {
-        Some(time_burst(&model, &inputs, &warm_up, args.runs)?)
+        Some(time_burst(
+            &model,
+            &inputs,
+            &warm_up,
+            args.runs,
+            args.loop_timeout,
+        )?)
     } else {
         None
     };
@@ -138,6 +160,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 nnc_runtime::FloatMath::Fast => "fast",
             },
             "input_dtypes": inputs.iter().map(|t| t.dtype).collect::<Vec<DataType>>(),
+            "parameter_cache": model.cache_stats(),
         });
         if let Some(b) = &burst {
             report["burst"] = json!({
@@ -350,8 +373,12 @@ fn time_burst(
     inputs: &[HostTensor],
     warm_up: &[HostTensor],
     runs: u32,
+    loop_timeout: Option<Duration>,
 ) -> anyhow::Result<Summary> {
     let mut execution = Execution::new(model);
+    if let Some(timeout) = loop_timeout {
+        execution.set_loop_timeout(timeout)?;
+    }
     for (k, t) in inputs.iter().enumerate() {
         let (shape, bytes) = model.program().host_input(k, t)?;
         let memory = Memory::from_bytes(&bytes)?;

@@ -7,6 +7,8 @@ use std::time::Instant;
 use anyhow::Context;
 use nnc_compiler::emit::{self, EmitOptions};
 use nnc_formats::crypto::{Algorithm, Key, Mode};
+use nnc_formats::limits::{Limits, format_size};
+use nnc_formats::nn::{Model, Pool};
 use serde_json::json;
 
 use super::{EncryptArg, ModeArg};
@@ -132,6 +134,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "warning: ECB encrypts equal weight blocks to equal ciphertext blocks, revealing patterns; prefer ctr or cbc"
         );
     }
+    // A FIFO or device is refused by name before the compiler opens it.
+    crate::input::check(&args.model, "model")?;
     progress.stage(format!("lowering {}", args.model.display()));
     let mut options = super::lower_options(&args.input_shapes, false, args.limits.limits())?;
     super::bind_inputs(&mut options, &args.bind_inputs)?;
@@ -155,10 +159,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if partitioned {
         let mut profiles = Vec::new();
         for path in &args.devices {
-            profiles.extend(
-                nnc_formats::device::load_profiles(path)
-                    .map_err(nnc_compiler::CompileError::from)?,
-            );
+            profiles.extend(crate::input::read_profiles(path)?);
         }
         progress.stage(format!(
             "partitioning across {} device profile(s)",
@@ -232,6 +233,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot compile {}", args.model.display()))
     })?;
     let emit_ms = started.elapsed().as_secs_f64() * 1e3;
+    let limits = args.limits.limits();
+    let arena = planned_arena(&mut model, &limits);
+    if let Some(bytes) = arena.filter(|&b| b > limits.max_arena_bytes) {
+        eprintln!(
+            "warning: {} plans {} of intermediate tensors per execution, beyond the arena \
+             limit of {}: the runtime will refuse it unless run with --limit arena=SIZE \
+             (SIZE at least {})",
+            args.output.display(),
+            format_size(bytes),
+            format_size(limits.max_arena_bytes),
+            format_size(bytes)
+        );
+    }
     let cache = match super::cache_config(args.cache_dir.as_deref(), args.token.as_deref())? {
         None => serde_json::Value::Null,
         Some(config) => {
@@ -283,6 +297,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
         "reproducible": args.reproducible,
         "relax_float32": model.relax_computation_float32_to_float16,
+        "arena_bytes": arena,
         "cache": cache,
         "plan": plan_summary,
         "timing_ms": { "lower": lower_ms, "emit": emit_ms },
@@ -318,4 +333,53 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The activation arena the runtime's memory plan gives `model` (as `nnc run` would
+/// prepare it), or `None` when it has no static plan (control flow, dynamic shapes) or
+/// cannot be prepared here. The model's weights are dropped first: the plan needs their
+/// sizes only, and the file is written.
+fn planned_arena(model: &mut Model, limits: &Limits) -> Option<u64> {
+    if !model.referenced.is_empty() {
+        return None;
+    }
+    for pool in &mut model.pools {
+        *pool = Pool::Opaque { size: pool.size() };
+    }
+    let options = nnc_runtime::exec::PrepareOptions {
+        // The plan is measured here, not refused: the warning says what it needs.
+        limits: Limits {
+            max_arena_bytes: u64::MAX,
+            ..*limits
+        },
+        ..Default::default()
+    };
+    let program =
+        nnc_runtime::exec::Program::prepare(model, std::sync::Arc::new(NoWeights), &options)
+            .ok()?;
+    let size = program.arena_size() as u64;
+    (size > 0).then_some(size)
+}
+
+/// A weight provider for measuring a plan: nothing runs, so no weights are needed.
+struct NoWeights;
+
+impl nnc_runtime::exec::WeightProvider for NoWeights {
+    fn weights(
+        &self,
+        _operation: usize,
+        _kernel: &dyn nnc_runtime::Kernel,
+    ) -> nnc_runtime::error::Result<std::sync::Arc<nnc_runtime::PreparedWeights>> {
+        Err(nnc_runtime::RuntimeError::Internal(
+            "no weights are loaded when measuring a memory plan".into(),
+        ))
+    }
+
+    fn preload(
+        &self,
+        _operation: usize,
+        _kernel: &dyn nnc_runtime::Kernel,
+    ) -> nnc_runtime::error::Result<()> {
+        Ok(())
+    }
 }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use nnc_formats::device::{DeviceProfile, load_profiles};
+use nnc_formats::device::DeviceProfile;
 use serde_json::json;
 
 use crate::output;
@@ -21,7 +21,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut profiles = vec![DeviceProfile::cpu()];
     for path in &args.devices {
-        profiles.extend(load_profiles(path)?);
+        profiles.extend(crate::input::read_profiles(path)?);
     }
     let kernels = nnc_runtime::kernels::isa::report();
     if args.json {

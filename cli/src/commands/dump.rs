@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use nnc_formats::nn::dump::{self, DotOptions};
 use serde_json::json;
 
-use crate::exit::{Exit, err, read_input};
+use crate::exit::{Exit, err};
 use crate::output;
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -63,7 +63,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     let (model, plan) = if super::is_compiled(&args.model)? {
-        let bytes = read_input(&args.model, "model")?;
+        let bytes = crate::input::read_model(&args.model, "model")?;
         let container = nnc_formats::container::Container::parse(&bytes)
             .with_context(|| format!("{} is not a valid nnc model file", args.model.display()))?;
         let plan = super::stored_plan(&container)?;

@@ -215,7 +215,7 @@ fn source_text(r: &Value) -> String {
 fn run_compiled(args: Args) -> anyhow::Result<ExitCode> {
     use anyhow::Context;
     use nnc_formats::container::Container;
-    let bytes = crate::exit::read_input(&args.model, "model")?;
+    let bytes = crate::input::read_model(&args.model, "model")?;
     let container = Container::parse(&bytes)
         .with_context(|| format!("{} is not a valid nnc model file", args.model.display()))?;
     // Checked when a key is given, or when none is needed.

@@ -80,7 +80,8 @@ pub fn bind_inputs(
     bindings: &[(String, std::path::PathBuf)],
 ) -> anyhow::Result<()> {
     for (name, file) in bindings {
-        let value = crate::tensors::read(file).with_context(|| format!("--bind-input {name}"))?;
+        let value = crate::tensors::read_within(file, &options.import.limits)
+            .with_context(|| format!("--bind-input {name}"))?;
         if options
             .import
             .bound_inputs
@@ -213,7 +214,8 @@ pub fn is_compiled(path: &Path) -> anyhow::Result<bool> {
             format!("cannot read {}: {e}", path.display()),
         )
     };
-    let mut f = std::fs::File::open(path).map_err(cannot)?;
+    // Regular files only, opened without blocking (a FIFO would wait for a writer).
+    let (mut f, _) = crate::input::open(path, "model")?;
     let mut magic = [0u8; 8];
     let mut n = 0;
     while n < magic.len() {

@@ -156,13 +156,14 @@ pub fn load_binding(
         }
     };
     if super::is_compiled(&args.model)? {
-        // Mapped, not read: a model prepared from a compilation cache never pages in its
-        // weight region.
+        // Opened, not read whole: a model prepared from a compilation cache never reads
+        // its weight region.
         let file = ModelFile::open(&args.model)
             .with_context(|| format!("cannot read {}", args.model.display()))?;
         // One simulated device per device of the model's execution plan (the plan is
         // public structure; nothing is trusted until a device authenticates the file).
-        let names: Vec<String> = match nnc_formats::container::Container::parse(file.bytes())
+        let names: Vec<String> = match file
+            .parse()
             .ok()
             .and_then(|c| super::stored_plan(&c).ok().flatten())
         {
@@ -245,7 +246,7 @@ fn compile_source(
             let value = match &tensors[k] {
                 Some(t) => t.clone(),
                 None => {
-                    let t = tensors::read(&files[k])?;
+                    let t = tensors::read_within(&files[k], &args.limits.limits())?;
                     tensors[k] = Some(t.clone());
                     t
                 }
@@ -281,7 +282,7 @@ fn compile_source(
             .with_context(|| format!("internal: compiled input '{}' is not declared", info.name))?;
         let t = match tensors[j].take() {
             Some(t) => t,
-            None => tensors::read(&files[j])?,
+            None => tensors::read_within(&files[j], &args.limits.limits())?,
         };
         check_input(k, info, &t, &files[j])?;
         inputs.push(t);
@@ -421,7 +422,7 @@ pub fn gather_inputs(args: &Args, declared: &[IoInfo]) -> anyhow::Result<Vec<Hos
         .zip(declared)
         .enumerate()
         .map(|(k, (path, info))| {
-            let t = tensors::read(path)?;
+            let t = tensors::read_within(path, &args.limits.limits())?;
             check_input(k, info, &t, path)?;
             Ok(t)
         })

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
+use nnc_formats::limits::{Budget, LimitKind, Limits, Reservation};
 use nnc_formats::nn::IoInfo;
 use nnc_formats::tensor::HostTensor;
 use serde_json::json;
@@ -39,6 +40,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let input_names: Vec<String> = inputs.iter().map(|i| i.name.clone()).collect();
     let output_names: Vec<String> = outputs.iter().map(|o| o.name.clone()).collect();
 
+    let limits = args.limits.limits();
     let streamed = named_pairs(&args.streams, "--stream", "NAME=FILE")?;
     let fed_back = named_pairs(&args.feed_back, "--feed-back", "OUT=IN")?;
     let mut sources: Vec<Option<Source>> = inputs.iter().map(|_| None).collect();
@@ -51,7 +53,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             ));
         }
         let path = PathBuf::from(file);
-        let steps = tensors::read(&path)?;
+        let steps = tensors::read_within(&path, &limits)?;
         sources[k] = Some(Source::Streamed { steps, path });
     }
     let mut elsewhere: Vec<String> = streamed.iter().map(|(n, _)| n.clone()).collect();
@@ -86,7 +88,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         let first = match file {
             Some(path) => {
-                let t = tensors::read(path)?;
+                let t = tensors::read_within(path, &limits)?;
                 check_input(k, info, &t, path)?;
                 Some(t)
             }
@@ -97,7 +99,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 from,
                 first: match first {
                     Some(t) => t,
-                    None => zeros(info)?,
+                    None => zeros(info, &limits)?,
                 },
             },
             None => Source::Fixed(first.ok_or_else(|| {
@@ -121,6 +123,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let mut previous: Option<Vec<HostTensor>> = None;
     let mut stacked: Vec<Option<HostTensor>> = outputs.iter().map(|_| None).collect();
+    // The stacked outputs are held until they are written: they draw from the arena
+    // limit's budget, reserved whole at the first step (each output keeps its shape).
+    let budget = Budget::new(&limits, LimitKind::Arena);
+    let mut held = Reservation::empty(&budget);
     let mut execute_ms = 0.0;
     for t in 0..steps {
         let mut step_inputs = Vec::with_capacity(sources.len());
@@ -148,8 +154,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .run_with(&step_inputs, &options)
             .with_context(|| format!("execution failed at step {t} of {steps}"))?;
         execute_ms += timing.in_driver.as_secs_f64() * 1e3;
+        if t == 0 {
+            reserve_stacks(&results, &outputs, steps, &limits, &mut held)?;
+        }
         for (k, result) in results.iter().enumerate() {
-            append(&mut stacked[k], result, &outputs[k].name, t)?;
+            append(&mut stacked[k], result, &outputs[k].name, t, steps)?;
         }
         previous = Some(results);
     }
@@ -159,6 +168,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     read.extend(streamed.iter().map(|(_, f)| PathBuf::from(f)));
     let read: Vec<&Path> = read.iter().map(PathBuf::as_path).collect();
     let stacked: Vec<HostTensor> = stacked.into_iter().flatten().collect();
+    // Encoding copies one output at a time (a .pb twice: the proto, then its bytes).
+    let copies = match args.output_format {
+        tensors::TensorFormat::Npy => 1,
+        tensors::TensorFormat::Pb => 2,
+    };
+    let largest = stacked
+        .iter()
+        .map(|s| s.data.len() as u64)
+        .max()
+        .unwrap_or(0);
+    let total = held.bytes();
+    held.resize(
+        || "the stacked outputs and the encoding of the largest".to_string(),
+        largest
+            .checked_mul(copies)
+            .and_then(|e| e.checked_add(total)),
+    )?;
     let reported = write_outputs(&args, stacked.iter().zip(&outputs), &read)?;
     if args.json {
         let report = json!({
@@ -218,7 +244,7 @@ fn position(names: &[String], name: &str, flag: &str, what: &str) -> anyhow::Res
 }
 
 /// Zeros of a fed-back input's declared shape (its first value when none is given).
-fn zeros(info: &IoInfo) -> anyhow::Result<HostTensor> {
+fn zeros(info: &IoInfo, limits: &Limits) -> anyhow::Result<HostTensor> {
     if info.dims.contains(&0) {
         return Err(err(
             Exit::Usage,
@@ -230,8 +256,12 @@ fn zeros(info: &IoInfo) -> anyhow::Result<HostTensor> {
         ));
     }
     let shape: Vec<usize> = info.dims.iter().map(|&d| d as usize).collect();
-    let bytes = shape.iter().product::<usize>() * info.dtype.size();
-    HostTensor::new(info.dtype, shape, vec![0; bytes])
+    let bytes = limits.check_tensor(
+        || format!("the first value of input '{}'", info.name),
+        nnc_formats::limits::element_count(&info.dims),
+        info.dtype.size() as u64,
+    )?;
+    HostTensor::new(info.dtype, shape, vec![0; bytes as usize])
         .map_err(|e| err(Exit::Failure, e.to_string()))
 }
 
@@ -282,19 +312,51 @@ fn chunk(steps: &HostTensor, t: usize) -> anyhow::Result<HostTensor> {
     HostTensor::new(steps.dtype, shape, data).map_err(|e| err(Exit::Failure, e.to_string()))
 }
 
-/// Appends one step's output to its stack, which needs the same shape at every step.
+/// Checks each output stacked over `steps` steps (one tensor) against the tensor limit,
+/// and reserves all of them from the budget `held` draws on, before any is built: the
+/// first step's outputs give their sizes, and every later step must match them.
+fn reserve_stacks(
+    results: &[HostTensor],
+    outputs: &[IoInfo],
+    steps: usize,
+    limits: &Limits,
+    held: &mut Reservation,
+) -> anyhow::Result<()> {
+    let mut total = Some(0u64);
+    for (result, info) in results.iter().zip(outputs) {
+        let bytes = (result.data.len() as u64).checked_mul(steps as u64);
+        limits.check(
+            LimitKind::Tensor,
+            || format!("output '{}' stacked over {steps} steps", info.name),
+            bytes,
+        )?;
+        total = total.zip(bytes).and_then(|(a, b)| a.checked_add(b));
+    }
+    held.resize(
+        || format!("the outputs of {steps} steps, held until they are written"),
+        total,
+    )?;
+    Ok(())
+}
+
+/// Appends one step's output to its stack, which needs the same shape at every step
+/// (room for all `steps` is made at the first).
 fn append(
     stack: &mut Option<HostTensor>,
     result: &HostTensor,
     name: &str,
     t: usize,
+    steps: usize,
 ) -> anyhow::Result<()> {
     match stack {
         None => {
             let mut shape = vec![1];
             shape.extend(&result.shape);
+            // Reserved in the budget already; never grown by doubling.
+            let mut data = Vec::with_capacity(result.data.len().saturating_mul(steps));
+            data.extend_from_slice(&result.data);
             *stack = Some(
-                HostTensor::new(result.dtype, shape, result.data.clone())
+                HostTensor::new(result.dtype, shape, data)
                     .map_err(|e| err(Exit::Failure, e.to_string()))?,
             );
         }

@@ -8,7 +8,6 @@ use anyhow::Context;
 use nnc_formats::container::{Container, CryptoConfig};
 use serde_json::json;
 
-use crate::exit::read_input;
 use crate::keys::KeyArgs;
 use crate::output;
 
@@ -43,7 +42,7 @@ pub fn protection(crypto: &CryptoConfig) -> (&'static str, &'static str) {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let bytes = read_input(&args.model, "model")?;
+    let bytes = crate::input::read_model(&args.model, "model")?;
     // A key only when one is given: a file that needs one fails with a message that says
     // so, and a key given for a file that is not authenticated with one is refused.
     let key = if args.key.given() {

@@ -15,30 +15,46 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Component, Path, PathBuf};
 
 use bytes::Bytes;
+use nnc_formats::limits::{LimitError, LimitKind, Limits};
 use nnc_formats::tensor::{DataType as HostDataType, HostTensor, HostTensorError};
 
 use super::proto::TensorProto;
 use super::proto::tensor_proto::{DataLocation, DataType as OnnxDataType};
 
-/// Where external tensor data may be read from.
+/// Where external tensor data may be read from, and how large a tensor may be.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ExternalDataContext {
     /// Directory that external `location`s are relative to, and must stay inside.
     /// `None` (a model decoded from bytes) makes any external reference an error.
     pub base_dir: Option<PathBuf>,
+    /// Limits whose `tensor` limit every tensor's declared size is checked against
+    /// before its data is read, copied or converted. `None`: inline data is bounded by
+    /// the bytes the caller already holds; external data is checked against the default
+    /// limits.
+    pub limits: Option<Limits>,
 }
 
 impl ExternalDataContext {
     /// No base directory: external data is refused.
     pub fn none() -> Self {
-        ExternalDataContext { base_dir: None }
+        ExternalDataContext {
+            base_dir: None,
+            limits: None,
+        }
     }
 
-    /// External data is read from under `dir`.
+    /// External data is read from under `dir`, within the default limits.
     pub fn with_base_dir(dir: impl Into<PathBuf>) -> Self {
         ExternalDataContext {
             base_dir: Some(dir.into()),
+            limits: Some(Limits::default()),
         }
+    }
+
+    /// This context with `limits` in force.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = Some(limits);
+        self
     }
 
     /// The context for a model loaded from `model_path`: its parent directory.
@@ -146,6 +162,13 @@ pub enum OnnxTensorError {
         offset: u64,
         length: u64,
         file_size: u64,
+    },
+    /// The tensor is larger than the `tensor` limit; nothing of it was read.
+    #[error("{source}")]
+    Limit {
+        tensor: String,
+        #[source]
+        source: LimitError,
     },
     #[error("tensor {tensor}: {source}")]
     Host {
@@ -284,6 +307,21 @@ pub fn tensor_to_host(
         });
     }
     let layout = layout(t, dtype)?;
+    // Before any byte of the data is read or copied: a few bytes of dims can declare
+    // gigabytes, and external data can name a sparse file of any size.
+    let external = t.data_location == Some(DataLocation::External as i32);
+    if let Some(limits) = ctx.limits.or_else(|| external.then(Limits::default)) {
+        limits
+            .check(
+                LimitKind::Tensor,
+                || format!("tensor {} ({dtype} {:?})", display_name(t), t.dims),
+                Some(layout.bytes as u64),
+            )
+            .map_err(|source| OnnxTensorError::Limit {
+                tensor: display_name(t),
+                source,
+            })?;
+    }
     let typed = nonempty_typed_field(t);
 
     let data = match t.data_location {

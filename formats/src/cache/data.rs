@@ -74,11 +74,24 @@ impl CacheKey {
         Ok(Box::new(aead::LessSafeKey::new(key)))
     }
 
-    /// The tag of an index entry: binds the token to the digest of every model- and
-    /// data-cache file, so no file can be changed (nor its digest in the index) without
-    /// the model's key.
-    pub fn entry_tag(&self, token: &Token, model: &[String], data: &[String]) -> String {
-        let mut parts: Vec<&[u8]> = vec![b"nnc/v1 cache entry", token];
+    /// The tag of an index entry: binds the token and the model file's digest (see
+    /// [`super::IndexEntry::model_digest`]) to the digest of every model- and data-cache
+    /// file, so no file can be changed (nor its digest in the index), and no entry of
+    /// another model passed off as this one's, without the model's key.
+    pub fn entry_tag(
+        &self,
+        token: &Token,
+        model_digest: &str,
+        model: &[String],
+        data: &[String],
+    ) -> String {
+        let digest_len = (model_digest.len() as u32).to_le_bytes();
+        let mut parts: Vec<&[u8]> = vec![
+            b"nnc/v1 cache entry of a model",
+            token,
+            &digest_len,
+            model_digest.as_bytes(),
+        ];
         let counts = [model.len() as u32, data.len() as u32].map(u32::to_le_bytes);
         parts.push(&counts[0]);
         parts.extend(model.iter().map(String::as_bytes));

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::index::{Index, IndexEntry};
-use super::{CacheError, CacheKey, MAX_CACHE_FILES, Token};
+use super::{CacheError, CacheKey, MAX_CACHE_FILES, ModelDigest, Token};
 use crate::crypto::{ct_eq, sha256};
 
 /// Model-cache file header: magic, u16 version, u16 part, u16 count, u16 reserved,
@@ -42,9 +42,22 @@ pub struct CacheEntry {
 pub enum Lookup {
     Hit(CacheEntry),
     Miss,
-    /// The entry exists but failed validation; it must not be used (the caller warns
-    /// and prepares afresh; the next store replaces it).
+    /// The entry exists but failed validation, or was prepared from another model file;
+    /// it must not be used (the caller warns and prepares afresh; the next store
+    /// replaces it).
     Invalid(String),
+    /// The index could not be used (corrupt or unreadable): a miss for every token, and
+    /// the next store resets it, dropping every entry. The message says so and how many
+    /// entries that loses; the caller reports it.
+    IndexDamaged(String),
+}
+
+/// Why the index on disk was not used.
+enum IndexReset {
+    /// Written by another nnc version or in another layout: expected, and silent.
+    Version,
+    /// Unreadable or corrupt: every entry it listed is lost, and a user should hear why.
+    Damaged(String),
 }
 
 /// One entry, for `nnc cache ls`.
@@ -152,14 +165,26 @@ impl CacheDir {
         &self.root
     }
 
+    /// The lock file, 0600 like every other file of the cache (one an older nnc created
+    /// 0644 is narrowed, best effort: only the lock matters here).
     fn lock_file(&self) -> Result<File, CacheError> {
         let path = self.root.join("lock");
-        OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| CacheError::io(&path, e))
+        let mut options = OpenOptions::new();
+        options.create(true).truncate(false).write(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let file = options.open(&path).map_err(|e| CacheError::io(&path, e))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            if file
+                .metadata()
+                .is_ok_and(|m| m.permissions().mode() & 0o077 != 0)
+            {
+                let _ = file.set_permissions(fs::Permissions::from_mode(0o600));
+            }
+        }
+        Ok(file)
     }
 
     /// A shared lock: readers may run together, never beside a writer.
@@ -185,33 +210,44 @@ impl CacheDir {
         self.root.join(hex::encode(token))
     }
 
-    /// The index as it stands; an index of another nnc version (or an unreadable one) is
-    /// treated as empty, so nothing it lists is ever used.
-    fn read_index(&self) -> (Index, Option<String>) {
+    /// The index as it stands; an index of another nnc version or layout, or an
+    /// unreadable one, is treated as empty, so nothing it lists is ever used.
+    fn read_index(&self) -> (Index, Option<IndexReset>) {
         let path = self.index_path();
+        let empty = || Index::empty(&self.nnc_version);
+        let damaged = |why: String| {
+            let lost = self.entry_dirs();
+            IndexReset::Damaged(format!(
+                "the cache index {} {why}; it is reset, dropping the {lost} cached entr{} \
+                 it held (they are prepared again when next used)",
+                path.display(),
+                if lost == 1 { "y" } else { "ies" }
+            ))
+        };
         match fs::read(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                (Index::empty(&self.nnc_version), None)
-            }
-            Err(e) => (
-                Index::empty(&self.nnc_version),
-                Some(format!("cannot read the index: {e}")),
-            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (empty(), None),
+            Err(e) => (empty(), Some(damaged(format!("cannot be read ({e})")))),
             Ok(bytes) => match serde_json::from_slice::<Index>(&bytes) {
                 Ok(index) if index.is_current(&self.nnc_version) => (index, None),
-                Ok(index) => (
-                    Index::empty(&self.nnc_version),
-                    Some(format!(
-                        "the index was written by nnc {}; it is reset",
-                        index.nnc_version
-                    )),
-                ),
-                Err(e) => (
-                    Index::empty(&self.nnc_version),
-                    Some(format!("the index is corrupt ({e}); it is reset")),
-                ),
+                Ok(_) => (empty(), Some(IndexReset::Version)),
+                // An index of another layout may not parse as this one: not damage.
+                Err(_) if older_layout(&bytes, &self.nnc_version) => {
+                    (empty(), Some(IndexReset::Version))
+                }
+                Err(e) => (empty(), Some(damaged(format!("is corrupt ({e})")))),
             },
         }
+    }
+
+    /// How many entry directories (named by a token) the cache holds.
+    fn entry_dirs(&self) -> usize {
+        fs::read_dir(&self.root).map_or(0, |read| {
+            read.flatten()
+                .filter(|e| {
+                    parse_hex_token(&e.file_name().to_string_lossy()).is_some() && e.path().is_dir()
+                })
+                .count()
+        })
     }
 
     fn write_index(&self, index: &Index) -> Result<(), CacheError> {
@@ -223,24 +259,38 @@ impl CacheDir {
     }
 
     /// Looks a token up under a shared lock. Every file is read once into memory, and
-    /// that buffer is what is hashed and returned. `key` is the entry's key when the
-    /// model has one: the entry must then carry a tag that authenticates under it (and
-    /// must carry none otherwise).
+    /// that buffer is what is hashed and returned. `model` is the digest of the model
+    /// file being prepared ([`IndexEntry::model_digest`]): an entry prepared from another
+    /// is invalid. `key` is the entry's key when the model has one: the entry must then
+    /// carry a tag that authenticates under it (and must carry none otherwise).
     pub fn lookup(
         &self,
         token: &Token,
+        model: &ModelDigest,
         model_files: usize,
         data_files: usize,
         key: Option<&CacheKey>,
     ) -> Result<Lookup, CacheError> {
         let _lock = self.lock_shared()?;
-        let (index, _) = self.read_index();
+        let index = match self.read_index() {
+            (_, Some(IndexReset::Damaged(why))) => return Ok(Lookup::IndexDamaged(why)),
+            (index, _) => index,
+        };
         let hex_token = hex::encode(token);
         let Some(entry) = index.find(&hex_token) else {
             return Ok(Lookup::Miss);
         };
         if let Some(problem) = entry_auth_problem(entry, token, key) {
             return Ok(Lookup::Invalid(problem));
+        }
+        // After the tag (which covers the digest) so that, with a key, what differs is
+        // the digest the model's own key holder recorded.
+        if !ct_eq(entry.model_digest.as_bytes(), hex::encode(model).as_bytes()) {
+            return Ok(Lookup::Invalid(
+                "it was prepared from another model file (the token names a model whose \
+                 weights or structure have changed since)"
+                    .into(),
+            ));
         }
         if entry.model.len() != model_files || entry.data.len() != data_files {
             return Ok(Lookup::Invalid(format!(
@@ -283,12 +333,15 @@ impl CacheDir {
         Ok(Lookup::Hit(CacheEntry { model, data }))
     }
 
-    /// Stores an entry under an exclusive lock: files first (0600, renamed into place),
-    /// the index last, so an interrupted store leaves nothing the index points to. An
-    /// existing valid entry for the token (another process got there first) is kept.
+    /// Stores an entry of the model file with digest `model_digest` under an exclusive
+    /// lock: files first (0600, renamed into place), the index last, so an interrupted
+    /// store leaves nothing the index points to. An existing valid entry of the same
+    /// model for the token (another process got there first) is kept; an entry of
+    /// another model under the token is replaced.
     pub fn store(
         &self,
         token: &Token,
+        model_digest: &ModelDigest,
         model: &[Vec<u8>],
         data: &[Vec<u8>],
         key: Option<&CacheKey>,
@@ -317,7 +370,9 @@ impl CacheDir {
             self.remove_strays(&index);
         }
         let hex_token = hex::encode(token);
+        let model_digest = hex::encode(model_digest);
         if let Some(existing) = index.find(&hex_token)
+            && existing.model_digest == model_digest
             && existing.model == model_hashes
             && existing.data.len() == data.len()
             && entry_auth_problem(existing, token, key).is_none()
@@ -335,9 +390,10 @@ impl CacheDir {
             write_private(&dir.join(format!("data-{i}.bin")), f)?;
         }
         let bytes = model_files.iter().chain(data).map(|f| f.len() as u64).sum();
-        let tag = key.map(|k| k.entry_tag(token, &model_hashes, &data_hashes));
+        let tag = key.map(|k| k.entry_tag(token, &model_digest, &model_hashes, &data_hashes));
         index.entries.push(IndexEntry {
             token: hex_token,
+            model_digest,
             model: model_hashes,
             data: data_hashes,
             bytes,
@@ -350,7 +406,11 @@ impl CacheDir {
     /// Removes a token's entry (after it failed validation, or to evict it).
     pub fn remove(&self, token: &Token) -> Result<(), CacheError> {
         let _lock = self.lock_exclusive()?;
-        let (mut index, _) = self.read_index();
+        let (mut index, reset) = self.read_index();
+        if reset.is_some() {
+            // As in `store`: the fresh index written below orphans every entry.
+            self.remove_strays(&index);
+        }
         let hex_token = hex::encode(token);
         index.entries.retain(|e| e.token != hex_token);
         let _ = fs::remove_dir_all(self.entry_dir(token));
@@ -481,6 +541,18 @@ impl CacheDir {
     }
 }
 
+/// Whether `bytes` is an index of an older layout of this or another nnc version (its
+/// `format` below this one's), which a version change resets without a warning.
+fn older_layout(bytes: &[u8], nnc_version: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Versions {
+        format: u32,
+        nnc_version: String,
+    }
+    serde_json::from_slice::<Versions>(bytes)
+        .is_ok_and(|v| v.format < super::INDEX_FORMAT || v.nnc_version != nnc_version)
+}
+
 fn parse_hex_token(text: &str) -> Option<Token> {
     let mut t = [0u8; 32];
     hex::decode_to_slice(text, &mut t).ok().map(|()| t)
@@ -491,7 +563,7 @@ fn parse_hex_token(text: &str) -> Option<Token> {
 fn entry_auth_problem(entry: &IndexEntry, token: &Token, key: Option<&CacheKey>) -> Option<String> {
     match (key, &entry.tag) {
         (Some(k), Some(tag)) => {
-            let expected = k.entry_tag(token, &entry.model, &entry.data);
+            let expected = k.entry_tag(token, &entry.model_digest, &entry.model, &entry.data);
             (!ct_eq(expected.as_bytes(), tag.as_bytes())).then(|| {
                 "its index entry does not authenticate under the model's key (altered, or \
                  written for another key)"
@@ -549,6 +621,9 @@ fn parse_model_file<'b>(
 mod tests {
     use super::*;
 
+    /// The model file every entry of these tests is prepared from.
+    const MODEL: ModelDigest = [0x4d; 32];
+
     fn dir() -> (tempfile::TempDir, CacheDir) {
         let t = tempfile::tempdir().unwrap();
         let c = CacheDir::open(&t.path().join("cache"), "test").unwrap();
@@ -560,12 +635,18 @@ mod tests {
         let (_t, c) = dir();
         let token = [1u8; 32];
         assert!(matches!(
-            c.lookup(&token, 1, 1, None).unwrap(),
+            c.lookup(&token, &MODEL, 1, 1, None).unwrap(),
             Lookup::Miss
         ));
-        c.store(&token, &[b"program".to_vec()], &[b"weights".to_vec()], None)
-            .unwrap();
-        match c.lookup(&token, 1, 1, None).unwrap() {
+        c.store(
+            &token,
+            &MODEL,
+            &[b"program".to_vec()],
+            &[b"weights".to_vec()],
+            None,
+        )
+        .unwrap();
+        match c.lookup(&token, &MODEL, 1, 1, None).unwrap() {
             Lookup::Hit(e) => {
                 assert_eq!(e.model, vec![b"program".to_vec()]);
                 assert_eq!(e.data.len(), 1);
@@ -579,7 +660,7 @@ mod tests {
         let report = c.clean(0).unwrap();
         assert_eq!(report.removed_entries.len(), 1);
         assert!(matches!(
-            c.lookup(&token, 1, 1, None).unwrap(),
+            c.lookup(&token, &MODEL, 1, 1, None).unwrap(),
             Lookup::Miss
         ));
     }
@@ -590,7 +671,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let (_t, c) = dir();
         let token = [2u8; 32];
-        c.store(&token, &[b"p".to_vec()], &[b"d".to_vec()], None)
+        c.store(&token, &MODEL, &[b"p".to_vec()], &[b"d".to_vec()], None)
             .unwrap();
         let entry = c.root().join(hex::encode(token));
         for f in ["model-0.bin", "data-0.bin"] {
@@ -611,13 +692,20 @@ mod tests {
             fs::metadata(&entry).unwrap().permissions().mode() & 0o777,
             0o700
         );
+        let lock = c.root().join("lock");
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&lock), 0o600);
+        // A lock file an older nnc left 0644 is narrowed when next taken.
+        fs::set_permissions(&lock, fs::Permissions::from_mode(0o644)).unwrap();
+        drop(c.lock_shared().unwrap());
+        assert_eq!(mode(&lock), 0o600);
     }
 
     #[test]
     fn altered_model_caches_are_invalid() {
         let (_t, c) = dir();
         let token = [3u8; 32];
-        c.store(&token, &[b"program bytes".to_vec()], &[], None)
+        c.store(&token, &MODEL, &[b"program bytes".to_vec()], &[], None)
             .unwrap();
         let path = c.root().join(hex::encode(token)).join("model-0.bin");
         let good = fs::read(&path).unwrap();
@@ -626,7 +714,10 @@ mod tests {
             bad[pos] ^= 1;
             fs::write(&path, &bad).unwrap();
             assert!(
-                matches!(c.lookup(&token, 1, 0, None).unwrap(), Lookup::Invalid(_)),
+                matches!(
+                    c.lookup(&token, &MODEL, 1, 0, None).unwrap(),
+                    Lookup::Invalid(_)
+                ),
                 "flip at {pos}"
             );
         }
@@ -634,7 +725,7 @@ mod tests {
         longer.push(0);
         fs::write(&path, &longer).unwrap();
         assert!(matches!(
-            c.lookup(&token, 1, 0, None).unwrap(),
+            c.lookup(&token, &MODEL, 1, 0, None).unwrap(),
             Lookup::Invalid(_)
         ));
     }
@@ -646,15 +737,15 @@ mod tests {
         let token = [4u8; 32];
         CacheDir::open(&root, "1.0")
             .unwrap()
-            .store(&token, &[b"p".to_vec()], &[], None)
+            .store(&token, &MODEL, &[b"p".to_vec()], &[], None)
             .unwrap();
         let newer = CacheDir::open(&root, "2.0").unwrap();
         assert!(matches!(
-            newer.lookup(&token, 1, 0, None).unwrap(),
+            newer.lookup(&token, &MODEL, 1, 0, None).unwrap(),
             Lookup::Miss
         ));
         newer
-            .store(&[5u8; 32], &[b"q".to_vec()], &[], None)
+            .store(&[5u8; 32], &MODEL, &[b"q".to_vec()], &[], None)
             .unwrap();
         // The old version's entry directory is gone.
         assert!(!root.join(hex::encode(token)).exists());
@@ -668,23 +759,24 @@ mod tests {
         let key = CacheKey::derive(&[1u8; 16], &token).unwrap();
         c.store(
             &token,
+            &MODEL,
             &[b"program".to_vec()],
             &[b"sealed".to_vec()],
             Some(&key),
         )
         .unwrap();
         assert!(matches!(
-            c.lookup(&token, 1, 1, Some(&key)).unwrap(),
+            c.lookup(&token, &MODEL, 1, 1, Some(&key)).unwrap(),
             Lookup::Hit(_)
         ));
         // Another key, or none, is not this entry's.
         let other = CacheKey::derive(&[2u8; 16], &token).unwrap();
         assert!(matches!(
-            c.lookup(&token, 1, 1, Some(&other)).unwrap(),
+            c.lookup(&token, &MODEL, 1, 1, Some(&other)).unwrap(),
             Lookup::Invalid(_)
         ));
         assert!(matches!(
-            c.lookup(&token, 1, 1, None).unwrap(),
+            c.lookup(&token, &MODEL, 1, 1, None).unwrap(),
             Lookup::Invalid(_)
         ));
         // Editing a file and its digest in the index, as anyone with write access could,
@@ -698,7 +790,7 @@ mod tests {
         let mut index: Index = serde_json::from_slice(&fs::read(&index_path).unwrap()).unwrap();
         index.entries[0].model[0] = hex::encode(sha256(&[&bytes]));
         fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();
-        match c.lookup(&token, 1, 1, Some(&key)).unwrap() {
+        match c.lookup(&token, &MODEL, 1, 1, Some(&key)).unwrap() {
             Lookup::Invalid(reason) => assert!(reason.contains("authenticate"), "{reason}"),
             other => panic!("{other:?}"),
         }
@@ -712,19 +804,115 @@ mod tests {
     }
 
     #[test]
-    fn a_corrupt_index_is_a_miss_not_a_crash() {
+    fn a_corrupt_index_is_a_reported_miss_that_says_what_is_lost() {
         let (_t, c) = dir();
         let token = [6u8; 32];
-        c.store(&token, &[b"p".to_vec()], &[], None).unwrap();
+        let other = [8u8; 32];
+        c.store(&token, &MODEL, &[b"p".to_vec()], &[], None)
+            .unwrap();
+        c.store(&other, &MODEL, &[b"q".to_vec()], &[], None)
+            .unwrap();
         fs::write(c.root().join("index.json"), b"{ not json").unwrap();
+        match c.lookup(&token, &MODEL, 1, 0, None).unwrap() {
+            Lookup::IndexDamaged(why) => {
+                assert!(why.contains("index.json is corrupt"), "{why}");
+                assert!(why.contains("dropping the 2 cached entries"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Removing the bad entry (as the runtime does) resets the index and, with it,
+        // the entries it no longer lists.
+        c.remove(&token).unwrap();
+        assert!(!c.root().join(hex::encode(other)).exists());
+        c.store(&token, &MODEL, &[b"p".to_vec()], &[], None)
+            .unwrap();
         assert!(matches!(
-            c.lookup(&token, 1, 0, None).unwrap(),
-            Lookup::Miss
-        ));
-        c.store(&token, &[b"p".to_vec()], &[], None).unwrap();
-        assert!(matches!(
-            c.lookup(&token, 1, 0, None).unwrap(),
+            c.lookup(&token, &MODEL, 1, 0, None).unwrap(),
             Lookup::Hit(_)
         ));
+        assert!(matches!(
+            c.lookup(&other, &MODEL, 1, 0, None).unwrap(),
+            Lookup::Miss
+        ));
+        // An index that cannot be read at all is damage too; one entry, in the singular.
+        fs::remove_file(c.root().join("index.json")).unwrap();
+        fs::create_dir(c.root().join("index.json")).unwrap();
+        match c.lookup(&token, &MODEL, 1, 0, None).unwrap() {
+            Lookup::IndexDamaged(why) => {
+                assert!(why.contains("cannot be read"), "{why}");
+                assert!(why.contains("dropping the 1 cached entry "), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_index_of_an_older_layout_is_reset_without_a_warning() {
+        let (_t, c) = dir();
+        let token = [6u8; 32];
+        c.store(&token, &MODEL, &[b"p".to_vec()], &[], None)
+            .unwrap();
+        let path = c.root().join("index.json");
+        let mut index: serde_json::Value =
+            serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+        // Layout 2: no model digest.
+        index["format"] = 2.into();
+        index["entries"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("model_digest");
+        fs::write(&path, serde_json::to_vec(&index).unwrap()).unwrap();
+        assert!(matches!(
+            c.lookup(&token, &MODEL, 1, 0, None).unwrap(),
+            Lookup::Miss
+        ));
+        // A layout this version cannot even parse is a version change too.
+        index["entries"][0]["retired_field"] = 1.into();
+        fs::write(&path, serde_json::to_vec(&index).unwrap()).unwrap();
+        assert!(matches!(
+            c.lookup(&token, &MODEL, 1, 0, None).unwrap(),
+            Lookup::Miss
+        ));
+    }
+
+    #[test]
+    fn an_entry_of_another_model_is_invalid_and_replaced() {
+        let (_t, c) = dir();
+        let token = [10u8; 32];
+        let second: ModelDigest = [0x4e; 32];
+        for key in [None, Some(CacheKey::derive(&[1u8; 16], &token).unwrap())] {
+            c.store(&token, &MODEL, &[b"program".to_vec()], &[], key.as_ref())
+                .unwrap();
+            match c.lookup(&token, &second, 1, 0, key.as_ref()).unwrap() {
+                Lookup::Invalid(why) => assert!(why.contains("another model file"), "{why}"),
+                other => panic!("{other:?}"),
+            }
+            // Storing the second model's entry replaces the first's, even with the same
+            // files (a store of the same model would keep it).
+            c.store(&token, &second, &[b"program".to_vec()], &[], key.as_ref())
+                .unwrap();
+            assert!(matches!(
+                c.lookup(&token, &second, 1, 0, key.as_ref()).unwrap(),
+                Lookup::Hit(_)
+            ));
+            assert!(matches!(
+                c.lookup(&token, &MODEL, 1, 0, key.as_ref()).unwrap(),
+                Lookup::Invalid(_)
+            ));
+            assert_eq!(c.list().unwrap().len(), 1);
+            c.clean(0).unwrap();
+        }
+        // With a key, the digest is under the entry's tag: editing it is detected.
+        let key = CacheKey::derive(&[1u8; 16], &token).unwrap();
+        c.store(&token, &MODEL, &[b"program".to_vec()], &[], Some(&key))
+            .unwrap();
+        let path = c.root().join("index.json");
+        let mut index: Index = serde_json::from_slice(&fs::read(&path).unwrap()).unwrap();
+        index.entries[0].model_digest = hex::encode(second);
+        fs::write(&path, serde_json::to_vec(&index).unwrap()).unwrap();
+        match c.lookup(&token, &second, 1, 0, Some(&key)).unwrap() {
+            Lookup::Invalid(why) => assert!(why.contains("authenticate"), "{why}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -10,13 +10,16 @@
 //! - a persistent **index** `token -> SHA-256 of each model-cache file`, kept apart from
 //!   the cache files (`index.json` at the top of the directory) and reset whenever the nnc
 //!   version changes, so that a model cache is used only if it hashes to what this nnc
-//!   wrote;
+//!   wrote. Each entry also records the model file it was prepared from (its metadata
+//!   tag): a token stands for a model, but an entry of another model file under it is a
+//!   miss, and is replaced. A corrupt or unreadable index is a miss reported to the
+//!   caller ([`Lookup::IndexDamaged`], saying how many entries it drops);
 //! - reading takes each byte of a file **once** into memory and hashes, authenticates and
 //!   parses that copy (no time-of-check/time-of-use gap; a data-cache file is read segment
 //!   by segment straight into the storage its plaintext will live in); writing hashes the buffer before writing it, writes a
 //!   0600 temporary file and renames it into place, and updates the index last, atomically;
-//! - a lock (`lock` file: shared for reading, exclusive for writing) keeps any write from
-//!   running beside another read or write;
+//! - a lock (`lock` file, 0600 like every other file: shared for reading, exclusive for
+//!   writing) keeps any write from running beside another read or write;
 //! - a data cache carries its own authentication: AES-256-GCM under a key derived from the
 //!   model's key (so it holds no plaintext weights) with the token and file position as
 //!   associated data; for an unencrypted model, a SHA-256 checksum.
@@ -36,6 +39,9 @@ use crate::crypto::sha256;
 
 /// A cache token: names one step of one model on one device.
 pub type Token = [u8; 32];
+
+/// The model file an entry is prepared from: its metadata tag ([`IndexEntry::model_digest`]).
+pub type ModelDigest = [u8; 32];
 
 /// Most cache files of either kind a device may declare (NNAPI's limit).
 pub const MAX_CACHE_FILES: usize = 32;

@@ -69,6 +69,26 @@ pub enum ContainerError {
         key: &'static str,
         file: &'static str,
     },
+    /// The file became shorter while it was being read (another process truncated it):
+    /// what was opened and authenticated can no longer be read back.
+    #[error(
+        "the file was truncated while being read: {what} at offset {offset} ({length} bytes) \
+         lies beyond its end now ({now} bytes; {opened} when it was opened)"
+    )]
+    Shrank {
+        what: String,
+        offset: u64,
+        length: u64,
+        opened: u64,
+        now: u64,
+    },
+    /// Reading the file failed (an I/O error other than its end).
+    #[error("cannot read {what} at offset {offset}: {message}")]
+    Read {
+        what: String,
+        offset: u64,
+        message: String,
+    },
     #[error("cannot write the model: {0}")]
     Unwritable(String),
     #[error(transparent)]
@@ -87,11 +107,14 @@ fn key_required(algorithm: &Option<&'static str>) -> String {
 }
 
 impl ContainerError {
-    /// True for failures that mean "wrong key or tampered file".
+    /// True for failures that mean "wrong key or tampered file" (a file truncated while
+    /// it is read was altered after it was opened, too).
     pub fn is_integrity(&self) -> bool {
         matches!(
             self,
-            ContainerError::Integrity { .. } | ContainerError::NotAuthenticated
+            ContainerError::Integrity { .. }
+                | ContainerError::NotAuthenticated
+                | ContainerError::Shrank { .. }
         )
     }
 }

@@ -19,18 +19,22 @@
 //! sections, padding). A reader authenticates that region before parsing it. Keys for
 //! encryption, authentication and IV derivation are derived from the master key with
 //! HKDF-SHA-256 and the file's salt. Unencrypted files carry SHA-256 digests in the same
-//! places. Every offset is 64-byte aligned so a file can be memory-mapped.
+//! places. Every offset is 64-byte aligned. Readers take a [`Source`]: bytes in memory,
+//! or a file read at offsets (never memory-mapped, so a file truncated under a reader is
+//! an error, not a fault).
 
 mod binary;
 mod error;
 mod read;
+mod source;
 mod write;
 
 pub use error::ContainerError;
 pub use read::{
     ArenaSlot, Container, WeightField, authenticate, authenticate_metadata, copy_metadata,
-    open_field, reseal, reseal_metadata, verified_field,
+    copy_metadata_from, open_field, reseal, reseal_metadata, verify_field,
 };
+pub use source::{FileSource, Source};
 pub use write::{
     MemorySink, Sink, WriteOptions, Written, is_weight, is_weight_in, weights_of, write, write_to,
 };
@@ -44,14 +48,16 @@ use crate::crypto::{self, Algorithm, Key, Mode, Padding};
 pub const MAGIC: [u8; 8] = *b"\x89NNC\r\n\x1a\n";
 /// The format version this code reads; readers accept any minor of this major.
 pub const FORMAT_MAJOR: u16 = 1;
-/// The newest minor version this code reads (and writes, for models with referenced
-/// subgraphs).
-pub const FORMAT_MINOR: u16 = 1;
-/// The minor version written for models without referenced subgraphs (byte-identical to
-/// what nnc wrote before 1.1).
+/// The newest minor version this code reads (and writes, for every file with a key).
+pub const FORMAT_MINOR: u16 = 2;
+/// The minor version written for models without referenced subgraphs and without a key
+/// (byte-identical to what nnc wrote before 1.1).
 pub const FORMAT_MINOR_BASE: u16 = 0;
 /// The minor version that added the referenced-subgraphs section (IF/WHILE bodies).
 pub const FORMAT_MINOR_SUBGRAPHS: u16 = 1;
+/// The minor version from which keys, the reproducible salt and IVs depend on the cipher
+/// ([`Derivation::CipherBound`]); every file with a key is written so.
+pub const FORMAT_MINOR_CIPHER_BOUND: u16 = 2;
 pub const HEADER_SIZE: usize = 256;
 /// Every section and weight field starts at a multiple of this.
 pub const ALIGNMENT: u64 = 64;
@@ -249,6 +255,11 @@ mod label {
     pub const AUTHENTICATION: &[u8] = b"nnc/v1 authentication key";
     pub const IV_DERIVATION: &[u8] = b"nnc/v1 iv derivation key";
     pub const SALT: &[u8] = b"nnc/v1 reproducible salt";
+    // Format 1.2: followed by the header's algorithm and mode codes.
+    pub const ENCRYPTION_1_2: &[u8] = b"nnc/v1.2 weight encryption key";
+    pub const AUTHENTICATION_1_2: &[u8] = b"nnc/v1.2 authentication key";
+    pub const IV_DERIVATION_1_2: &[u8] = b"nnc/v1.2 iv derivation key";
+    pub const SALT_1_2: &[u8] = b"nnc/v1.2 reproducible salt";
     pub const METADATA: &[u8] = b"nnc/v1 metadata";
     pub const FIELD: &[u8] = b"nnc/v1 weight field";
     pub const IV: &[u8] = b"nnc/v1 iv";
@@ -262,6 +273,60 @@ pub fn key_id(master: &[u8]) -> Result<[u8; 16], ContainerError> {
     Ok(id)
 }
 
+/// Which key schedule a file uses, fixed by its format version (docs/FORMAT.md, *Keys*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Derivation {
+    /// Formats 1.0 and 1.1: keys, reproducible salt and IVs the same for every cipher.
+    /// Only read: one model under one key in two modes could share keystream.
+    Legacy,
+    /// Format 1.2 on: every derived key and the reproducible salt bind the header's
+    /// algorithm and mode codes (0 and 0 for authenticated plaintext).
+    CipherBound { algorithm: u8, mode: u8 },
+}
+
+impl Derivation {
+    /// The schedule of a file from fixed positions of its header (version, algorithm and
+    /// mode bytes), read before anything is parsed or authenticated: those bytes are
+    /// covered by the metadata tag that the keys derived from them check, so altering
+    /// them is an integrity error.
+    pub fn of_header(header: &[u8]) -> Derivation {
+        let byte = |i: usize| header.get(i).copied().unwrap_or(0);
+        let minor = u16::from_le_bytes([byte(10), byte(11)]);
+        if minor < FORMAT_MINOR_CIPHER_BOUND {
+            Derivation::Legacy
+        } else {
+            Derivation::CipherBound {
+                algorithm: byte(72),
+                mode: byte(73),
+            }
+        }
+    }
+
+    /// What this writer uses for a file with `crypto`.
+    pub fn for_config(crypto: &CryptoConfig) -> Derivation {
+        Derivation::CipherBound {
+            algorithm: crypto.algorithm.map_or(0, |a| a.code()),
+            mode: crypto.mode.map_or(0, |m| m.code()),
+        }
+    }
+
+    /// The HKDF info (or PRF label) for a purpose: `legacy` alone, or `bound` followed
+    /// by the algorithm and mode codes.
+    fn info(self, legacy: &[u8], bound: &[u8]) -> Vec<u8> {
+        match self {
+            Derivation::Legacy => legacy.to_vec(),
+            Derivation::CipherBound { algorithm, mode } => [bound, &[algorithm, mode]].concat(),
+        }
+    }
+
+    /// The salt of a reproducible file: a keyed PRF of `content_digest` (never the bare
+    /// digest, which would let anyone test a guess of the weights).
+    pub fn reproducible_salt(self, master: &[u8], content_digest: &[u8; 32]) -> [u8; 32] {
+        let label = self.info(label::SALT, label::SALT_1_2);
+        crypto::hmac_sha256(master, &[&label, content_digest])
+    }
+}
+
 /// The per-file keys derived from the master key and the file's salt. Zeroized on drop.
 ///
 /// Authentication needs only the master key's bytes, not its algorithm, so a reader can
@@ -272,6 +337,7 @@ pub struct FileKeys {
     /// `None` until the algorithm is known (the writer knows it; a reader learns it from
     /// the authenticated header).
     pub encryption: Option<Key>,
+    derivation: Derivation,
 }
 
 /// Key material never appears in debug output.
@@ -286,12 +352,28 @@ impl std::fmt::Debug for FileKeys {
 }
 
 impl FileKeys {
-    /// The authentication and IV keys from the master key's bytes.
-    pub fn derive(master: &[u8], salt: &[u8; 32]) -> Result<FileKeys, ContainerError> {
+    /// The authentication and IV keys from the master key's bytes, by `derivation`.
+    pub fn derive(
+        master: &[u8],
+        salt: &[u8; 32],
+        derivation: Derivation,
+    ) -> Result<FileKeys, ContainerError> {
+        let info = |legacy, bound| derivation.info(legacy, bound);
         Ok(FileKeys {
-            authentication: crypto::hkdf_sha256(master, salt, label::AUTHENTICATION, 32)?,
-            iv_derivation: crypto::hkdf_sha256(master, salt, label::IV_DERIVATION, 32)?,
+            authentication: crypto::hkdf_sha256(
+                master,
+                salt,
+                &info(label::AUTHENTICATION, label::AUTHENTICATION_1_2),
+                32,
+            )?,
+            iv_derivation: crypto::hkdf_sha256(
+                master,
+                salt,
+                &info(label::IV_DERIVATION, label::IV_DERIVATION_1_2),
+                32,
+            )?,
             encryption: None,
+            derivation,
         })
     }
 
@@ -302,7 +384,10 @@ impl FileKeys {
         salt: &[u8; 32],
         algorithm: Algorithm,
     ) -> Result<FileKeys, ContainerError> {
-        let enc = crypto::hkdf_sha256(master, salt, label::ENCRYPTION, algorithm.key_len())?;
+        let info = self
+            .derivation
+            .info(label::ENCRYPTION, label::ENCRYPTION_1_2);
+        let enc = crypto::hkdf_sha256(master, salt, &info, algorithm.key_len())?;
         self.encryption = Some(Key::new(algorithm, &enc)?);
         Ok(self)
     }

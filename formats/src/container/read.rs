@@ -4,10 +4,11 @@
 use zeroize::Zeroizing;
 
 use super::binary::Reader;
+use super::source::Source;
 use super::{
-    ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FLAG_SEGMENTED, FORMAT_MAJOR,
-    FORMAT_MINOR, FORMAT_MINOR_SUBGRAPHS, FileKeys, HEADER_SIZE, Header, Integrity, KNOWN_FLAGS,
-    MAGIC, MAX_SECTIONS, METADATA_LENGTH_OFFSET, SECTION_ENTRY_SIZE, SECTION_REQUIRED,
+    ALIGNMENT, ContainerError, CryptoConfig, Derivation, FLAG_ENCRYPTED, FLAG_SEGMENTED,
+    FORMAT_MAJOR, FORMAT_MINOR, FORMAT_MINOR_SUBGRAPHS, FileKeys, HEADER_SIZE, Header, Integrity,
+    KNOWN_FLAGS, MAGIC, MAX_SECTIONS, METADATA_LENGTH_OFFSET, SECTION_ENTRY_SIZE, SECTION_REQUIRED,
     SectionEntry, SectionKind, TAG_OFFSET, dtype_from_code, field_binding, gcm_nonce, key_id,
     label, stored_field_tag, tag,
 };
@@ -51,12 +52,13 @@ fn hex32<S: serde::Serializer>(v: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
 /// length, code and the stored graph); [`Container::verify`] then checks authenticity.
 ///
 /// Everything before the weights (header, section table, operator info, execution plan)
-/// is read from a private copy taken once, so a memory-mapped file that another process
-/// changes cannot show one set of bytes to authentication and another to the parser.
-/// Weight fields are read from the file itself and checked against their tags each time.
+/// is read from a private copy taken once, so a file that another process changes cannot
+/// show one set of bytes to authentication and another to the parser. Each weight field
+/// is read from the file into a private buffer, checked against its tag there, and used
+/// (decrypted) from that buffer only, every time it is read.
 #[derive(Debug)]
 pub struct Container<'a> {
-    bytes: &'a [u8],
+    stored: Stored<'a>,
     /// The metadata region `[0, metadata_length)`, copied.
     meta: Vec<u8>,
     pub header: Header,
@@ -74,27 +76,96 @@ pub struct Container<'a> {
     tag_offsets: Vec<Option<u64>>,
 }
 
+/// Where a container's weight fields are read from: the file's bytes in memory, or a
+/// [`Source`] read at offsets.
+#[derive(Clone, Copy)]
+enum Stored<'a> {
+    Memory(&'a [u8]),
+    Source(&'a dyn Source),
+}
+
+impl std::fmt::Debug for Stored<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stored::Memory(b) => write!(f, "Memory({} bytes)", b.len()),
+            Stored::Source(s) => write!(f, "Source({} bytes)", s.len()),
+        }
+    }
+}
+
+impl<'a> Stored<'a> {
+    fn len(self) -> u64 {
+        match self {
+            Stored::Memory(b) => b.len() as u64,
+            Stored::Source(s) => s.len(),
+        }
+    }
+
+    fn memory(self) -> Option<&'a [u8]> {
+        match self {
+            Stored::Memory(b) => Some(b),
+            Stored::Source(s) => s.in_memory(),
+        }
+    }
+
+    /// The offset of the first non-zero byte in `[a, b)`, read in chunks.
+    fn first_nonzero(self, a: u64, b: u64, what: &str) -> Result<Option<u64>, ContainerError> {
+        if b <= a {
+            return Ok(None);
+        }
+        if let Some(bytes) = self.memory() {
+            let region = bytes.get(a as usize..b as usize).unwrap_or_default();
+            return Ok(region.iter().position(|&x| x != 0).map(|k| a + k as u64));
+        }
+        let Stored::Source(src) = self else {
+            return Ok(None);
+        };
+        const CHUNK: u64 = 64 << 10;
+        let mut buf = vec![0u8; (b - a).min(CHUNK) as usize];
+        let mut pos = a;
+        while pos < b {
+            let n = (b - pos).min(CHUNK) as usize;
+            src.read_at(pos, &mut buf[..n], &|| what.to_string())?;
+            if let Some(k) = buf[..n].iter().position(|&x| x != 0) {
+                return Ok(Some(pos + k as u64));
+            }
+            pos += n as u64;
+        }
+        Ok(None)
+    }
+}
+
 /// A copy of the metadata region of `bytes`: its length is read once from the header
 /// and bounded by the file, and the region is copied in one go.
 pub fn copy_metadata(bytes: &[u8]) -> Result<Vec<u8>, ContainerError> {
-    if bytes.len() < 8 || bytes[..8] != MAGIC {
+    copy_metadata_from(bytes)
+}
+
+/// [`copy_metadata`] from any [`Source`]: the header is read once, and the rest of the
+/// region after it.
+pub fn copy_metadata_from<S: Source + ?Sized>(src: &S) -> Result<Vec<u8>, ContainerError> {
+    let file_len = src.len();
+    let mut header = [0u8; HEADER_SIZE];
+    let head = file_len.min(HEADER_SIZE as u64) as usize;
+    src.read_at(0, &mut header[..head], &|| "the header".into())?;
+    if head < 8 || header[..8] != MAGIC {
         return Err(ContainerError::BadMagic { expected: MAGIC });
     }
-    if bytes.len() < HEADER_SIZE {
+    if head < HEADER_SIZE {
         return Err(ContainerError::Truncated {
             what: "the header".into(),
             needed: HEADER_SIZE as u64,
-            available: bytes.len() as u64,
+            available: file_len,
         });
     }
     let mut length = [0u8; 8];
-    length.copy_from_slice(&bytes[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8]);
+    length.copy_from_slice(&header[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8]);
     let metadata_length = u64::from_le_bytes(length);
-    if metadata_length > bytes.len() as u64 {
+    if metadata_length > file_len {
         return Err(ContainerError::Truncated {
             what: "the metadata region (header field 'metadata_length')".into(),
             needed: metadata_length,
-            available: bytes.len() as u64,
+            available: file_len,
         });
     }
     if metadata_length < HEADER_SIZE as u64 {
@@ -103,16 +174,18 @@ pub fn copy_metadata(bytes: &[u8]) -> Result<Vec<u8>, ContainerError> {
             message: format!("is {metadata_length}, less than the {HEADER_SIZE}-byte header"),
         });
     }
-    let mut meta = bytes[..metadata_length as usize].to_vec();
-    // The copy must describe itself: if the length changed while copying, the copy's
-    // own field is what the tag and the parser see.
-    meta[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8]
-        .copy_from_slice(&metadata_length.to_le_bytes());
+    // The header is read once, so the copy describes itself: its length field is the
+    // length that was copied.
+    let mut meta = vec![0u8; metadata_length as usize];
+    meta[..HEADER_SIZE].copy_from_slice(&header);
+    src.read_at(HEADER_SIZE as u64, &mut meta[HEADER_SIZE..], &|| {
+        "the metadata region".into()
+    })?;
     Ok(meta)
 }
 
 impl<'a> Container<'a> {
-    /// Parses a file held in memory (or memory-mapped). Authenticity is not checked:
+    /// Parses a file held in memory. Authenticity is not checked:
     /// see [`Container::authenticated`] and [`Container::verify`].
     pub fn parse(bytes: &'a [u8]) -> Result<Container<'a>, ContainerError> {
         let meta = copy_metadata(bytes)?;
@@ -126,7 +199,21 @@ impl<'a> Container<'a> {
         bytes: &'a [u8],
         meta: Vec<u8>,
     ) -> Result<Container<'a>, ContainerError> {
-        let file_len = bytes.len() as u64;
+        Container::parse_stored(Stored::Memory(bytes), meta)
+    }
+
+    /// [`Container::parse_with_metadata`] of a file read from `source` (metadata copied by
+    /// [`copy_metadata_from`]): weight fields are read from it at offsets, each into a
+    /// buffer of the reader's own.
+    pub fn parse_source(
+        source: &'a dyn Source,
+        meta: Vec<u8>,
+    ) -> Result<Container<'a>, ContainerError> {
+        Container::parse_stored(Stored::Source(source), meta)
+    }
+
+    fn parse_stored(stored: Stored<'a>, meta: Vec<u8>) -> Result<Container<'a>, ContainerError> {
+        let file_len = stored.len();
         let header = parse_header(&meta, file_len)?;
         let sections = parse_sections(&meta, &header, file_len)?;
         let info_entry = *find(&sections, SectionKind::OperatorInfo)?;
@@ -167,7 +254,7 @@ impl<'a> Container<'a> {
         finish_model(&mut parsed)?;
         let (model, fields, arena_size, arena, tag_offsets) = parsed;
         let container = Container {
-            bytes,
+            stored,
             meta,
             header,
             sections,
@@ -209,20 +296,27 @@ impl<'a> Container<'a> {
         Ok((container, keys))
     }
 
-    /// The raw bytes of the file.
+    /// The raw bytes of a file held in memory; empty for one read from a [`Source`]
+    /// (see [`Container::file_len`]).
     pub fn bytes(&self) -> &'a [u8] {
-        self.bytes
+        self.stored.memory().unwrap_or_default()
     }
 
-    /// The bytes of a section, if present (the weight section from the file, every other
-    /// one from the authenticated copy).
+    /// The file's length in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.stored.len()
+    }
+
+    /// The bytes of a section, if present (the weight section from a file held in memory,
+    /// `None` for one read from a [`Source`]; every other one from the authenticated
+    /// copy).
     pub fn section(&self, kind: SectionKind) -> Option<&[u8]> {
         let s = self.sections.iter().find(|s| s.kind == kind as u32)?;
-        Some(if kind == SectionKind::Weights {
-            slice(self.bytes, s)
+        if kind == SectionKind::Weights {
+            Some(slice(self.stored.memory()?, s))
         } else {
-            slice(&self.meta, s)
-        })
+            Some(slice(&self.meta, s))
+        }
     }
 
     pub fn is_encrypted(&self) -> bool {
@@ -266,9 +360,10 @@ impl<'a> Container<'a> {
 
     /// [`Container::verify`] with keys already derived (and the metadata authenticated).
     fn verify_with(&self, keys: Option<&FileKeys>) -> Result<(), ContainerError> {
+        let mut scratch = Vec::new();
         for index in 0..self.fields.len() {
             if self.fields[index].is_some() {
-                self.verified_ciphertext(keys, index)?;
+                self.verify_field(keys, index, &mut scratch)?;
             }
         }
         // Between fields the weight section holds only zero padding, which no field tag
@@ -288,12 +383,12 @@ impl<'a> Container<'a> {
         let end = weights.offset + weights.length;
         let mut pos = weights.offset;
         for (start, stop) in spans.into_iter().chain(std::iter::once((end, end))) {
-            if let Some(k) = self.bytes[pos as usize..start as usize]
-                .iter()
-                .position(|&b| b != 0)
+            if let Some(at) =
+                self.stored
+                    .first_nonzero(pos, start, "the zero padding between weight fields")?
             {
                 return Err(ContainerError::Integrity {
-                    what: format!("the zero padding at byte {}", pos + k as u64),
+                    what: format!("the zero padding at byte {at}"),
                 });
             }
             pos = pos.max(stop);
@@ -301,15 +396,21 @@ impl<'a> Container<'a> {
         Ok(())
     }
 
-    /// The ciphertext of operation `op`'s field, after checking its tag.
-    pub fn verified_ciphertext(
+    /// Checks the tag of operation `op`'s field (read into `scratch` unless the file is
+    /// in memory).
+    pub fn verify_field(
         &self,
         keys: Option<&FileKeys>,
         op: usize,
-    ) -> Result<&'a [u8], ContainerError> {
+        scratch: &mut Vec<u8>,
+    ) -> Result<(), ContainerError> {
         let field = self.field(op)?;
         let label = self.operation_label(op);
-        verified_field(self.bytes, &field, keys, self.header.crypto.mode, &label)
+        let mode = self.header.crypto.mode;
+        match self.stored {
+            Stored::Memory(b) => verify_field(b, &field, keys, mode, &label, scratch),
+            Stored::Source(s) => verify_field(s, &field, keys, mode, &label, scratch),
+        }
     }
 
     /// How errors name operation `op` (global numbering: main's operations, then each
@@ -354,7 +455,11 @@ impl<'a> Container<'a> {
     ) -> Result<(), ContainerError> {
         let field = self.field(op)?;
         let label = self.operation_label(op);
-        open_field(self.bytes, &field, keys, &self.header.crypto, &label, out)
+        let crypto = &self.header.crypto;
+        match self.stored {
+            Stored::Memory(b) => open_field(b, &field, keys, crypto, &label, out),
+            Stored::Source(s) => open_field(s, &field, keys, crypto, &label, out),
+        }
     }
 
     /// Decrypts operation `op`'s field into a new zeroizing buffer.
@@ -385,11 +490,11 @@ impl<'a> Container<'a> {
                 .map(|s| (s.offset, s.offset + s.length)),
         );
         covered.sort_unstable();
-        let file_end = self.bytes.len() as u64;
+        let file_end = self.stored.len();
         let meta_end = self.meta.len() as u64;
         // The first non-zero byte of [a, b): the metadata copy below its end, the file
         // beyond it.
-        let nonzero = |a: u64, b: u64| -> Option<u64> {
+        let nonzero = |a: u64, b: u64| -> Result<Option<u64>, ContainerError> {
             let in_meta = (a < meta_end)
                 .then(|| {
                     self.meta[a as usize..b.min(meta_end) as usize]
@@ -398,17 +503,13 @@ impl<'a> Container<'a> {
                         .map(|k| a + k as u64)
                 })
                 .flatten();
-            in_meta.or_else(|| {
-                let from = a.max(meta_end);
-                (b > from)
-                    .then(|| {
-                        self.bytes[from as usize..b as usize]
-                            .iter()
-                            .position(|&x| x != 0)
-                            .map(|k| from + k as u64)
-                    })
-                    .flatten()
-            })
+            match in_meta {
+                Some(at) => Ok(Some(at)),
+                None => {
+                    self.stored
+                        .first_nonzero(a.max(meta_end), b, "the padding after the sections")
+                }
+            }
         };
         let mut pos = 0u64;
         for (start, end) in covered
@@ -416,7 +517,7 @@ impl<'a> Container<'a> {
             .chain(std::iter::once((file_end, file_end)))
         {
             if start > pos
-                && let Some(offset) = nonzero(pos, start)
+                && let Some(offset) = nonzero(pos, start)?
             {
                 return Err(ContainerError::NonZeroPadding {
                     region: "the file",
@@ -491,7 +592,11 @@ pub fn authenticate_metadata(
         }
         let mut salt = [0u8; 32];
         salt.copy_from_slice(&meta[96..128]);
-        Some(FileKeys::derive(master, &salt)?)
+        Some(FileKeys::derive(
+            master,
+            &salt,
+            Derivation::of_header(meta),
+        )?)
     } else {
         if master.is_some() {
             return Err(ContainerError::NotAuthenticated);
@@ -547,7 +652,11 @@ fn reseal_with(
             bytes[80..96].copy_from_slice(&key_id(master)?);
             let mut salt = [0u8; 32];
             salt.copy_from_slice(&bytes[96..128]);
-            Some(FileKeys::derive(master, &salt)?)
+            Some(FileKeys::derive(
+                master,
+                &salt,
+                Derivation::of_header(bytes),
+            )?)
         }
         (true, None) => return Err(ContainerError::KeyRequired { algorithm: None }),
         (false, _) => None,
@@ -616,34 +725,66 @@ fn newer_minor(minor: u16) -> bool {
     minor > FORMAT_MINOR
 }
 
-/// The ciphertext of a field inside `bytes`, after checking its tag. Takes the whole
-/// file's bytes so that a device holding a memory map re-checks a field each time it
-/// reads it (the file may have changed under the mapping since it was verified).
-pub fn verified_field<'b>(
-    bytes: &'b [u8],
+/// Checks the tag of a field of the file in `src`. The stored bytes are read once into
+/// `scratch` (a file in memory is checked where it lies), so the tag is computed over
+/// bytes no other process can change.
+pub fn verify_field<S: Source + ?Sized>(
+    src: &S,
     field: &WeightField,
     keys: Option<&FileKeys>,
     mode: Option<Mode>,
     op: &str,
-) -> Result<&'b [u8], ContainerError> {
-    let ciphertext = stored_bytes(bytes, field)?;
-    let expected = stored_field_tag(keys, mode, field, ciphertext)?;
+    scratch: &mut Vec<u8>,
+) -> Result<(), ContainerError> {
+    let end = stored_end(src, field)?;
+    let stored: &[u8] = match src.in_memory() {
+        Some(bytes) => &bytes[field.offset as usize..end as usize],
+        None => read_stored(src, field, op, scratch)?,
+    };
+    let expected = stored_field_tag(keys, mode, field, stored)?;
     if !crypto::ct_eq(&expected, &field.tag) {
         return Err(field_refused(field, op));
     }
-    Ok(ciphertext)
+    Ok(())
 }
 
-/// A field's stored bytes in the file, or an integrity error when they lie beyond it.
-fn stored_bytes<'b>(bytes: &'b [u8], field: &WeightField) -> Result<&'b [u8], ContainerError> {
+/// Where a field's stored bytes end in the file, or an integrity error when they lie
+/// beyond it.
+fn stored_end<S: Source + ?Sized>(src: &S, field: &WeightField) -> Result<u64, ContainerError> {
     field
         .offset
         .checked_add(field.length)
-        .filter(|&end| end <= bytes.len() as u64)
-        .map(|end| &bytes[field.offset as usize..end as usize])
+        .filter(|&end| end <= src.len() && usize::try_from(end).is_ok())
         .ok_or_else(|| ContainerError::Integrity {
             what: format!("weight field {} (beyond the end of the file)", field.index),
         })
+}
+
+/// Reads a field's stored bytes from `src` into the start of `buf` with one positional
+/// read, and returns them: a file truncated since it was opened is
+/// [`ContainerError::Shrank`]. A buffer too short is replaced by fresh zeroed memory (no
+/// fill of the old one; the allocator hands large blocks out as fresh pages).
+fn read_stored<'b, S: Source + ?Sized>(
+    src: &S,
+    field: &WeightField,
+    op: &str,
+    buf: &'b mut Vec<u8>,
+) -> Result<&'b mut [u8], ContainerError> {
+    let end = stored_end(src, field)?;
+    let len = field.length as usize;
+    if let Some(bytes) = src.in_memory() {
+        buf.clear();
+        buf.extend_from_slice(&bytes[field.offset as usize..end as usize]);
+        return Ok(buf);
+    }
+    if buf.len() < len {
+        *buf = vec![0u8; len];
+    }
+    let stored = &mut buf[..len];
+    src.read_at(field.offset, stored, &|| {
+        format!("weight field {} of {op}", field.index)
+    })?;
+    Ok(stored)
 }
 
 /// The error for a field whose tag does not match, naming its operation (`op`, as
@@ -654,24 +795,28 @@ fn field_refused(field: &WeightField, op: &str) -> ContainerError {
     }
 }
 
-/// Verifies and decrypts one field of `bytes` into `out` (replacing its contents; on error
-/// `out` is left empty).
+/// Verifies and decrypts one field of the file in `src` into `out` (replacing its
+/// contents; on error `out` is left empty).
 ///
-/// The stored bytes are read from `bytes` exactly once, into `out`; the tag is checked
-/// on that copy and the copy is decrypted in place. A file changed on disk under a
-/// memory map while it loads can therefore never have one version authenticated and
-/// another decrypted.
-pub fn open_field(
-    bytes: &[u8],
+/// The stored bytes are read from `src` exactly once, into `out`; the tag is checked
+/// on that copy and the copy is decrypted in place. A file changed on disk while it is
+/// read can therefore never have one version authenticated and another decrypted, and
+/// one truncated is an error ([`ContainerError::Shrank`]), never a fault.
+pub fn open_field<S: Source + ?Sized>(
+    src: &S,
     field: &WeightField,
     keys: Option<&FileKeys>,
     crypto: &CryptoConfig,
     op: &str,
     out: &mut Vec<u8>,
 ) -> Result<(), ContainerError> {
-    let stored = stored_bytes(bytes, field)?;
+    // Emptied (and wiped), so the stored bytes fill `out` exactly.
     crypto::wipe_vec(out);
-    out.extend_from_slice(stored);
+    if let Err(e) = read_stored(src, field, op, out) {
+        crypto::wipe_vec(out);
+        return Err(e);
+    }
+    out.truncate(field.length as usize);
     if crypto.mode == Some(Mode::Gcm) {
         // One pass checks the GCM tag and (only then) decrypts the copy.
         let key = keys.and_then(|k| k.encryption.as_ref());
@@ -1108,6 +1253,7 @@ fn parse_operator_info(
         &mut model.main,
         &mut fields,
         &mut tag_offsets,
+        &mut 0,
     )?;
     model.operand_values = r.take(inline_len as usize, "inline_values")?.to_vec();
     r.expect_end()?;
@@ -1133,6 +1279,8 @@ fn parse_subgraphs(
         ));
     }
     let mut base = model.main.operations.len();
+    // Counted once here, not per graph (recounting was quadratic in subgraphs).
+    let mut next_field = fields.iter().flatten().count() as u32;
     for k in 0..count {
         let t = k + 1;
         let operand_count = r.count("subgraph.operand_count", MIN_OPERAND_BYTES)?;
@@ -1157,6 +1305,7 @@ fn parse_subgraphs(
             &mut graph,
             fields,
             tag_offsets,
+            &mut next_field,
         )?;
         base += operation_count;
         model.referenced.push(graph);
@@ -1338,7 +1487,8 @@ fn read_operand(
 }
 
 /// The units of graph `t`'s `operation_count` operations, numbered globally from
-/// `base`, appended to `graph`, `fields` and `tag_offsets`.
+/// `base`, appended to `graph`, `fields` and `tag_offsets`; `next_field` is the number
+/// of fields so far.
 #[allow(clippy::too_many_arguments)]
 fn read_units(
     r: &mut Reader,
@@ -1351,6 +1501,7 @@ fn read_units(
     graph: &mut Subgraph,
     fields: &mut Vec<Option<WeightField>>,
     tag_offsets: &mut Vec<Option<u64>>,
+    next_field: &mut u32,
 ) -> Result<(), ContainerError> {
     let operand_count = graph.operands.len();
     let index = |r: &mut Reader, field: &str| -> Result<u32, ContainerError> {
@@ -1366,7 +1517,6 @@ fn read_units(
         }
         Ok(v)
     };
-    let mut next_field = fields.iter().flatten().count() as u32;
     let weights_end = weights.offset + weights.length;
     for op_index in base..base + operation_count {
         let code = r.i32("operation.type")?;
@@ -1430,14 +1580,14 @@ fn read_units(
                     )));
                 }
                 let f = WeightField {
-                    index: next_field,
+                    index: *next_field,
                     offset,
                     length,
                     plaintext_length,
                     iv,
                     tag,
                 };
-                next_field += 1;
+                *next_field += 1;
                 tag_offsets.push(Some(tag_offset));
                 Some(f)
             }

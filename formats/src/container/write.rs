@@ -5,10 +5,11 @@ use zeroize::Zeroizing;
 use super::binary::Writer;
 use super::read::ArenaSlot;
 use super::{
-    ALIGNMENT, ContainerError, CryptoConfig, FLAG_ENCRYPTED, FLAG_REPRODUCIBLE, FLAG_SEGMENTED,
-    FORMAT_MAJOR, FORMAT_MINOR_BASE, FORMAT_MINOR_SUBGRAPHS, FieldTagWriter, FileKeys, HEADER_SIZE,
-    MAGIC, METADATA_LENGTH_OFFSET, SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionKind, TAG_OFFSET,
-    dtype_code, field_binding, gcm_nonce, key_id, label, tag,
+    ALIGNMENT, ContainerError, CryptoConfig, Derivation, FLAG_ENCRYPTED, FLAG_REPRODUCIBLE,
+    FLAG_SEGMENTED, FORMAT_MAJOR, FORMAT_MINOR_BASE, FORMAT_MINOR_CIPHER_BOUND,
+    FORMAT_MINOR_SUBGRAPHS, FieldTagWriter, FileKeys, HEADER_SIZE, MAGIC, METADATA_LENGTH_OFFSET,
+    SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionKind, TAG_OFFSET, dtype_code, field_binding,
+    gcm_nonce, key_id, label, tag,
 };
 use crate::crypto::{self, Key, Mode};
 use crate::nn::{Lifetime, Model, Pool, Subgraph};
@@ -74,7 +75,7 @@ impl Sink for std::fs::File {
     }
 }
 
-/// A `.nnc` file built in memory ([`write`]).
+/// A `.nnc` file built in memory ([`write()`]).
 #[derive(Default)]
 pub struct MemorySink(std::sync::Mutex<Vec<u8>>);
 
@@ -384,8 +385,10 @@ pub fn write_to(
         })
         .collect();
 
-    // Salt: random, or in reproducible mode a keyed PRF of the content (never the bare
-    // content digest, which would let anyone test a guess of the weights).
+    // Every key, and a reproducible salt, depends on the cipher (format 1.2), so that
+    // one model under one key gives each mode its own keys and IVs.
+    let derivation = Derivation::for_config(&crypto_config);
+    // Salt: random, or in reproducible mode a keyed PRF of the content.
     let salt: [u8; 32] = match (options.key, options.reproducible) {
         (None, _) => [0; 32],
         (Some(k), true) => {
@@ -398,25 +401,27 @@ pub fn write_to(
             for f in &fields {
                 parts.extend(f.parts());
             }
-            let digest = crypto::sha256(&parts);
-            crypto::hmac_sha256(k.as_bytes(), &[label::SALT, &digest])
+            derivation.reproducible_salt(k.as_bytes(), &crypto::sha256(&parts))
         }
         (Some(_), false) => crypto::try_random_bytes::<32>()?,
     };
     let keys = match options.key {
-        Some(k) if encrypt => Some(FileKeys::derive(k.as_bytes(), &salt)?.with_encryption(
-            k.as_bytes(),
-            &salt,
-            k.algorithm(),
-        )?),
-        Some(k) => Some(FileKeys::derive(k.as_bytes(), &salt)?),
+        Some(k) if encrypt => Some(
+            FileKeys::derive(k.as_bytes(), &salt, derivation)?.with_encryption(
+                k.as_bytes(),
+                &salt,
+                k.algorithm(),
+            )?,
+        ),
+        Some(k) => Some(FileKeys::derive(k.as_bytes(), &salt, derivation)?),
         None => None,
     };
 
     // Layout: header, section table, operator info, referenced subgraphs, extra
     // sections, weights. The lengths of the metadata sections do not depend on the
     // fields' IVs and tags, so the whole layout is known before anything is encrypted.
-    // A model without referenced subgraphs is written as format 1.0 always was.
+    // A file with a key is format 1.2 (cipher-bound keys); one without is 1.1 with
+    // referenced subgraphs and 1.0 otherwise, as before.
     let has_subgraphs = !model.referenced.is_empty();
     let section_count = 2 + usize::from(has_subgraphs) + options.extra_sections.len();
     let table_offset = HEADER_SIZE as u64;
@@ -482,7 +487,9 @@ pub fn write_to(
     let mut h = Writer::default();
     h.bytes(&MAGIC);
     h.u16(FORMAT_MAJOR);
-    h.u16(if has_subgraphs {
+    h.u16(if options.key.is_some() {
+        FORMAT_MINOR_CIPHER_BOUND
+    } else if has_subgraphs {
         FORMAT_MINOR_SUBGRAPHS
     } else {
         FORMAT_MINOR_BASE
@@ -675,13 +682,12 @@ fn seal_field(
             } else {
                 crypto::try_random_bytes::<16>()?
             };
+            reserve_counter_space(options.mode, &mut iv);
             let key = k
                 .encryption
                 .as_ref()
                 .ok_or_else(|| ContainerError::Unwritable("no encryption key".into()))?;
             if gcm {
-                // A 96-bit nonce; the IV's last 4 bytes stay zero.
-                iv[12..].fill(0);
                 let aad = field_binding(index as u32, field.offset, field.plaintext_len, &iv);
                 FieldCipher::Gcm(crypto::GcmSealer::new(key, &gcm_nonce(&iv), &aad)?)
             } else {
@@ -735,6 +741,21 @@ fn seal_field(
             return Ok((index, iv, tag));
         }
         at = end;
+    }
+}
+
+/// Keeps the counter blocks of CTR and GCM apart whatever the keys: a CTR IV starts
+/// with bits `10`, so its blocks `IV + j` (j < 2^64) all have the top bit set; a GCM
+/// nonce has it clear, and so do its blocks `nonce || c`. GCM's nonce is 96 bits, the
+/// IV's last 4 bytes zero. Other modes' IVs are left as drawn.
+fn reserve_counter_space(mode: Mode, iv: &mut [u8; 16]) {
+    match mode {
+        Mode::Ctr => iv[0] = (iv[0] & 0x3f) | 0x80,
+        Mode::Gcm => {
+            iv[0] &= 0x7f;
+            iv[12..].fill(0);
+        }
+        _ => {}
     }
 }
 

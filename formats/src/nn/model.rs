@@ -339,30 +339,23 @@ impl Model {
     }
 
     /// The referenced subgraphs an operation of graph `t` runs, directly or through
-    /// nested control flow (graph numbers, each once, ascending).
+    /// nested control flow (graph numbers, each once, ascending). The work is
+    /// proportional to the graphs reached, not to all graphs of the model.
     pub fn graphs_reached(&self, t: usize, op: usize) -> Vec<usize> {
         let mut reached: Vec<usize> = Vec::new();
-        let mut seen = vec![false; self.referenced.len() + 1];
-        let subgraph_inputs = |g: &Subgraph, op: &Operation| -> Vec<usize> {
-            op.inputs
-                .iter()
-                .filter_map(|&i| g.operands.get(i as usize))
-                .filter(|o| o.lifetime == Lifetime::Subgraph)
-                .filter_map(|o| usize::try_from(o.location.offset).ok())
-                .collect()
-        };
-        let mut queue: Vec<usize> = match (
-            self.graph(t),
-            self.graph(t).and_then(|g| g.operations.get(op)),
-        ) {
-            (Some(g), Some(op)) => subgraph_inputs(g, op),
-            _ => Vec::new(),
+        let mut seen = std::collections::HashSet::new();
+        let mut queue: Vec<usize> = match self.graph(t) {
+            Some(g) => g
+                .operations
+                .get(op)
+                .map(|op| subgraph_inputs(g, op).collect())
+                .unwrap_or_default(),
+            None => Vec::new(),
         };
         while let Some(next) = queue.pop() {
-            if next == 0 || next >= seen.len() || seen[next] {
+            if next == 0 || next > self.referenced.len() || !seen.insert(next) {
                 continue;
             }
-            seen[next] = true;
             reached.push(next);
             if let Some(g) = self.graph(next) {
                 for op in &g.operations {
@@ -379,12 +372,23 @@ impl Model {
     /// subgraph's, the first IF or WHILE of `main` that reaches its graph; `None` for a
     /// subgraph nothing in `main` reaches.
     pub fn main_operation_of(&self) -> Vec<Option<usize>> {
+        // One walk for all of main's IFs and WHILEs: a graph already claimed by an
+        // earlier one has all it reaches claimed too, so each graph is expanded once.
         let mut root: Vec<Option<usize>> = vec![None; self.referenced.len() + 1];
+        let mut queue: Vec<usize> = Vec::new();
         for (i, op) in self.main.operations.iter().enumerate() {
-            if op.op_type.is_control_flow() {
-                for t in self.graphs_reached(0, i) {
-                    if root[t].is_none() {
-                        root[t] = Some(i);
+            if !op.op_type.is_control_flow() {
+                continue;
+            }
+            queue.extend(subgraph_inputs(&self.main, op));
+            while let Some(t) = queue.pop() {
+                match root.get_mut(t) {
+                    Some(slot @ None) if t != 0 => *slot = Some(i),
+                    _ => continue,
+                }
+                if let Some(g) = self.graph(t) {
+                    for op in &g.operations {
+                        queue.extend(subgraph_inputs(g, op));
                     }
                 }
             }
@@ -657,6 +661,15 @@ impl Model {
         }
         histogram
     }
+}
+
+/// The graphs the SUBGRAPH operands among `op`'s inputs name.
+fn subgraph_inputs<'a>(g: &'a Subgraph, op: &'a Operation) -> impl Iterator<Item = usize> + 'a {
+    op.inputs
+        .iter()
+        .filter_map(|&i| g.operands.get(i as usize))
+        .filter(|o| o.lifetime == Lifetime::Subgraph)
+        .filter_map(|o| usize::try_from(o.location.offset).ok())
 }
 
 /// The bytes of a constant operand, resolved against inline values and pools.

@@ -78,15 +78,25 @@ impl std::fmt::Display for Problem {
     }
 }
 
-/// Every problem found in a model.
+/// At most this many problems are kept (the rest are counted): a hostile file can break
+/// a rule per operand or per input, and every problem costs a message.
+pub const MAX_PROBLEMS: usize = 1000;
+
+/// A node name in a problem's location is cut to this many bytes: the name comes from
+/// the file, and each problem at an operation carries a copy.
+pub const MAX_SOURCE_BYTES: usize = 256;
+
+/// Every problem found in a model (the first [`MAX_PROBLEMS`] of them).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub struct ValidationError {
     pub problems: Vec<Problem>,
+    /// Problems found beyond [`MAX_PROBLEMS`], counted but not described.
+    pub omitted: usize,
 }
 
 impl std::fmt::Display for ValidationError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let n = self.problems.len();
+        let n = self.problems.len() + self.omitted;
         write!(
             f,
             "the model is invalid ({n} problem{}):",
@@ -94,6 +104,9 @@ impl std::fmt::Display for ValidationError {
         )?;
         for p in &self.problems {
             write!(f, "\n  - {p}")?;
+        }
+        if self.omitted > 0 {
+            write!(f, "\n  - and {} more", self.omitted)?;
         }
         Ok(())
     }
@@ -110,27 +123,54 @@ pub enum ConstantData {
 }
 
 /// Checks a model against every rule; `Ok(())` or all problems found.
+///
+/// The work and memory are linear in the size of all graphs together: every graph,
+/// operand and operation is visited a bounded number of times, whatever the number of
+/// subgraphs or how they reference each other.
 pub fn validate(model: &Model) -> Result<(), ValidationError> {
-    let mut problems = Vec::new();
     let mut v = Validator {
         model,
-        problems: &mut problems,
+        graphs: model.graphs().collect(),
+        problems: Vec::new(),
+        omitted: 0,
     };
     v.check_model();
-    if problems.is_empty() {
+    if v.problems.is_empty() {
         Ok(())
     } else {
-        Err(ValidationError { problems })
+        Err(ValidationError {
+            problems: v.problems,
+            omitted: v.omitted,
+        })
     }
 }
 
 struct Validator<'a> {
     model: &'a Model,
-    problems: &'a mut Vec<Problem>,
+    /// Every graph by number, `main` first: built once, not per IF or WHILE.
+    graphs: Vec<&'a Subgraph>,
+    problems: Vec<Problem>,
+    omitted: usize,
+}
+
+/// `source` cut to at most [`MAX_SOURCE_BYTES`] (on a character boundary).
+fn short_source(source: &str) -> String {
+    if source.len() <= MAX_SOURCE_BYTES {
+        return source.to_string();
+    }
+    let mut end = MAX_SOURCE_BYTES;
+    while !source.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &source[..end])
 }
 
 impl Validator<'_> {
     fn report(&mut self, location: Location, message: impl Into<String>) {
+        if self.problems.len() >= MAX_PROBLEMS {
+            self.omitted += 1;
+            return;
+        }
         self.problems.push(Problem {
             location,
             message: message.into(),
@@ -159,9 +199,8 @@ impl Validator<'_> {
                 ),
             );
         }
-        self.check_subgraph(0, &model.main);
-        for (i, sg) in model.referenced.iter().enumerate() {
-            self.check_subgraph(i + 1, sg);
+        for (s, sg) in model.graphs().enumerate() {
+            self.check_subgraph(s, sg);
         }
         self.check_subgraph_references();
     }
@@ -460,7 +499,7 @@ impl Validator<'_> {
                 subgraph: s,
                 operation: index,
                 op_type: op.op_type.name().to_string(),
-                source: op.source.clone(),
+                source: short_source(&op.source),
             };
             let mut indices_ok = true;
             for (what, list) in [("input", &op.inputs), ("output", &op.outputs)] {
@@ -557,10 +596,7 @@ impl Validator<'_> {
             .map(|&o| &sg.operands[o as usize])
             .collect();
         let result = if op.op_type.is_control_flow() {
-            let graphs: Vec<&Subgraph> = std::iter::once(&self.model.main)
-                .chain(&self.model.referenced)
-                .collect();
-            signature::infer_control_flow(op.op_type, &views, &declared, &graphs)
+            signature::infer_control_flow(op.op_type, &views, &declared, &self.graphs)
         } else {
             signature::infer(op.op_type, &views, &declared)
         };
@@ -594,9 +630,7 @@ impl Validator<'_> {
 
     fn check_subgraph_references(&mut self) {
         // Edges: subgraph s -> subgraph t when s has a SUBGRAPH operand naming t.
-        let graphs: Vec<&Subgraph> = std::iter::once(&self.model.main)
-            .chain(&self.model.referenced)
-            .collect();
+        let graphs = &self.graphs;
         let edges: Vec<Vec<usize>> = graphs
             .iter()
             .map(|g| {
@@ -609,14 +643,17 @@ impl Validator<'_> {
             })
             .collect();
         // Iterative DFS with colours; a grey node reached again closes a cycle. `depth` is
-        // the longest chain of graphs from each graph (itself included).
+        // the longest chain of graphs from each graph (itself included), computed once per
+        // graph when it finishes: each edge is followed once, however many paths (a ladder
+        // of IFs has exponentially many) lead through it, and no recursion.
         let mut colour = vec![0u8; graphs.len()];
         let mut depth = vec![0usize; graphs.len()];
+        let mut stack = Vec::new();
         for start in 0..graphs.len() {
             if colour[start] != 0 {
                 continue;
             }
-            let mut stack = vec![(start, 0usize)];
+            stack.push((start, 0usize));
             colour[start] = 1;
             while let Some((node, next)) = stack.pop() {
                 if let Some(&child) = edges[node].get(next) {

@@ -7,7 +7,9 @@
  * created by a function that writes it through an out-pointer (set to NULL on failure)
  * and is owned by the caller until passed to its free function (nnc_key_free,
  * nnc_model_free, nnc_execution_free, nnc_memory_free, nnc_event_free, nnc_burst_free;
- * all accept NULL). Free each object exactly once.
+ * all accept NULL). The pointers are handles that nnc checks at every call, never
+ * dereferences: a freed handle, or any value nnc did not hand out, is
+ * NNC_RESULT_BAD_DATA, and freeing a handle again is ignored (numbers are never reused).
  *   - A key may be freed once the models it opens are loaded; nnc_key_free zeroizes it.
  *     The runtime wipes its copies of the key after each load.
  *   - An execution keeps its model's internals alive: models and executions may be
@@ -18,7 +20,13 @@
  *     nnc_execution_burst_compute, or an asynchronous or fenced compute until its
  *     event signals. Memory objects (nnc_memory_*) bound to an execution stay alive
  *     while bound.
- *   - Freeing an execution waits for its asynchronous or fenced compute in flight.
+ *   - An event signals only after its compute's last write: once nnc_event_wait
+ *     returns, the bound buffers are the caller's again (free them if wanted). Only
+ *     the caller's own events (nnc_event_create) may be signalled by the caller.
+ *   - Freeing an execution cancels its fenced compute if that still waits for its
+ *     events (the compute's event fails), and waits for one queued or running: nnc
+ *     writes no bound buffer after nnc_execution_free returns. Freeing a caller's
+ *     event before it signalled fails the computes waiting for it.
  *   - Strings and dimension arrays returned by nnc (NncOperandInfo) belong to the model
  *     and are valid until nnc_model_free; nnc_last_error_message() until the next nnc
  *     call on the same thread.
@@ -27,8 +35,9 @@
  * ------
  * Functions return an NncResult. NNC_RESULT_NO_ERROR (0) is success; on failure,
  * nnc_last_error_message() gives the cause for the calling thread. No function crashes
- * on a NULL pointer or a call in the wrong state: those are NNC_RESULT_UNEXPECTED_NULL
- * and NNC_RESULT_BAD_STATE. Internal failures (bugs) are NNC_RESULT_OP_FAILED.
+ * on a NULL pointer, a stale handle or a call in the wrong state: those are
+ * NNC_RESULT_UNEXPECTED_NULL, NNC_RESULT_BAD_DATA and NNC_RESULT_BAD_STATE. Internal
+ * failures (bugs) are NNC_RESULT_OP_FAILED.
  *
  * Threads
  * -------
@@ -157,11 +166,16 @@ typedef struct NncExecution NncExecution;
 // `nnc_key_free`. A key may be freed as soon as the models that need it are loaded.
 typedef struct NncKey NncKey;
 
-// Shared memory for inputs and outputs: an anonymous shared region (memfd) or a mapped
+// Shared memory for inputs and outputs: anonymous shared memory (a memfd) or a caller's
 // file descriptor. Bind regions of it with `nnc_execution_set_input_from_memory` /
 // `_output_from_memory`; nnc reads and writes it at each compute, under a lock that
 // lets computes reading the same memory run together. Free with `nnc_memory_free`
 // (executions bound to it keep it alive).
+//
+// No change another process makes to the file can crash nnc: only memfds sealed
+// against shrinking are mapped; any other descriptor is read and written with
+// `pread`/`pwrite` at each compute, and a file truncated below a binding fails that
+// compute with `NNC_RESULT_BAD_STATE`.
 typedef struct NncMemory NncMemory;
 
 // A loaded, authenticated, prepared model. Create with `nnc_model_load_file` or
@@ -229,7 +243,10 @@ size_t nnc_element_size(int32_t element_type);
 enum NncResult nnc_key_from_bytes(const uint8_t *bytes, size_t length, struct NncKey **key);
 
 // Creates a key from a key file as `nnc keygen` writes it (hex text, surrounding
-// whitespace ignored).
+// whitespace ignored). The file must be a regular file of at most 65 bytes: anything
+// else (a FIFO, a device such as /dev/zero, a directory, a longer file) is
+// `NNC_RESULT_BAD_DATA`, refused without blocking and without reading more than 66
+// bytes; a file that cannot be opened is `NNC_RESULT_UNMAPPABLE`.
 //
 // # Safety
 // `path` must be a NUL-terminated string; `key` must point to writable storage for one
@@ -237,10 +254,7 @@ enum NncResult nnc_key_from_bytes(const uint8_t *bytes, size_t length, struct Nn
 // is set to null.
 enum NncResult nnc_key_from_file(const char *path, struct NncKey **key);
 
-// Zeroizes and frees a key. Null is ignored.
-//
-// # Safety
-// `key` must be null or a key from `nnc_key_from_*` not yet freed.
+// Zeroizes and frees a key. Null, and a key already freed, are ignored.
 void nnc_key_free(struct NncKey *key);
 
 // Loads a compiled `.nnc` file (memory-mapped), authenticating it with `key` (null for
@@ -248,9 +262,9 @@ void nnc_key_free(struct NncKey *key);
 // for the load and wiped from it afterwards; the caller still owns `key`.
 //
 // # Safety
-// `path` must be a NUL-terminated string; `key` null or a live key; `model` must point
-// to writable storage for one pointer. On success `*model` owns a new model (free with
-// `nnc_model_free`); on failure it is set to null.
+// `path` must be a NUL-terminated string; `model` must point to writable storage for
+// one pointer. On success `*model` owns a new model (free with `nnc_model_free`); on
+// failure it is set to null.
 enum NncResult nnc_model_load_file(const char *path,
                                    const struct NncKey *key,
                                    struct NncModel **model);
@@ -259,37 +273,34 @@ enum NncResult nnc_model_load_file(const char *path,
 // may free its buffer at once). Otherwise as `nnc_model_load_file`.
 //
 // # Safety
-// `data` must point to `length` readable bytes; `key` null or a live key; `model` must
-// point to writable storage for one pointer. On success `*model` owns a new model (free
-// with `nnc_model_free`); on failure it is set to null.
+// `data` must point to `length` readable bytes; `model` must point to writable storage
+// for one pointer. On success `*model` owns a new model (free with `nnc_model_free`);
+// on failure it is set to null.
 enum NncResult nnc_model_load_buffer(const uint8_t *data,
                                      size_t length,
                                      const struct NncKey *key,
                                      struct NncModel **model);
 
-// Frees a model. Null is ignored. Executions created from it stay usable.
-//
-// # Safety
-// `model` must be null or a model from `nnc_model_load_*` not yet freed. The
-// `NncOperandInfo` pointers it handed out become invalid.
+// Frees a model. Null, and a model already freed, are ignored. Executions created
+// from it stay usable. The `NncOperandInfo` pointers it handed out become invalid.
 void nnc_model_free(struct NncModel *model);
 
 // The number of model inputs.
 //
 // # Safety
-// `model` must be null or a live model; `count` null or writable.
+// `count` null or writable.
 enum NncResult nnc_model_input_count(const struct NncModel *model, uint32_t *count);
 
 // The number of model outputs.
 //
 // # Safety
-// `model` must be null or a live model; `count` null or writable.
+// `count` null or writable.
 enum NncResult nnc_model_output_count(const struct NncModel *model, uint32_t *count);
 
 // Describes input `index` (from 0): name, element type, rank, dimensions, byte size.
 //
 // # Safety
-// `model` must be null or a live model; `info` null or writable.
+// `info` null or writable.
 enum NncResult nnc_model_get_input(const struct NncModel *model,
                                    uint32_t index,
                                    struct NncOperandInfo *info);
@@ -297,7 +308,7 @@ enum NncResult nnc_model_get_input(const struct NncModel *model,
 // Describes output `index` (from 0): name, element type, rank, dimensions, byte size.
 //
 // # Safety
-// `model` must be null or a live model; `info` null or writable.
+// `info` null or writable.
 enum NncResult nnc_model_get_output(const struct NncModel *model,
                                     uint32_t index,
                                     struct NncOperandInfo *info);
@@ -305,17 +316,15 @@ enum NncResult nnc_model_get_output(const struct NncModel *model,
 // Creates an execution of `model`, with nothing bound.
 //
 // # Safety
-// `model` must be null or a live model; `execution` null or writable. On success
-// `*execution` owns a new execution (free with `nnc_execution_free`); on failure it is
-// set to null.
+// `execution` null or writable. On success `*execution` owns a new execution (free
+// with `nnc_execution_free`); on failure it is set to null.
 enum NncResult nnc_execution_create(const struct NncModel *model, struct NncExecution **execution);
 
-// Frees an execution. Null is ignored. An asynchronous or fenced compute still in
-// flight is waited for first (nnc writes no bound buffer after this returns).
-//
-// # Safety
-// `execution` must be null or an execution from `nnc_execution_create` not yet freed,
-// and not computing on another thread.
+// Frees an execution. Null, and an execution already freed, are ignored. A compute
+// still waiting for the events it depends on is cancelled (its event fails with
+// `NNC_RESULT_OP_FAILED`; nothing is read or written); one queued or running is waited
+// for, as is a compute of this execution on another thread: nnc writes no bound buffer
+// after this returns.
 void nnc_execution_free(struct NncExecution *execution);
 
 // Binds input `index` to `length` bytes at `buffer`, laid out as the input's element
@@ -325,8 +334,7 @@ void nnc_execution_free(struct NncExecution *execution);
 // the input is bound again or the execution is freed.
 //
 // # Safety
-// `execution` null or a live execution; `buffer` must stay readable for `length` bytes
-// for as long as it is bound.
+// `buffer` must stay readable for `length` bytes for as long as it is bound.
 enum NncResult nnc_execution_set_input(struct NncExecution *execution,
                                        uint32_t index,
                                        const void *buffer,
@@ -338,8 +346,8 @@ enum NncResult nnc_execution_set_input(struct NncExecution *execution,
 // The dimensions are copied; the buffer as for `nnc_execution_set_input`.
 //
 // # Safety
-// `execution` null or a live execution; `dimensions` null or `rank` readable values;
-// `buffer` must stay readable for `length` bytes for as long as it is bound.
+// `dimensions` null or `rank` readable values; `buffer` must stay readable for
+// `length` bytes for as long as it is bound.
 enum NncResult nnc_execution_set_input_with_dimensions(struct NncExecution *execution,
                                                        uint32_t index,
                                                        const uint32_t *dimensions,
@@ -354,9 +362,8 @@ enum NncResult nnc_execution_set_input_with_dimensions(struct NncExecution *exec
 // compute: it must stay valid until the output is bound again or the execution is freed.
 //
 // # Safety
-// `execution` null or a live execution; `buffer` must stay writable for `length` bytes
-// for as long as it is bound, and must not be read or written by the caller during a
-// compute.
+// `buffer` must stay writable for `length` bytes for as long as it is bound, and must
+// not be read or written by the caller during a compute.
 enum NncResult nnc_execution_set_output(struct NncExecution *execution,
                                         uint32_t index,
                                         void *buffer,
@@ -365,9 +372,6 @@ enum NncResult nnc_execution_set_output(struct NncExecution *execution,
 // Sets how long the loops (WHILE operations) of one compute may run in all, in
 // nanoseconds, before it fails with `NNC_RESULT_MISSED_DEADLINE_PERSISTENT` (the NN
 // API's loop timeout). The default is 2 s; more than 15 s is `NNC_RESULT_BAD_DATA`.
-//
-// # Safety
-// `execution` null or a live execution.
 enum NncResult nnc_execution_set_loop_timeout(struct NncExecution *execution, uint64_t duration_ns);
 
 // Computes synchronously: reads every bound input, runs the model, and writes every
@@ -378,14 +382,14 @@ enum NncResult nnc_execution_set_loop_timeout(struct NncExecution *execution, ui
 // `nnc_execution_get_output_dimensions`. May be called again and again.
 //
 // # Safety
-// `execution` null or a live execution, whose bound buffers are all still valid.
+// The execution's bound buffers must all still be valid.
 enum NncResult nnc_execution_compute(struct NncExecution *execution);
 
 // The rank of output `index` as computed by the last compute (also after one that
 // failed with `NNC_RESULT_OUTPUT_INSUFFICIENT_SIZE`).
 //
 // # Safety
-// `execution` null or a live execution; `rank` null or writable.
+// `rank` null or writable.
 enum NncResult nnc_execution_get_output_rank(struct NncExecution *execution,
                                              uint32_t index,
                                              uint32_t *rank);
@@ -396,8 +400,7 @@ enum NncResult nnc_execution_get_output_rank(struct NncExecution *execution,
 // may be null when the rank is 0.
 //
 // # Safety
-// `execution` null or a live execution; `dimensions` null or writable for `capacity`
-// values.
+// `dimensions` null or writable for `capacity` values.
 enum NncResult nnc_execution_get_output_dimensions(struct NncExecution *execution,
                                                    uint32_t index,
                                                    uint32_t *dimensions,
@@ -408,7 +411,7 @@ enum NncResult nnc_execution_get_output_dimensions(struct NncExecution *executio
 // declared size when that is known (`NNC_RESULT_BAD_STATE` otherwise).
 //
 // # Safety
-// `execution` null or a live execution; `size` null or writable.
+// `size` null or writable.
 enum NncResult nnc_execution_get_output_size(struct NncExecution *execution,
                                              uint32_t index,
                                              size_t *size);
@@ -418,7 +421,7 @@ enum NncResult nnc_execution_get_output_size(struct NncExecution *execution,
 // included). `NNC_RESULT_BAD_STATE` before a successful compute.
 //
 // # Safety
-// `execution` null or a live execution; `on_device_ns` and `total_ns` null or writable.
+// `on_device_ns` and `total_ns` null or writable.
 enum NncResult nnc_execution_get_timing(struct NncExecution *execution,
                                         uint64_t *on_device_ns,
                                         uint64_t *total_ns);
@@ -451,23 +454,26 @@ enum NncResult nnc_model_load_buffer_with_options(const uint8_t *data,
 // cannot finish in time fails with `NNC_RESULT_MISSED_DEADLINE_PERSISTENT` when the
 // model has never run that fast, `NNC_RESULT_MISSED_DEADLINE_TRANSIENT` otherwise; the
 // model and the execution stay usable.
-//
-// # Safety
-// `execution` null or a live execution.
 enum NncResult nnc_execution_set_timeout(struct NncExecution *execution, uint64_t duration_ns);
 
 // Creates `size` bytes of anonymous shared memory (a memfd), zeroed. Its file
 // descriptor (`nnc_memory_get_fd`) can be mapped by the caller or passed to another
-// process.
+// process; it is sealed against shrinking and growing (`F_SEAL_SHRINK`,
+// `F_SEAL_GROW`), so its size stays `size`.
 //
 // # Safety
 // `memory` null or writable for one pointer.
 enum NncResult nnc_memory_create_shared(size_t size, struct NncMemory **memory);
 
-// Maps `size` bytes of the file descriptor `fd` from `offset` (the NN API's
-// `ANeuralNetworksMemory_createFromFd`), shared and writable: the descriptor must be
-// open for reading and writing. nnc duplicates it: the caller may close its own at
-// once.
+// Uses `size` bytes of the file descriptor `fd` from `offset` (the NN API's
+// `ANeuralNetworksMemory_createFromFd`): a regular file (a memfd, a shared-memory
+// object, a file) open for reading and writing (`O_RDWR`), holding those bytes.
+// Anything else is `NNC_RESULT_BAD_DATA`. nnc duplicates the descriptor: the caller
+// may close its own at once. A memfd sealed against shrinking (`F_SEAL_SHRINK`, and
+// neither `F_SEAL_WRITE` nor `F_SEAL_FUTURE_WRITE`) is mapped shared; any other file
+// is read with `pread` and written with `pwrite` at each compute, so another process
+// truncating it can never crash nnc (a compute that finds its bytes gone fails with
+// `NNC_RESULT_BAD_STATE`).
 //
 // # Safety
 // `memory` null or writable for one pointer.
@@ -479,20 +485,15 @@ enum NncResult nnc_memory_create_from_fd(size_t size,
 // The memory's file descriptor (owned by the memory: do not close it).
 //
 // # Safety
-// `memory` null or a live memory; `fd` null or writable.
+// `fd` null or writable.
 enum NncResult nnc_memory_get_fd(const struct NncMemory *memory, int32_t *fd);
 
-// Frees a memory object. Null is ignored. Executions still bound to it keep it alive.
-//
-// # Safety
-// `memory` null or a memory from `nnc_memory_create_*` not yet freed.
+// Frees a memory object. Null, and a memory already freed, are ignored. Executions
+// still bound to it keep it alive, and so does a compute in flight.
 void nnc_memory_free(struct NncMemory *memory);
 
 // Binds input `index` to `length` bytes of `memory` at `offset`, laid out as for
 // `nnc_execution_set_input` (the input's element type and declared dimensions).
-//
-// # Safety
-// `execution` null or a live execution; `memory` null or a live memory.
 enum NncResult nnc_execution_set_input_from_memory(struct NncExecution *execution,
                                                    uint32_t index,
                                                    const struct NncMemory *memory,
@@ -501,9 +502,6 @@ enum NncResult nnc_execution_set_input_from_memory(struct NncExecution *executio
 
 // Binds output `index` to `length` bytes of `memory` at `offset` (as
 // `nnc_execution_set_output`).
-//
-// # Safety
-// `execution` null or a live execution; `memory` null or a live memory.
 enum NncResult nnc_execution_set_output_from_memory(struct NncExecution *execution,
                                                     uint32_t index,
                                                     const struct NncMemory *memory,
@@ -517,38 +515,37 @@ enum NncResult nnc_execution_set_output_from_memory(struct NncExecution *executi
 enum NncResult nnc_event_create(struct NncEvent **event);
 
 // Signals an event the caller created. Signalling an event twice, or one that belongs
-// to a compute, is `NNC_RESULT_BAD_STATE`.
-//
-// # Safety
-// `event` null or a live event.
+// to a compute (from `nnc_execution_start_compute*`, whether in flight or done), is
+// `NNC_RESULT_BAD_STATE`: only a compute's completion signals its event, after its
+// last write to the bound buffers.
 enum NncResult nnc_event_signal(struct NncEvent *event);
 
 // Waits until the event signals and returns the outcome of what it stands for: the
 // compute's result code (its message in `nnc_last_error_message`), or for an event the
-// caller created, `NNC_RESULT_NO_ERROR`. May be called more than once.
-//
-// # Safety
-// `event` null or a live event.
+// caller created, `NNC_RESULT_NO_ERROR`. When it returns, the compute has written
+// everything it will write: the bound buffers are the caller's again. May be called
+// more than once, and from several threads.
 enum NncResult nnc_event_wait(struct NncEvent *event);
 
-// Frees an event. Null is ignored. Freeing the event of a compute in flight does not
-// cancel the compute.
-//
-// # Safety
-// `event` null or an event not yet freed.
+// Frees an event. Null, and an event already freed, are ignored. Freeing the event of
+// a compute in flight does not cancel the compute. Freeing a caller's event that has
+// not signalled fails it (no one can signal it any more): the fenced computes waiting
+// for it fail with `NNC_RESULT_OP_FAILED` without running.
 void nnc_event_free(struct NncEvent *event);
 
 // Starts the compute of `execution` once every event of `dependencies` (`count` of
 // them; none: at once) has signalled, on the shared worker pool at the model's
 // priority, and creates the event that signals when it is done (the NN API's fenced
-// execution). If a dependency fails, the compute does not run and its event fails with
+// execution). If a dependency fails (a failed compute, or a caller's event freed
+// before it signalled), the compute does not run and its event fails with
 // `NNC_RESULT_OP_FAILED`. `timeout_after_ns` (0: none) bounds the time from the
 // dependencies' signal to completion (a missed deadline). The bound buffers must stay
-// valid, and untouched by the caller, until the event signals.
+// valid, and untouched by the caller, until the event signals. Freeing the execution
+// while the compute still waits for its dependencies cancels it.
 //
 // # Safety
-// `execution` null or a live execution; `dependencies` null (with `count` 0) or
-// `count` live events; `event` null or writable for one pointer.
+// `dependencies` null (with `count` 0) or `count` readable handles; `event` null or
+// writable for one pointer.
 enum NncResult nnc_execution_start_compute_with_dependencies(struct NncExecution *execution,
                                                              const struct NncEvent *const *dependencies,
                                                              uint32_t count,
@@ -561,7 +558,7 @@ enum NncResult nnc_execution_start_compute_with_dependencies(struct NncExecution
 // call, and the bound buffers must stay valid and untouched by the caller.
 //
 // # Safety
-// `execution` null or a live execution; `event` null or writable for one pointer.
+// `event` null or writable for one pointer.
 enum NncResult nnc_execution_start_compute(struct NncExecution *execution, struct NncEvent **event);
 
 // The two durations of the last fenced compute (with at least one dependency), in
@@ -569,7 +566,7 @@ enum NncResult nnc_execution_start_compute(struct NncExecution *execution, struc
 // from when its dependencies signalled to its completion.
 //
 // # Safety
-// `execution` null or a live execution; `launched_ns` and `fenced_ns` null or writable.
+// `launched_ns` and `fenced_ns` null or writable.
 enum NncResult nnc_execution_get_fenced_timing(struct NncExecution *execution,
                                                uint64_t *launched_ns,
                                                uint64_t *fenced_ns);
@@ -577,21 +574,18 @@ enum NncResult nnc_execution_get_fenced_timing(struct NncExecution *execution,
 // Creates a burst for `model`.
 //
 // # Safety
-// `model` null or a live model; `burst` null or writable for one pointer.
+// `burst` null or writable for one pointer.
 enum NncResult nnc_burst_create(const struct NncModel *model, struct NncBurst **burst);
 
-// Frees a burst. Null is ignored.
-//
-// # Safety
-// `burst` null or a burst not yet freed, not computing on another thread.
+// Frees a burst. Null, and a burst already freed, are ignored; a compute through it
+// on another thread keeps it alive until it returns.
 void nnc_burst_free(struct NncBurst *burst);
 
 // Computes `execution` synchronously through `burst` (which must belong to the same
 // model); otherwise as `nnc_execution_compute`.
 //
 // # Safety
-// `execution` null or a live execution whose bound buffers are valid; `burst` null or
-// a live burst.
+// The execution's bound buffers must all still be valid.
 enum NncResult nnc_execution_burst_compute(struct NncExecution *execution,
                                            const struct NncBurst *burst);
 

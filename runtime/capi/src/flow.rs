@@ -6,22 +6,24 @@
 //! Asynchronous and fenced computes run on the process's one bounded worker pool
 //! (`nnc_runtime::Scheduler::global`) at the model's priority, never on a thread of
 //! their own. While one is in flight its execution refuses every other call
-//! (`NNC_RESULT_BAD_STATE`) until its event has signalled; freeing the execution waits
-//! for it.
+//! (`NNC_RESULT_BAD_STATE`) until its event has signalled, which happens only after the
+//! compute's last write (the caller cannot signal a compute's event). Freeing the
+//! execution cancels a compute still waiting for its events and waits for a started one.
 
 use std::ffi::c_char;
 use std::os::fd::{BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use nnc_runtime::{
-    Burst, CacheConfig, Fence, FenceState, FloatMath, LoadOptions, Memory, Priority, Requantization,
+    Burst, CacheConfig, Fence, FenceState, FloatMath, LoadOptions, Priority, Requantization,
 };
 
 use crate::error::{CapiError, guard, guard_void};
 use crate::{
-    NncExecution, NncKey, NncModel, NncResult, free_handed_out, hand_out, imp, lock, non_null,
-    path_arg,
+    NncExecution, NncKey, NncModel, NncResult, free_handed_out, hand_out, handles, imp, lock,
+    non_null, path_arg,
 };
 
 /// Priorities of a model's executions among those queued for the same workers, valued
@@ -163,8 +165,8 @@ unsafe fn load_options(options: *const NncLoadOptions) -> Result<LoadOptions, Ca
 /// first, the options and key read, the model handed out on success.
 ///
 /// # Safety
-/// `model` null or writable for one pointer; `key` null or a live key; `options` null or
-/// a readable `NncLoadOptions` (with `cache_dir` null or NUL-terminated).
+/// `model` null or writable for one pointer; `options` null or a readable
+/// `NncLoadOptions` (with `cache_dir` null or NUL-terminated).
 unsafe fn load_with(
     key: *const NncKey,
     options: *const NncLoadOptions,
@@ -177,9 +179,8 @@ unsafe fn load_with(
         unsafe { model.write(std::ptr::null_mut()) };
         // SAFETY: by the contract, `options` is null or readable.
         let options = unsafe { load_options(options) }?;
-        // SAFETY: by the contract, `key` is null or a live key.
-        let key = unsafe { key.as_ref() };
-        let loaded = imp::load(open()?, key.map(|k| &k.bytes[..]), &options)?;
+        let key = handles::get_optional(key, "key")?;
+        let loaded = imp::load(open()?, key.as_ref().map(|k| &k.bytes[..]), &options)?;
         // SAFETY: as above: the out-pointer is non-null and writable.
         unsafe { hand_out(model, loaded) };
         Ok(())
@@ -233,36 +234,42 @@ pub unsafe extern "C" fn nnc_model_load_buffer_with_options(
 /// cannot finish in time fails with `NNC_RESULT_MISSED_DEADLINE_PERSISTENT` when the
 /// model has never run that fast, `NNC_RESULT_MISSED_DEADLINE_TRANSIENT` otherwise; the
 /// model and the execution stay usable.
-///
-/// # Safety
-/// `execution` null or a live execution.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nnc_execution_set_timeout(
+pub extern "C" fn nnc_execution_set_timeout(
     execution: *mut NncExecution,
     duration_ns: u64,
 ) -> NncResult {
     guard(|| {
-        // SAFETY: by the contract, `execution` is null or live.
-        let execution = unsafe { execution.as_ref() }.ok_or(CapiError::Null("execution"))?;
-        lock(execution)?.set_timeout(duration_ns);
+        let execution = handles::get(execution, "execution")?;
+        lock(&execution)?.set_timeout(duration_ns);
         Ok(())
     })
 }
 
 // ---- memory objects ---------------------------------------------------------------
 
-/// Shared memory for inputs and outputs: an anonymous shared region (memfd) or a mapped
+/// Shared memory for inputs and outputs: anonymous shared memory (a memfd) or a caller's
 /// file descriptor. Bind regions of it with `nnc_execution_set_input_from_memory` /
 /// `_output_from_memory`; nnc reads and writes it at each compute, under a lock that
 /// lets computes reading the same memory run together. Free with `nnc_memory_free`
 /// (executions bound to it keep it alive).
+///
+/// No change another process makes to the file can crash nnc: only memfds sealed
+/// against shrinking are mapped; any other descriptor is read and written with
+/// `pread`/`pwrite` at each compute, and a file truncated below a binding fails that
+/// compute with `NNC_RESULT_BAD_STATE`.
 pub struct NncMemory {
-    memory: Arc<Memory>,
+    backing: imp::Backing,
+}
+
+impl handles::Object for NncMemory {
+    const KIND: &'static str = "memory";
 }
 
 /// Creates `size` bytes of anonymous shared memory (a memfd), zeroed. Its file
 /// descriptor (`nnc_memory_get_fd`) can be mapped by the caller or passed to another
-/// process.
+/// process; it is sealed against shrinking and growing (`F_SEAL_SHRINK`,
+/// `F_SEAL_GROW`), so its size stays `size`.
 ///
 /// # Safety
 /// `memory` null or writable for one pointer.
@@ -275,17 +282,22 @@ pub unsafe extern "C" fn nnc_memory_create_shared(
         non_null(memory, "memory")?;
         // SAFETY: non-null and, by the contract, writable.
         unsafe { memory.write(std::ptr::null_mut()) };
-        let created = Memory::create_shared(size)?;
+        let backing = imp::Backing::shared(size)?;
         // SAFETY: as above.
-        unsafe { hand_out(memory, NncMemory { memory: created }) };
+        unsafe { hand_out(memory, NncMemory { backing }) };
         Ok(())
     })
 }
 
-/// Maps `size` bytes of the file descriptor `fd` from `offset` (the NN API's
-/// `ANeuralNetworksMemory_createFromFd`), shared and writable: the descriptor must be
-/// open for reading and writing. nnc duplicates it: the caller may close its own at
-/// once.
+/// Uses `size` bytes of the file descriptor `fd` from `offset` (the NN API's
+/// `ANeuralNetworksMemory_createFromFd`): a regular file (a memfd, a shared-memory
+/// object, a file) open for reading and writing (`O_RDWR`), holding those bytes.
+/// Anything else is `NNC_RESULT_BAD_DATA`. nnc duplicates the descriptor: the caller
+/// may close its own at once. A memfd sealed against shrinking (`F_SEAL_SHRINK`, and
+/// neither `F_SEAL_WRITE` nor `F_SEAL_FUTURE_WRITE`) is mapped shared; any other file
+/// is read with `pread` and written with `pwrite` at each compute, so another process
+/// truncating it can never crash nnc (a compute that finds its bytes gone fails with
+/// `NNC_RESULT_BAD_STATE`).
 ///
 /// # Safety
 /// `memory` null or writable for one pointer.
@@ -308,9 +320,9 @@ pub unsafe extern "C" fn nnc_memory_create_from_fd(
         let owned = unsafe { BorrowedFd::borrow_raw(fd as RawFd) }
             .try_clone_to_owned()
             .map_err(|e| CapiError::BadData(format!("file descriptor {fd}: {e}")))?;
-        let created = Memory::from_fd(owned, offset, size)?;
+        let backing = imp::Backing::from_fd(owned, offset, size)?;
         // SAFETY: as above.
-        unsafe { hand_out(memory, NncMemory { memory: created }) };
+        unsafe { hand_out(memory, NncMemory { backing }) };
         Ok(())
     })
 }
@@ -318,14 +330,13 @@ pub unsafe extern "C" fn nnc_memory_create_from_fd(
 /// The memory's file descriptor (owned by the memory: do not close it).
 ///
 /// # Safety
-/// `memory` null or a live memory; `fd` null or writable.
+/// `fd` null or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_memory_get_fd(memory: *const NncMemory, fd: *mut i32) -> NncResult {
     guard(|| {
-        // SAFETY: by the contract, null or live.
-        let memory = unsafe { memory.as_ref() }.ok_or(CapiError::Null("memory"))?;
+        let memory = handles::get(memory, "memory")?;
         non_null(fd, "fd")?;
-        let raw = memory.memory.raw_fd().ok_or_else(|| {
+        let raw = memory.backing.raw_fd().ok_or_else(|| {
             CapiError::BadState("the memory has no file descriptor (it was released)".into())
         })?;
         // SAFETY: non-null and, by the contract, writable.
@@ -334,14 +345,11 @@ pub unsafe extern "C" fn nnc_memory_get_fd(memory: *const NncMemory, fd: *mut i3
     })
 }
 
-/// Frees a memory object. Null is ignored. Executions still bound to it keep it alive.
-///
-/// # Safety
-/// `memory` null or a memory from `nnc_memory_create_*` not yet freed.
+/// Frees a memory object. Null, and a memory already freed, are ignored. Executions
+/// still bound to it keep it alive, and so does a compute in flight.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nnc_memory_free(memory: *mut NncMemory) {
-    // SAFETY: forwarded contract: null, or from `hand_out` and freed once.
-    guard_void(|| unsafe { free_handed_out(memory) })
+pub extern "C" fn nnc_memory_free(memory: *mut NncMemory) {
+    guard_void(|| free_handed_out(memory))
 }
 
 fn memory_region(
@@ -349,9 +357,8 @@ fn memory_region(
     offset: usize,
     length: usize,
 ) -> Result<imp::Region, CapiError> {
-    // SAFETY: by the callers' contract, null or live.
-    let memory = unsafe { memory.as_ref() }.ok_or(CapiError::Null("memory"))?;
-    let available = memory.memory.len();
+    let memory = handles::get(memory, "memory")?;
+    let available = memory.backing.len();
     if offset.checked_add(length).is_none_or(|end| end > available) {
         return Err(CapiError::BadData(format!(
             "bytes {offset}..{} are beyond the memory's {available} bytes",
@@ -359,7 +366,7 @@ fn memory_region(
         )));
     }
     Ok(imp::Region::Memory {
-        memory: Arc::clone(&memory.memory),
+        memory: memory.backing.clone(),
         offset,
         length,
     })
@@ -367,11 +374,8 @@ fn memory_region(
 
 /// Binds input `index` to `length` bytes of `memory` at `offset`, laid out as for
 /// `nnc_execution_set_input` (the input's element type and declared dimensions).
-///
-/// # Safety
-/// `execution` null or a live execution; `memory` null or a live memory.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nnc_execution_set_input_from_memory(
+pub extern "C" fn nnc_execution_set_input_from_memory(
     execution: *mut NncExecution,
     index: u32,
     memory: *const NncMemory,
@@ -379,20 +383,16 @@ pub unsafe extern "C" fn nnc_execution_set_input_from_memory(
     length: usize,
 ) -> NncResult {
     guard(|| {
-        // SAFETY: by the contract, `execution` is null or live.
-        let execution = unsafe { execution.as_ref() }.ok_or(CapiError::Null("execution"))?;
+        let execution = handles::get(execution, "execution")?;
         let region = memory_region(memory, offset, length)?;
-        lock(execution)?.set_input(index as usize, None, region)
+        lock(&execution)?.set_input(index as usize, None, region)
     })
 }
 
 /// Binds output `index` to `length` bytes of `memory` at `offset` (as
 /// `nnc_execution_set_output`).
-///
-/// # Safety
-/// `execution` null or a live execution; `memory` null or a live memory.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nnc_execution_set_output_from_memory(
+pub extern "C" fn nnc_execution_set_output_from_memory(
     execution: *mut NncExecution,
     index: u32,
     memory: *const NncMemory,
@@ -400,30 +400,61 @@ pub unsafe extern "C" fn nnc_execution_set_output_from_memory(
     length: usize,
 ) -> NncResult {
     guard(|| {
-        // SAFETY: by the contract, `execution` is null or live.
-        let execution = unsafe { execution.as_ref() }.ok_or(CapiError::Null("execution"))?;
+        let execution = handles::get(execution, "execution")?;
         let region = memory_region(memory, offset, length)?;
-        lock(execution)?.set_output(index as usize, region)
+        lock(&execution)?.set_output(index as usize, region)
     })
 }
 
 // ---- events: asynchronous and fenced computes -------------------------------------
+
+/// Who completes an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// Made by `nnc_event_create`: the caller signals it.
+    Caller,
+    /// A compute's: only the compute's completion signals it, after its last write.
+    Compute,
+}
+
+/// A compute's outcome, stored before its fence signals.
+type Outcome = Arc<Mutex<Option<(NncResult, String)>>>;
 
 /// A one-shot completion signal: the event of an asynchronous or fenced compute, or one
 /// the caller creates (`nnc_event_create`) and signals itself (`nnc_event_signal`), for
 /// a fenced compute to wait for. Free with `nnc_event_free`.
 pub struct NncEvent {
     fence: Fence,
-    /// A compute's outcome, stored before its fence signals.
-    outcome: Arc<Mutex<Option<(NncResult, String)>>>,
+    outcome: Outcome,
+    owner: Owner,
+}
+
+impl handles::Object for NncEvent {
+    const KIND: &'static str = "event";
 }
 
 impl NncEvent {
-    fn new() -> NncEvent {
+    fn new(owner: Owner) -> NncEvent {
         NncEvent {
             fence: Fence::new(),
             outcome: Arc::new(Mutex::new(None)),
+            owner,
         }
+    }
+}
+
+/// Records `result` as the outcome, then signals the fence (success) or fails it: a
+/// waiter never sees the signal before the outcome.
+fn complete(fence: &Fence, outcome: &Outcome, result: Result<(), CapiError>) {
+    let (code, message) = match &result {
+        Ok(()) => (NncResult::NoError, String::new()),
+        Err(e) => (e.code(), e.to_string()),
+    };
+    *outcome.lock().unwrap_or_else(PoisonError::into_inner) = Some((code, message.clone()));
+    if code == NncResult::NoError {
+        fence.signal();
+    } else {
+        fence.fail(message);
     }
 }
 
@@ -436,21 +467,26 @@ pub unsafe extern "C" fn nnc_event_create(event: *mut *mut NncEvent) -> NncResul
     guard(|| {
         non_null(event, "event")?;
         // SAFETY: non-null and, by the contract, writable.
-        unsafe { hand_out(event, NncEvent::new()) };
+        unsafe { hand_out(event, NncEvent::new(Owner::Caller)) };
         Ok(())
     })
 }
 
 /// Signals an event the caller created. Signalling an event twice, or one that belongs
-/// to a compute, is `NNC_RESULT_BAD_STATE`.
-///
-/// # Safety
-/// `event` null or a live event.
+/// to a compute (from `nnc_execution_start_compute*`, whether in flight or done), is
+/// `NNC_RESULT_BAD_STATE`: only a compute's completion signals its event, after its
+/// last write to the bound buffers.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nnc_event_signal(event: *mut NncEvent) -> NncResult {
+pub extern "C" fn nnc_event_signal(event: *mut NncEvent) -> NncResult {
     guard(|| {
-        // SAFETY: by the contract, null or live.
-        let event = unsafe { event.as_ref() }.ok_or(CapiError::Null("event"))?;
+        let event = handles::get(event, "event")?;
+        if event.owner == Owner::Compute {
+            return Err(CapiError::BadState(
+                "the event belongs to a compute: only the compute's completion signals it \
+                 (wait for it with nnc_event_wait)"
+                    .into(),
+            ));
+        }
         if event.fence.signal() {
             Ok(())
         } else {
@@ -463,15 +499,13 @@ pub unsafe extern "C" fn nnc_event_signal(event: *mut NncEvent) -> NncResult {
 
 /// Waits until the event signals and returns the outcome of what it stands for: the
 /// compute's result code (its message in `nnc_last_error_message`), or for an event the
-/// caller created, `NNC_RESULT_NO_ERROR`. May be called more than once.
-///
-/// # Safety
-/// `event` null or a live event.
+/// caller created, `NNC_RESULT_NO_ERROR`. When it returns, the compute has written
+/// everything it will write: the bound buffers are the caller's again. May be called
+/// more than once, and from several threads.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nnc_event_wait(event: *mut NncEvent) -> NncResult {
+pub extern "C" fn nnc_event_wait(event: *mut NncEvent) -> NncResult {
     guard(|| {
-        // SAFETY: by the contract, null or live.
-        let event = unsafe { event.as_ref() }.ok_or(CapiError::Null("event"))?;
+        let event = handles::get(event, "event")?;
         let state = event.fence.wait(None);
         let outcome = event
             .outcome
@@ -492,22 +526,85 @@ pub unsafe extern "C" fn nnc_event_wait(event: *mut NncEvent) -> NncResult {
     })
 }
 
-/// Frees an event. Null is ignored. Freeing the event of a compute in flight does not
-/// cancel the compute.
-///
-/// # Safety
-/// `event` null or an event not yet freed.
+/// Frees an event. Null, and an event already freed, are ignored. Freeing the event of
+/// a compute in flight does not cancel the compute. Freeing a caller's event that has
+/// not signalled fails it (no one can signal it any more): the fenced computes waiting
+/// for it fail with `NNC_RESULT_OP_FAILED` without running.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nnc_event_free(event: *mut NncEvent) {
-    // SAFETY: forwarded contract: null, or from `hand_out` and freed once.
-    guard_void(|| unsafe { free_handed_out(event) })
+pub extern "C" fn nnc_event_free(event: *mut NncEvent) {
+    guard_void(|| {
+        if let Some(event) = handles::take(event)
+            && event.owner == Owner::Caller
+        {
+            event
+                .fence
+                .fail("the event was freed before it was signalled");
+        }
+    })
+}
+
+/// Stages of a compute in flight ([`InFlight::stage`]).
+const WAITING: u8 = 0;
+/// Queued or running: it completes on its own.
+const STARTED: u8 = 1;
+/// Its execution was freed while it waited for its dependencies: it never runs.
+const CANCELLED: u8 = 2;
+
+/// The asynchronous or fenced compute an execution last started.
+pub(crate) struct InFlight {
+    fence: Fence,
+    outcome: Outcome,
+    /// [`WAITING`], then [`STARTED`] (by the job) or [`CANCELLED`] (by the free):
+    /// whichever moves it first decides, exactly once, who completes the event.
+    stage: Arc<AtomicU8>,
+}
+
+impl NncExecution {
+    /// What `nnc_execution_free` does before dropping the execution: refuses every
+    /// later call, cancels a compute still waiting for its dependencies (which may never
+    /// signal), and waits for one queued or running and for a call on another thread,
+    /// so that nnc writes no bound buffer after the free returns.
+    pub(crate) fn shut_down(&self) {
+        let in_flight = {
+            // Blocks while a compute holds the execution (a synchronous call on another
+            // thread, or a started job computing).
+            let mut state = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            state.freed = true;
+            self.in_flight
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+        };
+        let Some(in_flight) = in_flight else {
+            return;
+        };
+        let cancelled = in_flight
+            .stage
+            .compare_exchange(WAITING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if cancelled {
+            complete(
+                &in_flight.fence,
+                &in_flight.outcome,
+                Err(CapiError::Reported {
+                    code: NncResult::OpFailed,
+                    message: "the execution was freed while its compute waited for the events \
+                              it depends on: the compute never ran"
+                        .into(),
+                }),
+            );
+        } else {
+            in_flight.fence.wait(None);
+        }
+    }
 }
 
 /// Claims an execution for a compute in flight: checks its bindings, marks it busy and
-/// records the event that freeing it must wait for.
+/// records the compute for freeing to cancel or wait for.
 fn claim(
     execution: &NncExecution,
     event: &NncEvent,
+    stage: &Arc<AtomicU8>,
 ) -> Result<Arc<nnc_runtime::PreparedModel>, CapiError> {
     let mut state = lock(execution)?;
     state.check_bound()?;
@@ -515,7 +612,11 @@ fn claim(
     *execution
         .in_flight
         .lock()
-        .unwrap_or_else(PoisonError::into_inner) = Some(event.fence.clone());
+        .unwrap_or_else(PoisonError::into_inner) = Some(InFlight {
+        fence: event.fence.clone(),
+        outcome: Arc::clone(&event.outcome),
+        stage: Arc::clone(stage),
+    });
     Ok(Arc::clone(&state.model().model))
 }
 
@@ -524,10 +625,19 @@ fn claim(
 struct Job {
     inner: Arc<Mutex<imp::Execution>>,
     fence: Fence,
-    outcome: Arc<Mutex<Option<(NncResult, String)>>>,
+    outcome: Outcome,
+    stage: Arc<AtomicU8>,
 }
 
 impl Job {
+    /// Takes the compute out of [`WAITING`]; false when the execution's free cancelled
+    /// it first (the event is completed already; nothing may be touched).
+    fn begin(&self) -> bool {
+        self.stage
+            .compare_exchange(WAITING, STARTED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
     /// Computes: the deadline counts from `started` (the call, or the dependencies'
     /// signal); a fenced compute records its durations from `called` and `started`.
     fn run(self, called: Instant, started: Instant, deadline: Option<Instant>, fenced: bool) {
@@ -535,7 +645,8 @@ impl Job {
             let mut state = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 // SAFETY: the C contract keeps bound buffers valid until the event
-                // signals (nnc_execution_start_compute).
+                // signals (nnc_execution_start_compute), and the free of the execution
+                // waits for this job (`shut_down`).
                 unsafe { state.compute(imp::Via::Plain, started, deadline) }
             }))
             .unwrap_or_else(|_| {
@@ -550,21 +661,8 @@ impl Job {
             state.busy = false;
             result
         };
-        self.finish(result);
-    }
-
-    fn finish(self, result: Result<(), CapiError>) {
-        let (code, message) = match &result {
-            Ok(()) => (NncResult::NoError, String::new()),
-            Err(e) => (e.code(), e.to_string()),
-        };
-        *self.outcome.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some((code, message.clone()));
-        if code == NncResult::NoError {
-            self.fence.signal();
-        } else {
-            self.fence.fail(message);
-        }
+        // Every write to the bound buffers happened above: only now may a waiter return.
+        complete(&self.fence, &self.outcome, result);
     }
 
     /// Completes the event without computing (a failed dependency, a full queue).
@@ -573,21 +671,23 @@ impl Job {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .busy = false;
-        self.finish(Err(error));
+        complete(&self.fence, &self.outcome, Err(error));
     }
 }
 
 /// Starts the compute of `execution` once every event of `dependencies` (`count` of
 /// them; none: at once) has signalled, on the shared worker pool at the model's
 /// priority, and creates the event that signals when it is done (the NN API's fenced
-/// execution). If a dependency fails, the compute does not run and its event fails with
+/// execution). If a dependency fails (a failed compute, or a caller's event freed
+/// before it signalled), the compute does not run and its event fails with
 /// `NNC_RESULT_OP_FAILED`. `timeout_after_ns` (0: none) bounds the time from the
 /// dependencies' signal to completion (a missed deadline). The bound buffers must stay
-/// valid, and untouched by the caller, until the event signals.
+/// valid, and untouched by the caller, until the event signals. Freeing the execution
+/// while the compute still waits for its dependencies cancels it.
 ///
 /// # Safety
-/// `execution` null or a live execution; `dependencies` null (with `count` 0) or
-/// `count` live events; `event` null or writable for one pointer.
+/// `dependencies` null (with `count` 0) or `count` readable handles; `event` null or
+/// writable for one pointer.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_execution_start_compute_with_dependencies(
     execution: *mut NncExecution,
@@ -600,26 +700,27 @@ pub unsafe extern "C" fn nnc_execution_start_compute_with_dependencies(
         non_null(event, "event")?;
         // SAFETY: non-null and, by the contract, writable.
         unsafe { event.write(std::ptr::null_mut()) };
-        // SAFETY: by the contract, `execution` is null or live.
-        let execution = unsafe { execution.as_ref() }.ok_or(CapiError::Null("execution"))?;
-        let mut fences = Vec::with_capacity(count as usize);
+        let execution = handles::get(execution, "execution")?;
+        let mut fences = Vec::new();
         if count > 0 {
             non_null(dependencies, "dependencies")?;
-            // SAFETY: non-null and, by the contract, `count` readable pointers.
+            // SAFETY: non-null and, by the contract, `count` readable handles.
             let list = unsafe { std::slice::from_raw_parts(dependencies, count as usize) };
             for (k, &dependency) in list.iter().enumerate() {
-                // SAFETY: by the contract, each is null or a live event.
-                let dependency = unsafe { dependency.as_ref() }
-                    .ok_or_else(|| CapiError::BadData(format!("dependency {k} is null")))?;
-                fences.push(dependency.fence.clone());
+                if dependency.is_null() {
+                    return Err(CapiError::BadData(format!("dependency {k} is null")));
+                }
+                fences.push(handles::get(dependency, "dependency")?.fence.clone());
             }
         }
-        let created = NncEvent::new();
-        let model = claim(execution, &created)?;
+        let created = NncEvent::new(Owner::Compute);
+        let stage = Arc::new(AtomicU8::new(WAITING));
+        let model = claim(&execution, &created, &stage)?;
         let job = Job {
             inner: Arc::clone(&execution.inner),
             fence: created.fence.clone(),
             outcome: Arc::clone(&created.outcome),
+            stage,
         };
         let called = Instant::now();
         let timeout = (timeout_after_ns > 0).then(|| Duration::from_nanos(timeout_after_ns));
@@ -627,6 +728,9 @@ pub unsafe extern "C" fn nnc_execution_start_compute_with_dependencies(
         // The callback runs once: on the thread that signals the last dependency, or
         // here when there are none (or all have signalled).
         Fence::all(&fences).on_signal(move |state| {
+            if !job.begin() {
+                return;
+            }
             if let FenceState::Failed(message) = state {
                 job.abandon(CapiError::Reported {
                     code: NncResult::OpFailed,
@@ -667,7 +771,7 @@ pub unsafe extern "C" fn nnc_execution_start_compute_with_dependencies(
 /// call, and the bound buffers must stay valid and untouched by the caller.
 ///
 /// # Safety
-/// `execution` null or a live execution; `event` null or writable for one pointer.
+/// `event` null or writable for one pointer.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_execution_start_compute(
     execution: *mut NncExecution,
@@ -684,7 +788,7 @@ pub unsafe extern "C" fn nnc_execution_start_compute(
 /// from when its dependencies signalled to its completion.
 ///
 /// # Safety
-/// `execution` null or a live execution; `launched_ns` and `fenced_ns` null or writable.
+/// `launched_ns` and `fenced_ns` null or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_execution_get_fenced_timing(
     execution: *mut NncExecution,
@@ -692,11 +796,10 @@ pub unsafe extern "C" fn nnc_execution_get_fenced_timing(
     fenced_ns: *mut u64,
 ) -> NncResult {
     guard(|| {
-        // SAFETY: by the contract, `execution` is null or live.
-        let execution = unsafe { execution.as_ref() }.ok_or(CapiError::Null("execution"))?;
+        let execution = handles::get(execution, "execution")?;
         non_null(launched_ns, "launched_ns")?;
         non_null(fenced_ns, "fenced_ns")?;
-        let (launched, fenced) = lock(execution)?.fenced_timing()?;
+        let (launched, fenced) = lock(&execution)?.fenced_timing()?;
         // SAFETY: both non-null and, by the contract, writable.
         unsafe {
             launched_ns.write(launched);
@@ -717,10 +820,14 @@ pub struct NncBurst {
     model: u64,
 }
 
+impl handles::Object for NncBurst {
+    const KIND: &'static str = "burst";
+}
+
 /// Creates a burst for `model`.
 ///
 /// # Safety
-/// `model` null or a live model; `burst` null or writable for one pointer.
+/// `burst` null or writable for one pointer.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_burst_create(
     model: *const NncModel,
@@ -730,8 +837,7 @@ pub unsafe extern "C" fn nnc_burst_create(
         non_null(burst, "burst")?;
         // SAFETY: non-null and, by the contract, writable.
         unsafe { burst.write(std::ptr::null_mut()) };
-        // SAFETY: by the contract, `model` is null or live.
-        let model = unsafe { model.as_ref() }.ok_or(CapiError::Null("model"))?;
+        let model = handles::get(model, "model")?;
         let created = NncBurst {
             burst: Burst::new(&model.inner.model),
             model: model.inner.model.id(),
@@ -742,33 +848,27 @@ pub unsafe extern "C" fn nnc_burst_create(
     })
 }
 
-/// Frees a burst. Null is ignored.
-///
-/// # Safety
-/// `burst` null or a burst not yet freed, not computing on another thread.
+/// Frees a burst. Null, and a burst already freed, are ignored; a compute through it
+/// on another thread keeps it alive until it returns.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nnc_burst_free(burst: *mut NncBurst) {
-    // SAFETY: forwarded contract: null, or from `hand_out` and freed once.
-    guard_void(|| unsafe { free_handed_out(burst) })
+pub extern "C" fn nnc_burst_free(burst: *mut NncBurst) {
+    guard_void(|| free_handed_out(burst))
 }
 
 /// Computes `execution` synchronously through `burst` (which must belong to the same
 /// model); otherwise as `nnc_execution_compute`.
 ///
 /// # Safety
-/// `execution` null or a live execution whose bound buffers are valid; `burst` null or
-/// a live burst.
+/// The execution's bound buffers must all still be valid.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_execution_burst_compute(
     execution: *mut NncExecution,
     burst: *const NncBurst,
 ) -> NncResult {
     guard(|| {
-        // SAFETY: by the contract, `execution` is null or live.
-        let execution = unsafe { execution.as_ref() }.ok_or(CapiError::Null("execution"))?;
-        // SAFETY: by the contract, `burst` is null or live.
-        let burst = unsafe { burst.as_ref() }.ok_or(CapiError::Null("burst"))?;
-        let mut state = lock(execution)?;
+        let execution = handles::get(execution, "execution")?;
+        let burst = handles::get(burst, "burst")?;
+        let mut state = lock(&execution)?;
         if state.model().model.id() != burst.model {
             return Err(CapiError::BadData(
                 "the burst was created for another model".into(),

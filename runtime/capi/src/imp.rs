@@ -1,11 +1,14 @@
 //! What the exported functions do, in safe Rust where possible.
 
 use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
-use nnc_formats::container::{Container, SectionKind};
+use nnc_formats::container::SectionKind;
 use nnc_formats::nn::IoInfo;
 use nnc_formats::plan::ExecutionPlan;
 use nnc_formats::tensor::{DataType, HostTensor};
@@ -68,14 +71,20 @@ pub(crate) fn key_from_bytes(raw: &[u8]) -> Result<NncKey, CapiError> {
     })
 }
 
-/// Reads a key file as `nnc keygen` writes it: hex text. Errors never echo key material.
+/// Reads a key file as `nnc keygen` writes it: hex text, at most 65 bytes, a regular
+/// file (the shared bounded reader of `nnc_runtime::key_file`). Errors never echo key
+/// material.
 pub(crate) fn key_from_file(path: &Path) -> Result<NncKey, CapiError> {
-    let text = Zeroizing::new(std::fs::read(path).map_err(|e| CapiError::Io {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    })?);
+    use nnc_runtime::key_file::{KeyFileError, read_key_file};
+    let text = read_key_file(path).map_err(|e| match e {
+        KeyFileError::Io { source, .. } => CapiError::Io {
+            path: path.display().to_string(),
+            message: source.to_string(),
+        },
+        other => CapiError::BadData(other.to_string()),
+    })?;
     let what = || format!("the key file {}", path.display());
-    let hex = text.trim_ascii();
+    let hex = text.as_bytes().trim_ascii();
     if let Some(pos) = hex.iter().position(|b| !b.is_ascii_hexdigit()) {
         return Err(CapiError::BadData(format!(
             "{} is not a hex key: character {} is not a hex digit",
@@ -170,7 +179,8 @@ pub(crate) fn load(
     options: &LoadOptions,
 ) -> Result<NncModel, CapiError> {
     // The plan is public structure; nothing is trusted until a device authenticates it.
-    let names: Vec<String> = Container::parse(file.bytes())
+    let names: Vec<String> = file
+        .parse()
         .ok()
         .and_then(|c| {
             let section = c.section(SectionKind::ExecutionPlan)?;
@@ -203,14 +213,247 @@ pub(crate) fn load(
     })
 }
 
+/// What a memory object (`NncMemory`) holds its bytes in.
+///
+/// Nothing here can fault when another process changes the file: a mapping is made
+/// only of a memfd sealed against shrinking (its pages exist as long as the mapping
+/// does), and any other descriptor is read with `pread` and written with `pwrite` at
+/// each compute, where a file truncated meanwhile is a short read or a size check, an
+/// error rather than a SIGBUS. The copy costs nothing extra: the C boundary copies
+/// inputs into and outputs out of the runtime's tensors in any case.
+#[derive(Clone)]
+pub(crate) enum Backing {
+    /// A memfd sealed against shrinking, mapped shared.
+    Mapped(Arc<Memory>),
+    /// Any other regular file's descriptor, accessed with `pread`/`pwrite`.
+    File(Arc<FdFile>),
+}
+
+/// `len` bytes of a file from `offset`, accessed by `pread`/`pwrite`.
+pub(crate) struct FdFile {
+    file: File,
+    offset: u64,
+    len: usize,
+    /// Computes reading the memory share it; one writing it holds it alone, as the
+    /// runtime's own memory objects do (no torn outputs between two executions).
+    lock: RwLock<()>,
+}
+
+fn fcntl(fd: &File, command: libc::c_int, arg: libc::c_int) -> std::io::Result<libc::c_int> {
+    // SAFETY: `fd` is an open descriptor; the commands used take an int argument.
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), command, arg) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// Seals that rule out a shared writable mapping of a memfd (or any write).
+const WRITE_SEALS: libc::c_int = libc::F_SEAL_WRITE | libc::F_SEAL_FUTURE_WRITE;
+
+impl Backing {
+    /// `len` zero bytes of anonymous shared memory: a memfd sealed against shrinking
+    /// and growing (so whoever holds its descriptor cannot truncate it under nnc's
+    /// mapping), mapped.
+    pub(crate) fn shared(len: usize) -> Result<Backing, CapiError> {
+        let fail = |what: &str, e: std::io::Error| {
+            CapiError::BadData(format!(
+                "cannot {what} a shared-memory file of {len} bytes: {e}"
+            ))
+        };
+        if len == 0 {
+            return Err(CapiError::BadData(
+                "a memory needs at least one byte".into(),
+            ));
+        }
+        // SAFETY: a constant NUL-terminated name and valid flags; the result is checked.
+        let fd = unsafe {
+            libc::memfd_create(
+                c"nnc-memory".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
+        if fd < 0 {
+            return Err(fail("create", std::io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` was just returned by memfd_create and is owned by nothing else.
+        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        file.set_len(len as u64).map_err(|e| fail("size", e))?;
+        fcntl(
+            &file,
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW,
+        )
+        .map_err(|e| fail("seal", e))?;
+        let memory = Memory::from_fd(OwnedFd::from(file), 0, len)
+            .map_err(|e| CapiError::BadData(e.to_string()))?;
+        Ok(Backing::Mapped(memory))
+    }
+
+    /// `len` bytes at `offset` of the caller's descriptor (already duplicated): a
+    /// regular file (memfds and shared-memory objects are) open for reading and
+    /// writing. Mapped when it is a memfd sealed against shrinking; otherwise accessed
+    /// with `pread`/`pwrite`.
+    pub(crate) fn from_fd(fd: OwnedFd, offset: u64, len: usize) -> Result<Backing, CapiError> {
+        let raw = fd.as_raw_fd();
+        let file = File::from(fd);
+        let bad = |message: String| CapiError::BadData(format!("file descriptor {raw}: {message}"));
+        if len == 0 {
+            return Err(bad("a memory needs at least one byte".into()));
+        }
+        let meta = file
+            .metadata()
+            .map_err(|e| bad(format!("cannot inspect it: {e}")))?;
+        if !meta.is_file() {
+            return Err(bad(
+                "not a regular file: give a memfd, a shared-memory object or a file".into(),
+            ));
+        }
+        let mode = fcntl(&file, libc::F_GETFL, 0)
+            .map_err(|e| bad(format!("cannot read its flags: {e}")))?;
+        if mode & libc::O_ACCMODE != libc::O_RDWR {
+            return Err(bad("not open for reading and writing (O_RDWR)".into()));
+        }
+        let end = offset
+            .checked_add(len as u64)
+            .filter(|&end| end <= i64::MAX as u64)
+            .ok_or_else(|| bad("offset plus size overflows".into()))?;
+        if end > meta.len() {
+            return Err(bad(format!(
+                "bytes {offset}..{end} are beyond the file's {} bytes",
+                meta.len()
+            )));
+        }
+        // Files that cannot be sealed (not a memfd) answer EINVAL: no seals.
+        let seals = fcntl(&file, libc::F_GET_SEALS, 0).unwrap_or(0);
+        if seals & libc::F_SEAL_SHRINK != 0 && seals & WRITE_SEALS == 0 {
+            let memory = Memory::from_fd(OwnedFd::from(file), offset, len)
+                .map_err(|e| bad(e.to_string()))?;
+            return Ok(Backing::Mapped(memory));
+        }
+        Ok(Backing::File(Arc::new(FdFile {
+            file,
+            offset,
+            len,
+            lock: RwLock::new(()),
+        })))
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Backing::Mapped(m) => m.len(),
+            Backing::File(f) => f.len,
+        }
+    }
+
+    /// The memory's own descriptor (valid while the memory lives).
+    pub(crate) fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        match self {
+            Backing::Mapped(m) => m.raw_fd(),
+            Backing::File(f) => Some(f.file.as_raw_fd()),
+        }
+    }
+
+    /// Copies `length` bytes at `offset` (checked against the memory's size when
+    /// bound) out of the memory.
+    fn read(&self, offset: usize, length: usize) -> Result<Vec<u8>, CapiError> {
+        match self {
+            Backing::Mapped(memory) => memory
+                .with_bytes(|bytes| {
+                    bytes
+                        .get(offset..offset + length)
+                        .map(<[u8]>::to_vec)
+                        .ok_or_else(|| shrunk(bytes.len(), offset, length))
+                })
+                .map_err(|e| CapiError::BadState(e.to_string()))?,
+            Backing::File(f) => {
+                let _shared = f.lock.read().unwrap_or_else(PoisonError::into_inner);
+                let mut out = vec![0u8; length];
+                f.file
+                    .read_exact_at(&mut out, f.offset + offset as u64)
+                    .map_err(|e| f.failed(e, offset, length))?;
+                Ok(out)
+            }
+        }
+    }
+
+    /// Writes `data` at `offset` (the binding, of `length` bytes, holds it).
+    fn write(&self, offset: usize, length: usize, data: &[u8]) -> Result<(), CapiError> {
+        if data.len() > length {
+            return Err(CapiError::BadData(format!(
+                "{} bytes do not fit the bound {length}",
+                data.len()
+            )));
+        }
+        match self {
+            Backing::Mapped(memory) => memory
+                .with_bytes_mut(|bytes| {
+                    let available = bytes.len();
+                    bytes
+                        .get_mut(offset..offset + data.len())
+                        .ok_or_else(|| shrunk(available, offset, length))?
+                        .copy_from_slice(data);
+                    Ok(())
+                })
+                .map_err(|e| CapiError::BadState(e.to_string()))?,
+            Backing::File(f) => {
+                let _alone = f.lock.write().unwrap_or_else(PoisonError::into_inner);
+                let at = f.offset + offset as u64;
+                // pwrite past the end would silently grow a truncated file: refuse.
+                let size = f
+                    .file
+                    .metadata()
+                    .map_err(|e| f.failed(e, offset, length))?
+                    .len();
+                if size < at + data.len() as u64 {
+                    return Err(f.truncated(size, offset, length));
+                }
+                f.file
+                    .write_all_at(data, at)
+                    .map_err(|e| f.failed(e, offset, length))
+            }
+        }
+    }
+}
+
+impl FdFile {
+    fn truncated(&self, size: u64, offset: usize, length: usize) -> CapiError {
+        let start = self.offset + offset as u64;
+        CapiError::BadState(format!(
+            "the memory's file now holds {size} bytes: the bound bytes {start}..{} are \
+             beyond it (it was truncated after the memory was created)",
+            start + length as u64
+        ))
+    }
+
+    fn failed(&self, e: std::io::Error, offset: usize, length: usize) -> CapiError {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            let size = self.file.metadata().map_or(0, |m| m.len());
+            return self.truncated(size, offset, length);
+        }
+        CapiError::Io {
+            path: "a memory's file descriptor".into(),
+            message: e.to_string(),
+        }
+    }
+}
+
+fn shrunk(available: usize, offset: usize, length: usize) -> CapiError {
+    CapiError::BadState(format!(
+        "the memory now holds {available} bytes: the bound bytes {offset}..{} are beyond it",
+        offset.saturating_add(length)
+    ))
+}
+
 /// Where a bound input or output lives: caller memory, or a region of a memory object.
 pub(crate) enum Region {
     /// Caller memory, valid while bound by the C contract.
     Pointer(*mut u8, usize),
-    /// `length` bytes at `offset` of a memory object (checked at every compute, since the
-    /// memory may be resized or released after binding).
+    /// `length` bytes at `offset` of a memory object (checked against its size when
+    /// bound, and again at every compute: a file may be truncated after binding).
     Memory {
-        memory: Arc<Memory>,
+        memory: Backing,
         offset: usize,
         length: usize,
     },
@@ -238,14 +481,7 @@ impl Region {
                 memory,
                 offset,
                 length,
-            } => memory
-                .with_bytes(|bytes| {
-                    bytes
-                        .get(*offset..offset + length)
-                        .map(<[u8]>::to_vec)
-                        .ok_or_else(|| out_of_range(memory, *offset, *length, bytes.len()))
-                })
-                .map_err(CapiError::from)?,
+            } => memory.read(*offset, *length),
         }
     }
 
@@ -271,35 +507,9 @@ impl Region {
                 memory,
                 offset,
                 length,
-            } => memory
-                .with_bytes_mut(|bytes| {
-                    let available = bytes.len();
-                    let region = bytes
-                        .get_mut(*offset..offset + length)
-                        .ok_or_else(|| out_of_range(memory, *offset, *length, available))?;
-                    region
-                        .get_mut(..data.len())
-                        .ok_or_else(|| {
-                            CapiError::BadData(format!(
-                                "{} bytes do not fit the bound {length}",
-                                data.len()
-                            ))
-                        })?
-                        .copy_from_slice(data);
-                    Ok(())
-                })
-                .map_err(CapiError::from)?,
+            } => memory.write(*offset, *length, data),
         }
     }
-}
-
-fn out_of_range(memory: &Memory, offset: usize, length: usize, available: usize) -> CapiError {
-    CapiError::BadState(format!(
-        "memory {} now holds {available} bytes: the bound bytes {offset}..{} are beyond it \
-         (it was resized after binding; bind it again)",
-        memory.id(),
-        offset.saturating_add(length)
-    ))
 }
 
 /// One input's binding.
@@ -329,6 +539,8 @@ pub(crate) struct Execution {
     /// An asynchronous or fenced compute is queued or running: every other call on the
     /// execution is a bad state until it completes.
     pub(crate) busy: bool,
+    /// `nnc_execution_free` has begun: every call is refused.
+    pub(crate) freed: bool,
     last: Option<LastRun>,
 }
 
@@ -357,6 +569,7 @@ impl Execution {
             options: ExecuteOptions::default(),
             timeout: None,
             busy: false,
+            freed: false,
             last: None,
         }
     }

@@ -13,6 +13,7 @@ use std::path::Path;
 
 mod error;
 mod flow;
+mod handles;
 mod imp;
 
 pub use flow::*;
@@ -110,22 +111,22 @@ pub struct NncModel {
 /// thread at a time (a concurrent compute fails with `NNC_RESULT_BAD_STATE`).
 pub struct NncExecution {
     inner: std::sync::Arc<std::sync::Mutex<imp::Execution>>,
-    /// The event of the asynchronous or fenced compute in flight, if any: freeing the
-    /// execution waits for it, so nnc never writes caller memory after the free returns.
-    in_flight: std::sync::Mutex<Option<nnc_runtime::Fence>>,
+    /// The asynchronous or fenced compute last started, if any: freeing the execution
+    /// cancels it while it waits for its dependencies and waits for it otherwise, so nnc
+    /// never writes caller memory after the free returns.
+    in_flight: std::sync::Mutex<Option<flow::InFlight>>,
 }
 
-impl Drop for NncExecution {
-    fn drop(&mut self) {
-        let in_flight = self
-            .in_flight
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(fence) = in_flight {
-            fence.wait(None);
-        }
-    }
+impl handles::Object for NncKey {
+    const KIND: &'static str = "key";
+}
+
+impl handles::Object for NncModel {
+    const KIND: &'static str = "model";
+}
+
+impl handles::Object for NncExecution {
+    const KIND: &'static str = "execution";
 }
 
 /// Description of one model input or output. `name` and `dimensions` point into the
@@ -216,7 +217,10 @@ pub unsafe extern "C" fn nnc_key_from_bytes(
 }
 
 /// Creates a key from a key file as `nnc keygen` writes it (hex text, surrounding
-/// whitespace ignored).
+/// whitespace ignored). The file must be a regular file of at most 65 bytes: anything
+/// else (a FIFO, a device such as /dev/zero, a directory, a longer file) is
+/// `NNC_RESULT_BAD_DATA`, refused without blocking and without reading more than 66
+/// bytes; a file that cannot be opened is `NNC_RESULT_UNMAPPABLE`.
 ///
 /// # Safety
 /// `path` must be a NUL-terminated string; `key` must point to writable storage for one
@@ -240,14 +244,10 @@ pub unsafe extern "C" fn nnc_key_from_file(
     })
 }
 
-/// Zeroizes and frees a key. Null is ignored.
-///
-/// # Safety
-/// `key` must be null or a key from `nnc_key_from_*` not yet freed.
+/// Zeroizes and frees a key. Null, and a key already freed, are ignored.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nnc_key_free(key: *mut NncKey) {
-    // SAFETY: forwarded contract: null, or from `hand_out` and freed once.
-    guard_void(|| unsafe { free_handed_out(key) })
+pub extern "C" fn nnc_key_free(key: *mut NncKey) {
+    guard_void(|| free_handed_out(key))
 }
 
 /// A UTF-8 path from a C string.
@@ -269,9 +269,9 @@ pub(crate) unsafe fn path_arg<'a>(path: *const c_char) -> Result<&'a Path, CapiE
 /// for the load and wiped from it afterwards; the caller still owns `key`.
 ///
 /// # Safety
-/// `path` must be a NUL-terminated string; `key` null or a live key; `model` must point
-/// to writable storage for one pointer. On success `*model` owns a new model (free with
-/// `nnc_model_free`); on failure it is set to null.
+/// `path` must be a NUL-terminated string; `model` must point to writable storage for
+/// one pointer. On success `*model` owns a new model (free with `nnc_model_free`); on
+/// failure it is set to null.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_model_load_file(
     path: *const c_char,
@@ -286,9 +286,9 @@ pub unsafe extern "C" fn nnc_model_load_file(
 /// may free its buffer at once). Otherwise as `nnc_model_load_file`.
 ///
 /// # Safety
-/// `data` must point to `length` readable bytes; `key` null or a live key; `model` must
-/// point to writable storage for one pointer. On success `*model` owns a new model (free
-/// with `nnc_model_free`); on failure it is set to null.
+/// `data` must point to `length` readable bytes; `model` must point to writable storage
+/// for one pointer. On success `*model` owns a new model (free with `nnc_model_free`);
+/// on failure it is set to null.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_model_load_buffer(
     data: *const u8,
@@ -300,21 +300,17 @@ pub unsafe extern "C" fn nnc_model_load_buffer(
     unsafe { flow::nnc_model_load_buffer_with_options(data, length, key, std::ptr::null(), model) }
 }
 
-/// Frees a model. Null is ignored. Executions created from it stay usable.
-///
-/// # Safety
-/// `model` must be null or a model from `nnc_model_load_*` not yet freed. The
-/// `NncOperandInfo` pointers it handed out become invalid.
+/// Frees a model. Null, and a model already freed, are ignored. Executions created
+/// from it stay usable. The `NncOperandInfo` pointers it handed out become invalid.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nnc_model_free(model: *mut NncModel) {
-    // SAFETY: forwarded contract: null, or from `hand_out` and freed once.
-    guard_void(|| unsafe { free_handed_out(model) })
+pub extern "C" fn nnc_model_free(model: *mut NncModel) {
+    guard_void(|| free_handed_out(model))
 }
 
 /// The number of model inputs.
 ///
 /// # Safety
-/// `model` must be null or a live model; `count` null or writable.
+/// `count` null or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_model_input_count(
     model: *const NncModel,
@@ -327,7 +323,7 @@ pub unsafe extern "C" fn nnc_model_input_count(
 /// The number of model outputs.
 ///
 /// # Safety
-/// `model` must be null or a live model; `count` null or writable.
+/// `count` null or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_model_output_count(
     model: *const NncModel,
@@ -338,12 +334,11 @@ pub unsafe extern "C" fn nnc_model_output_count(
 }
 
 /// # Safety
-/// `model` must be null or a live model; `count` null or writable.
+/// `count` null or writable.
 unsafe fn io_count(model: *const NncModel, count: *mut u32, inputs: bool) -> NncResult {
     guard(|| {
         non_null(count, "count")?;
-        // SAFETY: by the contract, `model` is null or a live model.
-        let model = unsafe { model.as_ref() }.ok_or(CapiError::Null("model"))?;
+        let model = handles::get(model, "model")?;
         let n = if inputs {
             model.inner.inputs.len()
         } else {
@@ -358,7 +353,7 @@ unsafe fn io_count(model: *const NncModel, count: *mut u32, inputs: bool) -> Nnc
 /// Describes input `index` (from 0): name, element type, rank, dimensions, byte size.
 ///
 /// # Safety
-/// `model` must be null or a live model; `info` null or writable.
+/// `info` null or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_model_get_input(
     model: *const NncModel,
@@ -372,7 +367,7 @@ pub unsafe extern "C" fn nnc_model_get_input(
 /// Describes output `index` (from 0): name, element type, rank, dimensions, byte size.
 ///
 /// # Safety
-/// `model` must be null or a live model; `info` null or writable.
+/// `info` null or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_model_get_output(
     model: *const NncModel,
@@ -384,7 +379,7 @@ pub unsafe extern "C" fn nnc_model_get_output(
 }
 
 /// # Safety
-/// `model` must be null or a live model; `info` null or writable.
+/// `info` null or writable.
 unsafe fn io_info(
     model: *const NncModel,
     index: u32,
@@ -393,8 +388,7 @@ unsafe fn io_info(
 ) -> NncResult {
     guard(|| {
         non_null(info, "info")?;
-        // SAFETY: by the contract, `model` is null or a live model.
-        let model = unsafe { model.as_ref() }.ok_or(CapiError::Null("model"))?;
+        let model = handles::get(model, "model")?;
         let desc = model.inner.io(inputs, index as usize)?;
         // SAFETY: non-null and, by the contract, writable.
         unsafe { info.write(desc.info()) };
@@ -405,9 +399,8 @@ unsafe fn io_info(
 /// Creates an execution of `model`, with nothing bound.
 ///
 /// # Safety
-/// `model` must be null or a live model; `execution` null or writable. On success
-/// `*execution` owns a new execution (free with `nnc_execution_free`); on failure it is
-/// set to null.
+/// `execution` null or writable. On success `*execution` owns a new execution (free
+/// with `nnc_execution_free`); on failure it is set to null.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_execution_create(
     model: *const NncModel,
@@ -417,8 +410,7 @@ pub unsafe extern "C" fn nnc_execution_create(
         non_null(execution, "execution")?;
         // SAFETY: non-null and, by the contract, writable.
         unsafe { execution.write(std::ptr::null_mut()) };
-        // SAFETY: by the contract, `model` is null or a live model.
-        let model = unsafe { model.as_ref() }.ok_or(CapiError::Null("model"))?;
+        let model = handles::get(model, "model")?;
         let created = NncExecution {
             inner: std::sync::Arc::new(std::sync::Mutex::new(imp::Execution::new(
                 std::sync::Arc::clone(&model.inner),
@@ -431,16 +423,18 @@ pub unsafe extern "C" fn nnc_execution_create(
     })
 }
 
-/// Frees an execution. Null is ignored. An asynchronous or fenced compute still in
-/// flight is waited for first (nnc writes no bound buffer after this returns).
-///
-/// # Safety
-/// `execution` must be null or an execution from `nnc_execution_create` not yet freed,
-/// and not computing on another thread.
+/// Frees an execution. Null, and an execution already freed, are ignored. A compute
+/// still waiting for the events it depends on is cancelled (its event fails with
+/// `NNC_RESULT_OP_FAILED`; nothing is read or written); one queued or running is waited
+/// for, as is a compute of this execution on another thread: nnc writes no bound buffer
+/// after this returns.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nnc_execution_free(execution: *mut NncExecution) {
-    // SAFETY: forwarded contract: null, or from `hand_out` and freed once.
-    guard_void(|| unsafe { free_handed_out(execution) })
+pub extern "C" fn nnc_execution_free(execution: *mut NncExecution) {
+    guard_void(|| {
+        if let Some(execution) = handles::take(execution) {
+            execution.shut_down();
+        }
+    })
 }
 
 /// Locks an execution for one call; a compute running on another thread, or an
@@ -461,6 +455,9 @@ pub(crate) fn lock(
             ));
         }
     };
+    if guard.freed {
+        return Err(CapiError::BadState("the execution is being freed".into()));
+    }
     if guard.busy {
         return Err(CapiError::BadState(
             "an asynchronous compute of this execution is in flight: wait for its event \
@@ -478,8 +475,7 @@ pub(crate) fn lock(
 /// the input is bound again or the execution is freed.
 ///
 /// # Safety
-/// `execution` null or a live execution; `buffer` must stay readable for `length` bytes
-/// for as long as it is bound.
+/// `buffer` must stay readable for `length` bytes for as long as it is bound.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_execution_set_input(
     execution: *mut NncExecution,
@@ -488,10 +484,9 @@ pub unsafe extern "C" fn nnc_execution_set_input(
     length: usize,
 ) -> NncResult {
     guard(|| {
-        // SAFETY: by the contract, `execution` is null or live.
-        let execution = unsafe { execution.as_ref() }.ok_or(CapiError::Null("execution"))?;
+        let execution = handles::get(execution, "execution")?;
         non_null(buffer, "buffer")?;
-        lock(execution)?.set_input(
+        lock(&execution)?.set_input(
             index as usize,
             None,
             imp::Region::Pointer(buffer.cast_mut().cast(), length),
@@ -505,8 +500,8 @@ pub unsafe extern "C" fn nnc_execution_set_input(
 /// The dimensions are copied; the buffer as for `nnc_execution_set_input`.
 ///
 /// # Safety
-/// `execution` null or a live execution; `dimensions` null or `rank` readable values;
-/// `buffer` must stay readable for `length` bytes for as long as it is bound.
+/// `dimensions` null or `rank` readable values; `buffer` must stay readable for
+/// `length` bytes for as long as it is bound.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_execution_set_input_with_dimensions(
     execution: *mut NncExecution,
@@ -517,8 +512,7 @@ pub unsafe extern "C" fn nnc_execution_set_input_with_dimensions(
     length: usize,
 ) -> NncResult {
     guard(|| {
-        // SAFETY: by the contract, `execution` is null or live.
-        let execution = unsafe { execution.as_ref() }.ok_or(CapiError::Null("execution"))?;
+        let execution = handles::get(execution, "execution")?;
         non_null(buffer, "buffer")?;
         let dims: Vec<usize> = if rank == 0 {
             Vec::new()
@@ -530,7 +524,7 @@ pub unsafe extern "C" fn nnc_execution_set_input_with_dimensions(
                 .map(|&d| d as usize)
                 .collect()
         };
-        lock(execution)?.set_input(
+        lock(&execution)?.set_input(
             index as usize,
             Some(dims),
             imp::Region::Pointer(buffer.cast_mut().cast(), length),
@@ -545,9 +539,8 @@ pub unsafe extern "C" fn nnc_execution_set_input_with_dimensions(
 /// compute: it must stay valid until the output is bound again or the execution is freed.
 ///
 /// # Safety
-/// `execution` null or a live execution; `buffer` must stay writable for `length` bytes
-/// for as long as it is bound, and must not be read or written by the caller during a
-/// compute.
+/// `buffer` must stay writable for `length` bytes for as long as it is bound, and must
+/// not be read or written by the caller during a compute.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_execution_set_output(
     execution: *mut NncExecution,
@@ -556,28 +549,23 @@ pub unsafe extern "C" fn nnc_execution_set_output(
     length: usize,
 ) -> NncResult {
     guard(|| {
-        // SAFETY: by the contract, `execution` is null or live.
-        let execution = unsafe { execution.as_ref() }.ok_or(CapiError::Null("execution"))?;
+        let execution = handles::get(execution, "execution")?;
         non_null(buffer, "buffer")?;
-        lock(execution)?.set_output(index as usize, imp::Region::Pointer(buffer.cast(), length))
+        lock(&execution)?.set_output(index as usize, imp::Region::Pointer(buffer.cast(), length))
     })
 }
 
 /// Sets how long the loops (WHILE operations) of one compute may run in all, in
 /// nanoseconds, before it fails with `NNC_RESULT_MISSED_DEADLINE_PERSISTENT` (the NN
 /// API's loop timeout). The default is 2 s; more than 15 s is `NNC_RESULT_BAD_DATA`.
-///
-/// # Safety
-/// `execution` null or a live execution.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nnc_execution_set_loop_timeout(
+pub extern "C" fn nnc_execution_set_loop_timeout(
     execution: *mut NncExecution,
     duration_ns: u64,
 ) -> NncResult {
     guard(|| {
-        // SAFETY: by the contract, `execution` is null or live.
-        let execution = unsafe { execution.as_ref() }.ok_or(CapiError::Null("execution"))?;
-        lock(execution)?.set_loop_timeout(duration_ns)
+        let execution = handles::get(execution, "execution")?;
+        lock(&execution)?.set_loop_timeout(duration_ns)
     })
 }
 
@@ -589,13 +577,12 @@ pub unsafe extern "C" fn nnc_execution_set_loop_timeout(
 /// `nnc_execution_get_output_dimensions`. May be called again and again.
 ///
 /// # Safety
-/// `execution` null or a live execution, whose bound buffers are all still valid.
+/// The execution's bound buffers must all still be valid.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_execution_compute(execution: *mut NncExecution) -> NncResult {
     guard(|| {
-        // SAFETY: by the contract, `execution` is null or live.
-        let execution = unsafe { execution.as_ref() }.ok_or(CapiError::Null("execution"))?;
-        let mut state = lock(execution)?;
+        let execution = handles::get(execution, "execution")?;
+        let mut state = lock(&execution)?;
         // SAFETY: by the contract, every bound buffer is still valid.
         unsafe { state.compute(imp::Via::Plain, std::time::Instant::now(), None) }
     })
@@ -605,7 +592,7 @@ pub unsafe extern "C" fn nnc_execution_compute(execution: *mut NncExecution) -> 
 /// failed with `NNC_RESULT_OUTPUT_INSUFFICIENT_SIZE`).
 ///
 /// # Safety
-/// `execution` null or a live execution; `rank` null or writable.
+/// `rank` null or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_execution_get_output_rank(
     execution: *mut NncExecution,
@@ -613,10 +600,9 @@ pub unsafe extern "C" fn nnc_execution_get_output_rank(
     rank: *mut u32,
 ) -> NncResult {
     guard(|| {
-        // SAFETY: by the contract, `execution` is null or live.
-        let execution = unsafe { execution.as_ref() }.ok_or(CapiError::Null("execution"))?;
+        let execution = handles::get(execution, "execution")?;
         non_null(rank, "rank")?;
-        let state = lock(execution)?;
+        let state = lock(&execution)?;
         let shape = state.output_shape(index as usize)?;
         // SAFETY: non-null and, by the contract, writable.
         unsafe { rank.write(shape.len() as u32) };
@@ -630,8 +616,7 @@ pub unsafe extern "C" fn nnc_execution_get_output_rank(
 /// may be null when the rank is 0.
 ///
 /// # Safety
-/// `execution` null or a live execution; `dimensions` null or writable for `capacity`
-/// values.
+/// `dimensions` null or writable for `capacity` values.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_execution_get_output_dimensions(
     execution: *mut NncExecution,
@@ -640,9 +625,8 @@ pub unsafe extern "C" fn nnc_execution_get_output_dimensions(
     capacity: u32,
 ) -> NncResult {
     guard(|| {
-        // SAFETY: by the contract, `execution` is null or live.
-        let execution = unsafe { execution.as_ref() }.ok_or(CapiError::Null("execution"))?;
-        let state = lock(execution)?;
+        let execution = handles::get(execution, "execution")?;
+        let state = lock(&execution)?;
         let shape = state.output_shape(index as usize)?;
         if shape.is_empty() {
             return Ok(());
@@ -671,7 +655,7 @@ pub unsafe extern "C" fn nnc_execution_get_output_dimensions(
 /// declared size when that is known (`NNC_RESULT_BAD_STATE` otherwise).
 ///
 /// # Safety
-/// `execution` null or a live execution; `size` null or writable.
+/// `size` null or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_execution_get_output_size(
     execution: *mut NncExecution,
@@ -679,10 +663,9 @@ pub unsafe extern "C" fn nnc_execution_get_output_size(
     size: *mut usize,
 ) -> NncResult {
     guard(|| {
-        // SAFETY: by the contract, `execution` is null or live.
-        let execution = unsafe { execution.as_ref() }.ok_or(CapiError::Null("execution"))?;
+        let execution = handles::get(execution, "execution")?;
         non_null(size, "size")?;
-        let n = lock(execution)?.output_size(index as usize)?;
+        let n = lock(&execution)?.output_size(index as usize)?;
         // SAFETY: non-null and, by the contract, writable.
         unsafe { size.write(n) };
         Ok(())
@@ -694,7 +677,7 @@ pub unsafe extern "C" fn nnc_execution_get_output_size(
 /// included). `NNC_RESULT_BAD_STATE` before a successful compute.
 ///
 /// # Safety
-/// `execution` null or a live execution; `on_device_ns` and `total_ns` null or writable.
+/// `on_device_ns` and `total_ns` null or writable.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nnc_execution_get_timing(
     execution: *mut NncExecution,
@@ -702,11 +685,10 @@ pub unsafe extern "C" fn nnc_execution_get_timing(
     total_ns: *mut u64,
 ) -> NncResult {
     guard(|| {
-        // SAFETY: by the contract, `execution` is null or live.
-        let execution = unsafe { execution.as_ref() }.ok_or(CapiError::Null("execution"))?;
+        let execution = handles::get(execution, "execution")?;
         non_null(on_device_ns, "on_device_ns")?;
         non_null(total_ns, "total_ns")?;
-        let (device, total) = lock(execution)?.timing()?;
+        let (device, total) = lock(&execution)?.timing()?;
         // SAFETY: both non-null and, by the contract, writable.
         unsafe {
             on_device_ns.write(device);
@@ -716,22 +698,18 @@ pub unsafe extern "C" fn nnc_execution_get_timing(
     })
 }
 
-/// Gives C ownership of `value` through the out-pointer `out`.
+/// Gives C a new handle to `value` through the out-pointer `out`.
 ///
 /// # Safety
 /// `out` must be non-null and writable.
-pub(crate) unsafe fn hand_out<T>(out: *mut *mut T, value: T) {
+pub(crate) unsafe fn hand_out<T: handles::Object>(out: *mut *mut T, value: T) {
+    let handle = handles::register(value);
     // SAFETY: by this function's contract.
-    unsafe { out.write(Box::into_raw(Box::new(value))) };
+    unsafe { out.write(handle) };
 }
 
-/// Takes back and drops what [`hand_out`] gave; null is ignored.
-///
-/// # Safety
-/// `object` must be null or a pointer from [`hand_out`] not yet freed.
-pub(crate) unsafe fn free_handed_out<T>(object: *mut T) {
-    if !object.is_null() {
-        // SAFETY: by this function's contract it came from Box::into_raw, freed once.
-        drop(unsafe { Box::from_raw(object) });
-    }
+/// Takes back and drops what [`hand_out`] gave; null, and handles already freed or
+/// never given, are ignored.
+pub(crate) fn free_handed_out<T: handles::Object>(handle: *mut T) {
+    drop(handles::take(handle));
 }

@@ -114,6 +114,53 @@ fn wrong_key_missing_key_and_tampering_are_integrity_errors() {
     assert_eq!(last_error(), "");
 }
 
+/// The audit's key files: `/dev/zero` (read for 4 GB), `/dev/urandom` (never ended), a
+/// FIFO (blocked) and an oversized file are refused at once, without reading them.
+#[test]
+fn key_files_that_are_not_small_regular_files_are_refused_at_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fifo = dir.path().join("fifo");
+    let c = c_path(&fifo);
+    // SAFETY: a NUL-terminated path and a valid mode.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let long = dir.path().join("long.key");
+    // A valid key followed by more: a key file is at most 65 bytes.
+    std::fs::write(&long, format!("{}\n{}", "ab".repeat(32), " ".repeat(64))).expect("write");
+    let sparse = dir.path().join("sparse.key");
+    std::fs::File::create(&sparse)
+        .and_then(|f| f.set_len(4 << 30))
+        .expect("a sparse file");
+    let cases = [
+        (std::path::PathBuf::from("/dev/zero"), "character device"),
+        (std::path::PathBuf::from("/dev/urandom"), "character device"),
+        (fifo, "FIFO"),
+        (dir.path().to_path_buf(), "directory"),
+        (long, "more than 65 bytes"),
+        (sparse, "more than 65 bytes"),
+    ];
+    for (path, what) in cases {
+        let started = std::time::Instant::now();
+        let mut obj = null_mut();
+        // SAFETY: a NUL-terminated path and a valid out-pointer.
+        let r = unsafe { nnc_key_from_file(c_path(&path).as_ptr(), &mut obj) };
+        assert_eq!(
+            r,
+            NncResult::BadData,
+            "{}: {}",
+            path.display(),
+            last_error()
+        );
+        assert!(obj.is_null());
+        assert!(last_error().contains(what), "{}", last_error());
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "{} took {:?}",
+            path.display(),
+            started.elapsed()
+        );
+    }
+}
+
 #[test]
 fn key_files_as_nnc_keygen_writes_them() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -132,8 +179,7 @@ fn key_files_as_nnc_keygen_writes_them() {
     let r = unsafe { nnc_model_load_file(c_path(&model_path).as_ptr(), obj, &mut m) };
     assert_eq!(r, NncResult::NoError, "{}", last_error());
     let _model = Model(m);
-    // SAFETY: the key made above, freed once.
-    unsafe { nnc_key_free(obj) };
+    nnc_key_free(obj);
 
     let bad = dir.path().join("bad.key");
     for (text, what) in [

@@ -7,20 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use common::{argmax, compile, key, repo, testdata, write_key_file};
-
-/// The directory holding `libnnc_capi.so` built for this test run: the test binary's
-/// own (`target/<profile>/deps`).
-fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let dir = exe.parent().expect("a directory").to_path_buf();
-    assert!(
-        dir.join("libnnc_capi.so").is_file(),
-        "no libnnc_capi.so beside the test binary in {}",
-        dir.display()
-    );
-    dir
-}
+use common::{
+    VALGRIND, argmax, build_c, compile, key, repo, testdata, valgrind_available, write_key_file,
+};
 
 /// Compiles classify once per test process, into a directory kept until it exits.
 fn classify() -> &'static Path {
@@ -28,33 +17,10 @@ fn classify() -> &'static Path {
     &BUILT
         .get_or_init(|| {
             let dir = tempfile::tempdir().expect("temp dir");
-            let exe = dir.path().join("classify");
-            let lib = lib_dir();
-            let out = Command::new("cc")
-                .args([
-                    "-std=c11",
-                    "-Wall",
-                    "-Wextra",
-                    "-pedantic",
-                    "-Werror",
-                    "-O1",
-                    "-g",
-                    "-I",
-                ])
-                .arg(repo().join("runtime/capi/include"))
-                .arg("-o")
-                .arg(&exe)
-                .arg(repo().join("examples/c/classify.c"))
-                .arg("-L")
-                .arg(&lib)
-                .arg("-lnnc_capi")
-                .arg(format!("-Wl,-rpath,{}", lib.display()))
-                .output()
-                .expect("the system C compiler `cc` runs");
-            assert!(
-                out.status.success(),
-                "cc failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
+            let exe = build_c(
+                &repo().join("examples/c/classify.c"),
+                dir.path(),
+                "classify",
             );
             (dir, exe)
         })
@@ -81,7 +47,11 @@ fn run(wrapper: &[&str], model: &Path, key: &Path, input: &Path) -> Output {
         }
         None => Command::new(classify()),
     };
-    cmd.arg(model).arg(key).arg(input);
+    // cargo's LD_LIBRARY_PATH lists target/<profile> (perhaps a stale library) first.
+    cmd.env_remove("LD_LIBRARY_PATH")
+        .arg(model)
+        .arg(key)
+        .arg(input);
     cmd.output().expect("classify runs")
 }
 
@@ -173,27 +143,12 @@ fn classify_mobilenet_v2_matches_the_reference() {
 /// where `scripts/setup` installs it.
 #[test]
 fn classify_is_clean_under_valgrind() {
-    let available = Command::new("valgrind")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !available {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "valgrind is missing, and CI must not skip this test (scripts/setup installs it)"
-        );
-        eprintln!("skipping: valgrind is not installed");
+    if !valgrind_available() {
         return;
     }
     let dir = compiled(&testdata("tiny_cnn.onnx"));
     let out = run(
-        &[
-            "valgrind",
-            "-q",
-            "--error-exitcode=99",
-            "--leak-check=full",
-            "--errors-for-leak-kinds=definite",
-        ],
+        VALGRIND,
         &dir.path().join("model.nnc"),
         &dir.path().join("model.key"),
         &testdata("tiny_cnn.input.npy"),

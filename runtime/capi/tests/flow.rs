@@ -18,8 +18,7 @@ struct Event(*mut NncEvent);
 
 impl Drop for Event {
     fn drop(&mut self) {
-        // SAFETY: from nnc_event_create or a start call, freed once, here.
-        unsafe { nnc_event_free(self.0) }
+        nnc_event_free(self.0)
     }
 }
 
@@ -56,8 +55,7 @@ fn start(
 }
 
 fn wait(event: &Event) -> NncResult {
-    // SAFETY: a live event.
-    unsafe { nnc_event_wait(event.0) }
+    nnc_event_wait(event.0)
 }
 
 fn loaded_tiny() -> (Model, Vec<f32>, Vec<f32>) {
@@ -115,10 +113,8 @@ fn a_fenced_compute_waits_for_its_event_and_blocks_the_execution_meanwhile() {
     assert_eq!(compute(&e), NncResult::BadState);
     assert!(last_error().contains("in flight"), "{}", last_error());
     let signalled = Instant::now();
-    // SAFETY: a live user event.
-    assert_eq!(unsafe { nnc_event_signal(gate.0) }, NncResult::NoError);
-    // SAFETY: as above.
-    assert_eq!(unsafe { nnc_event_signal(gate.0) }, NncResult::BadState);
+    assert_eq!(nnc_event_signal(gate.0), NncResult::NoError);
+    assert_eq!(nnc_event_signal(gate.0), NncResult::BadState);
     assert_eq!(wait(&done), NncResult::NoError, "{}", last_error());
     let waited = signalled.elapsed();
     assert_eq!(out, reference_outputs(&model, &input, reference.len()));
@@ -276,26 +272,23 @@ fn memory_objects_carry_inputs_and_outputs_through_file_descriptors() {
     }
     drop(file);
     let e = execution(&model);
-    // SAFETY: live execution and memories.
-    unsafe {
-        assert_eq!(
-            nnc_execution_set_input_from_memory(e.0, 0, input_memory, 4096, bytes.len() + 4),
-            NncResult::BadData,
-            "a region beyond the memory"
-        );
-        assert_eq!(
-            nnc_execution_set_input_from_memory(e.0, 0, input_memory, 4096, bytes.len()),
-            NncResult::NoError,
-            "{}",
-            last_error()
-        );
-        assert_eq!(
-            nnc_execution_set_output_from_memory(e.0, 0, output_memory, 0, plain.len() * 4),
-            NncResult::NoError
-        );
-        // Executions keep bound memories alive.
-        nnc_memory_free(input_memory);
-    }
+    assert_eq!(
+        nnc_execution_set_input_from_memory(e.0, 0, input_memory, 4096, bytes.len() + 4),
+        NncResult::BadData,
+        "a region beyond the memory"
+    );
+    assert_eq!(
+        nnc_execution_set_input_from_memory(e.0, 0, input_memory, 4096, bytes.len()),
+        NncResult::NoError,
+        "{}",
+        last_error()
+    );
+    assert_eq!(
+        nnc_execution_set_output_from_memory(e.0, 0, output_memory, 0, plain.len() * 4),
+        NncResult::NoError
+    );
+    // Executions keep bound memories alive.
+    nnc_memory_free(input_memory);
     assert_eq!(compute(&e), NncResult::NoError, "{}", last_error());
     let mut fd = -1;
     // SAFETY: a live memory and a valid out-pointer.
@@ -317,8 +310,7 @@ fn memory_objects_carry_inputs_and_outputs_through_file_descriptors() {
         .collect();
     assert_eq!(got, plain);
     drop(e);
-    // SAFETY: freed once.
-    unsafe { nnc_memory_free(output_memory) };
+    nnc_memory_free(output_memory);
 }
 
 /// Outputs within float32 rounding of the reference (ONNX Runtime's).
@@ -429,8 +421,7 @@ fn load_options_are_checked_and_applied() {
         std::fs::read_dir(cache.path()).unwrap().count() > cached,
         "a fast load has its own cache entry"
     );
-    // SAFETY: freed once.
-    unsafe { nnc_key_free(k) };
+    nnc_key_free(k);
 }
 
 #[test]
@@ -442,10 +433,7 @@ fn an_execution_deadline_fails_in_time_and_leaves_the_execution_usable() {
     assert_eq!(set_output(&e, 0, &mut out), NncResult::NoError);
     assert_eq!(compute(&e), NncResult::NoError);
     // SAFETY: a live execution.
-    assert_eq!(
-        unsafe { nnc_execution_set_timeout(e.0, 1) },
-        NncResult::NoError
-    );
+    assert_eq!(nnc_execution_set_timeout(e.0, 1), NncResult::NoError);
     let r = compute(&e);
     assert_eq!(
         r,
@@ -454,36 +442,6 @@ fn an_execution_deadline_fails_in_time_and_leaves_the_execution_usable() {
         last_error()
     );
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { nnc_execution_set_timeout(e.0, 0) },
-        NncResult::NoError
-    );
+    assert_eq!(nnc_execution_set_timeout(e.0, 0), NncResult::NoError);
     assert_eq!(compute(&e), NncResult::NoError, "{}", last_error());
-}
-
-#[test]
-fn freeing_an_execution_waits_for_its_compute_in_flight() {
-    let (model, input, reference) = loaded_tiny();
-    let plain = reference_outputs(&model, &input, reference.len());
-    let mut out = vec![0f32; reference.len()];
-    let e = execution(&model);
-    assert_eq!(set_input(&e, 0, &input), NncResult::NoError);
-    assert_eq!(set_output(&e, 0, &mut out), NncResult::NoError);
-    let gate = user_event();
-    let done = start(&e, &[&gate], 0).expect("starts");
-    let gate_ptr = gate.0 as usize;
-    let signaller = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(100));
-        // SAFETY: the event outlives this thread (joined below, before it is freed).
-        unsafe { nnc_event_signal(gate_ptr as *mut NncEvent) }
-    });
-    let before = Instant::now();
-    drop(e);
-    assert!(
-        before.elapsed() >= Duration::from_millis(50),
-        "free waited for the compute"
-    );
-    assert_eq!(out, plain, "the compute finished before the free returned");
-    assert_eq!(signaller.join().unwrap(), NncResult::NoError);
-    assert_eq!(wait(&done), NncResult::NoError);
 }

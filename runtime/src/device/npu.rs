@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use nnc_formats::container::{
-    Container, ContainerError, CryptoConfig, FileKeys, WeightField, authenticate_metadata,
+    Container, ContainerError, CryptoConfig, FileKeys, Source, WeightField, authenticate_metadata,
     open_field,
 };
 use nnc_formats::crypto::WipedBytes;
@@ -93,22 +93,25 @@ impl SimulatedNpu {
     /// operator-info block, verify the weight fields of the operations this device runs
     /// (`operations`; `None` = all), and set up the decrypt path. Returns the graph and the
     /// device's weight provider for it.
+    ///
+    /// `bytes` is the file (read at offsets, never mapped): every weight field is read
+    /// into the device's own buffer, checked there and decrypted from that buffer.
     pub fn attach(
         &self,
-        bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,
+        bytes: Arc<dyn Source>,
         metadata: Vec<u8>,
         register: CryptoRegister,
         operations: Option<&[usize]>,
         verify_fields: bool,
     ) -> Result<(Model, Arc<NpuWeights>)> {
-        let data: &[u8] = (*bytes).as_ref();
+        let data: &dyn Source = &*bytes;
         // The device authenticates the host's copy of the metadata and parses that same
         // copy: nothing it trusts is read twice from a file that might change.
         let (container, keys) =
             self.key_store
                 .with_key(|key| -> std::result::Result<_, ContainerError> {
                     authenticate_metadata(&metadata, key)?;
-                    let container = Container::parse_with_metadata(data, metadata)?;
+                    let container = Container::parse_source(data, metadata)?;
                     let keys = container.keys(key)?;
                     Ok((container, keys))
                 })?;
@@ -164,8 +167,9 @@ impl SimulatedNpu {
         // (A cache hit supplies prepared weights instead; any field read later is still
         // checked when it is decrypted.)
         if verify_fields {
+            let mut scratch = Vec::new();
             for owner in fields_needed {
-                container.verified_ciphertext(keys.as_ref(), owner)?;
+                container.verify_field(keys.as_ref(), owner, &mut scratch)?;
             }
         }
         let weights = NpuWeights {
@@ -196,7 +200,9 @@ type WeightRef = Option<(usize, usize, usize)>;
 /// plaintext never leave it: it hands the executor only prepared weights, which live in
 /// the cache and are zeroized when dropped.
 pub struct NpuWeights {
-    bytes: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    /// The file, read at offsets: a field evicted from the parameter cache is read again
+    /// into a fresh buffer, checked and decrypted there.
+    bytes: Arc<dyn Source>,
     fields: Vec<Option<WeightField>>,
     keys: Option<FileKeys>,
     crypto: CryptoRegister,
@@ -285,7 +291,7 @@ impl NpuWeights {
                     })?;
             let mut buf = WipedBytes::default();
             open_field(
-                (*self.bytes).as_ref(),
+                &*self.bytes,
                 &field,
                 self.keys.as_ref(),
                 &self.crypto,

@@ -6,16 +6,28 @@
 //! on the operation's input values and takes its outputs, whose shapes are known only
 //! then (programs with control flow always compute shapes during execution). Programs
 //! nest: a subgraph's program reaches the others through the execution's [`Flow`], so an
-//! IF inside a WHILE body runs like one in `main`. The loop timeout is one deadline per
-//! execution, checked before every iteration of every WHILE, however deeply nested.
+//! IF inside a WHILE body runs like one in `main`.
+//!
+//! The loop timeout is one deadline per execution, checked before every iteration of
+//! every WHILE and before every operation of a condition or body, however deeply nested,
+//! so a loop stops within one operation's time of it.
+//!
+//! Memory: a subgraph's outputs are moved out of it, never copied; a WHILE takes over the
+//! enclosing graph's buffers that it is the last to read, and each iteration's outputs
+//! replace the loop state, so a loop holds at most its state, the iteration's new state
+//! and the body's temporaries. Every one of those buffers holds its bytes in the
+//! execution's memory budget ([`Flow::budget`]).
 
+use std::ops::Range;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nnc_formats::limits::{Budget, LimitKind, Limits};
 use nnc_formats::nn::{Lifetime, Operation, OperationType};
 
-use super::execute::{InputTensor, OwnedSink};
-use super::program::Program;
-use crate::buffer::AlignedBuf;
+use super::execute::{InputTensor, Placed, ValueSink};
+use super::held::Held;
+use super::program::{ExecState, Program};
 use crate::error::{OpRef, Result, RuntimeError};
 use crate::kernels::{Kernel, KernelContext};
 
@@ -37,14 +49,20 @@ pub fn check_loop_timeout(requested: Option<Duration>) -> Result<Duration> {
     Ok(timeout)
 }
 
-/// What an execution's control flow needs: the referenced subgraphs' programs and the
-/// loop deadline.
+/// What an execution's control flow needs: the referenced subgraphs' programs, the loop
+/// deadline and the memory budget.
 pub(crate) struct Flow<'a> {
     pub graphs: &'a [Program],
     pub deadline: Instant,
     pub timeout: Duration,
     /// The caller's deadline for the whole execution ([`ExecuteOptions::deadline`]).
     pub execution_deadline: Option<Instant>,
+    /// The execution's memory budget (the `arena` limit): every buffer the execution
+    /// allocates in proportion to sizes the model declares holds its bytes here.
+    pub budget: Arc<Budget>,
+    /// Whether this runs inside a WHILE (its condition or body, at any depth): the loop
+    /// deadline is then checked before every operation.
+    pub in_loop: bool,
 }
 
 impl<'a> Flow<'a> {
@@ -52,6 +70,7 @@ impl<'a> Flow<'a> {
         graphs: &'a [Program],
         timeout: Duration,
         execution_deadline: Option<Instant>,
+        limits: &Limits,
     ) -> Flow<'a> {
         let now = Instant::now();
         Flow {
@@ -59,20 +78,42 @@ impl<'a> Flow<'a> {
             deadline: now.checked_add(timeout).unwrap_or(now),
             timeout,
             execution_deadline,
+            budget: Budget::new(limits, LimitKind::Arena),
+            in_loop: false,
         }
     }
 
-    /// Fails once the execution's deadline has passed (checked before every operation,
-    /// so a missed deadline stops the execution within one operation's time).
+    /// This flow, for running a WHILE's condition and body.
+    fn inside_loop(&self) -> Flow<'a> {
+        Flow {
+            budget: Arc::clone(&self.budget),
+            in_loop: true,
+            ..*self
+        }
+    }
+
+    /// Fails once the execution's deadline has passed, or inside a loop once the loop
+    /// deadline has (checked before every operation, so a missed deadline stops the
+    /// execution within one operation's time).
     pub fn check_deadline(&self, operation: impl FnOnce() -> OpRef) -> Result<()> {
-        match self.execution_deadline {
-            Some(deadline) if Instant::now() >= deadline => Err(RuntimeError::MissedDeadline {
+        if self.execution_deadline.is_none() && !self.in_loop {
+            return Ok(());
+        }
+        let now = Instant::now();
+        if self.execution_deadline.is_some_and(|d| now >= d) {
+            return Err(RuntimeError::MissedDeadline {
                 kind: crate::error::DeadlineKind::Transient,
                 stage: crate::error::DeadlineStage::Execution,
                 detail: format!("it passed before {} ran", operation()),
-            }),
-            _ => Ok(()),
+            });
         }
+        if self.in_loop && now >= self.deadline {
+            return Err(RuntimeError::LoopTimeout {
+                operation: operation(),
+                timeout: self.timeout,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -89,33 +130,87 @@ impl Kernel for ControlFlowKernel {
     }
 }
 
-/// A value passed to or returned by a subgraph: its shape and bytes.
-pub(crate) type Value = (Vec<usize>, AlignedBuf);
+/// A value returned by a subgraph: its shape and bytes.
+pub(crate) type Value = (Vec<usize>, Held);
+
+/// A value passed to an IF or WHILE: borrowed from the enclosing graph, owned (a buffer
+/// the enclosing graph gave up, or one an iteration produced), or where a static body
+/// computed it in the arena of the state it last ran in.
+pub(crate) enum Arg<'a> {
+    Borrowed(&'a [usize], &'a [u8]),
+    Owned(Value),
+    InArena(Vec<usize>, Range<usize>),
+}
+
+impl Arg<'_> {
+    /// The value's shape and bytes (`arena`: that of the state the body last ran in).
+    fn view<'s>(&'s self, arena: &'s [u8]) -> Result<(&'s [usize], &'s [u8])> {
+        match self {
+            Arg::Borrowed(shape, bytes) => Ok((shape, bytes)),
+            Arg::Owned((shape, held)) => Ok((shape, held.as_bytes())),
+            Arg::InArena(shape, range) => match arena.get(range.clone()) {
+                Some(bytes) => Ok((shape, bytes)),
+                None => Err(RuntimeError::Internal(format!(
+                    "a loop value lies outside its arena ({range:?})"
+                ))),
+            },
+        }
+    }
+
+    /// The value as one an IF or WHILE returns: owned as it is, others copied.
+    fn into_value(
+        self,
+        arena: &[u8],
+        budget: &Arc<Budget>,
+        what: impl FnOnce() -> String,
+    ) -> Result<Value> {
+        if let Arg::Owned(value) = self {
+            return Ok(value);
+        }
+        let (shape, bytes) = self.view(arena)?;
+        Ok((shape.to_vec(), Held::copy_of(budget, bytes, what)?))
+    }
+}
 
 impl Program {
-    /// Runs this (referenced subgraph's) program on `inputs`; returns its outputs.
-    fn run_values(&self, flow: &Flow, inputs: &[(&[usize], &[u8])]) -> Result<Vec<Value>> {
+    /// Runs this (referenced subgraph's) program on `inputs` in `state` (its arena and
+    /// scratch); returns its outputs, moved out of it, or with `placing`, left in
+    /// `state`'s arena when the program is static.
+    fn run_values(
+        &self,
+        flow: &Flow,
+        inputs: &[(&[usize], &[u8])],
+        state: &mut ExecState,
+        placing: bool,
+    ) -> Result<Vec<Arg<'static>>> {
         let views: Vec<InputTensor> = inputs
             .iter()
             .map(|(shape, data)| InputTensor::with_shape(shape, data))
             .collect();
-        let mut sink = OwnedSink::default();
-        let shapes = self.run_flow(&views, &mut sink, flow)?;
+        let mut sink = ValueSink::new(&flow.budget, placing);
+        let shapes = self.run_flow_in(&views, &mut sink, flow, Some(state))?;
         shapes
             .into_iter()
             .zip(sink.outputs)
-            .map(|(shape, bytes)| Ok((shape, AlignedBuf::from_bytes(&bytes)?)))
+            .enumerate()
+            .map(|(k, (shape, placed))| match placed {
+                Some(Placed::Held(held)) => Ok(Arg::Owned((shape, held))),
+                Some(Placed::InArena(range)) => Ok(Arg::InArena(shape, range)),
+                None => Err(RuntimeError::Internal(format!(
+                    "subgraph output {k} was not written"
+                ))),
+            })
             .collect()
     }
 
-    /// Runs IF or WHILE operation `i` (`op`) of this program on its input values (shape
-    /// and bytes, in input order; SUBGRAPH inputs are ignored) and returns its outputs.
+    /// Runs IF or WHILE operation `i` (`op`) of this program on its input values (in
+    /// input order; SUBGRAPH inputs are ignored) and returns its outputs.
     pub(crate) fn run_control_flow(
         &self,
         flow: &Flow,
         i: usize,
         op: &Operation,
-        inputs: &[(&[usize], &[u8])],
+        mut inputs: Vec<Arg<'_>>,
     ) -> Result<Vec<Value>> {
         let operands = &self.model.main.operands;
         let opref = || self.op_ref(i);
@@ -138,16 +233,34 @@ impl Program {
                 .ok_or_else(|| located(format!("subgraph {t} was not prepared")))?;
             Ok((t, program))
         };
-        let run = |t: usize, program: &Program, values: &[(&[usize], &[u8])]| {
-            program.run_values(flow, values).map_err(|e| match e {
-                // The deadline is the whole execution's: reported as it is.
-                e @ (RuntimeError::LoopTimeout { .. } | RuntimeError::MissedDeadline { .. }) => e,
-                e => RuntimeError::InSubgraph {
-                    operation: opref(),
-                    subgraph: t,
-                    source: Box::new(e),
-                },
-            })
+        let run = |flow: &Flow,
+                   t: usize,
+                   program: &Program,
+                   values: &[(&[usize], &[u8])],
+                   state: &mut ExecState,
+                   placing: bool| {
+            program
+                .run_values(flow, values, state, placing)
+                .map_err(|e| match e {
+                    // The loop timeout names the loop it stopped (the outermost of the
+                    // graph that runs it).
+                    RuntimeError::LoopTimeout { timeout, .. }
+                        if op.op_type == OperationType::While =>
+                    {
+                        RuntimeError::LoopTimeout {
+                            operation: opref(),
+                            timeout,
+                        }
+                    }
+                    // The deadline is the whole execution's: reported as it is.
+                    e
+                    @ (RuntimeError::LoopTimeout { .. } | RuntimeError::MissedDeadline { .. }) => e,
+                    e => RuntimeError::InSubgraph {
+                        operation: opref(),
+                        subgraph: t,
+                        source: Box::new(e),
+                    },
+                })
         };
         let truth = |what: &str, bytes: &[u8]| -> Result<bool> {
             match bytes {
@@ -158,31 +271,47 @@ impl Program {
                 ))),
             }
         };
-        let values = inputs.get(
-            if op.op_type == OperationType::If {
-                3
-            } else {
-                2
-            }..,
-        );
-        let values = values.ok_or_else(|| located("too few inputs".into()))?;
+        let output = |k: usize| move || format!("output {k} of {}", opref());
+        let first_value = if op.op_type == OperationType::If {
+            3
+        } else {
+            2
+        };
+        if inputs.len() < first_value {
+            return Err(located("too few inputs".into()));
+        }
+        let mut values: Vec<Arg> = inputs.split_off(first_value);
         match op.op_type {
             OperationType::If => {
-                let (_, cond) = inputs
-                    .first()
-                    .ok_or_else(|| located("no condition".into()))?;
+                let (_, cond) = match inputs.first() {
+                    Some(arg) => arg.view(&[])?,
+                    None => return Err(located("no condition".into())),
+                };
                 let branch = if truth("condition", cond)? { 1 } else { 2 };
                 let (t, program) = graph(branch)?;
-                run(t, program, values)
+                let views: Vec<(&[usize], &[u8])> =
+                    values.iter().map(|v| v.view(&[])).collect::<Result<_>>()?;
+                let results = run(flow, t, program, &views, &mut ExecState::default(), false)?;
+                results
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, arg)| arg.into_value(&[], &flow.budget, output(k)))
+                    .collect()
             }
             OperationType::While => {
                 let (cond_t, cond) = graph(0)?;
                 let (body_t, body) = graph(1)?;
                 let m = op.outputs.len();
-                let mut state: Vec<Value> = values
-                    .iter()
-                    .map(|(shape, data)| Ok((shape.to_vec(), AlignedBuf::from_bytes(data)?)))
-                    .collect::<Result<_>>()?;
+                let inner = flow.inside_loop();
+                let mut cond_state = ExecState::default();
+                // A static body runs in two states in turn: an iteration reads the loop
+                // values where the previous one computed them, in one state's arena, and
+                // computes the next in the other's, so no value is copied. A dynamic
+                // body's outputs are buffers of their own, moved into the loop values.
+                let placing = !body.is_dynamic();
+                let mut states = [ExecState::default(), ExecState::default()];
+                // The state the body runs in next; the other holds the loop values.
+                let mut next_state = 0;
                 loop {
                     if Instant::now() >= flow.deadline {
                         return Err(RuntimeError::LoopTimeout {
@@ -190,33 +319,52 @@ impl Program {
                             timeout: flow.timeout,
                         });
                     }
-                    let views: Vec<(&[usize], &[u8])> = state
+                    let (first, second) = states.split_at_mut(1);
+                    let (run_in, held_in) = if next_state == 0 {
+                        (&mut first[0], &second[0])
+                    } else {
+                        (&mut second[0], &first[0])
+                    };
+                    let arena = held_in.arena.as_bytes();
+                    let views: Vec<(&[usize], &[u8])> = values
                         .iter()
-                        .map(|(s, b)| (s.as_slice(), b.as_bytes()))
-                        .collect();
-                    let c = run(cond_t, cond, &views)?;
+                        .map(|v| v.view(arena))
+                        .collect::<Result<_>>()?;
+                    let c = run(&inner, cond_t, cond, &views, &mut cond_state, false)?;
                     let go = match c.first() {
-                        Some((_, b)) => truth("condition subgraph's output", b.as_bytes())?,
+                        Some(arg) => truth("condition subgraph's output", arg.view(&[])?.1)?,
                         None => return Err(located("the condition produced no output".into())),
                     };
+                    drop(c);
                     if !go {
                         break;
                     }
-                    let next = run(body_t, body, &views)?;
+                    let next = run(&inner, body_t, body, &views, run_in, placing)?;
                     drop(views);
-                    if next.len() < m || next.len() > state.len() {
+                    if next.len() < m || next.len() > values.len() {
                         return Err(located(format!(
                             "the body produced {} values for {} loop values",
                             next.len(),
-                            state.len()
+                            values.len()
                         )));
                     }
-                    for (slot, value) in state.iter_mut().zip(next) {
+                    // The new values replace the old, whose buffers are freed now (a
+                    // static body's old values stay in the arena it computes in next).
+                    for (slot, value) in values.iter_mut().zip(next) {
                         *slot = value;
                     }
+                    next_state = 1 - next_state;
                 }
-                state.truncate(m);
-                Ok(state)
+                // The state the body would run in next holds nothing the loop returns.
+                states[next_state] = ExecState::default();
+                drop(cond_state);
+                values.truncate(m);
+                let arena = states[1 - next_state].arena.as_bytes();
+                values
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, arg)| arg.into_value(arena, &flow.budget, output(k)))
+                    .collect()
             }
             other => Err(RuntimeError::Internal(format!(
                 "{} is not a control-flow operation",

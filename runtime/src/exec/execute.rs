@@ -10,15 +10,19 @@
 //! and check the output buffers after computing but before writing any of them.
 
 use std::borrow::Cow;
+use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use nnc_formats::nn::signature::{self, InputView};
 use nnc_formats::nn::validate::dims_compatible;
-use nnc_formats::nn::{Lifetime, Operand, OperandType};
+use nnc_formats::nn::{Lifetime, Operand, OperandType, OperationType};
 use nnc_formats::tensor::{DataType, HostTensor};
 
-use super::control_flow::Flow;
+use nnc_formats::limits::Budget;
+
+use super::control_flow::{Arg, Flow};
+use super::held::Held;
 use super::profile::OpClock;
 use super::program::{ExecState, Program, Storage};
 use crate::buffer::AlignedBuf;
@@ -152,6 +156,17 @@ impl Drop for KeepAwake {
 pub(crate) trait Sink: Send {
     fn check(&mut self, shapes: &[Vec<usize>], sizes: &[usize]) -> Result<()>;
     fn write(&mut self, output: usize, bytes: &[u8]) -> Result<()>;
+    /// Output `output` as a buffer the execution gives up (a sink that can keep it
+    /// avoids a copy).
+    fn take(&mut self, output: usize, buffer: Held) -> Result<()> {
+        self.write(output, buffer.as_bytes())
+    }
+    /// Whether output `output` of a static program may stay where it was computed,
+    /// `range` of the execution state's arena (for a caller that keeps that state: a
+    /// WHILE running its body in two states in turn); otherwise it is written.
+    fn place(&mut self, _output: usize, _range: Range<usize>) -> Result<bool> {
+        Ok(false)
+    }
 }
 
 struct CallerSink<'s, 'a> {
@@ -215,6 +230,67 @@ impl Sink for OwnedSink {
             })?;
         *slot = bytes.to_vec();
         Ok(())
+    }
+}
+
+/// Receives a subgraph's outputs for its IF or WHILE: buffers of the subgraph are kept
+/// as they are, and what must be copied (an output of a static program, which lives in
+/// its arena) holds its bytes in the execution's budget.
+pub(crate) struct ValueSink {
+    budget: Arc<Budget>,
+    /// Whether outputs of a static program stay in its arena ([`Sink::place`]).
+    placing: bool,
+    pub(crate) outputs: Vec<Option<Placed>>,
+}
+
+/// Where a subgraph's output is: a buffer of its own, or a range of the arena of the
+/// state the subgraph ran in.
+pub(crate) enum Placed {
+    Held(Held),
+    InArena(Range<usize>),
+}
+
+impl ValueSink {
+    pub(crate) fn new(budget: &Arc<Budget>, placing: bool) -> ValueSink {
+        ValueSink {
+            budget: Arc::clone(budget),
+            placing,
+            outputs: Vec::new(),
+        }
+    }
+
+    fn slot(&mut self, output: usize) -> Result<&mut Option<Placed>> {
+        self.outputs
+            .get_mut(output)
+            .ok_or_else(|| RuntimeError::Output {
+                output,
+                message: "no slot".into(),
+            })
+    }
+}
+
+impl Sink for ValueSink {
+    fn check(&mut self, _shapes: &[Vec<usize>], sizes: &[usize]) -> Result<()> {
+        self.outputs = sizes.iter().map(|_| None).collect();
+        Ok(())
+    }
+
+    fn write(&mut self, output: usize, bytes: &[u8]) -> Result<()> {
+        let held = Held::copy_of(&self.budget, bytes, || format!("subgraph output {output}"))?;
+        *self.slot(output)? = Some(Placed::Held(held));
+        Ok(())
+    }
+
+    fn take(&mut self, output: usize, buffer: Held) -> Result<()> {
+        *self.slot(output)? = Some(Placed::Held(buffer));
+        Ok(())
+    }
+
+    fn place(&mut self, output: usize, range: Range<usize>) -> Result<bool> {
+        if self.placing {
+            *self.slot(output)? = Some(Placed::InArena(range));
+        }
+        Ok(self.placing)
     }
 }
 
@@ -620,22 +696,23 @@ impl Program {
         state: Option<&mut ExecState>,
     ) -> Result<Vec<Vec<usize>>> {
         let timeout = super::control_flow::check_loop_timeout(options.loop_timeout)?;
-        let flow = Flow::new(&self.referenced, timeout, options.deadline);
-        self.run_flow_in(inputs, sink, &flow, state)
+        let flow = Flow::new(&self.referenced, timeout, options.deadline, &self.limits);
+        match state {
+            Some(state) => {
+                let result = self.run_flow_in(inputs, sink, &flow, Some(&mut *state));
+                // The arena stays with the caller's state; the bytes it held in this
+                // execution's budget do not.
+                state.reservation = None;
+                result
+            }
+            None => self.run_flow_in(inputs, sink, &flow, None),
+        }
     }
 
     /// Runs the program within an execution's control flow (the top-level program, or a
-    /// referenced subgraph's run by an IF or WHILE).
-    pub(crate) fn run_flow(
-        &self,
-        inputs: &[InputTensor],
-        sink: &mut dyn Sink,
-        flow: &Flow,
-    ) -> Result<Vec<Vec<usize>>> {
-        self.run_flow_in(inputs, sink, flow, None)
-    }
-
-    fn run_flow_in(
+    /// referenced subgraph's run by an IF or WHILE), in `reserved` when given, otherwise
+    /// in a state from the program's pool.
+    pub(super) fn run_flow_in(
         &self,
         inputs: &[InputTensor],
         sink: &mut dyn Sink,
@@ -672,7 +749,8 @@ impl Program {
             }),
             None => self.run_graph(&shapes, &data, state, sink, flow),
         };
-        if let Some(state) = pooled {
+        if let Some(mut state) = pooled {
+            state.reservation = None;
             self.return_state(state);
         }
         result
@@ -704,7 +782,10 @@ impl Program {
         self.weights
             .weights(self.op_base + i, kernel.as_ref())
             .map_err(|e| match e {
-                RuntimeError::Weights { .. } => e,
+                // A weight field that fails authentication (or was truncated) when read
+                // again keeps its integrity classification (the CLI's exit 3), and a
+                // limit its limit (exit 4).
+                RuntimeError::Weights { .. } | RuntimeError::Load(_) | RuntimeError::Limit(_) => e,
                 other => RuntimeError::Weights {
                     operation: self.op_ref(i),
                     message: other.to_string(),
@@ -763,8 +844,16 @@ impl Program {
             arena,
             scratch,
             op_times,
+            reservation,
         } = state;
         let mut clock = OpClock::new(op_times.as_mut());
+        // The arena holds its bytes in the budget while the execution (or the loop that
+        // keeps this state) uses it.
+        *reservation = None;
+        *reservation = Some(
+            flow.budget
+                .reserve(|| self.describe_arena(), Some(plan.arena.arena_size as u64))?,
+        );
         arena.ensure_len(plan.arena.arena_size)?;
         let region = |o: u32| -> Result<(usize, usize)> {
             let offset = plan
@@ -909,6 +998,9 @@ impl Program {
         let bytes = arena.as_bytes();
         for (k, &o) in self.model.main.outputs.iter().enumerate() {
             let (offset, len) = region(o)?;
+            if sink.place(k, offset..offset + len)? {
+                continue;
+            }
             let src = bytes
                 .get(offset..offset + len)
                 .ok_or_else(|| RuntimeError::Internal("output region out of range".into()))?;
@@ -931,12 +1023,36 @@ impl Program {
         for (k, &o) in self.model.main.inputs.iter().enumerate() {
             shapes[o as usize] = Some(in_shapes[k].clone());
         }
-        let mut buffers: Vec<Option<AlignedBuf>> = (0..n).map(|_| None).collect();
+        // Every computed value's buffer, holding its bytes in the execution's budget.
+        let mut buffers: Vec<Option<Held>> = (0..n).map(|_| None).collect();
         let scratch = &mut state.scratch;
         let mut clock = OpClock::new(state.op_times.as_mut());
         for (i, op) in self.model.main.operations.iter().enumerate() {
             clock.start(i);
             flow.check_deadline(|| self.op_ref(i))?;
+            // A WHILE takes over the buffers it is the last to read (once each): the loop
+            // frees them when its first iteration replaces them, instead of holding them
+            // here until it ends.
+            let mut given: Vec<Option<Held>> = Vec::new();
+            if op.op_type == OperationType::While {
+                let mut sorted = op.inputs.clone();
+                sorted.sort_unstable();
+                for &o in &op.inputs {
+                    let once = sorted.partition_point(|&x| x <= o)
+                        - sorted.partition_point(|&x| x < o)
+                        == 1;
+                    given.push(
+                        if once
+                            && self.storage[o as usize] == Storage::Computed
+                            && self.last_use[o as usize] == i
+                        {
+                            buffers[o as usize].take()
+                        } else {
+                            None
+                        },
+                    );
+                }
+            }
             let weights = self.weights_for(i)?;
             let located = |message: String| RuntimeError::Operation {
                 operation: self.op_ref(i),
@@ -950,22 +1066,28 @@ impl Program {
                         .as_ref()
                         .map(AlignedBuf::as_bytes),
                     Storage::Weight => weights.input_view(pos),
-                    Storage::Computed => buffers[o as usize].as_ref().map(AlignedBuf::as_bytes),
+                    Storage::Computed => buffers[o as usize].as_ref().map(Held::as_bytes),
                     Storage::NoValue | Storage::Unused => None,
                 }
             };
             if op.op_type.is_control_flow() {
-                let mut values: Vec<(&[usize], &[u8])> = Vec::with_capacity(op.inputs.len());
+                let mut args: Vec<Arg> = Vec::with_capacity(op.inputs.len());
                 for (pos, &o) in op.inputs.iter().enumerate() {
+                    let shape = shapes[o as usize].as_deref();
+                    if let (Some(held), Some(shape)) =
+                        (given.get_mut(pos).and_then(Option::take), shape)
+                    {
+                        args.push(Arg::Owned((shape.to_vec(), held)));
+                        continue;
+                    }
                     let is_subgraph = operands[o as usize].lifetime == Lifetime::Subgraph;
-                    values.push(match (value(pos, o), shapes[o as usize].as_deref()) {
-                        (Some(bytes), Some(shape)) => (shape, bytes),
-                        _ if is_subgraph => (&[], &[]),
+                    args.push(match (value(pos, o), shape) {
+                        (Some(bytes), Some(shape)) => Arg::Borrowed(shape, bytes),
+                        _ if is_subgraph => Arg::Borrowed(&[], &[]),
                         _ => return Err(located(format!("input {pos} has no value"))),
                     });
                 }
-                let results = self.run_control_flow(flow, i, op, &values)?;
-                drop(values);
+                let results = self.run_control_flow(flow, i, op, args)?;
                 if results.len() != op.outputs.len() {
                     return Err(located(format!(
                         "produced {} values for {} outputs",
@@ -1048,7 +1170,9 @@ impl Program {
                     || format!("output {k} of {}", op.op_type.name()),
                     Some(size as u64),
                 )?;
-                out_bufs.push(AlignedBuf::zeroed(size)?);
+                out_bufs.push(Held::zeroed(&flow.budget, size, || {
+                    format!("output {k} of {}{}", self.op_ref(i), self.graph_suffix())
+                })?);
                 shapes[o as usize] = Some(dims);
             }
             drop(views);
@@ -1091,19 +1215,29 @@ impl Program {
             }
         }
         clock.stop();
+        let outputs = &self.model.main.outputs;
         let mut out_shapes = Vec::with_capacity(self.output_count());
-        for &o in &self.model.main.outputs {
+        for &o in outputs {
             out_shapes.push(shapes[o as usize].clone().ok_or_else(|| {
                 RuntimeError::Internal(format!("output operand {o} was not computed"))
             })?);
         }
         let out_sizes = self.output_sizes(&out_shapes)?;
         sink.check(&out_shapes, &out_sizes)?;
-        for (k, &o) in self.model.main.outputs.iter().enumerate() {
-            let bytes = buffers[o as usize].as_ref().ok_or_else(|| {
-                RuntimeError::Internal(format!("output operand {o} was not computed"))
-            })?;
-            sink.write(k, bytes.as_bytes())?;
+        let not_computed =
+            |o: u32| RuntimeError::Internal(format!("output operand {o} was not computed"));
+        for (k, &o) in outputs.iter().enumerate() {
+            // An operand that is output again later is copied; otherwise its buffer is
+            // given to the sink.
+            if outputs[k + 1..].contains(&o) {
+                let bytes = buffers[o as usize]
+                    .as_ref()
+                    .ok_or_else(|| not_computed(o))?;
+                sink.write(k, bytes.as_bytes())?;
+            } else {
+                let held = buffers[o as usize].take().ok_or_else(|| not_computed(o))?;
+                sink.take(k, held)?;
+            }
         }
         Ok(out_shapes)
     }

@@ -8,10 +8,12 @@
 //! - [`profile`]: per-operation timing (`nnc bench --profile`).
 //! - [`weights`]: the [`WeightProvider`] seam and [`HostWeights`].
 //! - [`fold`]: [`evaluate_operation`] for the compiler's constant folding.
+//! - `held`: buffers whose bytes are reserved in the execution's memory budget.
 
 pub mod control_flow;
 pub mod execute;
 pub mod fold;
+pub(crate) mod held;
 pub(crate) mod in_place;
 pub mod plan;
 pub mod profile;

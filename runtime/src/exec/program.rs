@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use nnc_formats::limits::{LimitKind, Limits};
+use nnc_formats::limits::{LimitKind, Limits, Reservation};
 use nnc_formats::nn::signature::{self, InputView};
 use nnc_formats::nn::{Lifetime, Model, Operand, OperandType, OperationType, Pool};
 
@@ -101,6 +101,9 @@ pub(crate) struct ExecState {
     /// When profiling ([`Program::profile_host`]): each main-graph operation's time in
     /// the last execution.
     pub op_times: Option<Vec<std::time::Duration>>,
+    /// The arena's bytes in the budget of the execution using this state (static
+    /// programs; released when the execution ends).
+    pub reservation: Option<Reservation>,
 }
 
 /// A prepared model. `&self` methods may run concurrently from several threads.
@@ -134,6 +137,8 @@ pub struct Program {
     /// The global number of this program's first operation (main's operations first,
     /// then each referenced subgraph's): weights are asked for by global number.
     pub(crate) op_base: usize,
+    /// Which graph of the model this program runs (0: main).
+    pub(crate) graph: usize,
 }
 
 impl std::fmt::Debug for Program {
@@ -192,13 +197,32 @@ impl Program {
         nnc_formats::nn::validate(model)?;
         let mut program = Program::prepare_graph(model, 0, Arc::clone(&weights), options, image)?;
         // One program per referenced subgraph, kernels and weights prepared now, so an
-        // IF or WHILE only runs already-built programs.
+        // IF or WHILE only runs already-built programs. Operations are numbered globally:
+        // main's first, then each subgraph's in order.
+        let mut op_base = model.main.operations.len();
         for t in 1..=model.referenced.len() {
             let sub = graph_model(model, t)?;
             let mut p = Program::prepare_graph(&sub, t, Arc::clone(&weights), options, None)?;
-            p.op_base = model.operation_base(t);
+            p.op_base = op_base;
+            op_base += sub.main.operations.len();
             p.preload_weights()?;
             program.referenced.push(p);
+        }
+        // What an execution will hold at once, as far as sizes are known now: refused
+        // at load when even that is beyond the arena limit (as a static program's plan
+        // is), before an execution allocates the first of it.
+        if program.plan.is_none() {
+            let mut memo = vec![Peak::Unknown; program.referenced.len() + 1];
+            let peak = known_peak(&program, &program.referenced, &mut memo, false);
+            options.limits.check(
+                LimitKind::Arena,
+                || {
+                    "the tensors one execution holds at once (counting those whose size is \
+                     known before it runs, with every WHILE running its body once)"
+                        .to_string()
+                },
+                Some(peak),
+            )?;
         }
         Ok(program)
     }
@@ -376,7 +400,10 @@ impl Program {
         if let Some(p) = &plan {
             options.limits.check(
                 LimitKind::Arena,
-                || "the model's memory plan".to_string(),
+                || match graph {
+                    0 => "the model's memory plan".to_string(),
+                    t => format!("the memory plan of subgraph {t}"),
+                },
                 Some(p.arena.arena_size as u64),
             )?;
         }
@@ -437,6 +464,7 @@ impl Program {
             states: Mutex::new(Vec::new()),
             referenced: Vec::new(),
             op_base: 0,
+            graph,
         })
         .and_then(|p| {
             if graph == 0 {
@@ -559,6 +587,23 @@ impl Program {
         }
     }
 
+    /// What a limit error says of this program's arena.
+    pub(crate) fn describe_arena(&self) -> String {
+        match self.graph {
+            0 => "the model's memory plan".into(),
+            t => format!("the arena of subgraph {t}"),
+        }
+    }
+
+    /// ` in subgraph t` for a referenced subgraph's program (operation numbers are the
+    /// subgraph's own), nothing for main's.
+    pub(crate) fn graph_suffix(&self) -> String {
+        match self.graph {
+            0 => String::new(),
+            t => format!(" in subgraph {t}"),
+        }
+    }
+
     pub(crate) fn op_ref(&self, i: usize) -> OpRef {
         match self.model.main.operations.get(i) {
             Some(op) => OpRef::new(Some(i), op),
@@ -572,25 +617,149 @@ impl Program {
 }
 
 /// Referenced subgraph `t` of `model` as a model of its own (its graph as `main`), for
-/// preparing its program: inline values are shared, pools kept by size only (weights
-/// reach kernels through the weight provider).
+/// preparing its program. It holds only what is its own, so that the programs of all
+/// subgraphs together stay proportional to the model: its inline values, copied out of
+/// the model's (each at most `MAX_INLINE_CONSTANT_BYTES`, at the same offset modulo 16
+/// so they keep their alignment), and no pool table (kernels reach pooled weights through
+/// the weight provider, and a missing pool reads as the opaque one did: no bytes).
 fn graph_model(model: &Model, t: usize) -> Result<Model> {
     let graph = model
         .graph(t)
         .ok_or_else(|| RuntimeError::Internal(format!("subgraph {t} does not exist")))?;
+    let mut main = graph.clone();
+    let mut values: Vec<u8> = Vec::new();
+    for (i, o) in main.operands.iter_mut().enumerate() {
+        if o.lifetime != Lifetime::ConstantCopy {
+            continue;
+        }
+        let bytes = nnc_formats::nn::model::constant_bytes(o, &model.operand_values, &[])
+            .ok_or_else(|| {
+                RuntimeError::Internal(format!(
+                    "inline constant {i} of subgraph {t} is out of range"
+                ))
+            })?;
+        let phase = (o.location.offset % 16) as usize;
+        let pad = (phase + 16 - values.len() % 16) % 16;
+        values.resize(values.len() + pad, 0);
+        o.location.offset = values.len() as u64;
+        values.extend_from_slice(bytes);
+    }
     Ok(Model {
-        main: graph.clone(),
+        main,
         referenced: Vec::new(),
-        operand_values: model.operand_values.clone(),
-        pools: model
-            .pools
-            .iter()
-            .map(|p| Pool::Opaque { size: p.size() })
-            .collect(),
+        operand_values: values,
+        pools: Vec::new(),
         relax_computation_float32_to_float16: model.relax_computation_float32_to_float16,
         input_info: Vec::new(),
         output_info: Vec::new(),
     })
+}
+
+/// A graph's [`known_peak`], memoized per graph number.
+#[derive(Clone, Copy, Debug)]
+enum Peak {
+    Unknown,
+    Visiting,
+    Known(u64),
+}
+
+/// A lower bound of the bytes an execution of `program` holds in its budget at once: at
+/// every operation, the computed values of known size that are alive (from the operation
+/// writing them through the last reading them), plus, at an IF, the cheaper branch and,
+/// at a WHILE, the larger of its condition and body (a loop runs its body at least once
+/// unless its condition is false from the start). A static program holds its arena, and
+/// as a subgraph also its outputs, copied out of it unless they stay in place (a WHILE's
+/// static body: `placing`). `graphs[t - 1]` runs graph `t`.
+fn known_peak(program: &Program, graphs: &[Program], memo: &mut [Peak], placing: bool) -> u64 {
+    if let Some(plan) = &program.plan {
+        let outputs: u64 = if program.graph == 0 || placing {
+            0
+        } else {
+            program
+                .model
+                .main
+                .outputs
+                .iter()
+                .map(|&o| plan.sizes.get(o as usize).copied().unwrap_or(0) as u64)
+                .sum()
+        };
+        return (plan.arena.arena_size as u64).saturating_add(outputs);
+    }
+    let operands = &program.model.main.operands;
+    let ops = &program.model.main.operations;
+    let n = ops.len();
+    if n == 0 {
+        return 0;
+    }
+    let size = |o: usize| -> u64 {
+        match (program.storage.get(o), program.static_shapes.get(o)) {
+            (Some(Storage::Computed), Some(Some(shape))) => {
+                byte_size(operands[o].operand_type, shape).unwrap_or(0) as u64
+            }
+            _ => 0,
+        }
+    };
+    // Bytes alive at each operation, as differences.
+    let mut delta = vec![0i128; n + 1];
+    for (i, op) in ops.iter().enumerate() {
+        // An IF's or WHILE's outputs are its subgraph's, counted in the subgraph's peak.
+        let first = i + usize::from(op.op_type.is_control_flow());
+        for &o in &op.outputs {
+            let last = program
+                .last_use
+                .get(o as usize)
+                .map_or(i, |&l| l.min(n - 1));
+            let bytes = i128::from(size(o as usize));
+            if bytes > 0 && first <= last {
+                delta[first] += bytes;
+                delta[last + 1] -= bytes;
+            }
+        }
+    }
+    let mut peak: i128 = 0;
+    let mut alive: i128 = 0;
+    for (i, op) in ops.iter().enumerate() {
+        alive += delta[i];
+        let sub = |k: usize, memo: &mut [Peak], placing: bool| -> u64 {
+            let t = op
+                .inputs
+                .get(k)
+                .and_then(|&o| operands.get(o as usize))
+                .filter(|o| o.lifetime == Lifetime::Subgraph)
+                .and_then(|o| usize::try_from(o.location.offset).ok());
+            match t {
+                Some(t) => graph_peak(t, graphs, memo, placing),
+                None => 0,
+            }
+        };
+        let inner = match op.op_type {
+            OperationType::If => sub(1, memo, false).min(sub(2, memo, false)),
+            OperationType::While => sub(0, memo, false).max(sub(1, memo, true)),
+            _ => 0,
+        };
+        peak = peak.max(alive + i128::from(inner));
+    }
+    u64::try_from(peak).unwrap_or(u64::MAX)
+}
+
+/// [`known_peak`] of graph `t` (at least 1), computed once when it is dynamic.
+fn graph_peak(t: usize, graphs: &[Program], memo: &mut [Peak], placing: bool) -> u64 {
+    let Some(program) = t.checked_sub(1).and_then(|k| graphs.get(k)) else {
+        return 0;
+    };
+    if program.plan.is_some() {
+        return known_peak(program, graphs, memo, placing);
+    }
+    match memo.get(t) {
+        Some(Peak::Known(p)) => return *p,
+        // Validation refuses cycles; were there one, it adds nothing.
+        Some(Peak::Visiting) | None => return 0,
+        Some(Peak::Unknown) => {}
+    }
+    memo[t] = Peak::Visiting;
+    let peak = known_peak(program, graphs, memo, false);
+    memo[t] = Peak::Known(peak);
+    peak
 }
 
 /// Dimensions of every operand after propagating known shapes and constant values

@@ -8,6 +8,7 @@ use std::ptr::null_mut;
 
 use nnc_capi::*;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use nnc_compiler::emit::{self, EmitOptions};
 use nnc_compiler::pipeline::{self, LowerOptions};
@@ -85,8 +86,7 @@ pub struct Model(pub *mut NncModel);
 
 impl Drop for Model {
     fn drop(&mut self) {
-        // SAFETY: the pointer came from a successful load and is freed once, here.
-        unsafe { nnc_model_free(self.0) }
+        nnc_model_free(self.0)
     }
 }
 
@@ -95,8 +95,7 @@ pub struct Execution(pub *mut NncExecution);
 
 impl Drop for Execution {
     fn drop(&mut self) {
-        // SAFETY: the pointer came from nnc_execution_create and is freed once, here.
-        unsafe { nnc_execution_free(self.0) }
+        nnc_execution_free(self.0)
     }
 }
 
@@ -113,8 +112,7 @@ pub fn load_buffer(bytes: &[u8], key: Option<&[u8]>) -> Result<Model, NncResult>
     let mut m = null_mut();
     // SAFETY: valid buffer, key (null or live) and out-pointer.
     let r = unsafe { nnc_model_load_buffer(bytes.as_ptr(), bytes.len(), k, &mut m) };
-    // SAFETY: null or the key made above, freed once.
-    unsafe { nnc_key_free(k) };
+    nnc_key_free(k);
     if r == NncResult::NoError {
         assert!(!m.is_null());
         Ok(Model(m))
@@ -174,4 +172,81 @@ pub fn tiny() -> (Vec<u8>, Vec<u8>, Vec<f32>, Vec<f32>) {
         .to_f32_vec()
         .expect("float32");
     (bytes, k.as_bytes().to_vec(), input, reference)
+}
+
+/// The directory holding `libnnc_capi.so` built for this test run: the test binary's
+/// own (`target/<profile>/deps`).
+pub fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir = exe.parent().expect("a directory").to_path_buf();
+    assert!(
+        dir.join("libnnc_capi.so").is_file(),
+        "no libnnc_capi.so beside the test binary in {}",
+        dir.display()
+    );
+    dir
+}
+
+/// Builds the C program `source` with the system C compiler (strict warnings) against
+/// this test run's library, as `dir/name`, with an rpath to that library.
+pub fn build_c(source: &Path, dir: &Path, name: &str) -> PathBuf {
+    let exe = dir.join(name);
+    let lib = lib_dir();
+    let out = Command::new("cc")
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-pedantic",
+            "-Werror",
+            "-O1",
+            "-g",
+            "-I",
+        ])
+        .arg(repo().join("runtime/capi/include"))
+        .arg("-o")
+        .arg(&exe)
+        .arg(source)
+        .arg("-L")
+        .arg(&lib)
+        .arg("-lnnc_capi")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        // DT_RPATH, not DT_RUNPATH: searched before LD_LIBRARY_PATH, whose first entry
+        // under cargo is target/<profile>, where an older build's library may lie.
+        .arg("-Wl,--disable-new-dtags")
+        .output()
+        .expect("the system C compiler `cc` runs");
+    assert!(
+        out.status.success(),
+        "cc failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// Valgrind and the options the tests run it with: any memory error, or a definite
+/// leak, exits 99.
+pub const VALGRIND: &[&str] = &[
+    "valgrind",
+    "-q",
+    "--error-exitcode=99",
+    "--leak-check=full",
+    "--errors-for-leak-kinds=definite",
+];
+
+/// Whether valgrind is installed. Its absence fails in CI (`scripts/setup` installs
+/// it); elsewhere the caller skips its valgrind run.
+pub fn valgrind_available() -> bool {
+    let available = Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !available {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "valgrind is missing, and CI must not skip this test (scripts/setup installs it)"
+        );
+        eprintln!("skipping the valgrind run: valgrind is not installed");
+    }
+    available
 }

@@ -1,0 +1,200 @@
+//! Reading a key file as `nnc keygen` writes it (hex text and a newline), with a bound:
+//! the CLI's `--key-file` and the C API's `nnc_key_from_file` share this reader.
+//!
+//! A key file is at most [`MAX_KEY_FILE_BYTES`] bytes. Anything that is not a regular
+//! file is refused before a byte is read (`/dev/zero` would never end, a FIFO would
+//! block), and at most one byte more than the bound is read, so a huge file costs
+//! nothing. Errors never echo the file's contents.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use zeroize::Zeroizing;
+
+/// The longest key file: 64 hex digits (a 32-byte key) and a newline.
+pub const MAX_KEY_FILE_BYTES: usize = 65;
+
+/// Why a key file could not be read. None carries any of its contents.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyFileError {
+    /// The file could not be opened, inspected or read.
+    #[error("cannot read the key file {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not a regular file (a FIFO, a device, a directory, a socket).
+    #[error(
+        "the key file {} is a {kind}, not a regular file (a key file is the hex text \
+         `nnc keygen` writes)",
+        path.display()
+    )]
+    NotAFile { path: PathBuf, kind: &'static str },
+    /// Longer than any key file.
+    #[error(
+        "the key file {} holds more than {MAX_KEY_FILE_BYTES} bytes: a key file is at most \
+         64 hex digits and a newline",
+        path.display()
+    )]
+    TooLong { path: PathBuf },
+    /// Not UTF-8 text.
+    #[error("the key file {} is not text: a key file holds hex digits", path.display())]
+    NotText { path: PathBuf },
+}
+
+/// Reads a key file's text (zeroized when dropped), at most [`MAX_KEY_FILE_BYTES`]
+/// bytes, refusing anything that is not a regular file without blocking on it.
+pub fn read_key_file(path: &Path) -> Result<Zeroizing<String>, KeyFileError> {
+    let io = |source: std::io::Error| KeyFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = open_nonblocking(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(KeyFileError::NotAFile {
+            path: path.to_path_buf(),
+            kind: kind(&meta),
+        });
+    }
+    if meta.len() > MAX_KEY_FILE_BYTES as u64 {
+        return Err(KeyFileError::TooLong {
+            path: path.to_path_buf(),
+        });
+    }
+    // Room for one byte past the bound (a file that grew since fstat), so the vector
+    // never reallocates and leaves a copy of key material behind.
+    let mut bytes = Zeroizing::new(Vec::with_capacity(MAX_KEY_FILE_BYTES + 2));
+    file.take(MAX_KEY_FILE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() > MAX_KEY_FILE_BYTES {
+        return Err(KeyFileError::TooLong {
+            path: path.to_path_buf(),
+        });
+    }
+    let text = std::str::from_utf8(&bytes).map_err(|_| KeyFileError::NotText {
+        path: path.to_path_buf(),
+    })?;
+    Ok(Zeroizing::new(text.to_owned()))
+}
+
+#[cfg(unix)]
+fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: opening a FIFO without a writer would otherwise wait forever.
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+}
+
+#[cfg(not(unix))]
+fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+    File::open(path)
+}
+
+#[cfg(unix)]
+fn kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "directory"
+    } else if t.is_fifo() {
+        "FIFO"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else if t.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
+}
+
+#[cfg(not(unix))]
+fn kind(meta: &std::fs::Metadata) -> &'static str {
+    if meta.is_dir() {
+        "directory"
+    } else {
+        "special file"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_keygen_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k");
+        let hex = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n";
+        std::fs::write(&path, hex).unwrap();
+        assert_eq!(read_key_file(&path).unwrap().as_str(), hex);
+    }
+
+    #[test]
+    fn refuses_long_files_without_reading_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k");
+        std::fs::write(&path, "a".repeat(MAX_KEY_FILE_BYTES + 1)).unwrap();
+        assert!(matches!(
+            read_key_file(&path),
+            Err(KeyFileError::TooLong { .. })
+        ));
+        // A sparse 4 GiB file (the audit's /dev/zero, as a regular file) is refused at
+        // once: nothing proportional to its size is read or allocated.
+        let big = File::create(dir.path().join("big")).unwrap();
+        big.set_len(4 << 30).unwrap();
+        let started = std::time::Instant::now();
+        assert!(matches!(
+            read_key_file(&dir.path().join("big")),
+            Err(KeyFileError::TooLong { .. })
+        ));
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn refuses_devices_fifos_and_directories_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, kind) in [
+            (PathBuf::from("/dev/zero"), "character device"),
+            (PathBuf::from("/dev/urandom"), "character device"),
+            (dir.path().to_path_buf(), "directory"),
+        ] {
+            match read_key_file(&path) {
+                Err(KeyFileError::NotAFile { kind: k, .. }) => assert_eq!(k, kind),
+                other => panic!("{}: {other:?}", path.display()),
+            }
+        }
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path and mode.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // Without O_NONBLOCK this open would wait for a writer forever.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(read_key_file(&fifo).map(|_| ())));
+        let result = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("reading a FIFO returns at once");
+        assert!(
+            matches!(result, Err(KeyFileError::NotAFile { kind: "FIFO", .. })),
+            "{result:?}"
+        );
+    }
+
+    #[test]
+    fn errors_never_hold_the_contents() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k");
+        std::fs::write(&path, [0xffu8, 0xfe, b'Q', b'%', b'Z']).unwrap();
+        let e = read_key_file(&path).unwrap_err();
+        assert!(matches!(e, KeyFileError::NotText { .. }));
+        assert!(!e.to_string().contains("Q%Z"));
+    }
+}
