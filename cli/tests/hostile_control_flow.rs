@@ -297,6 +297,19 @@ fn three_loop_accumulators_are_refused_beyond_the_arena_limit() {
         loop_model(STEPS as i64, WIDTH as i64, 3),
     );
     write_loop_input(dir.path());
+    // compile says so first: the runtime will refuse it under that limit.
+    let warned = run(nnc()
+        .arg("compile")
+        .arg(dir.path().join("loop3.onnx"))
+        .arg("-o")
+        .arg(dir.path().join("loop3-again.nnc"))
+        .args(["--encrypt", "none", "--limit", "arena=300M"]));
+    assert!(warned.status.success(), "{}", stderr(&warned));
+    let text = stderr(&warned);
+    assert!(
+        text.contains("warning: ") && text.contains("--limit arena=SIZE"),
+        "{text}"
+    );
     let refused = run_loop(dir.path(), &model, "arena=300M");
     assert_eq!(refused.code, Some(4), "{}", refused.stderr);
     assert!(

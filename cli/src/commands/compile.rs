@@ -234,10 +234,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })?;
     let emit_ms = started.elapsed().as_secs_f64() * 1e3;
     let limits = args.limits.limits();
-    let arena = planned_arena(&mut model, &limits);
-    if let Some(bytes) = arena.filter(|&b| b > limits.max_arena_bytes) {
+    let (arena, held) = planned_memory(&mut model, &limits).unzip();
+    let arena = arena.flatten();
+    if let Some(bytes) = held.filter(|&b| b > limits.max_arena_bytes) {
         eprintln!(
-            "warning: {} plans {} of intermediate tensors per execution, beyond the arena \
+            "warning: {} holds at least {} of tensors per execution, beyond the arena \
              limit of {}: the runtime will refuse it unless run with --limit arena=SIZE \
              (SIZE at least {})",
             args.output.display(),
@@ -336,13 +337,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The activation arena the runtime's memory plan gives `model` (as `nnc run` would
-/// prepare it), or `None` when it has no static plan (control flow, dynamic shapes) or
-/// cannot be prepared here. The model's weights are dropped first: the plan needs their
-/// sizes only, and the file is written.
-fn planned_arena(model: &mut Model, limits: &Limits) -> Option<u64> {
-    if !model.referenced.is_empty() {
-        return None;
-    }
+/// prepare it; `None` when it has no static plan: control flow, dynamic shapes), and what
+/// one execution holds at least (the arena, or the lower bound a load checks for control
+/// flow); `None` when the model cannot be prepared here. The model's weights are dropped
+/// first: the plan needs their sizes only, and the file is written.
+fn planned_memory(model: &mut Model, limits: &Limits) -> Option<(Option<u64>, u64)> {
     for pool in &mut model.pools {
         *pool = Pool::Opaque { size: pool.size() };
     }
@@ -358,7 +357,7 @@ fn planned_arena(model: &mut Model, limits: &Limits) -> Option<u64> {
         nnc_runtime::exec::Program::prepare(model, std::sync::Arc::new(NoWeights), &options)
             .ok()?;
     let size = program.arena_size() as u64;
-    (size > 0).then_some(size)
+    Some(((size > 0).then_some(size), program.memory_lower_bound()))
 }
 
 /// A weight provider for measuring a plan: nothing runs, so no weights are needed.

@@ -1,11 +1,9 @@
 //! What the exported functions do, in safe Rust where possible.
 
 use std::ffi::CString;
-use std::fs::File;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::FileExt;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nnc_formats::container::SectionKind;
@@ -213,169 +211,48 @@ pub(crate) fn load(
     })
 }
 
-/// What a memory object (`NncMemory`) holds its bytes in.
-///
-/// Nothing here can fault when another process changes the file: a mapping is made
-/// only of a memfd sealed against shrinking (its pages exist as long as the mapping
-/// does), and any other descriptor is read with `pread` and written with `pwrite` at
-/// each compute, where a file truncated meanwhile is a short read or a size check, an
-/// error rather than a SIGBUS. The copy costs nothing extra: the C boundary copies
-/// inputs into and outputs out of the runtime's tensors in any case.
+/// What a memory object (`NncMemory`) holds its bytes in: one of the runtime's memory
+/// objects, which applies the rule that nothing another process does to a file can
+/// fault (only a memfd sealed against shrinking is mapped; any other regular file is
+/// read with `pread` and written with `pwrite`; see `nnc_runtime::Memory::from_fd`).
+/// The copy costs nothing extra: the C boundary copies inputs into and outputs out of
+/// the runtime's tensors in any case.
 #[derive(Clone)]
-pub(crate) enum Backing {
-    /// A memfd sealed against shrinking, mapped shared.
-    Mapped(Arc<Memory>),
-    /// Any other regular file's descriptor, accessed with `pread`/`pwrite`.
-    File(Arc<FdFile>),
-}
-
-/// `len` bytes of a file from `offset`, accessed by `pread`/`pwrite`.
-pub(crate) struct FdFile {
-    file: File,
-    offset: u64,
-    len: usize,
-    /// Computes reading the memory share it; one writing it holds it alone, as the
-    /// runtime's own memory objects do (no torn outputs between two executions).
-    lock: RwLock<()>,
-}
-
-fn fcntl(fd: &File, command: libc::c_int, arg: libc::c_int) -> std::io::Result<libc::c_int> {
-    // SAFETY: `fd` is an open descriptor; the commands used take an int argument.
-    let r = unsafe { libc::fcntl(fd.as_raw_fd(), command, arg) };
-    if r < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
-/// Seals that rule out a shared writable mapping of a memfd (or any write).
-const WRITE_SEALS: libc::c_int = libc::F_SEAL_WRITE | libc::F_SEAL_FUTURE_WRITE;
+pub(crate) struct Backing(Arc<Memory>);
 
 impl Backing {
     /// `len` zero bytes of anonymous shared memory: a memfd sealed against shrinking
-    /// and growing (so whoever holds its descriptor cannot truncate it under nnc's
-    /// mapping), mapped.
+    /// and growing, mapped.
     pub(crate) fn shared(len: usize) -> Result<Backing, CapiError> {
-        let fail = |what: &str, e: std::io::Error| {
-            CapiError::BadData(format!(
-                "cannot {what} a shared-memory file of {len} bytes: {e}"
-            ))
-        };
-        if len == 0 {
-            return Err(CapiError::BadData(
-                "a memory needs at least one byte".into(),
-            ));
-        }
-        // SAFETY: a constant NUL-terminated name and valid flags; the result is checked.
-        let fd = unsafe {
-            libc::memfd_create(
-                c"nnc-memory".as_ptr(),
-                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-            )
-        };
-        if fd < 0 {
-            return Err(fail("create", std::io::Error::last_os_error()));
-        }
-        // SAFETY: `fd` was just returned by memfd_create and is owned by nothing else.
-        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-        file.set_len(len as u64).map_err(|e| fail("size", e))?;
-        fcntl(
-            &file,
-            libc::F_ADD_SEALS,
-            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW,
-        )
-        .map_err(|e| fail("seal", e))?;
-        let memory = Memory::from_fd(OwnedFd::from(file), 0, len)
-            .map_err(|e| CapiError::BadData(e.to_string()))?;
-        Ok(Backing::Mapped(memory))
+        Memory::create_shared(len)
+            .map(Backing)
+            .map_err(|e| CapiError::BadData(e.to_string()))
     }
 
     /// `len` bytes at `offset` of the caller's descriptor (already duplicated): a
-    /// regular file (memfds and shared-memory objects are) open for reading and
-    /// writing. Mapped when it is a memfd sealed against shrinking; otherwise accessed
-    /// with `pread`/`pwrite`.
+    /// regular file open for reading and writing; anything else is `BAD_DATA`.
     pub(crate) fn from_fd(fd: OwnedFd, offset: u64, len: usize) -> Result<Backing, CapiError> {
         let raw = fd.as_raw_fd();
-        let file = File::from(fd);
-        let bad = |message: String| CapiError::BadData(format!("file descriptor {raw}: {message}"));
-        if len == 0 {
-            return Err(bad("a memory needs at least one byte".into()));
-        }
-        let meta = file
-            .metadata()
-            .map_err(|e| bad(format!("cannot inspect it: {e}")))?;
-        if !meta.is_file() {
-            return Err(bad(
-                "not a regular file: give a memfd, a shared-memory object or a file".into(),
-            ));
-        }
-        let mode = fcntl(&file, libc::F_GETFL, 0)
-            .map_err(|e| bad(format!("cannot read its flags: {e}")))?;
-        if mode & libc::O_ACCMODE != libc::O_RDWR {
-            return Err(bad("not open for reading and writing (O_RDWR)".into()));
-        }
-        let end = offset
-            .checked_add(len as u64)
-            .filter(|&end| end <= i64::MAX as u64)
-            .ok_or_else(|| bad("offset plus size overflows".into()))?;
-        if end > meta.len() {
-            return Err(bad(format!(
-                "bytes {offset}..{end} are beyond the file's {} bytes",
-                meta.len()
-            )));
-        }
-        // Files that cannot be sealed (not a memfd) answer EINVAL: no seals.
-        let seals = fcntl(&file, libc::F_GET_SEALS, 0).unwrap_or(0);
-        if seals & libc::F_SEAL_SHRINK != 0 && seals & WRITE_SEALS == 0 {
-            let memory = Memory::from_fd(OwnedFd::from(file), offset, len)
-                .map_err(|e| bad(e.to_string()))?;
-            return Ok(Backing::Mapped(memory));
-        }
-        Ok(Backing::File(Arc::new(FdFile {
-            file,
-            offset,
-            len,
-            lock: RwLock::new(()),
-        })))
+        Memory::from_fd(fd, offset, len)
+            .map(Backing)
+            .map_err(|e| CapiError::BadData(format!("file descriptor {raw}: {e}")))
     }
 
     pub(crate) fn len(&self) -> usize {
-        match self {
-            Backing::Mapped(m) => m.len(),
-            Backing::File(f) => f.len,
-        }
+        self.0.len()
     }
 
     /// The memory's own descriptor (valid while the memory lives).
     pub(crate) fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
-        match self {
-            Backing::Mapped(m) => m.raw_fd(),
-            Backing::File(f) => Some(f.file.as_raw_fd()),
-        }
+        self.0.raw_fd()
     }
 
     /// Copies `length` bytes at `offset` (checked against the memory's size when
-    /// bound) out of the memory.
+    /// bound) out of the memory; a file truncated since is `BAD_STATE`.
     fn read(&self, offset: usize, length: usize) -> Result<Vec<u8>, CapiError> {
-        match self {
-            Backing::Mapped(memory) => memory
-                .with_bytes(|bytes| {
-                    bytes
-                        .get(offset..offset + length)
-                        .map(<[u8]>::to_vec)
-                        .ok_or_else(|| shrunk(bytes.len(), offset, length))
-                })
-                .map_err(|e| CapiError::BadState(e.to_string()))?,
-            Backing::File(f) => {
-                let _shared = f.lock.read().unwrap_or_else(PoisonError::into_inner);
-                let mut out = vec![0u8; length];
-                f.file
-                    .read_exact_at(&mut out, f.offset + offset as u64)
-                    .map_err(|e| f.failed(e, offset, length))?;
-                Ok(out)
-            }
-        }
+        self.0
+            .read_region(offset, length)
+            .map_err(|e| CapiError::BadState(e.to_string()))
     }
 
     /// Writes `data` at `offset` (the binding, of `length` bytes, holds it).
@@ -386,64 +263,10 @@ impl Backing {
                 data.len()
             )));
         }
-        match self {
-            Backing::Mapped(memory) => memory
-                .with_bytes_mut(|bytes| {
-                    let available = bytes.len();
-                    bytes
-                        .get_mut(offset..offset + data.len())
-                        .ok_or_else(|| shrunk(available, offset, length))?
-                        .copy_from_slice(data);
-                    Ok(())
-                })
-                .map_err(|e| CapiError::BadState(e.to_string()))?,
-            Backing::File(f) => {
-                let _alone = f.lock.write().unwrap_or_else(PoisonError::into_inner);
-                let at = f.offset + offset as u64;
-                // pwrite past the end would silently grow a truncated file: refuse.
-                let size = f
-                    .file
-                    .metadata()
-                    .map_err(|e| f.failed(e, offset, length))?
-                    .len();
-                if size < at + data.len() as u64 {
-                    return Err(f.truncated(size, offset, length));
-                }
-                f.file
-                    .write_all_at(data, at)
-                    .map_err(|e| f.failed(e, offset, length))
-            }
-        }
+        self.0
+            .write_region(offset, data)
+            .map_err(|e| CapiError::BadState(e.to_string()))
     }
-}
-
-impl FdFile {
-    fn truncated(&self, size: u64, offset: usize, length: usize) -> CapiError {
-        let start = self.offset + offset as u64;
-        CapiError::BadState(format!(
-            "the memory's file now holds {size} bytes: the bound bytes {start}..{} are \
-             beyond it (it was truncated after the memory was created)",
-            start + length as u64
-        ))
-    }
-
-    fn failed(&self, e: std::io::Error, offset: usize, length: usize) -> CapiError {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            let size = self.file.metadata().map_or(0, |m| m.len());
-            return self.truncated(size, offset, length);
-        }
-        CapiError::Io {
-            path: "a memory's file descriptor".into(),
-            message: e.to_string(),
-        }
-    }
-}
-
-fn shrunk(available: usize, offset: usize, length: usize) -> CapiError {
-    CapiError::BadState(format!(
-        "the memory now holds {available} bytes: the bound bytes {offset}..{} are beyond it",
-        offset.saturating_add(length)
-    ))
 }
 
 /// Where a bound input or output lives: caller memory, or a region of a memory object.

@@ -562,6 +562,17 @@ impl Program {
         self.plan.as_ref().map_or(0, |p| p.arena.arena_size)
     }
 
+    /// What one execution will hold at once as far as sizes are known at preparation:
+    /// the static plan's arena, or (control flow, unknown shapes) the lower bound a load
+    /// checks against the arena limit, every WHILE running its body once.
+    pub fn memory_lower_bound(&self) -> u64 {
+        if self.plan.is_some() {
+            return self.arena_size() as u64;
+        }
+        let mut memo = vec![Peak::Unknown; self.referenced.len() + 1];
+        known_peak(self, &self.referenced, &mut memo, false)
+    }
+
     /// Sum of the sizes of all arena buffers, i.e. the arena size without reuse.
     pub fn unplanned_size(&self) -> usize {
         self.plan.as_ref().map_or(0, |p| p.arena.total_size)

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use nnc_formats::tensor::HostTensor;
 
 use super::fence::{Fence, FenceState};
-use super::memory::{DomainValue, IoKind, Memory, State, value_bytes};
+use super::memory::{DomainValue, FilePool, IoKind, Memory, State, value_bytes};
 use super::pending::{Pending, complete};
 use crate::buffer::AlignedBuf;
 use crate::error::{Result, RuntimeError};
@@ -537,10 +537,33 @@ impl Guard<'_> {
 /// Whether a shape fits a domain buffer's dimensions.
 type ShapeCheck = Box<dyn Fn(&[usize]) -> bool>;
 
+/// Where a pool's bytes are during one compute.
+#[derive(Clone)]
+enum Base {
+    /// An in-memory pool: pointer, length and generation, valid while its lock is held.
+    Ptr(*mut u8, usize, u64),
+    /// A file pool (never mapped): accessed with `pread`/`pwrite`, and its generation.
+    File(Arc<FilePool>, u64),
+}
+
+/// A bound region of a pool during one compute.
+enum Area {
+    Ptr(*mut u8, usize),
+    /// `length` bytes at `offset` of a file pool.
+    File(Arc<FilePool>, usize, usize),
+}
+
 /// Where an output goes.
 enum Target {
     /// A region of a pool: pointer and length, valid while its write lock is held.
     Region(*mut u8, usize),
+    /// A region of a file pool: the memory's identifier, offset and length.
+    File {
+        memory: u64,
+        file: Arc<FilePool>,
+        offset: usize,
+        length: usize,
+    },
     /// A domain buffer: the value is stored after the run.
     Domain { memory: usize, accepts: ShapeCheck },
 }
@@ -564,7 +587,7 @@ impl Sink for BindingSink {
             .enumerate()
         {
             match target {
-                Target::Region(_, len) if *len < needed => {
+                Target::Region(_, len) | Target::File { length: len, .. } if *len < needed => {
                     return Err(RuntimeError::OutputTooSmall {
                         output,
                         needed,
@@ -598,6 +621,18 @@ impl Sink for BindingSink {
                 let region = unsafe { std::slice::from_raw_parts_mut(*ptr, *len) };
                 region[..bytes.len()].copy_from_slice(bytes);
                 Ok(())
+            }
+            Some(Target::File {
+                memory,
+                file,
+                offset,
+                length,
+            }) if bytes.len() <= *length => {
+                file.write_at(*offset, bytes)
+                    .map_err(|message| RuntimeError::Memory {
+                        memory: *memory,
+                        message,
+                    })
             }
             Some(Target::Domain { .. }) => {
                 self.domain_values[output] = Some(DomainValue {
@@ -669,8 +704,9 @@ impl Request {
                 .map(|b| slot(b.memory.id()))
                 .collect();
             // Base pointers of pools, taken once per memory (a write guard yields a
-            // mutable pointer, from which every region of that memory is formed).
-            let mut bases: Vec<Option<(*mut u8, usize, u64)>> = Vec::with_capacity(guards.len());
+            // mutable pointer, from which every region of that memory is formed); file
+            // pools are never mapped and are read and written through their descriptor.
+            let mut bases: Vec<Option<Base>> = Vec::with_capacity(guards.len());
             for (id, guard) in guards.iter_mut() {
                 let memory = order
                     .iter()
@@ -681,8 +717,16 @@ impl Request {
                     Guard::Write(g) => match &mut **g {
                         State::Pool { pool, generation } => {
                             pool.check_file().map_err(|m| memory.error(m))?;
-                            let bytes = pool.bytes_mut();
-                            Some((bytes.as_mut_ptr(), bytes.len(), *generation))
+                            let generation = *generation;
+                            Some(match pool.file() {
+                                Some(f) => Base::File(Arc::clone(f), generation),
+                                None => {
+                                    let bytes = pool.bytes_mut().ok_or_else(|| {
+                                        RuntimeError::Internal("a pool without bytes".into())
+                                    })?;
+                                    Base::Ptr(bytes.as_mut_ptr(), bytes.len(), generation)
+                                }
+                            })
                         }
                         State::Released => return Err(memory.error("it was released")),
                         State::Domain(_) => None,
@@ -690,27 +734,64 @@ impl Request {
                     Guard::Read(g) => match &**g {
                         State::Pool { pool, generation } => {
                             pool.check_file().map_err(|m| memory.error(m))?;
-                            let bytes = pool.bytes();
-                            // Only read through: the memory is locked shared.
-                            Some((bytes.as_ptr().cast_mut(), bytes.len(), *generation))
+                            Some(match (pool.file(), pool.in_memory()) {
+                                (Some(f), _) => Base::File(Arc::clone(f), *generation),
+                                // Only read through: the memory is locked shared.
+                                (None, Some(bytes)) => {
+                                    Base::Ptr(bytes.as_ptr().cast_mut(), bytes.len(), *generation)
+                                }
+                                (None, None) => {
+                                    return Err(RuntimeError::Internal(
+                                        "a pool without bytes".into(),
+                                    ));
+                                }
+                            })
                         }
                         State::Released => return Err(memory.error("it was released")),
                         State::Domain(_) => None,
                     },
                 });
             }
-            let region = |b: &Binding,
-                          base: Option<(*mut u8, usize, u64)>|
-             -> Result<(*mut u8, usize)> {
-                let (ptr, len, generation) = base.ok_or_else(|| b.memory.error("not a pool"))?;
-                if b.generation != Some(generation) || b.offset + b.length > len {
-                    return Err(b
-                        .memory
-                        .error("it was resized after the execution was bound; bind it again"));
+            let region = |b: &Binding, base: &Option<Base>| -> Result<Area> {
+                let stale = || {
+                    b.memory
+                        .error("it was resized after the execution was bound; bind it again")
+                };
+                match base {
+                    None => Err(b.memory.error("not a pool")),
+                    Some(Base::Ptr(ptr, len, generation)) => {
+                        if b.generation != Some(*generation) || b.offset + b.length > *len {
+                            return Err(stale());
+                        }
+                        // SAFETY: offset + length <= len, checked just above.
+                        Ok(Area::Ptr(unsafe { ptr.add(b.offset) }, b.length))
+                    }
+                    Some(Base::File(file, generation)) => {
+                        if b.generation != Some(*generation) || b.offset + b.length > file.len() {
+                            return Err(stale());
+                        }
+                        Ok(Area::File(Arc::clone(file), b.offset, b.length))
+                    }
                 }
-                // SAFETY: offset + length <= len, checked just above.
-                Ok((unsafe { ptr.add(b.offset) }, b.length))
             };
+            // Inputs in file pools are read now, with `pread`: a file truncated since is
+            // an error here, never a fault during the run.
+            let mut staged: Vec<Option<AlignedBuf>> = Vec::with_capacity(self.inputs.len());
+            for (k, b) in self.inputs.iter().enumerate() {
+                let g = slots[k];
+                staged.push(match guards[g].1.state() {
+                    State::Pool { .. } => match region(b, &bases[g])? {
+                        Area::File(file, offset, length) => {
+                            let mut buf = AlignedBuf::zeroed(length)?;
+                            file.read_at(offset, buf.as_bytes_mut())
+                                .map_err(|m| b.memory.error(m))?;
+                            Some(buf)
+                        }
+                        Area::Ptr(..) => None,
+                    },
+                    _ => None,
+                });
+            }
             let mut input_tensors = Vec::with_capacity(self.inputs.len());
             for (k, b) in self.inputs.iter().enumerate() {
                 let g = slots[k];
@@ -723,10 +804,19 @@ impl Request {
                     }
                     State::Domain(Some(v)) => InputTensor::with_shape(&v.shape, v.data.as_bytes()),
                     _ => {
-                        let (ptr, len) = region(b, bases[g])?;
-                        // SAFETY: a region of a pool locked for this compute; no output
-                        // region overlaps it (checked at binding).
-                        let data = unsafe { std::slice::from_raw_parts(ptr.cast_const(), len) };
+                        let data = match (&staged[k], region(b, &bases[g])?) {
+                            (Some(buf), _) => buf.as_bytes(),
+                            (None, Area::Ptr(ptr, len)) => {
+                                // SAFETY: a region of a pool locked for this compute; no
+                                // output region overlaps it (checked at binding).
+                                unsafe { std::slice::from_raw_parts(ptr.cast_const(), len) }
+                            }
+                            (None, Area::File(..)) => {
+                                return Err(RuntimeError::Internal(
+                                    "a file input was not read".into(),
+                                ));
+                            }
+                        };
                         InputTensor {
                             data,
                             shape: b.shape.as_deref(),
@@ -745,10 +835,15 @@ impl Request {
                             accepts: Box::new(move |s| desc.accepts(s)),
                         }
                     }
-                    None => {
-                        let (ptr, len) = region(b, bases[g])?;
-                        Target::Region(ptr, len)
-                    }
+                    None => match region(b, &bases[g])? {
+                        Area::Ptr(ptr, len) => Target::Region(ptr, len),
+                        Area::File(file, offset, length) => Target::File {
+                            memory: b.memory.id(),
+                            file,
+                            offset,
+                            length,
+                        },
+                    },
                 });
             }
             let mut sink = BindingSink {

@@ -7,6 +7,8 @@
 //! ([`Fence::on_signal`]) instead of parking a worker thread on it, so a bounded pool
 //! can never deadlock on fences whose signallers are queued behind their waiters.
 
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -23,6 +25,43 @@ pub enum FenceState {
 }
 
 type Callback = Box<dyn FnOnce(&FenceState) + Send>;
+
+thread_local! {
+    /// Whether this thread is running fence callbacks now.
+    static DRAINING: Cell<bool> = const { Cell::new(false) };
+    /// Callbacks of fences signalled from inside a callback on this thread, run by the
+    /// outermost signal in order: a chain of fences (each failing the next) thus runs
+    /// as a loop, not as a recursion as deep as the chain.
+    static DEFERRED: RefCell<VecDeque<(Vec<Callback>, FenceState)>> =
+        const { RefCell::new(VecDeque::new()) };
+}
+
+/// Runs `callbacks` with `state`, and every callback batch they cause, iteratively.
+fn run_callbacks(callbacks: Vec<Callback>, state: FenceState) {
+    if callbacks.is_empty() {
+        return;
+    }
+    if DRAINING.with(Cell::get) {
+        DEFERRED.with(|q| q.borrow_mut().push_back((callbacks, state)));
+        return;
+    }
+    DRAINING.with(|d| d.set(true));
+    // Resets the flag even if a callback panics, so later signals still run theirs.
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            DRAINING.with(|d| d.set(false));
+        }
+    }
+    let _reset = Reset;
+    let mut batch = Some((callbacks, state));
+    while let Some((callbacks, state)) = batch {
+        for callback in callbacks {
+            callback(&state);
+        }
+        batch = DEFERRED.with(|q| q.borrow_mut().pop_front());
+    }
+}
 
 struct Inner {
     state: FenceState,
@@ -105,9 +144,7 @@ impl Fence {
             std::mem::take(&mut inner.callbacks)
         };
         self.shared.changed.notify_all();
-        for callback in callbacks {
-            callback(&state);
-        }
+        run_callbacks(callbacks, state);
         true
     }
 
@@ -151,7 +188,9 @@ impl Fence {
 
     /// Runs `callback` once the fence is signalled: at once on this thread if it already
     /// is, otherwise on the thread that signals it. Callbacks must be short (they run
-    /// on the signaller's thread, typically a worker of the execution pool).
+    /// on the signaller's thread, typically a worker of the execution pool). A fence
+    /// signalled from inside a callback runs its own callbacks after that callback
+    /// returns (iteratively, so long chains cannot overflow the stack).
     pub fn on_signal(&self, callback: impl FnOnce(&FenceState) + Send + 'static) {
         let state = {
             let mut inner = self.lock();

@@ -1,10 +1,12 @@
 //! Memory objects that executions read inputs from and write outputs to.
 //!
 //! Two kinds, as the NN API's memory-pool page describes them:
-//! - **Pools**: plain bytes the caller shares with the runtime: on the heap, or mapped
-//!   from a file descriptor (a memfd [`Memory::create_shared`] makes, or any file or
-//!   shared-memory fd the caller passes, [`Memory::from_fd`]), so inputs and outputs
-//!   travel between processes without copies.
+//! - **Pools**: plain bytes the caller shares with the runtime: on the heap, or in a
+//!   file descriptor ([`Memory::create_shared`], [`Memory::from_fd`]), so inputs and
+//!   outputs travel between processes. No access to a file can fault when another
+//!   process truncates it: only a memfd sealed against shrinking is mapped (zero-copy);
+//!   any other regular file is read with `pread` and written with `pwrite` at each
+//!   compute, where a truncation is an error, never a SIGBUS (see [`Memory::from_fd`]).
 //! - **Domain buffers**: memory the device manages itself, described by a
 //!   [`MemoryDesc`]: the roles (which inputs and outputs of which prepared models may
 //!   use it) and dimensions that may be partly unknown until an execution writes it.
@@ -17,8 +19,10 @@
 //! crash) and readers never see a half-written value. [`Memory::release`] ends a
 //! memory's life early: executions still bound to it then fail with an error naming it.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -261,31 +265,132 @@ pub(crate) enum MemoryKind {
 /// A pool's bytes.
 pub(crate) enum Pool {
     Heap(AlignedBuf),
+    /// A memfd sealed against shrinking: its pages exist as long as the mapping does.
     Mapped {
         map: memmap2::MmapMut,
         file: File,
         /// Where the mapping starts in the file.
         offset: u64,
     },
+    /// Any other regular file: never mapped, accessed with `pread`/`pwrite`.
+    File(Arc<FilePool>),
+}
+
+/// `len` bytes of a file from `offset`, read with `pread` and written with `pwrite`, so
+/// that another process truncating the file causes an error rather than a SIGBUS.
+pub(crate) struct FilePool {
+    file: File,
+    offset: u64,
+    len: usize,
+}
+
+impl FilePool {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Fills `out` from byte `at` of the pool (the caller checked `at + out.len()`
+    /// against the pool's length).
+    pub(crate) fn read_at(&self, at: usize, out: &mut [u8]) -> std::result::Result<(), String> {
+        self.file
+            .read_exact_at(out, self.offset + at as u64)
+            .map_err(|e| self.failed(e, at, out.len()))
+    }
+
+    /// Writes `data` at byte `at` of the pool, refusing to grow a truncated file back.
+    pub(crate) fn write_at(&self, at: usize, data: &[u8]) -> std::result::Result<(), String> {
+        let start = self.offset + at as u64;
+        let size = self
+            .file
+            .metadata()
+            .map_err(|e| self.failed(e, at, data.len()))?
+            .len();
+        if size < start + data.len() as u64 {
+            return Err(self.truncated(size, at, data.len()));
+        }
+        self.file
+            .write_all_at(data, start)
+            .map_err(|e| self.failed(e, at, data.len()))
+    }
+
+    fn truncated(&self, size: u64, at: usize, length: usize) -> String {
+        let start = self.offset + at as u64;
+        format!(
+            "its file now holds {size} bytes: bytes {start}..{} are beyond it (it was \
+             truncated after the memory was created)",
+            start + length as u64
+        )
+    }
+
+    fn failed(&self, e: std::io::Error, at: usize, length: usize) -> String {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            let size = self.file.metadata().map_or(0, |m| m.len());
+            return self.truncated(size, at, length);
+        }
+        format!("cannot access its file: {e}")
+    }
 }
 
 impl Pool {
-    pub(crate) fn bytes(&self) -> &[u8] {
+    pub(crate) fn len(&self) -> usize {
         match self {
-            Pool::Heap(b) => b.as_bytes(),
-            Pool::Mapped { map, .. } => map,
+            Pool::Heap(b) => b.len(),
+            Pool::Mapped { map, .. } => map.len(),
+            Pool::File(f) => f.len,
         }
     }
 
-    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+    /// The pool's bytes: borrowed when in memory, read from the file otherwise.
+    pub(crate) fn bytes(&self) -> std::result::Result<Cow<'_, [u8]>, String> {
         match self {
-            Pool::Heap(b) => b.as_bytes_mut(),
-            Pool::Mapped { map, .. } => map,
+            Pool::Heap(b) => Ok(Cow::Borrowed(b.as_bytes())),
+            Pool::Mapped { map, .. } => Ok(Cow::Borrowed(map)),
+            Pool::File(f) => {
+                let mut out = vec![0u8; f.len];
+                f.read_at(0, &mut out)?;
+                Ok(Cow::Owned(out))
+            }
         }
     }
 
-    /// For a mapped pool: the file must still cover the mapping (another process may
-    /// have truncated it; touching a page past its end would raise SIGBUS).
+    /// Writes `data` at `at` of a file pool (in-memory pools are written through
+    /// [`Pool::bytes_mut`]).
+    pub(crate) fn write_at(&self, at: usize, data: &[u8]) -> std::result::Result<(), String> {
+        match self {
+            Pool::File(f) => f.write_at(at, data),
+            _ => Err("not a file pool".into()),
+        }
+    }
+
+    /// The bytes of an in-memory pool (None for a file pool), without copying.
+    pub(crate) fn in_memory(&self) -> Option<&[u8]> {
+        match self {
+            Pool::Heap(b) => Some(b.as_bytes()),
+            Pool::Mapped { map, .. } => Some(map),
+            Pool::File(_) => None,
+        }
+    }
+
+    /// The file of a file pool.
+    pub(crate) fn file(&self) -> Option<&Arc<FilePool>> {
+        match self {
+            Pool::File(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// The bytes of an in-memory pool (None for a file pool).
+    pub(crate) fn bytes_mut(&mut self) -> Option<&mut [u8]> {
+        match self {
+            Pool::Heap(b) => Some(b.as_bytes_mut()),
+            Pool::Mapped { map, .. } => Some(map),
+            Pool::File(_) => None,
+        }
+    }
+
+    /// For a mapped pool: the file must still cover the mapping. Only memfds sealed
+    /// against shrinking are mapped, so this holds by construction; the check stays as
+    /// a cheap guard should the sealing rule ever be loosened.
     pub(crate) fn check_file(&self) -> std::result::Result<(), String> {
         if let Pool::Mapped { map, file, offset } = self {
             let size = file.metadata().map_err(|e| e.to_string())?.len();
@@ -299,6 +404,21 @@ impl Pool {
         Ok(())
     }
 }
+
+#[cfg(target_os = "linux")]
+fn fcntl(fd: &File, command: libc::c_int, arg: libc::c_int) -> std::io::Result<libc::c_int> {
+    // SAFETY: `fd` is an open descriptor; the commands used take an int argument.
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), command, arg) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// Seals that rule out a shared writable mapping of a memfd.
+#[cfg(target_os = "linux")]
+const WRITE_SEALS: libc::c_int = libc::F_SEAL_WRITE | libc::F_SEAL_FUTURE_WRITE;
 
 /// A domain buffer's value once written.
 pub(crate) struct DomainValue {
@@ -358,59 +478,116 @@ impl Memory {
     }
 
     /// A pool of `len` zero bytes in a new anonymous shared-memory file (Linux memfd),
-    /// mapped here; [`Memory::raw_fd`] hands the descriptor to another process.
+    /// mapped here; [`Memory::raw_fd`] hands the descriptor to another process. The
+    /// memfd is sealed against shrinking and growing, so whoever holds the descriptor
+    /// cannot truncate it under the mapping.
     #[cfg(target_os = "linux")]
     pub fn create_shared(len: usize) -> Result<Arc<Memory>> {
         let io = |what: &str, e: std::io::Error| RuntimeError::Memory {
             memory: 0,
             message: format!("cannot {what} a shared-memory file of {len} bytes: {e}"),
         };
+        if len == 0 {
+            return Err(RuntimeError::Memory {
+                memory: 0,
+                message: "a memory needs at least one byte".into(),
+            });
+        }
         // SAFETY: a constant NUL-terminated name and valid flags; the result is checked.
-        let fd = unsafe { libc::memfd_create(c"nnc-memory".as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = unsafe {
+            libc::memfd_create(
+                c"nnc-memory".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
         if fd < 0 {
             return Err(io("create", std::io::Error::last_os_error()));
         }
         // SAFETY: `fd` was just returned by memfd_create and is owned by nothing else.
         let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
         file.set_len(len as u64).map_err(|e| io("size", e))?;
-        Memory::map_file(file, 0, len)
+        fcntl(
+            &file,
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW,
+        )
+        .map_err(|e| io("seal", e))?;
+        Memory::map_sealed(file, 0, len)
     }
 
-    /// A pool over `len` bytes of a file descriptor at `offset` (a shared-memory object,
-    /// a memfd, a regular file), mapped shared and writable: outputs written by an
-    /// execution are visible to every process mapping the same file.
+    /// A pool over `len` bytes of a file descriptor at `offset`: a regular file (a
+    /// memfd, a shared-memory object, a file) open for reading and writing (`O_RDWR`).
+    ///
+    /// Nothing another process does to the file can make the runtime fault:
+    /// - a memfd sealed against shrinking (`F_SEAL_SHRINK`, without `F_SEAL_WRITE` or
+    ///   `F_SEAL_FUTURE_WRITE`) is mapped shared (zero-copy): its pages exist as long as
+    ///   the mapping does;
+    /// - any other regular file is never mapped: each compute reads its bound inputs
+    ///   with `pread` and writes its outputs with `pwrite`, and a file truncated below a
+    ///   bound region fails that compute with an error naming the truncation (a write
+    ///   never grows a truncated file back);
+    /// - anything else (a pipe, a socket, a device, a descriptor not open `O_RDWR`),
+    ///   zero bytes and bytes beyond the file are refused.
+    #[cfg(target_os = "linux")]
     pub fn from_fd(fd: OwnedFd, offset: u64, len: usize) -> Result<Arc<Memory>> {
-        Memory::map_file(File::from(fd), offset, len)
-    }
-
-    fn map_file(file: File, offset: u64, len: usize) -> Result<Arc<Memory>> {
+        let file = File::from(fd);
         let fail = |message: String| RuntimeError::Memory { memory: 0, message };
         if len == 0 {
-            return Err(fail("a mapped memory needs at least one byte".into()));
+            return Err(fail("a memory needs at least one byte".into()));
         }
-        let size = file
+        let meta = file
             .metadata()
-            .map_err(|e| fail(format!("cannot inspect the file: {e}")))?
-            .len();
+            .map_err(|e| fail(format!("cannot inspect the file: {e}")))?;
+        if !meta.is_file() {
+            return Err(fail(
+                "not a regular file: give a memfd, a shared-memory object or a file".into(),
+            ));
+        }
+        let mode = fcntl(&file, libc::F_GETFL, 0)
+            .map_err(|e| fail(format!("cannot read the descriptor's flags: {e}")))?;
+        if mode & libc::O_ACCMODE != libc::O_RDWR {
+            return Err(fail("not open for reading and writing (O_RDWR)".into()));
+        }
         let end = offset
             .checked_add(len as u64)
+            .filter(|&end| end <= i64::MAX as u64)
             .ok_or_else(|| fail("offset plus length overflows".into()))?;
-        if end > size {
+        if end > meta.len() {
             return Err(fail(format!(
-                "bytes {offset}..{end} are beyond the file's {size} bytes"
+                "bytes {offset}..{end} are beyond the file's {} bytes",
+                meta.len()
             )));
         }
-        // SAFETY: the mapping is shared with other processes by design; the runtime
-        // only forms slices of it while holding the memory's lock and after checking
-        // that the file still covers it (`Pool::check_file`). What another process
-        // writes concurrently is data, never a memory-safety issue for plain bytes.
+        // Files that cannot be sealed (not a memfd) answer EINVAL: no seals.
+        let seals = fcntl(&file, libc::F_GET_SEALS, 0).unwrap_or(0);
+        if seals & libc::F_SEAL_SHRINK != 0 && seals & WRITE_SEALS == 0 {
+            return Memory::map_sealed(file, offset, len);
+        }
+        Ok(Memory::pool(Pool::File(Arc::new(FilePool {
+            file,
+            offset,
+            len,
+        }))))
+    }
+
+    /// Maps a memfd sealed against shrinking (the callers checked the seal and that the
+    /// file covers the region).
+    fn map_sealed(file: File, offset: u64, len: usize) -> Result<Arc<Memory>> {
+        // SAFETY: the file is a memfd sealed against shrinking, so every page of the
+        // mapping stays backed while it lives: no access can raise SIGBUS. It is shared
+        // with other processes by design; the runtime only forms slices of it while
+        // holding the memory's lock, and what another process writes concurrently is
+        // data, never a memory-safety issue for plain bytes.
         let map = unsafe {
             memmap2::MmapOptions::new()
                 .offset(offset)
                 .len(len)
                 .map_mut(&file)
         }
-        .map_err(|e| fail(format!("cannot map the file: {e}")))?;
+        .map_err(|e| RuntimeError::Memory {
+            memory: 0,
+            message: format!("cannot map the file: {e}"),
+        })?;
         Ok(Memory::pool(Pool::Mapped { map, file, offset }))
     }
 
@@ -427,13 +604,17 @@ impl Memory {
         }
     }
 
-    /// The descriptor of a mapped pool (valid while the memory lives).
+    /// The descriptor of a file-backed pool (valid while the memory lives).
     pub fn raw_fd(&self) -> Option<RawFd> {
         match &*self.read() {
             State::Pool {
                 pool: Pool::Mapped { file, .. },
                 ..
             } => Some(file.as_raw_fd()),
+            State::Pool {
+                pool: Pool::File(f),
+                ..
+            } => Some(f.file.as_raw_fd()),
             _ => None,
         }
     }
@@ -441,7 +622,7 @@ impl Memory {
     /// A pool's length in bytes (0 once released, and for domain buffers).
     pub fn len(&self) -> usize {
         match &*self.read() {
-            State::Pool { pool, .. } => pool.bytes().len(),
+            State::Pool { pool, .. } => pool.len(),
             _ => 0,
         }
     }
@@ -504,12 +685,12 @@ impl Memory {
         }
     }
 
-    /// Reads a pool's bytes.
+    /// Reads a pool's bytes (a file pool's are read from its file first).
     pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
         match &*self.read() {
             State::Pool { pool, .. } => {
                 pool.check_file().map_err(|m| self.error(m))?;
-                Ok(f(pool.bytes()))
+                Ok(f(&pool.bytes().map_err(|m| self.error(m))?))
             }
             State::Released => Err(self.error("it was released")),
             State::Domain(_) => Err(self.error(
@@ -518,18 +699,78 @@ impl Memory {
         }
     }
 
-    /// Writes a pool's bytes.
+    /// Writes a pool's bytes (a file pool's are read from its file, then written back).
     pub fn with_bytes_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
         match &mut *self.write() {
             State::Pool { pool, .. } => {
                 pool.check_file().map_err(|m| self.error(m))?;
-                Ok(f(pool.bytes_mut()))
+                if let Some(bytes) = pool.bytes_mut() {
+                    return Ok(f(bytes));
+                }
+                let mut bytes = pool.bytes().map_err(|m| self.error(m))?.into_owned();
+                let r = f(&mut bytes);
+                pool.write_at(0, &bytes).map_err(|m| self.error(m))?;
+                Ok(r)
             }
             State::Released => Err(self.error("it was released")),
             State::Domain(_) => Err(self.error(
                 "a domain buffer's bytes are the device's: copy a pool into it with Memory::copy",
             )),
         }
+    }
+
+    /// Copies `length` bytes at `offset` out of a pool. A file truncated below them
+    /// since the memory was created is an error naming the truncation.
+    pub fn read_region(&self, offset: usize, length: usize) -> Result<Vec<u8>> {
+        match &*self.read() {
+            State::Pool { pool, .. } => {
+                pool.check_file().map_err(|m| self.error(m))?;
+                let end = self.region_end(pool, offset, length)?;
+                match pool {
+                    Pool::File(f) => {
+                        let mut out = vec![0u8; length];
+                        f.read_at(offset, &mut out).map_err(|m| self.error(m))?;
+                        Ok(out)
+                    }
+                    _ => Ok(pool.bytes().map_err(|m| self.error(m))?[offset..end].to_vec()),
+                }
+            }
+            State::Released => Err(self.error("it was released")),
+            State::Domain(_) => Err(self.error("a domain buffer has no bytes to read")),
+        }
+    }
+
+    /// Writes `data` at `offset` of a pool (a file truncated below it since the memory
+    /// was created is an error, and is not grown back).
+    pub fn write_region(&self, offset: usize, data: &[u8]) -> Result<()> {
+        match &mut *self.write() {
+            State::Pool { pool, .. } => {
+                pool.check_file().map_err(|m| self.error(m))?;
+                let end = self.region_end(pool, offset, data.len())?;
+                match pool.bytes_mut() {
+                    Some(bytes) => {
+                        bytes[offset..end].copy_from_slice(data);
+                        Ok(())
+                    }
+                    None => pool.write_at(offset, data).map_err(|m| self.error(m)),
+                }
+            }
+            State::Released => Err(self.error("it was released")),
+            State::Domain(_) => Err(self.error("a domain buffer has no bytes to write")),
+        }
+    }
+
+    fn region_end(&self, pool: &Pool, offset: usize, length: usize) -> Result<usize> {
+        offset
+            .checked_add(length)
+            .filter(|&end| end <= pool.len())
+            .ok_or_else(|| {
+                self.error(format!(
+                    "bytes {offset}..{} are beyond its {} bytes",
+                    offset.saturating_add(length),
+                    pool.len()
+                ))
+            })
     }
 
     /// The shape of a domain buffer's current value (None until written).
@@ -556,31 +797,35 @@ impl Memory {
             let d = dst.write();
             (src.read(), d)
         };
-        let (shape, bytes): (Option<Vec<usize>>, &[u8]) = match &*src_state {
+        let (shape, bytes): (Option<Vec<usize>>, Cow<'_, [u8]>) = match &*src_state {
             State::Released => return Err(src.error("it was released")),
             State::Pool { pool, .. } => {
                 pool.check_file().map_err(|m| src.error(m))?;
-                (None, pool.bytes())
+                (None, pool.bytes().map_err(|m| src.error(m))?)
             }
             State::Domain(None) => {
                 return Err(src.error("the domain buffer has no value yet"));
             }
-            State::Domain(Some(v)) => (Some(v.shape.clone()), v.data.as_bytes()),
+            State::Domain(Some(v)) => (Some(v.shape.clone()), Cow::Borrowed(v.data.as_bytes())),
         };
         match (&mut *dst_state, dst.domain()) {
             (State::Released, _) => Err(dst.error("it was released")),
             (State::Pool { pool, .. }, _) => {
                 pool.check_file().map_err(|m| dst.error(m))?;
-                let out = pool.bytes_mut();
-                if out.len() != bytes.len() {
+                if pool.len() != bytes.len() {
                     return Err(dst.error(format!(
                         "it holds {} bytes; the source holds {}",
-                        out.len(),
+                        pool.len(),
                         bytes.len()
                     )));
                 }
-                out.copy_from_slice(bytes);
-                Ok(())
+                match pool.bytes_mut() {
+                    Some(out) => {
+                        out.copy_from_slice(&bytes);
+                        Ok(())
+                    }
+                    None => pool.write_at(0, &bytes).map_err(|m| dst.error(m)),
+                }
             }
             (State::Domain(value), Some(desc)) => {
                 if let Some(src_desc) = src.domain()
@@ -621,7 +866,7 @@ impl Memory {
                 }
                 *value = Some(DomainValue {
                     shape,
-                    data: AlignedBuf::from_bytes(bytes)?,
+                    data: AlignedBuf::from_bytes(&bytes)?,
                 });
                 Ok(())
             }
