@@ -32,7 +32,7 @@ pub fn open(path: &Path, what: &str) -> anyhow::Result<(File, Metadata)> {
             format!("cannot read {what} {}: {e}", path.display()),
         )
     };
-    let file = open_nonblocking(path).map_err(cannot)?;
+    let file = nnc_runtime::key_file::open_nonblocking(path).map_err(cannot)?;
     let meta = file.metadata().map_err(cannot)?;
     if !meta.is_file() {
         return Err(err(
@@ -40,7 +40,7 @@ pub fn open(path: &Path, what: &str) -> anyhow::Result<(File, Metadata)> {
             format!(
                 "cannot read {what} {}: it is a {}, not a regular file",
                 path.display(),
-                kind(&meta)
+                nnc_runtime::key_file::file_kind(&meta)
             ),
         ));
     }
@@ -125,48 +125,6 @@ fn read_up_to(
         )
     })?;
     Ok(bytes)
-}
-
-#[cfg(unix)]
-fn open_nonblocking(path: &Path) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-}
-
-#[cfg(not(unix))]
-fn open_nonblocking(path: &Path) -> std::io::Result<File> {
-    File::open(path)
-}
-
-#[cfg(unix)]
-fn kind(meta: &Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
-    if t.is_dir() {
-        "directory"
-    } else if t.is_fifo() {
-        "FIFO"
-    } else if t.is_char_device() {
-        "character device"
-    } else if t.is_block_device() {
-        "block device"
-    } else if t.is_socket() {
-        "socket"
-    } else {
-        "special file"
-    }
-}
-
-#[cfg(not(unix))]
-fn kind(meta: &Metadata) -> &'static str {
-    if meta.is_dir() {
-        "directory"
-    } else {
-        "special file"
-    }
 }
 
 /// Reads a device-profile file (a profile, a list, or `{"devices": [...]}`), at most

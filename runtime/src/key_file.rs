@@ -56,7 +56,7 @@ pub fn read_key_file(path: &Path) -> Result<Zeroizing<String>, KeyFileError> {
     if !meta.is_file() {
         return Err(KeyFileError::NotAFile {
             path: path.to_path_buf(),
-            kind: kind(&meta),
+            kind: file_kind(&meta),
         });
     }
     if meta.len() > MAX_KEY_FILE_BYTES as u64 {
@@ -81,8 +81,10 @@ pub fn read_key_file(path: &Path) -> Result<Zeroizing<String>, KeyFileError> {
     Ok(Zeroizing::new(text.to_owned()))
 }
 
+/// Opens `path` for reading without blocking on a FIFO or a terminal (shared with the
+/// CLI's reader of every input file).
 #[cfg(unix)]
-fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+pub fn open_nonblocking(path: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     // O_NONBLOCK: opening a FIFO without a writer would otherwise wait forever.
     std::fs::OpenOptions::new()
@@ -92,12 +94,13 @@ fn open_nonblocking(path: &Path) -> std::io::Result<File> {
 }
 
 #[cfg(not(unix))]
-fn open_nonblocking(path: &Path) -> std::io::Result<File> {
+pub fn open_nonblocking(path: &Path) -> std::io::Result<File> {
     File::open(path)
 }
 
+/// What a file that is not a regular file is, for an error message.
 #[cfg(unix)]
-fn kind(meta: &std::fs::Metadata) -> &'static str {
+pub fn file_kind(meta: &std::fs::Metadata) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     let t = meta.file_type();
     if t.is_dir() {
@@ -116,7 +119,7 @@ fn kind(meta: &std::fs::Metadata) -> &'static str {
 }
 
 #[cfg(not(unix))]
-fn kind(meta: &std::fs::Metadata) -> &'static str {
+pub fn file_kind(meta: &std::fs::Metadata) -> &'static str {
     if meta.is_dir() {
         "directory"
     } else {
