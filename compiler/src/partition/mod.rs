@@ -20,6 +20,8 @@
 mod cost;
 mod steps;
 
+use std::collections::HashMap;
+
 use nnc_formats::container::is_weight;
 use nnc_formats::crypto::{Algorithm, Mode};
 use nnc_formats::device::DeviceProfile;
@@ -114,9 +116,18 @@ pub fn partition(
     };
 
     // 1. Ask every device about every operation.
+    // Each device's verdicts come in one pass over the model, which finds the verdict
+    // on a subgraph once, not once per IF or WHILE that reaches it.
+    let mut verdicts: Vec<_> = match options.mode {
+        PartitionMode::CpuOnly => Vec::new(),
+        _ => devices
+            .iter()
+            .map(|d| d.check_operations(model, options.encryption).into_iter())
+            .collect(),
+    };
     let answers: Vec<Answer> = ops
         .iter()
-        .map(|op| ask(op, model, &devices, options))
+        .map(|op| ask(op, model, &devices, &mut verdicts, options))
         .collect();
 
     // 2. Score; collect what cannot be placed.
@@ -219,16 +230,12 @@ pub fn partition(
     }
     // An IF or WHILE takes its subgraphs along: the plan's steps list main's operations,
     // and every operation of a referenced subgraph runs on its IF's or WHILE's device.
+    let mut reached = ReachedGraphs::new(model);
     for (i, op) in ops.iter().enumerate() {
         if op.op_type.is_control_flow() {
-            let graphs: Vec<String> = model
-                .graphs_reached(0, i)
-                .iter()
-                .map(|t| t.to_string())
-                .collect();
+            let graphs = reached.listed(&model.operation_subgraphs(0, i));
             reasons[i].push_str(&format!(
-                "; runs subgraph(s) {} with all their operations on {}",
-                graphs.join(", "),
+                "; runs subgraph(s) {graphs} with all their operations on {}",
                 devices[assign[i]].name
             ));
         }
@@ -237,6 +244,75 @@ pub fn partition(
     build_plan(
         model, &devices, &answers, options, &assign, &reasons, &steps,
     )
+}
+
+/// [`Model::graphs_reached`] for many operations, listed as the plan's reasons show
+/// them: the walk follows each graph's distinct subgraphs rather than all its
+/// operations, and runs once per distinct set of subgraphs operations name.
+struct ReachedGraphs {
+    /// Empty until the first question.
+    children: Vec<Vec<usize>>,
+    listed: HashMap<Vec<usize>, String>,
+    /// By graph number, the walk that last visited it (walks count from 1).
+    visited: Vec<usize>,
+    walks: usize,
+}
+
+impl ReachedGraphs {
+    fn new(model: &Model) -> ReachedGraphs {
+        let children = if model
+            .main
+            .operations
+            .iter()
+            .any(|op| op.op_type.is_control_flow())
+        {
+            model.subgraph_children()
+        } else {
+            Vec::new()
+        };
+        ReachedGraphs {
+            visited: vec![0; children.len()],
+            children,
+            listed: HashMap::new(),
+            walks: 0,
+        }
+    }
+
+    /// The graphs reachable from `direct` (valid graph numbers), ascending, joined by
+    /// ", ".
+    fn listed(&mut self, direct: &[usize]) -> String {
+        if let Some(text) = self.listed.get(direct) {
+            return text.clone();
+        }
+        self.walks += 1;
+        let mut reached = Vec::new();
+        let mut stack = direct.to_vec();
+        while let Some(t) = stack.pop() {
+            match self.visited.get_mut(t) {
+                Some(v) if *v != self.walks => *v = self.walks,
+                _ => continue,
+            }
+            reached.push(t);
+            if let Some(next) = self.children.get(t) {
+                stack.extend(next);
+            }
+        }
+        reached.sort_unstable();
+        // At most LISTED graphs by number: thousands of IFs each reaching a wide shared
+        // fan-out would otherwise make the plan's text grow as their product.
+        const LISTED: usize = 16;
+        let mut text = reached
+            .iter()
+            .take(LISTED)
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        if reached.len() > LISTED {
+            text.push_str(&format!(" and {} more", reached.len() - LISTED));
+        }
+        self.listed.insert(direct.to_vec(), text.clone());
+        text
+    }
 }
 
 /// The devices that compete for operations.
@@ -275,6 +351,7 @@ fn ask(
     op: &Operation,
     model: &Model,
     devices: &[DeviceProfile],
+    verdicts: &mut [std::vec::IntoIter<Result<(), Decline>>],
     options: &PartitionOptions,
 ) -> Answer {
     let reads_encrypted_weights = options.encryption.is_some()
@@ -287,7 +364,11 @@ fn ask(
     let mut declined = Vec::new();
     if options.mode != PartitionMode::CpuOnly {
         for (d, device) in devices.iter().enumerate() {
-            match device.check(op, model, options.encryption) {
+            let verdict = verdicts
+                .get_mut(d)
+                .and_then(Iterator::next)
+                .unwrap_or_else(|| device.check(op, model, options.encryption));
+            match verdict {
                 Ok(())
                     if device.is_cpu()
                         && options.no_plaintext_fallback

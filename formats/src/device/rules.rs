@@ -164,7 +164,31 @@ impl DeviceProfile {
         model: &Model,
         encryption: Option<(Algorithm, Mode)>,
     ) -> Result<(), Decline> {
-        self.check_in(op, model, 0, encryption)
+        self.check_in(op, model, 0, encryption, Reach::Walk)
+    }
+
+    /// [`DeviceProfile::check`] of every operation of `main`, in order. Each subgraph's
+    /// verdict is found once for all the IFs and WHILEs that reach it, so the work is
+    /// linear in the model rather than IFs times the operations they reach.
+    pub fn check_operations(
+        &self,
+        model: &Model,
+        encryption: Option<(Algorithm, Mode)>,
+    ) -> Vec<Result<(), Decline>> {
+        let mut verdicts = None;
+        model
+            .main
+            .operations
+            .iter()
+            .enumerate()
+            .map(|(index, op)| {
+                let reach = Reach::Memo {
+                    verdicts: &mut verdicts,
+                    index,
+                };
+                self.check_in(op, model, 0, encryption, reach)
+            })
+            .collect()
     }
 
     /// [`DeviceProfile::check`] for an operation of graph `t` (0 = main).
@@ -174,6 +198,7 @@ impl DeviceProfile {
         model: &Model,
         t: usize,
         encryption: Option<(Algorithm, Mode)>,
+        reach: Reach,
     ) -> Result<(), Decline> {
         let decline = |rule: &str, detail: String| Decline {
             device: self.name.clone(),
@@ -196,7 +221,7 @@ impl DeviceProfile {
             return Err(decline(RULE_MODEL, format!("subgraph {t} does not exist")));
         };
         if op.op_type.is_control_flow() {
-            return self.check_control_flow(op, model, graph, t, encryption);
+            return self.check_control_flow(op, model, graph, t, encryption, reach);
         }
         let Some(rule) = self.rule_for(op.op_type) else {
             return Err(decline(
@@ -274,6 +299,7 @@ impl DeviceProfile {
         graph: &Subgraph,
         t: usize,
         encryption: Option<(Algorithm, Mode)>,
+        reach: Reach,
     ) -> Result<(), Decline> {
         let decline = |rule: &str, detail: String| Decline {
             device: self.name.clone(),
@@ -291,40 +317,146 @@ impl DeviceProfile {
         }
         let view = OpView::new(op, model, graph).map_err(|d| decline(RULE_MODEL, d))?;
         self.check_decrypts(&view, encryption)?;
-        let index = graph.operations.iter().position(|o| std::ptr::eq(o, op));
-        let Some(index) = index else {
-            return Err(decline(
-                RULE_MODEL,
-                "the operation is not in its graph".into(),
-            ));
-        };
-        for sub in model.graphs_reached(t, index) {
-            let Some(g) = model.graph(sub) else {
-                return Err(decline(
-                    RULE_MODEL,
-                    format!("subgraph {sub} does not exist"),
-                ));
-            };
-            for (k, inner) in g.operations.iter().enumerate() {
-                // Nested control flow is checked where it is met, through this loop.
-                if inner.op_type.is_control_flow() {
-                    if !self.runs_control_flow() {
-                        return Err(decline(RULE_CONTROL_FLOW, "nested control flow".into()));
-                    }
-                    continue;
-                }
-                if let Err(d) = self.check_in(inner, model, sub, encryption) {
+        match reach {
+            Reach::Walk => {
+                let index = graph.operations.iter().position(|o| std::ptr::eq(o, op));
+                let Some(index) = index else {
                     return Err(decline(
-                        &d.rule,
-                        format!(
-                            "subgraph {sub} operation {k} ({}): {}",
-                            inner.op_type, d.detail
-                        ),
+                        RULE_MODEL,
+                        "the operation is not in its graph".into(),
                     ));
+                };
+                for sub in model.graphs_reached(t, index) {
+                    if let Some(d) = self.subgraph_decline(model, sub, encryption) {
+                        return Err(d);
+                    }
+                }
+                Ok(())
+            }
+            Reach::Memo { verdicts, index } => {
+                let verdicts =
+                    verdicts.get_or_insert_with(|| SubgraphVerdicts::new(self, model, encryption));
+                match verdicts.first_reached(&model.operation_subgraphs(t, index)) {
+                    Some(d) => Err(d.clone()),
+                    None => Ok(()),
                 }
             }
         }
-        Ok(())
+    }
+
+    /// The first operation of graph `sub` the device declines (nested control flow is
+    /// checked by the IF or WHILE that reaches it, so it is skipped here).
+    fn subgraph_decline(
+        &self,
+        model: &Model,
+        sub: usize,
+        encryption: Option<(Algorithm, Mode)>,
+    ) -> Option<Decline> {
+        let decline = |rule: &str, detail: String| Decline {
+            device: self.name.clone(),
+            rule: rule.to_string(),
+            detail,
+        };
+        let Some(g) = model.graph(sub) else {
+            return Some(decline(
+                RULE_MODEL,
+                format!("subgraph {sub} does not exist"),
+            ));
+        };
+        for (k, inner) in g.operations.iter().enumerate() {
+            if inner.op_type.is_control_flow() {
+                if !self.runs_control_flow() {
+                    return Some(decline(RULE_CONTROL_FLOW, "nested control flow".into()));
+                }
+                continue;
+            }
+            if let Err(d) = self.check_in(inner, model, sub, encryption, Reach::Walk) {
+                return Some(decline(
+                    &d.rule,
+                    format!(
+                        "subgraph {sub} operation {k} ({}): {}",
+                        inner.op_type, d.detail
+                    ),
+                ));
+            }
+        }
+        None
+    }
+}
+
+/// How an IF or WHILE finds the subgraphs it reaches.
+enum Reach<'r> {
+    /// Walks them (one operation checked alone).
+    Walk,
+    /// Operation `index` of its graph, with the verdicts on every subgraph found once
+    /// for all operations of the model.
+    Memo {
+        verdicts: &'r mut Option<SubgraphVerdicts>,
+        index: usize,
+    },
+}
+
+/// One device's verdict on every referenced subgraph of a model.
+struct SubgraphVerdicts {
+    /// By graph number: the first operation the device declines in that graph alone.
+    declines: Vec<Option<Decline>>,
+    /// By graph number: the lowest-numbered graph with a decline among the graph and
+    /// all it reaches, which is the one a walk over the reached graphs in ascending
+    /// order reports first.
+    first: Vec<Option<usize>>,
+}
+
+impl SubgraphVerdicts {
+    fn new(
+        profile: &DeviceProfile,
+        model: &Model,
+        encryption: Option<(Algorithm, Mode)>,
+    ) -> SubgraphVerdicts {
+        let count = model.referenced.len();
+        let declines: Vec<Option<Decline>> = (0..=count)
+            .map(|t| match t {
+                0 => None,
+                t => profile.subgraph_decline(model, t, encryption),
+            })
+            .collect();
+        let mut parents: Vec<Vec<usize>> = vec![Vec::new(); count + 1];
+        for (p, children) in model.subgraph_children().iter().enumerate().skip(1) {
+            for &c in children {
+                if let Some(list) = parents.get_mut(c) {
+                    list.push(p);
+                }
+            }
+        }
+        // From each declining graph in ascending order, mark every graph reaching it
+        // that no lower one marked. A marked graph's reachers are marked already, so
+        // each graph is visited once; cycles end at marked graphs too.
+        let mut first: Vec<Option<usize>> = vec![None; count + 1];
+        let mut stack = Vec::new();
+        for f in 1..=count {
+            if declines[f].is_none() || first[f].is_some() {
+                continue;
+            }
+            first[f] = Some(f);
+            stack.push(f);
+            while let Some(v) = stack.pop() {
+                for &p in &parents[v] {
+                    if first[p].is_none() {
+                        first[p] = Some(f);
+                        stack.push(p);
+                    }
+                }
+            }
+        }
+        SubgraphVerdicts { declines, first }
+    }
+
+    /// The decline an operation naming subgraphs `direct` meets first, if any.
+    fn first_reached(&self, direct: &[usize]) -> Option<&Decline> {
+        let f = direct
+            .iter()
+            .filter_map(|&c| self.first.get(c).copied().flatten())
+            .min()?;
+        self.declines.get(f)?.as_ref()
     }
 }
 

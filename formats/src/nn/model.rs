@@ -367,6 +367,46 @@ impl Model {
         reached
     }
 
+    /// The referenced subgraphs operation `op` of graph `t` names directly (each once,
+    /// ascending; `main` and numbers out of range left out, as [`Model::graphs_reached`]
+    /// leaves them out). Empty when the operation does not exist.
+    pub fn operation_subgraphs(&self, t: usize, op: usize) -> Vec<usize> {
+        let Some(g) = self.graph(t) else {
+            return Vec::new();
+        };
+        let Some(op) = g.operations.get(op) else {
+            return Vec::new();
+        };
+        let mut out: Vec<usize> = subgraph_inputs(g, op)
+            .filter(|&s| s != 0 && s <= self.referenced.len())
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// For every graph by number (0 = main), the referenced subgraphs its operations name
+    /// directly, as [`Model::operation_subgraphs`] lists them. [`Model::graphs_reached`]
+    /// of an operation is everything reachable in this graph from its own subgraphs: a
+    /// caller asking that of many operations walks these edges instead of every
+    /// operation of every graph again.
+    pub fn subgraph_children(&self) -> Vec<Vec<usize>> {
+        let count = self.referenced.len();
+        self.graphs()
+            .map(|g| {
+                let mut out: Vec<usize> = g
+                    .operations
+                    .iter()
+                    .flat_map(|op| subgraph_inputs(g, op))
+                    .filter(|&s| s != 0 && s <= count)
+                    .collect();
+                out.sort_unstable();
+                out.dedup();
+                out
+            })
+            .collect()
+    }
+
     /// For every operation by global number (see [`Model::total_operation_count`]), the
     /// operation of `main` that runs it: itself for main's operations; for a referenced
     /// subgraph's, the first IF or WHILE of `main` that reaches its graph; `None` for a
