@@ -109,7 +109,9 @@ pub fn read_tensor_file(path: &Path, limits: &Limits) -> anyhow::Result<Vec<u8>>
     Ok(bytes)
 }
 
-/// Reads at most `limit` bytes, with room for `expected` of them reserved up front.
+/// Reads at most `limit` bytes, with room for `expected` of them reserved up front (a
+/// reservation that cannot be made, as for a huge sparse file, is an error as with
+/// `std::fs::read`, never an abort).
 fn read_up_to(
     file: File,
     path: &Path,
@@ -117,13 +119,18 @@ fn read_up_to(
     expected: u64,
     limit: u64,
 ) -> anyhow::Result<Vec<u8>> {
-    let mut bytes = Vec::with_capacity(expected.min(limit) as usize);
-    file.take(limit).read_to_end(&mut bytes).map_err(|e| {
+    let cannot = |e: std::io::Error| {
         err(
             Exit::MissingInput,
             format!("cannot read {what} {}: {e}", path.display()),
         )
-    })?;
+    };
+    let mut bytes = Vec::new();
+    let reserve = usize::try_from(expected.min(limit)).unwrap_or(usize::MAX);
+    bytes
+        .try_reserve_exact(reserve)
+        .map_err(|_| cannot(std::io::ErrorKind::OutOfMemory.into()))?;
+    file.take(limit).read_to_end(&mut bytes).map_err(cannot)?;
     Ok(bytes)
 }
 

@@ -109,3 +109,26 @@ fn a_failure_at_the_head_of_chained_executions_fails_them_all() {
         .join()
         .unwrap();
 }
+
+/// A callback that panics in the middle of a chain does not strand the links behind it:
+/// they still end failed, and the panic reaches whoever signalled the head.
+#[test]
+fn a_panicking_callback_does_not_strand_the_rest_of_the_chain() {
+    let head = Fence::new();
+    let first = Fence::all(std::slice::from_ref(&head));
+    first.on_signal(|_| panic!("a callback's bug"));
+    let mut chain = Vec::new();
+    let mut last = first.clone();
+    for _ in 0..100 {
+        last = Fence::all(std::slice::from_ref(&last));
+        chain.push(last.clone());
+    }
+    let signalled = std::panic::catch_unwind(|| head.fail("the first link failed"));
+    assert!(signalled.is_err(), "the callback's panic is not swallowed");
+    for fence in &chain {
+        assert_eq!(
+            fence.state(),
+            FenceState::Failed("the first link failed".into())
+        );
+    }
+}

@@ -279,7 +279,7 @@ pub fn compiled_report(
     json!({
         "schema": "nnc.inspect.compiled/1",
         "path": path.display().to_string(),
-        "bytes": c.bytes().len(),
+        "bytes": c.file_len(),
         "format_version": format!("{}.{}", h.major, h.minor),
         "producer": h.producer,
         "crypto": {

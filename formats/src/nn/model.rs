@@ -377,12 +377,7 @@ impl Model {
         let Some(op) = g.operations.get(op) else {
             return Vec::new();
         };
-        let mut out: Vec<usize> = subgraph_inputs(g, op)
-            .filter(|&s| s != 0 && s <= self.referenced.len())
-            .collect();
-        out.sort_unstable();
-        out.dedup();
-        out
+        referenced_once(subgraph_inputs(g, op), self.referenced.len())
     }
 
     /// For every graph by number (0 = main), the referenced subgraphs its operations name
@@ -394,15 +389,8 @@ impl Model {
         let count = self.referenced.len();
         self.graphs()
             .map(|g| {
-                let mut out: Vec<usize> = g
-                    .operations
-                    .iter()
-                    .flat_map(|op| subgraph_inputs(g, op))
-                    .filter(|&s| s != 0 && s <= count)
-                    .collect();
-                out.sort_unstable();
-                out.dedup();
-                out
+                let named = g.operations.iter().flat_map(|op| subgraph_inputs(g, op));
+                referenced_once(named, count)
             })
             .collect()
     }
@@ -710,6 +698,14 @@ fn subgraph_inputs<'a>(g: &'a Subgraph, op: &'a Operation) -> impl Iterator<Item
         .filter_map(|&i| g.operands.get(i as usize))
         .filter(|o| o.lifetime == Lifetime::Subgraph)
         .filter_map(|o| usize::try_from(o.location.offset).ok())
+}
+
+/// The referenced subgraphs (1..=`count`) among `graphs`, each once, ascending.
+fn referenced_once(graphs: impl Iterator<Item = usize>, count: usize) -> Vec<usize> {
+    let mut out: Vec<usize> = graphs.filter(|&s| s != 0 && s <= count).collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// The bytes of a constant operand, resolved against inline values and pools.

@@ -1226,10 +1226,16 @@ impl Program {
         sink.check(&out_shapes, &out_sizes)?;
         let not_computed =
             |o: u32| RuntimeError::Internal(format!("output operand {o} was not computed"));
+        // Each operand's last position among the outputs (one pass, not a search of the
+        // later outputs for every output).
+        let mut last_output = vec![usize::MAX; n];
+        for (k, &o) in outputs.iter().enumerate() {
+            last_output[o as usize] = k;
+        }
         for (k, &o) in outputs.iter().enumerate() {
             // An operand that is output again later is copied; otherwise its buffer is
             // given to the sink.
-            if outputs[k + 1..].contains(&o) {
+            if last_output[o as usize] != k {
                 let bytes = buffers[o as usize]
                     .as_ref()
                     .ok_or_else(|| not_computed(o))?;

@@ -212,8 +212,7 @@ impl Program {
         // at load when even that is beyond the arena limit (as a static program's plan
         // is), before an execution allocates the first of it.
         if program.plan.is_none() {
-            let mut memo = vec![Peak::Unknown; program.referenced.len() + 1];
-            let peak = known_peak(&program, &program.referenced, &mut memo, false);
+            let peak = program.memory_lower_bound();
             options.limits.check(
                 LimitKind::Arena,
                 || {

@@ -54,12 +54,21 @@ fn run_callbacks(callbacks: Vec<Callback>, state: FenceState) {
         }
     }
     let _reset = Reset;
+    // A panicking callback must not strand the callbacks queued behind it (their fences'
+    // waiters would wait forever): every batch runs, then the first panic goes on.
+    let mut panic = None;
     let mut batch = Some((callbacks, state));
     while let Some((callbacks, state)) = batch {
         for callback in callbacks {
-            callback(&state);
+            let run = std::panic::AssertUnwindSafe(|| callback(&state));
+            if let Err(payload) = std::panic::catch_unwind(run) {
+                panic.get_or_insert(payload);
+            }
         }
         batch = DEFERRED.with(|q| q.borrow_mut().pop_front());
+    }
+    if let Some(payload) = panic {
+        std::panic::resume_unwind(payload);
     }
 }
 
