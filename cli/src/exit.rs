@@ -87,7 +87,7 @@ fn container_kind(e: &ContainerError) -> Exit {
     }
 }
 
-fn runtime_kind(e: &nnc_runtime::RuntimeError) -> Exit {
+pub fn runtime_kind(e: &nnc_runtime::RuntimeError) -> Exit {
     use nnc_runtime::RuntimeError as R;
     match e {
         R::UnsupportedOperations(_) | R::Unsupported { .. } => Exit::Unsupported,

@@ -6,6 +6,7 @@ mod input;
 mod keys;
 mod output;
 mod progress;
+mod quantize;
 mod tensors;
 
 use std::process::ExitCode;

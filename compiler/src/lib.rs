@@ -10,6 +10,7 @@ pub mod onnx;
 pub mod partition;
 pub mod passes;
 pub mod pipeline;
+pub mod quantize;
 #[doc(hidden)]
 pub mod synthetic;
 pub mod tflite;

@@ -23,6 +23,9 @@ pub struct Limits {
     /// The largest activation arena (all intermediate tensors of one execution) the
     /// runtime will allocate. Limit name `arena`.
     pub max_arena_bytes: u64,
+    /// The calibration samples quantization holds in memory at once. Limit name
+    /// `calibration`.
+    pub max_calibration_bytes: u64,
 }
 
 impl Default for Limits {
@@ -31,6 +34,7 @@ impl Default for Limits {
             max_tensor_bytes: 1 << 30,
             max_folded_bytes: 256 << 20,
             max_arena_bytes: 2 << 30,
+            max_calibration_bytes: 4 << 30,
         }
     }
 }
@@ -41,10 +45,16 @@ pub enum LimitKind {
     Tensor,
     Folded,
     Arena,
+    Calibration,
 }
 
 impl LimitKind {
-    pub const ALL: [LimitKind; 3] = [LimitKind::Tensor, LimitKind::Folded, LimitKind::Arena];
+    pub const ALL: [LimitKind; 4] = [
+        LimitKind::Tensor,
+        LimitKind::Folded,
+        LimitKind::Arena,
+        LimitKind::Calibration,
+    ];
 
     /// The name `--limit NAME=SIZE` takes.
     pub fn name(self) -> &'static str {
@@ -52,6 +62,7 @@ impl LimitKind {
             LimitKind::Tensor => "tensor",
             LimitKind::Folded => "folded",
             LimitKind::Arena => "arena",
+            LimitKind::Calibration => "calibration",
         }
     }
 
@@ -67,6 +78,7 @@ impl LimitKind {
                 "the memory of one execution (activation arenas of the graph and its \
                  subgraphs, loop state, streamed outputs)"
             }
+            LimitKind::Calibration => "the calibration samples held in memory",
         }
     }
 }
@@ -106,6 +118,7 @@ impl Limits {
             LimitKind::Tensor => self.max_tensor_bytes,
             LimitKind::Folded => self.max_folded_bytes,
             LimitKind::Arena => self.max_arena_bytes,
+            LimitKind::Calibration => self.max_calibration_bytes,
         }
     }
 
@@ -114,6 +127,7 @@ impl Limits {
             LimitKind::Tensor => self.max_tensor_bytes = bytes,
             LimitKind::Folded => self.max_folded_bytes = bytes,
             LimitKind::Arena => self.max_arena_bytes = bytes,
+            LimitKind::Calibration => self.max_calibration_bytes = bytes,
         }
     }
 

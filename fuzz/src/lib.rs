@@ -56,6 +56,7 @@ pub fn fuzz_limits() -> Limits {
         max_tensor_bytes: 16 << 20,
         max_folded_bytes: 32 << 20,
         max_arena_bytes: 64 << 20,
+        max_calibration_bytes: 64 << 20,
     }
 }
 

@@ -81,6 +81,8 @@ pub struct Args {
     #[arg(long, value_name = "HEX", requires = "cache_dir")]
     pub token: Option<String>,
     #[command(flatten)]
+    pub quantize: crate::quantize::QuantizeArgs,
+    #[command(flatten)]
     pub limits: super::LimitArgs,
 }
 
@@ -128,7 +130,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     inputs.extend(args.bind_inputs.iter().map(|(_, p)| p.as_path()));
     inputs.extend(args.devices.iter().map(PathBuf::as_path));
     inputs.extend(args.key.key_file.as_deref());
+    inputs.extend(args.quantize.inputs());
     output::check_output(&args.output, &inputs)?;
+    args.quantize.check_report_path(&inputs)?;
     if mode == Mode::Ecb && algorithm.is_some() {
         eprintln!(
             "warning: ECB encrypts equal weight blocks to equal ciphertext blocks, revealing patterns; prefer ctr or cbc"
@@ -152,6 +156,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         || !matches!(args.partition, super::PartitionArg::Fallback)
         || args.no_plaintext_fallback;
     let mut model = lowered.model;
+    let started = Instant::now();
+    if args.quantize.quantize.is_some() {
+        progress.stage("calibrating and quantizing");
+    }
+    let quant_report = args
+        .quantize
+        .apply(&mut model, &args.limits.limits(), args.json)
+        .with_context(|| format!("cannot compile {}", args.model.display()))?;
+    let quantize_ms = started.elapsed().as_secs_f64() * 1e3;
     // Set before partitioning: relaxed models are placed by relaxed performance.
     model.relax_computation_float32_to_float16 |= args.relax_float32;
     let mut extra_sections = Vec::new();
@@ -233,6 +246,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot compile {}", args.model.display()))
     })?;
     let emit_ms = started.elapsed().as_secs_f64() * 1e3;
+    // The accuracy report goes out with the model it describes, never before it.
+    if let Some(report) = &quant_report {
+        let mut not_over = inputs.clone();
+        not_over.push(&args.output);
+        args.quantize.write_report(report, &not_over)?;
+    }
     let limits = args.limits.limits();
     let (arena, held) = planned_memory(&mut model, &limits).unzip();
     let arena = arena.flatten();
@@ -301,7 +320,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "arena_bytes": arena,
         "cache": cache,
         "plan": plan_summary,
-        "timing_ms": { "lower": lower_ms, "emit": emit_ms },
+        "quantization": quant_report,
+        "timing_ms": { "lower": lower_ms, "quantize": quantize_ms, "emit": emit_ms },
     });
     if args.json {
         output::stdout(&format!("{}\n", serde_json::to_string_pretty(&summary)?))?;

@@ -27,7 +27,8 @@ pub struct LimitArgs {
     /// Set a resource limit (repeatable): `tensor` (the largest tensor; default 1G),
     /// `folded` (constants compile-time evaluation may create beyond the model's own
     /// weights; default 256M), `arena` (intermediate tensors of one execution; default
-    /// 2G). SIZE takes K, M, G or T.
+    /// 2G), `calibration` (the calibration samples of `--quantize`; default 4G). SIZE
+    /// takes K, M, G or T.
     #[arg(long = "limit", value_name = "NAME=SIZE", value_parser = nnc_formats::limits::parse_limit)]
     pub limits: Vec<(LimitKind, u64)>,
 }

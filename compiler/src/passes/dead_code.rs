@@ -64,8 +64,9 @@ pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
 /// Keeps only referenced operands (in their original order), re-packs the inline
 /// constants and releases the pooled bytes of dead constants. A pool read whole stays
 /// where it is (the frontends give each constant its own): copying every weight again
-/// would cost more than all the passes.
-pub fn compact(model: &mut Model) {
+/// would cost more than all the passes. Returns each old operand's new index
+/// (`u32::MAX` for a dropped one); kept operands keep their relative order.
+pub fn compact(model: &mut Model) -> Vec<OperandIndex> {
     let n = model.main.operands.len();
     let mut used = vec![false; n];
     for op in &model.main.operations {
@@ -131,4 +132,5 @@ pub fn compact(model: &mut Model) {
     }
     model.main.inputs.iter_mut().for_each(map);
     model.main.outputs.iter_mut().for_each(map);
+    remap
 }
