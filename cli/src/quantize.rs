@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use nnc_compiler::quantize::{
-    self, CalibrationMethod, QuantReport, QuantizeError, QuantizeOptions,
+    self, CalibrationMethod, QuantReport, QuantizeError, QuantizeOptions, RangeMethod,
 };
 use nnc_formats::nn::Model;
 
@@ -21,6 +21,9 @@ pub enum QuantizeArg {
 /// `--calibration-method`.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum MethodArg {
+    /// Per tensor, the method whose range gives the model's outputs the highest SQNR
+    /// against the float model on the calibration samples.
+    Auto,
     /// The extremes seen on the calibration samples.
     Minmax,
     /// Each tail clipped at --calibration-percentile of the values.
@@ -31,13 +34,15 @@ pub enum MethodArg {
     Mse,
 }
 
-impl From<MethodArg> for CalibrationMethod {
+impl From<MethodArg> for RangeMethod {
     fn from(m: MethodArg) -> Self {
+        let fixed = RangeMethod::Fixed;
         match m {
-            MethodArg::Minmax => CalibrationMethod::MinMax,
-            MethodArg::Percentile => CalibrationMethod::Percentile,
-            MethodArg::Entropy => CalibrationMethod::Entropy,
-            MethodArg::Mse => CalibrationMethod::Mse,
+            MethodArg::Auto => RangeMethod::Auto,
+            MethodArg::Minmax => fixed(CalibrationMethod::MinMax),
+            MethodArg::Percentile => fixed(CalibrationMethod::Percentile),
+            MethodArg::Entropy => fixed(CalibrationMethod::Entropy),
+            MethodArg::Mse => fixed(CalibrationMethod::Mse),
         }
     }
 }
@@ -51,7 +56,7 @@ pub struct QuantizeArgs {
     /// sample; otherwise one subdirectory per sample with one NAME.npy per input.
     #[arg(long, value_name = "DIR", requires = "quantize")]
     pub calibration: Option<PathBuf>,
-    /// How each activation's range is chosen from the calibration samples [default: mse].
+    /// How each activation's range is chosen from the calibration samples [default: auto].
     #[arg(long, value_enum, requires = "quantize")]
     pub calibration_method: Option<MethodArg>,
     /// The percentile `--calibration-method percentile` clips at.

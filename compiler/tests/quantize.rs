@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use nnc_compiler::pipeline::{LowerOptions, lower_file};
 use nnc_compiler::quantize::{
-    self, CalibrationMethod, QuantizeError, QuantizeOptions, Quantized, Sample,
+    self, CalibrationMethod, QuantizeError, QuantizeOptions, Quantized, RangeMethod, Sample,
 };
 use nnc_formats::nn::{Model, OperandType, OperationType};
 use nnc_formats::tensor::HostTensor;
@@ -167,11 +167,12 @@ fn weights_are_symmetric_per_channel_and_biases_at_input_times_weight_scale() {
 fn every_calibration_method_gives_a_close_model_on_held_out_inputs() {
     let float = tiny_cnn();
     let held_out = samples(8, 99);
+    let mut uniform = Vec::new();
     for method in CalibrationMethod::ALL {
         let q = quantize_with(
             &float,
             QuantizeOptions {
-                method,
+                method: RangeMethod::Fixed(method),
                 ..Default::default()
             },
         );
@@ -183,7 +184,21 @@ fn every_calibration_method_gives_a_close_model_on_held_out_inputs() {
         assert!(db > 25.0, "{}: {db:.1} dB", method.name());
         // The report's output SQNR (calibration samples) is of the same order.
         assert!((q.report.outputs[0].sqnr_db - db).abs() < 12.0);
+        uniform.push(q.report.outputs[0].sqnr_db);
     }
+    // The search starts from the best of them and only keeps changes that help, on the
+    // same samples (all 16 score candidates).
+    let auto = quantize_with(&float, QuantizeOptions::default());
+    assert_eq!(auto.report.method, "auto");
+    let search = auto.report.search.as_ref().unwrap();
+    assert_eq!(search.samples, 16);
+    let best = uniform.iter().copied().fold(f64::MIN, f64::max);
+    assert!(
+        auto.report.outputs[0].sqnr_db >= best - 0.01,
+        "auto {} dB, best single method {best} dB",
+        auto.report.outputs[0].sqnr_db
+    );
+    assert!(sqnr(&float, &auto.model, &held_out) > 25.0);
 }
 
 #[test]

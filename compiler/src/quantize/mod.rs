@@ -24,6 +24,7 @@ pub mod ranges;
 pub mod report;
 pub mod rewrite;
 pub mod samples;
+pub mod search;
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -32,12 +33,13 @@ use nnc_formats::nn::{Model, OperandIndex};
 pub use ranges::{CalibrationMethod, QuantParams};
 pub use report::QuantReport;
 pub use samples::{CalibrationError, CalibrationSet, Sample};
+pub use search::SearchSummary;
 
 /// How to quantize.
 #[derive(Clone, Debug)]
 pub struct QuantizeOptions {
     /// How each activation's clipping range is chosen.
-    pub method: CalibrationMethod,
+    pub method: RangeMethod,
     pub range_options: ranges::RangeOptions,
     /// Symmetric int8 weights per output channel (else one scale per tensor).
     pub per_channel: bool,
@@ -49,6 +51,8 @@ pub struct QuantizeOptions {
     /// Correct each weighted operation's bias for the mean shift its weights'
     /// rounding causes (on the calibration samples' channel means).
     pub bias_correction: bool,
+    /// How many quantized models the `auto` range search may score.
+    pub search_evaluations: usize,
     /// Threads the calibration runs use.
     pub threads: usize,
 }
@@ -62,14 +66,34 @@ impl Default for QuantizeOptions {
             keep_float: Vec::new(),
             target_sqnr_db: None,
             bias_correction: true,
+            search_evaluations: 300,
             threads: 1,
+        }
+    }
+}
+
+/// How activation ranges are chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RangeMethod {
+    /// One calibration method for every tensor.
+    Fixed(CalibrationMethod),
+    /// Per tensor, the method whose range serves the model's outputs best on the
+    /// calibration samples ([`search`]).
+    Auto,
+}
+
+impl RangeMethod {
+    pub fn name(self) -> &'static str {
+        match self {
+            RangeMethod::Fixed(m) => m.name(),
+            RangeMethod::Auto => "auto",
         }
     }
 }
 
 /// The calibration method `--calibration-method` defaults to (docs/QUANTIZATION.md has
 /// the measurements behind the choice).
-pub const DEFAULT_METHOD: CalibrationMethod = CalibrationMethod::Mse;
+pub const DEFAULT_METHOD: RangeMethod = RangeMethod::Auto;
 
 /// Why a model could not be quantized.
 #[derive(Debug, thiserror::Error)]
@@ -124,8 +148,21 @@ pub fn quantize(
     if samples.is_empty() {
         return Err(QuantizeError::NoSamples);
     }
-    let calibration = calibrate(model, samples, options)?;
+    let divisions = rewrite::divisions_as_products(model);
+    let model = divisions.as_ref().unwrap_or(model);
+    let mut calibration = calibrate(model, samples, options)?;
     let mut keep = resolve_keep_float(model, &options.keep_float)?;
+    let search = match options.method {
+        RangeMethod::Fixed(method) => {
+            calibration.ranges = calibration.select(method);
+            None
+        }
+        RangeMethod::Auto => {
+            let outcome = search::search(model, &calibration, samples, &keep, options)?;
+            calibration.ranges = outcome.ranges.clone();
+            Some(outcome)
+        }
+    };
     let user_kept = keep.clone();
     let mut reasons: HashMap<usize, String> = user_kept
         .iter()
@@ -143,6 +180,7 @@ pub fn quantize(
                 &plan,
                 analysis,
                 &reasons,
+                search,
                 options,
             ));
         };
@@ -154,6 +192,7 @@ pub fn quantize(
                 &plan,
                 analysis,
                 &reasons,
+                search,
                 options,
             ));
         }
@@ -171,6 +210,7 @@ pub fn quantize(
                 &plan,
                 analysis,
                 &reasons,
+                search,
                 options,
             ));
         };
@@ -191,9 +231,11 @@ fn finish(
     plan: &rewrite::Plan,
     analysis: report::Analysis,
     reasons: &HashMap<usize, String>,
+    search: Option<search::Outcome>,
     options: &QuantizeOptions,
 ) -> Quantized {
-    let report = analysis.into_report(model, plan, reasons, options);
+    let mut report = analysis.into_report(model, plan, reasons, options);
+    report.search = search.map(|s| s.summary);
     Quantized {
         model: quantized,
         report,
@@ -202,16 +244,38 @@ fn finish(
 
 /// What calibration learned about the float model's activations.
 pub struct Calibration {
-    /// The clipping range of every float activation of the main graph.
+    /// The clipping range every activation of the main graph gets (filled by the
+    /// method chosen: [`Calibration::select`] or the search).
     pub ranges: HashMap<OperandIndex, (f32, f32)>,
+    /// Every float activation's range under each method, in [`CalibrationMethod::ALL`]'s
+    /// order, in the order of [`observe::float_activations`].
+    pub candidates: Vec<(OperandIndex, [(f32, f32); 4])>,
     /// The mean of each channel (last dimension) of every weighted operation's data
     /// input, for bias correction.
     pub channel_means: HashMap<OperandIndex, Vec<f64>>,
+    /// Every weighted operation's int8 weights, by operation index (made once: they do
+    /// not depend on the activation ranges).
+    pub weights: HashMap<usize, rewrite::QuantizedWeights>,
+}
+
+impl Calibration {
+    /// Every activation's range under `method`.
+    pub fn select(&self, method: CalibrationMethod) -> HashMap<OperandIndex, (f32, f32)> {
+        let k = method_index(method);
+        self.candidates.iter().map(|(t, r)| (*t, r[k])).collect()
+    }
+}
+
+fn method_index(method: CalibrationMethod) -> usize {
+    CalibrationMethod::ALL
+        .iter()
+        .position(|&m| m == method)
+        .unwrap_or(0)
 }
 
 /// Calibrates every float activation of the main graph: pass 1 finds each tensor's
 /// extremes (and the channel means bias correction needs), pass 2 fills a histogram
-/// over them, and the method picks the range.
+/// over them, and every method picks its range from it.
 pub fn calibrate(
     model: &Model,
     samples: &[Sample],
@@ -259,31 +323,39 @@ pub fn calibrate(
             Some((t, sums.into_iter().map(|v| v / rows).collect()))
         })
         .collect();
-    let mut ranges = HashMap::with_capacity(tensors.len());
-    if options.method == CalibrationMethod::MinMax {
-        for (k, e) in extremes.iter().enumerate() {
-            ranges.insert(tensors[k], (e.min.min(0.0), e.max.max(0.0)));
+    let minmax = |e: &ranges::MinMax| (e.min.min(0.0), e.max.max(0.0));
+    let candidates = if options.method == RangeMethod::Fixed(CalibrationMethod::MinMax) {
+        // No histogram needed.
+        tensors
+            .iter()
+            .zip(&extremes)
+            .map(|(&t, e)| (t, [minmax(e); 4]))
+            .collect()
+    } else {
+        let mut histograms: Vec<ranges::Histogram> = extremes
+            .iter()
+            .map(|e| ranges::Histogram::new(e.min, e.max, ranges::DEFAULT_BINS))
+            .collect();
+        for (s, sample) in samples.iter().enumerate() {
+            observer.run(sample, s, |k, values| histograms[k].add(values))?;
         }
-        return Ok(Calibration {
-            ranges,
-            channel_means,
-        });
-    }
-    let mut histograms: Vec<ranges::Histogram> = extremes
-        .iter()
-        .map(|e| ranges::Histogram::new(e.min, e.max, ranges::DEFAULT_BINS))
-        .collect();
-    for (s, sample) in samples.iter().enumerate() {
-        observer.run(sample, s, |k, values| histograms[k].add(values))?;
-    }
-    for (k, h) in histograms.iter().enumerate() {
-        let range = ranges::choose_range(options.method, h, &options.range_options);
-        ranges.insert(tensors[k], range);
-    }
-    Ok(Calibration {
-        ranges,
+        tensors
+            .iter()
+            .zip(&histograms)
+            .map(|(&t, h)| {
+                let range = |m| ranges::choose_range(m, h, &options.range_options);
+                (t, CalibrationMethod::ALL.map(range))
+            })
+            .collect()
+    };
+    let mut calibration = Calibration {
+        ranges: HashMap::new(),
+        candidates,
         channel_means,
-    })
+        weights: HashMap::new(),
+    };
+    calibration.weights = rewrite::quantize_all_weights(model, &calibration, options)?;
+    Ok(calibration)
 }
 
 /// The main-graph operations `names` designate: an operation's source node name or the

@@ -257,6 +257,7 @@ impl Analysis {
         let count = |name: &str| self.built_ops.iter().filter(|&&n| n == name).count();
         QuantReport {
             method: options.method.name(),
+            search: None,
             per_channel: options.per_channel,
             samples: self.samples,
             operations_total: g.operations.len(),
@@ -283,6 +284,9 @@ fn round6(x: f64) -> f64 {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct QuantReport {
     pub method: &'static str,
+    /// What the range search (`auto`) chose, when it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search: Option<super::SearchSummary>,
     pub per_channel: bool,
     pub samples: usize,
     pub operations_total: usize,

@@ -12,6 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use nnc_formats::nn::{
     ChannelQuant, Lifetime, Model, Operand, OperandIndex, OperandType, Operation, OperationType,
+    Pool,
 };
 
 use super::ranges::{self, QuantParams};
@@ -84,6 +85,51 @@ pub fn rule(op: OperationType) -> Option<QuantRule> {
         | O::ResizeNearestNeighbor => Keeps { data: 0 },
         _ => return None,
     })
+}
+
+/// `model` with every DIV by a constant without zeros turned into a MUL by the
+/// reciprocal (`None` when there is none): int8 has no division, and a division left in
+/// float would cost a DEQUANTIZE and a QUANTIZE around it (hard-swish written as
+/// `x * relu6(x + 3) / 6` has one per activation in PaddleOCR's models). The product
+/// differs from the quotient by at most an ulp, far below int8's step.
+pub fn divisions_as_products(model: &Model) -> Option<Model> {
+    let g = &model.main;
+    let constant_divisor = |op: &Operation| {
+        op.op_type == OperationType::Div
+            && op.inputs.get(1).is_some_and(|&d| {
+                let o = &g.operands[d as usize];
+                is_f32_tensor(o)
+                    && o.lifetime.is_constant()
+                    && model
+                        .constant_bytes(d)
+                        .is_some_and(|b| f32_values(b).iter().all(|v| *v != 0.0 && v.is_finite()))
+            })
+    };
+    if !g.operations.iter().any(constant_divisor) {
+        return None;
+    }
+    let mut out = model.clone();
+    for i in 0..out.main.operations.len() {
+        if !constant_divisor(&model.main.operations[i]) {
+            continue;
+        }
+        let d = model.main.operations[i].inputs[1];
+        let reciprocal: Vec<u8> = f32_values(model.constant_bytes(d).unwrap_or_default())
+            .iter()
+            .flat_map(|v| (1.0 / v).to_le_bytes())
+            .collect();
+        let operand = Operand::new(
+            OperandType::TensorFloat32,
+            model.main.operands[d as usize].dimensions.clone(),
+        )
+        .with_name(format!("1/{}", model.main.operands[d as usize].name));
+        let r = out.add_constant_owned(operand, reciprocal);
+        let op = &mut out.main.operations[i];
+        op.op_type = OperationType::Mul;
+        op.inputs[1] = r;
+    }
+    crate::passes::dead_code::compact(&mut out);
+    Some(out)
 }
 
 /// Why an operation stays float.
@@ -304,9 +350,9 @@ pub fn build(
     calibration: &Calibration,
     options: &QuantizeOptions,
 ) -> Result<Built, QuantizeError> {
-    let mut out = model.clone();
-    out.main.operations.clear();
     let g = &model.main;
+    let mut out = clone_without_replaced_weights(model, plan);
+    out.main.operations.clear();
     // Which float operands are still read as float: by float operations or as outputs.
     let mut float_readers = vec![false; g.operands.len()];
     for (i, op) in g.operations.iter().enumerate() {
@@ -329,32 +375,21 @@ pub fn build(
         let mut inputs = op.inputs.clone();
         if let QuantRule::Weighted { channel_dim } = rule {
             let input_scale = plan.params[&op.inputs[0]].scale;
-            let (filter, scales, rounding) =
-                quantize_filter(&mut out, model, op.inputs[1], channel_dim, options)?;
-            inputs[1] = filter;
-            let shift = if options.bias_correction {
-                calibration
-                    .channel_means
-                    .get(&op.inputs[0])
-                    .and_then(|means| {
-                        let dims = &g.operands[op.inputs[1] as usize].dimensions;
-                        output_mean_shift(op.op_type, dims, &rounding, means)
-                    })
-            } else {
-                None
+            let computed;
+            let weights = match calibration.weights.get(&i) {
+                Some(w) => w,
+                None => {
+                    computed = quantize_weights(model, op, channel_dim, calibration, options)?;
+                    &computed
+                }
             };
+            inputs[1] = out.add_constant_owned(weights.operand.clone(), weights.bytes.clone());
+            let (scales, shift) = (&weights.scales, weights.shift.as_deref());
             if let Some(&bias) = op.inputs.get(2)
                 && g.operands[bias as usize].lifetime != Lifetime::NoValue
             {
-                inputs[2] = quantize_bias(
-                    &mut out,
-                    model,
-                    bias,
-                    input_scale,
-                    &scales,
-                    shift.as_deref(),
-                    options,
-                )?;
+                inputs[2] =
+                    quantize_bias(&mut out, model, bias, input_scale, scales, shift, options)?;
             } else if let Some(slot) = inputs.get_mut(2) {
                 *slot = out.add_no_value(OperandType::TensorInt32);
             }
@@ -460,16 +495,53 @@ fn new_twin(out: &mut Model, model: &Model, of: OperandIndex, p: QuantParams) ->
     )
 }
 
-/// Symmetric int8 weights, one scale per output channel along `channel_dim` (or one for
-/// the whole tensor); returns the new operand, the scales and each weight's rounding
-/// error (dequantized minus float).
-fn quantize_filter(
-    out: &mut Model,
+/// A weighted operation's int8 filter, made once per quantization (it does not depend
+/// on the activation ranges), and the bias shift its rounding causes.
+pub struct QuantizedWeights {
+    pub operand: Operand,
+    pub bytes: Vec<u8>,
+    pub scales: Vec<f32>,
+    /// Bias correction: how much the rounding moves each output channel's mean.
+    pub shift: Option<Vec<f64>>,
+}
+
+/// The int8 weights of every weighted operation with a constant float32 filter, by
+/// operation index.
+pub fn quantize_all_weights(
     model: &Model,
-    filter: OperandIndex,
-    channel_dim: usize,
+    calibration: &Calibration,
     options: &QuantizeOptions,
-) -> Result<(OperandIndex, Vec<f32>, Vec<f32>), QuantizeError> {
+) -> Result<HashMap<usize, QuantizedWeights>, QuantizeError> {
+    let g = &model.main;
+    let mut all = HashMap::new();
+    for (i, op) in g.operations.iter().enumerate() {
+        let Some(QuantRule::Weighted { channel_dim }) = rule(op.op_type) else {
+            continue;
+        };
+        let constant = op.inputs.get(1).is_some_and(|&f| {
+            let f = &g.operands[f as usize];
+            is_f32_tensor(f) && f.lifetime.is_constant() && f.is_fully_specified()
+        });
+        if constant && model.constant_bytes(op.inputs[1]).is_some() {
+            all.insert(
+                i,
+                quantize_weights(model, op, channel_dim, calibration, options)?,
+            );
+        }
+    }
+    Ok(all)
+}
+
+/// Symmetric int8 weights, one scale per output channel along `channel_dim` (or one for
+/// the whole tensor), and the bias shift their rounding causes.
+fn quantize_weights(
+    model: &Model,
+    op: &Operation,
+    channel_dim: usize,
+    calibration: &Calibration,
+    options: &QuantizeOptions,
+) -> Result<QuantizedWeights, QuantizeError> {
+    let filter = op.inputs[1];
     let o = &model.main.operands[filter as usize];
     let values = f32_values(model.constant_bytes(filter).ok_or_else(|| {
         QuantizeError::Pass(format!("filter operand {filter} has no value at hand"))
@@ -525,7 +597,82 @@ fn quantize_filter(
             .with_quant(scales[0], 0)
     }
     .with_name(o.name.clone());
-    Ok((out.add_constant_owned(operand, bytes), scales, rounding))
+    let shift = if options.bias_correction {
+        calibration
+            .channel_means
+            .get(&op.inputs[0])
+            .and_then(|means| output_mean_shift(op.op_type, &o.dimensions, &rounding, means))
+    } else {
+        None
+    };
+    Ok(QuantizedWeights {
+        operand,
+        bytes,
+        scales,
+        shift,
+    })
+}
+
+/// `model` without the bytes of the float filters the int8 operations replace (a
+/// pool read only by such filters is left empty; compaction drops it), so building a
+/// candidate does not copy every weight of the model.
+fn clone_without_replaced_weights(model: &Model, plan: &Plan) -> Model {
+    let g = &model.main;
+    let mut replaced = vec![false; g.operands.len()];
+    for (i, op) in g.operations.iter().enumerate() {
+        if plan.is_quantized(i)
+            && matches!(rule(op.op_type), Some(QuantRule::Weighted { .. }))
+            && let Some(&f) = op.inputs.get(1)
+        {
+            replaced[f as usize] = true;
+        }
+    }
+    // A pool stays when anything else reads it: another operand, float operations'
+    // filters, any subgraph's constants.
+    let mut needed = vec![false; model.pools.len()];
+    for (t, graph) in model.graphs().enumerate() {
+        for (k, o) in graph.operands.iter().enumerate() {
+            if o.lifetime == Lifetime::ConstantReference
+                && !(t == 0 && replaced[k])
+                && let Some(n) = needed.get_mut(o.location.pool_index as usize)
+            {
+                *n = true;
+            }
+        }
+    }
+    // Filters still read by a float operation keep their bytes.
+    for (i, op) in g.operations.iter().enumerate() {
+        if !plan.is_quantized(i) {
+            for &input in &op.inputs {
+                let o = &g.operands[input as usize];
+                if o.lifetime == Lifetime::ConstantReference
+                    && let Some(n) = needed.get_mut(o.location.pool_index as usize)
+                {
+                    *n = true;
+                }
+            }
+        }
+    }
+    Model {
+        main: model.main.clone(),
+        referenced: model.referenced.clone(),
+        operand_values: model.operand_values.clone(),
+        pools: model
+            .pools
+            .iter()
+            .zip(&needed)
+            .map(|(p, &n)| {
+                if n {
+                    p.clone()
+                } else {
+                    Pool::Bytes(Vec::new())
+                }
+            })
+            .collect(),
+        relax_computation_float32_to_float16: model.relax_computation_float32_to_float16,
+        input_info: model.input_info.clone(),
+        output_info: model.output_info.clone(),
+    }
 }
 
 /// The data inputs of the weighted operations whose bias can be corrected, with their

@@ -211,14 +211,55 @@ impl Kernel for QuantizeFloat {
         if out.len() != x.len() {
             return Err(RuntimeError::kernel("input and output sizes differ"));
         }
-        let qt = self.out_qt;
-        for (o, &v) in out.iter_mut().zip(x) {
-            // TfLiteRound(v / scale) + zero_point, in float; `as` saturates.
-            let q = (v / self.scale).round() as i32;
-            *o = qt.store(q.saturating_add(self.zp));
+        let bounds = (self.out_qt.min(), self.out_qt.max());
+        #[cfg(target_arch = "x86_64")]
+        if crate::kernels::isa::int8_avx2() {
+            // SAFETY: AVX2 is present (checked just above).
+            unsafe { quantize_avx2(x, out, self.scale, self.zp, bounds) };
+            return Ok(());
         }
+        quantize_values(x, out, self.scale, self.zp, bounds);
         Ok(())
     }
+}
+
+/// TfLiteRound(v / scale) + zero_point, in float, saturated to `[lo, hi]`; the same
+/// loop compiled for AVX2 below (8 lanes and integer min/max instead of SSE2's 4 and
+/// masks).
+#[inline(always)]
+fn quantize_values(x: &[f32], out: &mut [u8], scale: f32, zp: i32, (lo, hi): (i32, i32)) {
+    for (o, &v) in out.iter_mut().zip(x) {
+        let q = (round_half_away(v / scale) + zp).clamp(lo, hi);
+        // The low byte: two's complement for int8, the value itself for uint8.
+        *o = q as u8;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn quantize_avx2(x: &[f32], out: &mut [u8], scale: f32, zp: i32, bounds: (i32, i32)) {
+    quantize_values(x, out, scale, zp, bounds);
+}
+
+/// `x.round() as i32` (half away from zero, NaN to 0) for every result an 8-bit store
+/// can tell apart (magnitudes are capped at 2^20, which saturates the same), in
+/// operations x86-64's baseline vectorizes: `f32::round` is a libm call per element
+/// there (no SSE4.1 `roundps`), and quantizing a 224x224x3 image took 0.38 ms, 13% of
+/// int8 MobileNetV2. Truncating `|x| + 0.5` is exact for |x| >= 0.5 (the sum is
+/// exact, or rounds up only across a power of two, where the answer is that power);
+/// below 0.5 the sum may round up to 1, so those are 0 outright.
+#[inline(always)]
+fn round_half_away(x: f32) -> i32 {
+    let a = x.abs();
+    let a = if a.is_nan() { 0.0 } else { a.min(1_048_576.0) };
+    // SAFETY: `a + 0.5` is finite and below 2^21, so it converts exactly (a plain
+    // `as` adds saturation and NaN handling that kept the loop from vectorizing well).
+    let magnitude = if a < 0.5 {
+        0
+    } else {
+        unsafe { (a + 0.5).to_int_unchecked::<i32>() }
+    };
+    if x < 0.0 { -magnitude } else { magnitude }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -293,5 +334,47 @@ impl Kernel for Dequantize {
             *o = self.tables[c][usize::from(v)];
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn round_half_away_matches_f32_round_where_a_byte_can_tell() {
+        let check = |x: f32| {
+            let reference = (x.round() as i64).clamp(-1_048_576, 1_048_576) as i32;
+            assert_eq!(
+                super::round_half_away(x),
+                reference,
+                "{x:e} ({:#x})",
+                x.to_bits()
+            );
+        };
+        // Every 61st bit pattern (both signs, all exponents) and the neighbours of every
+        // tie up to 2^12.
+        for bits in (0..=u32::MAX).step_by(61) {
+            let x = f32::from_bits(bits);
+            if !x.is_nan() {
+                check(x);
+            }
+        }
+        for n in -4096..4096 {
+            let tie = n as f32 + 0.5;
+            for x in [tie, tie.next_up(), tie.next_down()] {
+                check(x);
+            }
+        }
+        let below_half = 0.5f32.next_down();
+        for x in [
+            0.0,
+            -0.0,
+            below_half,
+            -below_half,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ] {
+            check(x);
+        }
+        assert_eq!(super::round_half_away(f32::NAN), 0);
     }
 }
