@@ -156,6 +156,12 @@ impl QuantizeArgs {
         if !json {
             eprint!("{}", quantized.report.summary(5));
         }
+        if quantized.report.operations_quantized == 0 {
+            eprintln!(
+                "warning: --quantize int8 changed nothing: no operation of the model computes \
+                 in float32 with an int8 form (the report lists why each stays as it is)"
+            );
+        }
         Ok(Some(quantized.report))
     }
 

@@ -271,6 +271,15 @@ impl Analysis {
     }
 }
 
+/// A name cut to 80 characters for one line of a summary (TFLite names can run to
+/// hundreds: every fused node's name joined with ';').
+fn shorten(name: &str) -> String {
+    match name.char_indices().nth(80) {
+        Some((cut, _)) => format!("{}...", &name[..cut]),
+        None => name.to_string(),
+    }
+}
+
 fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
@@ -370,11 +379,11 @@ impl QuantReport {
                     op.sqnr_db.map_or("-".into(), |v| format!("{v:.1}")),
                     op.op_type,
                     op.index,
-                    if op.source.is_empty() {
+                    shorten(if op.source.is_empty() {
                         &op.output
                     } else {
                         &op.source
-                    }
+                    })
                 );
             }
         }

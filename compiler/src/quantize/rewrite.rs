@@ -148,6 +148,12 @@ pub enum KeptReason {
     NotFloat32,
     /// An input has no calibrated range (a value from a control-flow subgraph).
     NoRange,
+    /// Its operands are 8-bit already (a model quantized before nnc saw it).
+    AlreadyQuantized,
+    /// A fixed-range output (SOFTMAX, LOGISTIC, TANH) that only float operations or the
+    /// model's outputs read: int8 would gain nothing there and lose every probability
+    /// below 1/256.
+    FloatOutputOnly,
 }
 
 impl KeptReason {
@@ -159,6 +165,10 @@ impl KeptReason {
             KeptReason::WeightsNotConstant => "weights or bias not constant",
             KeptReason::NotFloat32 => "not a float32 operation",
             KeptReason::NoRange => "an input has no calibrated range",
+            KeptReason::AlreadyQuantized => "already 8-bit",
+            KeptReason::FloatOutputOnly => {
+                "fixed-range output read only in float (int8 would drop small probabilities)"
+            }
         }
     }
 }
@@ -194,8 +204,15 @@ pub fn plan(
     // Operands an int8 operation writes.
     let mut int8 = vec![false; g.operands.len()];
     let mut decisions = Vec::with_capacity(g.operations.len());
+    let feeds = feeds_int8_compute(model, keep);
     for (i, op) in g.operations.iter().enumerate() {
-        let decision = decide(model, op, ranges, &int8, keep.contains(&i));
+        let mut decision = decide(model, op, ranges, &int8, keep.contains(&i));
+        if decision.is_ok()
+            && matches!(rule(op.op_type), Some(QuantRule::Fixed(_)))
+            && !op.outputs.iter().any(|&o| feeds[o as usize])
+        {
+            decision = Err(KeptReason::FloatOutputOnly);
+        }
         if decision.is_ok() {
             let rule = rule(op.op_type).expect("decided ops have a rule");
             // Parameters of the float inputs it reads (weights are quantized on their own).
@@ -236,6 +253,30 @@ pub fn plan(
     Plan { decisions, params }
 }
 
+/// For every operand: whether an operation that computes in int8 (weighted or compute
+/// rule, not kept in float) reads it, directly or through operations that only move
+/// values.
+fn feeds_int8_compute(model: &Model, keep: &BTreeSet<usize>) -> Vec<bool> {
+    let g = &model.main;
+    let mut feeds = vec![false; g.operands.len()];
+    for (i, op) in g.operations.iter().enumerate().rev() {
+        let reads = match rule(op.op_type) {
+            _ if keep.contains(&i) => false,
+            Some(QuantRule::Weighted { .. } | QuantRule::Compute) => true,
+            Some(QuantRule::Keeps { .. } | QuantRule::Fixed(_)) => {
+                op.outputs.iter().any(|&o| feeds[o as usize])
+            }
+            None => false,
+        };
+        if reads {
+            for &input in &op.inputs {
+                feeds[input as usize] = true;
+            }
+        }
+    }
+    feeds
+}
+
 fn decide(
     model: &Model,
     op: &Operation,
@@ -251,7 +292,15 @@ fn decide(
     let operand = |i: OperandIndex| &g.operands[i as usize];
     for &o in &op.outputs {
         if !is_f32_tensor(operand(o)) {
-            return Err(KeptReason::NotFloat32);
+            let quant8 = matches!(
+                operand(o).operand_type,
+                OperandType::TensorQuant8Asymm | OperandType::TensorQuant8AsymmSigned
+            );
+            return Err(if quant8 {
+                KeptReason::AlreadyQuantized
+            } else {
+                KeptReason::NotFloat32
+            });
         }
         if !matches!(rule, QuantRule::Fixed(_) | QuantRule::Keeps { .. })
             && !ranges.contains_key(&o)

@@ -22,7 +22,7 @@ use super::ranges::{self, CalibrationMethod};
 use super::{Calibration, QuantizeError, QuantizeOptions, Sample, rewrite};
 
 /// At most this many calibration samples score candidates (evenly spread).
-const SEARCH_SAMPLES: usize = 16;
+const SEARCH_SAMPLES: usize = 64;
 
 /// What the search chose, for the report.
 #[derive(Clone, Debug, serde::Serialize)]
