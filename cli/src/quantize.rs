@@ -101,15 +101,12 @@ impl QuantizeArgs {
 
     /// The options, checked.
     fn options(&self) -> anyhow::Result<QuantizeOptions> {
-        if !(self.calibration_percentile > 50.0 && self.calibration_percentile <= 100.0) {
-            return Err(err(
-                Exit::Usage,
-                format!(
-                    "--calibration-percentile must be above 50 and at most 100, got {}",
-                    self.calibration_percentile
-                ),
-            ));
-        }
+        let range_options = quantize::ranges::RangeOptions {
+            percentile: self.calibration_percentile,
+        };
+        range_options
+            .validate()
+            .map_err(|e| err(Exit::Usage, format!("--calibration-percentile: {e}")))?;
         if let Some(db) = self.quantize_target_sqnr
             && !(db.is_finite() && db > 0.0)
         {
@@ -118,7 +115,7 @@ impl QuantizeArgs {
                 format!("--quantize-target-sqnr must be a positive number of dB, got {db}"),
             ));
         }
-        let mut options = QuantizeOptions {
+        let options = QuantizeOptions {
             method: self
                 .calibration_method
                 .map_or(quantize::DEFAULT_METHOD, Into::into),
@@ -127,9 +124,9 @@ impl QuantizeArgs {
             keep_float: self.keep_float.clone(),
             target_sqnr_db: self.quantize_target_sqnr,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
+            range_options,
             ..Default::default()
         };
-        options.range_options.percentile = self.calibration_percentile;
         Ok(options)
     }
 
@@ -151,7 +148,30 @@ impl QuantizeArgs {
             limits.max_calibration_bytes,
         )
         .map_err(|e| classify(QuantizeError::Calibration(e)))?;
-        let quantized = quantize::quantize(model, &set.samples, &options).map_err(classify)?;
+        let quantized = quantize::quantize(model, &set.samples, &options).map_err(|e| {
+            // The float model failing on a sample is the sample's fault (an index beyond
+            // a table, a value the model cannot take): name its files.
+            match &e {
+                QuantizeError::Run {
+                    sample,
+                    what: "float model",
+                    ..
+                } => {
+                    let files: Vec<String> = set.files.get(*sample).map_or_else(Vec::new, |f| {
+                        f.iter().map(|p| p.display().to_string()).collect()
+                    });
+                    err(
+                        Exit::Malformed,
+                        format!(
+                            "cannot quantize: the float model cannot run on calibration sample \
+                             {} ({e})",
+                            files.join(", ")
+                        ),
+                    )
+                }
+                _ => classify(e),
+            }
+        })?;
         *model = quantized.model;
         if !json {
             eprint!("{}", quantized.report.summary(5));

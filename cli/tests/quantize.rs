@@ -778,3 +778,46 @@ fn a_compile_failing_after_quantization_leaves_no_report() {
             .args(["--partition", "strict"]);
     });
 }
+
+/// A sample the float model cannot run on (a token type beyond its embedding table) is
+/// bad calibration input: exit 65 naming the sample's files, nothing written.
+#[test]
+fn a_sample_the_float_model_cannot_run_exits_65_naming_its_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let cal = dir.path().join("calibration");
+    let sample = cal.join("s0");
+    std::fs::create_dir_all(&sample).unwrap();
+    let ids = |v: i64| {
+        HostTensor::new(
+            DataType::I64,
+            vec![2, 12],
+            std::iter::repeat_n(v, 24)
+                .flat_map(i64::to_le_bytes)
+                .collect(),
+        )
+        .unwrap()
+    };
+    for (name, value) in [
+        ("input_ids", 5),
+        ("attention_mask", 1),
+        ("token_type_ids", 24),
+    ] {
+        nnc_formats::npy::write_npy_file(sample.join(format!("{name}.npy")), &ids(value)).unwrap();
+    }
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let o = run(compile_cmd(
+        &testdata("transformers/bert_opset17/model.onnx"),
+        &out.join("m.nnc"),
+    )
+    .args(["--quantize", "int8", "--calibration"])
+    .arg(&cal));
+    assert_eq!(code(&o), Some(65), "{}", stderr(&o));
+    let text = stderr(&o);
+    assert!(
+        text.contains(&sample.join("token_type_ids.npy").display().to_string())
+            && text.contains("out of range"),
+        "{text}"
+    );
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+}

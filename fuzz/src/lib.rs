@@ -42,6 +42,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("npy", npy),
     ("tensor_proto", tensor_proto),
     ("compile_pipeline", compile_pipeline),
+    ("quantize", quantize),
     ("control_flow", control_flow),
     ("capi_sequence", capi_sequence),
 ];
@@ -406,6 +407,71 @@ pub fn compile_pipeline(data: &[u8]) {
     npu.install_key(&FUZZ_KEY);
     if let Ok(model) = PreparedModel::load_bytes(bytes, &npu, &load_options()) {
         run_with_zeros(&model);
+    }
+}
+
+/// A source model lowered, then quantized (every method, the range search on a small
+/// budget, mixed precision) with two calibration samples of its declared inputs; a
+/// quantized model must validate (the quantizer checks it) and run.
+pub fn quantize(data: &[u8]) {
+    use nnc_compiler::quantize::{self, CalibrationMethod, QuantizeOptions, RangeMethod};
+    use nnc_formats::tensor::{DataType, HostTensor};
+    let format = if data.len() >= 8 && &data[4..8] == b"TFL3" {
+        SourceFormat::Tflite
+    } else {
+        SourceFormat::Onnx
+    };
+    let Ok(lowered) = lower(data, format) else {
+        return;
+    };
+    let model = lowered.model;
+    // Samples: each input filled with a ramp (and its negation), when its shape is known
+    // and small; integer inputs get small non-negative values (ids, indices).
+    let sample = |sign: f32| -> Option<Vec<HostTensor>> {
+        model
+            .input_info
+            .iter()
+            .map(|info| {
+                let shape: Vec<usize> = info.dims.iter().map(|&d| d as usize).collect();
+                let n = shape
+                    .iter()
+                    .try_fold(1usize, |a, &d| (d > 0).then(|| a.checked_mul(d)).flatten())?;
+                if n > 1 << 16 {
+                    return None;
+                }
+                let data: Vec<u8> = match info.dtype {
+                    DataType::F32 => (0..n)
+                        .flat_map(|i| (sign * (i % 17) as f32 / 4.0 - 1.0).to_le_bytes())
+                        .collect(),
+                    DataType::I64 => (0..n as i64).flat_map(|i| (i % 2).to_le_bytes()).collect(),
+                    DataType::I32 => (0..n as i32).flat_map(|i| (i % 2).to_le_bytes()).collect(),
+                    DataType::Bool | DataType::U8 | DataType::I8 => vec![0; n],
+                    _ => return None,
+                };
+                HostTensor::new(info.dtype, shape, data).ok()
+            })
+            .collect()
+    };
+    let (Some(a), Some(b)) = (sample(1.0), sample(-1.0)) else {
+        return;
+    };
+    let samples = [a, b];
+    let runs = [
+        QuantizeOptions {
+            method: RangeMethod::Fixed(CalibrationMethod::MinMax),
+            ..Default::default()
+        },
+        QuantizeOptions {
+            search_evaluations: 12,
+            per_channel: false,
+            target_sqnr_db: Some(60.0),
+            ..Default::default()
+        },
+    ];
+    for options in runs {
+        if let Ok(q) = quantize::quantize(&model, &samples, &options) {
+            nnc_formats::nn::validate(&q.model).expect("a quantized model must validate");
+        }
     }
 }
 

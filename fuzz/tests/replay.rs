@@ -54,6 +54,11 @@ fn every_target_has_a_replay_test() {
 }
 
 #[test]
+fn quantize() {
+    replay("quantize");
+}
+
+#[test]
 fn onnx_import() {
     replay("onnx_import");
 }

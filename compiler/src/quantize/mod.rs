@@ -167,11 +167,11 @@ pub fn quantize(
         .iter()
         .map(|&i| (i, "named by --keep-float".to_string()))
         .collect();
-    let references = report::FloatReference::new(model, samples, options)?;
+    let references = report::FloatReference::new(model, options)?;
     let evaluate = |keep: &BTreeSet<usize>| -> Result<Trial, QuantizeError> {
-        let plan = rewrite::plan(model, &calibration.ranges, keep, options);
+        let plan = rewrite::plan(model, &calibration.ranges, keep);
         let built = rewrite::build(model, &plan, &calibration, options)?;
-        let analysis = report::analyse(model, &built, &plan, &references, samples, options)?;
+        let analysis = report::analyse(model, &built, &references, samples, options)?;
         Ok(Trial {
             plan,
             built,

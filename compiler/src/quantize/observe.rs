@@ -91,15 +91,8 @@ impl Observer {
             });
             sources.push(Source::Output(observing.main.outputs.len() - 1));
         }
-        let prepare = |source| QuantizeError::Prepare { what, source };
-        let weights = Arc::new(HostWeights::new(&observing).map_err(prepare)?);
-        let options = PrepareOptions {
-            threads: threads.max(1),
-            // The plain kernels: a fused pair's intermediate would not be observable.
-            fusion: false,
-            ..Default::default()
-        };
-        let program = Program::prepare(&observing, weights, &options).map_err(prepare)?;
+        // The plain kernels: a fused pair's intermediate would not be observable.
+        let program = prepare(&observing, what, threads, false)?;
         Ok(Observer {
             program,
             sources,
@@ -135,6 +128,23 @@ impl Observer {
         }
         Ok(())
     }
+}
+
+/// `model` prepared on the host with its weights in memory, on `threads` threads.
+pub(crate) fn prepare(
+    model: &Model,
+    what: &'static str,
+    threads: usize,
+    fusion: bool,
+) -> Result<Program, QuantizeError> {
+    let error = |source| QuantizeError::Prepare { what, source };
+    let weights = Arc::new(HostWeights::new(model).map_err(error)?);
+    let options = PrepareOptions {
+        threads: threads.max(1),
+        fusion,
+        ..Default::default()
+    };
+    Program::prepare(model, weights, &options).map_err(error)
 }
 
 /// A tensor's values as float32: float32 read in place (when aligned), int8 dequantized,

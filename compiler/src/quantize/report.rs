@@ -17,7 +17,7 @@ const EXACT_DB: f64 = 200.0;
 
 /// Sums over the samples of a float reference `r` and its quantized counterpart `q`.
 #[derive(Clone, Copy, Debug, Default)]
-struct Agreement {
+pub(crate) struct Agreement {
     ref_energy: f64,
     err_energy: f64,
     dot: f64,
@@ -25,7 +25,14 @@ struct Agreement {
 }
 
 impl Agreement {
-    fn add(&mut self, reference: &[f32], quantized: &[f32]) {
+    pub(crate) fn merge(&mut self, other: &Agreement) {
+        self.ref_energy += other.ref_energy;
+        self.err_energy += other.err_energy;
+        self.dot += other.dot;
+        self.q_energy += other.q_energy;
+    }
+
+    pub(crate) fn add(&mut self, reference: &[f32], quantized: &[f32]) {
         for (&r, &q) in reference.iter().zip(quantized) {
             let (r, q) = (f64::from(r), f64::from(q));
             self.ref_energy += r * r;
@@ -36,7 +43,7 @@ impl Agreement {
     }
 
     /// Signal-to-quantization-noise ratio in dB: `10 log10(sum r^2 / sum (r - q)^2)`.
-    fn sqnr_db(&self) -> f64 {
+    pub(crate) fn sqnr_db(&self) -> f64 {
         if self.err_energy == 0.0 {
             return EXACT_DB;
         }
@@ -63,11 +70,7 @@ pub struct FloatReference {
 }
 
 impl FloatReference {
-    pub fn new(
-        model: &Model,
-        _samples: &[Sample],
-        options: &QuantizeOptions,
-    ) -> Result<FloatReference, QuantizeError> {
+    pub fn new(model: &Model, options: &QuantizeOptions) -> Result<FloatReference, QuantizeError> {
         let tensors = observe::float_activations(model);
         let observer = Observer::new(model, &tensors, "float model", options.threads)?;
         let position = tensors.iter().enumerate().map(|(k, &t)| (t, k)).collect();
@@ -93,7 +96,6 @@ pub struct Analysis {
 pub fn analyse(
     model: &Model,
     built: &Built,
-    _plan: &Plan,
     reference: &FloatReference,
     samples: &[Sample],
     options: &QuantizeOptions,

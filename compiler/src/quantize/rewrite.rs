@@ -17,6 +17,7 @@ use nnc_formats::nn::{
 
 use super::ranges::{self, QuantParams};
 use super::{Calibration, QuantizeError, QuantizeOptions};
+use crate::passes::graph::const_f32s;
 
 /// How an operation type quantizes: one row per type that has an int8 form here.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -100,9 +101,8 @@ pub fn divisions_as_products(model: &Model) -> Option<Model> {
                 let o = &g.operands[d as usize];
                 is_f32_tensor(o)
                     && o.lifetime.is_constant()
-                    && model
-                        .constant_bytes(d)
-                        .is_some_and(|b| f32_values(b).iter().all(|v| *v != 0.0 && v.is_finite()))
+                    && const_f32s(model, d)
+                        .is_some_and(|v| v.iter().all(|v| *v != 0.0 && v.is_finite()))
             })
     };
     if !g.operations.iter().any(constant_divisor) {
@@ -114,7 +114,8 @@ pub fn divisions_as_products(model: &Model) -> Option<Model> {
             continue;
         }
         let d = model.main.operations[i].inputs[1];
-        let reciprocal: Vec<u8> = f32_values(model.constant_bytes(d).unwrap_or_default())
+        let reciprocal: Vec<u8> = const_f32s(model, d)
+            .unwrap_or_default()
             .iter()
             .flat_map(|v| (1.0 / v).to_le_bytes())
             .collect();
@@ -185,6 +186,16 @@ impl Plan {
     pub fn is_quantized(&self, op: usize) -> bool {
         matches!(self.decisions.get(op), Some(Ok(())))
     }
+
+    /// The parameters of operand `t`'s int8 twin (the planner gives every float tensor
+    /// an int8 operation touches one; a missing one is a quantizer bug, not a panic).
+    fn param(&self, t: OperandIndex) -> Result<QuantParams, QuantizeError> {
+        self.params.get(&t).copied().ok_or_else(|| {
+            QuantizeError::Pass(format!(
+                "operand {t} has no int8 parameters (a planner bug)"
+            ))
+        })
+    }
 }
 
 fn is_f32_tensor(o: &Operand) -> bool {
@@ -197,7 +208,6 @@ pub fn plan(
     model: &Model,
     ranges: &HashMap<OperandIndex, (f32, f32)>,
     keep: &BTreeSet<usize>,
-    _options: &QuantizeOptions,
 ) -> Plan {
     let g = &model.main;
     let mut params: HashMap<OperandIndex, QuantParams> = HashMap::new();
@@ -378,18 +388,11 @@ fn check_data_input(
 
 /// Asymmetric parameters from a constant's own values.
 fn constant_params(model: &Model, index: OperandIndex) -> Option<QuantParams> {
-    let values = f32_values(model.constant_bytes(index)?);
+    let values = const_f32s(model, index)?;
     let (lo, hi) = values
         .iter()
         .fold((0f32, 0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)));
     Some(ranges::asymmetric_int8(lo, hi))
-}
-
-fn f32_values(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
 }
 
 /// Builds the int8 model `plan` describes.
@@ -423,7 +426,7 @@ pub fn build(
         let rule = rule(op.op_type).expect("quantized ops have a rule");
         let mut inputs = op.inputs.clone();
         if let QuantRule::Weighted { channel_dim } = rule {
-            let input_scale = plan.params[&op.inputs[0]].scale;
+            let input_scale = plan.param(op.inputs[0])?.scale;
             let computed;
             let weights = match calibration.weights.get(&i) {
                 Some(w) => w,
@@ -455,7 +458,7 @@ pub fn build(
         }
         let mut outputs = op.outputs.clone();
         for (k, &output) in op.outputs.iter().enumerate() {
-            let twin = new_twin(&mut out, model, output, plan.params[&output]);
+            let twin = new_twin(&mut out, model, output, plan.param(output)?);
             twins.insert(output, twin);
             outputs[k] = twin;
         }
@@ -509,10 +512,10 @@ fn twin_for_read(
     if let Some(&t) = twins.get(&input) {
         return Ok(t);
     }
-    let p = plan.params[&input];
+    let p = plan.param(input)?;
     let o = &model.main.operands[input as usize];
     let twin = if o.lifetime.is_constant() {
-        let values = f32_values(model.constant_bytes(input).unwrap_or_default());
+        let values = const_f32s(model, input).unwrap_or_default();
         let bytes: Vec<u8> = values
             .iter()
             .map(|&v| ranges::quantize_value(v, p) as u8)
@@ -592,9 +595,9 @@ fn quantize_weights(
 ) -> Result<QuantizedWeights, QuantizeError> {
     let filter = op.inputs[1];
     let o = &model.main.operands[filter as usize];
-    let values = f32_values(model.constant_bytes(filter).ok_or_else(|| {
+    let values = const_f32s(model, filter).ok_or_else(|| {
         QuantizeError::Pass(format!("filter operand {filter} has no value at hand"))
-    })?);
+    })?;
     let dims: Vec<usize> = o.dimensions.iter().map(|&d| d as usize).collect();
     let channel_dim = channel_dim.min(dims.len().saturating_sub(1));
     let channels = if options.per_channel {
@@ -807,12 +810,18 @@ fn quantize_bias(
     options: &QuantizeOptions,
 ) -> Result<OperandIndex, QuantizeError> {
     let o = &model.main.operands[bias as usize];
-    let values =
-        f32_values(model.constant_bytes(bias).ok_or_else(|| {
-            QuantizeError::Pass(format!("bias operand {bias} has no value at hand"))
-        })?);
-    let scale_of =
-        |c: usize| input_scale * weight_scales[if weight_scales.len() == 1 { 0 } else { c }];
+    let values = const_f32s(model, bias)
+        .ok_or_else(|| QuantizeError::Pass(format!("bias operand {bias} has no value at hand")))?;
+    // One scale per channel, or one for the tensor (a validated model has a bias per
+    // output channel).
+    let scale_of = |c: usize| {
+        input_scale
+            * weight_scales
+                .get(c)
+                .or(weight_scales.first())
+                .copied()
+                .unwrap_or(1.0)
+    };
     let bytes: Vec<u8> = values
         .iter()
         .enumerate()

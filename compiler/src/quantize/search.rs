@@ -13,13 +13,13 @@
 //! run on the runtime's kernels, so it scores exactly what will be deployed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
 
 use nnc_formats::nn::{Model, OperandIndex};
-use nnc_runtime::{HostWeights, PrepareOptions, Program};
+use nnc_runtime::Program;
 
 use super::ranges::{self, CalibrationMethod};
-use super::{Calibration, QuantizeError, QuantizeOptions, Sample, rewrite};
+use super::report::Agreement;
+use super::{Calibration, QuantizeError, QuantizeOptions, Sample, observe, rewrite};
 
 /// At most this many calibration samples score candidates (evenly spread).
 const SEARCH_SAMPLES: usize = 64;
@@ -62,31 +62,29 @@ struct Scorer<'a> {
 impl Scorer<'_> {
     fn score(&mut self, ranges: &HashMap<OperandIndex, (f32, f32)>) -> Result<f64, QuantizeError> {
         self.evaluations += 1;
-        let plan = rewrite::plan(self.model, ranges, self.keep, self.options);
+        let plan = rewrite::plan(self.model, ranges, self.keep);
         let built = rewrite::build(self.model, &plan, self.calibration, self.options)?;
-        let program = prepare(&built.model, "quantized model")?;
-        // Samples run side by side, one thread each: small models spend more time
-        // handing work between threads inside an operation than computing it.
+        // One thread per program: the samples run side by side instead, since small
+        // models spend more time handing work between threads inside an operation than
+        // computing it.
+        let program = observe::prepare(&built.model, "quantized model", 1, true)?;
         let workers = self.options.threads.clamp(1, self.samples.len().max(1));
         let outputs = self.model.main.outputs.len();
         let partial = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..workers)
                 .map(|w| {
                     let (program, samples, reference) = (&program, &self.samples, &self.reference);
-                    scope.spawn(move || -> Result<Vec<(f64, f64)>, QuantizeError> {
-                        let mut energy = vec![(0f64, 0f64); outputs];
+                    scope.spawn(move || -> Result<Vec<Agreement>, QuantizeError> {
+                        let mut agreement = vec![Agreement::default(); outputs];
                         for s in (w..samples.len()).step_by(workers) {
                             let quantized = run(program, samples[s], s, "quantized model")?;
-                            for ((e, q), r) in energy.iter_mut().zip(&quantized).zip(&reference[s])
+                            for ((a, q), r) in
+                                agreement.iter_mut().zip(&quantized).zip(&reference[s])
                             {
-                                for (&q, &r) in q.iter().zip(r) {
-                                    let (q, r) = (f64::from(q), f64::from(r));
-                                    e.0 += r * r;
-                                    e.1 += (r - q) * (r - q);
-                                }
+                                a.add(r, q);
                             }
                         }
-                        Ok(energy)
+                        Ok(agreement)
                     })
                 })
                 .collect();
@@ -95,31 +93,17 @@ impl Scorer<'_> {
                 .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
                 .collect::<Result<Vec<_>, _>>()
         })?;
-        let mut energy = vec![(0f64, 0f64); outputs];
+        let mut agreement = vec![Agreement::default(); outputs];
         for part in partial {
-            for (e, p) in energy.iter_mut().zip(part) {
-                e.0 += p.0;
-                e.1 += p.1;
+            for (a, p) in agreement.iter_mut().zip(&part) {
+                a.merge(p);
             }
         }
-        Ok(energy
+        Ok(agreement
             .iter()
-            .map(|&(signal, noise)| {
-                if noise == 0.0 {
-                    f64::INFINITY
-                } else {
-                    10.0 * (signal / noise).log10()
-                }
-            })
+            .map(Agreement::sqnr_db)
             .fold(f64::INFINITY, f64::min))
     }
-}
-
-/// A program running on the caller's thread (the search runs samples in parallel).
-fn prepare(model: &Model, what: &'static str) -> Result<Program, QuantizeError> {
-    let error = |source| QuantizeError::Prepare { what, source };
-    let weights = Arc::new(HostWeights::new(model).map_err(error)?);
-    Program::prepare(model, weights, &PrepareOptions::default()).map_err(error)
 }
 
 fn run(
@@ -151,7 +135,7 @@ pub fn search(
 ) -> Result<Outcome, QuantizeError> {
     let step = samples.len().div_ceil(SEARCH_SAMPLES).max(1);
     let chosen_samples: Vec<&Sample> = samples.iter().step_by(step).collect();
-    let float = prepare(model, "float model")?;
+    let float = observe::prepare(model, "float model", 1, true)?;
     let reference = chosen_samples
         .iter()
         .enumerate()
@@ -181,7 +165,7 @@ pub fn search(
     let mut choice = vec![start; calibration.candidates.len()];
     let mut ranges = calibration.select(methods[start]);
     // 2. Per tensor, in graph order: the tensors whose range decides int8 parameters.
-    let plan = rewrite::plan(model, &ranges, keep, options);
+    let plan = rewrite::plan(model, &ranges, keep);
     let budget = options.search_evaluations;
     let mut budget_exhausted = false;
     'tensors: for (i, (t, candidates)) in calibration.candidates.iter().enumerate() {
