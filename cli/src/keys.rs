@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use nnc_formats::crypto::{Algorithm, Key};
+use nnc_formats::crypto::{Algorithm, Key, KeyHexError, key_bytes_from_hex};
 use nnc_runtime::key_file::read_key_file;
 use zeroize::Zeroizing;
 
@@ -55,12 +55,35 @@ impl KeyArgs {
         Ok(None)
     }
 
-    /// The key for `algorithm`; an error names the source and what is wrong with it.
-    pub fn load(&self, algorithm: Algorithm) -> anyhow::Result<Option<Key>> {
+    /// The key bytes, if a key was given: one parser and one wording for every command
+    /// (never echoing key material: only the position or the count).
+    fn bytes(&self) -> anyhow::Result<Option<(Zeroizing<Vec<u8>>, String)>> {
         let Some((hex, source)) = self.hex()? else {
             return Ok(None);
         };
-        let key = Key::from_hex(algorithm, &hex).map_err(|e| {
+        let bytes = key_bytes_from_hex(&hex).map_err(|e| {
+            let problem = match e {
+                KeyHexError::Digit { position } => {
+                    format!("character {position} is not a hex digit")
+                }
+                KeyHexError::OddLength { digits } => {
+                    format!("it has an odd number of digits ({digits})")
+                }
+            };
+            err(
+                Exit::Malformed,
+                format!("{source} is not a hex key: {problem}"),
+            )
+        })?;
+        Ok(Some((bytes, source)))
+    }
+
+    /// The key for `algorithm`; an error names the source and what is wrong with it.
+    pub fn load(&self, algorithm: Algorithm) -> anyhow::Result<Option<Key>> {
+        let Some((bytes, source)) = self.bytes()? else {
+            return Ok(None);
+        };
+        let key = Key::new(algorithm, &bytes).map_err(|e| {
             err(
                 Exit::Malformed,
                 format!(
@@ -75,35 +98,12 @@ impl KeyArgs {
     /// The raw key bytes for reading a file: the file's authenticated header, not the key,
     /// says which algorithm they are for. `what` names the file in the error.
     pub fn require_raw(&self, what: &str) -> anyhow::Result<Zeroizing<Vec<u8>>> {
-        let Some((hex, source)) = self.hex()? else {
+        let Some((bytes, source)) = self.bytes()? else {
             return Err(err(
                 Exit::Usage,
                 format!("{what} needs its key; give it with --key-file FILE or --key-env VAR"),
             ));
         };
-        let text = hex.trim();
-        if let Some(pos) = text.bytes().position(|b| !b.is_ascii_hexdigit()) {
-            // Never echo key material: name the position only.
-            return Err(err(
-                Exit::Malformed,
-                format!(
-                    "{source} is not a hex key: character {} is not a hex digit",
-                    pos + 1
-                ),
-            ));
-        }
-        if text.len() % 2 != 0 {
-            return Err(err(
-                Exit::Malformed,
-                format!(
-                    "{source} is not a hex key: it has an odd number of digits ({})",
-                    text.len()
-                ),
-            ));
-        }
-        let mut bytes = Zeroizing::new(vec![0u8; text.len() / 2]);
-        hex::decode_to_slice(text, &mut bytes)
-            .map_err(|_| err(Exit::Malformed, format!("{source} is not a hex key")))?;
         if !matches!(bytes.len(), 16 | 24 | 32) {
             return Err(err(
                 Exit::Malformed,

@@ -11,7 +11,7 @@ pub mod partition;
 pub mod passes;
 pub mod pipeline;
 pub mod quantize;
-#[doc(hidden)]
+#[cfg(any(test, feature = "test-support"))]
 pub mod synthetic;
 pub mod tflite;
 

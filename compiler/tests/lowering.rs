@@ -19,7 +19,7 @@ use nnc_compiler::CompileError;
 use nnc_compiler::onnx::constant;
 use nnc_compiler::onnx::tensor::{ExternalDataContext, tensor_to_host};
 use nnc_compiler::pipeline::{LowerOptions, Lowered, lower_file};
-use nnc_formats::nn::signature::input_role;
+use nnc_formats::nn::ops::input_role;
 use nnc_formats::nn::{
     FusedActivation, Model, OperandIndex, OperandType, Operation, OperationType, dump, validate,
 };
@@ -136,7 +136,7 @@ fn only(model: &Model, op: OperationType) -> &Operation {
 fn role(op: &Operation, role: &str) -> OperandIndex {
     let n = op.inputs.len();
     let k = (0..n)
-        .find(|&k| input_role(op.op_type, k, n) == role)
+        .find(|&k| input_role(op.op_type, k, n).name() == role)
         .unwrap_or_else(|| panic!("{} with {n} inputs has no '{role}' input", op.op_type));
     op.inputs[k]
 }

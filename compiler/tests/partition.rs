@@ -10,7 +10,7 @@ use nnc_formats::device::{
     DecryptSupport, DeviceKind, DeviceProfile, OperationRule, PerformanceInfo, TransferCost,
     load_profiles,
 };
-use nnc_formats::nn::signature::{InputView, infer};
+use nnc_formats::nn::ops::{InputView, infer};
 use nnc_formats::nn::{IoInfo, Lifetime, Model, Operand, OperandType, OperationType, validate};
 use nnc_formats::plan::{ExecutionPlan, PartitionMode, Preference};
 use nnc_formats::tensor::DataType;

@@ -23,7 +23,7 @@ use nnc_compiler::onnx::ImportOptions;
 use nnc_compiler::passes;
 use nnc_compiler::tflite::schema_generated::tflite as fb;
 use nnc_compiler::tflite::{import_bytes, read};
-use nnc_formats::nn::signature::input_role;
+use nnc_formats::nn::ops::input_role;
 use nnc_formats::nn::{
     FusedActivation, Model, OperandIndex, OperandType, Operation, OperationType, dump, validate,
 };
@@ -96,7 +96,7 @@ fn only(model: &Model, op: OperationType) -> &Operation {
 fn role(op: &Operation, role: &str) -> OperandIndex {
     let n = op.inputs.len();
     let k = (0..n)
-        .find(|&k| input_role(op.op_type, k, n) == role)
+        .find(|&k| input_role(op.op_type, k, n).name() == role)
         .unwrap_or_else(|| panic!("{} with {n} inputs has no '{role}' input", op.op_type));
     op.inputs[k]
 }

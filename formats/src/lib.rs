@@ -19,5 +19,5 @@ pub mod npy;
 pub mod parallel;
 pub mod plan;
 pub mod tensor;
-#[doc(hidden)]
+#[cfg(any(test, feature = "test-support"))]
 pub mod test_support;

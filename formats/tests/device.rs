@@ -9,7 +9,7 @@ use nnc_formats::device::{
     parse_profiles,
 };
 use nnc_formats::nn::{
-    IoInfo, Lifetime, Model, Operand, OperandType, OperationType, signature, validate,
+    IoInfo, Lifetime, Model, Operand, OperandType, OperationType, ops, validate,
 };
 use nnc_formats::tensor::DataType;
 
@@ -527,17 +527,15 @@ fn conv_model(k: u32, stride: i32, dilation: i32, cin: u32, cout: u32) -> (Model
 /// Adds `op` over `inputs` with its inferred output as the model output.
 fn finish_single(mut m: Model, op: OperationType, inputs: Vec<u32>) -> (Model, usize) {
     let shape = {
-        let views: Vec<signature::InputView> = inputs
+        let views: Vec<ops::InputView> = inputs
             .iter()
-            .map(|&i| signature::InputView {
+            .map(|&i| ops::InputView {
                 operand: &m.main.operands[i as usize],
                 value: m.constant_bytes(i),
             })
             .collect();
         let template = Operand::new(OperandType::TensorFloat32, vec![]);
-        signature::infer(op, &views, &[&template])
-            .unwrap()
-            .remove(0)
+        ops::infer(op, &views, &[&template]).unwrap().remove(0)
     };
     let mut y = tensor(shape.operand_type, &shape.dimensions);
     y.lifetime = Lifetime::SubgraphOutput;

@@ -350,7 +350,7 @@ fn every_problem_is_reported_at_once_with_its_location() {
 
 // ---- Control flow (IF, WHILE) ----
 
-use nnc_formats::nn::signature::{InputView, infer_control_flow};
+use nnc_formats::nn::ops::{InputView, infer_control_flow};
 use nnc_formats::test_support::control_flow::{
     if_model, infinite_model, nested_model, while_model,
 };

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use nnc_formats::nn::signature::{self, InputView};
+use nnc_formats::nn::ops::{self, InputView};
 use nnc_formats::nn::{Lifetime, Operand, OperandType, OperationType};
 
 const OPS: &[OperationType] = &[
@@ -326,7 +326,7 @@ fn outputs_for(
         .iter()
         .map(|&o| &model.main.operands[o as usize])
         .collect();
-    let inferred = signature::infer(op, &views, &declared).ok()?;
+    let inferred = ops::infer(op, &views, &declared).ok()?;
     Some(
         inferred
             .into_iter()

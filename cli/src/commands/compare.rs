@@ -44,9 +44,9 @@ fn values(t: &HostTensor) -> Vec<f64> {
         DataType::F16 => d
             .chunks_exact(2)
             .map(|c| {
-                f64::from(nnc_formats::nn::signature::f16_to_f32(u16::from_le_bytes(
-                    [c[0], c[1]],
-                )))
+                f64::from(nnc_formats::nn::ops::f16_to_f32(u16::from_le_bytes([
+                    c[0], c[1],
+                ])))
             })
             .collect(),
         DataType::I8 => d.iter().map(|&b| f64::from(b as i8)).collect(),

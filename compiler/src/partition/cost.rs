@@ -13,7 +13,7 @@
 //! - Every step costs its device's `transfer.cost_per_step`.
 
 use nnc_formats::device::DeviceProfile;
-use nnc_formats::nn::signature::input_role;
+use nnc_formats::nn::ops::{Role, input_role};
 use nnc_formats::nn::{Model, Operand, Operation, OperationType};
 
 use super::steps::{Graph, Step};
@@ -33,10 +33,10 @@ pub(crate) fn work(op: &Operation, model: &Model) -> f64 {
         .first()
         .and_then(|&i| model.operand(i))
         .map_or(1.0, elements);
-    let role = |name: &str| {
+    let role = |name: Role| {
         (0..op.inputs.len()).find(|&k| input_role(op.op_type, k, op.inputs.len()) == name)
     };
-    let scalar = |name: &str| -> f64 {
+    let scalar = |name: Role| -> f64 {
         role(name)
             .and_then(|k| model.constant_bytes(op.inputs[k]))
             .filter(|b| b.len() == 4)
@@ -66,9 +66,126 @@ pub(crate) fn work(op: &Operation, model: &Model) -> f64 {
             output * dim(lhs, rank.saturating_sub(1))
         }
         O::AveragePool2d | O::MaxPool2d | O::L2Pool2d => {
-            output * scalar("filter_w") * scalar("filter_h")
+            output * scalar(Role::FilterW) * scalar(Role::FilterH)
         }
-        _ => {
+        // Elementwise, movement, reductions and the rest: the larger of the elements read
+        // and written. Listed rather than matched by a wildcard, so that a new operation
+        // type does not compile until its cost is decided.
+        O::Add
+        | O::Concatenation
+        | O::DepthToSpace
+        | O::Dequantize
+        | O::EmbeddingLookup
+        | O::Floor
+        | O::HashtableLookup
+        | O::L2Normalization
+        | O::LocalResponseNormalization
+        | O::Logistic
+        | O::LshProjection
+        | O::Lstm
+        | O::Mul
+        | O::Relu
+        | O::Relu1
+        | O::Relu6
+        | O::Reshape
+        | O::ResizeBilinear
+        | O::Rnn
+        | O::Softmax
+        | O::SpaceToDepth
+        | O::Svdf
+        | O::Tanh
+        | O::BatchToSpaceNd
+        | O::Div
+        | O::Mean
+        | O::Pad
+        | O::SpaceToBatchNd
+        | O::Squeeze
+        | O::StridedSlice
+        | O::Sub
+        | O::Transpose
+        | O::Abs
+        | O::Argmax
+        | O::Argmin
+        | O::AxisAlignedBboxTransform
+        | O::BidirectionalSequenceLstm
+        | O::BidirectionalSequenceRnn
+        | O::BoxWithNmsLimit
+        | O::Cast
+        | O::ChannelShuffle
+        | O::DetectionPostprocessing
+        | O::Equal
+        | O::Exp
+        | O::ExpandDims
+        | O::Gather
+        | O::GenerateProposals
+        | O::Greater
+        | O::GreaterEqual
+        | O::HeatmapMaxKeypoint
+        | O::InstanceNormalization
+        | O::Less
+        | O::LessEqual
+        | O::Log
+        | O::LogicalAnd
+        | O::LogicalNot
+        | O::LogicalOr
+        | O::LogSoftmax
+        | O::Maximum
+        | O::Minimum
+        | O::Neg
+        | O::NotEqual
+        | O::PadV2
+        | O::Pow
+        | O::Prelu
+        | O::Quantize
+        | O::Quantized16BitLstm
+        | O::RandomMultinomial
+        | O::ReduceAll
+        | O::ReduceAny
+        | O::ReduceMax
+        | O::ReduceMin
+        | O::ReduceProd
+        | O::ReduceSum
+        | O::RoiAlign
+        | O::RoiPooling
+        | O::Rsqrt
+        | O::Select
+        | O::Sin
+        | O::Slice
+        | O::Split
+        | O::Sqrt
+        | O::Tile
+        | O::TopkV2
+        | O::UnidirectionalSequenceLstm
+        | O::UnidirectionalSequenceRnn
+        | O::ResizeNearestNeighbor
+        | O::QuantizedLstm
+        | O::If
+        | O::While
+        | O::Elu
+        | O::HardSwish
+        | O::Fill
+        | O::Rank
+        | O::Pack
+        | O::MirrorPad
+        | O::Reverse
+        | O::OemOperation
+        | O::LayerNormalization
+        | O::Gelu
+        | O::Erf
+        | O::GatherElements
+        | O::GatherNd
+        | O::Mod
+        | O::MathUnary
+        | O::ScatterElements
+        | O::ScatterNd
+        | O::CumSum
+        | O::Bitwise
+        | O::Resample
+        | O::MaxPoolWithArgmax
+        | O::MaxUnpooling
+        | O::LandmarksToTransformMatrix
+        | O::TransformLandmarks
+        | O::TransformTensorBilinear => {
             let inputs: f64 = op
                 .inputs
                 .iter()

@@ -50,14 +50,44 @@ fn per_channel(
     }
 }
 
+/// A per-channel affine transform by a constant, by the binary operation that applies it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Affine {
+    /// MUL: scales the filter and the bias.
+    Scale,
+    /// ADD: shifts the bias up.
+    Add,
+    /// SUB of the constant: shifts the bias down.
+    Subtract,
+}
+
+/// The operations that apply an [`Affine`].
+const AFFINES: &[(OperationType, Affine)] = &[
+    (OperationType::Mul, Affine::Scale),
+    (OperationType::Add, Affine::Add),
+    (OperationType::Sub, Affine::Subtract),
+];
+
+/// The layers an affine folds into, with the filter axis that holds their output
+/// channels: first in OHWI and [units, K] filters, last in depthwise 1HWO ones.
+const OUTPUT_CHANNEL_AXIS: &[(OperationType, usize)] = &[
+    (OperationType::Conv2d, 0),
+    (OperationType::GroupedConv2d, 0),
+    (OperationType::FullyConnected, 0),
+    (OperationType::DepthwiseConv2d, 3),
+];
+
+/// The value `table` holds for `op`, if it has a row for it.
+fn lookup<T: Copy>(table: &[(OperationType, T)], op: OperationType) -> Option<T> {
+    table.iter().find(|(t, _)| *t == op).map(|&(_, v)| v)
+}
+
 fn try_fold(model: &mut Model, index: &mut GraphIndex, i: usize) -> Option<&'static str> {
     use OperationType as O;
     let op = model.main.operations[i].clone();
-    if !matches!(op.op_type, O::Mul | O::Add | O::Sub) {
-        return None;
-    }
+    let affine = lookup(AFFINES, op.op_type)?;
     // MUL and ADD commute: exporters often write the constant first (`Add(bias, x)`).
-    let (x, c) = if op.op_type != O::Sub && graph::is_constant(model, op.inputs[0]) {
+    let (x, c) = if affine != Affine::Subtract && graph::is_constant(model, op.inputs[0]) {
         (op.inputs[1], op.inputs[0])
     } else {
         (op.inputs[0], op.inputs[1])
@@ -90,11 +120,7 @@ fn try_fold(model: &mut Model, index: &mut GraphIndex, i: usize) -> Option<&'sta
         p = fc;
     }
     let layer = model.main.operations[p].clone();
-    let filter_axis = match layer.op_type {
-        O::Conv2d | O::GroupedConv2d | O::FullyConnected => 0,
-        O::DepthwiseConv2d => 3,
-        _ => return None,
-    };
+    let filter_axis = lookup(OUTPUT_CHANNEL_AXIS, layer.op_type)?;
     let act_k = graph::activation_input(&layer)?;
     if graph::const_i32(model, layer.inputs[act_k]) != Some(FusedActivation::None as i32) {
         return None;
@@ -111,8 +137,8 @@ fn try_fold(model: &mut Model, index: &mut GraphIndex, i: usize) -> Option<&'sta
     if bias.len() != channels || filter.dimensions.get(filter_axis).copied()? as usize != channels {
         return None;
     }
-    let kind = match op.op_type {
-        O::Mul => {
+    let kind = match affine {
+        Affine::Scale => {
             // Scale output channel k of the filter: axis 0 (OHWI, [units, K]) or 3 (1HWO).
             let inner: usize = filter.dimensions[filter_axis + 1..]
                 .iter()
@@ -127,16 +153,16 @@ fn try_fold(model: &mut Model, index: &mut GraphIndex, i: usize) -> Option<&'sta
             }
             "channel scale (MUL)"
         }
-        O::Add => {
+        Affine::Add => {
             bias.iter_mut().zip(&values).for_each(|(b, v)| *b += v);
             "channel shift (ADD)"
         }
-        _ => {
+        Affine::Subtract => {
             bias.iter_mut().zip(&values).for_each(|(b, v)| *b -= v);
             "channel shift (SUB)"
         }
     };
-    let new_filter = if op.op_type == O::Mul {
+    let new_filter = if affine == Affine::Scale {
         let mut f = filter.clone();
         f.name.clear();
         model.add_f32_tensor(f.dimensions.clone(), &weights)

@@ -37,41 +37,145 @@ fn identity_reason(model: &Model, i: usize) -> Option<&'static str> {
             .and_then(|k| graph::const_i32(model, op.inputs[k]))
             .is_some_and(|a| a == FusedActivation::None as i32)
     };
+    // TRANSPOSE's permutation (input 1) and STRIDED_SLICE's strides (input 3).
+    let identity_perm = || {
+        graph::const_i32s(model, op.inputs[1])
+            .is_some_and(|p| p.iter().enumerate().all(|(k, &v)| k as i32 == v))
+    };
+    let forward_strides = || {
+        graph::const_i32s(model, op.inputs[3]).is_some_and(|strides| {
+            strides.len() == din.dimensions.len()
+                && strides
+                    .iter()
+                    .zip(&din.dimensions)
+                    .all(|(&s, &d)| s > 0 || d == 1)
+        })
+    };
     match op.op_type {
-        O::Reshape | O::Squeeze | O::ExpandDims if same_dims => Some("reshape to the same shape"),
-        O::Transpose
-            if same_dims
-                && graph::const_i32s(model, op.inputs[1])
-                    .is_some_and(|p| p.iter().enumerate().all(|(k, &v)| k as i32 == v)) =>
-        {
-            Some("identity transpose")
+        O::Reshape | O::Squeeze | O::ExpandDims => same_dims.then_some("reshape to the same shape"),
+        O::Transpose => (same_dims && identity_perm()).then_some("identity transpose"),
+        O::Concatenation => {
+            (op.inputs.len() == 2 && same_dims).then_some("concatenation of one tensor")
         }
-        O::Concatenation if op.inputs.len() == 2 && same_dims => {
-            Some("concatenation of one tensor")
-        }
-        O::Pad | O::PadV2 | O::MirrorPad if same_dims => Some("zero padding"),
-        O::Slice | O::Tile if same_dims => Some("whole-tensor slice or tile"),
+        O::Pad | O::PadV2 | O::MirrorPad => same_dims.then_some("zero padding"),
+        O::Slice | O::Tile => same_dims.then_some("whole-tensor slice or tile"),
         // Same dimensions are not enough: a negative stride reverses the axis.
-        O::StridedSlice
-            if same_dims
-                && graph::const_i32s(model, op.inputs[3]).is_some_and(|strides| {
-                    strides.len() == din.dimensions.len()
-                        && strides
-                            .iter()
-                            .zip(&din.dimensions)
-                            .all(|(&s, &d)| s > 0 || d == 1)
-                }) =>
-        {
-            Some("whole-tensor slice or tile")
-        }
-        O::Cast if same_dims => Some("cast to the same type"),
-        O::Add | O::Sub if same_dims && no_activation() && all(op.inputs[1], &|x| x == 0.0) => {
-            Some("adding zero")
-        }
-        O::Mul | O::Div if same_dims && no_activation() && all(op.inputs[1], &|x| x == 1.0) => {
-            Some("multiplying by one")
-        }
-        _ => None,
+        O::StridedSlice => (same_dims && forward_strides()).then_some("whole-tensor slice or tile"),
+        O::Cast => same_dims.then_some("cast to the same type"),
+        O::Add | O::Sub => (same_dims && no_activation() && all(op.inputs[1], &|x| x == 0.0))
+            .then_some("adding zero"),
+        O::Mul | O::Div => (same_dims && no_activation() && all(op.inputs[1], &|x| x == 1.0))
+            .then_some("multiplying by one"),
+        // No no-op form is recognized. Listed rather than matched by a wildcard, so that
+        // a new operation type does not compile until its no-op forms are decided.
+        O::AveragePool2d
+        | O::Conv2d
+        | O::DepthwiseConv2d
+        | O::DepthToSpace
+        | O::Dequantize
+        | O::EmbeddingLookup
+        | O::Floor
+        | O::FullyConnected
+        | O::HashtableLookup
+        | O::L2Normalization
+        | O::L2Pool2d
+        | O::LocalResponseNormalization
+        | O::Logistic
+        | O::LshProjection
+        | O::Lstm
+        | O::MaxPool2d
+        | O::Relu
+        | O::Relu1
+        | O::Relu6
+        | O::ResizeBilinear
+        | O::Rnn
+        | O::Softmax
+        | O::SpaceToDepth
+        | O::Svdf
+        | O::Tanh
+        | O::BatchToSpaceNd
+        | O::Mean
+        | O::SpaceToBatchNd
+        | O::Abs
+        | O::Argmax
+        | O::Argmin
+        | O::AxisAlignedBboxTransform
+        | O::BidirectionalSequenceLstm
+        | O::BidirectionalSequenceRnn
+        | O::BoxWithNmsLimit
+        | O::ChannelShuffle
+        | O::DetectionPostprocessing
+        | O::Equal
+        | O::Exp
+        | O::Gather
+        | O::GenerateProposals
+        | O::Greater
+        | O::GreaterEqual
+        | O::GroupedConv2d
+        | O::HeatmapMaxKeypoint
+        | O::InstanceNormalization
+        | O::Less
+        | O::LessEqual
+        | O::Log
+        | O::LogicalAnd
+        | O::LogicalNot
+        | O::LogicalOr
+        | O::LogSoftmax
+        | O::Maximum
+        | O::Minimum
+        | O::Neg
+        | O::NotEqual
+        | O::Pow
+        | O::Prelu
+        | O::Quantize
+        | O::Quantized16BitLstm
+        | O::RandomMultinomial
+        | O::ReduceAll
+        | O::ReduceAny
+        | O::ReduceMax
+        | O::ReduceMin
+        | O::ReduceProd
+        | O::ReduceSum
+        | O::RoiAlign
+        | O::RoiPooling
+        | O::Rsqrt
+        | O::Select
+        | O::Sin
+        | O::Split
+        | O::Sqrt
+        | O::TopkV2
+        | O::TransposeConv2d
+        | O::UnidirectionalSequenceLstm
+        | O::UnidirectionalSequenceRnn
+        | O::ResizeNearestNeighbor
+        | O::QuantizedLstm
+        | O::If
+        | O::While
+        | O::Elu
+        | O::HardSwish
+        | O::Fill
+        | O::Rank
+        | O::BatchMatmul
+        | O::Pack
+        | O::Reverse
+        | O::OemOperation
+        | O::LayerNormalization
+        | O::Gelu
+        | O::Erf
+        | O::GatherElements
+        | O::GatherNd
+        | O::Mod
+        | O::MathUnary
+        | O::ScatterElements
+        | O::ScatterNd
+        | O::CumSum
+        | O::Bitwise
+        | O::Resample
+        | O::MaxPoolWithArgmax
+        | O::MaxUnpooling
+        | O::LandmarksToTransformMatrix
+        | O::TransformLandmarks
+        | O::TransformTensorBilinear => None,
     }
 }
 

@@ -45,55 +45,6 @@ fn moves_only_unit_dims(dims: &[u32], p: &[usize]) -> bool {
     order.windows(2).all(|w| w[0] < w[1]) && !dims.contains(&0)
 }
 
-fn is_unary_elementwise(op: OperationType) -> bool {
-    use OperationType as O;
-    matches!(
-        op,
-        O::Relu
-            | O::Relu1
-            | O::Relu6
-            | O::Logistic
-            | O::Tanh
-            | O::Abs
-            | O::Exp
-            | O::Log
-            | O::Sqrt
-            | O::Rsqrt
-            | O::Neg
-            | O::Floor
-            | O::Sin
-            | O::HardSwish
-            | O::Elu
-            | O::Cast
-            | O::LogicalNot
-            | O::Quantize
-            | O::Dequantize
-    )
-}
-
-fn is_binary_elementwise(op: OperationType) -> bool {
-    use OperationType as O;
-    matches!(
-        op,
-        O::Add
-            | O::Sub
-            | O::Mul
-            | O::Div
-            | O::Maximum
-            | O::Minimum
-            | O::Pow
-            | O::Prelu
-            | O::Equal
-            | O::NotEqual
-            | O::Less
-            | O::LessEqual
-            | O::Greater
-            | O::GreaterEqual
-            | O::LogicalAnd
-            | O::LogicalOr
-    )
-}
-
 /// A constant rank-extended to `rank` and permuted by `perm` (a new operand).
 fn permuted_constant(
     model: &mut Model,
@@ -209,6 +160,157 @@ enum Sunk {
     Before(usize),
 }
 
+/// How a transpose sinks past an operation that reads it.
+enum Past {
+    /// Unary elementwise: the transpose moves to the output unchanged.
+    Unary,
+    /// Binary elementwise: the other operand must be a constant (permuted here) or carry
+    /// the same transpose.
+    Binary,
+    /// Reductions: the axes are mapped through the permutation.
+    Reduction,
+    /// An axis parameter (SOFTMAX, LOG_SOFTMAX, L2_NORMALIZATION) mapped through it.
+    AxisParameter,
+    /// The concatenation axis is mapped, the other inputs permuted or un-transposed.
+    Concatenation,
+    /// A transpose that moves only unit dimensions is a reshape: it merges into this one.
+    Reshape,
+    /// The transpose stops here.
+    Stops,
+}
+
+/// How a transpose sinks past `op`: decided once per operation type.
+fn past(op: OperationType) -> Past {
+    use OperationType as O;
+    match op {
+        O::Relu
+        | O::Relu1
+        | O::Relu6
+        | O::Logistic
+        | O::Tanh
+        | O::Abs
+        | O::Exp
+        | O::Log
+        | O::Sqrt
+        | O::Rsqrt
+        | O::Neg
+        | O::Floor
+        | O::Sin
+        | O::HardSwish
+        | O::Elu
+        | O::Cast
+        | O::LogicalNot
+        | O::Quantize
+        | O::Dequantize => Past::Unary,
+        O::Add
+        | O::Sub
+        | O::Mul
+        | O::Div
+        | O::Maximum
+        | O::Minimum
+        | O::Pow
+        | O::Prelu
+        | O::Equal
+        | O::NotEqual
+        | O::Less
+        | O::LessEqual
+        | O::Greater
+        | O::GreaterEqual
+        | O::LogicalAnd
+        | O::LogicalOr => Past::Binary,
+        O::Mean
+        | O::ReduceSum
+        | O::ReduceMax
+        | O::ReduceMin
+        | O::ReduceProd
+        | O::ReduceAny
+        | O::ReduceAll => Past::Reduction,
+        O::Softmax | O::LogSoftmax | O::L2Normalization => Past::AxisParameter,
+        O::Concatenation => Past::Concatenation,
+        O::Reshape => Past::Reshape,
+        // Not handled (most read axes or layouts). Listed rather than matched by a
+        // wildcard, so that a new operation type does not compile until it is decided
+        // whether a transpose can sink past it.
+        O::AveragePool2d
+        | O::Conv2d
+        | O::DepthwiseConv2d
+        | O::DepthToSpace
+        | O::EmbeddingLookup
+        | O::FullyConnected
+        | O::HashtableLookup
+        | O::L2Pool2d
+        | O::LocalResponseNormalization
+        | O::LshProjection
+        | O::Lstm
+        | O::MaxPool2d
+        | O::ResizeBilinear
+        | O::Rnn
+        | O::SpaceToDepth
+        | O::Svdf
+        | O::BatchToSpaceNd
+        | O::Pad
+        | O::SpaceToBatchNd
+        | O::Squeeze
+        | O::StridedSlice
+        | O::Transpose
+        | O::Argmax
+        | O::Argmin
+        | O::AxisAlignedBboxTransform
+        | O::BidirectionalSequenceLstm
+        | O::BidirectionalSequenceRnn
+        | O::BoxWithNmsLimit
+        | O::ChannelShuffle
+        | O::DetectionPostprocessing
+        | O::ExpandDims
+        | O::Gather
+        | O::GenerateProposals
+        | O::GroupedConv2d
+        | O::HeatmapMaxKeypoint
+        | O::InstanceNormalization
+        | O::PadV2
+        | O::Quantized16BitLstm
+        | O::RandomMultinomial
+        | O::RoiAlign
+        | O::RoiPooling
+        | O::Select
+        | O::Slice
+        | O::Split
+        | O::Tile
+        | O::TopkV2
+        | O::TransposeConv2d
+        | O::UnidirectionalSequenceLstm
+        | O::UnidirectionalSequenceRnn
+        | O::ResizeNearestNeighbor
+        | O::QuantizedLstm
+        | O::If
+        | O::While
+        | O::Fill
+        | O::Rank
+        | O::BatchMatmul
+        | O::Pack
+        | O::MirrorPad
+        | O::Reverse
+        | O::OemOperation
+        | O::LayerNormalization
+        | O::Gelu
+        | O::Erf
+        | O::GatherElements
+        | O::GatherNd
+        | O::Mod
+        | O::MathUnary
+        | O::ScatterElements
+        | O::ScatterNd
+        | O::CumSum
+        | O::Bitwise
+        | O::Resample
+        | O::MaxPoolWithArgmax
+        | O::MaxUnpooling
+        | O::LandmarksToTransformMatrix
+        | O::TransformLandmarks
+        | O::TransformTensorBilinear => Past::Stops,
+    }
+}
+
 /// Rewrites reader `c` of transpose `t` to read the transpose's input, re-applying the
 /// transpose to `c`'s output.
 fn sink(
@@ -231,8 +333,8 @@ fn sink(
     let inv = inverse(p);
     let new_inputs: Vec<OperandIndex>;
     let mut out_perm = p.to_vec();
-    match reader.op_type {
-        op if is_unary_elementwise(op) || op == O::Elu => {
+    match past(reader.op_type) {
+        Past::Unary => {
             if reader.inputs[0] != y {
                 return Ok(Sunk::No);
             }
@@ -240,7 +342,7 @@ fn sink(
             inputs[0] = x;
             new_inputs = inputs;
         }
-        op if is_binary_elementwise(op) => {
+        Past::Binary => {
             let mut inputs = reader.inputs.clone();
             for slot in inputs.iter_mut().take(2) {
                 let v = *slot;
@@ -266,22 +368,18 @@ fn sink(
             }
             new_inputs = inputs;
         }
-        O::Mean
-        | O::ReduceSum
-        | O::ReduceMax
-        | O::ReduceMin
-        | O::ReduceProd
-        | O::ReduceAny
-        | O::ReduceAll => {
+        Past::Reduction => {
             if reader.inputs[0] != y {
                 return Ok(Sunk::No);
             }
             let Some(axes) = graph::const_i32s(model, reader.inputs[1]) else {
                 return Ok(Sunk::No);
             };
-            let keep = match reader.op_type {
-                O::Mean => graph::const_i32(model, reader.inputs[2]).map(|v| v != 0),
-                _ => graph::const_bool(model, reader.inputs[2]),
+            // MEAN's keep_dims is an INT32, the REDUCE_* operations' a BOOL.
+            let keep = if reader.op_type == O::Mean {
+                graph::const_i32(model, reader.inputs[2]).map(|v| v != 0)
+            } else {
+                graph::const_bool(model, reader.inputs[2])
             };
             let Some(keep) = keep else {
                 return Ok(Sunk::No);
@@ -317,7 +415,7 @@ fn sink(
                 model.add_i32_vector(&mapped.iter().map(|&a| a as i32).collect::<Vec<_>>());
             new_inputs = vec![x, axes_operand, reader.inputs[2]];
         }
-        O::Softmax | O::LogSoftmax | O::L2Normalization => {
+        Past::AxisParameter => {
             if reader.inputs[0] != y {
                 return Ok(Sunk::No);
             }
@@ -348,7 +446,7 @@ fn sink(
             }
             new_inputs = inputs;
         }
-        O::Concatenation => {
+        Past::Concatenation => {
             let n = reader.inputs.len() - 1;
             let Some(axis) = graph::const_i32(model, reader.inputs[n]) else {
                 return Ok(Sunk::No);
@@ -382,7 +480,7 @@ fn sink(
             inputs.push(model.add_i32(p[a] as i32));
             new_inputs = inputs;
         }
-        O::Reshape => {
+        Past::Reshape => {
             // A transpose that moves only unit dimensions is itself a reshape.
             let x_dims = model.main.operands[x as usize].dimensions.clone();
             if reader.inputs[0] != y || !moves_only_unit_dims(&x_dims, p) {
@@ -391,7 +489,7 @@ fn sink(
             index.set_input(model, c, 0, x);
             return Ok(Sunk::InPlace);
         }
-        _ => return Ok(Sunk::No),
+        Past::Stops => return Ok(Sunk::No),
     }
     // Replace the reader by its rewritten form followed by the transpose.
     let template = Operand {

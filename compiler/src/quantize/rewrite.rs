@@ -25,7 +25,7 @@ pub enum QuantRule {
     /// A filter (input 1, constant) and bias (input 2) with symmetric int8 weights per
     /// output channel along `channel_dim` of the filter, an int32 bias at scale
     /// `input_scale * weight_scale`, and a calibrated output range.
-    Weighted { channel_dim: usize },
+    Weighted { channel_dim: usize, taps: Taps },
     /// Computes new values: every float input quantized, the output's range calibrated.
     Compute,
     /// An output range the NN set fixes (LOGISTIC and SOFTMAX: [0, 1); TANH: [-1, 1]).
@@ -36,15 +36,48 @@ pub enum QuantRule {
     Keeps { data: usize },
 }
 
+/// How a weighted operation's filter taps connect input channels to output channels:
+/// what bias correction sums the weights' rounding over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taps {
+    /// CONV_2D: an [out, h, w, in] filter, every output reads every input channel.
+    Conv,
+    /// GROUPED_CONV_2D: an [out, h, w, in / groups] filter, each output reads its group.
+    Grouped,
+    /// DEPTHWISE_CONV_2D: a [1, h, w, in * multiplier] filter, each output reads one input.
+    Depthwise,
+    /// FULLY_CONNECTED: an [out, in] filter.
+    Dense,
+    /// TRANSPOSE_CONV_2D scatters each input over several outputs: its bias is not
+    /// corrected.
+    Scattered,
+}
+
 /// The rule of an operation type, or `None` when it stays float.
 pub fn rule(op: OperationType) -> Option<QuantRule> {
     use OperationType as O;
     use QuantRule::*;
     Some(match op {
-        O::Conv2d | O::GroupedConv2d | O::TransposeConv2d | O::FullyConnected => {
-            Weighted { channel_dim: 0 }
-        }
-        O::DepthwiseConv2d => Weighted { channel_dim: 3 },
+        O::Conv2d => Weighted {
+            channel_dim: 0,
+            taps: Taps::Conv,
+        },
+        O::GroupedConv2d => Weighted {
+            channel_dim: 0,
+            taps: Taps::Grouped,
+        },
+        O::TransposeConv2d => Weighted {
+            channel_dim: 0,
+            taps: Taps::Scattered,
+        },
+        O::FullyConnected => Weighted {
+            channel_dim: 0,
+            taps: Taps::Dense,
+        },
+        O::DepthwiseConv2d => Weighted {
+            channel_dim: 3,
+            taps: Taps::Depthwise,
+        },
         O::Add
         | O::Sub
         | O::Mul
@@ -84,7 +117,94 @@ pub fn rule(op: OperationType) -> Option<QuantRule> {
         | O::AveragePool2d
         | O::ResizeBilinear
         | O::ResizeNearestNeighbor => Keeps { data: 0 },
-        _ => return None,
+        // No int8 form here: they stay float, with a DEQUANTIZE and a QUANTIZE around them
+        // where int8 neighbours read or write them. Listed rather than matched by a
+        // wildcard, so that a new operation type does not compile until its rule is decided.
+        O::Dequantize
+        | O::EmbeddingLookup
+        | O::Floor
+        | O::HashtableLookup
+        | O::L2Normalization
+        | O::L2Pool2d
+        | O::LocalResponseNormalization
+        | O::LshProjection
+        | O::Lstm
+        | O::Rnn
+        | O::Svdf
+        | O::BatchToSpaceNd
+        | O::Div
+        | O::SpaceToBatchNd
+        | O::Abs
+        | O::Argmax
+        | O::Argmin
+        | O::AxisAlignedBboxTransform
+        | O::BidirectionalSequenceLstm
+        | O::BidirectionalSequenceRnn
+        | O::BoxWithNmsLimit
+        | O::Cast
+        | O::DetectionPostprocessing
+        | O::Equal
+        | O::Exp
+        | O::GenerateProposals
+        | O::Greater
+        | O::GreaterEqual
+        | O::HeatmapMaxKeypoint
+        | O::InstanceNormalization
+        | O::Less
+        | O::LessEqual
+        | O::Log
+        | O::LogicalAnd
+        | O::LogicalNot
+        | O::LogicalOr
+        | O::LogSoftmax
+        | O::Neg
+        | O::NotEqual
+        | O::PadV2
+        | O::Pow
+        | O::Quantize
+        | O::Quantized16BitLstm
+        | O::RandomMultinomial
+        | O::ReduceAll
+        | O::ReduceAny
+        | O::ReduceMax
+        | O::ReduceMin
+        | O::ReduceProd
+        | O::ReduceSum
+        | O::RoiAlign
+        | O::RoiPooling
+        | O::Rsqrt
+        | O::Select
+        | O::Sin
+        | O::Sqrt
+        | O::TopkV2
+        | O::UnidirectionalSequenceLstm
+        | O::UnidirectionalSequenceRnn
+        | O::QuantizedLstm
+        | O::If
+        | O::While
+        | O::Elu
+        | O::Fill
+        | O::Rank
+        | O::Pack
+        | O::MirrorPad
+        | O::OemOperation
+        | O::LayerNormalization
+        | O::Gelu
+        | O::Erf
+        | O::GatherElements
+        | O::GatherNd
+        | O::Mod
+        | O::MathUnary
+        | O::ScatterElements
+        | O::ScatterNd
+        | O::CumSum
+        | O::Bitwise
+        | O::Resample
+        | O::MaxPoolWithArgmax
+        | O::MaxUnpooling
+        | O::LandmarksToTransformMatrix
+        | O::TransformLandmarks
+        | O::TransformTensorBilinear => return None,
     })
 }
 
@@ -425,13 +545,14 @@ pub fn build(
         }
         let rule = rule(op.op_type).expect("quantized ops have a rule");
         let mut inputs = op.inputs.clone();
-        if let QuantRule::Weighted { channel_dim } = rule {
+        if let QuantRule::Weighted { channel_dim, taps } = rule {
             let input_scale = plan.param(op.inputs[0])?.scale;
             let computed;
             let weights = match calibration.weights.get(&i) {
                 Some(w) => w,
                 None => {
-                    computed = quantize_weights(model, op, channel_dim, calibration, options)?;
+                    computed =
+                        quantize_weights(model, op, channel_dim, taps, calibration, options)?;
                     &computed
                 }
             };
@@ -567,7 +688,7 @@ pub fn quantize_all_weights(
     let g = &model.main;
     let mut all = HashMap::new();
     for (i, op) in g.operations.iter().enumerate() {
-        let Some(QuantRule::Weighted { channel_dim }) = rule(op.op_type) else {
+        let Some(QuantRule::Weighted { channel_dim, taps }) = rule(op.op_type) else {
             continue;
         };
         let constant = op.inputs.get(1).is_some_and(|&f| {
@@ -577,7 +698,7 @@ pub fn quantize_all_weights(
         if constant && model.constant_bytes(op.inputs[1]).is_some() {
             all.insert(
                 i,
-                quantize_weights(model, op, channel_dim, calibration, options)?,
+                quantize_weights(model, op, channel_dim, taps, calibration, options)?,
             );
         }
     }
@@ -590,6 +711,7 @@ fn quantize_weights(
     model: &Model,
     op: &Operation,
     channel_dim: usize,
+    taps: Taps,
     calibration: &Calibration,
     options: &QuantizeOptions,
 ) -> Result<QuantizedWeights, QuantizeError> {
@@ -653,7 +775,7 @@ fn quantize_weights(
         calibration
             .channel_means
             .get(&op.inputs[0])
-            .and_then(|means| output_mean_shift(op.op_type, &o.dimensions, &rounding, means))
+            .and_then(|means| output_mean_shift(taps, &o.dimensions, &rounding, means))
     } else {
         None
     };
@@ -734,8 +856,7 @@ pub fn weighted_inputs(model: &Model) -> HashMap<OperandIndex, usize> {
     g.operations
         .iter()
         .filter(|op| {
-            matches!(rule(op.op_type), Some(QuantRule::Weighted { .. }))
-                && op.op_type != OperationType::TransposeConv2d
+            matches!(rule(op.op_type), Some(QuantRule::Weighted { taps, .. }) if taps != Taps::Scattered)
         })
         .filter_map(|op| {
             let input = *op.inputs.first()?;
@@ -750,7 +871,7 @@ pub fn weighted_inputs(model: &Model) -> HashMap<OperandIndex, usize> {
 /// Padding is taken as data (the shift at the borders is slightly off). `None` when the
 /// layout does not match the means (then the bias stays as it is).
 fn output_mean_shift(
-    op: OperationType,
+    taps: Taps,
     filter_dims: &[u32],
     rounding: &[f32],
     means: &[f64],
@@ -762,11 +883,9 @@ fn output_mean_shift(
     }
     // (output channels, element k -> (its output channel, the input channel it reads))
     type Map = Box<dyn Fn(usize) -> (usize, usize)>;
-    let (outputs, map): (usize, Map) = match (op, &dims[..]) {
-        (OperationType::Conv2d, &[o, h, w, i]) if i == c => {
-            (o, Box::new(move |k| (k / (h * w * i), k % i)))
-        }
-        (OperationType::GroupedConv2d, &[o, h, w, i]) if i > 0 && c.is_multiple_of(i) => {
+    let (outputs, map): (usize, Map) = match (taps, &dims[..]) {
+        (Taps::Conv, &[o, h, w, i]) if i == c => (o, Box::new(move |k| (k / (h * w * i), k % i))),
+        (Taps::Grouped, &[o, h, w, i]) if i > 0 && c.is_multiple_of(i) => {
             let groups = c / i;
             if groups == 0 || !o.is_multiple_of(groups) {
                 return None;
@@ -780,14 +899,14 @@ fn output_mean_shift(
                 }),
             )
         }
-        (OperationType::DepthwiseConv2d, &[1, _, _, o]) if c > 0 && o.is_multiple_of(c) => {
+        (Taps::Depthwise, &[1, _, _, o]) if c > 0 && o.is_multiple_of(c) => {
             let multiplier = o / c;
             (o, Box::new(move |k| (k % o, (k % o) / multiplier)))
         }
-        (OperationType::FullyConnected, &[o, i]) if i == c => {
-            (o, Box::new(move |k| (k / i, k % i)))
-        }
-        _ => return None,
+        (Taps::Dense, &[o, i]) if i == c => (o, Box::new(move |k| (k / i, k % i))),
+        // A filter whose shape does not match the input's channels: no correction.
+        (Taps::Conv | Taps::Grouped | Taps::Depthwise | Taps::Dense, _) => return None,
+        (Taps::Scattered, _) => return None,
     };
     let mut shift = vec![0f64; outputs];
     for (k, &r) in rounding.iter().enumerate() {

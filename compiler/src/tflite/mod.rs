@@ -7,8 +7,9 @@
 //!   in the flatbuffer or after it, sparse ones densified) and operators.
 //! - `sparse`: densifying sparse constants.
 //! - `flexbuffer`: a bounds-checked reader of custom operators' flexbuffer options.
-//! - `lower`: the operator lowerings (`lower/custom.rs`: the custom operators nnc
-//!   lowers, MediaPipe's, by name).
+//! - `lower`: the operator lowerings (`lower/registry.rs`: the one table of the builtin
+//!   and custom operators nnc lowers, with their versions; `lower/custom.rs`:
+//!   MediaPipe's custom operators).
 //!
 //! TFLite is NHWC with [O, H, W, I] filters, like the NN set, so no layout changes are
 //! needed. Quantized tensors keep their types: uint8 is TENSOR_QUANT8_ASYMM, int8
@@ -32,7 +33,7 @@ use nnc_formats::tensor::DataType;
 
 use crate::error::{CompileError, UnsupportedReport};
 use crate::onnx::{ImportOptions, Imported, SourceSummary};
-use lower::{Lowerer, OpError, SUPPORTED_OPS, Value, activation_type};
+use lower::{Lowerer, OpError, Value, activation_type};
 use model::{OpKind, OperatorDesc, SCHEMA_VERSION, TflModel};
 use schema_generated::tflite as fb;
 
@@ -126,34 +127,24 @@ fn operator_location(lowerer: &Lowerer, op: &OperatorDesc) -> String {
     }
 }
 
-/// Why an operator cannot be lowered whatever its options, if so.
+/// Why an operator cannot be lowered whatever its options, if so: the registry's
+/// reasons (no row, a version the row does not handle), then stateful inputs.
 fn no_lowering(op: &OperatorDesc, tfl: &TflModel) -> Option<String> {
-    use fb::BuiltinOperator as B;
-    let reason = match &op.kind {
-        OpKind::Custom(name) if !lower::custom_supported(name) => {
-            "custom operator: no lowering to the NN operation set".to_string()
-        }
-        OpKind::Custom(_) => return None,
-        OpKind::Builtin(B::IF | B::WHILE | B::CALL_ONCE | B::CALL) => {
-            "control flow over subgraphs is not supported (nnc lowers the main subgraph only)"
-                .to_string()
-        }
-        OpKind::Builtin(code) if !SUPPORTED_OPS.contains(code) => {
-            "no lowering to the NN operation set".to_string()
-        }
-        OpKind::Builtin(_) => {
-            let variable = op
-                .inputs
-                .iter()
-                .flatten()
-                .find(|&&t| tfl.tensors[t].is_variable)?;
-            format!(
-                "reads the variable (stateful) {}, which is not supported",
-                tfl.tensors[*variable].label()
-            )
-        }
-    };
-    Some(reason)
+    if let Some(reason) = lower::registry::refusal(&op.kind, op.version) {
+        return Some(reason);
+    }
+    if matches!(op.kind, OpKind::Custom(_)) {
+        return None;
+    }
+    let variable = op
+        .inputs
+        .iter()
+        .flatten()
+        .find(|&&t| tfl.tensors[t].is_variable)?;
+    Some(format!(
+        "reads the variable (stateful) {}, which is not supported",
+        tfl.tensors[*variable].label()
+    ))
 }
 
 fn summary(tfl: &TflModel) -> SourceSummary {

@@ -202,7 +202,8 @@ pub fn weights_of_graph(graph: &Subgraph) -> Vec<bool> {
                 && !weight[i as usize]
                 && o.lifetime.is_constant()
                 && o.operand_type.is_tensor()
-                && crate::nn::signature::input_role(op.op_type, k, op.inputs.len()) == "bias"
+                && crate::nn::ops::input_role(op.op_type, k, op.inputs.len())
+                    == crate::nn::ops::Role::Bias
             {
                 weight[i as usize] = true;
             }
@@ -231,20 +232,112 @@ pub fn write_to(
     options: &WriteOptions,
     sink: &impl Sink,
 ) -> Result<Written, ContainerError> {
+    let graphs: Vec<&Subgraph> = model.graphs().collect();
+    check_writable(model, options, &graphs)?;
+    let WeightPlan {
+        owners,
+        mut placements,
+        pieces,
+        field_lens,
+    } = plan_weights(model, &graphs)?;
+    let inline = inline_area(model, &graphs, &owners, &mut placements)?;
+    let encoding = Encoding {
+        model,
+        owners: &owners,
+        placements: &placements,
+        inline: &inline,
+        arena: options.arena.as_ref(),
+    };
+    let encrypt = options.key.is_some() && !options.authenticate_only;
+    let crypto_config = match options.key {
+        Some(k) if encrypt => CryptoConfig::encrypted(k.algorithm(), options.mode),
+        Some(_) => CryptoConfig::authenticated(),
+        None => CryptoConfig::none(),
+    };
+    let mut fields: Vec<FieldPlan> = pieces
+        .into_iter()
+        .zip(field_lens)
+        .enumerate()
+        .filter(|(_, (_, len))| *len > 0)
+        .map(|(operation, (pieces, plaintext_len))| FieldPlan {
+            operation,
+            pieces,
+            plaintext_len,
+            stored_len: if encrypt {
+                crypto::ciphertext_len(options.mode, plaintext_len as usize) as u64
+            } else {
+                plaintext_len
+            },
+            offset: 0,
+        })
+        .collect();
+    let (salt, keys) = salt_and_keys(options, &crypto_config, encrypt, &encoding, &fields)?;
+
+    let layout = Layout::plan(model, options, &encoding, &mut fields);
+    usize::try_from(layout.file_size)
+        .map_err(|_| ContainerError::Unwritable("file too large".into()))?;
+    sink.set_len(layout.file_size).map_err(output_error)?;
+
+    let sealed = seal_fields(
+        &fields,
+        keys.as_ref(),
+        encrypt,
+        crypto_config.segmented,
+        options,
+        sink,
+    )?;
+    let descriptors = descriptors(&fields, &sealed);
+    let info = encoding.operator_info(&descriptors);
+    debug_assert_eq!(info.len() as u64, layout.info_len);
+    let subgraph_section = encoding.subgraphs(&descriptors);
+    let sections = layout.sections(options, subgraph_section.as_deref());
+
+    let id = match options.key {
+        Some(k) => key_id(k.as_bytes())?,
+        None => [0; 16],
+    };
+    let header = header(options, &layout, &crypto_config, encrypt, &salt, &id);
+    let out = metadata(
+        &layout,
+        options,
+        &header,
+        &sections,
+        &info,
+        subgraph_section.as_deref(),
+        keys.as_ref(),
+    )?;
+    sink.write_all_at(&out, 0).map_err(output_error)?;
+    Ok(Written {
+        file_size: layout.file_size,
+        crypto: crypto_config,
+        key_id: id,
+        weight_fields: fields.len(),
+        weight_bytes: fields.iter().map(|f| f.plaintext_len).sum(),
+    })
+}
+
+/// The prefix of a message about graph `t` (none for the main graph).
+fn in_graph(t: usize) -> String {
+    if t == 0 {
+        String::new()
+    } else {
+        format!("subgraph {t}: ")
+    }
+}
+
+/// Refuses what the format cannot hold: a long producer string, ranks above 255, more
+/// operations or graphs than a u32 counts.
+fn check_writable(
+    model: &Model,
+    options: &WriteOptions,
+    graphs: &[&Subgraph],
+) -> Result<(), ContainerError> {
     if options.producer.len() > 32 {
         return Err(ContainerError::Unwritable(
             "producer string exceeds 32 bytes".into(),
         ));
     }
-    let graphs: Vec<&Subgraph> = model.graphs().collect();
     let too_high = |rank: usize| rank > u8::MAX as usize;
-    let in_graph = |t: usize| {
-        if t == 0 {
-            String::new()
-        } else {
-            format!("subgraph {t}: ")
-        }
-    };
     for (t, graph) in graphs.iter().enumerate() {
         if let Some(i) = graph
             .operands
@@ -271,12 +364,31 @@ pub fn write_to(
             "a model input or output has rank above 255".into(),
         ));
     }
-    // Operations are numbered globally: main's first, then each referenced subgraph's
-    // in graph order. Each CONSTANT_REFERENCE operand goes into the field of the first
-    // operation of its graph that reads it; a later reader refers to that field.
+    Ok(())
+}
+
+/// Where every weight goes: into the field of one operation.
+struct WeightPlan<'m> {
+    /// Per graph, per operand: the global number of the operation whose field holds it.
+    owners: Vec<Vec<Option<usize>>>,
+    /// Per graph, per operand: (offset, length) in its field, or in the inline area.
+    placements: Vec<Vec<(u64, u64)>>,
+    /// Per operation: the constants of its field, (offset in the plaintext, bytes).
+    pieces: Vec<Vec<(u64, &'m [u8])>>,
+    /// Per operation: its field's plaintext length.
+    field_lens: Vec<u64>,
+}
+
+/// Places the weights in fields. Operations are numbered globally: main's first, then
+/// each referenced subgraph's in graph order. Each weight goes into the field of the
+/// first operation of its graph that reads it; a later reader refers to that field.
+fn plan_weights<'m>(
+    model: &'m Model,
+    graphs: &[&'m Subgraph],
+) -> Result<WeightPlan<'m>, ContainerError> {
+    let total_ops = model.total_operation_count();
     let mut owners: Vec<Vec<Option<usize>>> = Vec::with_capacity(graphs.len());
     let mut placements: Vec<Vec<(u64, u64)>> = Vec::with_capacity(graphs.len());
-    // Per operation: the constants of its field, (offset in the plaintext, bytes).
     let mut pieces: Vec<Vec<(u64, &[u8])>> = vec![Vec::new(); total_ops];
     let mut field_lens: Vec<u64> = vec![0; total_ops];
     let mut base = 0usize;
@@ -331,8 +443,23 @@ pub fn write_to(
         owners.push(owner);
         placements.push(placement);
     }
-    // The inline area (shared by every graph) holds only what stays inline: a moved
-    // weight's bytes must not remain there in plaintext.
+    Ok(WeightPlan {
+        owners,
+        placements,
+        pieces,
+        field_lens,
+    })
+}
+
+/// The inline area (shared by every graph), placing each inline constant in
+/// `placements`. It holds only what stays inline: a moved weight's bytes must not
+/// remain there in plaintext.
+fn inline_area(
+    model: &Model,
+    graphs: &[&Subgraph],
+    owners: &[Vec<Option<usize>>],
+    placements: &mut [Vec<(u64, u64)>],
+) -> Result<Vec<u8>, ContainerError> {
     let mut inline = Writer::default();
     for (t, graph) in graphs.iter().enumerate() {
         for (i, o) in graph.operands.iter().enumerate() {
@@ -353,42 +480,20 @@ pub fn write_to(
             }
         }
     }
-    let inline = inline.buf;
-    let encoding = Encoding {
-        model,
-        owners: &owners,
-        placements: &placements,
-        inline: &inline,
-        arena: options.arena.as_ref(),
-    };
-    let encrypt = options.key.is_some() && !options.authenticate_only;
-    let crypto_config = match options.key {
-        Some(k) if encrypt => CryptoConfig::encrypted(k.algorithm(), options.mode),
-        Some(_) => CryptoConfig::authenticated(),
-        None => CryptoConfig::none(),
-    };
-    let mut fields: Vec<FieldPlan> = pieces
-        .into_iter()
-        .zip(field_lens)
-        .enumerate()
-        .filter(|(_, (_, len))| *len > 0)
-        .map(|(operation, (pieces, plaintext_len))| FieldPlan {
-            operation,
-            pieces,
-            plaintext_len,
-            stored_len: if encrypt {
-                crypto::ciphertext_len(options.mode, plaintext_len as usize) as u64
-            } else {
-                plaintext_len
-            },
-            offset: 0,
-        })
-        .collect();
+    Ok(inline.buf)
+}
 
-    // Every key, and a reproducible salt, depends on the cipher (format 1.2), so that
-    // one model under one key gives each mode its own keys and IVs.
-    let derivation = Derivation::for_config(&crypto_config);
-    // Salt: random, or in reproducible mode a keyed PRF of the content.
+/// The file's salt and keys. Every key, and a reproducible salt, depends on the cipher
+/// (format 1.2), so that one model under one key gives each mode its own keys and IVs.
+/// The salt is random, or in reproducible mode a keyed PRF of the content.
+fn salt_and_keys(
+    options: &WriteOptions,
+    crypto_config: &CryptoConfig,
+    encrypt: bool,
+    encoding: &Encoding,
+    fields: &[FieldPlan],
+) -> Result<([u8; 32], Option<FileKeys>), ContainerError> {
+    let derivation = Derivation::for_config(crypto_config);
     let salt: [u8; 32] = match (options.key, options.reproducible) {
         (None, _) => [0; 32],
         (Some(k), true) => {
@@ -398,7 +503,7 @@ pub fn write_to(
             if let Some(p) = &probe_subgraphs {
                 parts.push(p);
             }
-            for f in &fields {
+            for f in fields {
                 parts.extend(f.parts());
             }
             derivation.reproducible_salt(k.as_bytes(), &crypto::sha256(&parts))
@@ -416,86 +521,123 @@ pub fn write_to(
         Some(k) => Some(FileKeys::derive(k.as_bytes(), &salt, derivation)?),
         None => None,
     };
+    Ok((salt, keys))
+}
 
-    // Layout: header, section table, operator info, referenced subgraphs, extra
-    // sections, weights. The lengths of the metadata sections do not depend on the
-    // fields' IVs and tags, so the whole layout is known before anything is encrypted.
-    // A file with a key is format 1.2 (cipher-bound keys); one without is 1.1 with
-    // referenced subgraphs and 1.0 otherwise, as before.
-    let has_subgraphs = !model.referenced.is_empty();
-    let section_count = 2 + usize::from(has_subgraphs) + options.extra_sections.len();
-    let table_offset = HEADER_SIZE as u64;
-    let info_offset = align(table_offset + (section_count * SECTION_ENTRY_SIZE) as u64);
-    let placeholder = descriptors(&fields, &[]);
-    let info_len = encoding.operator_info(&placeholder).len() as u64;
-    let mut cursor = align(info_offset + info_len);
-    let subgraphs_offset = cursor;
-    let subgraphs_len = encoding
-        .subgraphs(&placeholder)
-        .map_or(0, |b| b.len() as u64);
-    if has_subgraphs {
-        cursor = align(cursor + subgraphs_len);
-    }
-    let mut extra_offsets = Vec::new();
-    for (_, bytes) in &options.extra_sections {
-        extra_offsets.push(cursor);
-        cursor = align(cursor + bytes.len() as u64);
-    }
-    let weights_offset = cursor;
-    for f in &mut fields {
-        f.offset = cursor;
-        cursor = align(cursor + f.stored_len);
-    }
-    let weights_len = cursor - weights_offset;
-    let file_size = cursor.max(weights_offset);
-    usize::try_from(file_size).map_err(|_| ContainerError::Unwritable("file too large".into()))?;
-    sink.set_len(file_size).map_err(output_error)?;
+/// Where everything goes: header, section table, operator info, referenced subgraphs,
+/// extra sections, weights. The lengths of the metadata sections do not depend on the
+/// fields' IVs and tags, so the whole layout is known before anything is encrypted.
+struct Layout {
+    has_subgraphs: bool,
+    section_count: usize,
+    table_offset: u64,
+    info_offset: u64,
+    info_len: u64,
+    subgraphs_offset: u64,
+    subgraphs_len: u64,
+    /// One offset per extra section.
+    extra_offsets: Vec<u64>,
+    weights_offset: u64,
+    weights_len: u64,
+    file_size: u64,
+}
 
-    let sealed = seal_fields(
-        &fields,
-        keys.as_ref(),
-        encrypt,
-        crypto_config.segmented,
-        options,
-        sink,
-    )?;
-    let descriptors = descriptors(&fields, &sealed);
-    let info = encoding.operator_info(&descriptors);
-    debug_assert_eq!(info.len() as u64, info_len);
-    let subgraph_section = encoding.subgraphs(&descriptors);
-
-    let mut sections: Vec<(u32, u64, u64)> =
-        vec![(SectionKind::OperatorInfo as u32, info_offset, info_len)];
-    if let Some(bytes) = &subgraph_section {
-        debug_assert_eq!(bytes.len() as u64, subgraphs_len);
-        sections.push((
-            SectionKind::Subgraphs as u32,
+impl Layout {
+    /// Lays the file out, setting each field's offset.
+    fn plan(
+        model: &Model,
+        options: &WriteOptions,
+        encoding: &Encoding,
+        fields: &mut [FieldPlan],
+    ) -> Layout {
+        let has_subgraphs = !model.referenced.is_empty();
+        let section_count = 2 + usize::from(has_subgraphs) + options.extra_sections.len();
+        let table_offset = HEADER_SIZE as u64;
+        let info_offset = align(table_offset + (section_count * SECTION_ENTRY_SIZE) as u64);
+        let placeholder = descriptors(fields, &[]);
+        let info_len = encoding.operator_info(&placeholder).len() as u64;
+        let mut cursor = align(info_offset + info_len);
+        let subgraphs_offset = cursor;
+        let subgraphs_len = encoding
+            .subgraphs(&placeholder)
+            .map_or(0, |b| b.len() as u64);
+        if has_subgraphs {
+            cursor = align(cursor + subgraphs_len);
+        }
+        let mut extra_offsets = Vec::new();
+        for (_, bytes) in &options.extra_sections {
+            extra_offsets.push(cursor);
+            cursor = align(cursor + bytes.len() as u64);
+        }
+        let weights_offset = cursor;
+        for f in fields.iter_mut() {
+            f.offset = cursor;
+            cursor = align(cursor + f.stored_len);
+        }
+        Layout {
+            has_subgraphs,
+            section_count,
+            table_offset,
+            info_offset,
+            info_len,
             subgraphs_offset,
             subgraphs_len,
-        ));
+            extra_offsets,
+            weights_offset,
+            weights_len: cursor - weights_offset,
+            file_size: cursor.max(weights_offset),
+        }
     }
-    for ((kind, bytes), &offset) in options.extra_sections.iter().zip(&extra_offsets) {
-        sections.push((*kind as u32, offset, bytes.len() as u64));
-    }
-    sections.push((SectionKind::Weights as u32, weights_offset, weights_len));
 
-    // The metadata region, [0, weights_offset).
-    let metadata_length = usize::try_from(weights_offset)
-        .map_err(|_| ContainerError::Unwritable("file too large".into()))?;
-    let mut out = vec![0u8; metadata_length];
-    // Header (tag written last).
+    /// The section table's entries: (kind, offset, length).
+    fn sections(&self, options: &WriteOptions, subgraphs: Option<&[u8]>) -> Vec<(u32, u64, u64)> {
+        let mut sections: Vec<(u32, u64, u64)> = vec![(
+            SectionKind::OperatorInfo as u32,
+            self.info_offset,
+            self.info_len,
+        )];
+        if let Some(bytes) = subgraphs {
+            debug_assert_eq!(bytes.len() as u64, self.subgraphs_len);
+            sections.push((
+                SectionKind::Subgraphs as u32,
+                self.subgraphs_offset,
+                self.subgraphs_len,
+            ));
+        }
+        for ((kind, bytes), &offset) in options.extra_sections.iter().zip(&self.extra_offsets) {
+            sections.push((*kind as u32, offset, bytes.len() as u64));
+        }
+        sections.push((
+            SectionKind::Weights as u32,
+            self.weights_offset,
+            self.weights_len,
+        ));
+        sections
+    }
+}
+
+/// The header up to (not including) its tag. A file with a key is format 1.2
+/// (cipher-bound keys); one without is 1.1 with referenced subgraphs and 1.0 otherwise.
+fn header(
+    options: &WriteOptions,
+    layout: &Layout,
+    crypto_config: &CryptoConfig,
+    encrypt: bool,
+    salt: &[u8; 32],
+    id: &[u8; 16],
+) -> Vec<u8> {
     let mut h = Writer::default();
     h.bytes(&MAGIC);
     h.u16(FORMAT_MAJOR);
     h.u16(if options.key.is_some() {
         FORMAT_MINOR_CIPHER_BOUND
-    } else if has_subgraphs {
+    } else if layout.has_subgraphs {
         FORMAT_MINOR_SUBGRAPHS
     } else {
         FORMAT_MINOR_BASE
     });
     h.u32(HEADER_SIZE as u32);
-    h.u64(file_size);
+    h.u64(layout.file_size);
     let mut flags = 0;
     if encrypt {
         flags |= FLAG_ENCRYPTED;
@@ -507,8 +649,8 @@ pub fn write_to(
         flags |= FLAG_SEGMENTED;
     }
     h.u32(flags);
-    h.u32(section_count as u32);
-    h.u64(table_offset);
+    h.u32(layout.section_count as u32);
+    h.u64(layout.table_offset);
     let mut producer = [0u8; 32];
     producer[..options.producer.len()].copy_from_slice(options.producer.as_bytes());
     h.bytes(&producer);
@@ -517,49 +659,56 @@ pub fn write_to(
     h.u8(crypto_config.padding.code());
     h.u8(crypto_config.integrity.code());
     h.bytes(&[0; 4]);
-    let id = match options.key {
-        Some(k) => key_id(k.as_bytes())?,
-        None => [0; 16],
-    };
-    h.bytes(&id);
-    h.bytes(&salt);
+    h.bytes(id);
+    h.bytes(salt);
     debug_assert!(h.buf.len() <= TAG_OFFSET);
-    out[..h.buf.len()].copy_from_slice(&h.buf);
+    h.buf
+}
+
+/// The metadata region, `[0, weights_offset)`: header, section table and sections,
+/// with the metadata tag.
+fn metadata(
+    layout: &Layout,
+    options: &WriteOptions,
+    header: &[u8],
+    sections: &[(u32, u64, u64)],
+    info: &[u8],
+    subgraph_section: Option<&[u8]>,
+    keys: Option<&FileKeys>,
+) -> Result<Vec<u8>, ContainerError> {
+    let metadata_length = usize::try_from(layout.weights_offset)
+        .map_err(|_| ContainerError::Unwritable("file too large".into()))?;
+    let mut out = vec![0u8; metadata_length];
+    out[..header.len()].copy_from_slice(header);
     // Section table.
     let mut t = Writer::default();
-    for &(kind, offset, length) in &sections {
+    for &(kind, offset, length) in sections {
         t.u32(kind);
         t.u32(SECTION_REQUIRED);
         t.u64(offset);
         t.u64(length);
         t.u64(0);
     }
-    let table_end = table_offset as usize + t.buf.len();
-    out[table_offset as usize..table_end].copy_from_slice(&t.buf);
+    let table_offset = layout.table_offset as usize;
+    out[table_offset..table_offset + t.buf.len()].copy_from_slice(&t.buf);
     // Sections.
-    out[info_offset as usize..(info_offset + info_len) as usize].copy_from_slice(&info);
-    if let Some(bytes) = &subgraph_section {
-        out[subgraphs_offset as usize..subgraphs_offset as usize + bytes.len()]
-            .copy_from_slice(bytes);
+    let (info_offset, info_len) = (layout.info_offset, layout.info_len);
+    out[info_offset as usize..(info_offset + info_len) as usize].copy_from_slice(info);
+    if let Some(bytes) = subgraph_section {
+        let at = layout.subgraphs_offset as usize;
+        out[at..at + bytes.len()].copy_from_slice(bytes);
     }
-    for ((_, bytes), &offset) in options.extra_sections.iter().zip(&extra_offsets) {
+    for ((_, bytes), &offset) in options.extra_sections.iter().zip(&layout.extra_offsets) {
         out[offset as usize..offset as usize + bytes.len()].copy_from_slice(bytes);
     }
     // The metadata tag covers every byte before the weights (their own tags, in the
     // operator info, cover them), except the tag itself.
     out[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8]
-        .copy_from_slice(&weights_offset.to_le_bytes());
+        .copy_from_slice(&layout.weights_offset.to_le_bytes());
     let parts: Vec<&[u8]> = vec![&out[..TAG_OFFSET], &out[HEADER_SIZE..metadata_length]];
-    let metadata = tag(keys.as_ref(), label::METADATA, &parts);
+    let metadata = tag(keys, label::METADATA, &parts);
     out[TAG_OFFSET..TAG_OFFSET + 32].copy_from_slice(&metadata);
-    sink.write_all_at(&out, 0).map_err(output_error)?;
-    Ok(Written {
-        file_size,
-        crypto: crypto_config,
-        key_id: id,
-        weight_fields: fields.len(),
-        weight_bytes: fields.iter().map(|f| f.plaintext_len).sum(),
-    })
+    Ok(out)
 }
 
 fn output_error(e: std::io::Error) -> ContainerError {

@@ -6,6 +6,42 @@ use zeroize::{Zeroize, ZeroizeOnDrop, Zeroizing};
 
 use super::{Algorithm, CryptoError, ct_eq, try_random_bytes};
 
+/// Why hex text is not key bytes. Neither variant repeats any of the text: it is secret.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyHexError {
+    /// The character at `position` (counting characters from 1, as an editor does) is not
+    /// a hex digit.
+    Digit { position: usize },
+    /// The text has an odd number of hex digits.
+    OddLength { digits: usize },
+}
+
+/// Key bytes from hex text (either case), ignoring surrounding whitespace: the one hex
+/// key parser, for [`Key::from_hex`] and for readers that learn the algorithm only from
+/// the file they open (and so check the length themselves). The bytes are wiped on drop.
+///
+/// # Errors
+///
+/// [`KeyHexError`], naming the position of the first non-hex character or the count of
+/// digits.
+pub fn key_bytes_from_hex(hex: &str) -> Result<Zeroizing<Vec<u8>>, KeyHexError> {
+    let hex = hex.trim();
+    if let Some(index) = hex.bytes().position(|b| !b.is_ascii_hexdigit()) {
+        // Position in characters, not bytes, so that it matches what an editor shows.
+        let position = hex.char_indices().take_while(|(i, _)| *i < index).count() + 1;
+        return Err(KeyHexError::Digit { position });
+    }
+    let digits = hex.len();
+    if !digits.is_multiple_of(2) {
+        return Err(KeyHexError::OddLength { digits });
+    }
+    let mut bytes = Zeroizing::new(vec![0u8; digits / 2]);
+    // Every character is a hex digit and the count is even, so this cannot fail; map the
+    // error anyway rather than panic (hex's error would echo a character).
+    hex::decode_to_slice(hex, &mut bytes[..]).map_err(|_| KeyHexError::OddLength { digits })?;
+    Ok(bytes)
+}
+
 /// Longest key of any [`Algorithm`] (AES-256).
 const MAX_KEY_LEN: usize = 32;
 
@@ -51,36 +87,14 @@ impl Key {
     /// [`CryptoError::KeyHexOddLength`] or [`CryptoError::KeyLength`]. None repeats any
     /// of the input.
     pub fn from_hex(algorithm: Algorithm, hex: &str) -> Result<Key, CryptoError> {
-        let hex = hex.trim();
-        let digits = hex.len();
-        if let Some(index) = hex.bytes().position(|b| !b.is_ascii_hexdigit()) {
-            // Position in characters, not bytes, so that it matches what an editor shows.
-            let position = hex.char_indices().take_while(|(i, _)| *i < index).count() + 1;
-            return Err(CryptoError::KeyHexDigit {
+        let bytes = key_bytes_from_hex(hex).map_err(|e| match e {
+            KeyHexError::Digit { position } => CryptoError::KeyHexDigit {
                 algorithm,
                 position,
-            });
-        }
-        if !digits.is_multiple_of(2) {
-            return Err(CryptoError::KeyHexOddLength { algorithm, digits });
-        }
-        let expected = algorithm.key_len();
-        if digits / 2 != expected {
-            return Err(CryptoError::KeyLength {
-                algorithm,
-                expected,
-                actual: digits / 2,
-            });
-        }
-        let mut key = Key {
-            algorithm,
-            bytes: Zeroizing::new([0; MAX_KEY_LEN]),
-        };
-        // Every character is a hex digit and the length matches, so this cannot fail;
-        // map the error anyway rather than panic (hex's error would echo a character).
-        hex::decode_to_slice(hex, &mut key.bytes[..expected])
-            .map_err(|_| CryptoError::KeyHexOddLength { algorithm, digits })?;
-        Ok(key)
+            },
+            KeyHexError::OddLength { digits } => CryptoError::KeyHexOddLength { algorithm, digits },
+        })?;
+        Key::new(algorithm, &bytes)
     }
 
     /// A fresh key from the operating system's random number generator.

@@ -29,7 +29,7 @@ pub use kdf::{
     HKDF_SHA256_MAX_LEN, HmacSha256Writer, SHA256_LEN, ct_eq, hkdf_sha256, hmac_sha256,
     random_bytes, sha256, try_random_bytes,
 };
-pub use key::Key;
+pub use key::{Key, KeyHexError, key_bytes_from_hex};
 pub use modes::{
     ciphertext_len, decrypt, decrypt_in_place, decrypt_into, encrypt, encrypt_in_place,
     encrypt_into,

@@ -9,7 +9,7 @@
 use super::{DeviceProfile, OperationRule};
 use crate::container::is_weight;
 use crate::crypto::{Algorithm, Mode};
-use crate::nn::signature::input_role;
+use crate::nn::ops::{Role, input_role};
 use crate::nn::{Lifetime, Model, Operand, OperandType, Operation, OperationType, Subgraph};
 use crate::plan::Decline;
 
@@ -57,7 +57,7 @@ impl<'a> OpView<'a> {
     }
 
     /// The input named `role` (see [`input_role`]), if the operation has it with a value.
-    fn role(&self, role: &str) -> Option<(usize, &'a Operand)> {
+    fn role(&self, role: Role) -> Option<(usize, &'a Operand)> {
         let count = role_count(self.op, &self.inputs);
         (0..self.inputs.len())
             .find(|&k| input_role(self.op.op_type, k, count) == role)
@@ -66,7 +66,7 @@ impl<'a> OpView<'a> {
     }
 
     /// A constant INT32 scalar input by role: `None` when absent, `Err` when not constant.
-    fn i32_param(&self, role: &str) -> Option<Result<i32, String>> {
+    fn i32_param(&self, role: Role) -> Option<Result<i32, String>> {
         let (k, operand) = self.role(role)?;
         let value = self
             .constant(self.op.inputs[k])
@@ -83,7 +83,7 @@ impl<'a> OpView<'a> {
 
     /// Whether the NCHW layout flag is set.
     fn nchw(&self) -> bool {
-        self.role("layout")
+        self.role(Role::Layout)
             .and_then(|(k, _)| self.constant(self.op.inputs[k]))
             .is_some_and(|b| b.first().is_some_and(|&v| v != 0))
     }
@@ -128,10 +128,36 @@ impl<'a> OpView<'a> {
     }
 }
 
-/// The input count to name roles by. `input_role` names the input counts shared by the
-/// explicit- and implicit-padding forms of CONV_2D (10) and DEPTHWISE_CONV_2D (11) as the
-/// explicit form; the implicit form has the BOOL layout flag where the explicit one has
-/// an INT32 stride, so that input tells them apart.
+/// An input count that `input_role` names as the explicit-padding form of an operation
+/// although its implicit form has it too. CONV_2D's explicit counts are {10, 11, 13},
+/// DEPTHWISE_CONV_2D's {11, 12, 14}.
+struct SharedCount {
+    op: OperationType,
+    count: usize,
+    /// The input that is the BOOL layout flag in the implicit form (an INT32 stride in
+    /// the explicit one), which tells the two apart.
+    layout_flag: usize,
+    /// A count outside the explicit ones, which selects the implicit names.
+    implicit: usize,
+}
+
+const SHARED_COUNTS: &[SharedCount] = &[
+    SharedCount {
+        op: OperationType::Conv2d,
+        count: 10,
+        layout_flag: 7,
+        implicit: 8,
+    },
+    SharedCount {
+        op: OperationType::DepthwiseConv2d,
+        count: 11,
+        layout_flag: 8,
+        implicit: 9,
+    },
+];
+
+/// The input count to name roles by: the implicit form's where the count alone would
+/// name it as the explicit form (see [`SHARED_COUNTS`]).
 fn role_count(op: &Operation, inputs: &[&Operand]) -> usize {
     let n = inputs.len();
     let is_bool = |k: usize| {
@@ -139,13 +165,10 @@ fn role_count(op: &Operation, inputs: &[&Operand]) -> usize {
             .get(k)
             .is_some_and(|o| o.operand_type == OperandType::Bool)
     };
-    match op.op_type {
-        // Any count outside {10, 11, 13} selects the implicit names.
-        OperationType::Conv2d if n == 10 && is_bool(7) => 8,
-        // Any count outside {11, 12, 14} selects the implicit names.
-        OperationType::DepthwiseConv2d if n == 11 && is_bool(8) => 9,
-        _ => n,
-    }
+    SHARED_COUNTS
+        .iter()
+        .find(|s| s.op == op.op_type && s.count == n && is_bool(s.layout_flag))
+        .map_or(n, |s| s.implicit)
 }
 
 impl DeviceProfile {
@@ -511,13 +534,23 @@ fn check_rule(rule: &OperationRule, view: &OpView) -> Result<(), (&'static str, 
             ));
         }
     }
-    for (field, name, max) in [
-        ("max_stride", "stride", rule.max_stride),
-        ("max_dilation", "dilation", rule.max_dilation),
+    for (field, name, max, (role_h, role_w)) in [
+        (
+            "max_stride",
+            "stride",
+            rule.max_stride,
+            (Role::StrideH, Role::StrideW),
+        ),
+        (
+            "max_dilation",
+            "dilation",
+            rule.max_dilation,
+            (Role::DilationH, Role::DilationW),
+        ),
     ] {
         let Some(max) = max else { continue };
-        let h = view.i32_param(&format!("{name}_h"));
-        let w = view.i32_param(&format!("{name}_w"));
+        let h = view.i32_param(role_h);
+        let w = view.i32_param(role_w);
         if h.is_none() && w.is_none() {
             continue;
         }
@@ -564,7 +597,7 @@ fn kernel_size(view: &OpView) -> Option<Result<(u32, u32), String>> {
     use OperationType as O;
     match view.op.op_type {
         O::Conv2d | O::DepthwiseConv2d | O::GroupedConv2d | O::TransposeConv2d => {
-            let (_, filter) = view.role("filter")?;
+            let (_, filter) = view.role(Role::Filter)?;
             Some(match filter.dimensions.as_slice() {
                 [_, h, w, _] if *h != 0 && *w != 0 => Ok((*h, *w)),
                 _ => Err(format!(
@@ -574,13 +607,132 @@ fn kernel_size(view: &OpView) -> Option<Result<(u32, u32), String>> {
             })
         }
         O::AveragePool2d | O::MaxPool2d | O::L2Pool2d => {
-            let h = view.i32_param("filter_h")?;
-            let w = view.i32_param("filter_w")?;
+            let h = view.i32_param(Role::FilterH)?;
+            let w = view.i32_param(Role::FilterW)?;
             Some(match (h, w) {
                 (Ok(h), Ok(w)) => Ok((h.max(0).unsigned_abs(), w.max(0).unsigned_abs())),
                 (Err(e), _) | (_, Err(e)) => Err(e),
             })
         }
-        _ => None,
+        // No kernel that `max_kernel_size` bounds (MAX_POOL_WITH_ARGMAX's and
+        // MAX_UNPOOLING's windows are not checked yet). Listed rather than matched by a
+        // wildcard, so that a new operation type does not compile until that is decided.
+        O::Add
+        | O::Concatenation
+        | O::DepthToSpace
+        | O::Dequantize
+        | O::EmbeddingLookup
+        | O::Floor
+        | O::FullyConnected
+        | O::HashtableLookup
+        | O::L2Normalization
+        | O::LocalResponseNormalization
+        | O::Logistic
+        | O::LshProjection
+        | O::Lstm
+        | O::Mul
+        | O::Relu
+        | O::Relu1
+        | O::Relu6
+        | O::Reshape
+        | O::ResizeBilinear
+        | O::Rnn
+        | O::Softmax
+        | O::SpaceToDepth
+        | O::Svdf
+        | O::Tanh
+        | O::BatchToSpaceNd
+        | O::Div
+        | O::Mean
+        | O::Pad
+        | O::SpaceToBatchNd
+        | O::Squeeze
+        | O::StridedSlice
+        | O::Sub
+        | O::Transpose
+        | O::Abs
+        | O::Argmax
+        | O::Argmin
+        | O::AxisAlignedBboxTransform
+        | O::BidirectionalSequenceLstm
+        | O::BidirectionalSequenceRnn
+        | O::BoxWithNmsLimit
+        | O::Cast
+        | O::ChannelShuffle
+        | O::DetectionPostprocessing
+        | O::Equal
+        | O::Exp
+        | O::ExpandDims
+        | O::Gather
+        | O::GenerateProposals
+        | O::Greater
+        | O::GreaterEqual
+        | O::HeatmapMaxKeypoint
+        | O::InstanceNormalization
+        | O::Less
+        | O::LessEqual
+        | O::Log
+        | O::LogicalAnd
+        | O::LogicalNot
+        | O::LogicalOr
+        | O::LogSoftmax
+        | O::Maximum
+        | O::Minimum
+        | O::Neg
+        | O::NotEqual
+        | O::PadV2
+        | O::Pow
+        | O::Prelu
+        | O::Quantize
+        | O::Quantized16BitLstm
+        | O::RandomMultinomial
+        | O::ReduceAll
+        | O::ReduceAny
+        | O::ReduceMax
+        | O::ReduceMin
+        | O::ReduceProd
+        | O::ReduceSum
+        | O::RoiAlign
+        | O::RoiPooling
+        | O::Rsqrt
+        | O::Select
+        | O::Sin
+        | O::Slice
+        | O::Split
+        | O::Sqrt
+        | O::Tile
+        | O::TopkV2
+        | O::UnidirectionalSequenceLstm
+        | O::UnidirectionalSequenceRnn
+        | O::ResizeNearestNeighbor
+        | O::QuantizedLstm
+        | O::If
+        | O::While
+        | O::Elu
+        | O::HardSwish
+        | O::Fill
+        | O::Rank
+        | O::BatchMatmul
+        | O::Pack
+        | O::MirrorPad
+        | O::Reverse
+        | O::OemOperation
+        | O::LayerNormalization
+        | O::Gelu
+        | O::Erf
+        | O::GatherElements
+        | O::GatherNd
+        | O::Mod
+        | O::MathUnary
+        | O::ScatterElements
+        | O::ScatterNd
+        | O::CumSum
+        | O::Bitwise
+        | O::Resample
+        | O::MaxPoolWithArgmax
+        | O::MaxUnpooling
+        | O::LandmarksToTransformMatrix
+        | O::TransformLandmarks
+        | O::TransformTensorBilinear => None,
     }
 }

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use super::model::{Model, Operand, OperandIndex, Subgraph, dims_to_string};
-use super::signature::input_role;
+use super::ops::input_role;
 use super::types::{Lifetime, OperandType};
 
 /// A short rendering of a constant's value: scalars in full, small vectors up to eight
@@ -49,9 +49,11 @@ fn preview(operand: &Operand, bytes: &[u8]) -> Option<String> {
             .first()
             .map(|w| format_f32(f32::from_le_bytes(*w))),
         OperandType::Bool => bytes.first().map(|b| (*b != 0).to_string()),
-        OperandType::Float16 if bytes.len() == 2 => Some(format_f32(super::signature::f16_to_f32(
-            u16::from_le_bytes([bytes[0], bytes[1]]),
-        ))),
+        OperandType::Float16 if bytes.len() == 2 => {
+            Some(format_f32(super::ops::f16_to_f32(u16::from_le_bytes([
+                bytes[0], bytes[1],
+            ]))))
+        }
         OperandType::TensorInt32 if bytes.len() <= 4 * MAX => Some(format!(
             "[{}]",
             words(bytes)
@@ -407,7 +409,7 @@ pub fn to_dot(model: &Model, options: &DotOptions) -> String {
                 let _ = writeln!(
                     out,
                     "  {prefix}o{i} -> {anchor} [style=dashed, lhead=cluster_sg{target}, label=\"{}\"];",
-                    escape(role)
+                    escape(role.name())
                 );
             }
         }
@@ -488,7 +490,7 @@ fn dot_edges(out: &mut String, g: &Subgraph, prefix: &str) {
             let _ = writeln!(
                 out,
                 "  {prefix}d{input} -> {prefix}o{i} [label=\"{k}:{}\"];",
-                escape(role)
+                escape(role.name())
             );
         }
         for (k, &output) in op.outputs.iter().enumerate() {

@@ -3,13 +3,14 @@
 //!
 //! - [`types`]: operation and operand types with their codes and HAL versions, lifetimes.
 //! - [`model`]: operands, operations, subgraphs, models, constant storage.
-//! - [`signature`]: per-operation signature checks and output shape inference.
+//! - [`ops`]: the operation table: per-operation signature checks, output shape inference
+//!   and input roles.
 //! - [`validate`]: the model rules, reported all at once.
 //! - [`dump`]: text, JSON and Graphviz views.
 
 pub mod dump;
 pub mod model;
-pub mod signature;
+pub mod ops;
 pub mod types;
 pub mod validate;
 

@@ -132,6 +132,19 @@ pub fn dims_to_string(dims: &[u32]) -> String {
         .join("x")
 }
 
+/// Declared dimensions are compatible with inferred ones when ranks agree (or either is
+/// unknown) and every pair of known dimensions is equal.
+pub fn dims_compatible(declared: &[u32], inferred: &[u32]) -> bool {
+    if declared.is_empty() || inferred.is_empty() {
+        return true;
+    }
+    declared.len() == inferred.len()
+        && declared
+            .iter()
+            .zip(inferred)
+            .all(|(&a, &b)| a == 0 || b == 0 || a == b)
+}
+
 /// One operation: a type applied to input operands, writing output operands.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Operation {

@@ -115,7 +115,7 @@ macro_rules! operations {
 
             /// The HAL version that introduced the operation. Later versions extended many
             /// operations (layout flags, dilation, more operand types); see
-            /// [`crate::nn::signature::required_version`] for what a particular use needs.
+            /// [`crate::nn::ops::required_version`] for what a particular use needs.
             pub fn hal_version(self) -> HalVersion {
                 match self {
                     $(OperationType::$variant => HalVersion::$hal,)*
@@ -681,6 +681,14 @@ pub enum FusedActivation {
 }
 
 impl FusedActivation {
+    /// Every activation, in code order.
+    pub const ALL: &'static [FusedActivation] = &[
+        FusedActivation::None,
+        FusedActivation::Relu,
+        FusedActivation::Relu1,
+        FusedActivation::Relu6,
+    ];
+
     pub fn from_code(code: i32) -> Option<FusedActivation> {
         match code {
             0 => Some(FusedActivation::None),
@@ -720,14 +728,13 @@ impl FusedActivation {
         }
     }
 
-    /// The activation a standalone `RELU`/`RELU1`/`RELU6` operation performs.
+    /// The activation a standalone `RELU`/`RELU1`/`RELU6` operation performs: the inverse
+    /// of [`FusedActivation::operation`], so the two cannot drift apart.
     pub fn from_operation(op: OperationType) -> Option<FusedActivation> {
-        match op {
-            OperationType::Relu => Some(FusedActivation::Relu),
-            OperationType::Relu1 => Some(FusedActivation::Relu1),
-            OperationType::Relu6 => Some(FusedActivation::Relu6),
-            _ => None,
-        }
+        FusedActivation::ALL
+            .iter()
+            .copied()
+            .find(|a| a.operation() == Some(op))
     }
 }
 
@@ -804,6 +811,25 @@ mod tests {
         assert_eq!(OperationType::ResizeNearestNeighbor.code(), 94);
         assert_eq!(OperationType::HardSwish.code(), 99);
         assert_eq!(OperationType::Reverse.code(), 105);
+    }
+
+    #[test]
+    fn standalone_activations_round_trip() {
+        let standalone: Vec<(OperationType, FusedActivation)> = OperationType::ALL
+            .iter()
+            .filter_map(|&op| FusedActivation::from_operation(op).map(|a| (op, a)))
+            .collect();
+        assert_eq!(
+            standalone,
+            [
+                (OperationType::Relu, FusedActivation::Relu),
+                (OperationType::Relu1, FusedActivation::Relu1),
+                (OperationType::Relu6, FusedActivation::Relu6),
+            ]
+        );
+        for (code, a) in FusedActivation::ALL.iter().enumerate() {
+            assert_eq!(FusedActivation::from_code(code as i32), Some(*a));
+        }
     }
 
     #[test]

@@ -6,8 +6,9 @@
 
 use std::collections::HashSet;
 
+use super::model::dims_compatible;
 use super::model::{Model, Operand, Subgraph};
-use super::signature::{self, InputView};
+use super::ops::{self, InputView};
 use super::types::{Lifetime, OperandType};
 
 /// How deeply IF/WHILE may nest (a subgraph running a subgraph ...): the runtime runs
@@ -596,9 +597,9 @@ impl Validator<'_> {
             .map(|&o| &sg.operands[o as usize])
             .collect();
         let result = if op.op_type.is_control_flow() {
-            signature::infer_control_flow(op.op_type, &views, &declared, &self.graphs)
+            ops::infer_control_flow(op.op_type, &views, &declared, &self.graphs)
         } else {
-            signature::infer(op.op_type, &views, &declared)
+            ops::infer(op.op_type, &views, &declared)
         };
         match result {
             Err(e) => self.report(loc, e.to_string()),
@@ -691,17 +692,4 @@ impl Validator<'_> {
             );
         }
     }
-}
-
-/// Declared dimensions are compatible with inferred ones when ranks agree (or either is
-/// unknown) and every pair of known dimensions is equal.
-pub fn dims_compatible(declared: &[u32], inferred: &[u32]) -> bool {
-    if declared.is_empty() || inferred.is_empty() {
-        return true;
-    }
-    declared.len() == inferred.len()
-        && declared
-            .iter()
-            .zip(inferred)
-            .all(|(&a, &b)| a == 0 || b == 0 || a == b)
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nnc_formats::container::SectionKind;
+use nnc_formats::crypto::{KeyHexError, key_bytes_from_hex};
 use nnc_formats::nn::IoInfo;
 use nnc_formats::plan::ExecutionPlan;
 use nnc_formats::tensor::{DataType, HostTensor};
@@ -82,24 +83,25 @@ pub(crate) fn key_from_file(path: &Path) -> Result<NncKey, CapiError> {
         other => CapiError::BadData(other.to_string()),
     })?;
     let what = || format!("the key file {}", path.display());
-    let hex = text.as_bytes().trim_ascii();
-    if let Some(pos) = hex.iter().position(|b| !b.is_ascii_hexdigit()) {
-        return Err(CapiError::BadData(format!(
-            "{} is not a hex key: character {} is not a hex digit",
-            what(),
-            pos + 1
-        )));
-    }
-    if hex.len() % 2 != 0 || !KEY_LENGTHS.contains(&(hex.len() / 2)) {
+    let bytes = key_bytes_from_hex(&text).map_err(|e| {
+        CapiError::BadData(match e {
+            KeyHexError::Digit { position } => format!(
+                "{} is not a hex key: character {position} is not a hex digit",
+                what()
+            ),
+            KeyHexError::OddLength { digits } => format!(
+                "{} holds {digits} hex digits; nnc keys are 32, 48 or 64 digits (nnc keygen)",
+                what()
+            ),
+        })
+    })?;
+    if !KEY_LENGTHS.contains(&bytes.len()) {
         return Err(CapiError::BadData(format!(
             "{} holds {} hex digits; nnc keys are 32, 48 or 64 digits (nnc keygen)",
             what(),
-            hex.len()
+            bytes.len() * 2
         )));
     }
-    let mut bytes = Zeroizing::new(vec![0u8; hex.len() / 2]);
-    hex::decode_to_slice(hex, &mut bytes[..])
-        .map_err(|_| CapiError::BadData(format!("{} is not a hex key", what())))?;
     Ok(NncKey { bytes })
 }
 

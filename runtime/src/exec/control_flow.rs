@@ -130,6 +130,39 @@ impl Kernel for ControlFlowKernel {
     }
 }
 
+/// Which control-flow operation an operation is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ControlFlow {
+    /// IF: inputs condition, then-graph, else-graph, then the values.
+    If,
+    /// WHILE: inputs condition graph, body graph, then the loop values.
+    While,
+}
+
+/// The operation types the executor runs itself rather than through a kernel.
+const CONTROL_FLOW: &[(OperationType, ControlFlow)] = &[
+    (OperationType::If, ControlFlow::If),
+    (OperationType::While, ControlFlow::While),
+];
+
+impl ControlFlow {
+    /// The control flow `op_type` is; `None` for an operation a kernel runs.
+    pub(crate) fn of(op_type: OperationType) -> Option<ControlFlow> {
+        CONTROL_FLOW
+            .iter()
+            .find(|(t, _)| *t == op_type)
+            .map(|&(_, flow)| flow)
+    }
+
+    /// The position of the first value input (after the condition and the subgraphs).
+    fn first_value(self) -> usize {
+        match self {
+            ControlFlow::If => 3,
+            ControlFlow::While => 2,
+        }
+    }
+}
+
 /// A value returned by a subgraph: its shape and bytes.
 pub(crate) type Value = (Vec<usize>, Held);
 
@@ -212,6 +245,12 @@ impl Program {
         op: &Operation,
         mut inputs: Vec<Arg<'_>>,
     ) -> Result<Vec<Value>> {
+        let Some(kind) = ControlFlow::of(op.op_type) else {
+            return Err(RuntimeError::Internal(format!(
+                "{} is not a control-flow operation",
+                op.op_type.name()
+            )));
+        };
         let operands = &self.model.main.operands;
         let opref = || self.op_ref(i);
         let located = |message: String| RuntimeError::Operation {
@@ -244,9 +283,7 @@ impl Program {
                 .map_err(|e| match e {
                     // The loop timeout names the loop it stopped (the outermost of the
                     // graph that runs it).
-                    RuntimeError::LoopTimeout { timeout, .. }
-                        if op.op_type == OperationType::While =>
-                    {
+                    RuntimeError::LoopTimeout { timeout, .. } if kind == ControlFlow::While => {
                         RuntimeError::LoopTimeout {
                             operation: opref(),
                             timeout,
@@ -272,17 +309,13 @@ impl Program {
             }
         };
         let output = |k: usize| move || format!("output {k} of {}", opref());
-        let first_value = if op.op_type == OperationType::If {
-            3
-        } else {
-            2
-        };
+        let first_value = kind.first_value();
         if inputs.len() < first_value {
             return Err(located("too few inputs".into()));
         }
         let mut values: Vec<Arg> = inputs.split_off(first_value);
-        match op.op_type {
-            OperationType::If => {
+        match kind {
+            ControlFlow::If => {
                 let (_, cond) = match inputs.first() {
                     Some(arg) => arg.view(&[])?,
                     None => return Err(located("no condition".into())),
@@ -298,7 +331,7 @@ impl Program {
                     .map(|(k, arg)| arg.into_value(&[], &flow.budget, output(k)))
                     .collect()
             }
-            OperationType::While => {
+            ControlFlow::While => {
                 let (cond_t, cond) = graph(0)?;
                 let (body_t, body) = graph(1)?;
                 let m = op.outputs.len();
@@ -366,10 +399,6 @@ impl Program {
                     .map(|(k, arg)| arg.into_value(arena, &flow.budget, output(k)))
                     .collect()
             }
-            other => Err(RuntimeError::Internal(format!(
-                "{} is not a control-flow operation",
-                other.name()
-            ))),
         }
     }
 }

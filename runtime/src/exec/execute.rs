@@ -5,7 +5,7 @@
 //!
 //! Static programs (every shape known at preparation) run in the planned arena and check
 //! the caller's output buffers before computing anything. Dynamic programs compute each
-//! operation's output shapes right before running it, with signature::infer fed the
+//! operation's output shapes right before running it, with ops::infer fed the
 //! actual shapes and values, allocate per-operand buffers (freed after their last use),
 //! and check the output buffers after computing but before writing any of them.
 
@@ -14,8 +14,8 @@ use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use nnc_formats::nn::signature::{self, InputView};
-use nnc_formats::nn::validate::dims_compatible;
+use nnc_formats::nn::model::dims_compatible;
+use nnc_formats::nn::ops::{self, InputView};
 use nnc_formats::nn::{Lifetime, Operand, OperandType, OperationType};
 use nnc_formats::tensor::{DataType, HostTensor};
 
@@ -1148,8 +1148,8 @@ impl Program {
                 .collect();
             let declared: Vec<&Operand> =
                 op.outputs.iter().map(|&o| &operands[o as usize]).collect();
-            let inferred = signature::infer(op.op_type, &views, &declared)
-                .map_err(|e| located(e.to_string()))?;
+            let inferred =
+                ops::infer(op.op_type, &views, &declared).map_err(|e| located(e.to_string()))?;
             let mut out_bufs = Vec::with_capacity(op.outputs.len());
             for (k, (&o, shape)) in op.outputs.iter().zip(&inferred).enumerate() {
                 let operand = &operands[o as usize];

@@ -2,7 +2,7 @@
 //! folding runs the same kernels as execution, so folded values are bit-identical to what
 //! a single-threaded execution computes.
 
-use nnc_formats::nn::signature::{self, InputView};
+use nnc_formats::nn::ops::{self, InputView};
 use nnc_formats::nn::{Lifetime, Operand, Operation};
 
 use crate::buffer::AlignedBuf;
@@ -11,7 +11,7 @@ use crate::kernels::{self, KernelContext, Scratch};
 use crate::tensor::{TensorMut, TensorRef, byte_size};
 
 /// Runs `op` on constant inputs and returns each output's bytes (little-endian, shapes
-/// per signature::infer). `constant` yields the bytes of constant operands by index,
+/// per ops::infer). `constant` yields the bytes of constant operands by index,
 /// inline and pooled alike.
 pub fn evaluate_operation<'c>(
     op: &Operation,
@@ -64,8 +64,7 @@ pub fn evaluate_operation<'c>(
             value: *value,
         })
         .collect();
-    let inferred =
-        signature::infer(op.op_type, &views, &declared).map_err(|e| invalid(e.to_string()))?;
+    let inferred = ops::infer(op.op_type, &views, &declared).map_err(|e| invalid(e.to_string()))?;
 
     // Weights through the kernel's own preparation, exactly as on a device.
     let weight_bytes: Vec<Option<&[u8]>> = inputs_operands

@@ -1,7 +1,7 @@
 //! [`Program`]: a model prepared for execution.
 //!
 //! Preparation validates the model, builds one kernel per operation, propagates shapes
-//! through the graph (with signature::infer, the one definition of every operation's
+//! through the graph (with ops::infer, the one definition of every operation's
 //! output shapes), plans the activation arena when every shape is known, and asks the
 //! weight provider to load each operation's weights. A program keeps the graph and its
 //! inline constants but no pool bytes: weights live with the provider.
@@ -9,9 +9,10 @@
 use std::sync::{Arc, Mutex};
 
 use nnc_formats::limits::{LimitKind, Limits, Reservation};
-use nnc_formats::nn::signature::{self, InputView};
+use nnc_formats::nn::ops::{self, InputView};
 use nnc_formats::nn::{Lifetime, Model, Operand, OperandType, OperationType, Pool};
 
+use super::control_flow::ControlFlow;
 use super::in_place::{Uses, in_place_concat, row_strides};
 use super::plan::{ArenaPlan, Interval, plan_arena};
 use super::weights::WeightProvider;
@@ -742,10 +743,10 @@ fn known_peak(program: &Program, graphs: &[Program], memo: &mut [Peak], placing:
                 None => 0,
             }
         };
-        let inner = match op.op_type {
-            OperationType::If => sub(1, memo, false).min(sub(2, memo, false)),
-            OperationType::While => sub(0, memo, false).max(sub(1, memo, true)),
-            _ => 0,
+        let inner = match ControlFlow::of(op.op_type) {
+            Some(ControlFlow::If) => sub(1, memo, false).min(sub(2, memo, false)),
+            Some(ControlFlow::While) => sub(0, memo, false).max(sub(1, memo, true)),
+            None => 0,
         };
         peak = peak.max(alive + i128::from(inner));
     }
@@ -800,12 +801,11 @@ fn propagate_shapes(model: &Model) -> Result<Vec<Vec<u32>>> {
             })
             .collect();
         let declared: Vec<&Operand> = op.outputs.iter().map(|&k| &operands[k as usize]).collect();
-        let inferred = signature::infer(op.op_type, &views, &declared).map_err(|e| {
-            RuntimeError::Operation {
+        let inferred =
+            ops::infer(op.op_type, &views, &declared).map_err(|e| RuntimeError::Operation {
                 operation: OpRef::new(Some(i), op),
                 message: e.to_string(),
-            }
-        })?;
+            })?;
         for (&k, shape) in op.outputs.iter().zip(&inferred) {
             let merged = merge_dims(&operands[k as usize].dimensions, &shape.dimensions);
             dims[k as usize] = merged;

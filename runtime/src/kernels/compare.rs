@@ -2,14 +2,16 @@
 //! TENSOR_BOOL8 bytes 0/1, LOGICAL_AND / LOGICAL_OR, and SELECT; all with NumPy
 //! broadcasting. Bool8 inputs compare as false < true (any non-zero byte is true).
 
-use nnc_formats::nn::{OperandType, OperationType};
+use nnc_formats::nn::OperandType;
 
 use super::elementwise::{broadcast_map, broadcast_map3};
 use super::{Kernel, KernelContext, OpInfo};
 use crate::error::{Result, RuntimeError};
 
+/// The comparison or logical connective an operation computes, chosen where the
+/// operation is routed here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum CompareOp {
+pub(crate) enum CompareOp {
     Eq,
     Ne,
     Lt,
@@ -29,28 +31,20 @@ struct Select {
     operand_type: OperandType,
 }
 
-pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
-    use OperationType as O;
-    if info.op_type() == O::Select {
-        let t = info.input_type(1)?;
-        if !matches!(
-            t,
-            OperandType::TensorFloat32 | OperandType::TensorInt32 | OperandType::TensorBool8
-        ) {
-            return Err(info.unsupported(format!("operand type {t}")));
-        }
-        return Ok(Box::new(Select { operand_type: t }));
+/// SELECT.
+pub(crate) fn build_select(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    let t = info.input_type(1)?;
+    if !matches!(
+        t,
+        OperandType::TensorFloat32 | OperandType::TensorInt32 | OperandType::TensorBool8
+    ) {
+        return Err(info.unsupported(format!("operand type {t}")));
     }
-    let op = match info.op_type() {
-        O::Equal => CompareOp::Eq,
-        O::NotEqual => CompareOp::Ne,
-        O::Less => CompareOp::Lt,
-        O::LessEqual => CompareOp::Le,
-        O::Greater => CompareOp::Gt,
-        O::GreaterEqual => CompareOp::Ge,
-        O::LogicalAnd => CompareOp::And,
-        _ => CompareOp::Or,
-    };
+    Ok(Box::new(Select { operand_type: t }))
+}
+
+/// The comparisons, LOGICAL_AND and LOGICAL_OR.
+pub(crate) fn build(info: &OpInfo, op: CompareOp) -> Result<Box<dyn Kernel>> {
     let t = info.input_type(0)?;
     let logical = matches!(op, CompareOp::And | CompareOp::Or);
     let supported = match t {

@@ -13,12 +13,14 @@
 
 use std::borrow::Cow;
 
-use nnc_formats::nn::{OperandType, OperationType};
+use nnc_formats::nn::OperandType;
 
 use super::conv_indirect::INDIRECT_MIN_CHANNELS;
 use super::linalg::{Layout, matmul};
 use super::util::{for_each_chunk, rank4, with_nhwc};
-use super::window::{ConvParams, Geometry, TransposeParams, decode_conv, decode_transpose};
+use super::window::{
+    ConvParams, Geometry, TransposeParams, col2im, decode_conv, decode_transpose, im2col,
+};
 use super::{Clamp, Kernel, KernelContext, OpInfo, PreparedWeights};
 use crate::buffer::AlignedBuf;
 use crate::error::{Result, RuntimeError};
@@ -29,7 +31,19 @@ const IM2COL_BUDGET: usize = 1 << 18;
 /// Floats of output per pointwise-convolution tile (256 KiB).
 const POINTWISE_TILE: usize = 1 << 16;
 
-pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+/// Which convolution an operation is, chosen where it is routed here (shared with the
+/// quantized convolutions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ConvKind {
+    /// CONV_2D and GROUPED_CONV_2D (a plain convolution is one group).
+    Grouped,
+    /// DEPTHWISE_CONV_2D.
+    Depthwise,
+    /// TRANSPOSE_CONV_2D.
+    Transpose,
+}
+
+pub(crate) fn build(info: &OpInfo, kind: ConvKind) -> Result<Box<dyn Kernel>> {
     let t = info.input_type(0)?;
     if t != OperandType::TensorFloat32 {
         return Err(info.unsupported(format!(
@@ -45,8 +59,8 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
         None
     };
     let filter_is_weight = filter_dims.is_some();
-    match info.op_type() {
-        OperationType::TransposeConv2d => {
+    match kind {
+        ConvKind::Transpose => {
             let params = decode_transpose(info)?;
             Ok(Box::new(TransposeConv {
                 params,
@@ -54,11 +68,11 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
                 filter_is_weight,
             }))
         }
-        OperationType::DepthwiseConv2d => {
+        ConvKind::Depthwise => {
             let params = decode_conv(info)?;
             Ok(Box::new(DepthwiseConv { params }))
         }
-        _ => {
+        ConvKind::Grouped => {
             let params = decode_conv(info)?;
             let winograd = filter_dims.and_then(|[o, kh, kw, cg]| {
                 let out = info
@@ -490,7 +504,7 @@ fn conv_nhwc_panels(
         let t = super::util::rows_in(out_rows.len(), g.oc, ldo);
         let col = &mut col[..t * k];
         for grp in 0..groups {
-            im2col(g, x, grp * cg, cg, r0, r0 + t, col);
+            im2col_f32(g, x, grp * cg, cg, r0, col)?;
             gemm(
                 col,
                 k,
@@ -562,7 +576,7 @@ fn conv_nhwc(
         let r1 = (r0 + tile).min(rows);
         let t = r1 - r0;
         for grp in 0..groups {
-            im2col(g, x, grp * cg, cg, r0, r1, &mut col[..t * k]);
+            im2col_f32(g, x, grp * cg, cg, r0, &mut col[..t * k])?;
             matmul(
                 t,
                 og,
@@ -583,57 +597,18 @@ fn conv_nhwc(
     Ok(())
 }
 
-/// Fills `col` (rows r0..r1 of the im2col matrix, each `[KH, KW, cg]`) for the channel
-/// range `c0..c0 + cg`.
-pub(super) fn im2col(
+/// Fills `col` with rows `r0..` of the im2col matrix (each `[KH, KW, cg]`, as many as
+/// `col` holds) for the channel range `c0..c0 + cg`, padding with zeros.
+pub(super) fn im2col_f32(
     g: &Geometry,
     x: &[f32],
     c0: usize,
     cg: usize,
     r0: usize,
-    r1: usize,
     col: &mut [f32],
-) {
+) -> Result<()> {
     let k = g.kh * g.kw * cg;
-    // With unit dilation and all channels, a kernel row is one contiguous input span.
-    let contiguous = g.dw == 1 && cg == g.ic;
-    for (r, dst) in (r0..r1).zip(col.chunks_exact_mut(k)) {
-        let ox = r % g.ow;
-        let oy = (r / g.ow) % g.oh;
-        let b = r / (g.ow * g.oh);
-        for ky in 0..g.kh {
-            let drow = &mut dst[ky * g.kw * cg..(ky + 1) * g.kw * cg];
-            let Some(iy) = g.in_y(oy, ky) else {
-                drow.fill(0.0);
-                continue;
-            };
-            let base = (b * g.ih + iy) * g.iw;
-            if contiguous {
-                // Valid kx range: 0 <= ox*sw + kx - pad_left < iw.
-                let start = ox * g.sw;
-                let kx0 = g.pad_left.saturating_sub(start).min(g.kw);
-                let kx1 = (g.iw + g.pad_left).saturating_sub(start).min(g.kw).max(kx0);
-                drow[..kx0 * cg].fill(0.0);
-                drow[kx1 * cg..].fill(0.0);
-                if kx1 > kx0 {
-                    let ix0 = start + kx0 - g.pad_left;
-                    let src = &x[(base + ix0) * g.ic..(base + ix0 + kx1 - kx0) * g.ic];
-                    drow[kx0 * cg..kx1 * cg].copy_from_slice(src);
-                }
-            } else {
-                for kx in 0..g.kw {
-                    let d = &mut drow[kx * cg..(kx + 1) * cg];
-                    match g.in_x(ox, kx) {
-                        Some(ix) => {
-                            let s = (base + ix) * g.ic + c0;
-                            d.copy_from_slice(&x[s..s + cg]);
-                        }
-                        None => d.fill(0.0),
-                    }
-                }
-            }
-        }
-    }
+    im2col(g, x, c0..c0 + cg, r0, k, 0.0, col, <[f32]>::copy_from_slice)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1066,8 +1041,7 @@ impl Kernel for TransposeConv {
                         [on, oh, ow, oc]
                     )));
                 }
-                let (sh, sw) = p.stride;
-                let (pad_top, pad_left) = p.pads((ih, iw), (kh, kw), (oh, ow))?;
+                let g = p.geometry([n, ih, iw, ic], (kh, kw), [on, oh, ow, oc])?;
                 // out = bias, then scatter-add the per-pixel columns.
                 for row in out.chunks_exact_mut(oc) {
                     row.copy_from_slice(bias);
@@ -1080,11 +1054,12 @@ impl Kernel for TransposeConv {
                 while p0 < pixels {
                     let p1 = (p0 + tile).min(pixels);
                     let t = p1 - p0;
+                    let col = &mut col[..t * cols];
                     matmul(
                         t,
                         cols,
                         ic,
-                        &mut col[..t * cols],
+                        col,
                         Layout::row_major(cols),
                         &x[p0 * ic..p1 * ic],
                         Layout::row_major(ic),
@@ -1093,29 +1068,11 @@ impl Kernel for TransposeConv {
                         false,
                         parallelism,
                     )?;
-                    for (pix, c) in (p0..p1).zip(col.chunks_exact(cols)) {
-                        let ix = pix % iw;
-                        let iy = (pix / iw) % ih;
-                        let b = pix / (iw * ih);
-                        for ky in 0..kh {
-                            let Some(oy) = (iy * sh + ky).checked_sub(pad_top).filter(|&v| v < oh)
-                            else {
-                                continue;
-                            };
-                            for kx in 0..kw {
-                                let Some(ox) =
-                                    (ix * sw + kx).checked_sub(pad_left).filter(|&v| v < ow)
-                                else {
-                                    continue;
-                                };
-                                let dst = &mut out[((b * oh + oy) * ow + ox) * oc..][..oc];
-                                let src = &c[(ky * kw + kx) * oc..][..oc];
-                                for (d, s) in dst.iter_mut().zip(src) {
-                                    *d += *s;
-                                }
-                            }
+                    col2im(&g, col, p0, cols, out, |dst, src| {
+                        for (d, s) in dst.iter_mut().zip(src) {
+                            *d += *s;
                         }
-                    }
+                    })?;
                     p0 = p1;
                 }
                 p.clamp().apply_slice(out);

@@ -303,7 +303,7 @@ fn tap_offsets(g: &Geometry) -> Vec<usize> {
 mod tests {
     use super::*;
     use crate::kernels::Clamp;
-    use crate::kernels::conv::{im2col, pack_conv_filter_panels};
+    use crate::kernels::conv::{im2col_f32, pack_conv_filter_panels};
     use crate::kernels::gemm_f32::{self, Epilogue};
 
     /// The indirect GEMM reads the same windows im2col gathers, in the same order: the
@@ -369,7 +369,7 @@ mod tests {
             let mut expected = vec![0.0f32; rows * oc];
             let mut col = vec![0.0f32; rows * k];
             for grp in 0..groups {
-                im2col(&g, &x, grp * cg, cg, 0, rows, &mut col);
+                im2col_f32(&g, &x, grp * cg, cg, 0, &mut col).unwrap();
                 gemm_f32::gemm(
                     &col,
                     k,

@@ -11,7 +11,7 @@
 //! negative infinity (floor division, as AOSP's reference implementation does); division
 //! by zero yields 0 by definition here.
 
-use nnc_formats::nn::{OperandType, OperationType};
+use nnc_formats::nn::OperandType;
 
 use super::{Clamp, Kernel, KernelContext, OpInfo};
 use crate::error::{Result, RuntimeError};
@@ -230,8 +230,9 @@ pub(crate) fn broadcast_map3<C: Copy, A: Copy, O: Copy>(
 // ---------------------------------------------------------------------------------------
 // Binary arithmetic
 
+/// The binary function an operation computes, chosen where the operation is routed here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum BinaryOp {
+pub(crate) enum BinaryOp {
     Add,
     Sub,
     Mul,
@@ -282,28 +283,21 @@ struct Binary {
     operand_type: OperandType,
 }
 
-pub(crate) fn build_binary(info: &OpInfo) -> Result<Box<dyn Kernel>> {
-    use OperationType as O;
-    let op = match info.op_type() {
-        O::Add => BinaryOp::Add,
-        O::Sub => BinaryOp::Sub,
-        O::Mul => BinaryOp::Mul,
-        O::Div => BinaryOp::Div,
-        O::Maximum => BinaryOp::Max,
-        O::Minimum => BinaryOp::Min,
-        O::Pow => BinaryOp::Pow,
-        O::Mod => BinaryOp::Mod {
-            fmod: info.bool(2, "fmod")?,
-        },
-        O::Bitwise => {
-            let code = info.i32(2, "function")?;
-            BinaryOp::Bitwise(
-                nnc_formats::nn::BitwiseFunction::from_code(code)
-                    .ok_or_else(|| info.invalid(format!("unknown BITWISE function {code}")))?,
-            )
-        }
-        _ => BinaryOp::Prelu,
-    };
+/// MOD, its `fmod` flag decoded.
+pub(crate) fn build_mod(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    let fmod = info.bool(2, "fmod")?;
+    build_binary(info, BinaryOp::Mod { fmod })
+}
+
+/// BITWISE, its function decoded.
+pub(crate) fn build_bitwise(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    let code = info.i32(2, "function")?;
+    let function = nnc_formats::nn::BitwiseFunction::from_code(code)
+        .ok_or_else(|| info.invalid(format!("unknown BITWISE function {code}")))?;
+    build_binary(info, BinaryOp::Bitwise(function))
+}
+
+pub(crate) fn build_binary(info: &OpInfo, op: BinaryOp) -> Result<Box<dyn Kernel>> {
     let clamp = if matches!(
         op,
         BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Div
@@ -439,8 +433,9 @@ impl Kernel for Binary {
 // ---------------------------------------------------------------------------------------
 // Unary functions
 
+/// The unary function an operation computes, chosen where the operation is routed here.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum UnaryOp {
+pub(crate) enum UnaryOp {
     Abs,
     Exp,
     Log,
@@ -462,27 +457,13 @@ struct Unary {
     operand_type: OperandType,
 }
 
-pub(crate) fn build_unary(info: &OpInfo) -> Result<Box<dyn Kernel>> {
-    use OperationType as O;
-    use nnc_formats::nn::FusedActivation as A;
-    let op = match info.op_type() {
-        O::Abs => UnaryOp::Abs,
-        O::Exp => UnaryOp::Exp,
-        O::Log => UnaryOp::Log,
-        O::Sqrt => UnaryOp::Sqrt,
-        O::Rsqrt => UnaryOp::Rsqrt,
-        O::Neg => UnaryOp::Neg,
-        O::Floor => UnaryOp::Floor,
-        O::Sin => UnaryOp::Sin,
-        O::Logistic => UnaryOp::Logistic,
-        O::Tanh => UnaryOp::Tanh,
-        O::Relu => UnaryOp::Clamp(Clamp::new(A::Relu)),
-        O::Relu1 => UnaryOp::Clamp(Clamp::new(A::Relu1)),
-        O::Relu6 => UnaryOp::Clamp(Clamp::new(A::Relu6)),
-        O::HardSwish => UnaryOp::HardSwish,
-        O::Elu => UnaryOp::Elu(info.f32(1, "alpha")?),
-        _ => UnaryOp::Not,
-    };
+/// ELU, its `alpha` decoded.
+pub(crate) fn build_elu(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    let alpha = info.f32(1, "alpha")?;
+    build_unary(info, UnaryOp::Elu(alpha))
+}
+
+pub(crate) fn build_unary(info: &OpInfo, op: UnaryOp) -> Result<Box<dyn Kernel>> {
     let t = info.input_type(0)?;
     let supported = match t {
         OperandType::TensorFloat32 => op != UnaryOp::Not,

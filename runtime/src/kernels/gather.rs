@@ -10,27 +10,31 @@
 //! Negative indices count from the end of their axis (ONNX); an index outside its axis
 //! is an execution error naming it, never a read outside the input.
 
-use nnc_formats::nn::OperationType;
-
 use super::util::{resolve_index, strides_of};
 use super::{Kernel, KernelContext, OpInfo};
 use crate::error::{Result, RuntimeError};
 
-pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+/// Which gather an operation is, chosen where it is routed here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GatherKind {
+    Elements,
+    Nd,
+}
+
+pub(crate) fn build(info: &OpInfo, kind: GatherKind) -> Result<Box<dyn Kernel>> {
     let element_size = info
         .input_type(0)?
         .element_size()
         .ok_or_else(|| info.unsupported("an input without a fixed element size"))?;
-    match info.op_type() {
-        OperationType::GatherElements => Ok(Box::new(GatherElements {
+    match kind {
+        GatherKind::Elements => Ok(Box::new(GatherElements {
             axis: info.i32(1, "axis")?,
             element_size,
         })),
-        OperationType::GatherNd => Ok(Box::new(GatherNd {
+        GatherKind::Nd => Ok(Box::new(GatherNd {
             batch_dims: info.usize(2, "batch_dims")?,
             element_size,
         })),
-        other => Err(info.unsupported(format!("{other} is not a gather kernel"))),
     }
 }
 

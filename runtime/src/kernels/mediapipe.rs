@@ -7,41 +7,52 @@
 //! or two; the geometry is re-derived from the run-time shapes and checked, and every
 //! index read from a tensor is bounds-checked.
 
-use nnc_formats::nn::OperationType;
-
 use super::{Clamp, Kernel, KernelContext, OpInfo};
 use crate::error::{Result, RuntimeError};
 
-pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
-    use OperationType as O;
-    Ok(match info.op_type() {
-        O::MaxPoolWithArgmax => Box::new(MaxPoolArgmax {
-            pad_left: info.usize(1, "pad_left")?,
-            pad_top: info.usize(3, "pad_top")?,
-            stride: (info.usize(5, "stride_w")?, info.usize(6, "stride_h")?),
-            filter: (info.usize(7, "filter_w")?, info.usize(8, "filter_h")?),
-            clamp: Clamp::new(info.activation(9)?),
-        }),
-        O::MaxUnpooling => Box::new(MaxUnpool {
-            pad_left: info.usize(2, "pad_left")?,
-            pad_top: info.usize(3, "pad_top")?,
-            stride: (info.usize(4, "stride_w")?, info.usize(5, "stride_h")?),
-            filter: (info.usize(6, "filter_w")?, info.usize(7, "filter_h")?),
-        }),
-        O::LandmarksToTransformMatrix => Box::new(LandmarksToMatrix {
-            left: info.usize(2, "left_index")?,
-            right: info.usize(3, "right_index")?,
-            target_rotation: info.f32(4, "target_rotation")?,
-            output_size: (
-                info.usize(5, "output_width")?,
-                info.usize(6, "output_height")?,
-            ),
-            scale: (info.f32(7, "scale_x")?, info.f32(8, "scale_y")?),
-        }),
-        O::TransformLandmarks => Box::new(TransformLandmarks),
-        O::TransformTensorBilinear => Box::new(TransformBilinear),
-        _ => return Err(info.unsupported("not a MediaPipe extension operation")),
-    })
+/// MAX_POOL_WITH_ARGMAX.
+pub(crate) fn build_max_pool_with_argmax(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    Ok(Box::new(MaxPoolArgmax {
+        pad_left: info.usize(1, "pad_left")?,
+        pad_top: info.usize(3, "pad_top")?,
+        stride: (info.usize(5, "stride_w")?, info.usize(6, "stride_h")?),
+        filter: (info.usize(7, "filter_w")?, info.usize(8, "filter_h")?),
+        clamp: Clamp::new(info.activation(9)?),
+    }))
+}
+
+/// MAX_UNPOOLING.
+pub(crate) fn build_max_unpooling(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    Ok(Box::new(MaxUnpool {
+        pad_left: info.usize(2, "pad_left")?,
+        pad_top: info.usize(3, "pad_top")?,
+        stride: (info.usize(4, "stride_w")?, info.usize(5, "stride_h")?),
+        filter: (info.usize(6, "filter_w")?, info.usize(7, "filter_h")?),
+    }))
+}
+
+/// LANDMARKS_TO_TRANSFORM_MATRIX.
+pub(crate) fn build_landmarks_to_transform_matrix(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    Ok(Box::new(LandmarksToMatrix {
+        left: info.usize(2, "left_index")?,
+        right: info.usize(3, "right_index")?,
+        target_rotation: info.f32(4, "target_rotation")?,
+        output_size: (
+            info.usize(5, "output_width")?,
+            info.usize(6, "output_height")?,
+        ),
+        scale: (info.f32(7, "scale_x")?, info.f32(8, "scale_y")?),
+    }))
+}
+
+/// TRANSFORM_LANDMARKS (no static parameters).
+pub(crate) fn build_transform_landmarks() -> Result<Box<dyn Kernel>> {
+    Ok(Box::new(TransformLandmarks))
+}
+
+/// TRANSFORM_TENSOR_BILINEAR (no static parameters).
+pub(crate) fn build_transform_tensor_bilinear() -> Result<Box<dyn Kernel>> {
+    Ok(Box::new(TransformBilinear))
 }
 
 fn err<T>(message: impl Into<String>) -> Result<T> {

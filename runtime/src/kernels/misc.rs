@@ -13,70 +13,83 @@
 
 use std::cmp::Ordering;
 
-use nnc_formats::nn::{OperandType, OperationType};
+use nnc_formats::nn::OperandType;
 
 use super::util::{axis, split_at_axis};
 use super::{Kernel, KernelContext, OpInfo};
 use crate::error::{Result, RuntimeError};
 
-pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
-    use OperationType as O;
-    let numeric =
-        |t: OperandType| matches!(t, OperandType::TensorFloat32 | OperandType::TensorInt32);
-    match info.op_type() {
-        O::Argmax | O::Argmin => {
-            let t = info.input_type(0)?;
-            if !numeric(t) {
-                return Err(info.unsupported(format!("operand type {t}")));
-            }
-            Ok(Box::new(ArgMinMax {
-                max: info.op_type() == O::Argmax,
-                axis: info.i32(1, "axis")?,
-            }))
-        }
-        O::TopkV2 => {
-            let t = info.input_type(0)?;
-            if !numeric(t) {
-                return Err(info.unsupported(format!("operand type {t}")));
-            }
-            Ok(Box::new(TopK {
-                k: info.usize(1, "k")?,
-            }))
-        }
-        O::Cast => {
-            let from = info.input_type(0)?;
-            let to = info.output_operand(0)?.operand_type;
-            let ok = |t: OperandType| {
-                matches!(
-                    t,
-                    OperandType::TensorFloat32
-                        | OperandType::TensorInt32
-                        | OperandType::TensorBool8
-                        | OperandType::TensorQuant8Asymm
-                        | OperandType::TensorQuant8AsymmSigned
-                )
-            };
-            // Float16 converts to and from float32 only (nnc computes float16 as float32).
-            let half = |a: OperandType, b: OperandType| {
-                a == OperandType::TensorFloat16
-                    && matches!(b, OperandType::TensorFloat32 | OperandType::TensorFloat16)
-            };
-            if !(ok(from) && ok(to) || half(from, to) || half(to, from)) {
-                return Err(info.unsupported(format!("cast from {from} to {to}")));
-            }
-            Ok(Box::new(Cast))
-        }
-        O::Fill => {
-            let t = info.input_type(1)?;
-            let value = match t {
-                OperandType::Float32 => FillValue::F32(info.f32(1, "value")?),
-                OperandType::Int32 => FillValue::I32(info.i32(1, "value")?),
-                other => return Err(info.unsupported(format!("fill value of type {other}"))),
-            };
-            Ok(Box::new(Fill { value }))
-        }
-        _ => Ok(Box::new(Rank)),
+fn require_numeric(info: &OpInfo) -> Result<()> {
+    let t = info.input_type(0)?;
+    if !matches!(t, OperandType::TensorFloat32 | OperandType::TensorInt32) {
+        return Err(info.unsupported(format!("operand type {t}")));
     }
+    Ok(())
+}
+
+/// ARGMAX or ARGMIN, chosen where the operation is routed here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Arg {
+    Max,
+    Min,
+}
+
+/// ARGMAX and ARGMIN.
+pub(crate) fn build_arg(info: &OpInfo, arg: Arg) -> Result<Box<dyn Kernel>> {
+    require_numeric(info)?;
+    Ok(Box::new(ArgMinMax {
+        max: arg == Arg::Max,
+        axis: info.i32(1, "axis")?,
+    }))
+}
+
+/// TOPK_V2.
+pub(crate) fn build_topk(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    require_numeric(info)?;
+    Ok(Box::new(TopK {
+        k: info.usize(1, "k")?,
+    }))
+}
+
+/// CAST.
+pub(crate) fn build_cast(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    let from = info.input_type(0)?;
+    let to = info.output_operand(0)?.operand_type;
+    let ok = |t: OperandType| {
+        matches!(
+            t,
+            OperandType::TensorFloat32
+                | OperandType::TensorInt32
+                | OperandType::TensorBool8
+                | OperandType::TensorQuant8Asymm
+                | OperandType::TensorQuant8AsymmSigned
+        )
+    };
+    // Float16 converts to and from float32 only (nnc computes float16 as float32).
+    let half = |a: OperandType, b: OperandType| {
+        a == OperandType::TensorFloat16
+            && matches!(b, OperandType::TensorFloat32 | OperandType::TensorFloat16)
+    };
+    if !(ok(from) && ok(to) || half(from, to) || half(to, from)) {
+        return Err(info.unsupported(format!("cast from {from} to {to}")));
+    }
+    Ok(Box::new(Cast))
+}
+
+/// FILL.
+pub(crate) fn build_fill(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    let t = info.input_type(1)?;
+    let value = match t {
+        OperandType::Float32 => FillValue::F32(info.f32(1, "value")?),
+        OperandType::Int32 => FillValue::I32(info.i32(1, "value")?),
+        other => return Err(info.unsupported(format!("fill value of type {other}"))),
+    };
+    Ok(Box::new(Fill { value }))
+}
+
+/// RANK (no static parameters).
+pub(crate) fn build_rank() -> Result<Box<dyn Kernel>> {
+    Ok(Box::new(Rank))
 }
 
 // ---------------------------------------------------------------------------------------

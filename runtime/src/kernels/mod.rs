@@ -16,7 +16,7 @@
 //! Type dispatch happens per family in its `build_*` function with a `match` on the
 //! operand type: quantized kernels will be further arms there.
 
-use nnc_formats::nn::signature::{self, InputView};
+use nnc_formats::nn::ops::{self, InputView, Operands, SignatureError};
 use nnc_formats::nn::{FusedActivation, Lifetime, Operand, OperandType, Operation, OperationType};
 
 use crate::buffer::{AlignedBuf, WeightBuf};
@@ -395,92 +395,141 @@ pub fn build_with<'c>(
         return kernel;
     }
     use OperationType as O;
+    use compare::CompareOp as Cmp;
+    use conv::ConvKind;
+    use elementwise::{BinaryOp as Bin, UnaryOp as Un};
+    use reduce::ReduceOp as Red;
+    use shape::Movement as Mv;
+    use softmax::Normalization as Norm;
+    // One arm per operation type, each handing its family a typed selector: a family
+    // never re-dispatches on the operation type, so a new type fails to compile here
+    // until its kernel is decided.
     match op.op_type {
-        O::Conv2d | O::DepthwiseConv2d | O::GroupedConv2d | O::TransposeConv2d => {
-            conv::build(&info)
-        }
-        O::AveragePool2d | O::MaxPool2d | O::L2Pool2d => pool::build(&info),
+        O::Conv2d | O::GroupedConv2d => conv::build(&info, ConvKind::Grouped),
+        O::DepthwiseConv2d => conv::build(&info, ConvKind::Depthwise),
+        O::TransposeConv2d => conv::build(&info, ConvKind::Transpose),
+        O::AveragePool2d => pool::build(&info, pool::PoolKind::Average),
+        O::MaxPool2d => pool::build(&info, pool::PoolKind::Max),
+        O::L2Pool2d => pool::build(&info, pool::PoolKind::L2),
         O::FullyConnected => fully_connected::build(&info),
         O::BatchMatmul => matmul::build(&info),
-        O::Add
-        | O::Sub
-        | O::Mul
-        | O::Div
-        | O::Maximum
-        | O::Minimum
-        | O::Pow
-        | O::Prelu
-        | O::Mod
-        | O::Bitwise => elementwise::build_binary(&info),
-        O::Abs
-        | O::Exp
-        | O::Log
-        | O::Sqrt
-        | O::Rsqrt
-        | O::Neg
-        | O::Floor
-        | O::Sin
-        | O::Logistic
-        | O::Tanh
-        | O::Relu
-        | O::Relu1
-        | O::Relu6
-        | O::HardSwish
-        | O::Elu
-        | O::LogicalNot => elementwise::build_unary(&info),
-        O::Equal
-        | O::NotEqual
-        | O::Less
-        | O::LessEqual
-        | O::Greater
-        | O::GreaterEqual
-        | O::LogicalAnd
-        | O::LogicalOr
-        | O::Select => compare::build(&info),
-        O::Mean
-        | O::ReduceSum
-        | O::ReduceMax
-        | O::ReduceMin
-        | O::ReduceProd
-        | O::ReduceAny
-        | O::ReduceAll => reduce::build(&info),
-        O::Softmax
-        | O::LogSoftmax
-        | O::L2Normalization
-        | O::LocalResponseNormalization
-        | O::InstanceNormalization => softmax::build(&info),
-        O::Reshape
-        | O::Squeeze
-        | O::ExpandDims
-        | O::Transpose
-        | O::Concatenation
-        | O::Split
-        | O::Slice
-        | O::StridedSlice
-        | O::Pad
-        | O::PadV2
-        | O::MirrorPad
-        | O::Gather
-        | O::Tile
-        | O::Pack
-        | O::Reverse
-        | O::DepthToSpace
-        | O::SpaceToDepth
-        | O::ChannelShuffle => shape::build(&info),
+        O::Add => elementwise::build_binary(&info, Bin::Add),
+        O::Sub => elementwise::build_binary(&info, Bin::Sub),
+        O::Mul => elementwise::build_binary(&info, Bin::Mul),
+        O::Div => elementwise::build_binary(&info, Bin::Div),
+        O::Maximum => elementwise::build_binary(&info, Bin::Max),
+        O::Minimum => elementwise::build_binary(&info, Bin::Min),
+        O::Pow => elementwise::build_binary(&info, Bin::Pow),
+        O::Prelu => elementwise::build_binary(&info, Bin::Prelu),
+        O::Mod => elementwise::build_mod(&info),
+        O::Bitwise => elementwise::build_bitwise(&info),
+        O::Abs => elementwise::build_unary(&info, Un::Abs),
+        O::Exp => elementwise::build_unary(&info, Un::Exp),
+        O::Log => elementwise::build_unary(&info, Un::Log),
+        O::Sqrt => elementwise::build_unary(&info, Un::Sqrt),
+        O::Rsqrt => elementwise::build_unary(&info, Un::Rsqrt),
+        O::Neg => elementwise::build_unary(&info, Un::Neg),
+        O::Floor => elementwise::build_unary(&info, Un::Floor),
+        O::Sin => elementwise::build_unary(&info, Un::Sin),
+        O::Logistic => elementwise::build_unary(&info, Un::Logistic),
+        O::Tanh => elementwise::build_unary(&info, Un::Tanh),
+        O::Relu => elementwise::build_unary(&info, Un::Clamp(Clamp::new(FusedActivation::Relu))),
+        O::Relu1 => elementwise::build_unary(&info, Un::Clamp(Clamp::new(FusedActivation::Relu1))),
+        O::Relu6 => elementwise::build_unary(&info, Un::Clamp(Clamp::new(FusedActivation::Relu6))),
+        O::HardSwish => elementwise::build_unary(&info, Un::HardSwish),
+        O::Elu => elementwise::build_elu(&info),
+        O::LogicalNot => elementwise::build_unary(&info, Un::Not),
+        O::Equal => compare::build(&info, Cmp::Eq),
+        O::NotEqual => compare::build(&info, Cmp::Ne),
+        O::Less => compare::build(&info, Cmp::Lt),
+        O::LessEqual => compare::build(&info, Cmp::Le),
+        O::Greater => compare::build(&info, Cmp::Gt),
+        O::GreaterEqual => compare::build(&info, Cmp::Ge),
+        O::LogicalAnd => compare::build(&info, Cmp::And),
+        O::LogicalOr => compare::build(&info, Cmp::Or),
+        O::Select => compare::build_select(&info),
+        O::Mean => reduce::build(&info, Red::Mean),
+        O::ReduceSum => reduce::build(&info, Red::Sum),
+        O::ReduceMax => reduce::build(&info, Red::Max),
+        O::ReduceMin => reduce::build(&info, Red::Min),
+        O::ReduceProd => reduce::build(&info, Red::Prod),
+        O::ReduceAny => reduce::build(&info, Red::Any),
+        O::ReduceAll => reduce::build(&info, Red::All),
+        O::Softmax => softmax::build(&info, Norm::Softmax),
+        O::LogSoftmax => softmax::build(&info, Norm::LogSoftmax),
+        O::L2Normalization => softmax::build(&info, Norm::L2),
+        O::LocalResponseNormalization => softmax::build(&info, Norm::LocalResponse),
+        O::InstanceNormalization => softmax::build(&info, Norm::Instance),
+        O::Reshape | O::Squeeze | O::ExpandDims => shape::build(&info, Mv::Copy),
+        O::Transpose => shape::build(&info, Mv::Transpose),
+        O::Concatenation => shape::build(&info, Mv::Concatenation),
+        O::Split => shape::build(&info, Mv::Split),
+        O::Slice => shape::build(&info, Mv::Slice),
+        O::StridedSlice => shape::build(&info, Mv::StridedSlice),
+        O::Pad => shape::build(&info, Mv::Pad),
+        O::PadV2 => shape::build(&info, Mv::PadV2),
+        O::MirrorPad => shape::build(&info, Mv::MirrorPad),
+        O::Gather => shape::build(&info, Mv::Gather),
+        O::Tile => shape::build(&info, Mv::Tile),
+        O::Pack => shape::build(&info, Mv::Pack),
+        O::Reverse => shape::build(&info, Mv::Reverse),
+        O::DepthToSpace => shape::build(&info, Mv::DepthToSpace),
+        O::SpaceToDepth => shape::build(&info, Mv::SpaceToDepth),
+        O::ChannelShuffle => shape::build(&info, Mv::ChannelShuffle),
         O::ResizeBilinear | O::ResizeNearestNeighbor => resize::build(&info),
-        O::Argmax | O::Argmin | O::TopkV2 | O::Cast | O::Fill | O::Rank => misc::build(&info),
-        O::LayerNormalization | O::Gelu | O::Erf | O::MathUnary => transformer::build(&info),
-        O::GatherElements | O::GatherNd => gather::build(&info),
+        O::Argmax => misc::build_arg(&info, misc::Arg::Max),
+        O::Argmin => misc::build_arg(&info, misc::Arg::Min),
+        O::TopkV2 => misc::build_topk(&info),
+        O::Cast => misc::build_cast(&info),
+        O::Fill => misc::build_fill(&info),
+        O::Rank => misc::build_rank(),
+        O::LayerNormalization => transformer::build_layer_normalization(&info),
+        O::Gelu => transformer::build_gelu(&info),
+        O::Erf => transformer::build_erf(),
+        O::MathUnary => transformer::build_math_unary(&info),
+        O::GatherElements => gather::build(&info, gather::GatherKind::Elements),
+        O::GatherNd => gather::build(&info, gather::GatherKind::Nd),
         O::CumSum => scan::build(&info),
         O::Resample => resample::build(&info),
-        O::MaxPoolWithArgmax
-        | O::MaxUnpooling
-        | O::LandmarksToTransformMatrix
-        | O::TransformLandmarks
-        | O::TransformTensorBilinear => mediapipe::build(&info),
-        O::ScatterElements | O::ScatterNd => scatter::build(&info),
-        O::UnidirectionalSequenceLstm | O::UnidirectionalSequenceRnn => sequence::build(&info),
-        _ => Err(info.unsupported("the CPU runtime has no kernel for this operation")),
+        O::MaxPoolWithArgmax => mediapipe::build_max_pool_with_argmax(&info),
+        O::MaxUnpooling => mediapipe::build_max_unpooling(&info),
+        O::LandmarksToTransformMatrix => mediapipe::build_landmarks_to_transform_matrix(&info),
+        O::TransformLandmarks => mediapipe::build_transform_landmarks(),
+        O::TransformTensorBilinear => mediapipe::build_transform_tensor_bilinear(),
+        O::ScatterElements => scatter::build(&info, scatter::ScatterKind::Elements),
+        O::ScatterNd => scatter::build(&info, scatter::ScatterKind::Nd),
+        O::UnidirectionalSequenceLstm => sequence::build_lstm(&info),
+        O::UnidirectionalSequenceRnn => sequence::build_rnn(&info),
+        // No CPU kernel: listed rather than matched by a wildcard, so that a new operation
+        // type does not compile until its kernel is decided. (QUANTIZE and DEQUANTIZE have
+        // kernels in `quant::build` only; IF and WHILE are run by the executor.)
+        O::Dequantize
+        | O::Quantize
+        | O::EmbeddingLookup
+        | O::HashtableLookup
+        | O::LshProjection
+        | O::Lstm
+        | O::Rnn
+        | O::Svdf
+        | O::BatchToSpaceNd
+        | O::SpaceToBatchNd
+        | O::AxisAlignedBboxTransform
+        | O::BidirectionalSequenceLstm
+        | O::BidirectionalSequenceRnn
+        | O::BoxWithNmsLimit
+        | O::DetectionPostprocessing
+        | O::GenerateProposals
+        | O::HeatmapMaxKeypoint
+        | O::Quantized16BitLstm
+        | O::RandomMultinomial
+        | O::RoiAlign
+        | O::RoiPooling
+        | O::QuantizedLstm
+        | O::If
+        | O::While
+        | O::OemOperation => {
+            Err(info.unsupported("the CPU runtime has no kernel for this operation"))
+        }
     }
 }
 
@@ -488,9 +537,10 @@ pub fn build_with<'c>(
 /// turn every mismatch into an error naming the operation.
 pub(crate) struct OpInfo<'a> {
     pub op: &'a Operation,
-    operands: Vec<&'a Operand>,
+    /// The inputs with their values where known, read through
+    /// [`nnc_formats::nn::ops::Operands`], the accessor the shape rules use.
+    inputs: Vec<InputView<'a>>,
     outputs: Vec<&'a Operand>,
-    values: Vec<Option<&'a [u8]>>,
     pub requantization: Requantization,
     pub float_math: FloatMath,
 }
@@ -513,15 +563,14 @@ impl<'a> OpInfo<'a> {
                 })
         };
         let mut inputs = Vec::with_capacity(op.inputs.len());
-        let mut values = Vec::with_capacity(op.inputs.len());
         for (k, &i) in op.inputs.iter().enumerate() {
             let operand = lookup(i, "input", k)?;
-            inputs.push(operand);
-            values.push(if operand.lifetime.is_constant() {
+            let value = if operand.lifetime.is_constant() {
                 constant(i)
             } else {
                 None
-            });
+            };
+            inputs.push(InputView { operand, value });
         }
         let mut outputs = Vec::with_capacity(op.outputs.len());
         for (k, &i) in op.outputs.iter().enumerate() {
@@ -529,9 +578,8 @@ impl<'a> OpInfo<'a> {
         }
         Ok(OpInfo {
             op,
-            operands: inputs,
+            inputs,
             outputs,
-            values,
             requantization: Requantization::default(),
             float_math: FloatMath::default(),
         })
@@ -539,18 +587,24 @@ impl<'a> OpInfo<'a> {
 
     /// Runs the operation's signature check (the one definition of what it accepts).
     fn check_signature(&self) -> Result<()> {
-        let views: Vec<InputView> = self
-            .operands
-            .iter()
-            .zip(&self.values)
-            .map(|(operand, value)| InputView {
-                operand,
-                value: *value,
-            })
-            .collect();
-        signature::infer(self.op.op_type, &views, &self.outputs)
+        ops::infer(self.op.op_type, &self.inputs, &self.outputs)
             .map(|_| ())
             .map_err(|e| self.invalid(e.to_string()))
+    }
+
+    /// The inputs as views, for the typed parameter decoders of `nnc_formats::nn::ops`.
+    pub fn views(&self) -> &[InputView<'a>] {
+        &self.inputs
+    }
+
+    /// The accessor over the inputs.
+    fn operands(&self) -> Operands<'_> {
+        Operands::new(&self.inputs)
+    }
+
+    /// A signature error of this operation as a runtime error naming it.
+    pub fn signature_error(&self, e: SignatureError) -> RuntimeError {
+        self.invalid(e.to_string())
     }
 
     pub fn op_type(&self) -> OperationType {
@@ -572,13 +626,13 @@ impl<'a> OpInfo<'a> {
     }
 
     pub fn input_count(&self) -> usize {
-        self.operands.len()
+        self.inputs.len()
     }
 
     pub fn operand(&self, i: usize) -> Result<&'a Operand> {
-        self.operands
+        self.inputs
             .get(i)
-            .copied()
+            .map(|v| v.operand)
             .ok_or_else(|| self.invalid(format!("input {i} is missing")))
     }
 
@@ -595,81 +649,59 @@ impl<'a> OpInfo<'a> {
 
     /// Whether input `i` exists and has a value (is not NO_VALUE).
     pub fn present(&self, i: usize) -> bool {
-        self.operands
-            .get(i)
-            .is_some_and(|o| o.lifetime != Lifetime::NoValue)
+        self.operands().present(i)
     }
 
     /// Whether input `i` is a CONSTANT_REFERENCE (a weight).
     pub fn is_weight(&self, i: usize) -> bool {
-        self.operands
+        self.inputs
             .get(i)
-            .is_some_and(|o| o.lifetime == Lifetime::ConstantReference)
+            .is_some_and(|v| v.operand.lifetime == Lifetime::ConstantReference)
     }
 
-    fn value(&self, i: usize, what: &str) -> Result<&'a [u8]> {
-        self.values
-            .get(i)
-            .copied()
-            .flatten()
-            .ok_or_else(|| self.invalid(format!("input {i} ({what}) must be a constant")))
-    }
-
-    pub fn i32(&self, i: usize, what: &str) -> Result<i32> {
-        match self.value(i, what)? {
-            [a, b, c, d] => Ok(i32::from_le_bytes([*a, *b, *c, *d])),
-            other => Err(self.invalid(format!(
-                "input {i} ({what}) holds {} bytes, not 4",
-                other.len()
-            ))),
-        }
+    pub fn i32(&self, i: usize, what: &'static str) -> Result<i32> {
+        self.operands()
+            .i32(i, what)
+            .map_err(|e| self.signature_error(e))
     }
 
     /// A non-negative INT32 scalar as usize.
-    pub fn usize(&self, i: usize, what: &str) -> Result<usize> {
-        let v = self.i32(i, what)?;
-        usize::try_from(v)
-            .map_err(|_| self.invalid(format!("input {i} ({what}) must be >= 0, got {v}")))
+    pub fn usize(&self, i: usize, what: &'static str) -> Result<usize> {
+        let v = self
+            .operands()
+            .i32_at_least(i, what, 0)
+            .map_err(|e| self.signature_error(e))?;
+        Ok(v as usize)
     }
 
     /// A FLOAT32 scalar; FLOAT16 parameters belong to float16 kernels, which do not exist yet.
-    pub fn f32(&self, i: usize, what: &str) -> Result<f32> {
+    pub fn f32(&self, i: usize, what: &'static str) -> Result<f32> {
         let t = self.input_type(i)?;
         if t != OperandType::Float32 {
             return Err(self.unsupported(format!("input {i} ({what}) of type {t}")));
         }
-        match self.value(i, what)? {
-            [a, b, c, d] => Ok(f32::from_le_bytes([*a, *b, *c, *d])),
-            other => Err(self.invalid(format!(
-                "input {i} ({what}) holds {} bytes, not 4",
-                other.len()
-            ))),
-        }
+        self.operands()
+            .f32(i, what)
+            .map_err(|e| self.signature_error(e))
     }
 
-    pub fn bool(&self, i: usize, what: &str) -> Result<bool> {
-        match self.value(i, what)? {
-            [b] => Ok(*b != 0),
-            other => Err(self.invalid(format!(
-                "input {i} ({what}) holds {} bytes, not 1",
-                other.len()
-            ))),
-        }
+    pub fn bool(&self, i: usize, what: &'static str) -> Result<bool> {
+        self.operands()
+            .bool(i, what)
+            .map_err(|e| self.signature_error(e))
     }
 
     /// An optional trailing BOOL (absent or NO_VALUE is `false`).
-    pub fn optional_bool(&self, i: usize, what: &str) -> Result<bool> {
-        if self.present(i) {
-            self.bool(i, what)
-        } else {
-            Ok(false)
-        }
+    pub fn optional_bool(&self, i: usize, what: &'static str) -> Result<bool> {
+        self.operands()
+            .optional_bool(i, what)
+            .map_err(|e| self.signature_error(e))
     }
 
     pub fn activation(&self, i: usize) -> Result<FusedActivation> {
-        let code = self.i32(i, "fused_activation")?;
-        FusedActivation::from_code(code)
-            .ok_or_else(|| self.invalid(format!("unknown fused activation {code}")))
+        self.operands()
+            .activation(i)
+            .map_err(|e| self.signature_error(e))
     }
 
     /// The values of a constant TENSOR_INT32 input, `None` when it is not constant.
@@ -677,12 +709,12 @@ impl<'a> OpInfo<'a> {
         if self.input_type(i)? != OperandType::TensorInt32 {
             return Ok(None);
         }
-        Ok(self.values.get(i).copied().flatten().map(decode_i32s))
+        Ok(self.inputs.get(i).and_then(|v| v.value).map(decode_i32s))
     }
 
     /// Fully known dimensions of input `i`.
     pub fn dims(&self, i: usize) -> Option<Vec<usize>> {
-        let o = self.operands.get(i)?;
+        let o = self.inputs.get(i)?.operand;
         o.is_fully_specified()
             .then(|| o.dimensions.iter().map(|&d| d as usize).collect())
     }

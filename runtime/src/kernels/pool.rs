@@ -5,15 +5,18 @@
 //! 0 for those two and `f32::MIN` (the maximum of nothing, as TFLite initializes it) for
 //! MAX_POOL_2D, before the fused activation.
 
-use nnc_formats::nn::{OperandType, OperationType};
+use std::ops::Range;
+
+use nnc_formats::nn::OperandType;
 
 use super::util::{for_each_chunk, rank4, with_nhwc};
-use super::window::{Padding, decode_pool, window_extent};
+use super::window::{PoolGeometry, PoolParams, decode_pool};
 use super::{Clamp, Kernel, KernelContext, OpInfo};
 use crate::error::{Result, RuntimeError};
 
+/// Which pool an operation is, chosen where it is routed here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PoolKind {
+pub(crate) enum PoolKind {
     Average,
     Max,
     L2,
@@ -21,34 +24,22 @@ enum PoolKind {
 
 struct Pool {
     kind: PoolKind,
-    padding: Padding,
-    /// (height, width)
-    stride: (usize, usize),
-    filter: (usize, usize),
+    window: PoolParams,
     clamp: Clamp,
-    nchw: bool,
 }
 
-pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+pub(crate) fn build(info: &OpInfo, kind: PoolKind) -> Result<Box<dyn Kernel>> {
     let t = info.input_type(0)?;
     if t != OperandType::TensorFloat32 {
         return Err(info.unsupported(format!(
             "input type {t} (only TENSOR_FLOAT32 is implemented)"
         )));
     }
-    let kind = match info.op_type() {
-        OperationType::AveragePool2d => PoolKind::Average,
-        OperationType::MaxPool2d => PoolKind::Max,
-        _ => PoolKind::L2,
-    };
-    let w = decode_pool(info)?;
+    let window = decode_pool(info)?;
     Ok(Box::new(Pool {
         kind,
-        padding: w.padding,
-        stride: w.stride,
-        filter: w.filter,
-        clamp: Clamp::new(w.act),
-        nchw: w.nchw,
+        window,
+        clamp: Clamp::new(window.act),
     }))
 }
 
@@ -68,37 +59,16 @@ impl Kernel for Pool {
             ));
         }
         with_nhwc(
-            self.nchw,
+            self.window.nchw,
             x,
             in_shape,
             out,
             out_shape,
-            |x, [n, ih, iw, c], out, [on, oh, ow, oc]| {
-                let (fh, fw) = self.filter;
-                let (sh, sw) = self.stride;
-                let pad_h = self.padding.resolve(true, ih, fh, sh, 1)?;
-                let pad_w = self.padding.resolve(false, iw, fw, sw, 1)?;
-                let eh = window_extent(ih, fh, sh, 1, pad_h)?;
-                let ew = window_extent(iw, fw, sw, 1, pad_w)?;
-                if [on, oh, ow, oc] != [n, eh, ew, c] {
-                    return Err(RuntimeError::kernel(format!(
-                        "output shape {:?} (NHWC) does not match the computed {:?}",
-                        [on, oh, ow, oc],
-                        [n, eh, ew, c]
-                    )));
-                }
-                let (pt, pl) = (pad_h.0, pad_w.0);
-                let kind = self.kind;
-                let clamp = self.clamp;
-                let geometry = RowGeometry {
-                    input: [ih, iw, c],
-                    output: [oh, ow],
-                    filter: (fh, fw),
-                    stride: (sh, sw),
-                    pad: (pt, pl),
-                };
-                for_each_chunk(threads, out, ow * c, |row, out_row| {
-                    pool_row(&geometry, kind, clamp, x, row, out_row);
+            |x, in_shape, out, out_shape| {
+                let g = self.window.geometry(in_shape, out_shape)?;
+                let (kind, clamp) = (self.kind, self.clamp);
+                for_each_chunk(threads, out, g.ow * g.c, |row, out_row| {
+                    pool_row(&g, kind, clamp, x, row, out_row);
                 });
                 Ok(())
             },
@@ -106,22 +76,10 @@ impl Kernel for Pool {
     }
 }
 
-/// Sizes one output row of a pool needs.
-struct RowGeometry {
-    /// Input height, width, channels (NHWC).
-    input: [usize; 3],
-    /// Output height and width.
-    output: [usize; 2],
-    filter: (usize, usize),
-    stride: (usize, usize),
-    /// Top and left padding.
-    pad: (usize, usize),
-}
-
 /// One output row (`row` counts rows over the batch), compiled a second time for AVX2:
 /// the channel loops vectorize, and one loop per pool kind keeps the choice out of them.
 fn pool_row(
-    g: &RowGeometry,
+    g: &PoolGeometry,
     kind: PoolKind,
     clamp: Clamp,
     x: &[f32],
@@ -131,7 +89,7 @@ fn pool_row(
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     fn avx2(
-        g: &RowGeometry,
+        g: &PoolGeometry,
         kind: PoolKind,
         clamp: Clamp,
         x: &[f32],
@@ -166,28 +124,24 @@ fn pool_row(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn max_row_avx512(
-    g: &RowGeometry,
+    g: &PoolGeometry,
     clamp: Clamp,
     x: &[f32],
     row: usize,
     out_row: &mut [f32],
 ) -> bool {
     use std::arch::x86_64::*;
-    let [ih, iw, c] = g.input;
-    let [oh, ow] = g.output;
-    let ((fh, fw), (sh, sw), (pt, pl)) = (g.filter, g.stride, g.pad);
-    let b = row / oh.max(1);
-    let oy = row % oh.max(1);
-    if out_row.len() != ow * c || x.len() < (b + 1) * ih * iw * c {
+    let (ih, iw, c) = (g.ih, g.iw, g.c);
+    let b = row / g.oh.max(1);
+    let oy = row % g.oh.max(1);
+    if out_row.len() != g.ow * c || x.len() < (b + 1) * ih * iw * c {
         return false;
     }
-    let ys = (oy * sh).saturating_sub(pt);
-    let ye = (oy * sh + fh).saturating_sub(pt).min(ih);
+    let Range { start: ys, end: ye } = g.rows(oy);
     let (lo, hi) = (_mm512_set1_ps(clamp.lo), _mm512_set1_ps(clamp.hi));
     let (xp, op) = (x.as_ptr(), out_row.as_mut_ptr());
-    for ox in 0..ow {
-        let xs = (ox * sw).saturating_sub(pl);
-        let xe = (ox * sw + fw).saturating_sub(pl).min(iw);
+    for ox in 0..g.ow {
+        let Range { start: xs, end: xe } = g.cols(ox);
         let mut c0 = 0;
         while c0 < c {
             let width = (c - c0).min(64);
@@ -227,25 +181,20 @@ unsafe fn max_row_avx512(
 
 #[inline(always)]
 fn pool_row_body(
-    g: &RowGeometry,
+    g: &PoolGeometry,
     kind: PoolKind,
     clamp: Clamp,
     x: &[f32],
     row: usize,
     out_row: &mut [f32],
 ) {
-    let [ih, iw, c] = g.input;
-    let [oh, _] = g.output;
-    let ((fh, fw), (sh, sw), (pt, pl)) = (g.filter, g.stride, g.pad);
-    let b = row / oh;
-    let oy = row % oh;
-    // Window rows inside the input: [y0, y1).
-    let ys = (oy * sh).saturating_sub(pt);
-    let ye = (oy * sh + fh).saturating_sub(pt).min(ih);
+    let (ih, iw, c) = (g.ih, g.iw, g.c);
+    let b = row / g.oh;
+    let oy = row % g.oh;
+    let Range { start: ys, end: ye } = g.rows(oy);
     for (ox, acc) in out_row.chunks_exact_mut(c).enumerate() {
-        let xs = (ox * sw).saturating_sub(pl);
-        let xe = (ox * sw + fw).saturating_sub(pl).min(iw);
-        let count = ye.saturating_sub(ys) * xe.saturating_sub(xs);
+        let Range { start: xs, end: xe } = g.cols(ox);
+        let count = (ye - ys) * (xe - xs);
         match kind {
             PoolKind::Max => {
                 // Channels in blocks held in registers over the whole window (the output
@@ -340,9 +289,12 @@ mod tests {
         for (case, &(ih, iw, c, (fh, fw), (sh, sw), (pt, pl))) in cases.iter().enumerate() {
             let oh = (ih + 2 * pt - fh) / sh + 1;
             let ow = (iw + 2 * pl - fw) / sw + 1;
-            let g = RowGeometry {
-                input: [ih, iw, c],
-                output: [oh, ow],
+            let g = PoolGeometry {
+                ih,
+                iw,
+                c,
+                oh,
+                ow,
                 filter: (fh, fw),
                 stride: (sh, sw),
                 pad: (pt, pl),

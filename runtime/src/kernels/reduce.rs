@@ -5,14 +5,15 @@
 //! Sums, means and products accumulate in f64 and round once, so long reductions stay
 //! within the float32 tolerance.
 
-use nnc_formats::nn::{OperandType, OperationType};
+use nnc_formats::nn::OperandType;
 
 use super::util::axis;
 use super::{Kernel, KernelContext, OpInfo};
 use crate::error::{Result, RuntimeError};
 
+/// The reduction an operation computes, chosen where it is routed here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ReduceOp {
+pub(crate) enum ReduceOp {
     Mean,
     Sum,
     Max,
@@ -28,17 +29,7 @@ struct Reduce {
     axes: Option<Vec<i32>>,
 }
 
-pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
-    use OperationType as O;
-    let op = match info.op_type() {
-        O::Mean => ReduceOp::Mean,
-        O::ReduceSum => ReduceOp::Sum,
-        O::ReduceMax => ReduceOp::Max,
-        O::ReduceMin => ReduceOp::Min,
-        O::ReduceProd => ReduceOp::Prod,
-        O::ReduceAny => ReduceOp::Any,
-        _ => ReduceOp::All,
-    };
+pub(crate) fn build(info: &OpInfo, op: ReduceOp) -> Result<Box<dyn Kernel>> {
     let t = info.input_type(0)?;
     let expected = if matches!(op, ReduceOp::Any | ReduceOp::All) {
         OperandType::TensorBool8

@@ -14,27 +14,33 @@
 //! axis; an index outside it is an execution error naming it, never a write outside the
 //! output.
 
-use nnc_formats::nn::{OperandType, OperationType, ScatterReduction};
+use nnc_formats::nn::{OperandType, ScatterReduction};
 
 use super::util::{resolve_index, strides_of};
 use super::{Kernel, KernelContext, OpInfo};
 use crate::error::{Result, RuntimeError};
 use crate::tensor::TensorRef;
 
-pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+/// Which scatter an operation is, chosen where it is routed here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ScatterKind {
+    Elements,
+    Nd,
+}
+
+pub(crate) fn build(info: &OpInfo, kind: ScatterKind) -> Result<Box<dyn Kernel>> {
     let t = info.input_type(0)?;
     let element_size = t
         .element_size()
         .ok_or_else(|| info.unsupported("an input without a fixed element size"))?;
-    let (target, reduction_input) = match info.op_type() {
-        OperationType::ScatterElements => (
+    let (target, reduction_input) = match kind {
+        ScatterKind::Elements => (
             Target::Elements {
                 axis: info.i32(3, "axis")?,
             },
             4,
         ),
-        OperationType::ScatterNd => (Target::Nd, 3),
-        other => return Err(info.unsupported(format!("{other} is not a scatter kernel"))),
+        ScatterKind::Nd => (Target::Nd, 3),
     };
     let code = info.i32(reduction_input, "reduction")?;
     let reduction = ScatterReduction::from_code(code)
@@ -276,7 +282,7 @@ impl Kernel for Scatter {
 
 #[cfg(test)]
 mod tests {
-    use nnc_formats::nn::{Lifetime, Operand, Operation};
+    use nnc_formats::nn::{Lifetime, Operand, Operation, OperationType};
 
     use super::*;
     use crate::kernels::{PreparedWeights, Scratch};

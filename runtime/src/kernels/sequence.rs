@@ -41,26 +41,26 @@ fn require_f32(info: &OpInfo) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
-    use nnc_formats::nn::OperationType as O;
+/// UNIDIRECTIONAL_SEQUENCE_LSTM.
+pub(crate) fn build_lstm(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     require_f32(info)?;
-    match info.op_type() {
-        O::UnidirectionalSequenceLstm => {
-            let activation = LstmActivation::from_code(info.i32(20, "activation")?)
-                .ok_or_else(|| info.invalid("unknown LSTM activation"))?;
-            Ok(Box::new(SequenceLstm {
-                activation,
-                cell_clip: info.f32(21, "cell_clip")?,
-                projection_clip: info.f32(22, "projection_clip")?,
-                time_major: info.bool(23, "time_major")?,
-            }))
-        }
-        O::UnidirectionalSequenceRnn => Ok(Box::new(SequenceRnn {
-            clamp: Clamp::new(info.activation(5)?),
-            time_major: info.i32(6, "time_major")? != 0,
-        })),
-        other => Err(info.unsupported(format!("{other} is not a sequence operation"))),
-    }
+    let activation = LstmActivation::from_code(info.i32(20, "activation")?)
+        .ok_or_else(|| info.invalid("unknown LSTM activation"))?;
+    Ok(Box::new(SequenceLstm {
+        activation,
+        cell_clip: info.f32(21, "cell_clip")?,
+        projection_clip: info.f32(22, "projection_clip")?,
+        time_major: info.bool(23, "time_major")?,
+    }))
+}
+
+/// UNIDIRECTIONAL_SEQUENCE_RNN.
+pub(crate) fn build_rnn(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    require_f32(info)?;
+    Ok(Box::new(SequenceRnn {
+        clamp: Clamp::new(info.activation(5)?),
+        time_major: info.i32(6, "time_major")? != 0,
+    }))
 }
 
 /// The activation of UNIDIRECTIONAL_SEQUENCE_LSTM's cell input and output.

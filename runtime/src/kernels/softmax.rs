@@ -12,7 +12,7 @@
 //!
 //! Sums accumulate in f64.
 
-use nnc_formats::nn::{OperandType, OperationType};
+use nnc_formats::nn::OperandType;
 
 use super::util::{axis, split_at_axis};
 use super::{Kernel, KernelContext, OpInfo};
@@ -47,8 +47,18 @@ struct InstanceNorm {
     nchw: bool,
 }
 
-pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
-    use OperationType as O;
+/// The normalization an operation is, chosen where it is routed here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Normalization {
+    Softmax,
+    LogSoftmax,
+    L2,
+    LocalResponse,
+    Instance,
+}
+
+pub(crate) fn build(info: &OpInfo, normalization: Normalization) -> Result<Box<dyn Kernel>> {
+    use Normalization as N;
     let t = info.input_type(0)?;
     if t != OperandType::TensorFloat32 {
         return Err(info.unsupported(format!(
@@ -62,21 +72,21 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
             Ok(-1)
         }
     };
-    let (op, axis) = match info.op_type() {
-        O::Softmax => (
+    let (op, axis) = match normalization {
+        N::Softmax => (
             NormOp::Softmax {
                 beta: info.f32(1, "beta")?,
             },
             optional_axis(2)?,
         ),
-        O::LogSoftmax => (
+        N::LogSoftmax => (
             NormOp::LogSoftmax {
                 beta: info.f32(1, "beta")?,
             },
             info.i32(2, "axis")?,
         ),
-        O::L2Normalization => (NormOp::L2, optional_axis(1)?),
-        O::LocalResponseNormalization => (
+        N::L2 => (NormOp::L2, optional_axis(1)?),
+        N::LocalResponse => (
             NormOp::Lrn {
                 radius: info.usize(1, "radius")?,
                 bias: info.f32(2, "bias")?,
@@ -85,7 +95,7 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
             },
             optional_axis(5)?,
         ),
-        _ => {
+        N::Instance => {
             return Ok(Box::new(InstanceNorm {
                 gamma: info.f32(1, "gamma")?,
                 beta: info.f32(2, "beta")?,

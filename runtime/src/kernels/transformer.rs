@@ -14,29 +14,35 @@
 //! - MATH_UNARY: the elementwise functions the NN set lacks (round half to even, tan,
 //!   the inverse and hyperbolic trigonometric functions), Rust's single-precision ones.
 
-use nnc_formats::nn::OperationType;
-
 use super::{Kernel, KernelContext, OpInfo};
 use crate::error::{Result, RuntimeError};
 
-pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
-    match info.op_type() {
-        OperationType::LayerNormalization => Ok(Box::new(LayerNorm {
-            epsilon: info.f32(3, "epsilon")?,
-            axis: info.i32(4, "axis")?,
-        })),
-        OperationType::Gelu => Ok(Box::new(Gelu {
-            approximate: info.bool(1, "approximate")?,
-        })),
-        OperationType::Erf => Ok(Box::new(Erf)),
-        OperationType::MathUnary => {
-            let code = info.i32(1, "function")?;
-            let function = nnc_formats::nn::MathFunction::from_code(code)
-                .ok_or_else(|| info.invalid(format!("unknown MATH_UNARY function {code}")))?;
-            Ok(Box::new(MathUnary { function }))
-        }
-        other => Err(info.unsupported(format!("{other} is not a transformer kernel"))),
-    }
+/// LAYER_NORMALIZATION.
+pub(crate) fn build_layer_normalization(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    Ok(Box::new(LayerNorm {
+        epsilon: info.f32(3, "epsilon")?,
+        axis: info.i32(4, "axis")?,
+    }))
+}
+
+/// GELU.
+pub(crate) fn build_gelu(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    Ok(Box::new(Gelu {
+        approximate: info.bool(1, "approximate")?,
+    }))
+}
+
+/// ERF (no static parameters).
+pub(crate) fn build_erf() -> Result<Box<dyn Kernel>> {
+    Ok(Box::new(Erf))
+}
+
+/// MATH_UNARY, its function decoded.
+pub(crate) fn build_math_unary(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    let code = info.i32(1, "function")?;
+    let function = nnc_formats::nn::MathFunction::from_code(code)
+        .ok_or_else(|| info.invalid(format!("unknown MATH_UNARY function {code}")))?;
+    Ok(Box::new(MathUnary { function }))
 }
 
 struct LayerNorm {

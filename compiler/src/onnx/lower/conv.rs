@@ -7,7 +7,10 @@
 
 use std::rc::Rc;
 
-use nnc_formats::nn::OperationType;
+use nnc_formats::nn::ops::{
+    Conv2d, ConvKind, Hw, TransposeConv2d, TransposePadding, WindowPadding,
+};
+use nnc_formats::nn::{FusedActivation, OperationType};
 use nnc_formats::tensor::DataType;
 
 use super::super::constant::{self, ConstTensor};
@@ -20,6 +23,40 @@ pub(super) struct Spatial {
     pub dilations: [u32; 2],
     /// `[top, left, bottom, right]`.
     pub pads: [u32; 4],
+}
+
+impl Spatial {
+    /// `pads` as the NN set's explicit padding.
+    pub fn padding(&self) -> WindowPadding {
+        let [top, left, bottom, right] = self.pads;
+        WindowPadding::Explicit {
+            left,
+            right,
+            top,
+            bottom,
+        }
+    }
+
+    pub fn stride(&self) -> Hw {
+        Hw {
+            h: self.strides[0],
+            w: self.strides[1],
+        }
+    }
+
+    pub fn dilation(&self) -> Hw {
+        Hw {
+            h: self.dilations[0],
+            w: self.dilations[1],
+        }
+    }
+
+    pub fn kernel(&self) -> Hw {
+        Hw {
+            h: self.kernel[0],
+            w: self.kernel[1],
+        }
+    }
 }
 
 /// Reads `strides`, `dilations`, `pads` and `auto_pad` for a 1-D or 2-D window
@@ -393,43 +430,37 @@ impl Lowerer<'_> {
         let (x4, _) = self.as_4d(n, x)?;
         let xh = self.to_nhwc(n, x4)?;
         let depthwise = group == channels && group > 1 && cg == 1;
-        let (op, perm) = if group == 1 {
-            (OperationType::Conv2d, [0, 2, 3, 1])
+        let (kind, perm) = if group == 1 {
+            (ConvKind::Plain, [0, 2, 3, 1])
         } else if depthwise {
-            (OperationType::DepthwiseConv2d, [1, 2, 3, 0])
+            let multiplier = (m / channels) as u32;
+            (ConvKind::Depthwise { multiplier }, [1, 2, 3, 0])
         } else {
             if sp.dilations != [1, 1] {
                 return unsupported(
                     "dilated grouped convolutions are not supported (GROUPED_CONV_2D has no dilation)",
                 );
             }
-            (OperationType::GroupedConv2d, [0, 2, 3, 1])
+            let groups = group as u32;
+            (ConvKind::Grouped { groups }, [0, 2, 3, 1])
         };
         let filter = self.filter_operand(n, &w, shape4, perm)?;
         let bias = match bias {
             Ok(values) => self.model.add_f32_tensor(vec![m as u32], &values),
             Err(operand) => operand,
         };
-        let [top, left, bottom, right] = sp.pads;
+        let conv = Conv2d {
+            kind,
+            padding: sp.padding(),
+            stride: sp.stride(),
+            dilation: sp.dilation(),
+            // The fusion pass fuses a following activation.
+            activation: FusedActivation::None,
+            nchw: false,
+        };
         let mut inputs = vec![xh, filter, bias];
-        for v in [left, right, top, bottom, sp.strides[1], sp.strides[0]] {
-            inputs.push(self.i32_const(v as i32));
-        }
-        match op {
-            OperationType::DepthwiseConv2d => inputs.push(self.i32_const((m / channels) as i32)),
-            OperationType::GroupedConv2d => inputs.push(self.i32_const(group as i32)),
-            _ => {}
-        }
-        inputs.push(self.i32_const(0)); // fused activation: added by the fusion pass
-        let dilated = sp.dilations != [1, 1];
-        if op == OperationType::GroupedConv2d || dilated {
-            inputs.push(self.bool_const(false)); // NHWC
-        }
-        if dilated {
-            inputs.push(self.i32_const(sp.dilations[1] as i32));
-            inputs.push(self.i32_const(sp.dilations[0] as i32));
-        }
-        let yh = self.emit(n, op, inputs)?;
+        inputs.extend(conv.encode(&mut self.model));
+        let yh = self.emit(n, conv.op_type(), inputs)?;
         let y4 = self.to_nchw(n, yh)?;
         let y = self.back_from_4d(n, y4, rank)?;
         self.set_tensor(n, 0, y, DataType::F32, false);
@@ -538,6 +569,23 @@ impl Lowerer<'_> {
         // Groups: one TRANSPOSE_CONV_2D per group on its slice of the input channels and
         // filter rows, concatenated along the channels; the bias is added after.
         let in_bias = group == 1 && !needs_extra;
+        // The same parameters for every group; `as` keeps the 32-bit wrap of pads beyond
+        // i32 that validation then rejects as negative.
+        let pad = |p: i64| p.max(0) as u32;
+        let transpose = TransposeConv2d {
+            padding: TransposePadding::Explicit {
+                left: pad(begin[1]),
+                right: pad(end[1]),
+                top: pad(begin[0]),
+                bottom: pad(end[0]),
+            },
+            stride: Hw {
+                h: s2[0] as u32,
+                w: s2[1] as u32,
+            },
+            activation: FusedActivation::None,
+            nchw: false,
+        };
         let (x4, d4) = self.as_4d(n, x)?;
         let xh = self.to_nhwc(n, x4)?;
         let mut parts = Vec::with_capacity(group);
@@ -562,18 +610,7 @@ impl Lowerer<'_> {
                 self.emit(n, OperationType::Slice, vec![xh, b, sz])?
             };
             let mut inputs = vec![xj, filter, bias];
-            for v in [
-                begin[1].max(0),
-                end[1].max(0),
-                begin[0].max(0),
-                end[0].max(0),
-                s2[1],
-                s2[0],
-            ] {
-                inputs.push(self.i32_const(v as i32));
-            }
-            inputs.push(self.i32_const(0));
-            inputs.push(self.bool_const(false));
+            inputs.extend(transpose.encode(&mut self.model, None));
             parts.push(self.emit(n, OperationType::TransposeConv2d, inputs)?);
         }
         let mut yh = if parts.len() == 1 {

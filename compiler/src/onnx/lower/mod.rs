@@ -4,7 +4,7 @@
 //! or an NN operand. Constants stay unmaterialized until an operation needs them as an
 //! operand, so shape arithmetic folds away and weights can be re-laid-out (OIHW -> OHWI)
 //! before they become operands. Every emitted operation gets its output shapes from
-//! [`nnc_formats::nn::signature::infer`], the same definition the validator and runtime
+//! [`nnc_formats::nn::ops::infer`], the same definition the validator and runtime
 //! use.
 //!
 //! Parameters that ONNX passes as tensors (reduction axes, Reshape's shape, Slice's
@@ -44,7 +44,7 @@ mod transformer;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use nnc_formats::nn::signature::{InputView, infer};
+use nnc_formats::nn::ops::{InputView, infer};
 use nnc_formats::nn::{IoInfo, Lifetime, Model, Operand, OperandType, OperationType};
 use nnc_formats::tensor::DataType;
 

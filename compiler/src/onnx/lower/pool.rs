@@ -1,6 +1,7 @@
 //! MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool.
 
-use nnc_formats::nn::OperationType;
+use nnc_formats::nn::ops::{Pool2d, WindowPadding};
+use nnc_formats::nn::{FusedActivation, OperationType};
 
 use super::conv::read_spatial;
 use super::{Lowerer, NResult, Node, unsupported};
@@ -409,20 +410,20 @@ impl Lowerer<'_> {
         } else {
             OperationType::AveragePool2d
         };
+        let pool = Pool2d {
+            padding: WindowPadding::Explicit {
+                left,
+                right: right + extra_w,
+                top,
+                bottom: bottom + extra_h,
+            },
+            stride: sp.stride(),
+            filter: sp.kernel(),
+            activation: FusedActivation::None,
+            nchw: false,
+        };
         let mut inputs = vec![xh];
-        for v in [
-            left,
-            right + extra_w,
-            top,
-            bottom + extra_h,
-            sp.strides[1],
-            sp.strides[0],
-            sp.kernel[1],
-            sp.kernel[0],
-            0,
-        ] {
-            inputs.push(self.i32_const(v as i32));
-        }
+        inputs.extend(pool.encode(&mut self.model));
         let yh = self.emit(n, op, inputs)?;
         let y4 = self.to_nchw(n, yh)?;
         let y = self.back_from_4d(n, y4, rank)?;

@@ -23,7 +23,8 @@
 //!   reference implementation wraps out-of-range results instead of saturating as its
 //!   specification says; the NN set saturates.
 
-use nnc_formats::nn::{Operand, OperandType, OperationType};
+use nnc_formats::nn::ops::{Conv2d, ConvKind};
+use nnc_formats::nn::{FusedActivation, Operand, OperandType, OperationType};
 use nnc_formats::tensor::DataType;
 
 use super::super::constant;
@@ -420,17 +421,16 @@ impl Lowerer<'_> {
         };
         let (x4, _) = self.as_4d(n, x)?;
         let xh = self.to_nhwc(n, x4)?;
-        let [top, left, bottom, right] = sp.pads;
+        let conv = Conv2d {
+            kind: ConvKind::Plain,
+            padding: sp.padding(),
+            stride: sp.stride(),
+            dilation: sp.dilation(),
+            activation: FusedActivation::None,
+            nchw: false,
+        };
         let mut inputs = vec![xh, filter, bias];
-        for v in [left, right, top, bottom, sp.strides[1], sp.strides[0]] {
-            inputs.push(self.i32_const(v as i32));
-        }
-        inputs.push(self.i32_const(0));
-        if sp.dilations != [1, 1] {
-            inputs.push(self.bool_const(false));
-            inputs.push(self.i32_const(sp.dilations[1] as i32));
-            inputs.push(self.i32_const(sp.dilations[0] as i32));
-        }
+        inputs.extend(conv.encode(&mut self.model));
         let yh = self.emit_raw(
             OperationType::Conv2d,
             inputs,

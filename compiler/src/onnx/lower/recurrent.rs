@@ -179,6 +179,34 @@ impl Lowerer<'_> {
     }
 
     pub(super) fn recurrent(&mut self, n: &Node) -> NResult<()> {
+        let rc = self.recurrent_node(n)?;
+        // One sequence operation per direction where it computes exactly what ONNX asks.
+        if rc.clip.is_none()
+            && !rc.input_forget
+            && rc.seq_lens.is_none()
+            && rc.cell != Cell::Gru
+            && self.sequence_ops(
+                n,
+                rc.cell,
+                &rc.functions,
+                &rc.dirs,
+                SequenceShape {
+                    layout: rc.layout,
+                    s: rc.s,
+                    b: rc.b,
+                    i_size: rc.i_size,
+                    h: rc.h,
+                    x: rc.x,
+                },
+            )?
+        {
+            return Ok(());
+        }
+        self.unrolled(n, &rc)
+    }
+
+    /// Reads a recurrent node's attributes and checks its inputs' shapes against them.
+    fn recurrent_node(&mut self, n: &Node) -> NResult<RecurrentNode> {
         let cell = match n.op() {
             "RNN" => Cell::Rnn,
             "GRU" => Cell::Gru,
@@ -188,11 +216,6 @@ impl Lowerer<'_> {
             Cell::Rnn => 1,
             Cell::Gru => 3,
             Cell::Lstm => 4,
-        };
-        let defaults: &[&str] = match cell {
-            Cell::Rnn => &["Tanh"],
-            Cell::Gru => &["Sigmoid", "Tanh"],
-            Cell::Lstm => &["Sigmoid", "Tanh", "Tanh"],
         };
         let functions = self.recurrent_functions(n)?;
         let clip = match n.attrs.float("clip")? {
@@ -211,32 +234,7 @@ impl Lowerer<'_> {
             other => return invalid(format!("unknown direction '{other}'")),
         };
         let nd = dirs.len() as u32;
-        // One set of functions per direction (a list for one direction serves both).
-        let functions: Vec<Vec<RecurrentFn>> = match functions {
-            Some(list) if list.len() == defaults.len() * dirs.len() => list
-                .chunks(defaults.len())
-                .map(<[RecurrentFn]>::to_vec)
-                .collect(),
-            Some(list) if list.len() == defaults.len() => vec![list; dirs.len()],
-            Some(list) => {
-                return invalid(format!(
-                    "{} activations for {} direction(s) of {} functions each",
-                    list.len(),
-                    dirs.len(),
-                    defaults.len()
-                ));
-            }
-            None => vec![
-                defaults
-                    .iter()
-                    .map(|d| RecurrentFn {
-                        name: (*d).to_string(),
-                        params: Default::default(),
-                    })
-                    .collect();
-                dirs.len()
-            ],
-        };
+        let functions = direction_functions(cell, functions, dirs.len())?;
         let x = self.tensor(n, 0)?;
         self.require_float(n, x)?;
         let xd = self.known_dims(x)?;
@@ -287,7 +285,7 @@ impl Lowerer<'_> {
             return invalid("B must have shape [num_directions, 2 * gates * hidden_size]");
         }
         // sequence_lens: ignored when a constant equal to the full length everywhere.
-        let seq_mask_source = match self.input(n, 4)? {
+        let seq_lens = match self.input(n, 4)? {
             None => None,
             Some(Value::Const(c)) => {
                 let v = super::super::constant::to_i64s(&c);
@@ -299,34 +297,59 @@ impl Lowerer<'_> {
             }
             Some(Value::Tensor(t)) => Some(t),
         };
-        // One sequence operation per direction where it computes exactly what ONNX asks.
-        if clip.is_none()
-            && !input_forget
-            && seq_mask_source.is_none()
-            && cell != Cell::Gru
-            && self.sequence_ops(
-                n,
-                cell,
-                &functions,
-                &dirs,
-                SequenceShape {
-                    layout,
-                    s,
-                    b,
-                    i_size,
-                    h,
-                    x: x.operand,
-                },
-            )?
-        {
-            return Ok(());
-        }
+        Ok(RecurrentNode {
+            cell,
+            functions,
+            clip,
+            input_forget,
+            lbr,
+            layout,
+            dirs,
+            x: x.operand,
+            s,
+            b,
+            i_size,
+            h,
+            gh,
+            seq_lens,
+        })
+    }
+
+    /// Activation `f` of a recurrent cell, its input first bounded to `[-clip, clip]`
+    /// when `clip` is given.
+    fn recurrent_activation(
+        &mut self,
+        n: &Node,
+        f: &RecurrentFn,
+        clip: Option<f32>,
+        x: u32,
+    ) -> NResult<u32> {
+        let x = match clip {
+            Some(c) => {
+                let lo = self.scalar_tensor(OperandType::TensorFloat32, -f64::from(c));
+                let hi = self.scalar_tensor(OperandType::TensorFloat32, f64::from(c));
+                let x = self.emit(n, OperationType::Maximum, vec![x, lo])?;
+                self.emit(n, OperationType::Minimum, vec![x, hi])?
+            }
+            None => x,
+        };
+        let tv = TensorValue {
+            operand: x,
+            dtype: DataType::F32,
+            scalar: false,
+        };
+        Ok(self.activation_fn(n, &f.name, tv, f.params)?.operand)
+    }
+
+    /// The unrolled lowering: every time step of every direction written out.
+    fn unrolled(&mut self, n: &Node, rc: &RecurrentNode) -> NResult<()> {
+        let (s, b, h) = (rc.s, rc.b, rc.h);
         let w = self.tensor(n, 1)?;
         let r = self.tensor(n, 2)?;
         let bias = self.float_input(n, 3)?;
         // Reverse directions need nothing special: stepping from the last time step down
         // with the state held wherever t >= length, entry b starts at its own last step.
-        let seq_lens = match seq_mask_source {
+        let seq_lens = match rc.seq_lens {
             Some(t) => {
                 if self.operand_type(t) != OperandType::TensorInt32 || self.dims(t) != [b] {
                     return invalid("sequence_lens must be an int tensor of shape [batch]");
@@ -336,230 +359,38 @@ impl Lowerer<'_> {
             None => None,
         };
         let init_h = self.float_input(n, 5)?;
-        let init_c = if cell == Cell::Lstm {
+        let init_c = if rc.cell == Cell::Lstm {
             self.float_input(n, 6)?
         } else {
             None
         };
-        let peep = if cell == Cell::Lstm {
+        let peep = if rc.cell == Cell::Lstm {
             self.float_input(n, 7)?
         } else {
             None
         };
         // X as [S, B, I], then as S*B rows for one input projection per direction.
-        let xs = if layout == 0 {
-            x.operand
+        let xs = if rc.layout == 0 {
+            rc.x
         } else {
-            self.transpose_op(n, x.operand, &[1, 0, 2])?
+            self.transpose_op(n, rc.x, &[1, 0, 2])?
         };
-        let rows = self.reshape_to(n, xs, &[s * b, i_size])?;
-        let state_of = |this: &mut Self, init: Option<u32>, d: u32| -> NResult<u32> {
-            this.direction_state(n, init, d, layout, b, h)
+        let rows = self.reshape_to(n, xs, &[s * b, rc.i_size])?;
+        let inputs = UnrolledInputs {
+            rows,
+            w: w.operand,
+            r: r.operand,
+            bias,
+            init_h,
+            init_c,
+            peep,
         };
         let mut ys: Vec<Vec<u32>> = vec![Vec::new(); s as usize]; // [t][d] -> [B, H]
         let mut last_h = Vec::new();
         let mut last_c = Vec::new();
-        for (d, &reverse) in dirs.iter().enumerate() {
-            let d32 = d as u32;
-            let fns = &functions[d];
-            // Activation `k` of this direction. `clip` bounds the gates' inputs (not the
-            // cell state's on its way to LSTM's h, as ONNX Runtime computes).
-            let apply_clipped =
-                |this: &mut Self, k: usize, x: u32, clipped: bool| -> NResult<u32> {
-                    let x = match clip.filter(|_| clipped) {
-                        Some(c) => {
-                            let lo = this.scalar_tensor(OperandType::TensorFloat32, -f64::from(c));
-                            let hi = this.scalar_tensor(OperandType::TensorFloat32, f64::from(c));
-                            let x = this.emit(n, OperationType::Maximum, vec![x, lo])?;
-                            this.emit(n, OperationType::Minimum, vec![x, hi])?
-                        }
-                        None => x,
-                    };
-                    let tv = TensorValue {
-                        operand: x,
-                        dtype: DataType::F32,
-                        scalar: false,
-                    };
-                    Ok(this
-                        .activation_fn(n, &fns[k].name, tv, fns[k].params)?
-                        .operand)
-                };
-            let apply = |this: &mut Self, k: usize, x: u32| apply_clipped(this, k, x, true);
-            let wd_op = if nd == 1 {
-                self.reshape_to(n, w.operand, &[gh, i_size])?
-            } else {
-                self.direction_block(n, w.operand, d, gh, i_size)?
-            };
-            let rd_op = if nd == 1 {
-                self.reshape_to(n, r.operand, &[gh, h])?
-            } else {
-                self.direction_block(n, r.operand, d, gh, h)?
-            };
-            let (wb, rb) = match bias {
-                Some(bo) => {
-                    let row = if nd == 1 {
-                        self.reshape_to(n, bo, &[2 * gh])?
-                    } else {
-                        let bv = self.i32_vector(&[d as i32, 0]);
-                        let sv = self.i32_vector(&[1, 2 * gh as i32]);
-                        let sl = self.emit(n, OperationType::Slice, vec![bo, bv, sv])?;
-                        self.reshape_to(n, sl, &[2 * gh])?
-                    };
-                    (
-                        self.range_of(n, row, 0, gh)?,
-                        self.range_of(n, row, gh, gh)?,
-                    )
-                }
-                None => {
-                    let z = vec![0.0; gh as usize];
-                    (
-                        self.model.add_f32_tensor(vec![gh], &z),
-                        self.model.add_f32_tensor(vec![gh], &z),
-                    )
-                }
-            };
-            let act = self.i32_const(0);
-            let xw = self.emit(n, OperationType::FullyConnected, vec![rows, wd_op, wb, act])?;
-            let xw = self.reshape_to(n, xw, &[s, b, gh])?;
-            let mut hs = state_of(self, init_h, d32)?;
-            let mut cs = if cell == Cell::Lstm {
-                Some(state_of(self, init_c, d32)?)
-            } else {
-                None
-            };
-            let peeps = match peep {
-                Some(p) => {
-                    let row = if nd == 1 {
-                        self.reshape_to(n, p, &[3 * h])?
-                    } else {
-                        let bv = self.i32_vector(&[d as i32, 0]);
-                        let sv = self.i32_vector(&[1, 3 * h as i32]);
-                        let sl = self.emit(n, OperationType::Slice, vec![p, bv, sv])?;
-                        self.reshape_to(n, sl, &[3 * h])?
-                    };
-                    Some([
-                        self.range_of(n, row, 0, h)?,
-                        self.range_of(n, row, h, h)?,
-                        self.range_of(n, row, 2 * h, h)?,
-                    ])
-                }
-                None => None,
-            };
-            // GRU with linear_before_reset = 0 needs Rh and Rbh on their own.
-            let (rh, rbh) = if cell == Cell::Gru && !lbr {
-                let rh = self.direction_rows(n, rd_op, 2 * h, h, h)?;
-                let rbh = self.range_of(n, rb, 2 * h, h)?;
-                (Some(rh), Some(rbh))
-            } else {
-                (None, None)
-            };
-            let steps: Vec<u32> = if reverse {
-                (0..s).rev().collect()
-            } else {
-                (0..s).collect()
-            };
-            for t in steps {
-                let bv = self.i32_vector(&[t as i32, 0, 0]);
-                let sv = self.i32_vector(&[1, b as i32, gh as i32]);
-                let xt = self.emit(n, OperationType::Slice, vec![xw, bv, sv])?;
-                let xt = self.reshape_to(n, xt, &[b, gh])?;
-                let act = self.i32_const(0);
-                let hr = self.emit(n, OperationType::FullyConnected, vec![hs, rd_op, rb, act])?;
-                let (new_h, new_c) = match cell {
-                    Cell::Rnn => {
-                        let sum = self.arith(n, OperationType::Add, xt, hr)?;
-                        (apply(self, 0, sum)?, None)
-                    }
-                    Cell::Gru => {
-                        let xz = self.columns(n, xt, b, 0, h)?;
-                        let xr = self.columns(n, xt, b, h, h)?;
-                        let xh = self.columns(n, xt, b, 2 * h, h)?;
-                        let hz = self.columns(n, hr, b, 0, h)?;
-                        let hrr = self.columns(n, hr, b, h, h)?;
-                        let sz = self.arith(n, OperationType::Add, xz, hz)?;
-                        let z = apply(self, 0, sz)?;
-                        let sr = self.arith(n, OperationType::Add, xr, hrr)?;
-                        let rg = apply(self, 0, sr)?;
-                        let inner = if lbr {
-                            let hh = self.columns(n, hr, b, 2 * h, h)?;
-                            self.arith(n, OperationType::Mul, rg, hh)?
-                        } else {
-                            let rhs = self.arith(n, OperationType::Mul, rg, hs)?;
-                            let (Some(rh), Some(rbh)) = (rh, rbh) else {
-                                return invalid("unreachable");
-                            };
-                            let act = self.i32_const(0);
-                            self.emit(n, OperationType::FullyConnected, vec![rhs, rh, rbh, act])?
-                        };
-                        let pre = self.arith(n, OperationType::Add, xh, inner)?;
-                        let cand = apply(self, 1, pre)?;
-                        let one = self.scalar_tensor(OperandType::TensorFloat32, 1.0);
-                        let keep = self.arith(n, OperationType::Sub, one, z)?;
-                        let a = self.arith(n, OperationType::Mul, keep, cand)?;
-                        let bz = self.arith(n, OperationType::Mul, z, hs)?;
-                        (self.arith(n, OperationType::Add, a, bz)?, None)
-                    }
-                    Cell::Lstm => {
-                        let Some(c_prev) = cs else {
-                            return invalid("unreachable");
-                        };
-                        let g = self.arith(n, OperationType::Add, xt, hr)?;
-                        let gi = self.columns(n, g, b, 0, h)?;
-                        let go = self.columns(n, g, b, h, h)?;
-                        let gf = self.columns(n, g, b, 2 * h, h)?;
-                        let gc = self.columns(n, g, b, 3 * h, h)?;
-                        let with_peep =
-                            |this: &mut Self, v: u32, k: usize, c: u32| -> NResult<u32> {
-                                match peeps {
-                                    Some(p) => {
-                                        let pc = this.arith(n, OperationType::Mul, p[k], c)?;
-                                        this.arith(n, OperationType::Add, v, pc)
-                                    }
-                                    None => Ok(v),
-                                }
-                            };
-                        let gi = with_peep(self, gi, 0, c_prev)?;
-                        let ig = apply(self, 0, gi)?;
-                        let fg = if input_forget {
-                            // Coupled gates: forget what is let in.
-                            let one = self.scalar_tensor(OperandType::TensorFloat32, 1.0);
-                            self.arith(n, OperationType::Sub, one, ig)?
-                        } else {
-                            let gf = with_peep(self, gf, 2, c_prev)?;
-                            apply(self, 0, gf)?
-                        };
-                        let cand = apply(self, 1, gc)?;
-                        let fc = self.arith(n, OperationType::Mul, fg, c_prev)?;
-                        let ic = self.arith(n, OperationType::Mul, ig, cand)?;
-                        let c_new = self.arith(n, OperationType::Add, fc, ic)?;
-                        let go = with_peep(self, go, 1, c_new)?;
-                        let og = apply(self, 0, go)?;
-                        let tc = apply_clipped(self, 2, c_new, false)?;
-                        (self.arith(n, OperationType::Mul, og, tc)?, Some(c_new))
-                    }
-                };
-                let (y_t, h_next, c_next) = match seq_lens {
-                    Some(lens) => {
-                        // Entries past their length keep the state and output zeros.
-                        let tc = self.scalar_tensor(OperandType::TensorInt32, f64::from(t));
-                        let live = self.emit(n, OperationType::Greater, vec![lens, tc])?;
-                        let h_next = self.emit(n, OperationType::Select, vec![live, new_h, hs])?;
-                        let zero = self.scalar_tensor(OperandType::TensorFloat32, 0.0);
-                        let y_t = self.emit(n, OperationType::Select, vec![live, new_h, zero])?;
-                        let c_next = match (new_c, cs) {
-                            (Some(c), Some(old)) => {
-                                Some(self.emit(n, OperationType::Select, vec![live, c, old])?)
-                            }
-                            _ => None,
-                        };
-                        (y_t, h_next, c_next)
-                    }
-                    None => (new_h, new_h, new_c),
-                };
-                ys[t as usize].push(y_t);
-                hs = h_next;
-                cs = c_next;
-            }
+        for d in 0..rc.dirs.len() {
+            let dir = self.unrolled_direction(n, rc, &inputs, d)?;
+            let (hs, cs) = self.unrolled_steps(n, rc, d, seq_lens, dir, &mut ys)?;
             last_h.push(hs);
             if let Some(c) = cs {
                 last_c.push(c);
@@ -576,7 +407,7 @@ impl Lowerer<'_> {
                 per_t.push(self.concat_ops(n, parts, 1)?);
             }
             let mut y = self.concat_ops(n, per_t, 0)?;
-            if layout != 0 {
+            if rc.layout != 0 {
                 y = self.transpose_op(n, y, &[2, 0, 1, 3])?;
             }
             self.set_tensor(n, 0, y, DataType::F32, false);
@@ -590,12 +421,262 @@ impl Lowerer<'_> {
                 parts.push(self.reshape_to(n, st, &[1, b, h])?);
             }
             let mut y = self.concat_ops(n, parts, 0)?;
-            if layout != 0 {
+            if rc.layout != 0 {
                 y = self.transpose_op(n, y, &[1, 0, 2])?;
             }
             self.set_tensor(n, k, y, DataType::F32, false);
         }
         Ok(())
+    }
+
+    /// Direction `d`'s weights as operands, its input projection for every step and its
+    /// initial state.
+    fn unrolled_direction(
+        &mut self,
+        n: &Node,
+        rc: &RecurrentNode,
+        inputs: &UnrolledInputs,
+        d: usize,
+    ) -> NResult<UnrolledDirection> {
+        let (s, b, i_size, h, gh) = (rc.s, rc.b, rc.i_size, rc.h, rc.gh);
+        let nd = rc.dirs.len();
+        let d32 = d as u32;
+        let wd_op = if nd == 1 {
+            self.reshape_to(n, inputs.w, &[gh, i_size])?
+        } else {
+            self.direction_block(n, inputs.w, d, gh, i_size)?
+        };
+        let rd_op = if nd == 1 {
+            self.reshape_to(n, inputs.r, &[gh, h])?
+        } else {
+            self.direction_block(n, inputs.r, d, gh, h)?
+        };
+        let (wb, rb) = match inputs.bias {
+            Some(bo) => {
+                let row = if nd == 1 {
+                    self.reshape_to(n, bo, &[2 * gh])?
+                } else {
+                    let bv = self.i32_vector(&[d as i32, 0]);
+                    let sv = self.i32_vector(&[1, 2 * gh as i32]);
+                    let sl = self.emit(n, OperationType::Slice, vec![bo, bv, sv])?;
+                    self.reshape_to(n, sl, &[2 * gh])?
+                };
+                (
+                    self.range_of(n, row, 0, gh)?,
+                    self.range_of(n, row, gh, gh)?,
+                )
+            }
+            None => {
+                let z = vec![0.0; gh as usize];
+                (
+                    self.model.add_f32_tensor(vec![gh], &z),
+                    self.model.add_f32_tensor(vec![gh], &z),
+                )
+            }
+        };
+        let act = self.i32_const(0);
+        let xw = self.emit(
+            n,
+            OperationType::FullyConnected,
+            vec![inputs.rows, wd_op, wb, act],
+        )?;
+        let xw = self.reshape_to(n, xw, &[s, b, gh])?;
+        let hs = self.direction_state(n, inputs.init_h, d32, rc.layout, b, h)?;
+        let cs = if rc.cell == Cell::Lstm {
+            Some(self.direction_state(n, inputs.init_c, d32, rc.layout, b, h)?)
+        } else {
+            None
+        };
+        let peeps = match inputs.peep {
+            Some(p) => {
+                let row = if nd == 1 {
+                    self.reshape_to(n, p, &[3 * h])?
+                } else {
+                    let bv = self.i32_vector(&[d as i32, 0]);
+                    let sv = self.i32_vector(&[1, 3 * h as i32]);
+                    let sl = self.emit(n, OperationType::Slice, vec![p, bv, sv])?;
+                    self.reshape_to(n, sl, &[3 * h])?
+                };
+                Some([
+                    self.range_of(n, row, 0, h)?,
+                    self.range_of(n, row, h, h)?,
+                    self.range_of(n, row, 2 * h, h)?,
+                ])
+            }
+            None => None,
+        };
+        // GRU with linear_before_reset = 0 needs Rh and Rbh on their own.
+        let rh = if rc.cell == Cell::Gru && !rc.lbr {
+            let rh = self.direction_rows(n, rd_op, 2 * h, h, h)?;
+            let rbh = self.range_of(n, rb, 2 * h, h)?;
+            Some((rh, rbh))
+        } else {
+            None
+        };
+        Ok(UnrolledDirection {
+            rd: rd_op,
+            rb,
+            xw,
+            peeps,
+            rh,
+            h: hs,
+            c: cs,
+        })
+    }
+
+    /// The time steps of direction `d` (from the last down when it is reversed), each one's
+    /// output pushed to `ys[t]`; returns the final hidden and cell states.
+    fn unrolled_steps(
+        &mut self,
+        n: &Node,
+        rc: &RecurrentNode,
+        d: usize,
+        seq_lens: Option<u32>,
+        mut dir: UnrolledDirection,
+        ys: &mut [Vec<u32>],
+    ) -> NResult<(u32, Option<u32>)> {
+        let (s, b, gh) = (rc.s, rc.b, rc.gh);
+        let fns = &rc.functions[d];
+        let steps: Vec<u32> = if rc.dirs[d] {
+            (0..s).rev().collect()
+        } else {
+            (0..s).collect()
+        };
+        for t in steps {
+            let bv = self.i32_vector(&[t as i32, 0, 0]);
+            let sv = self.i32_vector(&[1, b as i32, gh as i32]);
+            let xt = self.emit(n, OperationType::Slice, vec![dir.xw, bv, sv])?;
+            let xt = self.reshape_to(n, xt, &[b, gh])?;
+            let act = self.i32_const(0);
+            let hr = self.emit(
+                n,
+                OperationType::FullyConnected,
+                vec![dir.h, dir.rd, dir.rb, act],
+            )?;
+            let (new_h, new_c) = match rc.cell {
+                Cell::Rnn => {
+                    let sum = self.arith(n, OperationType::Add, xt, hr)?;
+                    (self.recurrent_activation(n, &fns[0], rc.clip, sum)?, None)
+                }
+                Cell::Gru => (self.gru_step(n, rc, fns, &dir, xt, hr)?, None),
+                Cell::Lstm => {
+                    let (h, c) = self.lstm_step(n, rc, fns, &dir, xt, hr)?;
+                    (h, Some(c))
+                }
+            };
+            let (y_t, h_next, c_next) = match seq_lens {
+                Some(lens) => {
+                    // Entries past their length keep the state and output zeros.
+                    let tc = self.scalar_tensor(OperandType::TensorInt32, f64::from(t));
+                    let live = self.emit(n, OperationType::Greater, vec![lens, tc])?;
+                    let h_next = self.emit(n, OperationType::Select, vec![live, new_h, dir.h])?;
+                    let zero = self.scalar_tensor(OperandType::TensorFloat32, 0.0);
+                    let y_t = self.emit(n, OperationType::Select, vec![live, new_h, zero])?;
+                    let c_next = match (new_c, dir.c) {
+                        (Some(c), Some(old)) => {
+                            Some(self.emit(n, OperationType::Select, vec![live, c, old])?)
+                        }
+                        _ => None,
+                    };
+                    (y_t, h_next, c_next)
+                }
+                None => (new_h, new_h, new_c),
+            };
+            ys[t as usize].push(y_t);
+            dir.h = h_next;
+            dir.c = c_next;
+        }
+        Ok((dir.h, dir.c))
+    }
+
+    /// One GRU step: the new hidden state from `xt` (X W^T + Wb) and `hr` (H R^T + Rb).
+    fn gru_step(
+        &mut self,
+        n: &Node,
+        rc: &RecurrentNode,
+        fns: &[RecurrentFn],
+        dir: &UnrolledDirection,
+        xt: u32,
+        hr: u32,
+    ) -> NResult<u32> {
+        let (b, h, hs) = (rc.b, rc.h, dir.h);
+        let xz = self.columns(n, xt, b, 0, h)?;
+        let xr = self.columns(n, xt, b, h, h)?;
+        let xh = self.columns(n, xt, b, 2 * h, h)?;
+        let hz = self.columns(n, hr, b, 0, h)?;
+        let hrr = self.columns(n, hr, b, h, h)?;
+        let sz = self.arith(n, OperationType::Add, xz, hz)?;
+        let z = self.recurrent_activation(n, &fns[0], rc.clip, sz)?;
+        let sr = self.arith(n, OperationType::Add, xr, hrr)?;
+        let rg = self.recurrent_activation(n, &fns[0], rc.clip, sr)?;
+        let inner = if rc.lbr {
+            let hh = self.columns(n, hr, b, 2 * h, h)?;
+            self.arith(n, OperationType::Mul, rg, hh)?
+        } else {
+            let rhs = self.arith(n, OperationType::Mul, rg, hs)?;
+            let Some((rh, rbh)) = dir.rh else {
+                return invalid("unreachable");
+            };
+            let act = self.i32_const(0);
+            self.emit(n, OperationType::FullyConnected, vec![rhs, rh, rbh, act])?
+        };
+        let pre = self.arith(n, OperationType::Add, xh, inner)?;
+        let cand = self.recurrent_activation(n, &fns[1], rc.clip, pre)?;
+        let one = self.scalar_tensor(OperandType::TensorFloat32, 1.0);
+        let keep = self.arith(n, OperationType::Sub, one, z)?;
+        let a = self.arith(n, OperationType::Mul, keep, cand)?;
+        let bz = self.arith(n, OperationType::Mul, z, hs)?;
+        self.arith(n, OperationType::Add, a, bz)
+    }
+
+    /// One LSTM step: the new hidden and cell states from `xt` (X W^T + Wb) and `hr`
+    /// (H R^T + Rb).
+    fn lstm_step(
+        &mut self,
+        n: &Node,
+        rc: &RecurrentNode,
+        fns: &[RecurrentFn],
+        dir: &UnrolledDirection,
+        xt: u32,
+        hr: u32,
+    ) -> NResult<(u32, u32)> {
+        let (b, h, clip) = (rc.b, rc.h, rc.clip);
+        let Some(c_prev) = dir.c else {
+            return invalid("unreachable");
+        };
+        let g = self.arith(n, OperationType::Add, xt, hr)?;
+        let gi = self.columns(n, g, b, 0, h)?;
+        let go = self.columns(n, g, b, h, h)?;
+        let gf = self.columns(n, g, b, 2 * h, h)?;
+        let gc = self.columns(n, g, b, 3 * h, h)?;
+        let with_peep = |this: &mut Self, v: u32, k: usize, c: u32| -> NResult<u32> {
+            match dir.peeps {
+                Some(p) => {
+                    let pc = this.arith(n, OperationType::Mul, p[k], c)?;
+                    this.arith(n, OperationType::Add, v, pc)
+                }
+                None => Ok(v),
+            }
+        };
+        let gi = with_peep(self, gi, 0, c_prev)?;
+        let ig = self.recurrent_activation(n, &fns[0], clip, gi)?;
+        let fg = if rc.input_forget {
+            // Coupled gates: forget what is let in.
+            let one = self.scalar_tensor(OperandType::TensorFloat32, 1.0);
+            self.arith(n, OperationType::Sub, one, ig)?
+        } else {
+            let gf = with_peep(self, gf, 2, c_prev)?;
+            self.recurrent_activation(n, &fns[0], clip, gf)?
+        };
+        let cand = self.recurrent_activation(n, &fns[1], clip, gc)?;
+        let fc = self.arith(n, OperationType::Mul, fg, c_prev)?;
+        let ic = self.arith(n, OperationType::Mul, ig, cand)?;
+        let c_new = self.arith(n, OperationType::Add, fc, ic)?;
+        let go = with_peep(self, go, 1, c_new)?;
+        let og = self.recurrent_activation(n, &fns[0], clip, go)?;
+        // The cell state reaches h unclipped (as ONNX Runtime computes).
+        let tc = self.recurrent_activation(n, &fns[2], None, c_new)?;
+        Ok((self.arith(n, OperationType::Mul, og, tc)?, c_new))
     }
 
     /// Direction `d`'s initial state as a [B, H] operand: a slice of `init` ([D, B, H] in
@@ -640,12 +721,7 @@ impl Lowerer<'_> {
         shape: SequenceShape,
     ) -> NResult<bool> {
         let SequenceShape {
-            layout,
-            s,
-            b,
-            i_size,
-            h,
-            x,
+            layout, s, b, h, ..
         } = shape;
         let mut codes = Vec::with_capacity(functions.len());
         for fns in functions {
@@ -677,7 +753,7 @@ impl Lowerer<'_> {
             None
         };
         let gates: usize = if cell == Cell::Lstm { 4 } else { 1 };
-        let (hu, iu) = (h as usize, i_size as usize);
+        let (hu, iu) = (h as usize, shape.i_size as usize);
         let gh = gates * hu;
         let nd = dirs.len();
         if w.len() != nd * gh * iu
@@ -693,111 +769,22 @@ impl Lowerer<'_> {
         } else {
             None
         };
-        let time_axis: i32 = if layout == 0 { 0 } else { 1 };
-        let time_major = layout == 0;
+        let inputs = SequenceInputs {
+            w,
+            r,
+            bias,
+            peep,
+            init_h,
+            init_c,
+            dirs,
+            codes,
+        };
         let (mut ys, mut hs, mut cs) = (Vec::new(), Vec::new(), Vec::new());
-        for (d, &reverse) in dirs.iter().enumerate() {
-            let d32 = d as u32;
-            let xin = if reverse {
-                let axis = self.i32_vector(&[time_axis]);
-                self.emit(n, OperationType::Reverse, vec![x, axis])?
-            } else {
-                x
-            };
-            // Gate block `g` (ONNX order) of direction d of a [D, gates * H, cols] array.
-            let block = |v: &[f32], g: usize, cols: usize| -> Vec<f32> {
-                let start = (d * gh + g * hu) * cols;
-                v[start..start + hu * cols].to_vec()
-            };
-            // The NN bias of ONNX gate g: Wb + Rb. Summing them before the step changes
-            // the order in which the bias terms are rounded (ONNX Runtime adds both to
-            // the gate's sum); the difference is within float32 tolerance.
-            let gate_bias = |g: usize| -> Vec<f32> {
-                match &bias {
-                    Some(bv) => {
-                        let base = d * 2 * gh + g * hu;
-                        (0..hu).map(|u| bv[base + u] + bv[base + gh + u]).collect()
-                    }
-                    None => vec![0.0; hu],
-                }
-            };
-            let h0 = self.direction_state(n, init_h, d32, layout, b, h)?;
-            let outs = match cell {
-                Cell::Lstm => {
-                    let c0 = self.direction_state(n, init_c, d32, layout, b, h)?;
-                    let mut inputs = vec![xin];
-                    // NN gate order (input, forget, cell, output) from ONNX's (i, o, f, c).
-                    const NN_FROM_ONNX: [usize; 4] = [0, 2, 3, 1];
-                    for g in NN_FROM_ONNX {
-                        inputs.push(
-                            self.model
-                                .add_f32_tensor(vec![h, i_size], &block(&w, g, iu)),
-                        );
-                    }
-                    for g in NN_FROM_ONNX {
-                        inputs.push(self.model.add_f32_tensor(vec![h, h], &block(&r, g, hu)));
-                    }
-                    // Peepholes: ONNX P is (i, o, f); NN takes input, forget, output.
-                    for k in [0, 2, 1] {
-                        inputs.push(match &peep {
-                            Some(pv) => {
-                                let start = d * 3 * hu + k * hu;
-                                self.model.add_f32_tensor(vec![h], &pv[start..start + hu])
-                            }
-                            None => self.model.add_no_value(OperandType::TensorFloat32),
-                        });
-                    }
-                    for g in NN_FROM_ONNX {
-                        inputs.push(self.model.add_f32_tensor(vec![h], &gate_bias(g)));
-                    }
-                    inputs.push(self.model.add_no_value(OperandType::TensorFloat32));
-                    inputs.push(self.model.add_no_value(OperandType::TensorFloat32));
-                    inputs.push(h0);
-                    inputs.push(c0);
-                    inputs.push(self.i32_const(codes[d]));
-                    inputs.push(self.f32_const(0.0));
-                    inputs.push(self.f32_const(0.0));
-                    inputs.push(self.bool_const(time_major));
-                    self.emit_raw(
-                        OperationType::UnidirectionalSequenceLstm,
-                        inputs,
-                        vec![None; 3],
-                        &n.label,
-                    )?
-                }
-                Cell::Rnn | Cell::Gru => {
-                    let inputs = vec![
-                        xin,
-                        self.model
-                            .add_f32_tensor(vec![h, i_size], &block(&w, 0, iu)),
-                        self.model.add_f32_tensor(vec![h, h], &block(&r, 0, hu)),
-                        self.model.add_f32_tensor(vec![h], &gate_bias(0)),
-                        h0,
-                        self.i32_const(codes[d]),
-                        self.i32_const(i32::from(time_major)),
-                    ];
-                    self.emit_raw(
-                        OperationType::UnidirectionalSequenceRnn,
-                        inputs,
-                        vec![None; 2],
-                        &n.label,
-                    )?
-                }
-            };
-            let (Some(&y), Some(&h_last)) = (outs.first(), outs.get(1)) else {
-                return invalid("a sequence operation without its outputs");
-            };
-            let y = if reverse && self.output_used(n, 0) {
-                let axis = self.i32_vector(&[time_axis]);
-                self.emit(n, OperationType::Reverse, vec![y, axis])?
-            } else {
-                y
-            };
+        for d in 0..nd {
+            let (y, h_last, c_last) = self.sequence_direction(n, cell, shape, &inputs, d)?;
             ys.push(y);
             hs.push(h_last);
-            if let Some(&c_last) = outs.get(2) {
-                cs.push(c_last);
-            }
+            cs.extend(c_last);
         }
         // Y: [S, D, B, H] (layout 0) or [B, S, D, H] (layout 1).
         if self.output_used(n, 0) {
@@ -829,6 +816,126 @@ impl Lowerer<'_> {
         Ok(true)
     }
 
+    /// Direction `d`'s sequence operation: its Y (in time order), final hidden state and
+    /// (LSTM) final cell state.
+    fn sequence_direction(
+        &mut self,
+        n: &Node,
+        cell: Cell,
+        shape: SequenceShape,
+        inputs: &SequenceInputs,
+        d: usize,
+    ) -> NResult<(u32, u32, Option<u32>)> {
+        let SequenceShape {
+            layout,
+            b,
+            i_size,
+            h,
+            x,
+            ..
+        } = shape;
+        let (w, r, peep) = (&inputs.w, &inputs.r, &inputs.peep);
+        let gates: usize = if cell == Cell::Lstm { 4 } else { 1 };
+        let (hu, iu) = (h as usize, i_size as usize);
+        let gh = gates * hu;
+        let time_axis: i32 = if layout == 0 { 0 } else { 1 };
+        let time_major = layout == 0;
+        let reverse = inputs.dirs[d];
+        let d32 = d as u32;
+        let xin = if reverse {
+            let axis = self.i32_vector(&[time_axis]);
+            self.emit(n, OperationType::Reverse, vec![x, axis])?
+        } else {
+            x
+        };
+        // Gate block `g` (ONNX order) of direction d of a [D, gates * H, cols] array.
+        let block = |v: &[f32], g: usize, cols: usize| -> Vec<f32> {
+            let start = (d * gh + g * hu) * cols;
+            v[start..start + hu * cols].to_vec()
+        };
+        // The NN bias of ONNX gate g: Wb + Rb. Summing them before the step changes
+        // the order in which the bias terms are rounded (ONNX Runtime adds both to
+        // the gate's sum); the difference is within float32 tolerance.
+        let gate_bias = |g: usize| -> Vec<f32> {
+            match &inputs.bias {
+                Some(bv) => {
+                    let base = d * 2 * gh + g * hu;
+                    (0..hu).map(|u| bv[base + u] + bv[base + gh + u]).collect()
+                }
+                None => vec![0.0; hu],
+            }
+        };
+        let h0 = self.direction_state(n, inputs.init_h, d32, layout, b, h)?;
+        let outs = match cell {
+            Cell::Lstm => {
+                let c0 = self.direction_state(n, inputs.init_c, d32, layout, b, h)?;
+                let mut operands = vec![xin];
+                // NN gate order (input, forget, cell, output) from ONNX's (i, o, f, c).
+                const NN_FROM_ONNX: [usize; 4] = [0, 2, 3, 1];
+                for g in NN_FROM_ONNX {
+                    operands.push(self.model.add_f32_tensor(vec![h, i_size], &block(w, g, iu)));
+                }
+                for g in NN_FROM_ONNX {
+                    operands.push(self.model.add_f32_tensor(vec![h, h], &block(r, g, hu)));
+                }
+                // Peepholes: ONNX P is (i, o, f); NN takes input, forget, output.
+                for k in [0, 2, 1] {
+                    operands.push(match peep {
+                        Some(pv) => {
+                            let start = d * 3 * hu + k * hu;
+                            self.model.add_f32_tensor(vec![h], &pv[start..start + hu])
+                        }
+                        None => self.model.add_no_value(OperandType::TensorFloat32),
+                    });
+                }
+                for g in NN_FROM_ONNX {
+                    operands.push(self.model.add_f32_tensor(vec![h], &gate_bias(g)));
+                }
+                operands.push(self.model.add_no_value(OperandType::TensorFloat32));
+                operands.push(self.model.add_no_value(OperandType::TensorFloat32));
+                operands.push(h0);
+                operands.push(c0);
+                operands.push(self.i32_const(inputs.codes[d]));
+                operands.push(self.f32_const(0.0));
+                operands.push(self.f32_const(0.0));
+                operands.push(self.bool_const(time_major));
+                self.emit_raw(
+                    OperationType::UnidirectionalSequenceLstm,
+                    operands,
+                    vec![None; 3],
+                    &n.label,
+                )?
+            }
+            Cell::Rnn | Cell::Gru => {
+                let operands = vec![
+                    xin,
+                    self.model.add_f32_tensor(vec![h, i_size], &block(w, 0, iu)),
+                    self.model.add_f32_tensor(vec![h, h], &block(r, 0, hu)),
+                    self.model.add_f32_tensor(vec![h], &gate_bias(0)),
+                    h0,
+                    self.i32_const(inputs.codes[d]),
+                    self.i32_const(i32::from(time_major)),
+                ];
+                self.emit_raw(
+                    OperationType::UnidirectionalSequenceRnn,
+                    operands,
+                    vec![None; 2],
+                    &n.label,
+                )?
+            }
+        };
+        let (Some(&y), Some(&h_last)) = (outs.first(), outs.get(1)) else {
+            return invalid("a sequence operation without its outputs");
+        };
+        let y = if reverse && self.output_used(n, 0) {
+            let axis = self.i32_vector(&[time_axis]);
+            self.emit(n, OperationType::Reverse, vec![y, axis])?
+        } else {
+            y
+        };
+        Ok((y, h_last, outs.get(2).copied()))
+    }
+
     /// Rows `[from, from + len)` of a [rows, cols] operand.
     fn direction_rows(&mut self, n: &Node, t: u32, from: u32, len: u32, cols: u32) -> NResult<u32> {
         let b = self.i32_vector(&[from as i32, 0]);
@@ -847,6 +954,98 @@ impl Lowerer<'_> {
     }
 }
 
+/// A recurrent node as read and checked: its attributes, per-direction functions and
+/// dimensions.
+struct RecurrentNode {
+    cell: Cell,
+    /// One set of functions per direction.
+    functions: Vec<Vec<RecurrentFn>>,
+    clip: Option<f32>,
+    input_forget: bool,
+    /// GRU's linear_before_reset.
+    lbr: bool,
+    layout: i64,
+    /// Per direction: whether it runs in reverse.
+    dirs: Vec<bool>,
+    /// X as given (layout 0: [S, B, I], layout 1: [B, S, I]).
+    x: u32,
+    s: u32,
+    b: u32,
+    i_size: u32,
+    h: u32,
+    /// gates * hidden_size.
+    gh: u32,
+    /// sequence_lens, unless absent or a constant equal to the full length.
+    seq_lens: Option<TensorValue>,
+}
+
+/// The operands an unrolled lowering shares between its directions.
+struct UnrolledInputs {
+    /// X as S*B rows of [I].
+    rows: u32,
+    w: u32,
+    r: u32,
+    bias: Option<u32>,
+    init_h: Option<u32>,
+    init_c: Option<u32>,
+    peep: Option<u32>,
+}
+
+/// One direction of an unrolled lowering: its weights and its running state.
+struct UnrolledDirection {
+    /// R as [gates * H, H] and Rb.
+    rd: u32,
+    rb: u32,
+    /// X W^T + Wb for every step, [S, B, gates * H].
+    xw: u32,
+    /// LSTM's peepholes (i, o, f).
+    peeps: Option<[u32; 3]>,
+    /// GRU's Rh and Rbh (linear_before_reset = 0).
+    rh: Option<(u32, u32)>,
+    /// The hidden and (LSTM) cell states.
+    h: u32,
+    c: Option<u32>,
+}
+
+/// The activation functions of every direction: one list per direction, or one list for
+/// all, or the defaults when the node gives none.
+fn direction_functions(
+    cell: Cell,
+    functions: Option<Vec<RecurrentFn>>,
+    dirs: usize,
+) -> NResult<Vec<Vec<RecurrentFn>>> {
+    let defaults: &[&str] = match cell {
+        Cell::Rnn => &["Tanh"],
+        Cell::Gru => &["Sigmoid", "Tanh"],
+        Cell::Lstm => &["Sigmoid", "Tanh", "Tanh"],
+    };
+    Ok(match functions {
+        Some(list) if list.len() == defaults.len() * dirs => list
+            .chunks(defaults.len())
+            .map(<[RecurrentFn]>::to_vec)
+            .collect(),
+        Some(list) if list.len() == defaults.len() => vec![list; dirs],
+        Some(list) => {
+            return invalid(format!(
+                "{} activations for {} direction(s) of {} functions each",
+                list.len(),
+                dirs,
+                defaults.len()
+            ));
+        }
+        None => vec![
+            defaults
+                .iter()
+                .map(|d| RecurrentFn {
+                    name: (*d).to_string(),
+                    params: Default::default(),
+                })
+                .collect();
+            dirs
+        ],
+    })
+}
+
 /// The dimensions a sequence lowering needs, and the input X as given (layout 0:
 /// [S, B, I], layout 1: [B, S, I]).
 #[derive(Clone, Copy)]
@@ -857,6 +1056,20 @@ struct SequenceShape {
     i_size: u32,
     h: u32,
     x: u32,
+}
+
+/// The constant weights and the initial states of a sequence lowering, shared by its
+/// directions.
+struct SequenceInputs<'a> {
+    w: Vec<f32>,
+    r: Vec<f32>,
+    bias: Option<Vec<f32>>,
+    peep: Option<Vec<f32>>,
+    init_h: Option<u32>,
+    init_c: Option<u32>,
+    /// Per direction: whether it runs in reverse, and its NN activation code.
+    dirs: &'a [bool],
+    codes: Vec<i32>,
 }
 
 /// The NN activation code that makes the sequence operation compute a direction's ONNX

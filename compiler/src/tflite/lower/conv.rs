@@ -4,12 +4,15 @@
 //! set's layout, so nothing is transposed. SAME/VALID padding is emitted as the explicit
 //! padding TensorFlow computes (before = total / 2), so no kernel has to re-derive it.
 
-use nnc_formats::nn::signature::implicit_padding;
-use nnc_formats::nn::{OperandType, OperationType, PaddingScheme};
+use nnc_formats::nn::ops::{
+    Conv2d, ConvKind, Hw, Pool2d, TransposeConv2d, TransposePadding, WindowPadding,
+    implicit_padding,
+};
+use nnc_formats::nn::{FusedActivation, OperandType, OperationType, PaddingScheme};
 
 use super::super::model::OperatorDesc;
 use super::super::schema_generated::tflite as fb;
-use super::{Const, Lowerer, OResult, Role, Value, invalid, unsupported};
+use super::{Act, Const, Lowerer, OResult, Role, Value, invalid, unsupported};
 
 /// More output channels than any real layer has: a corrupt shape, which must not turn
 /// into a huge zero bias.
@@ -42,6 +45,30 @@ pub(super) fn window_padding(
     let (top, bottom) = implicit_padding(input[1], kernel.0, stride.0, dilation.0, padding);
     let (left, right) = implicit_padding(input[2], kernel.1, stride.1, dilation.1, padding);
     [left, right, top, bottom]
+}
+
+/// Explicit padding from `[left, right, top, bottom]`.
+fn explicit([left, right, top, bottom]: [u32; 4]) -> WindowPadding {
+    WindowPadding::Explicit {
+        left,
+        right,
+        top,
+        bottom,
+    }
+}
+
+/// `(height, width)` as an [`Hw`].
+fn hw((h, w): (u32, u32)) -> Hw {
+    Hw { h, w }
+}
+
+/// `act` split into the code an operation's fused-activation operand holds and what
+/// remains for a separate operation (TANH, which no fused code expresses).
+pub(super) fn split_activation(act: Act) -> (FusedActivation, Act) {
+    match act {
+        Act::Fused(a) => (a, Act::Fused(FusedActivation::None)),
+        Act::Tanh => (FusedActivation::None, Act::Tanh),
+    }
 }
 
 impl Lowerer<'_, '_> {
@@ -145,12 +172,8 @@ impl Lowerer<'_, '_> {
         let filter = self.operand_of(ft, Role::Filter(xt, 0))?;
         let bias = self.bias(op, 2, x, filter, out_c)?;
         let dilated = dilation != (1, 1);
-        let mut inputs = vec![x, filter, bias];
-        for v in pads.into_iter().chain([stride.1, stride.0]) {
-            inputs.push(self.model.add_i32(v as i32));
-        }
-        let nn_op = if groups == 1 {
-            OperationType::Conv2d
+        let kind = if groups == 1 {
+            ConvKind::Plain
         } else {
             if dilated {
                 return unsupported(
@@ -162,18 +185,20 @@ impl Lowerer<'_, '_> {
                     "{out_c} output channels do not divide into {groups} groups"
                 ));
             }
-            inputs.push(self.model.add_i32(groups as i32));
-            OperationType::GroupedConv2d
+            ConvKind::Grouped { groups }
         };
-        let act_at = inputs.len();
-        if dilated || groups > 1 {
-            inputs.push(self.model.add_bool(false)); // NHWC
-        }
-        if dilated {
-            inputs.push(self.model.add_i32(dilation.1 as i32));
-            inputs.push(self.model.add_i32(dilation.0 as i32));
-        }
-        self.emit_activated(op, nn_op, inputs, Some(act_at), act)?;
+        let (activation, separate) = split_activation(act);
+        let conv = Conv2d {
+            kind,
+            padding: explicit(pads),
+            stride: hw(stride),
+            dilation: hw(dilation),
+            activation,
+            nchw: false,
+        };
+        let mut inputs = vec![x, filter, bias];
+        inputs.extend(conv.encode(&mut self.model));
+        self.emit_activated(op, conv.op_type(), inputs, None, separate)?;
         Ok(())
     }
 
@@ -211,23 +236,18 @@ impl Lowerer<'_, '_> {
         let xt = self.operand_type(x);
         let filter = self.operand_of(ft, Role::Filter(xt, 3))?;
         let bias = self.bias(op, 2, x, filter, out_c)?;
+        let (activation, separate) = split_activation(act);
+        let conv = Conv2d {
+            kind: ConvKind::Depthwise { multiplier },
+            padding: explicit(pads),
+            stride: hw(stride),
+            dilation: hw(dilation),
+            activation,
+            nchw: false,
+        };
         let mut inputs = vec![x, filter, bias];
-        for v in pads.into_iter().chain([stride.1, stride.0, multiplier]) {
-            inputs.push(self.model.add_i32(v as i32));
-        }
-        let act_at = inputs.len();
-        if dilation != (1, 1) {
-            inputs.push(self.model.add_bool(false));
-            inputs.push(self.model.add_i32(dilation.1 as i32));
-            inputs.push(self.model.add_i32(dilation.0 as i32));
-        }
-        self.emit_activated(
-            op,
-            OperationType::DepthwiseConv2d,
-            inputs,
-            Some(act_at),
-            act,
-        )?;
+        inputs.extend(conv.encode(&mut self.model));
+        self.emit_activated(op, conv.op_type(), inputs, None, separate)?;
         Ok(())
     }
 
@@ -273,38 +293,31 @@ impl Lowerer<'_, '_> {
         };
         let (top, bottom) = axis(shape[1], xd[1], f[1], stride.0);
         let (left, right) = axis(shape[2], xd[2], f[2], stride.1);
-        let mut inputs = vec![x, filter, bias];
-        if [top, bottom, left, right]
-            .iter()
-            .all(|&p| p >= 0 && p <= i64::from(i32::MAX))
-        {
-            for v in [
-                left,
-                right,
-                top,
-                bottom,
-                i64::from(stride.1),
-                i64::from(stride.0),
-            ] {
-                inputs.push(self.model.add_i32(v as i32));
-            }
+        let fits = |p: i64| u32::try_from(p).is_ok_and(|p| p <= i32::MAX as u32);
+        let (padding, output_shape) = if [top, bottom, left, right].into_iter().all(fits) {
+            let padding = TransposePadding::Explicit {
+                left: left as u32,
+                right: right as u32,
+                top: top as u32,
+                bottom: bottom as u32,
+            };
+            (padding, None)
         } else {
             // The output extends past the last input's reach (VALID with stride > kernel):
             // only the implicit form, which takes the output shape, can say so.
-            inputs.push(self.model.add_i32_vector(&shape));
-            inputs.push(self.model.add_i32(padding as i32));
-            inputs.push(self.model.add_i32(stride.1 as i32));
-            inputs.push(self.model.add_i32(stride.0 as i32));
-        }
-        let act_at = inputs.len();
-        inputs.push(self.model.add_bool(false)); // NHWC
-        self.emit_activated(
-            op,
-            OperationType::TransposeConv2d,
-            inputs,
-            Some(act_at),
-            act,
-        )?;
+            let shape = self.model.add_i32_vector(&shape);
+            (TransposePadding::Implicit(padding), Some(shape))
+        };
+        let (activation, separate) = split_activation(act);
+        let conv = TransposeConv2d {
+            padding,
+            stride: hw(stride),
+            activation,
+            nchw: false,
+        };
+        let mut inputs = vec![x, filter, bias];
+        inputs.extend(conv.encode(&mut self.model, output_shape));
+        self.emit_activated(op, OperationType::TransposeConv2d, inputs, None, separate)?;
         Ok(())
     }
 
@@ -365,12 +378,23 @@ impl Lowerer<'_, '_> {
             let filter = self.const_operand(&filter_const, Role::Filter(xt, 0))?;
             let x4 = self.reshape_temp(op, x, &[batch, 1, 1, depth])?;
             let bias = self.bias(op, 2, x, filter, units)?;
+            let (activation, separate) = split_activation(act);
+            let conv = Conv2d {
+                kind: ConvKind::Plain,
+                padding: WindowPadding::Explicit {
+                    left: 0,
+                    right: 0,
+                    top: 0,
+                    bottom: 0,
+                },
+                stride: Hw::ONE,
+                dilation: Hw::ONE,
+                activation,
+                nchw: false,
+            };
             let mut inputs = vec![x4, filter, bias];
-            for v in [0, 0, 0, 0, 1, 1] {
-                inputs.push(self.model.add_i32(v));
-            }
-            let act_at = inputs.len();
-            self.emit_activated_temp(op, OperationType::Conv2d, inputs, Some(act_at), act)?
+            inputs.extend(conv.encode(&mut self.model));
+            self.emit_activated_temp(op, conv.op_type(), inputs, None, separate)?
         } else {
             let x2 = if xd.len() < 2 {
                 self.reshape_temp(op, x, &[batch, depth])?
@@ -411,21 +435,35 @@ impl Lowerer<'_, '_> {
             positive(o.stride_h(), "stride_h")?,
             positive(o.stride_w(), "stride_w")?,
         );
-        let pads = window_padding(&xd, kernel, stride, (1, 1), scheme(o.padding())?);
-        let act = self.act(o.fused_activation_function())?;
+        let [left, right, top, bottom] =
+            window_padding(&xd, kernel, stride, (1, 1), scheme(o.padding())?);
+        let (activation, separate) = split_activation(self.act(o.fused_activation_function())?);
         let nn_op = match code {
             fb::BuiltinOperator::AVERAGE_POOL_2D => OperationType::AveragePool2d,
             fb::BuiltinOperator::MAX_POOL_2D => OperationType::MaxPool2d,
             _ => OperationType::L2Pool2d,
         };
+        let pool = Pool2d {
+            padding: WindowPadding::Explicit {
+                left,
+                right,
+                top,
+                bottom,
+            },
+            stride: Hw {
+                h: stride.0,
+                w: stride.1,
+            },
+            filter: Hw {
+                h: kernel.0,
+                w: kernel.1,
+            },
+            activation,
+            nchw: false,
+        };
         let mut inputs = vec![x];
-        for v in pads
-            .into_iter()
-            .chain([stride.1, stride.0, kernel.1, kernel.0])
-        {
-            inputs.push(self.model.add_i32(v as i32));
-        }
-        self.emit_activated(op, nn_op, inputs, Some(9), act)?;
+        inputs.extend(pool.encode(&mut self.model));
+        self.emit_activated(op, nn_op, inputs, None, separate)?;
         Ok(())
     }
 }

@@ -1,5 +1,5 @@
-//! TFLite custom operators: the one table of custom-operator names nnc lowers
-//! ([`CUSTOM_OPS`]), and their lowerings.
+//! The lowerings of TFLite custom operators (their rows, with names, versions and
+//! input and output counts, are in `registry.rs`).
 //!
 //! The operators are MediaPipe's (`mediapipe/util/tflite/operations/`), which its
 //! published models use. Each is lowered to NN operations when the set computes it
@@ -11,55 +11,13 @@
 //! flexbuffer map. Both are read with every length checked; an option nnc cannot
 //! honour refuses the operator, naming the option.
 
+use nnc_formats::nn::ops::{Hw, Pool2d, TransposeConv2d, TransposePadding, WindowPadding};
 use nnc_formats::nn::{FusedActivation, Operand, OperandType, OperationType, PaddingScheme};
 
 use super::super::flexbuffer::{self, Map, Value as Flex};
 use super::super::model::OperatorDesc;
 use super::conv::window_padding;
 use super::{Act, Lowerer, OResult, Role, Value, invalid, unsupported};
-
-/// The lowerings of [`CUSTOM_OPS`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CustomOp {
-    TransposeConvBias,
-    MaxPoolArgmax,
-    MaxUnpooling,
-    LandmarksToMatrix,
-    TransformLandmarks,
-    TransformTensorBilinear,
-}
-
-/// Every custom operator nnc lowers: name, the operator versions handled, lowering.
-pub const CUSTOM_OPS: &[(&str, std::ops::RangeInclusive<i32>, CustomOp)] = &[
-    (
-        "Convolution2DTransposeBias",
-        1..=1,
-        CustomOp::TransposeConvBias,
-    ),
-    ("MaxPoolingWithArgmax2D", 1..=1, CustomOp::MaxPoolArgmax),
-    ("MaxUnpooling2D", 1..=1, CustomOp::MaxUnpooling),
-    (
-        "Landmarks2TransformMatrix",
-        2..=2,
-        CustomOp::LandmarksToMatrix,
-    ),
-    ("TransformLandmarks", 2..=2, CustomOp::TransformLandmarks),
-    (
-        "TransformTensorBilinear",
-        2..=2,
-        CustomOp::TransformTensorBilinear,
-    ),
-];
-
-/// The table entry for a custom operator name.
-fn entry(name: &str) -> Option<&'static (&'static str, std::ops::RangeInclusive<i32>, CustomOp)> {
-    CUSTOM_OPS.iter().find(|(n, _, _)| *n == name)
-}
-
-/// True when nnc has a lowering for the custom operator `name` (some version of it).
-pub fn is_supported(name: &str) -> bool {
-    entry(name).is_some()
-}
 
 /// The custom operator's options bytes (empty when it has none).
 fn options<'a>(op: &OperatorDesc<'a>) -> &'a [u8] {
@@ -174,43 +132,6 @@ fn flex_f32(map: &Map, key: &str) -> OResult<f32> {
 }
 
 impl Lowerer<'_, '_> {
-    /// Lowers a custom operator listed in [`CUSTOM_OPS`].
-    pub(super) fn custom(&mut self, op: &OperatorDesc, name: &str) -> OResult<()> {
-        let Some((_, versions, lower)) = entry(name) else {
-            return unsupported("custom operator: no lowering to the NN operation set");
-        };
-        // The input and output counts MediaPipe's kernels require.
-        let (inputs, outputs) = match lower {
-            CustomOp::TransposeConvBias => (3, 1),
-            CustomOp::MaxPoolArgmax => (1, 2),
-            CustomOp::MaxUnpooling | CustomOp::TransformLandmarks => (2, 1),
-            CustomOp::TransformTensorBilinear => (2, 1),
-            CustomOp::LandmarksToMatrix => (1, 1),
-        };
-        if op.inputs.len() != inputs || op.outputs.len() != outputs {
-            return invalid(format!(
-                "{name} takes {inputs} inputs and {outputs} outputs, got {} and {}",
-                op.inputs.len(),
-                op.outputs.len()
-            ));
-        }
-        if !versions.contains(&op.version) {
-            return unsupported(format!(
-                "version {} of custom operator {name} is not supported (nnc lowers version {})",
-                op.version,
-                versions.start()
-            ));
-        }
-        match lower {
-            CustomOp::TransposeConvBias => self.transpose_conv_bias(op),
-            CustomOp::MaxPoolArgmax => self.max_pool_argmax(op),
-            CustomOp::MaxUnpooling => self.max_unpooling(op),
-            CustomOp::LandmarksToMatrix => self.landmarks_to_matrix(op),
-            CustomOp::TransformLandmarks => self.transform_landmarks(op),
-            CustomOp::TransformTensorBilinear => self.transform_tensor_bilinear(op),
-        }
-    }
-
     /// Input `k` as a TENSOR_FLOAT32 operand (float constants included).
     fn float_input(&mut self, op: &OperatorDesc, k: usize) -> OResult<u32> {
         let t = self.input(op, k)?;
@@ -251,7 +172,7 @@ impl Lowerer<'_, '_> {
     /// MediaPipe's Convolution2DTransposeBias: TRANSPOSE_CONV with a bias input and its
     /// own output size. Inputs (input, weights [O, H, W, I], bias [O]); options
     /// TfLiteTransposeConvParams (padding, stride_width, stride_height).
-    fn transpose_conv_bias(&mut self, op: &OperatorDesc) -> OResult<()> {
+    pub(super) fn transpose_conv_bias(&mut self, op: &OperatorDesc) -> OResult<()> {
         let f = packed_fields(
             op,
             "TfLiteTransposeConvParams",
@@ -277,7 +198,7 @@ impl Lowerer<'_, '_> {
         }
         // MediaPipe crops `max(0, k - (in - 1) % s - 1)` from the full output, the
         // smaller half before: the NN set's explicit padding says exactly that.
-        let crop = |input: u32, k: u32, s: u32| -> (i32, i32) {
+        let crop = |input: u32, k: u32, s: u32| -> (u32, u32) {
             let total = match padding {
                 PaddingScheme::Same => {
                     (i64::from(k) - (i64::from(input) - 1) % i64::from(s) - 1).max(0)
@@ -285,21 +206,28 @@ impl Lowerer<'_, '_> {
                 PaddingScheme::Valid => 0,
             };
             let before = total / 2;
-            (before as i32, (total - before) as i32)
+            (before as u32, (total - before) as u32)
         };
         let (top, bottom) = crop(xd[1], fd[1], sh);
         let (left, right) = crop(xd[2], fd[2], sw);
+        let conv = TransposeConv2d {
+            padding: TransposePadding::Explicit {
+                left,
+                right,
+                top,
+                bottom,
+            },
+            stride: Hw { h: sh, w: sw },
+            activation: FusedActivation::None,
+            nchw: false,
+        };
         let mut inputs = vec![x, filter, bias];
-        for v in [left, right, top, bottom, sw as i32, sh as i32] {
-            inputs.push(self.model.add_i32(v));
-        }
-        let act_at = inputs.len();
-        inputs.push(self.model.add_bool(false)); // NHWC
+        inputs.extend(conv.encode(&mut self.model, None));
         self.emit_activated(
             op,
             OperationType::TransposeConv2d,
             inputs,
-            Some(act_at),
+            None,
             Act::Fused(FusedActivation::None),
         )?;
         Ok(())
@@ -307,7 +235,7 @@ impl Lowerer<'_, '_> {
 
     /// MediaPipe's MaxPoolingWithArgmax2D: max pooling that also writes, per output
     /// element, the position of the maximum within its window (as a float).
-    fn max_pool_argmax(&mut self, op: &OperatorDesc) -> OResult<()> {
+    pub(super) fn max_pool_argmax(&mut self, op: &OperatorDesc) -> OResult<()> {
         let o = pool_options(op)?;
         let padding = padding_option(o.padding)?;
         let Some(activation) = FusedActivation::from_code(o.activation) else {
@@ -318,21 +246,34 @@ impl Lowerer<'_, '_> {
         };
         let x = self.float_input(op, 0)?;
         let xd = self.rank_of(x, 4, "input")?;
-        let pads = window_padding(
+        let [left, right, top, bottom] = window_padding(
             &xd,
             (o.filter.1, o.filter.0),
             (o.stride.1, o.stride.0),
             (1, 1),
             padding,
         );
+        // AVERAGE_POOL_2D's explicit parameters; NHWC, so without the layout flag.
+        let pool = Pool2d {
+            padding: WindowPadding::Explicit {
+                left,
+                right,
+                top,
+                bottom,
+            },
+            stride: Hw {
+                h: o.stride.1,
+                w: o.stride.0,
+            },
+            filter: Hw {
+                h: o.filter.1,
+                w: o.filter.0,
+            },
+            activation,
+            nchw: false,
+        };
         let mut inputs = vec![x];
-        for v in pads
-            .into_iter()
-            .chain([o.stride.0, o.stride.1, o.filter.0, o.filter.1])
-        {
-            inputs.push(self.model.add_i32(v as i32));
-        }
-        inputs.push(self.model.add_i32(activation as i32));
+        inputs.extend(pool.encode(&mut self.model));
         let templates = vec![self.float_output(op, 0)?, self.float_output(op, 1)?];
         let outs = self.emit_raw(op, OperationType::MaxPoolWithArgmax, inputs, templates)?;
         for (k, o) in outs.into_iter().enumerate() {
@@ -346,7 +287,7 @@ impl Lowerer<'_, '_> {
     /// index names; everything else is zero. The output is the input times the filter
     /// size; the padding MediaPipe derives from that size and the stride (its padding
     /// and activation options are not read by its kernel, and not here either).
-    fn max_unpooling(&mut self, op: &OperatorDesc) -> OResult<()> {
+    pub(super) fn max_unpooling(&mut self, op: &OperatorDesc) -> OResult<()> {
         let o = pool_options(op)?;
         let x = self.float_input(op, 0)?;
         let xd = self.rank_of(x, 4, "input")?;
@@ -376,7 +317,7 @@ impl Lowerer<'_, '_> {
     /// MediaPipe's Landmarks2TransformMatrix (version 2): the matrix mapping a crop
     /// around a subset of landmarks, rotated to level two of them, to the landmarks'
     /// frame.
-    fn landmarks_to_matrix(&mut self, op: &OperatorDesc) -> OResult<()> {
+    pub(super) fn landmarks_to_matrix(&mut self, op: &OperatorDesc) -> OResult<()> {
         let map = flex_options(op)?;
         let subset = match flex_value(&map, "subset_idxs")? {
             Flex::Ints(v) => v.clone(),
@@ -450,7 +391,7 @@ impl Lowerer<'_, '_> {
 
     /// MediaPipe's TransformLandmarks (version 2): x and y of each landmark through the
     /// matrix's first two rows; z (if any) unchanged. No options.
-    fn transform_landmarks(&mut self, op: &OperatorDesc) -> OResult<()> {
+    pub(super) fn transform_landmarks(&mut self, op: &OperatorDesc) -> OResult<()> {
         let x = self.float_input(op, 0)?;
         let xd = self.rank_of(x, 3, "landmarks")?;
         if xd[0] != 1 || !matches!(xd[2], 2 | 3) {
@@ -467,7 +408,7 @@ impl Lowerer<'_, '_> {
     /// MediaPipe's TransformTensorBilinear (version 2): samples the input bilinearly at
     /// the matrix's image of every output pixel centre. Its kernel writes the output
     /// tensor's declared size; the options' output_height/output_width must agree.
-    fn transform_tensor_bilinear(&mut self, op: &OperatorDesc) -> OResult<()> {
+    pub(super) fn transform_tensor_bilinear(&mut self, op: &OperatorDesc) -> OResult<()> {
         let map = flex_options(op)?;
         let x = self.float_input(op, 0)?;
         let xd = self.rank_of(x, 4, "input")?;

@@ -4,15 +4,17 @@
 //! until an operation needs it as an operand, so shape tensors, axes and paddings become
 //! parameters and weights can be given the operand type their operation needs) or the
 //! NN operand that holds it. Every emitted operation gets its output type and shape from
-//! [`nnc_formats::nn::signature::infer`], which is then checked against what the TFLite
+//! [`nnc_formats::nn::ops::infer`], which is then checked against what the TFLite
 //! file declares for that tensor: a disagreement is reported, never papered over.
 //!
-//! Submodules lower one family each.
+//! Submodules lower one family each; `registry` is the one table of the operators
+//! lowered, read by the dispatch here and by the unsupported report.
 
 mod conv;
 mod custom;
 mod elementwise;
 mod reduce;
+pub mod registry;
 mod shape;
 
 use std::collections::HashMap;
@@ -20,74 +22,13 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use nnc_formats::nn::model::dims_to_string;
-use nnc_formats::nn::signature::{InputView, SignatureError, infer};
+use nnc_formats::nn::ops::{InputView, SignatureError, infer};
 use nnc_formats::nn::{
     ChannelQuant, FusedActivation, Lifetime, Model, Operand, OperandType, OperationType,
 };
 
-pub use custom::{CUSTOM_OPS, is_supported as custom_supported};
-
 use super::model::{OpKind, OperatorDesc, Quant, TensorDesc, TflModel, element_size, type_name};
 use super::schema_generated::tflite as fb;
-
-use fb::BuiltinOperator as B;
-
-/// Every builtin operator that has a lowering.
-pub const SUPPORTED_OPS: &[fb::BuiltinOperator] = &[
-    B::ADD,
-    B::ARG_MAX,
-    B::ARG_MIN,
-    B::AVERAGE_POOL_2D,
-    B::BATCH_MATMUL,
-    B::CONCATENATION,
-    B::CONV_2D,
-    B::DENSIFY,
-    B::DEPTHWISE_CONV_2D,
-    B::DEPTH_TO_SPACE,
-    B::DEQUANTIZE,
-    B::DIV,
-    B::EXP,
-    B::EXPAND_DIMS,
-    B::FULLY_CONNECTED,
-    B::GATHER,
-    B::HARD_SWISH,
-    B::L2_POOL_2D,
-    B::LEAKY_RELU,
-    B::LOG,
-    B::LOGISTIC,
-    B::MAXIMUM,
-    B::MAX_POOL_2D,
-    B::MEAN,
-    B::MINIMUM,
-    B::MIRROR_PAD,
-    B::MUL,
-    B::PACK,
-    B::PAD,
-    B::PADV2,
-    B::PRELU,
-    B::QUANTIZE,
-    B::REDUCE_MAX,
-    B::RELU,
-    B::RELU6,
-    B::RELU_N1_TO_1,
-    B::RESHAPE,
-    B::RESIZE_BILINEAR,
-    B::RESIZE_NEAREST_NEIGHBOR,
-    B::RSQRT,
-    B::SHAPE,
-    B::SLICE,
-    B::SOFTMAX,
-    B::SPACE_TO_DEPTH,
-    B::SPLIT,
-    B::SQRT,
-    B::SQUEEZE,
-    B::STRIDED_SLICE,
-    B::SUB,
-    B::SUM,
-    B::TANH,
-    B::TRANSPOSE,
-    B::TRANSPOSE_CONV,
-];
 
 /// Why an operator could not be lowered.
 #[derive(Debug)]
@@ -310,8 +251,8 @@ impl<'m, 'a> Lowerer<'m, 'a> {
         self.values[t] = Some(value);
     }
 
-    /// Lowers one operator (a builtin in [`SUPPORTED_OPS`] or a custom operator in
-    /// [`CUSTOM_OPS`]).
+    /// Lowers one operator through its row of [`registry::BUILTINS`] or
+    /// [`registry::CUSTOM`].
     pub fn lower(&mut self, op: &OperatorDesc) -> OResult<()> {
         for (k, t) in op.outputs.iter().enumerate() {
             if let Some(t) = *t
@@ -323,46 +264,23 @@ impl<'m, 'a> Lowerer<'m, 'a> {
                 ));
             }
         }
-        let code = match &op.kind {
-            OpKind::Builtin(code) => *code,
-            OpKind::Custom(name) => return self.custom(op, name),
-        };
-        match code {
-            B::CONV_2D => self.conv_2d(op),
-            B::DEPTHWISE_CONV_2D => self.depthwise_conv_2d(op),
-            B::TRANSPOSE_CONV => self.transpose_conv(op),
-            B::FULLY_CONNECTED => self.fully_connected(op),
-            B::AVERAGE_POOL_2D | B::MAX_POOL_2D | B::L2_POOL_2D => self.pool(op, code),
-            B::ADD | B::SUB | B::MUL | B::DIV => self.arithmetic(op, code),
-            B::MAXIMUM | B::MINIMUM => self.min_max(op, code),
-            B::RELU | B::RELU6 | B::RELU_N1_TO_1 | B::LOGISTIC | B::TANH | B::HARD_SWISH => {
-                self.activation(op, code)
+        match &op.kind {
+            OpKind::Builtin(code) => {
+                let Some(row) = registry::builtin(*code) else {
+                    return unsupported("no lowering to the NN operation set");
+                };
+                if let Some(reason) = row.version_refusal(op.version) {
+                    return unsupported(reason);
+                }
+                (row.lower)(self, op)
             }
-            B::EXP | B::LOG | B::SQRT | B::RSQRT => self.float_unary(op, code),
-            B::LEAKY_RELU => self.leaky_relu(op),
-            B::PRELU => self.prelu(op),
-            B::QUANTIZE => self.quantize(op),
-            B::DEQUANTIZE => self.dequantize(op),
-            B::SOFTMAX => self.softmax(op),
-            B::MEAN | B::SUM | B::REDUCE_MAX => self.reduce(op, code),
-            B::ARG_MAX | B::ARG_MIN => self.arg_reduce(op, code),
-            B::BATCH_MATMUL => self.batch_matmul(op),
-            B::RESHAPE => self.reshape(op),
-            B::SQUEEZE => self.squeeze(op),
-            B::EXPAND_DIMS => self.expand_dims(op),
-            B::TRANSPOSE => self.transpose(op),
-            B::STRIDED_SLICE => self.strided_slice(op),
-            B::SLICE => self.slice(op),
-            B::GATHER => self.gather(op),
-            B::SPLIT => self.split(op),
-            B::PACK => self.pack(op),
-            B::CONCATENATION => self.concatenation(op),
-            B::PAD | B::PADV2 | B::MIRROR_PAD => self.pad(op, code),
-            B::SPACE_TO_DEPTH | B::DEPTH_TO_SPACE => self.depth_space(op, code),
-            B::RESIZE_BILINEAR | B::RESIZE_NEAREST_NEIGHBOR => self.resize(op, code),
-            B::SHAPE => self.shape(op),
-            B::DENSIFY => self.densify(op),
-            _ => unsupported("no lowering to the NN operation set"),
+            OpKind::Custom(name) => {
+                let Some(row) = registry::custom(name) else {
+                    return unsupported("custom operator: no lowering to the NN operation set");
+                };
+                row.check(op)?;
+                (row.lower)(self, op)
+            }
         }
     }
 
@@ -642,7 +560,7 @@ impl<'m, 'a> Lowerer<'m, 'a> {
         nn_op: OperationType,
         inputs: &[u32],
         templates: &[Operand],
-    ) -> OResult<Vec<nnc_formats::nn::signature::OutputShape>> {
+    ) -> OResult<Vec<nnc_formats::nn::ops::OutputShape>> {
         let views: Vec<InputView> = inputs
             .iter()
             .map(|&i| InputView {

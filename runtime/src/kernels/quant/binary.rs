@@ -25,7 +25,7 @@
 //! built (65,536 entries, 64 KiB) and executes as one table lookup per element: exactly
 //! the reference arithmetic, at the cost of a load.
 
-use nnc_formats::nn::{FusedActivation, OperationType};
+use nnc_formats::nn::FusedActivation;
 
 use super::arith::{Multiplier, Q8, QType, Qp, activation_range};
 use super::{activation_type, check_scale, output_type, q8_bytes, qp, typed, typed_mut};
@@ -179,8 +179,18 @@ fn multiplier(info: &OpInfo, real: f64) -> Result<Multiplier> {
     Multiplier::new(real).map_err(|e| info.invalid(e.to_string()))
 }
 
-pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
-    use OperationType as O;
+/// The quantized binary arithmetic an operation is, chosen where it is routed here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Arith {
+    Add,
+    Sub,
+    Mul,
+    Maximum,
+    Minimum,
+    Prelu,
+}
+
+pub(super) fn build(info: &OpInfo, arith: Arith) -> Result<Box<dyn Kernel>> {
     let qt = activation_type(info, 0)?;
     if activation_type(info, 1)? != qt || output_type(info, 0)? != qt {
         return Err(info.unsupported("operands of different 8-bit types"));
@@ -193,21 +203,20 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     check_scale(info, "input0", a.scale)?;
     check_scale(info, "input1", b.scale)?;
     check_scale(info, "output", o.scale)?;
-    let op_type = info.op_type();
-    let act = if matches!(op_type, O::Add | O::Sub | O::Mul) {
+    let act = if matches!(arith, Arith::Add | Arith::Sub | Arith::Mul) {
         info.activation(2)?
     } else {
         FusedActivation::None
     };
     let range = activation_range(act, o, qt);
-    let op = match op_type {
-        O::Add | O::Sub => {
+    let op = match arith {
+        Arith::Add | Arith::Sub => {
             // TFLite: twice_max_input_scale = 2 * max(s1, s2) (in float, exact), the
             // ratios in double.
             let twice_max = f64::from(2.0 * a.scale.max(b.scale));
             let out_den = f64::from((1 << ADD_LEFT_SHIFT) as f32 * o.scale);
             Op::AddSub {
-                sub: op_type == O::Sub,
+                sub: arith == Arith::Sub,
                 zp1: a.zp,
                 zp2: b.zp,
                 m1: multiplier(info, f64::from(a.scale) / twice_max)?,
@@ -217,15 +226,15 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
                 range,
             }
         }
-        O::Mul => Op::Mul {
+        Arith::Mul => Op::Mul {
             zp1: a.zp,
             zp2: b.zp,
             m: multiplier(info, f64::from(a.scale * b.scale / o.scale))?,
             out_zp: o.zp,
             range,
         },
-        O::Maximum | O::Minimum => {
-            let max = op_type == O::Maximum;
+        Arith::Maximum | Arith::Minimum => {
+            let max = arith == Arith::Maximum;
             if a == o && b == o {
                 Op::MaxMinRaw { max }
             } else {
@@ -240,7 +249,7 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
                 }
             }
         }
-        _ => Op::Prelu {
+        Arith::Prelu => Op::Prelu {
             zp: a.zp,
             alpha_zp: b.zp,
             identity: multiplier(info, f64::from(a.scale / o.scale))?,
@@ -380,8 +389,9 @@ impl Kernel for Binary {
 // ---------------------------------------------------------------------------------------
 // Comparisons
 
+/// The quantized comparison an operation is, chosen where it is routed here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Cmp {
+pub(super) enum Cmp {
     Eq,
     Ne,
     Lt,
@@ -405,20 +415,11 @@ struct Compare {
     exact: Option<(f64, f64)>,
 }
 
-pub(super) fn build_compare(info: &OpInfo) -> Result<Box<dyn Kernel>> {
-    use OperationType as O;
+pub(super) fn build_compare(info: &OpInfo, cmp: Cmp) -> Result<Box<dyn Kernel>> {
     let qt = activation_type(info, 0)?;
     if activation_type(info, 1)? != qt {
         return Err(info.unsupported("inputs of different 8-bit types"));
     }
-    let cmp = match info.op_type() {
-        O::Equal => Cmp::Eq,
-        O::NotEqual => Cmp::Ne,
-        O::Less => Cmp::Lt,
-        O::LessEqual => Cmp::Le,
-        O::Greater => Cmp::Gt,
-        _ => Cmp::Ge,
-    };
     let (a, b): (Qp, Qp) = (qp(info.operand(0)?), qp(info.operand(1)?));
     check_scale(info, "input0", a.scale)?;
     check_scale(info, "input1", b.scale)?;

@@ -20,6 +20,7 @@ use nnc_formats::nn::{Operand, OperandType, Operation, OperationType};
 use super::arith::{QType, Qp};
 use super::{activation_type, check_scale, is_quant8, output_type, q8_bytes, q8_bytes_mut, qp};
 use crate::error::{Result, RuntimeError};
+use crate::kernels::shape::Movement;
 use crate::kernels::util::{axis, rank4, with_nhwc};
 use crate::kernels::{Kernel, KernelContext, OpInfo, PreparedWeights};
 
@@ -53,19 +54,15 @@ fn as_bytes_type(t: OperandType) -> OperandType {
     }
 }
 
-pub(super) fn build_bytes(info: &OpInfo) -> Result<Box<dyn Kernel>> {
-    let data = if info.op_type() == OperationType::Pack {
-        1
-    } else {
-        0
-    };
+pub(super) fn build_bytes(info: &OpInfo, movement: Movement) -> Result<Box<dyn Kernel>> {
+    let data = if movement == Movement::Pack { 1 } else { 0 };
     let t = info.input_type(data)?;
     if QType::of(t).is_none() {
         return Err(info.unsupported(format!("operand type {t}")));
     }
     same_quantization(info, data)?;
     // Every data input of PACK must match too.
-    if info.op_type() == OperationType::Pack {
+    if movement == Movement::Pack {
         let q = qp(info.operand(1)?);
         for i in 2..info.input_count() {
             if qp(info.operand(i)?) != q {
@@ -74,9 +71,10 @@ pub(super) fn build_bytes(info: &OpInfo) -> Result<Box<dyn Kernel>> {
         }
     }
     let operands: Vec<Operand> = info
-        .operands
+        .views()
         .iter()
-        .chain(&info.outputs)
+        .map(|v| v.operand)
+        .chain(info.outputs.iter().copied())
         .map(|o| {
             let mut o = (*o).clone();
             if is_quant8(o.operand_type) {
@@ -87,17 +85,17 @@ pub(super) fn build_bytes(info: &OpInfo) -> Result<Box<dyn Kernel>> {
             o
         })
         .collect();
-    let n_in = info.operands.len() as u32;
+    let n_in = info.input_count() as u32;
     let op = Operation {
         op_type: info.op_type(),
         inputs: (0..n_in).collect(),
         outputs: (n_in..operands.len() as u32).collect(),
         source: info.op.source.clone(),
     };
-    let values = info.values.clone();
+    let values: Vec<Option<&[u8]>> = info.views().iter().map(|v| v.value).collect();
     let constant = move |i: u32| values.get(i as usize).copied().flatten();
     let retyped = OpInfo::new(&op, &operands, &constant)?;
-    let inner = crate::kernels::shape::build(&retyped)?;
+    let inner = crate::kernels::shape::build(&retyped, movement)?;
     Ok(Box::new(Retyped { inner }))
 }
 
@@ -329,26 +327,35 @@ enum Block {
     ChannelShuffle { groups: usize, axis: i32 },
 }
 
-pub(super) fn build_block(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+/// The block rearrangement an operation is, chosen where it is routed here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Rearrangement {
+    DepthToSpace,
+    SpaceToDepth,
+    ChannelShuffle,
+}
+
+pub(super) fn build_block(info: &OpInfo, rearrangement: Rearrangement) -> Result<Box<dyn Kernel>> {
+    use Rearrangement as R;
     let qt = activation_type(info, 0)?;
     if output_type(info, 0)? != qt {
         return Err(info.unsupported("input and output of different 8-bit types"));
     }
     same_quantization(info, 0)?;
-    let op = match info.op_type() {
-        OperationType::DepthToSpace | OperationType::SpaceToDepth => {
+    let op = match rearrangement {
+        R::DepthToSpace | R::SpaceToDepth => {
             let block = info.usize(1, "block_size")?;
             if block == 0 {
                 return Err(info.invalid("block_size must be >= 1"));
             }
             let nchw = info.optional_bool(2, "layout")?;
-            if info.op_type() == OperationType::DepthToSpace {
+            if rearrangement == R::DepthToSpace {
                 Block::DepthToSpace { block, nchw }
             } else {
                 Block::SpaceToDepth { block, nchw }
             }
         }
-        _ => {
+        R::ChannelShuffle => {
             let groups = info.usize(1, "num_groups")?;
             if groups == 0 {
                 return Err(info.invalid("num_groups must be >= 1"));

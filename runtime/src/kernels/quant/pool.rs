@@ -9,6 +9,8 @@
 //! entirely in the padding (TFLite rejects it) averages to the real value 0 and has the
 //! type's lowest value as its maximum.
 
+use std::ops::Range;
+
 use nnc_formats::nn::OperationType;
 
 use super::arith::{Multiplier, Q8, QType, Qp, activation_range};
@@ -16,18 +18,14 @@ use super::{
     activation_type, check_scale, for_row_tiles, output_type, q8_bytes, q8_bytes_mut, qp, typed,
     typed_mut,
 };
-use crate::error::{Result, RuntimeError};
+use crate::error::Result;
 use crate::kernels::util::{rank4, with_nhwc};
-use crate::kernels::window::{Padding, decode_pool, window_extent};
+use crate::kernels::window::{PoolGeometry, PoolParams, decode_pool};
 use crate::kernels::{Kernel, KernelContext, OpInfo};
 
 struct Pool {
     max: bool,
-    padding: Padding,
-    /// (height, width)
-    stride: (usize, usize),
-    filter: (usize, usize),
-    nchw: bool,
+    window: PoolParams,
     qt: QType,
     input: Qp,
     output: Qp,
@@ -41,7 +39,7 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     if output_type(info, 0)? != qt {
         return Err(info.unsupported("input and output of different 8-bit types"));
     }
-    let w = decode_pool(info)?;
+    let window = decode_pool(info)?;
     let (input, output) = (qp(info.operand(0)?), qp(info.output_operand(0)?));
     check_scale(info, "input", input.scale)?;
     check_scale(info, "output", output.scale)?;
@@ -55,15 +53,12 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     };
     Ok(Box::new(Pool {
         max: info.op_type() == OperationType::MaxPool2d,
-        padding: w.padding,
-        stride: w.stride,
-        filter: w.filter,
-        nchw: w.nchw,
+        window,
         qt,
         input,
         output,
         rescale,
-        range: activation_range(w.act, output, qt),
+        range: activation_range(window.act, output, qt),
     }))
 }
 
@@ -77,60 +72,30 @@ impl Kernel for Pool {
         let out_shape = rank4(out_t.shape, "output")?;
         let out = q8_bytes_mut(out_t, "output")?;
         with_nhwc(
-            self.nchw,
+            self.window.nchw,
             x,
             in_shape,
             out,
             out_shape,
-            |x, [n, ih, iw, c], out, [on, oh, ow, oc]| {
-                let (fh, fw) = self.filter;
-                let (sh, sw) = self.stride;
-                let pad_h = self.padding.resolve(true, ih, fh, sh, 1)?;
-                let pad_w = self.padding.resolve(false, iw, fw, sw, 1)?;
-                let eh = window_extent(ih, fh, sh, 1, pad_h)?;
-                let ew = window_extent(iw, fw, sw, 1, pad_w)?;
-                if [on, oh, ow, oc] != [n, eh, ew, c] {
-                    return Err(RuntimeError::kernel(format!(
-                        "output shape {:?} (NHWC) does not match the computed {:?}",
-                        [on, oh, ow, oc],
-                        [n, eh, ew, c]
-                    )));
-                }
-                let g = PoolGeometry {
-                    ih,
-                    iw,
-                    c,
-                    oh,
-                    fh,
-                    fw,
-                    sh,
-                    sw,
-                    pt: pad_h.0,
-                    pl: pad_w.0,
-                };
-                for_row_tiles(threads, out, ow * c, 1, 0, |row, out_row, _: &mut [u8]| {
-                    match self.qt {
-                        QType::U8 => self.row::<u8>(&g, typed(x), row, typed_mut(out_row)),
-                        QType::I8 => self.row::<i8>(&g, typed(x), row, typed_mut(out_row)),
-                    }
-                    Ok(())
-                })
+            |x, in_shape, out, out_shape| {
+                let g = self.window.geometry(in_shape, out_shape)?;
+                for_row_tiles(
+                    threads,
+                    out,
+                    g.ow * g.c,
+                    1,
+                    0,
+                    |row, out_row, _: &mut [u8]| {
+                        match self.qt {
+                            QType::U8 => self.row::<u8>(&g, typed(x), row, typed_mut(out_row)),
+                            QType::I8 => self.row::<i8>(&g, typed(x), row, typed_mut(out_row)),
+                        }
+                        Ok(())
+                    },
+                )
             },
         )
     }
-}
-
-struct PoolGeometry {
-    ih: usize,
-    iw: usize,
-    c: usize,
-    oh: usize,
-    fh: usize,
-    fw: usize,
-    sh: usize,
-    sw: usize,
-    pt: usize,
-    pl: usize,
 }
 
 impl Pool {
@@ -138,13 +103,11 @@ impl Pool {
     fn row<T: Q8>(&self, g: &PoolGeometry, x: &[T], row: usize, out_row: &mut [T]) {
         let b = row / g.oh;
         let oy = row % g.oh;
-        let ys = (oy * g.sh).saturating_sub(g.pt);
-        let ye = (oy * g.sh + g.fh).saturating_sub(g.pt).min(g.ih);
+        let Range { start: ys, end: ye } = g.rows(oy);
         let mut acc = vec![0i32; g.c];
         for (ox, px) in out_row.chunks_exact_mut(g.c).enumerate() {
-            let xs = (ox * g.sw).saturating_sub(g.pl);
-            let xe = (ox * g.sw + g.fw).saturating_sub(g.pl).min(g.iw);
-            let count = (ye.saturating_sub(ys) * xe.saturating_sub(xs)) as i32;
+            let Range { start: xs, end: xe } = g.cols(ox);
+            let count = ((ye - ys) * (xe - xs)) as i32;
             acc.fill(if self.max { T::MIN } else { 0 });
             for iy in ys..ye {
                 for ix in xs..xe {

@@ -10,26 +10,26 @@
 //! - ARGMAX / ARGMIN: on stored values (monotonic in the real value); ties keep the
 //!   first index.
 
-use nnc_formats::nn::OperationType;
-
 use super::arith::{Multiplier, Q8, QType, Qp, multiply_by_quantized_multiplier};
 use super::{
     activation_type, check_scale, output_type, q8_bytes, q8_bytes_mut, qp, typed, typed_mut,
 };
 use crate::error::{Result, RuntimeError};
+use crate::kernels::misc::Arg;
 use crate::kernels::reduce::reduce_into;
 use crate::kernels::util::{axis, split_at_axis};
 use crate::kernels::{Kernel, KernelContext, OpInfo, Requantization};
 
+/// The quantized reduction an operation is, chosen where it is routed here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Reduction {
     Mean,
     Max,
     Min,
 }
 
 struct Reduce {
-    kind: Kind,
+    kind: Reduction,
     qt: QType,
     input: Qp,
     output: Qp,
@@ -41,20 +41,15 @@ struct Reduce {
     axes: Option<Vec<i32>>,
 }
 
-pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+pub(super) fn build(info: &OpInfo, kind: Reduction) -> Result<Box<dyn Kernel>> {
     let qt = activation_type(info, 0)?;
     if output_type(info, 0)? != qt {
         return Err(info.unsupported("input and output of different 8-bit types"));
     }
-    let kind = match info.op_type() {
-        OperationType::Mean => Kind::Mean,
-        OperationType::ReduceMax => Kind::Max,
-        _ => Kind::Min,
-    };
     let (input, output) = (qp(info.operand(0)?), qp(info.output_operand(0)?));
     check_scale(info, "input", input.scale)?;
     check_scale(info, "output", output.scale)?;
-    let rescale = if kind == Kind::Mean || input != output {
+    let rescale = if kind == Reduction::Mean || input != output {
         Some(
             Multiplier::from_f64_ratio(input.scale, output.scale)
                 .map_err(|e| info.invalid(e.to_string()))?,
@@ -68,7 +63,7 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
         input,
         output,
         rescale,
-        float_mean: kind == Kind::Mean && info.requantization == Requantization::Float,
+        float_mean: kind == Reduction::Mean && info.requantization == Requantization::Float,
         axes: info.i32_values(1)?,
     }))
 }
@@ -82,7 +77,7 @@ impl Reduce {
         out: &mut [T],
     ) -> Result<()> {
         match self.kind {
-            Kind::Mean => {
+            Reduction::Mean => {
                 let mut sums = crate::kernels::util::filled(out.len(), 0i32)?;
                 reduce_into(x, shape, reduced, &mut sums, |a: i32, v: T| {
                     a.wrapping_add(v.to_i32())
@@ -129,8 +124,8 @@ impl Reduce {
                 }
                 Ok(())
             }
-            Kind::Max | Kind::Min => {
-                let max = self.kind == Kind::Max;
+            Reduction::Max | Reduction::Min => {
+                let max = self.kind == Reduction::Max;
                 let mut acc =
                     crate::kernels::util::filled(out.len(), if max { T::MIN } else { T::MAX })?;
                 if max {
@@ -189,9 +184,9 @@ struct ArgMinMax {
     qt: QType,
 }
 
-pub(super) fn build_arg(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+pub(super) fn build_arg(info: &OpInfo, arg: Arg) -> Result<Box<dyn Kernel>> {
     Ok(Box::new(ArgMinMax {
-        max: info.op_type() == OperationType::Argmax,
+        max: arg == Arg::Max,
         axis: info.i32(1, "axis")?,
         qt: activation_type(info, 0)?,
     }))

@@ -19,7 +19,7 @@
 //! - DEQUANTIZE: `(q - zp) * scale` in float (a table of 256 floats; per-channel
 //!   TENSOR_QUANT8_SYMM_PER_CHANNEL inputs use the scale of each element's channel).
 
-use nnc_formats::nn::{FusedActivation, OperandType, OperationType};
+use nnc_formats::nn::{FusedActivation, OperandType};
 
 use super::arith::{Multiplier, QType, Qp, activation_range, byte_table};
 use super::{check_scale, q8_bytes, qp};
@@ -45,13 +45,27 @@ impl Kernel for Table {
     }
 }
 
-pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
-    use OperationType as O;
-    match info.op_type() {
-        O::Dequantize => return build_dequantize(info),
-        O::Quantize if !info.input_type(0)?.is_quantized() => return build_quantize_float(info),
-        _ => {}
+/// The byte table an 8-bit -> 8-bit operation computes, chosen where it is routed here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TableFn {
+    /// RELU, RELU1, RELU6: a rescale clamped to the activation's range.
+    Clamp(FusedActivation),
+    /// QUANTIZE between 8-bit types.
+    Requantize,
+    Logistic,
+    Tanh,
+    HardSwish,
+}
+
+/// QUANTIZE: from float32 by arithmetic, between 8-bit types by a table.
+pub(super) fn build_quantize(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    if !info.input_type(0)?.is_quantized() {
+        return build_quantize_float(info);
     }
+    build(info, TableFn::Requantize)
+}
+
+pub(super) fn build(info: &OpInfo, function: TableFn) -> Result<Box<dyn Kernel>> {
     let in_t = info.input_type(0)?;
     let in_qt = QType::of(in_t)
         .ok_or_else(|| info.unsupported(format!("quantized kernel for input type {in_t}")))?;
@@ -59,30 +73,27 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     let (i, o) = (qp(info.operand(0)?), qp(info.output_operand(0)?));
     check_scale(info, "input", i.scale)?;
     check_scale(info, "output", o.scale)?;
-    if info.op_type() != O::Quantize && in_qt != out_qt {
+    if function != TableFn::Requantize && in_qt != out_qt {
         return Err(info.unsupported("input and output of different 8-bit types"));
     }
     let invalid = |e: RuntimeError| info.invalid(e.to_string());
-    let table = match info.op_type() {
-        O::Relu | O::Relu1 | O::Relu6 => {
-            let act =
-                FusedActivation::from_operation(info.op_type()).unwrap_or(FusedActivation::None);
+    let table = match function {
+        TableFn::Clamp(act) => {
             let (lo, hi) = activation_range(act, o, out_qt);
             let m = Multiplier::from_f32_ratio(i.scale, o.scale).map_err(invalid)?;
             byte_table(in_qt, out_qt, |x| {
                 m.apply(x - i.zp).wrapping_add(o.zp).clamp(lo, hi)
             })
         }
-        O::Quantize => {
+        TableFn::Requantize => {
             let m = Multiplier::from_f64_ratio(i.scale, o.scale).map_err(invalid)?;
             byte_table(in_qt, out_qt, |x| m.apply(x - i.zp).wrapping_add(o.zp))
         }
-        O::Logistic => float_table(in_qt, i, o, |v| 1.0 / (1.0 + (-v).exp())),
-        O::Tanh => float_table(in_qt, i, o, f32::tanh),
-        O::HardSwish => {
+        TableFn::Logistic => float_table(in_qt, i, o, |v| 1.0 / (1.0 + (-v).exp())),
+        TableFn::Tanh => float_table(in_qt, i, o, f32::tanh),
+        TableFn::HardSwish => {
             hard_swish_table(in_qt, i, o).map_err(|e| info.unsupported(e.to_string()))?
         }
-        other => return Err(info.unsupported(format!("no quantized kernel for {other}"))),
     };
     Ok(Box::new(Table { table }))
 }
@@ -271,7 +282,7 @@ struct Dequantize {
     channel_dim: usize,
 }
 
-fn build_dequantize(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+pub(super) fn build_dequantize(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     let input = info.operand(0)?;
     let qt = QType::of_weights(input.operand_type)
         .ok_or_else(|| info.unsupported(format!("DEQUANTIZE of {}", input.operand_type)))?;

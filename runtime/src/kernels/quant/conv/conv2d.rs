@@ -1,8 +1,10 @@
 //! CONV_2D and GROUPED_CONV_2D: a GEMM per group, on 8-bit dot products or on i16
 //! operands (see the parent module).
 
+use super::super::typed;
 use super::*;
 use crate::buffer::WeightBuf;
+use crate::kernels::window::im2col;
 
 pub(super) struct Conv {
     pub(super) params: ConvParams,
@@ -272,7 +274,7 @@ fn conv_nhwc_bytes(
             let t = out_rows.len() / g.oc.max(1);
             let a = &mut a[..t * kq];
             for grp in 0..groups {
-                im2col_bytes(g, x, pad, grp * cg, cg, r0, kq, a);
+                im2col(g, x, grp * cg..(grp + 1) * cg, r0, kq, pad, a, copy_short)?;
                 gemm_u8i8::gemm(
                     true,
                     a,
@@ -289,90 +291,6 @@ fn conv_nhwc_bytes(
             Ok(())
         },
     )
-}
-
-/// [`im2col`] in the input's own bytes for [`gemm_u8i8`]: rows r0.. of `kq` bytes,
-/// ordered (ky, kx, c), channels `c0..c0 + cg`; taps outside the input hold `pad` (the
-/// input's zero point, so they contribute nothing after the correction). The depth's
-/// padding to `kq` is left as it is: B is zero there.
-#[allow(clippy::too_many_arguments)]
-fn im2col_bytes(
-    g: &Geometry,
-    x: &[u8],
-    pad: u8,
-    c0: usize,
-    cg: usize,
-    r0: usize,
-    kq: usize,
-    a: &mut [u8],
-) {
-    let pointwise = g.is_pointwise();
-    let contiguous = g.dw == 1 && cg == g.ic;
-    // A window row of a contiguous convolution is one run of kw * ic input bytes.
-    let run = g.kw * g.ic;
-    // The input row of each kernel row for the current output row, None in the padding
-    // (recomputed when the output row changes, not per pixel).
-    let mut rows_at: Option<(usize, usize)> = None;
-    let mut bases: Vec<Option<usize>> = vec![None; g.kh];
-    // The output pixels stepped row by row (two divisions per row were a large part of
-    // gathering a 3-channel first layer's 27-byte rows).
-    let pixels = g.pixels_from(r0);
-    for ((r, dst), (b, oy, ox)) in a.chunks_exact_mut(kq).enumerate().zip(pixels) {
-        let row = r0 + r;
-        if pointwise {
-            dst[..cg].copy_from_slice(&x[row * g.ic + c0..][..cg]);
-            continue;
-        }
-        if rows_at != Some((b, oy)) {
-            rows_at = Some((b, oy));
-            for (ky, base) in bases.iter_mut().enumerate() {
-                *base = g.in_y(oy, ky).map(|iy| (b * g.ih + iy) * g.iw);
-            }
-        }
-        if contiguous {
-            let start = ox * g.sw;
-            let kx0 = g.pad_left.saturating_sub(start).min(g.kw);
-            let kx1 = (g.iw + g.pad_left).saturating_sub(start).min(g.kw).max(kx0);
-            if kx0 == 0 && kx1 == g.kw {
-                // Inside the input horizontally (most windows): a run per kernel row.
-                let ix0 = start - g.pad_left;
-                for (drow, base) in dst.chunks_exact_mut(run).zip(&bases) {
-                    match base {
-                        Some(base) => copy_short(drow, &x[(base + ix0) * g.ic..][..run]),
-                        None => drow.fill(pad),
-                    }
-                }
-                continue;
-            }
-            for (drow, base) in dst.chunks_exact_mut(run).zip(&bases) {
-                let Some(base) = base else {
-                    drow.fill(pad);
-                    continue;
-                };
-                // Only windows at the left and right edges meet padding.
-                drow[..kx0 * cg].fill(pad);
-                drow[kx1 * cg..].fill(pad);
-                if kx1 > kx0 {
-                    let ix0 = start + kx0 - g.pad_left;
-                    let src = &x[(base + ix0) * g.ic..(base + ix0 + kx1 - kx0) * g.ic];
-                    copy_short(&mut drow[kx0 * cg..kx1 * cg], src);
-                }
-            }
-            continue;
-        }
-        for (drow, base) in dst.chunks_exact_mut(g.kw * cg).zip(&bases) {
-            let Some(base) = base else {
-                drow.fill(pad);
-                continue;
-            };
-            for (kx, d) in drow.chunks_exact_mut(cg).enumerate() {
-                match g.in_x(ox, kx) {
-                    Some(ix) => d.copy_from_slice(&x[(base + ix) * g.ic + c0..][..cg]),
-                    None => d.fill(pad),
-                }
-            }
-        }
-    }
 }
 
 /// `dst.copy_from_slice(src)` for the short runs of an im2col row: lengths of 4 to 16
@@ -433,9 +351,16 @@ fn conv_nhwc(
         let t = out_rows.len() / g.oc.max(1);
         let a = &mut a[..t * kp];
         for grp in 0..groups {
+            // Widened minus the zero point: taps in the padding are 0 (`x_zp - x_zp`); the
+            // depth's padding to `kp` is left as it is (B is zero there).
+            let channels = grp * cg..(grp + 1) * cg;
             match qt {
-                QType::U8 => im2col::<u8>(g, super::super::typed(x), zp, grp * cg, cg, r0, kp, a),
-                QType::I8 => im2col::<i8>(g, super::super::typed(x), zp, grp * cg, cg, r0, kp, a),
+                QType::U8 => im2col::<u8, i16>(g, typed(x), channels, r0, kp, 0, a, |d, s| {
+                    widen_into(d, s, zp)
+                })?,
+                QType::I8 => im2col::<i8, i16>(g, typed(x), channels, r0, kp, 0, a, |d, s| {
+                    widen_into(d, s, zp)
+                })?,
             }
             let rhs = PackedRhs {
                 data: &packed[grp * per_group..(grp + 1) * per_group],
@@ -464,65 +389,5 @@ fn conv_nhwc(
 fn widen_into<T: Q8>(dst: &mut [i16], src: &[T], zp: i32) {
     for (d, &v) in dst.iter_mut().zip(src) {
         *d = (v.to_i32() - zp) as i16;
-    }
-}
-
-/// Fills `a` (rows r0.. of the im2col matrix, `kp` values each, ordered (ky, kx, c)) for
-/// channels `c0..c0 + cg`, widened minus the zero point; taps outside the input are 0
-/// (`x_zp - x_zp`). A 1x1 stride-1 unpadded convolution's rows are its input rows.
-#[allow(clippy::too_many_arguments)]
-fn im2col<T: Q8>(
-    g: &Geometry,
-    x: &[T],
-    zp: i32,
-    c0: usize,
-    cg: usize,
-    r0: usize,
-    kp: usize,
-    a: &mut [i16],
-) {
-    let k = g.kh * g.kw * cg;
-    let pointwise = g.is_pointwise();
-    // With unit dilation and all channels, a kernel row is one contiguous input span.
-    let contiguous = g.dw == 1 && cg == g.ic;
-    for (r, dst) in a.chunks_exact_mut(kp).enumerate() {
-        dst[k..].fill(0);
-        let row = r0 + r;
-        if pointwise {
-            widen_into(&mut dst[..cg], &x[row * g.ic + c0..][..cg], zp);
-            continue;
-        }
-        let ox = row % g.ow;
-        let oy = (row / g.ow) % g.oh;
-        let b = row / (g.ow * g.oh);
-        for ky in 0..g.kh {
-            let drow = &mut dst[ky * g.kw * cg..(ky + 1) * g.kw * cg];
-            let Some(iy) = g.in_y(oy, ky) else {
-                drow.fill(0);
-                continue;
-            };
-            let base = (b * g.ih + iy) * g.iw;
-            if contiguous {
-                // Valid kx range: 0 <= ox * sw + kx - pad_left < iw.
-                let start = ox * g.sw;
-                let kx0 = g.pad_left.saturating_sub(start).min(g.kw);
-                let kx1 = (g.iw + g.pad_left).saturating_sub(start).min(g.kw).max(kx0);
-                drow[..kx0 * cg].fill(0);
-                drow[kx1 * cg..].fill(0);
-                if kx1 > kx0 {
-                    let ix0 = start + kx0 - g.pad_left;
-                    let src = &x[(base + ix0) * g.ic..(base + ix0 + kx1 - kx0) * g.ic];
-                    widen_into(&mut drow[kx0 * cg..kx1 * cg], src, zp);
-                }
-            } else {
-                for kx in 0..g.kw {
-                    let d = &mut drow[kx * cg..(kx + 1) * cg];
-                    match g.in_x(ox, kx) {
-                        Some(ix) => widen_into(d, &x[(base + ix) * g.ic + c0..][..cg], zp),
-                        None => d.fill(0),
-                    }
-                }
-            }
-        }
     }
 }

@@ -35,6 +35,7 @@ use super::gemm_u8i8;
 use super::{activation_type, check_scale, for_row_tiles, output_type, q8_bytes, q8_bytes_mut, qp};
 use crate::buffer::AlignedBuf;
 use crate::error::{Result, RuntimeError};
+use crate::kernels::conv::ConvKind;
 use crate::kernels::util::{rank4, with_nhwc};
 use crate::kernels::window::{ConvParams, Geometry, decode_conv};
 use crate::kernels::{Kernel, KernelContext, OpInfo, PreparedWeights, Requantization};
@@ -232,7 +233,7 @@ fn output_quant(info: &OpInfo, act: FusedActivation) -> Result<OutputQuant> {
     })
 }
 
-pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+pub(super) fn build(info: &OpInfo, kind: ConvKind) -> Result<Box<dyn Kernel>> {
     let filter_dims = if info.is_weight(1) {
         let dims = info
             .dims(1)
@@ -244,8 +245,8 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     if info.input_type(2)? != OperandType::TensorInt32 {
         return Err(info.unsupported("quantized convolution needs a TENSOR_INT32 bias"));
     }
-    match info.op_type() {
-        OperationType::TransposeConv2d => {
+    match kind {
+        ConvKind::Transpose => {
             let params = decode_transpose(info)?;
             let oq = output_quant(info, params.act)?;
             let channels = info.dims(1).map(|d| d[0]);
@@ -257,7 +258,7 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
                 filter_dims,
             }))
         }
-        OperationType::DepthwiseConv2d => {
+        ConvKind::Depthwise => {
             let params = decode_conv(info)?;
             let oq = output_quant(info, params.act)?;
             let channels = info.dims(1).map(|d| d[3]);
@@ -270,7 +271,7 @@ pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
                 stage: ConstantStages::new(filter_dims.is_some() && info.is_weight(2)),
             }))
         }
-        _ => {
+        ConvKind::Grouped => {
             let params = decode_conv(info)?;
             let oq = output_quant(info, params.act)?;
             let channels = info.dims(1).map(|d| d[0]);

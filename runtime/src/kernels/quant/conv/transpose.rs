@@ -3,6 +3,7 @@
 
 use super::*;
 
+use crate::kernels::window::col2im;
 pub(super) use crate::kernels::window::{TransposeParams, decode_transpose};
 
 pub(super) struct TransposeConv {
@@ -84,8 +85,7 @@ impl Kernel for TransposeConv {
                 if x.len() != n * ih * iw * ic || out.len() != n * oh * ow * oc {
                     return Err(RuntimeError::kernel("input or output has the wrong size"));
                 }
-                let (sh, sw) = p.stride;
-                let (pad_top, pad_left) = p.pads((ih, iw), (kh, kw), (oh, ow))?;
+                let g = p.geometry([n, ih, iw, ic], (kh, kw), [on, oh, ow, oc])?;
                 let cols = kh * kw * oc;
                 let kp = padded_depth(ic);
                 let mut acc = crate::kernels::util::filled(n * oh * ow * oc, 0i32)?;
@@ -119,29 +119,11 @@ impl Kernel for TransposeConv {
                             ld: cols,
                         },
                     )?;
-                    for (pix, c) in (p0..p1).zip(col.chunks_exact(cols)) {
-                        let ix = pix % iw;
-                        let iy = (pix / iw) % ih;
-                        let b = pix / (iw * ih);
-                        for ky in 0..kh {
-                            let Some(oy) = (iy * sh + ky).checked_sub(pad_top).filter(|&v| v < oh)
-                            else {
-                                continue;
-                            };
-                            for kx in 0..kw {
-                                let Some(ox) =
-                                    (ix * sw + kx).checked_sub(pad_left).filter(|&v| v < ow)
-                                else {
-                                    continue;
-                                };
-                                let dst = &mut acc[((b * oh + oy) * ow + ox) * oc..][..oc];
-                                let src = &c[(ky * kw + kx) * oc..][..oc];
-                                for (d, s) in dst.iter_mut().zip(src) {
-                                    *d = d.wrapping_add(*s);
-                                }
-                            }
+                    col2im(&g, &col[..t * cols], p0, cols, &mut acc, |dst, src| {
+                        for (d, s) in dst.iter_mut().zip(src) {
+                            *d = d.wrapping_add(*s);
                         }
-                    }
+                    })?;
                     p0 = p1;
                 }
                 let isa = gemm::best_isa();

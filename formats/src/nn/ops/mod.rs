@@ -1,0 +1,481 @@
+//! One definition per operation of what it accepts and what it produces.
+//!
+//! [`infer`] checks an operation's signature (operand count, operand types, parameter
+//! values and ranges, shape compatibility) and computes the type and dimensions of its
+//! outputs. The same function serves three callers, so they can never disagree:
+//! the validator (declared outputs must match), the compiler's shape inference while
+//! lowering, and the runtime, which calls it with the actual input shapes and values to
+//! size outputs whose dimensions were unknown at compile time.
+//!
+//! Dimensions follow NNAPI: `0` is unknown, and a tensor with no dimensions has unknown
+//! rank. Inference propagates unknowns; it fails only when the known facts contradict.
+//!
+//! Layout: [`schema`] is the one table, a row per [`OperationType`] (an exhaustive match,
+//! so a new operation type does not compile until it has a row): its shape rule, the
+//! roles of its inputs, the HAL version its optional arguments need, and whether it moves
+//! quantized values unchanged. The shape rules live in one file per operation family
+//! (the runtime's kernel families' names); [`context`] holds the accessors they share.
+
+mod context;
+mod control_flow;
+mod dense;
+mod elementwise;
+mod gather_scatter;
+mod mediapipe;
+mod normalization;
+mod reduce;
+mod resize;
+mod roles;
+mod sequence;
+mod shape;
+mod window;
+
+#[cfg(test)]
+mod tests;
+
+use super::types::{HalVersion, OperandType, OperationType};
+use crate::nn::model::Operand;
+use context::{QUANT8, shape_err};
+
+pub use context::{MAX_RANK, Operands, broadcast_dims, f16_to_f32};
+pub use control_flow::{infer_control_flow, merge_dims, value_fits};
+pub use roles::Role;
+pub use sequence::LSTM_ACTIVATIONS;
+pub use shape::strided_slice_range;
+pub use window::{
+    Conv2d, ConvKind, Hw, Pool2d, TransposeConv2d, TransposePadding, WindowPadding,
+    implicit_padding,
+};
+
+/// One input as seen by signature checking: its operand and, when known, its value
+/// bytes (constants at compile time; every input at run time).
+#[derive(Clone, Copy, Debug)]
+pub struct InputView<'a> {
+    pub operand: &'a Operand,
+    pub value: Option<&'a [u8]>,
+}
+
+/// The inferred type and dimensions of one output.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutputShape {
+    pub operand_type: OperandType,
+    pub dimensions: Vec<u32>,
+}
+
+/// Why an operation's signature does not hold.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum SignatureError {
+    #[error("takes {expected} inputs, got {actual}")]
+    InputCount { expected: String, actual: usize },
+    #[error("produces {expected} outputs, got {actual}")]
+    OutputCount { expected: String, actual: usize },
+    #[error("input {index} ({role}) must be {expected}, got {actual}")]
+    InputType {
+        index: usize,
+        role: &'static str,
+        expected: String,
+        actual: OperandType,
+    },
+    #[error("output {index} must be {expected}, got {actual}")]
+    OutputType {
+        index: usize,
+        expected: String,
+        actual: OperandType,
+    },
+    #[error("input {index} ({role}) must be a constant known at compile time")]
+    NotConstant { index: usize, role: &'static str },
+    #[error("input {index} ({role}) {message}")]
+    Parameter {
+        index: usize,
+        role: &'static str,
+        message: String,
+    },
+    #[error("{0}")]
+    Shape(String),
+    #[error("{0} is not supported by nnc's signature checks")]
+    Unsupported(OperationType),
+    /// A control-flow operation and the subgraphs it references disagree (counts, types,
+    /// a missing subgraph); the message names the subgraph.
+    #[error("{0}")]
+    ControlFlow(String),
+}
+
+type Result<T> = std::result::Result<T, SignatureError>;
+
+/// A shape rule: checks one operation's signature and infers its outputs.
+type InferFn = fn(OperationType, &Operands, &[&Operand]) -> Result<Vec<OutputShape>>;
+
+/// A rule that checks a control-flow operation against the subgraphs it references.
+type SubgraphFn = fn(
+    OperationType,
+    &[InputView],
+    &[&Operand],
+    &[&super::model::Subgraph],
+) -> Result<Vec<OutputShape>>;
+
+/// The HAL version an operation's arguments need beyond its base version (optional
+/// inputs and outputs that later HAL versions added), given its inputs and outputs.
+type VersionFn = fn(&[&Operand], &[&Operand]) -> HalVersion;
+
+/// The roles of an operation's inputs.
+#[derive(Clone, Copy)]
+enum Roles {
+    /// The same names whatever the input count.
+    Fixed(&'static [Role]),
+    /// The role of input `index` of `count`, for operations whose inputs are named by
+    /// their count (explicit or implicit padding, a trailing axis after variadic inputs).
+    Computed(fn(usize, usize) -> Role),
+}
+
+/// One row of the operation table.
+#[derive(Clone, Copy)]
+pub struct OpSchema {
+    /// The shape rule; `None` for operation types nnc does not implement.
+    infer: Option<InferFn>,
+    roles: Roles,
+    version: VersionFn,
+    /// The data input whose scale and zero point 8-bit outputs must keep: operations
+    /// that move quantized values without rescaling them (NNAPI requires it).
+    keeps_quantization_of: Option<usize>,
+    /// For IF and WHILE: the check against the referenced subgraphs, which the shape
+    /// rule (seeing only the operation) cannot do.
+    subgraph_rule: Option<SubgraphFn>,
+}
+
+impl OpSchema {
+    const fn new(infer: InferFn, roles: &'static [Role]) -> OpSchema {
+        OpSchema {
+            infer: Some(infer),
+            roles: Roles::Fixed(roles),
+            version: base_version,
+            keeps_quantization_of: None,
+            subgraph_rule: None,
+        }
+    }
+
+    const fn subgraphs(mut self, rule: SubgraphFn) -> OpSchema {
+        self.subgraph_rule = Some(rule);
+        self
+    }
+
+    const fn roles_by_count(mut self, roles: fn(usize, usize) -> Role) -> OpSchema {
+        self.roles = Roles::Computed(roles);
+        self
+    }
+
+    const fn version(mut self, version: VersionFn) -> OpSchema {
+        self.version = version;
+        self
+    }
+
+    const fn keeps_quantization_of(mut self, input: usize) -> OpSchema {
+        self.keeps_quantization_of = Some(input);
+        self
+    }
+
+    /// An operation type of the NN set that nnc does not implement.
+    const fn unsupported() -> OpSchema {
+        OpSchema {
+            infer: None,
+            roles: Roles::Fixed(&[]),
+            version: base_version,
+            keeps_quantization_of: None,
+            subgraph_rule: None,
+        }
+    }
+
+    /// Whether nnc checks (and so compiles and runs) this operation type at all.
+    pub fn is_supported(&self) -> bool {
+        self.infer.is_some()
+    }
+}
+
+/// No optional argument raises the version.
+fn base_version(_: &[&Operand], _: &[&Operand]) -> HalVersion {
+    HalVersion::V1_0
+}
+
+/// More than `N` inputs (optional trailing arguments) need HAL 1.2.
+fn more_inputs_than<const N: usize>(inputs: &[&Operand], _: &[&Operand]) -> HalVersion {
+    if inputs.len() > N {
+        HalVersion::V1_2
+    } else {
+        HalVersion::V1_0
+    }
+}
+
+/// The table: one row per operation type.
+pub fn schema(op: OperationType) -> OpSchema {
+    use OperationType as O;
+    use Role as R;
+    // Every input of an operation whose roles are not named is `input`.
+    const UNNAMED: &[Role] = &[];
+    const BINARY_ACTIVATION: &[Role] = &[R::Input0, R::Input1, R::Activation];
+    const INPUT_AXIS: &[Role] = &[R::Input, R::Axis];
+    const REDUCE: &[Role] = &[R::Input, R::Axes, R::KeepDims];
+    const PAD: &[Role] = &[R::Input, R::Paddings, R::Value];
+    let row = OpSchema::new;
+    match op {
+        // Elementwise.
+        O::Add | O::Sub | O::Mul | O::Div => row(elementwise::arithmetic, BINARY_ACTIVATION),
+        O::Maximum | O::Minimum => row(elementwise::min_max, UNNAMED),
+        O::Pow => row(elementwise::pow, UNNAMED),
+        O::Prelu => row(elementwise::prelu, &[R::Input, R::Alpha]),
+        O::Equal | O::NotEqual | O::Less | O::LessEqual | O::Greater | O::GreaterEqual => {
+            row(elementwise::comparison, UNNAMED)
+        }
+        O::LogicalAnd | O::LogicalOr => row(elementwise::logical_binary, UNNAMED),
+        O::LogicalNot => row(elementwise::logical_not, UNNAMED),
+        O::Abs | O::Neg => row(elementwise::signed_unary, UNNAMED),
+        O::Exp | O::Log | O::Sqrt | O::Rsqrt | O::Sin | O::Floor => {
+            row(elementwise::float_unary, UNNAMED)
+        }
+        O::Logistic | O::Tanh | O::Relu | O::Relu1 | O::Relu6 | O::HardSwish => {
+            row(elementwise::activation, UNNAMED)
+        }
+        O::Elu => row(elementwise::elu, &[R::Input, R::Alpha]),
+        O::Cast => row(elementwise::cast, UNNAMED),
+        O::Quantize => row(elementwise::quantize, UNNAMED),
+        O::Dequantize => row(elementwise::dequantize, UNNAMED),
+        O::Select => row(
+            elementwise::select,
+            &[R::Condition, R::InputTrue, R::InputFalse],
+        ),
+        O::Gelu => row(elementwise::gelu, &[R::Input, R::Approximate]),
+        O::Erf => row(elementwise::erf, UNNAMED),
+        O::Mod => row(elementwise::modulo, &[R::Input0, R::Input1, R::Fmod]),
+        O::Bitwise => row(elementwise::bitwise, &[R::Input0, R::Input1, R::Function]),
+        O::MathUnary => row(elementwise::math_unary, &[R::Input, R::Function]),
+        // Windows: convolutions and pools.
+        O::Conv2d => row(window::conv, &[])
+            .roles_by_count(window::conv_roles)
+            .version(window::conv_version),
+        O::DepthwiseConv2d => row(window::conv, &[])
+            .roles_by_count(window::depthwise_roles)
+            .version(window::depthwise_version),
+        O::GroupedConv2d => row(window::conv, &[]).roles_by_count(window::grouped_roles),
+        O::TransposeConv2d => {
+            row(window::transpose_conv, &[]).roles_by_count(window::transpose_roles)
+        }
+        O::AveragePool2d | O::MaxPool2d | O::L2Pool2d => row(window::pool, &[])
+            .roles_by_count(window::pool_roles)
+            .version(window::pool_version),
+        // Dense linear algebra.
+        O::FullyConnected => row(
+            dense::fully_connected,
+            &[R::Input, R::Weights, R::Bias, R::Activation],
+        ),
+        O::BatchMatmul => row(dense::batch_matmul, &[R::Lhs, R::Rhs, R::AdjLhs, R::AdjRhs]),
+        // Shape and data movement.
+        O::Concatenation => {
+            row(shape::concatenation, &[]).roles_by_count(shape::concatenation_roles)
+        }
+        O::Reshape => row(shape::reshape, &[R::Input, R::Shape]).keeps_quantization_of(0),
+        O::Transpose => row(shape::transpose, &[R::Input, R::Perm]).keeps_quantization_of(0),
+        O::Squeeze => row(shape::squeeze, &[R::Input, R::SqueezeDims]).keeps_quantization_of(0),
+        O::ExpandDims => row(shape::expand_dims, INPUT_AXIS).keeps_quantization_of(0),
+        O::Pad => row(shape::pad, PAD).keeps_quantization_of(0),
+        O::PadV2 => row(shape::pad_v2, PAD).keeps_quantization_of(0),
+        O::MirrorPad => row(shape::mirror_pad, PAD).keeps_quantization_of(0),
+        O::Slice => row(shape::slice, &[R::Input, R::Begin, R::Size]).keeps_quantization_of(0),
+        O::StridedSlice => row(
+            shape::strided_slice,
+            &[
+                R::Input,
+                R::Begin,
+                R::End,
+                R::Strides,
+                R::BeginMask,
+                R::EndMask,
+                R::ShrinkMask,
+            ],
+        )
+        .keeps_quantization_of(0),
+        O::Split => row(shape::split, &[R::Input, R::Axis, R::NumSplits]).keeps_quantization_of(0),
+        O::Tile => row(shape::tile, &[R::Input, R::Multiples]).keeps_quantization_of(0),
+        O::Pack => row(shape::pack, &[R::Axis]).keeps_quantization_of(1),
+        O::Reverse => row(shape::reverse, INPUT_AXIS).keeps_quantization_of(0),
+        O::DepthToSpace | O::SpaceToDepth => {
+            row(shape::depth_space, &[R::Input, R::BlockSize, R::Layout]).keeps_quantization_of(0)
+        }
+        O::ChannelShuffle => row(shape::channel_shuffle, UNNAMED).keeps_quantization_of(0),
+        O::Fill => row(shape::fill, UNNAMED),
+        O::Rank => row(shape::tensor_rank, UNNAMED),
+        // Gather and scatter.
+        O::Gather => {
+            row(gather_scatter::gather, &[R::Input, R::Axis, R::Indices]).keeps_quantization_of(0)
+        }
+        O::GatherElements => row(
+            gather_scatter::gather_elements,
+            &[R::Input, R::Axis, R::Indices],
+        )
+        .keeps_quantization_of(0),
+        O::GatherNd => row(
+            gather_scatter::gather_nd,
+            &[R::Input, R::Indices, R::BatchDims],
+        )
+        .keeps_quantization_of(0),
+        O::ScatterElements => row(
+            gather_scatter::scatter_elements,
+            &[R::Input, R::Indices, R::Updates, R::Axis, R::Reduction],
+        )
+        .keeps_quantization_of(0),
+        O::ScatterNd => row(
+            gather_scatter::scatter_nd,
+            &[R::Input, R::Indices, R::Updates, R::Reduction],
+        )
+        .keeps_quantization_of(0),
+        // Reductions.
+        O::ReduceAny | O::ReduceAll => row(reduce::reduce_logical, REDUCE),
+        O::ReduceSum | O::ReduceProd => row(reduce::reduce_arithmetic, REDUCE),
+        O::Mean | O::ReduceMax | O::ReduceMin => row(reduce::reduce_ordered, REDUCE),
+        O::Argmax | O::Argmin => row(reduce::arg_reduce, INPUT_AXIS),
+        O::TopkV2 => row(reduce::top_k, &[R::Input, R::K]),
+        O::CumSum => row(
+            reduce::cumulative_sum,
+            &[R::Input, R::Axis, R::Exclusive, R::Reverse],
+        ),
+        // Normalization.
+        O::Softmax => row(normalization::softmax, &[R::Input, R::Beta, R::Axis])
+            .version(more_inputs_than::<2>),
+        O::LogSoftmax => row(normalization::softmax, &[R::Input, R::Beta, R::Axis]),
+        O::L2Normalization => {
+            row(normalization::l2_normalization, UNNAMED).version(more_inputs_than::<1>)
+        }
+        O::LocalResponseNormalization => row(
+            normalization::local_response,
+            &[R::Input, R::Radius, R::Bias, R::Alpha, R::Beta, R::Axis],
+        )
+        .version(more_inputs_than::<5>),
+        O::LayerNormalization => row(
+            normalization::layer_normalization,
+            &[R::Input, R::Gamma, R::Beta, R::Epsilon, R::Axis],
+        ),
+        O::InstanceNormalization => row(
+            normalization::instance_normalization,
+            &[R::Input, R::Gamma, R::Beta, R::Epsilon, R::Layout],
+        ),
+        // Resizing.
+        O::ResizeBilinear => {
+            row(resize::resize, resize::RESIZE_ROLES).version(more_inputs_than::<3>)
+        }
+        O::ResizeNearestNeighbor => row(resize::resize, resize::RESIZE_ROLES),
+        O::Resample => row(resize::resample, resize::RESAMPLE_ROLES),
+        // MediaPipe's custom operations.
+        O::MaxPoolWithArgmax => row(
+            mediapipe::max_pool_with_argmax,
+            mediapipe::MAX_POOL_WITH_ARGMAX_ROLES,
+        ),
+        O::MaxUnpooling => row(mediapipe::max_unpooling, mediapipe::MAX_UNPOOLING_ROLES),
+        O::LandmarksToTransformMatrix => row(
+            mediapipe::landmarks_to_transform_matrix,
+            mediapipe::LANDMARKS_TO_TRANSFORM_MATRIX_ROLES,
+        ),
+        O::TransformLandmarks => row(mediapipe::transform_landmarks, &[R::Landmarks, R::Matrix]),
+        O::TransformTensorBilinear => row(
+            mediapipe::transform_tensor_bilinear,
+            &[R::Input, R::Matrix, R::OutputWidth, R::OutputHeight],
+        ),
+        // Recurrent sequences.
+        O::UnidirectionalSequenceLstm => {
+            row(sequence::lstm, sequence::LSTM_ROLES).version(sequence::state_outputs_version)
+        }
+        O::UnidirectionalSequenceRnn => {
+            row(sequence::rnn, sequence::RNN_ROLES).version(sequence::state_outputs_version)
+        }
+        // Control flow (the subgraphs are checked by `infer_control_flow`).
+        O::If => row(control_flow::structure, &[R::Condition, R::Then, R::Else])
+            .subgraphs(control_flow::infer_if),
+        O::While => row(control_flow::structure, &[R::Condition, R::Body])
+            .subgraphs(control_flow::infer_while),
+        // Operation types of the NN set that nnc does not implement: each refused by name.
+        O::EmbeddingLookup
+        | O::HashtableLookup
+        | O::LshProjection
+        | O::Lstm
+        | O::Rnn
+        | O::Svdf
+        | O::BatchToSpaceNd
+        | O::SpaceToBatchNd
+        | O::AxisAlignedBboxTransform
+        | O::BidirectionalSequenceLstm
+        | O::BidirectionalSequenceRnn
+        | O::BoxWithNmsLimit
+        | O::DetectionPostprocessing
+        | O::GenerateProposals
+        | O::HeatmapMaxKeypoint
+        | O::Quantized16BitLstm
+        | O::RandomMultinomial
+        | O::RoiAlign
+        | O::RoiPooling
+        | O::QuantizedLstm
+        | O::OemOperation => OpSchema::unsupported(),
+    }
+}
+
+/// Checks and infers the outputs of one operation.
+///
+/// `outputs` are the operands the operation declares it writes; their count is checked,
+/// and operations whose output type is chosen by the model (CAST, QUANTIZE, DEQUANTIZE)
+/// take it from them.
+pub fn infer(
+    op: OperationType,
+    inputs: &[InputView],
+    outputs: &[&Operand],
+) -> Result<Vec<OutputShape>> {
+    let row = schema(op);
+    let infer = row.infer.ok_or(SignatureError::Unsupported(op))?;
+    let shapes = infer(op, &Operands { inputs }, outputs)?;
+    if let Some(data) = row.keeps_quantization_of {
+        check_kept_quantization(data, inputs, outputs)?;
+    }
+    Ok(shapes)
+}
+
+/// NNAPI requires the outputs of operations that move 8-bit quantized values without
+/// rescaling them to keep the data input's scale and zero point.
+fn check_kept_quantization(data: usize, inputs: &[InputView], outputs: &[&Operand]) -> Result<()> {
+    let Some(input) = inputs.get(data).map(|v| v.operand) else {
+        return Ok(());
+    };
+    if !QUANT8.contains(&input.operand_type) {
+        return Ok(());
+    }
+    for (k, out) in outputs.iter().enumerate() {
+        // A zero scale is an unset template (the validator rejects it on its own).
+        if out.operand_type == input.operand_type
+            && out.scale != 0.0
+            && (out.scale != input.scale || out.zero_point != input.zero_point)
+        {
+            return Err(shape_err(format!(
+                "output {k} must keep the input's scale {} and zero point {}, got {} and {}",
+                input.scale, input.zero_point, out.scale, out.zero_point
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The role of input `index` of an operation with `input_count` inputs, for dumps,
+/// messages, device rules and the cost model. Positions past the listed roles (variadic
+/// inputs) are [`Role::Input`].
+pub fn input_role(op: OperationType, index: usize, input_count: usize) -> Role {
+    match schema(op).roles {
+        Roles::Fixed(roles) => roles.get(index).copied().unwrap_or(Role::Input),
+        Roles::Computed(role) => role(index, input_count),
+    }
+}
+
+/// The earliest HAL version whose operation set can express this particular use of an
+/// operation: its base version, raised by newer operand types and optional arguments.
+pub fn required_version(
+    op: OperationType,
+    inputs: &[&Operand],
+    outputs: &[&Operand],
+) -> HalVersion {
+    let mut v = op.hal_version();
+    for operand in inputs.iter().chain(outputs) {
+        v = v.max(operand.operand_type.hal_version());
+    }
+    v.max((schema(op).version)(inputs, outputs))
+}

@@ -1,0 +1,321 @@
+//! Shape rules and the table, checked on hand-made operations.
+
+use super::shape::reshape_dims;
+use super::window::conv_out_implicit;
+use super::*;
+use crate::nn::types::{Lifetime, PaddingScheme};
+
+fn t(dims: &[u32]) -> Operand {
+    Operand::new(OperandType::TensorFloat32, dims.to_vec())
+}
+
+fn c_i32(v: i32) -> (Operand, Vec<u8>) {
+    let mut o = Operand::new(OperandType::Int32, vec![]);
+    o.lifetime = Lifetime::ConstantCopy;
+    (o, v.to_le_bytes().to_vec())
+}
+
+fn run(
+    op: OperationType,
+    tensors: &[Operand],
+    scalars: &[(Operand, Vec<u8>)],
+) -> Result<Vec<OutputShape>> {
+    let mut views: Vec<InputView> = tensors
+        .iter()
+        .map(|o| InputView {
+            operand: o,
+            value: None,
+        })
+        .collect();
+    views.extend(scalars.iter().map(|(o, v)| InputView {
+        operand: o,
+        value: Some(v.as_slice()),
+    }));
+    let out = t(&[]);
+    infer(op, &views, &[&out])
+}
+
+#[test]
+fn broadcasting() {
+    assert_eq!(broadcast_dims(&[2, 1, 3], &[4, 1]).unwrap(), vec![2, 4, 3]);
+    assert_eq!(broadcast_dims(&[0, 3], &[5, 3]).unwrap(), vec![5, 3]);
+    assert!(broadcast_dims(&[2, 3], &[4, 3]).is_err());
+}
+
+#[test]
+fn conv_explicit_padding_and_dilation() {
+    let input = t(&[1, 10, 10, 3]);
+    let filter = t(&[8, 3, 3, 3]);
+    let bias = t(&[8]);
+    let mut scalars: Vec<_> = [1, 1, 1, 1, 2, 2, 0].into_iter().map(c_i32).collect();
+    let out = run(
+        OperationType::Conv2d,
+        &[input.clone(), filter.clone(), bias.clone()],
+        &scalars,
+    )
+    .unwrap();
+    assert_eq!(out[0].dimensions, vec![1, 5, 5, 8]);
+    // layout false, dilation 2x2: effective kernel 5 -> (10 + 2 - 5) / 2 + 1 = 4
+    scalars.push({
+        let mut o = Operand::new(OperandType::Bool, vec![]);
+        o.lifetime = Lifetime::ConstantCopy;
+        (o, vec![0])
+    });
+    scalars.push(c_i32(2));
+    scalars.push(c_i32(2));
+    let out = run(OperationType::Conv2d, &[input, filter, bias], &scalars).unwrap();
+    assert_eq!(out[0].dimensions, vec![1, 4, 4, 8]);
+}
+
+#[test]
+fn conv_rejects_bad_stride_and_channel_mismatch() {
+    let scalars: Vec<_> = [0, 0, 0, 0, 0, 1, 0].into_iter().map(c_i32).collect();
+    let err = run(
+        OperationType::Conv2d,
+        &[t(&[1, 4, 4, 3]), t(&[2, 1, 1, 3]), t(&[2])],
+        &scalars,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("stride_width"), "{err}");
+    let scalars: Vec<_> = [0, 0, 0, 0, 1, 1, 0].into_iter().map(c_i32).collect();
+    let err = run(
+        OperationType::Conv2d,
+        &[t(&[1, 4, 4, 3]), t(&[2, 1, 1, 4]), t(&[2])],
+        &scalars,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("input channels"), "{err}");
+}
+
+#[test]
+fn same_padding_matches_tensorflow() {
+    assert_eq!(implicit_padding(224, 3, 2, 1, PaddingScheme::Same), (0, 1));
+    assert_eq!(implicit_padding(5, 3, 1, 1, PaddingScheme::Same), (1, 1));
+    assert_eq!(
+        conv_out_implicit(224, 3, 2, 1, PaddingScheme::Same).unwrap(),
+        112
+    );
+    assert_eq!(
+        conv_out_implicit(224, 3, 2, 1, PaddingScheme::Valid).unwrap(),
+        111
+    );
+}
+
+#[test]
+fn reshape_resolves_minus_one() {
+    let input = t(&[2, 3, 4]);
+    assert_eq!(reshape_dims(&input, &[-1, 4]).unwrap(), vec![6, 4]);
+    assert!(reshape_dims(&input, &[5, -1]).is_err());
+    assert!(reshape_dims(&input, &[-1, -1]).is_err());
+}
+
+#[test]
+fn unknown_dimensions_propagate() {
+    let scalars = vec![c_i32(0)];
+    let out = run(OperationType::Add, &[t(&[0, 3]), t(&[1, 3])], &scalars).unwrap();
+    assert_eq!(out[0].dimensions, vec![0, 3]);
+}
+
+#[test]
+fn strided_slice_ranges() {
+    assert_eq!(
+        strided_slice_range(10, 2, 8, 2, false, false, false),
+        (2, 8)
+    );
+    assert_eq!(
+        strided_slice_range(10, -1, 0, -1, false, true, false),
+        (9, -1)
+    );
+    assert_eq!(
+        strided_slice_range(10, 0, 100, 1, false, false, false),
+        (0, 10)
+    );
+}
+
+#[test]
+fn scatter_shapes_and_reductions() {
+    let idx = |dims: &[u32]| Operand::new(OperandType::TensorInt32, dims.to_vec());
+    // SCATTER_ELEMENTS: input, indices, updates, axis, reduction.
+    let out = run(
+        OperationType::ScatterElements,
+        &[t(&[3, 4]), idx(&[2, 4]), t(&[2, 4])],
+        &[c_i32(-2), c_i32(1)],
+    )
+    .unwrap();
+    assert_eq!(out[0].dimensions, vec![3, 4]);
+    // Updates must match the indices; the indices fit the input off the axis.
+    let wrong = [
+        (vec![t(&[3, 4]), idx(&[2, 4]), t(&[2, 3])], 0),
+        (vec![t(&[3, 4]), idx(&[2, 5]), t(&[2, 5])], 0),
+        (vec![t(&[3, 4]), idx(&[2]), t(&[2])], 0),
+        (vec![t(&[3, 4]), idx(&[2, 4]), t(&[2, 4])], 5),
+    ];
+    for (tensors, reduction) in wrong {
+        let scalars = [c_i32(0), c_i32(reduction)];
+        assert!(run(OperationType::ScatterElements, &tensors, &scalars).is_err());
+    }
+    // Reductions need numbers.
+    let bools = |n: u32| Operand::new(OperandType::TensorBool8, vec![n]);
+    let scalars = [c_i32(0), c_i32(1)];
+    let tensors = [bools(3), idx(&[2]), bools(2)];
+    assert!(run(OperationType::ScatterElements, &tensors, &scalars).is_err());
+    let scalars = [c_i32(0), c_i32(0)];
+    assert!(run(OperationType::ScatterElements, &tensors, &scalars).is_ok());
+    // SCATTER_ND: updates are indices[..-1] ++ input[k..].
+    let nd = |tensors: &[Operand]| run(OperationType::ScatterNd, tensors, &[c_i32(2)]);
+    assert_eq!(
+        nd(&[t(&[4, 3, 2]), idx(&[5, 1]), t(&[5, 3, 2])]).unwrap()[0].dimensions,
+        vec![4, 3, 2]
+    );
+    assert!(nd(&[t(&[4, 3, 2]), idx(&[5, 2]), t(&[5, 2])]).is_ok());
+    assert!(nd(&[t(&[4, 3, 2]), idx(&[5, 2]), t(&[5, 3])]).is_err());
+    assert!(nd(&[t(&[4, 3, 2]), idx(&[5, 4]), t(&[5])]).is_err());
+    assert!(nd(&[t(&[4, 3, 2]), idx(&[5, 3]), t(&[5, 1])]).is_err());
+    // One tuple naming one element: a one-element update.
+    assert!(nd(&[t(&[4, 3, 2]), idx(&[3]), t(&[1])]).is_ok());
+}
+
+#[test]
+fn half_floats_decode() {
+    assert_eq!(f16_to_f32(0x3c00), 1.0);
+    assert_eq!(f16_to_f32(0xc000), -2.0);
+    assert_eq!(f16_to_f32(0x0001), 5.960_464_5e-8);
+    assert!(f16_to_f32(0x7e00).is_nan());
+}
+
+#[test]
+fn every_operation_type_has_a_row() {
+    // `schema` is an exhaustive match, so a type without a row does not compile; this
+    // checks what each row says: a supported type has a shape rule that answers for
+    // itself, an unsupported one is refused by name.
+    let mut unsupported = Vec::new();
+    for &op in OperationType::ALL {
+        let answer = infer(op, &[], &[]);
+        if schema(op).is_supported() {
+            assert!(
+                !matches!(answer, Err(SignatureError::Unsupported(_))),
+                "{op:?} has a row but no shape rule"
+            );
+        } else {
+            assert_eq!(answer, Err(SignatureError::Unsupported(op)));
+            unsupported.push(op);
+        }
+    }
+    assert_eq!(unsupported.len(), 21, "{unsupported:?}");
+    assert!(!unsupported.contains(&OperationType::Conv2d));
+}
+
+#[test]
+fn roles_have_one_name_each() {
+    for &role in Role::ALL {
+        assert_eq!(Role::from_name(role.name()), Some(role));
+    }
+    assert_eq!(input_role(OperationType::Conv2d, 2, 10), Role::Bias);
+    assert_eq!(input_role(OperationType::Conv2d, 3, 7), Role::Padding);
+    assert_eq!(input_role(OperationType::Concatenation, 3, 4), Role::Axis);
+    assert_eq!(input_role(OperationType::Concatenation, 2, 4), Role::Input);
+    assert_eq!(Role::from_name("no such role"), None);
+}
+
+/// Encodes `params` into a model as a frontend does, then decodes them from the
+/// operation's inputs as the runtime does.
+fn window_round_trip<T>(
+    tensors: usize,
+    encode: impl FnOnce(&mut crate::nn::Model) -> Vec<crate::nn::OperandIndex>,
+    decode: impl FnOnce(&[InputView]) -> Result<T>,
+) -> T {
+    let mut model = crate::nn::Model::default();
+    let mut inputs: Vec<crate::nn::OperandIndex> = (0..tensors)
+        .map(|_| model.add_operand(t(&[1, 8, 8, 4])))
+        .collect();
+    inputs.extend(encode(&mut model));
+    let views: Vec<InputView> = inputs
+        .iter()
+        .map(|&i| InputView {
+            operand: model.operand(i).expect("operand"),
+            value: model.constant_bytes(i),
+        })
+        .collect();
+    decode(&views).expect("decodes")
+}
+
+#[test]
+fn window_parameters_decode_what_they_encode() {
+    let explicit = WindowPadding::Explicit {
+        left: 1,
+        right: 2,
+        top: 3,
+        bottom: 4,
+    };
+    let same = WindowPadding::Implicit(PaddingScheme::Same);
+    let convs = [
+        (ConvKind::Plain, explicit, Hw::ONE, false),
+        (ConvKind::Plain, same, Hw { h: 2, w: 3 }, false),
+        (ConvKind::Plain, explicit, Hw::ONE, true),
+        (
+            ConvKind::Depthwise { multiplier: 2 },
+            same,
+            Hw { h: 2, w: 2 },
+            true,
+        ),
+        (
+            ConvKind::Depthwise { multiplier: 1 },
+            explicit,
+            Hw::ONE,
+            false,
+        ),
+        (ConvKind::Grouped { groups: 4 }, explicit, Hw::ONE, false),
+        (ConvKind::Grouped { groups: 2 }, same, Hw::ONE, true),
+    ];
+    for (kind, padding, dilation, nchw) in convs {
+        let conv = Conv2d {
+            kind,
+            padding,
+            stride: Hw { h: 2, w: 1 },
+            dilation,
+            activation: crate::nn::FusedActivation::Relu6,
+            nchw,
+        };
+        let back = window_round_trip(3, |m| conv.encode(m), |v| Conv2d::decode(conv.op_type(), v));
+        assert_eq!(back, conv);
+    }
+    for padding in [explicit, same] {
+        for nchw in [false, true] {
+            let pool = Pool2d {
+                padding,
+                stride: Hw { h: 2, w: 3 },
+                filter: Hw { h: 3, w: 2 },
+                activation: crate::nn::FusedActivation::None,
+                nchw,
+            };
+            let back = window_round_trip(1, |m| pool.encode(m), Pool2d::decode);
+            assert_eq!(back, pool);
+        }
+    }
+    let transpose = TransposeConv2d {
+        padding: TransposePadding::Explicit {
+            left: 0,
+            right: 1,
+            top: 1,
+            bottom: 0,
+        },
+        stride: Hw { h: 2, w: 2 },
+        activation: crate::nn::FusedActivation::Relu,
+        nchw: true,
+    };
+    let back = window_round_trip(3, |m| transpose.encode(m, None), TransposeConv2d::decode);
+    assert_eq!(back, transpose);
+    let implicit = TransposeConv2d {
+        padding: TransposePadding::Implicit(PaddingScheme::Valid),
+        ..transpose
+    };
+    let back = window_round_trip(
+        3,
+        |m| {
+            let shape = m.add_i32_vector(&[1, 16, 16, 4]);
+            implicit.encode(m, Some(shape))
+        },
+        TransposeConv2d::decode,
+    );
+    assert_eq!(back, implicit);
+}
