@@ -9,6 +9,9 @@
 //!    with a catch-all arm (`_`, a bare binding such as `other`, or a tuple of those),
 //!    so that a new `OperationType` fails to compile until every match handles it.
 //!    `matches!` is a test, not a match, and is allowed.
+//! 5. every `unsafe fn` (free, method, trait method with a body) in the library crates
+//!    has a doc comment with a `# Safety` section saying what its callers must
+//!    guarantee (clippy's `missing_safety_doc` checks public functions only).
 //!
 //! The test lives in the CLI crate, on top of the dependency graph, and reads the other
 //! crates' files (not the crates) relative to its manifest directory. Each rule reports
@@ -754,6 +757,113 @@ fn no_catch_all_arm_in_matches_over_operation_types() {
     );
     report(
         "matches over operation types with a catch-all arm",
+        violations,
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Rule 5: every `unsafe fn` documents its callers' obligations.
+
+/// Whether the doc comment among `attrs` has a line `# Safety`.
+fn has_safety_section(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| match &a.meta {
+        syn::Meta::NameValue(nv) if nv.path.is_ident("doc") => matches!(
+            &nv.value,
+            Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. })
+                if s.value().lines().any(|l| l.trim() == "# Safety")
+        ),
+        _ => false,
+    })
+}
+
+/// Records every `unsafe fn` with a body and whether its doc has a `# Safety` section.
+struct UnsafeFns<'a> {
+    file: &'a str,
+    impl_of: Vec<String>,
+    found: usize,
+    violations: Vec<Violation>,
+}
+
+impl UnsafeFns<'_> {
+    fn check(&mut self, attrs: &[syn::Attribute], sig: &syn::Signature) {
+        if !matches!(sig.safety, syn::Safety::Unsafe(_)) {
+            return;
+        }
+        self.found += 1;
+        if !has_safety_section(attrs) {
+            let name = match self.impl_of.last() {
+                Some(ty) => format!("{ty}::{}", sig.ident),
+                None => sig.ident.to_string(),
+            };
+            self.violations.push(Violation {
+                file: self.file.to_owned(),
+                line: line(sig.fn_token.span),
+                what: format!("`unsafe fn {name}` has no `# Safety` section in its doc"),
+            });
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for UnsafeFns<'_> {
+    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+        let outer = std::mem::take(&mut self.impl_of);
+        self.check(&f.attrs, &f.sig);
+        visit::visit_item_fn(self, f);
+        self.impl_of = outer;
+    }
+
+    fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
+        self.impl_of.push(type_name(&i.self_ty));
+        visit::visit_item_impl(self, i);
+        self.impl_of.pop();
+    }
+
+    fn visit_item_trait(&mut self, t: &'ast syn::ItemTrait) {
+        self.impl_of.push(t.ident.to_string());
+        visit::visit_item_trait(self, t);
+        self.impl_of.pop();
+    }
+
+    fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+        self.check(&f.attrs, &f.sig);
+        visit::visit_impl_item_fn(self, f);
+    }
+
+    fn visit_trait_item_fn(&mut self, f: &'ast syn::TraitItemFn) {
+        if f.default.is_some() {
+            self.check(&f.attrs, &f.sig);
+        }
+        visit::visit_trait_item_fn(self, f);
+    }
+}
+
+#[test]
+fn every_unsafe_fn_has_a_safety_section() {
+    let mut violations = Vec::new();
+    let mut found = 0;
+    for dir in [
+        "formats/src",
+        "compiler/src",
+        "runtime/src",
+        "runtime/capi/src",
+        "cli/src",
+    ] {
+        for src in sources(dir).iter().filter(|s| !is_generated(s)) {
+            let mut v = UnsafeFns {
+                file: &src.rel,
+                impl_of: Vec::new(),
+                found: 0,
+                violations: Vec::new(),
+            };
+            v.visit_file(&src.ast);
+            found += v.found;
+            violations.extend(v.violations);
+        }
+    }
+    // Guards the scanner itself: the SIMD kernels and the C API hold over a hundred.
+    assert!(found >= 100, "only {found} unsafe functions found");
+    report(
+        "unsafe functions without a `# Safety` section in their doc",
         violations,
     );
 }

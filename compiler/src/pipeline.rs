@@ -120,8 +120,10 @@ impl SourceFile {
                     (first, end - first)
                 }
             };
-            // SAFETY: the mapping is private and read-only, so no page holds changes:
-            // dropped pages are read again from the file when touched.
+            // SAFETY: `offset..offset + len` lies inside the mapping (computed above).
+            // The mapping is read-only, so no page holds changes of ours: dropped pages
+            // are read again from the file when touched, and the slices that point into
+            // them stay valid.
             let _ = unsafe {
                 map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len)
             };
@@ -159,7 +161,10 @@ fn read_source(
     let meta = file.metadata()?;
     refuse_special(&meta)?;
     if meta.len() >= MAP_FROM {
-        // SAFETY: the map is read-only and private; see above for truncation.
+        // SAFETY: a read-only shared mapping of a regular file. Rust only allows it if
+        // nothing changes the file while it is mapped: as the function's doc says, the
+        // compiler trusts that (a truncation would fault with SIGBUS, a concurrent
+        // write change bytes under shared borrows); it never writes through the map.
         let map = std::sync::Arc::new(unsafe { memmap2::MmapOptions::new().map(&file) }?);
         return Ok((bytes::Bytes::from_owner(SharedMap(map.clone())), Some(map)));
     }

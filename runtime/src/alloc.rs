@@ -69,18 +69,27 @@ unsafe fn wipe(ptr: *mut u8, len: usize) {
 // SAFETY: every method forwards to `System` with the layouts it was given; `dealloc` and
 // `realloc` only add writes to memory the caller still owns.
 unsafe impl GlobalAlloc for WipingAllocator {
+    /// # Safety
+    /// [`GlobalAlloc::alloc`]'s: `layout` has a non-zero size.
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded unchanged.
+        // SAFETY: `System.alloc` has the same contract, which the caller upholds.
         unsafe { System.alloc(layout) }
     }
 
+    /// # Safety
+    /// [`GlobalAlloc::alloc_zeroed`]'s: `layout` has a non-zero size.
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded unchanged.
+        // SAFETY: `System.alloc_zeroed` has the same contract, which the caller upholds.
         unsafe { System.alloc_zeroed(layout) }
     }
 
+    /// # Safety
+    /// [`GlobalAlloc::dealloc`]'s: `ptr` is a block this allocator returned for
+    /// `layout`, not yet freed.
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the block at `ptr` of `layout.size()` bytes is the caller's until freed.
+        // SAFETY: every block comes from `System` with the layout it is freed with, so
+        // `ptr` is valid for writes of `layout.size()` bytes until `System.dealloc`
+        // takes it back.
         unsafe {
             if wiping() {
                 wipe(ptr, layout.size());
@@ -89,9 +98,14 @@ unsafe impl GlobalAlloc for WipingAllocator {
         }
     }
 
+    /// # Safety
+    /// [`GlobalAlloc::realloc`]'s: `ptr` is a block this allocator returned for
+    /// `layout`, not yet freed; `new_size` is non-zero and, rounded up to
+    /// `layout.align()`, does not overflow `isize`.
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if !wiping() {
-            // SAFETY: forwarded unchanged.
+            // SAFETY: `System.realloc` has the same contract, which the caller upholds,
+            // and `ptr` came from `System` with `layout`.
             return unsafe { System.realloc(ptr, layout, new_size) };
         }
         // A new block, the contents copied, the old block wiped and freed: the system's
@@ -99,7 +113,7 @@ unsafe impl GlobalAlloc for WipingAllocator {
         // SAFETY: `new_size` is non-zero and, rounded to the alignment, fits isize (the
         // caller's contract for `realloc`).
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
-        // SAFETY: a valid, non-zero-sized layout.
+        // SAFETY: `new_layout` is non-zero-sized (the caller's contract).
         let new = unsafe { System.alloc(new_layout) };
         if !new.is_null() {
             // SAFETY: both blocks are valid for the smaller size and do not overlap; the

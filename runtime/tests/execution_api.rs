@@ -533,6 +533,7 @@ fn shared_memory_file_descriptors_carry_inputs_and_outputs_without_copies() {
     let y = view.with_bytes(|b| f32s_of(&b[1024..1152])).unwrap();
     assert_eq!(y, plain(&model, &x));
     // A mapping beyond the file is refused when made.
+    // SAFETY: as above: `fd` is open while `shared` lives.
     let dup = unsafe { BorrowedFd::borrow_raw(fd) }
         .try_clone_to_owned()
         .unwrap();

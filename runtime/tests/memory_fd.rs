@@ -81,11 +81,10 @@ fn memfd(name: &str, size: u64, seal: bool) -> File {
     let file = unsafe { File::from_raw_fd(fd) };
     file.set_len(size).unwrap();
     if seal {
-        // SAFETY: a valid descriptor and command.
-        assert_eq!(
-            unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) },
-            0
-        );
+        // SAFETY: `fd` is the memfd just created (owned by `file`, still open), and
+        // F_ADD_SEALS takes an int argument.
+        let sealed = unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, libc::F_SEAL_SHRINK) };
+        assert_eq!(sealed, 0);
     }
     file
 }
@@ -229,9 +228,12 @@ fn sealed_memfds_are_mapped_and_shared_memory_cannot_shrink() {
         libc::F_SEAL_SHRINK | libc::F_SEAL_GROW,
         "seals {seals:#x}"
     );
-    // SAFETY: as above; both calls must fail.
-    assert_ne!(unsafe { libc::ftruncate(fd, 0) }, 0, "cannot shrink");
-    assert_ne!(unsafe { libc::ftruncate(fd, 8192) }, 0, "cannot grow");
+    // SAFETY: `fd` is the memory's live descriptor; the call must fail (sealed).
+    let shrunk = unsafe { libc::ftruncate(fd, 0) };
+    assert_ne!(shrunk, 0, "cannot shrink");
+    // SAFETY: as for the shrink.
+    let grown = unsafe { libc::ftruncate(fd, 8192) };
+    assert_ne!(grown, 0, "cannot grow");
     assert!(Memory::create_shared(0).is_err());
 }
 

@@ -13,14 +13,13 @@
 //! - Every step costs its device's `transfer.cost_per_step`.
 
 use nnc_formats::device::DeviceProfile;
-use nnc_formats::nn::ops::{Role, input_role};
-use nnc_formats::nn::{Model, Operand, Operation, OperationType};
+use nnc_formats::nn::ops::{Role, Work, input_role, schema};
+use nnc_formats::nn::{Model, Operand, Operation};
 
 use super::steps::{Graph, Step};
 
 /// Work of one operation in cost units (at least 1).
 pub(crate) fn work(op: &Operation, model: &Model) -> f64 {
-    use OperationType as O;
     let operand = |k: usize| op.inputs.get(k).and_then(|&i| model.operand(i));
     let dim = |o: Option<&Operand>, d: usize| {
         o.and_then(|o| o.dimensions.get(d))
@@ -44,148 +43,31 @@ pub(crate) fn work(op: &Operation, model: &Model) -> f64 {
                 f64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]]).max(1))
             })
     };
-    let estimate = match op.op_type {
+    let estimate = match schema(op.op_type).work_kind() {
         // Filters are OHWI ([out, h, w, in / groups]).
-        O::Conv2d | O::GroupedConv2d => {
+        Some(Work::Convolution) => {
             let f = operand(1);
             output * dim(f, 1) * dim(f, 2) * dim(f, 3)
         }
         // [1, h, w, channels]: one window per output element.
-        O::DepthwiseConv2d => {
+        Some(Work::DepthwiseConvolution) => {
             let f = operand(1);
             output * dim(f, 1) * dim(f, 2)
         }
-        O::TransposeConv2d => {
+        Some(Work::TransposedConvolution) => {
             let f = operand(1);
             operand(0).map_or(1.0, elements) * dim(f, 0) * dim(f, 1) * dim(f, 2)
         }
-        O::FullyConnected => output * dim(operand(1), 1),
-        O::BatchMatmul => {
+        Some(Work::FullyConnected) => output * dim(operand(1), 1),
+        Some(Work::BatchMatmul) => {
             let lhs = operand(0);
             let rank = lhs.map_or(0, |o| o.dimensions.len());
             output * dim(lhs, rank.saturating_sub(1))
         }
-        O::AveragePool2d | O::MaxPool2d | O::L2Pool2d => {
-            output * scalar(Role::FilterW) * scalar(Role::FilterH)
-        }
+        Some(Work::Pool) => output * scalar(Role::FilterW) * scalar(Role::FilterH),
         // Elementwise, movement, reductions and the rest: the larger of the elements read
-        // and written. Listed rather than matched by a wildcard, so that a new operation
-        // type does not compile until its cost is decided.
-        O::Add
-        | O::Concatenation
-        | O::DepthToSpace
-        | O::Dequantize
-        | O::EmbeddingLookup
-        | O::Floor
-        | O::HashtableLookup
-        | O::L2Normalization
-        | O::LocalResponseNormalization
-        | O::Logistic
-        | O::LshProjection
-        | O::Lstm
-        | O::Mul
-        | O::Relu
-        | O::Relu1
-        | O::Relu6
-        | O::Reshape
-        | O::ResizeBilinear
-        | O::Rnn
-        | O::Softmax
-        | O::SpaceToDepth
-        | O::Svdf
-        | O::Tanh
-        | O::BatchToSpaceNd
-        | O::Div
-        | O::Mean
-        | O::Pad
-        | O::SpaceToBatchNd
-        | O::Squeeze
-        | O::StridedSlice
-        | O::Sub
-        | O::Transpose
-        | O::Abs
-        | O::Argmax
-        | O::Argmin
-        | O::AxisAlignedBboxTransform
-        | O::BidirectionalSequenceLstm
-        | O::BidirectionalSequenceRnn
-        | O::BoxWithNmsLimit
-        | O::Cast
-        | O::ChannelShuffle
-        | O::DetectionPostprocessing
-        | O::Equal
-        | O::Exp
-        | O::ExpandDims
-        | O::Gather
-        | O::GenerateProposals
-        | O::Greater
-        | O::GreaterEqual
-        | O::HeatmapMaxKeypoint
-        | O::InstanceNormalization
-        | O::Less
-        | O::LessEqual
-        | O::Log
-        | O::LogicalAnd
-        | O::LogicalNot
-        | O::LogicalOr
-        | O::LogSoftmax
-        | O::Maximum
-        | O::Minimum
-        | O::Neg
-        | O::NotEqual
-        | O::PadV2
-        | O::Pow
-        | O::Prelu
-        | O::Quantize
-        | O::Quantized16BitLstm
-        | O::RandomMultinomial
-        | O::ReduceAll
-        | O::ReduceAny
-        | O::ReduceMax
-        | O::ReduceMin
-        | O::ReduceProd
-        | O::ReduceSum
-        | O::RoiAlign
-        | O::RoiPooling
-        | O::Rsqrt
-        | O::Select
-        | O::Sin
-        | O::Slice
-        | O::Split
-        | O::Sqrt
-        | O::Tile
-        | O::TopkV2
-        | O::UnidirectionalSequenceLstm
-        | O::UnidirectionalSequenceRnn
-        | O::ResizeNearestNeighbor
-        | O::QuantizedLstm
-        | O::If
-        | O::While
-        | O::Elu
-        | O::HardSwish
-        | O::Fill
-        | O::Rank
-        | O::Pack
-        | O::MirrorPad
-        | O::Reverse
-        | O::OemOperation
-        | O::LayerNormalization
-        | O::Gelu
-        | O::Erf
-        | O::GatherElements
-        | O::GatherNd
-        | O::Mod
-        | O::MathUnary
-        | O::ScatterElements
-        | O::ScatterNd
-        | O::CumSum
-        | O::Bitwise
-        | O::Resample
-        | O::MaxPoolWithArgmax
-        | O::MaxUnpooling
-        | O::LandmarksToTransformMatrix
-        | O::TransformLandmarks
-        | O::TransformTensorBilinear => {
+        // and written.
+        None => {
             let inputs: f64 = op
                 .inputs
                 .iter()
@@ -276,7 +158,7 @@ impl CostModel<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nnc_formats::nn::OperandType;
+    use nnc_formats::nn::{OperandType, OperationType};
 
     fn operand(m: &mut Model, dims: &[u32]) -> u32 {
         m.add_operand(Operand::new(OperandType::TensorFloat32, dims.to_vec()))

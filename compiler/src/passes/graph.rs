@@ -4,7 +4,7 @@
 //! topological order, and every operand has at most one writer. Removed operations are
 //! deleted immediately; operands they leave unused are collected by the dead-code pass.
 
-use nnc_formats::nn::ops::{InputView, Role, infer};
+use nnc_formats::nn::ops::{InputView, infer};
 use nnc_formats::nn::{
     Lifetime, Model, Operand, OperandIndex, OperandType, Operation, OperationType,
 };
@@ -490,137 +490,10 @@ pub fn refresh_shapes(model: &mut Model, index: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Index of the fused-activation input of an operation, when it has one.
+/// Index of the fused-activation input of an operation, when it has one (the schema
+/// table says which operations have a fused output clamp).
 pub fn activation_input(op: &Operation) -> Option<usize> {
-    use OperationType as O;
-    match op.op_type {
-        O::Add | O::Sub | O::Mul | O::Div => Some(2),
-        O::FullyConnected => Some(3),
-        O::Conv2d
-        | O::DepthwiseConv2d
-        | O::GroupedConv2d
-        | O::TransposeConv2d
-        | O::AveragePool2d
-        | O::MaxPool2d
-        | O::L2Pool2d => (0..op.inputs.len()).find(|&k| {
-            nnc_formats::nn::ops::input_role(op.op_type, k, op.inputs.len()) == Role::Activation
-        }),
-        // No fused output clamp that a following RELU could merge into (the recurrent
-        // operations' `activation` is their cell's function). Listed rather than matched
-        // by a wildcard, so that a new operation type does not compile until decided.
-        O::Concatenation
-        | O::DepthToSpace
-        | O::Dequantize
-        | O::EmbeddingLookup
-        | O::Floor
-        | O::HashtableLookup
-        | O::L2Normalization
-        | O::LocalResponseNormalization
-        | O::Logistic
-        | O::LshProjection
-        | O::Lstm
-        | O::Relu
-        | O::Relu1
-        | O::Relu6
-        | O::Reshape
-        | O::ResizeBilinear
-        | O::Rnn
-        | O::Softmax
-        | O::SpaceToDepth
-        | O::Svdf
-        | O::Tanh
-        | O::BatchToSpaceNd
-        | O::Mean
-        | O::Pad
-        | O::SpaceToBatchNd
-        | O::Squeeze
-        | O::StridedSlice
-        | O::Transpose
-        | O::Abs
-        | O::Argmax
-        | O::Argmin
-        | O::AxisAlignedBboxTransform
-        | O::BidirectionalSequenceLstm
-        | O::BidirectionalSequenceRnn
-        | O::BoxWithNmsLimit
-        | O::Cast
-        | O::ChannelShuffle
-        | O::DetectionPostprocessing
-        | O::Equal
-        | O::Exp
-        | O::ExpandDims
-        | O::Gather
-        | O::GenerateProposals
-        | O::Greater
-        | O::GreaterEqual
-        | O::HeatmapMaxKeypoint
-        | O::InstanceNormalization
-        | O::Less
-        | O::LessEqual
-        | O::Log
-        | O::LogicalAnd
-        | O::LogicalNot
-        | O::LogicalOr
-        | O::LogSoftmax
-        | O::Maximum
-        | O::Minimum
-        | O::Neg
-        | O::NotEqual
-        | O::PadV2
-        | O::Pow
-        | O::Prelu
-        | O::Quantize
-        | O::Quantized16BitLstm
-        | O::RandomMultinomial
-        | O::ReduceAll
-        | O::ReduceAny
-        | O::ReduceMax
-        | O::ReduceMin
-        | O::ReduceProd
-        | O::ReduceSum
-        | O::RoiAlign
-        | O::RoiPooling
-        | O::Rsqrt
-        | O::Select
-        | O::Sin
-        | O::Slice
-        | O::Split
-        | O::Sqrt
-        | O::Tile
-        | O::TopkV2
-        | O::UnidirectionalSequenceLstm
-        | O::UnidirectionalSequenceRnn
-        | O::ResizeNearestNeighbor
-        | O::QuantizedLstm
-        | O::If
-        | O::While
-        | O::Elu
-        | O::HardSwish
-        | O::Fill
-        | O::Rank
-        | O::BatchMatmul
-        | O::Pack
-        | O::MirrorPad
-        | O::Reverse
-        | O::OemOperation
-        | O::LayerNormalization
-        | O::Gelu
-        | O::Erf
-        | O::GatherElements
-        | O::GatherNd
-        | O::Mod
-        | O::MathUnary
-        | O::ScatterElements
-        | O::ScatterNd
-        | O::CumSum
-        | O::Bitwise
-        | O::Resample
-        | O::MaxPoolWithArgmax
-        | O::MaxUnpooling
-        | O::LandmarksToTransformMatrix
-        | O::TransformLandmarks
-        | O::TransformTensorBilinear => None,
-    }
+    nnc_formats::nn::ops::fused_activation_input(op.op_type, op.inputs.len())
 }
 
 /// Element size of an operand type, for byte-level constant rewrites.

@@ -9,7 +9,7 @@
 use super::{DeviceProfile, OperationRule};
 use crate::container::is_weight;
 use crate::crypto::{Algorithm, Mode};
-use crate::nn::ops::{Role, input_role};
+use crate::nn::ops::{Role, Work, input_role, schema};
 use crate::nn::{Lifetime, Model, Operand, OperandType, Operation, OperationType, Subgraph};
 use crate::plan::Decline;
 
@@ -594,9 +594,8 @@ fn check_rule(rule: &OperationRule, view: &OpView) -> Result<(), (&'static str, 
 /// Kernel (height, width) of a convolution (from its OHWI / 1HWO filter) or a pool (from
 /// its filter parameters); `None` for operations without a kernel.
 fn kernel_size(view: &OpView) -> Option<Result<(u32, u32), String>> {
-    use OperationType as O;
-    match view.op.op_type {
-        O::Conv2d | O::DepthwiseConv2d | O::GroupedConv2d | O::TransposeConv2d => {
+    match schema(view.op.op_type).work_kind()? {
+        Work::Convolution | Work::DepthwiseConvolution | Work::TransposedConvolution => {
             let (_, filter) = view.role(Role::Filter)?;
             Some(match filter.dimensions.as_slice() {
                 [_, h, w, _] if *h != 0 && *w != 0 => Ok((*h, *w)),
@@ -606,7 +605,7 @@ fn kernel_size(view: &OpView) -> Option<Result<(u32, u32), String>> {
                 )),
             })
         }
-        O::AveragePool2d | O::MaxPool2d | O::L2Pool2d => {
+        Work::Pool => {
             let h = view.i32_param(Role::FilterH)?;
             let w = view.i32_param(Role::FilterW)?;
             Some(match (h, w) {
@@ -614,125 +613,7 @@ fn kernel_size(view: &OpView) -> Option<Result<(u32, u32), String>> {
                 (Err(e), _) | (_, Err(e)) => Err(e),
             })
         }
-        // No kernel that `max_kernel_size` bounds (MAX_POOL_WITH_ARGMAX's and
-        // MAX_UNPOOLING's windows are not checked yet). Listed rather than matched by a
-        // wildcard, so that a new operation type does not compile until that is decided.
-        O::Add
-        | O::Concatenation
-        | O::DepthToSpace
-        | O::Dequantize
-        | O::EmbeddingLookup
-        | O::Floor
-        | O::FullyConnected
-        | O::HashtableLookup
-        | O::L2Normalization
-        | O::LocalResponseNormalization
-        | O::Logistic
-        | O::LshProjection
-        | O::Lstm
-        | O::Mul
-        | O::Relu
-        | O::Relu1
-        | O::Relu6
-        | O::Reshape
-        | O::ResizeBilinear
-        | O::Rnn
-        | O::Softmax
-        | O::SpaceToDepth
-        | O::Svdf
-        | O::Tanh
-        | O::BatchToSpaceNd
-        | O::Div
-        | O::Mean
-        | O::Pad
-        | O::SpaceToBatchNd
-        | O::Squeeze
-        | O::StridedSlice
-        | O::Sub
-        | O::Transpose
-        | O::Abs
-        | O::Argmax
-        | O::Argmin
-        | O::AxisAlignedBboxTransform
-        | O::BidirectionalSequenceLstm
-        | O::BidirectionalSequenceRnn
-        | O::BoxWithNmsLimit
-        | O::Cast
-        | O::ChannelShuffle
-        | O::DetectionPostprocessing
-        | O::Equal
-        | O::Exp
-        | O::ExpandDims
-        | O::Gather
-        | O::GenerateProposals
-        | O::Greater
-        | O::GreaterEqual
-        | O::HeatmapMaxKeypoint
-        | O::InstanceNormalization
-        | O::Less
-        | O::LessEqual
-        | O::Log
-        | O::LogicalAnd
-        | O::LogicalNot
-        | O::LogicalOr
-        | O::LogSoftmax
-        | O::Maximum
-        | O::Minimum
-        | O::Neg
-        | O::NotEqual
-        | O::PadV2
-        | O::Pow
-        | O::Prelu
-        | O::Quantize
-        | O::Quantized16BitLstm
-        | O::RandomMultinomial
-        | O::ReduceAll
-        | O::ReduceAny
-        | O::ReduceMax
-        | O::ReduceMin
-        | O::ReduceProd
-        | O::ReduceSum
-        | O::RoiAlign
-        | O::RoiPooling
-        | O::Rsqrt
-        | O::Select
-        | O::Sin
-        | O::Slice
-        | O::Split
-        | O::Sqrt
-        | O::Tile
-        | O::TopkV2
-        | O::UnidirectionalSequenceLstm
-        | O::UnidirectionalSequenceRnn
-        | O::ResizeNearestNeighbor
-        | O::QuantizedLstm
-        | O::If
-        | O::While
-        | O::Elu
-        | O::HardSwish
-        | O::Fill
-        | O::Rank
-        | O::BatchMatmul
-        | O::Pack
-        | O::MirrorPad
-        | O::Reverse
-        | O::OemOperation
-        | O::LayerNormalization
-        | O::Gelu
-        | O::Erf
-        | O::GatherElements
-        | O::GatherNd
-        | O::Mod
-        | O::MathUnary
-        | O::ScatterElements
-        | O::ScatterNd
-        | O::CumSum
-        | O::Bitwise
-        | O::Resample
-        | O::MaxPoolWithArgmax
-        | O::MaxUnpooling
-        | O::LandmarksToTransformMatrix
-        | O::TransformLandmarks
-        | O::TransformTensorBilinear => None,
+        // No window that `max_kernel_size` bounds.
+        Work::FullyConnected | Work::BatchMatmul => None,
     }
 }

@@ -181,7 +181,8 @@ unsafe fn load_with(
         let options = unsafe { load_options(options) }?;
         let key = handles::get_optional(key, "key")?;
         let loaded = imp::load(open()?, key.as_ref().map(|k| &k.bytes[..]), &options)?;
-        // SAFETY: as above: the out-pointer is non-null and writable.
+        // SAFETY: `model` is non-null (checked above) and writable (this function's
+        // contract), as `hand_out` needs.
         unsafe { hand_out(model, loaded) };
         Ok(())
     })
@@ -203,7 +204,9 @@ pub unsafe extern "C" fn nnc_model_load_file_with_options(
         let path = unsafe { path_arg(path) }?;
         Ok(nnc_runtime::ModelFile::open(path)?)
     };
-    // SAFETY: forwarded contract.
+    // SAFETY: `load_with` needs `model` null or writable and `options` null or a
+    // readable `NncLoadOptions` whose `cache_dir` is null or NUL-terminated: this
+    // function's contract (through `nnc_model_load_file`'s and `NncLoadOptions`' docs).
     unsafe { load_with(key, options, model, open) }
 }
 
@@ -225,7 +228,9 @@ pub unsafe extern "C" fn nnc_model_load_buffer_with_options(
         let bytes = unsafe { std::slice::from_raw_parts(data, length) }.to_vec();
         Ok(nnc_runtime::ModelFile::from_bytes(bytes))
     };
-    // SAFETY: forwarded contract.
+    // SAFETY: `load_with` needs `model` null or writable and `options` null or a
+    // readable `NncLoadOptions` whose `cache_dir` is null or NUL-terminated: this
+    // function's contract (through `nnc_model_load_buffer`'s and `NncLoadOptions`' docs).
     unsafe { load_with(key, options, model, open) }
 }
 
@@ -283,7 +288,8 @@ pub unsafe extern "C" fn nnc_memory_create_shared(
         // SAFETY: non-null and, by the contract, writable.
         unsafe { memory.write(std::ptr::null_mut()) };
         let backing = imp::Backing::shared(size)?;
-        // SAFETY: as above.
+        // SAFETY: `memory` is non-null (checked above) and writable (this function's
+        // contract), as `hand_out` needs.
         unsafe { hand_out(memory, NncMemory { backing }) };
         Ok(())
     })
@@ -321,7 +327,8 @@ pub unsafe extern "C" fn nnc_memory_create_from_fd(
             .try_clone_to_owned()
             .map_err(|e| CapiError::BadData(format!("file descriptor {fd}: {e}")))?;
         let backing = imp::Backing::from_fd(owned, offset, size)?;
-        // SAFETY: as above.
+        // SAFETY: `memory` is non-null (checked above) and writable (this function's
+        // contract), as `hand_out` needs.
         unsafe { hand_out(memory, NncMemory { backing }) };
         Ok(())
     })
@@ -759,7 +766,8 @@ pub unsafe extern "C" fn nnc_execution_start_compute_with_dependencies(
                 job.abandon(e.into());
             }
         });
-        // SAFETY: as above: the out-pointer is non-null and writable.
+        // SAFETY: `event` is non-null (checked above) and writable (this function's
+        // contract), as `hand_out` needs.
         unsafe { hand_out(event, created) };
         Ok(())
     })
@@ -777,7 +785,8 @@ pub unsafe extern "C" fn nnc_execution_start_compute(
     execution: *mut NncExecution,
     event: *mut *mut NncEvent,
 ) -> NncResult {
-    // SAFETY: forwarded contract; no dependencies.
+    // SAFETY: with no dependencies (null, count 0, which the callee allows) its
+    // contract is this function's: `event` null or writable.
     unsafe {
         nnc_execution_start_compute_with_dependencies(execution, std::ptr::null(), 0, 0, event)
     }
@@ -842,7 +851,8 @@ pub unsafe extern "C" fn nnc_burst_create(
             burst: Burst::new(&model.inner.model),
             model: model.inner.model.id(),
         };
-        // SAFETY: as above.
+        // SAFETY: `burst` is non-null (checked above) and writable (this function's
+        // contract), as `hand_out` needs.
         unsafe { hand_out(burst, created) };
         Ok(())
     })

@@ -298,8 +298,10 @@ impl Region {
     /// A `Pointer` region must be readable for its length (the binding's contract).
     unsafe fn read(&self) -> Result<Vec<u8>, CapiError> {
         match self {
-            // SAFETY: by this function's contract.
             Region::Pointer(data, len) => {
+                // SAFETY: `data` was checked non-null when bound, and this function's
+                // contract makes it readable for `len` bytes; the slice is copied before
+                // this returns.
                 Ok(unsafe { std::slice::from_raw_parts(*data, *len) }.to_vec())
             }
             Region::Memory {

@@ -210,7 +210,8 @@ pub unsafe extern "C" fn nnc_key_from_bytes(
         // SAFETY: by the contract, `bytes` points to `length` readable bytes.
         let raw = unsafe { std::slice::from_raw_parts(bytes, length) };
         let created = imp::key_from_bytes(raw)?;
-        // SAFETY: as above: the out-pointer is non-null and writable.
+        // SAFETY: `key` is non-null (checked above) and writable (this function's
+        // contract), as `hand_out` needs.
         unsafe { hand_out(key, created) };
         Ok(())
     })
@@ -238,7 +239,8 @@ pub unsafe extern "C" fn nnc_key_from_file(
         // SAFETY: by the contract, `path` is null or a NUL-terminated string.
         let path = unsafe { path_arg(path) }?;
         let created = imp::key_from_file(path)?;
-        // SAFETY: as above: the out-pointer is non-null and writable.
+        // SAFETY: `key` is non-null (checked above) and writable (this function's
+        // contract), as `hand_out` needs.
         unsafe { hand_out(key, created) };
         Ok(())
     })
@@ -278,7 +280,8 @@ pub unsafe extern "C" fn nnc_model_load_file(
     key: *const NncKey,
     model: *mut *mut NncModel,
 ) -> NncResult {
-    // SAFETY: forwarded contract; null options are the defaults.
+    // SAFETY: this function's contract is `nnc_model_load_file_with_options`'s for
+    // `path` and `model`, and null options are allowed (the defaults).
     unsafe { flow::nnc_model_load_file_with_options(path, key, std::ptr::null(), model) }
 }
 
@@ -296,7 +299,8 @@ pub unsafe extern "C" fn nnc_model_load_buffer(
     key: *const NncKey,
     model: *mut *mut NncModel,
 ) -> NncResult {
-    // SAFETY: forwarded contract; null options are the defaults.
+    // SAFETY: this function's contract is `nnc_model_load_buffer_with_options`'s for
+    // `data`, `length` and `model`, and null options are allowed (the defaults).
     unsafe { flow::nnc_model_load_buffer_with_options(data, length, key, std::ptr::null(), model) }
 }
 
@@ -316,7 +320,7 @@ pub unsafe extern "C" fn nnc_model_input_count(
     model: *const NncModel,
     count: *mut u32,
 ) -> NncResult {
-    // SAFETY: forwarded contract.
+    // SAFETY: `io_count` needs `count` null or writable: this function's contract.
     unsafe { io_count(model, count, true) }
 }
 
@@ -329,7 +333,7 @@ pub unsafe extern "C" fn nnc_model_output_count(
     model: *const NncModel,
     count: *mut u32,
 ) -> NncResult {
-    // SAFETY: forwarded contract.
+    // SAFETY: `io_count` needs `count` null or writable: this function's contract.
     unsafe { io_count(model, count, false) }
 }
 
@@ -360,7 +364,7 @@ pub unsafe extern "C" fn nnc_model_get_input(
     index: u32,
     info: *mut NncOperandInfo,
 ) -> NncResult {
-    // SAFETY: forwarded contract.
+    // SAFETY: `io_info` needs `info` null or writable: this function's contract.
     unsafe { io_info(model, index, info, true) }
 }
 
@@ -374,7 +378,7 @@ pub unsafe extern "C" fn nnc_model_get_output(
     index: u32,
     info: *mut NncOperandInfo,
 ) -> NncResult {
-    // SAFETY: forwarded contract.
+    // SAFETY: `io_info` needs `info` null or writable: this function's contract.
     unsafe { io_info(model, index, info, false) }
 }
 
@@ -417,7 +421,8 @@ pub unsafe extern "C" fn nnc_execution_create(
             ))),
             in_flight: std::sync::Mutex::new(None),
         };
-        // SAFETY: as above: the out-pointer is non-null and writable.
+        // SAFETY: `execution` is non-null (checked above) and writable (this function's
+        // contract), as `hand_out` needs.
         unsafe { hand_out(execution, created) };
         Ok(())
     })

@@ -209,8 +209,8 @@ fn a_burst_of_computes_matches_the_plain_path() {
     assert_eq!(set_output(&e, 0, &mut out), NncResult::NoError);
     let plain = reference_outputs(&model, &input, reference.len());
     let mut burst = null_mut();
-    // SAFETY: a live model and a valid out-pointer.
     assert_eq!(
+        // SAFETY: a live model and a valid out-pointer.
         unsafe { nnc_burst_create(model.0, &mut burst) },
         NncResult::NoError
     );
@@ -291,8 +291,8 @@ fn memory_objects_carry_inputs_and_outputs_through_file_descriptors() {
     nnc_memory_free(input_memory);
     assert_eq!(compute(&e), NncResult::NoError, "{}", last_error());
     let mut fd = -1;
-    // SAFETY: a live memory and a valid out-pointer.
     assert_eq!(
+        // SAFETY: a live memory and a valid out-pointer.
         unsafe { nnc_memory_get_fd(output_memory, &mut fd) },
         NncResult::NoError
     );
@@ -328,8 +328,8 @@ fn assert_near(got: &[f32], reference: &[f32]) {
 fn load_options_are_checked_and_applied() {
     let (bytes, key, input, reference) = tiny();
     let mut k = null_mut();
-    // SAFETY: a valid key slice and out-pointer.
     assert_eq!(
+        // SAFETY: a valid key slice and out-pointer.
         unsafe { nnc_key_from_bytes(key.as_ptr(), key.len(), &mut k) },
         NncResult::NoError
     );

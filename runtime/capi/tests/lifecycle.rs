@@ -106,8 +106,8 @@ fn a_computes_event_cannot_be_signalled_by_the_caller() {
     );
     // An asynchronous compute's event alike.
     let mut event = null_mut();
-    // SAFETY: a valid out-pointer.
     assert_eq!(
+        // SAFETY: a valid out-pointer.
         unsafe { nnc_execution_start_compute(e.0, &mut event) },
         NncResult::NoError
     );
@@ -169,8 +169,8 @@ fn freeing_an_execution_cancels_a_waiting_compute_and_waits_for_a_started_one() 
     assert_eq!(set_input(&e, 0, &input), NncResult::NoError);
     assert_eq!(set_output(&e, 0, &mut out), NncResult::NoError);
     let mut event = null_mut();
-    // SAFETY: a valid out-pointer.
     assert_eq!(
+        // SAFETY: a valid out-pointer.
         unsafe { nnc_execution_start_compute(e.0, &mut event) },
         NncResult::NoError
     );
@@ -228,8 +228,8 @@ fn stale_foreign_and_made_up_handles_are_refused() {
     drop(model);
     nnc_model_free(m);
     let mut created = null_mut();
-    // SAFETY: a valid out-pointer.
     assert_eq!(
+        // SAFETY: a valid out-pointer.
         unsafe { nnc_execution_create(m, &mut created) },
         NncResult::BadData
     );
@@ -340,8 +340,8 @@ fn a_file_truncated_between_computes_fails_them_cleanly() {
     );
     // Asynchronously: the event reports it.
     let mut event = null_mut();
-    // SAFETY: a valid out-pointer.
     assert_eq!(
+        // SAFETY: a valid out-pointer.
         unsafe { nnc_execution_start_compute(e.0, &mut event) },
         NncResult::NoError
     );
@@ -405,14 +405,14 @@ fn sealed_memfds_are_mapped_and_nnc_shared_memory_cannot_shrink() {
     nnc_memory_free(m);
 
     let mut shared = null_mut();
-    // SAFETY: a valid out-pointer.
     assert_eq!(
+        // SAFETY: a valid out-pointer.
         unsafe { nnc_memory_create_shared(4096, &mut shared) },
         NncResult::NoError
     );
     let mut fd = -1;
-    // SAFETY: a valid out-pointer.
     assert_eq!(
+        // SAFETY: a valid out-pointer.
         unsafe { nnc_memory_get_fd(shared, &mut fd) },
         NncResult::NoError
     );

@@ -677,11 +677,14 @@ pub(super) fn depthwise_row(
 ) {
     #[cfg(target_arch = "x86_64")]
     if m == 1 && super::isa::float_avx512() {
-        let done = match (g.kh, g.kw) {
-            // SAFETY: the CPU supports AVX-512F (checked at run time just above).
-            (3, 3) => unsafe { depthwise_row_avx512::<3>(g, x, w, bias, clamp, b, oy, out_row) },
-            (5, 5) => unsafe { depthwise_row_avx512::<5>(g, x, w, bias, clamp, b, oy, out_row) },
-            _ => false,
+        // SAFETY: the CPU supports AVX-512F (`float_avx512`, checked at run time just
+        // above); the kernel checks the buffers' sizes itself.
+        let done = unsafe {
+            match (g.kh, g.kw) {
+                (3, 3) => depthwise_row_avx512::<3>(g, x, w, bias, clamp, b, oy, out_row),
+                (5, 5) => depthwise_row_avx512::<5>(g, x, w, bias, clamp, b, oy, out_row),
+                _ => false,
+            }
         };
         if done {
             return;
@@ -705,6 +708,9 @@ pub(super) fn depthwise_row(
 /// (bias, then rows, then columns, fused multiply-adds), so every path gives the same
 /// bits. Returns false, computing nothing, when the buffers do not have the geometry's
 /// sizes.
+///
+/// # Safety
+/// The CPU supports AVX-512F (`isa::float_avx512`). The sizes are checked here.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(clippy::too_many_arguments)]
@@ -746,79 +752,88 @@ unsafe fn depthwise_row_avx512<const K: usize>(
     for c0 in (0..c).step_by(16) {
         let lanes = (c - c0).min(16);
         let mask: __mmask16 = (((1u32 << lanes) - 1) & 0xffff) as u16;
-        // SAFETY (every load and store below): lanes beyond `mask` are not touched, and
-        // the checks above bound each index: (ky * K + kx) * c + c0 + lane < K * K * c,
-        // (row + ix) * c + c0 + lane < n * ih * iw * c (row and ix come from in_y and
-        // in_x, or lie between two pixels in_x accepted), ox * c + c0 + lane < ow * c.
-        let load = |ptr: *const f32| unsafe { _mm512_maskz_loadu_ps(mask, ptr) };
-        let taps: [[__m512; K]; K] = std::array::from_fn(|ky| {
-            std::array::from_fn(|kx| load(unsafe { wp.add((ky * K + kx) * c + c0) }))
-        });
-        let bias_v = load(unsafe { bias.as_ptr().add(c0) });
-        let store = |ox: usize, v: __m512| unsafe {
-            _mm512_mask_storeu_ps(op.add(ox * c + c0), mask, finish(v))
-        };
-        // Checked pixels (windows in the left or right padding).
-        let checked = |ox: usize| {
-            let mut acc = bias_v;
-            for (ky, row) in rows.iter().enumerate() {
-                let Some(row) = *row else { continue };
-                for (kx, tap) in taps[ky].iter().enumerate() {
-                    let Some(ix) = g.in_x(ox, kx) else { continue };
-                    let xv = load(unsafe { xp.add((row + ix) * c + c0) });
-                    acc = _mm512_fmadd_ps(xv, *tap, acc);
-                }
-            }
-            store(ox, acc);
-        };
-        // P pixels from `ox`, all inside: the input of pixel p, tap (ky, kx) is at
-        // column ix0 + p * sw + kx * dw.
-        // `$sw` and `$dw` are literals for the common strides (the column offsets of
-        // the taps then fold into addressing modes instead of taking a register each).
-        macro_rules! inside_pixels {
-            ($p:literal, $ox:expr, $sw:expr, $dw:expr) => {{
-                let ox = $ox;
-                let ix0 = ox * g.sw - g.pad_left;
-                let mut acc = [bias_v; $p];
-                for ky in 0..K {
-                    let Some(row) = rows[ky] else { continue };
-                    let base = unsafe { xp.add((row + ix0) * c + c0) };
-                    for kx in 0..K {
-                        for p in 0..$p {
-                            let xv = load(unsafe { base.add((p * $sw + kx * $dw) * c) });
-                            acc[p] = _mm512_fmadd_ps(xv, taps[ky][kx], acc[p]);
-                        }
+        // SAFETY: AVX-512F is this function's contract. Every load and store below is
+        // masked to the block's `lanes` channels (the others are not touched and cannot
+        // fault), and the checks above bound each index: (ky * K + kx) * c + c0 + lane <
+        // K * K * c, c0 + lane < c for the bias, (row + ix) * c + c0 + lane < n * ih *
+        // iw * c (row and ix come from in_y and in_x, or lie between two columns in_x
+        // accepted for the same pixel), and ox * c + c0 + lane < ow * c.
+        unsafe {
+            let load = |ptr: *const f32| _mm512_maskz_loadu_ps(mask, ptr);
+            let taps: [[__m512; K]; K] = std::array::from_fn(|ky| {
+                std::array::from_fn(|kx| load(wp.add((ky * K + kx) * c + c0)))
+            });
+            let bias_v = load(bias.as_ptr().add(c0));
+            let store =
+                |ox: usize, v: __m512| _mm512_mask_storeu_ps(op.add(ox * c + c0), mask, finish(v));
+            // Checked pixels (windows in the left or right padding).
+            let checked = |ox: usize| {
+                let mut acc = bias_v;
+                for (ky, row) in rows.iter().enumerate() {
+                    let Some(row) = *row else { continue };
+                    for (kx, tap) in taps[ky].iter().enumerate() {
+                        let Some(ix) = g.in_x(ox, kx) else { continue };
+                        let xv = load(xp.add((row + ix) * c + c0));
+                        acc = _mm512_fmadd_ps(xv, *tap, acc);
                     }
                 }
-                for p in 0..$p {
-                    store(ox + p, acc[p]);
-                }
-            }};
+                store(ox, acc);
+            };
+            // P pixels from `ox`, all inside: the input of pixel p, tap (ky, kx) is at
+            // column ix0 + p * sw + kx * dw.
+            // `$sw` and `$dw` are literals for the common strides (the column offsets of
+            // the taps then fold into addressing modes instead of taking a register each).
+            macro_rules! inside_pixels {
+                ($p:literal, $ox:expr, $sw:expr, $dw:expr) => {{
+                    let ox = $ox;
+                    let ix0 = ox * g.sw - g.pad_left;
+                    let mut acc = [bias_v; $p];
+                    for ky in 0..K {
+                        let Some(row) = rows[ky] else { continue };
+                        let base = xp.add((row + ix0) * c + c0);
+                        for kx in 0..K {
+                            for p in 0..$p {
+                                let xv = load(base.add((p * $sw + kx * $dw) * c));
+                                acc[p] = _mm512_fmadd_ps(xv, taps[ky][kx], acc[p]);
+                            }
+                        }
+                    }
+                    for p in 0..$p {
+                        store(ox + p, acc[p]);
+                    }
+                }};
+            }
+            macro_rules! row {
+                ($sw:expr, $dw:expr) => {{
+                    let mut ox = first;
+                    while ox + 4 <= end {
+                        inside_pixels!(4, ox, $sw, $dw);
+                        ox += 4;
+                    }
+                    while ox < end {
+                        inside_pixels!(1, ox, $sw, $dw);
+                        ox += 1;
+                    }
+                }};
+            }
+            (0..first).for_each(checked);
+            match (g.sw, g.dw) {
+                (1, 1) => row!(1, 1),
+                (2, 1) => row!(2, 1),
+                (sw, dw) => row!(sw, dw),
+            }
+            (end..g.ow).for_each(checked);
         }
-        macro_rules! row {
-            ($sw:expr, $dw:expr) => {{
-                let mut ox = first;
-                while ox + 4 <= end {
-                    inside_pixels!(4, ox, $sw, $dw);
-                    ox += 4;
-                }
-                while ox < end {
-                    inside_pixels!(1, ox, $sw, $dw);
-                    ox += 1;
-                }
-            }};
-        }
-        (0..first).for_each(checked);
-        match (g.sw, g.dw) {
-            (1, 1) => row!(1, 1),
-            (2, 1) => row!(2, 1),
-            (sw, dw) => row!(sw, dw),
-        }
-        (end..g.ow).for_each(checked);
     }
     true
 }
 
+/// [`depthwise_row_impl`] with fused multiply-adds, compiled for AVX2 and FMA (it is
+/// inlined here).
+///
+/// # Safety
+/// The CPU supports AVX2 and FMA (`util::has_avx2_fma`); there is no other
+/// requirement: the body is safe code.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]

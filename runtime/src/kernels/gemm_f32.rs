@@ -415,8 +415,11 @@ mod x86 {
                     },
                 };
                 let o = &mut out[r0 * ldc..];
-                // SAFETY (each call): rows r0..r0 + rows < m, the panels `panel` names
-                // exist, destination rows hold their columns below n.
+                // SAFETY: AVX512F, AVX2 and FMA are this function's contract; `blk.lhs`
+                // starts at row r0 and holds rows r0..r0 + rows <= m, `blk.b` starts at
+                // panel t and the panels `panel` names exist (t + count <= panels), and
+                // `o`'s rows hold their columns below n (the extents `super::gemm`
+                // checks).
                 unsafe {
                     match rows {
                         8 => blk.zmm_panels::<8>(panel, o, ldc),
@@ -464,7 +467,8 @@ mod x86 {
                     ahead_rows: &[],
                 };
                 let o = &mut out[r0 * ldc..];
-                // SAFETY (each call): as in gemm_avx512, one panel.
+                // SAFETY: AVX2 and FMA are this function's contract; as in
+                // `gemm_avx512`, with one panel, t < n / NR rounded up.
                 unsafe {
                     match rows {
                         6 => blk.ymm::<6>(o, ldc),
@@ -522,10 +526,11 @@ mod x86 {
         #[inline(always)]
         unsafe fn run_starts<const R: usize>(&self, s: usize, seg: usize) -> [*const f32; R] {
             match self.lhs {
-                // SAFETY: row r's run s is inside A (the caller's contract).
-                Lhs::Dense { a, lda } => {
-                    std::array::from_fn(|r| unsafe { a.as_ptr().add(r * lda + s * seg) })
-                }
+                Lhs::Dense { a, lda } => std::array::from_fn(|r| {
+                    // SAFETY: row r < R starts at r * lda inside A (the caller's
+                    // contract), and a dense row is one run (s = 0).
+                    unsafe { a.as_ptr().add(r * lda + s * seg) }
+                }),
                 Lhs::Indirect {
                     x,
                     starts,
@@ -613,7 +618,8 @@ mod x86 {
         #[target_feature(enable = "avx512f,avx2,fma")]
         #[inline]
         unsafe fn zmm_panels<const R: usize>(&self, panel: Panels, out: &mut [f32], ldc: usize) {
-            // SAFETY: as this function's contract.
+            // SAFETY: this function's contract is `zmm`'s for the panels `panel` names:
+            // one, two, or one and a half (`zmm_half`'s P = 2 case).
             unsafe {
                 match panel {
                     Panels::One => self.zmm::<R, 1>(out, ldc),

@@ -145,8 +145,10 @@ unsafe fn transpose_4byte_avx2(src: *const u32, dst: *mut u32, rows: usize, cols
     let (rows8, cols8) = (rows / 8 * 8, cols / 8 * 8);
     for i0 in (0..rows8).step_by(8) {
         for j0 in (0..cols8).step_by(8) {
-            // SAFETY (all accesses): rows i0..i0 + 8 <= rows and columns j0..j0 + 8 <=
-            // cols of src; rows j0..j0 + 8 and columns i0..i0 + 8 of dst.
+            // SAFETY: AVX2 is this function's contract; every load reads 8 values of
+            // src's rows i0..i0 + 8 <= rows at columns j0..j0 + 8 <= cols, every store
+            // writes 8 values of dst's rows j0..j0 + 8 <= cols at columns i0..i0 + 8 <=
+            // rows, inside the `rows * cols` values the caller guarantees.
             unsafe {
                 let r: [__m256; 8] = std::array::from_fn(|k| {
                     _mm256_loadu_ps(src.add((i0 + k) * cols + j0).cast::<f32>())
@@ -181,7 +183,8 @@ unsafe fn transpose_4byte_avx2(src: *const u32, dst: *mut u32, rows: usize, cols
     }
     // The edges: columns past the last block for the blocked rows, then the last rows.
     let edge = |i: usize, j: usize| {
-        // SAFETY: i < rows, j < cols.
+        // SAFETY: every caller below passes i < rows and j < cols, so both offsets are
+        // inside the `rows * cols` values of the contract (unaligned accesses).
         unsafe {
             dst.add(j * rows + i)
                 .write_unaligned(src.add(i * cols + j).read_unaligned())

@@ -373,11 +373,13 @@ impl<const T: usize, const A: usize> Ctx<'_, T, A> {
         #[cfg(target_arch = "x86_64")]
         {
             if super::isa::float_avx512() {
-                // SAFETY: the features were just checked.
+                // SAFETY: AVX-512F, AVX2 and FMA (`float_avx512`) were just checked, and
+                // that is all `inputs_avx512` needs.
                 return unsafe { self.inputs_avx512(x, block, v) };
             }
             if super::isa::float_avx2_fma() {
-                // SAFETY: the features were just checked.
+                // SAFETY: AVX2 and FMA (`float_avx2_fma`) were just checked, and that is
+                // all `inputs_avx2` needs.
                 return unsafe { self.inputs_avx2(x, block, v) };
             }
         }
@@ -389,35 +391,57 @@ impl<const T: usize, const A: usize> Ctx<'_, T, A> {
         #[cfg(target_arch = "x86_64")]
         {
             if super::isa::float_avx512() {
-                // SAFETY: the features were just checked.
+                // SAFETY: AVX-512F, AVX2 and FMA (`float_avx512`) were just checked, and
+                // that is all `outputs_avx512` needs.
                 return unsafe { self.outputs_avx512(m, block, out_rows) };
             }
             if super::isa::float_avx2_fma() {
-                // SAFETY: the features were just checked.
+                // SAFETY: AVX2 and FMA (`float_avx2_fma`) were just checked, and that is
+                // all `outputs_avx2` needs.
                 return unsafe { self.outputs_avx2(m, block, out_rows) };
             }
         }
         self.outputs::<8>(m, block, out_rows)
     }
 
+    /// [`Self::inputs`] compiled for AVX-512 (inlined here).
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512F, AVX2 and FMA (`isa::float_avx512`); there is no other
+    /// requirement: the body is safe code.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx2,fma")]
     unsafe fn inputs_avx512(&self, x: &[f32], block: &Block, v: &mut [f32]) {
         self.inputs::<16>(x, block, v)
     }
 
+    /// [`Self::inputs`] compiled for AVX2 and FMA (inlined here).
+    ///
+    /// # Safety
+    /// The CPU supports AVX2 and FMA (`isa::float_avx2_fma`); there is no other
+    /// requirement: the body is safe code.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn inputs_avx2(&self, x: &[f32], block: &Block, v: &mut [f32]) {
         self.inputs::<8>(x, block, v)
     }
 
+    /// [`Self::outputs`] compiled for AVX-512 (inlined here).
+    ///
+    /// # Safety
+    /// The CPU supports AVX-512F, AVX2 and FMA (`isa::float_avx512`); there is no other
+    /// requirement: the body is safe code.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx2,fma")]
     unsafe fn outputs_avx512(&self, m: &[f32], block: &Block, out_rows: &mut [f32]) {
         self.outputs::<16>(m, block, out_rows)
     }
 
+    /// [`Self::outputs`] compiled for AVX2 and FMA (inlined here).
+    ///
+    /// # Safety
+    /// The CPU supports AVX2 and FMA (`isa::float_avx2_fma`); there is no other
+    /// requirement: the body is safe code.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn outputs_avx2(&self, m: &[f32], block: &Block, out_rows: &mut [f32]) {

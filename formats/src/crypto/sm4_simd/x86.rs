@@ -333,7 +333,7 @@ fn round512(a: __m512i, b: __m512i, c: __m512i, d: __m512i, k: __m512i) -> __m51
 ///
 /// # Safety
 ///
-/// `src` must be valid for reading 256 bytes.
+/// The CPU supports AVX-512F and AVX-512BW; `src` must be valid for reading 256 bytes.
 #[target_feature(enable = "avx512f,avx512bw")]
 #[inline]
 unsafe fn load16_512(src: *const u8) -> [__m512i; 4] {
@@ -351,7 +351,7 @@ unsafe fn load16_512(src: *const u8) -> [__m512i; 4] {
 ///
 /// # Safety
 ///
-/// `dst` must be valid for writing 256 bytes.
+/// The CPU supports AVX-512F and AVX-512BW; `dst` must be valid for writing 256 bytes.
 #[target_feature(enable = "avx512f,avx512bw")]
 #[inline]
 unsafe fn store16_512(dst: *mut u8, [x0, x1, x2, x3]: [__m512i; 4]) {
@@ -371,9 +371,10 @@ unsafe fn store16_512(dst: *mut u8, [x0, x1, x2, x3]: [__m512i; 4]) {
 /// but must not overlap otherwise.
 #[target_feature(enable = "avx512f,avx512bw,gfni")]
 unsafe fn crypt32_avx512_gfni(rk: &[u32; 32], src: *const u8, dst: *mut u8) {
-    // SAFETY: the caller's 512 bytes cover both 256-byte halves.
+    // SAFETY: AVX-512F/BW are this function's contract; the caller's 512 readable
+    // bytes hold bytes 0..256 of `src`.
     let [mut x0, mut x1, mut x2, mut x3] = unsafe { load16_512(src) };
-    // SAFETY: as above.
+    // SAFETY: as for the first half: bytes 256..512 of `src`.
     let [mut y0, mut y1, mut y2, mut y3] = unsafe { load16_512(src.add(256)) };
     for k in rk.chunks_exact(4) {
         let k0 = _mm512_set1_epi32(k[0] as i32);
@@ -389,7 +390,8 @@ unsafe fn crypt32_avx512_gfni(rk: &[u32; 32], src: *const u8, dst: *mut u8) {
         x3 = round512(x3, x0, x1, x2, k3);
         y3 = round512(y3, y0, y1, y2, k3);
     }
-    // SAFETY: the caller's 512 bytes cover both 256-byte halves.
+    // SAFETY: AVX-512F/BW are this function's contract; the caller's 512 writable bytes
+    // at `dst` cover both 256-byte halves, and every input was read above.
     unsafe {
         store16_512(dst, [x0, x1, x2, x3]);
         store16_512(dst.add(256), [y0, y1, y2, y3]);
@@ -481,7 +483,7 @@ fn sbox256_aesni(x: __m256i) -> __m256i {
 ///
 /// # Safety
 ///
-/// `src` must be valid for reading 128 bytes.
+/// The CPU supports AVX2; `src` must be valid for reading 128 bytes.
 #[target_feature(enable = "avx2")]
 #[inline]
 unsafe fn load8_256(src: *const u8) -> [__m256i; 4] {
@@ -499,7 +501,7 @@ unsafe fn load8_256(src: *const u8) -> [__m256i; 4] {
 ///
 /// # Safety
 ///
-/// `dst` must be valid for writing 128 bytes.
+/// The CPU supports AVX2; `dst` must be valid for writing 128 bytes.
 #[target_feature(enable = "avx2")]
 #[inline]
 unsafe fn store8_256(dst: *mut u8, [x0, x1, x2, x3]: [__m256i; 4]) {
@@ -527,9 +529,10 @@ macro_rules! avx2_kernel {
                 let t = _mm256_xor_si256(_mm256_xor_si256(b, c), _mm256_xor_si256(d, k));
                 xor_l256(a, $sbox(t))
             };
-            // SAFETY: the caller's 256 bytes cover both 128-byte halves.
+            // SAFETY: AVX2 is among this function's features (its contract); the
+            // caller's 256 readable bytes hold bytes 0..128 of `src`.
             let [mut x0, mut x1, mut x2, mut x3] = unsafe { load8_256(src) };
-            // SAFETY: as above.
+            // SAFETY: as for the first half: bytes 128..256 of `src`.
             let [mut y0, mut y1, mut y2, mut y3] = unsafe { load8_256(src.add(128)) };
             for k in rk.chunks_exact(4) {
                 let k0 = _mm256_set1_epi32(k[0] as i32);
@@ -545,7 +548,8 @@ macro_rules! avx2_kernel {
                 x3 = round(x3, x0, x1, x2, k3);
                 y3 = round(y3, y0, y1, y2, k3);
             }
-            // SAFETY: the caller's 256 bytes cover both 128-byte halves.
+            // SAFETY: AVX2 as above; the caller's 256 writable bytes at `dst` cover both
+            // 128-byte halves, and every input was read above.
             unsafe {
                 store8_256(dst, [x0, x1, x2, x3]);
                 store8_256(dst.add(128), [y0, y1, y2, y3]);

@@ -127,6 +127,25 @@ enum Roles {
     Computed(fn(usize, usize) -> Role),
 }
 
+/// What an operation's work is, for the operations whose work is multiply-accumulates
+/// over a window or a matrix rather than proportional to the elements they move: the
+/// partition cost model estimates it from this, and device rules bound the windows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// CONV_2D, GROUPED_CONV_2D: a `[out, h, w, in / groups]` filter over each output.
+    Convolution,
+    /// DEPTHWISE_CONV_2D: a `[1, h, w, channels]` filter, one window per output element.
+    DepthwiseConvolution,
+    /// TRANSPOSE_CONV_2D: a filter scattered from each input element.
+    TransposedConvolution,
+    /// The pools: a window of `filter_w x filter_h` per output element.
+    Pool,
+    /// FULLY_CONNECTED: a `[units, depth]` matrix product.
+    FullyConnected,
+    /// BATCH_MATMUL: matrix products over the last two dimensions.
+    BatchMatmul,
+}
+
 /// One row of the operation table.
 #[derive(Clone, Copy)]
 pub struct OpSchema {
@@ -140,6 +159,11 @@ pub struct OpSchema {
     /// For IF and WHILE: the check against the referenced subgraphs, which the shape
     /// rule (seeing only the operation) cannot do.
     subgraph_rule: Option<SubgraphFn>,
+    work: Option<Work>,
+    /// Whether the `activation` input is a fused output clamp (NONE, RELU, RELU1, RELU6)
+    /// that a following activation can merge into; the recurrent operations'
+    /// `activation` is their cell's function instead.
+    fused_activation: bool,
 }
 
 impl OpSchema {
@@ -150,7 +174,19 @@ impl OpSchema {
             version: base_version,
             keeps_quantization_of: None,
             subgraph_rule: None,
+            work: None,
+            fused_activation: false,
         }
+    }
+
+    const fn work(mut self, work: Work) -> OpSchema {
+        self.work = Some(work);
+        self
+    }
+
+    const fn fused_activation(mut self) -> OpSchema {
+        self.fused_activation = true;
+        self
     }
 
     const fn subgraphs(mut self, rule: SubgraphFn) -> OpSchema {
@@ -181,7 +217,15 @@ impl OpSchema {
             version: base_version,
             keeps_quantization_of: None,
             subgraph_rule: None,
+            work: None,
+            fused_activation: false,
         }
+    }
+
+    /// What the operation's work is, when it is multiply-accumulates over a window or a
+    /// matrix (`None`: proportional to the elements it reads and writes).
+    pub fn work_kind(&self) -> Option<Work> {
+        self.work
     }
 
     /// Whether nnc checks (and so compiles and runs) this operation type at all.
@@ -217,7 +261,9 @@ pub fn schema(op: OperationType) -> OpSchema {
     let row = OpSchema::new;
     match op {
         // Elementwise.
-        O::Add | O::Sub | O::Mul | O::Div => row(elementwise::arithmetic, BINARY_ACTIVATION),
+        O::Add | O::Sub | O::Mul | O::Div => {
+            row(elementwise::arithmetic, BINARY_ACTIVATION).fused_activation()
+        }
         O::Maximum | O::Minimum => row(elementwise::min_max, UNNAMED),
         O::Pow => row(elementwise::pow, UNNAMED),
         O::Prelu => row(elementwise::prelu, &[R::Input, R::Alpha]),
@@ -249,23 +295,36 @@ pub fn schema(op: OperationType) -> OpSchema {
         // Windows: convolutions and pools.
         O::Conv2d => row(window::conv, &[])
             .roles_by_count(window::conv_roles)
-            .version(window::conv_version),
+            .version(window::conv_version)
+            .work(Work::Convolution)
+            .fused_activation(),
         O::DepthwiseConv2d => row(window::conv, &[])
             .roles_by_count(window::depthwise_roles)
-            .version(window::depthwise_version),
-        O::GroupedConv2d => row(window::conv, &[]).roles_by_count(window::grouped_roles),
-        O::TransposeConv2d => {
-            row(window::transpose_conv, &[]).roles_by_count(window::transpose_roles)
-        }
+            .version(window::depthwise_version)
+            .work(Work::DepthwiseConvolution)
+            .fused_activation(),
+        O::GroupedConv2d => row(window::conv, &[])
+            .roles_by_count(window::grouped_roles)
+            .work(Work::Convolution)
+            .fused_activation(),
+        O::TransposeConv2d => row(window::transpose_conv, &[])
+            .roles_by_count(window::transpose_roles)
+            .work(Work::TransposedConvolution)
+            .fused_activation(),
         O::AveragePool2d | O::MaxPool2d | O::L2Pool2d => row(window::pool, &[])
             .roles_by_count(window::pool_roles)
-            .version(window::pool_version),
+            .version(window::pool_version)
+            .work(Work::Pool)
+            .fused_activation(),
         // Dense linear algebra.
         O::FullyConnected => row(
             dense::fully_connected,
             &[R::Input, R::Weights, R::Bias, R::Activation],
-        ),
-        O::BatchMatmul => row(dense::batch_matmul, &[R::Lhs, R::Rhs, R::AdjLhs, R::AdjRhs]),
+        )
+        .work(Work::FullyConnected)
+        .fused_activation(),
+        O::BatchMatmul => row(dense::batch_matmul, &[R::Lhs, R::Rhs, R::AdjLhs, R::AdjRhs])
+            .work(Work::BatchMatmul),
         // Shape and data movement.
         O::Concatenation => {
             row(shape::concatenation, &[]).roles_by_count(shape::concatenation_roles)
@@ -365,7 +424,8 @@ pub fn schema(op: OperationType) -> OpSchema {
         O::MaxPoolWithArgmax => row(
             mediapipe::max_pool_with_argmax,
             mediapipe::MAX_POOL_WITH_ARGMAX_ROLES,
-        ),
+        )
+        .work(Work::Pool),
         O::MaxUnpooling => row(mediapipe::max_unpooling, mediapipe::MAX_UNPOOLING_ROLES),
         O::LandmarksToTransformMatrix => row(
             mediapipe::landmarks_to_transform_matrix,
@@ -454,6 +514,15 @@ fn check_kept_quantization(data: usize, inputs: &[InputView], outputs: &[&Operan
         }
     }
     Ok(())
+}
+
+/// The fused-activation input of an operation with `input_count` inputs, when it has
+/// one (see [`OpSchema`]'s `fused_activation`).
+pub fn fused_activation_input(op: OperationType, input_count: usize) -> Option<usize> {
+    schema(op)
+        .fused_activation
+        .then(|| (0..input_count).find(|&k| input_role(op, k, input_count) == Role::Activation))
+        .flatten()
 }
 
 /// The role of input `index` of an operation with `input_count` inputs, for dumps,

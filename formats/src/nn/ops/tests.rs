@@ -319,3 +319,24 @@ fn window_parameters_decode_what_they_encode() {
     );
     assert_eq!(back, implicit);
 }
+
+#[test]
+fn rows_say_which_input_is_a_fused_clamp_and_what_the_work_is() {
+    use OperationType as O;
+    assert_eq!(fused_activation_input(O::Add, 3), Some(2));
+    assert_eq!(fused_activation_input(O::FullyConnected, 4), Some(3));
+    assert_eq!(fused_activation_input(O::Conv2d, 10), Some(9));
+    assert_eq!(fused_activation_input(O::Conv2d, 7), Some(6));
+    // The recurrent operations' `activation` is the cell's function, not a clamp.
+    assert_eq!(
+        fused_activation_input(O::UnidirectionalSequenceRnn, 7),
+        None
+    );
+    assert_eq!(fused_activation_input(O::Relu, 1), None);
+    assert_eq!(
+        schema(O::DepthwiseConv2d).work_kind(),
+        Some(Work::DepthwiseConvolution)
+    );
+    assert_eq!(schema(O::MaxPoolWithArgmax).work_kind(), Some(Work::Pool));
+    assert_eq!(schema(O::Add).work_kind(), None);
+}

@@ -441,8 +441,10 @@ pub(crate) mod avx2 {
             while r0 < m {
                 let rows = (m - r0).min(MR);
                 let a0 = &a[r0 * lda..];
-                // SAFETY (for each call): rows r0..r0 + rows < m hold kp values at lda
-                // strides in `a0`, the panel holds kp * NR values.
+                // SAFETY: AVX2 is this function's contract; `a0` starts at row r0 and
+                // holds rows r0..r0 + rows <= m of kp values at lda strides, the panel
+                // slice holds kp * NR values, and the destination rows are this
+                // function's contract (each call is one of these for its R = rows).
                 unsafe {
                     match rows {
                         6 => block::<6>(a0, lda, panel, kp, &mut dst, r0, t, cols),

@@ -249,9 +249,11 @@ mod avx512 {
                     signed,
                 };
                 let dst = &mut out[r0 * ld..];
-                // SAFETY (for each call): rows r0..r0 + rows < m hold kq bytes at lda
-                // strides, the panels `panel` names exist, and the destination rows hold
-                // the columns of those panels below n.
+                // SAFETY: the CPU features are this function's contract; `block.a` starts
+                // at row r0 and rows r0..r0 + rows <= m hold kq bytes at lda strides,
+                // `block.b` starts at panel t and the panels `panel` names exist (t +
+                // count <= panels), and `dst`'s rows hold those panels' columns below n
+                // (the extents `super::gemm` checks).
                 unsafe {
                     match rows {
                         8 => block.run_panels::<8>(panel, dst, ld),
@@ -348,10 +350,14 @@ mod avx512 {
                     }
                 }
             }
-            match &float {
-                // SAFETY: as this function's contract.
-                Some(f) => unsafe { self.store_float::<R, P>(&acc, f, out, ld) },
-                None => unsafe { self.store_fixed::<R, P>(&acc, out, ld) },
+            // SAFETY: the features, `out` and the block's extents are this function's
+            // contract; with a single-precision stage the accumulators started at the
+            // bias (as `store_float` needs), otherwise at zero (as `store_fixed` needs).
+            unsafe {
+                match &float {
+                    Some(f) => self.store_float::<R, P>(&acc, f, out, ld),
+                    None => self.store_fixed::<R, P>(&acc, out, ld),
+                }
             }
         }
 
@@ -362,7 +368,8 @@ mod avx512 {
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
         #[inline]
         unsafe fn run_panels<const R: usize>(&self, panel: Panels, out: &mut [u8], ld: usize) {
-            // SAFETY: as this function's contract.
+            // SAFETY: this function's contract is `run`'s for the panels `panel` names:
+            // one, two, or one and a half (`run_half`'s P = 2 case).
             unsafe {
                 match panel {
                     Panels::One => self.run::<R, 1>(out, ld),
@@ -420,10 +427,14 @@ mod avx512 {
             for r in 0..R {
                 both[r] = [acc[r], _mm512_zextsi256_si512(acc_half[r])];
             }
-            match &float {
-                // SAFETY: as this function's contract.
-                Some(f) => unsafe { self.store_float::<R, 2>(&both, f, out, ld) },
-                None => unsafe { self.store_fixed::<R, 2>(&both, out, ld) },
+            // SAFETY: as in `run`: the contract holds for P = 2, and the accumulators
+            // (the half panel's widened with zero upper lanes) started at the bias with a
+            // single-precision stage, otherwise at zero.
+            unsafe {
+                match &float {
+                    Some(f) => self.store_float::<R, 2>(&both, f, out, ld),
+                    None => self.store_fixed::<R, 2>(&both, out, ld),
+                }
             }
         }
 

@@ -263,11 +263,13 @@ fn quantize_avx2(x: &[f32], out: &mut [u8], scale: f32, zp: i32, bounds: (i32, i
 fn round_half_away(x: f32) -> i32 {
     let a = x.abs();
     let a = if a.is_nan() { 0.0 } else { a.min(1_048_576.0) };
-    // SAFETY: `a + 0.5` is finite and below 2^21, so it converts exactly (a plain
-    // `as` adds saturation and NaN handling that kept the loop from vectorizing well).
+    // A plain `as` adds saturation and NaN handling that kept the loop from vectorizing
+    // well.
     let magnitude = if a < 0.5 {
         0
     } else {
+        // SAFETY: `a` is not NaN and at most 2^20 (both set above), so `a + 0.5` is
+        // finite and its truncation fits an i32, as `to_int_unchecked` requires.
         unsafe { (a + 0.5).to_int_unchecked::<i32>() }
     };
     if x < 0.0 { -magnitude } else { magnitude }

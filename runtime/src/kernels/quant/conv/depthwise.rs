@@ -169,7 +169,7 @@ impl DepthwiseRow<'_> {
     #[target_feature(enable = "avx512f,avx512bw,avx2")]
     unsafe fn avx512(&self, out_row: &mut [u8]) {
         let Some(float) = self.stage.float_constants() else {
-            // SAFETY: forwarded.
+            // SAFETY: this function's contract includes AVX2 and the sizes `avx2` needs.
             return unsafe { self.avx2(out_row, 0) };
         };
         let (g, npairs) = (self.g, self.npairs);
@@ -182,7 +182,8 @@ impl DepthwiseRow<'_> {
                 2 * sb * npairs * 2 * DW_BLOCK,
                 (2 * sb + 1) * npairs * 2 * DW_BLOCK,
             );
-            // SAFETY: the stage arrays are padded to whole panels of 16 (c0 + 32 <= oc).
+            // SAFETY: AVX512F is this function's contract; the stage arrays are padded to
+            // whole panels of 16 and c0 + 32 <= oc, so both loads of 16 are inside them.
             let (f0, f1) = unsafe {
                 (
                     gemm::avx512::Float16::load(&float, c0),
@@ -190,7 +191,8 @@ impl DepthwiseRow<'_> {
                 )
             };
             let block = SuperBlock { c0, wa, wb, f0, f1 };
-            // SAFETY (each call): as this function's; the super-block is inside oc.
+            // SAFETY: the features and sizes are this function's contract, and the
+            // super-block's channels c0..c0 + 32 lie inside oc (sb < oc / 32).
             unsafe {
                 match npairs {
                     // 3x3 filters: the weights of all five pairs held in registers.
@@ -201,7 +203,8 @@ impl DepthwiseRow<'_> {
                 }
             }
         }
-        // SAFETY: forwarded; the blocks before 2 * supers are done.
+        // SAFETY: this function's contract includes AVX2 and the sizes `avx2` needs;
+        // 2 * supers <= oc / 16 (the blocks before it are done).
         unsafe { self.avx2(out_row, 2 * supers) }
     }
 
@@ -666,6 +669,12 @@ fn depthwise_row<T: Q8>(
     depthwise_row_impl(isa, g, m, x, zp, w, row, acc, stage, out_row, signed);
 }
 
+/// [`depthwise_row_impl`] compiled for AVX2 (it is inlined here), for processors that
+/// have it.
+///
+/// # Safety
+/// The CPU supports AVX2 (as `gemm::best_isa` returning [`Isa::Avx2`] says); there is
+/// no other requirement: the body is safe code.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]

@@ -227,7 +227,9 @@ impl Rows<'_> {
         }
         for blk in 0..g.oc.div_ceil(BLOCK) {
             let lanes = (g.oc - blk * BLOCK).min(BLOCK);
-            // SAFETY: as this function's contract; blk is a block of the channels.
+            // SAFETY: the CPU features, the sizes and `out_row` are this function's
+            // contract; blk < oc / 64 rounded up, and `lanes`, the channels left from
+            // blk * 64, is at most the chosen width's LANES.
             unsafe {
                 if lanes <= <simd::Ymm as simd::Width>::LANES {
                     self.block::<simd::Ymm>(&rows, blk, lanes, out_row);
@@ -257,11 +259,13 @@ impl Rows<'_> {
         let (c, c0) = (g.oc, blk * BLOCK);
         let mask = W::mask(lanes);
         let (xp, op) = (self.x.as_ptr(), out_row.as_mut_ptr());
-        // SAFETY (loads and stores below): the packed filter holds GROUPS * 4 registers
-        // of 64 bytes per block and the stage constants 4 * 16 per block, of which W
-        // reads the first W::LANES bytes or W::LANES / 4 values; an input load starts
-        // at a pixel inside the input (rows and in_x) and reads the block's channels
-        // under `mask`; a store writes the block's channels of pixel ox.
+        // SAFETY: the CPU features are this function's contract. The loads and stores
+        // are in bounds by the sizes `run` checked: the packed filter holds GROUPS * 4
+        // registers of 64 bytes per block and the stage constants (padded to whole
+        // blocks) 4 * 16 per block, of which W reads the first W::LANES bytes or
+        // W::LANES / 4 values; an input load starts at a pixel inside the input (`rows`
+        // and in_x) and reads the block's `lanes` channels under `mask`; a store writes
+        // those channels of pixel ox < ow of `out_row`.
         unsafe {
             let flip = W::splat8(if self.signed_in { i8::MIN } else { 0 });
             let zp = W::splat8(self.zp_byte as i8);
@@ -326,6 +330,10 @@ impl Rows<'_> {
         }
     }
 
+    /// Never called: [`applies`] is false on other architectures.
+    ///
+    /// # Safety
+    /// None (it does nothing); `unsafe` to match the x86-64 version.
     #[cfg(not(target_arch = "x86_64"))]
     unsafe fn row(&self, _row: usize, _out_row: &mut [u8]) {}
 }
@@ -388,6 +396,8 @@ mod simd {
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         pub unsafe fn narrow(&self, q: [W::V; 4]) -> W::V {
+            // SAFETY: the CPU features are this function's contract, and these methods
+            // only operate on registers.
             unsafe {
                 let w01 = W::adds16(W::packs32(q[0], q[1]), self.zp);
                 let w23 = W::adds16(W::packs32(q[2], q[3]), self.zp);
@@ -411,41 +421,70 @@ mod simd {
                 (1u64 << lanes) - 1
             }
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn splat8(v: i8) -> __m512i {
             _mm512_set1_epi8(v)
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn splat16(v: i16) -> __m512i {
             _mm512_set1_epi16(v)
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn splat_ps(v: f32) -> __m512 {
             _mm512_set1_ps(v)
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`);
+        /// `p` is readable for 64 bytes (any alignment).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn load(p: *const u8) -> __m512i {
+            // SAFETY: AVX512F and 64 readable bytes at `p` are this function's contract.
             unsafe { _mm512_loadu_si512(p as *const _) }
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`);
+        /// `p` is readable for 16 `f32` (any alignment).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn load_ps(p: *const f32) -> __m512 {
+            // SAFETY: AVX512F and 16 readable `f32` at `p` are this function's contract.
             unsafe { _mm512_loadu_ps(p) }
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`);
+        /// `p` is readable at each of the 64 bytes `m` selects (the others are not
+        /// read, and cannot fault).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn load_bytes(m: __mmask64, p: *const u8, flip: __m512i) -> __m512i {
-            _mm512_xor_si512(unsafe { _mm512_maskz_loadu_epi8(m, p as *const i8) }, flip)
+            // SAFETY: AVX512BW and the bytes `m` selects being readable at `p` are this
+            // function's contract; a masked load does not touch the others.
+            let bytes = unsafe { _mm512_maskz_loadu_epi8(m, p as *const i8) };
+            _mm512_xor_si512(bytes, flip)
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`);
+        /// `p` is writable at each of the 64 bytes `m` selects (the others are not
+        /// written).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn store_bytes(m: __mmask64, p: *mut u8, v: __m512i) {
+            // SAFETY: AVX512BW and the bytes `m` selects being writable at `p` are this
+            // function's contract; a masked store does not touch the others.
             unsafe { _mm512_mask_storeu_epi8(p as *mut i8, m, v) }
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn interleave([t0, t1, t2, t3]: [__m512i; 4]) -> [__m512i; 4] {
@@ -458,11 +497,15 @@ mod simd {
                 _mm512_unpackhi_epi16(hi01, hi23),
             ]
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn dot(acc: __m512i, a: __m512i, w: __m512i) -> __m512i {
             _mm512_dpbusd_epi32(acc, a, w)
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn scaled(acc: __m512i, scale: __m512, hi_less_zp: __m512) -> __m512i {
@@ -473,16 +516,22 @@ mod simd {
                 hi_less_zp,
             ))
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn packs32(a: __m512i, b: __m512i) -> __m512i {
             _mm512_packs_epi32(a, b)
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn adds16(a: __m512i, b: __m512i) -> __m512i {
             _mm512_adds_epi16(a, b)
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn packs16(a: __m512i, b: __m512i, signed: bool) -> __m512i {
@@ -492,6 +541,8 @@ mod simd {
                 _mm512_packus_epi16(a, b)
             }
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn max8(a: __m512i, b: __m512i, signed: bool) -> __m512i {
@@ -515,41 +566,70 @@ mod simd {
                 (1u32 << lanes) - 1
             }
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn splat8(v: i8) -> __m256i {
             _mm256_set1_epi8(v)
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn splat16(v: i16) -> __m256i {
             _mm256_set1_epi16(v)
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn splat_ps(v: f32) -> __m256 {
             _mm256_set1_ps(v)
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`);
+        /// `p` is readable for 32 bytes (any alignment).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn load(p: *const u8) -> __m256i {
+            // SAFETY: AVX and 32 readable bytes at `p` are this function's contract.
             unsafe { _mm256_loadu_si256(p as *const _) }
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`);
+        /// `p` is readable for 8 `f32` (any alignment).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn load_ps(p: *const f32) -> __m256 {
+            // SAFETY: AVX and 8 readable `f32` at `p` are this function's contract.
             unsafe { _mm256_loadu_ps(p) }
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`);
+        /// `p` is readable at each of the 32 bytes `m` selects (the others are not
+        /// read, and cannot fault).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn load_bytes(m: __mmask32, p: *const u8, flip: __m256i) -> __m256i {
-            _mm256_xor_si256(unsafe { _mm256_maskz_loadu_epi8(m, p as *const i8) }, flip)
+            // SAFETY: AVX512BW/VL and the bytes `m` selects being readable at `p` are this
+            // function's contract; a masked load does not touch the others.
+            let bytes = unsafe { _mm256_maskz_loadu_epi8(m, p as *const i8) };
+            _mm256_xor_si256(bytes, flip)
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`);
+        /// `p` is writable at each of the 32 bytes `m` selects (the others are not
+        /// written).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn store_bytes(m: __mmask32, p: *mut u8, v: __m256i) {
+            // SAFETY: AVX512BW/VL and the bytes `m` selects being writable at `p` are this
+            // function's contract; a masked store does not touch the others.
             unsafe { _mm256_mask_storeu_epi8(p as *mut i8, m, v) }
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn interleave([t0, t1, t2, t3]: [__m256i; 4]) -> [__m256i; 4] {
@@ -562,11 +642,15 @@ mod simd {
                 _mm256_unpackhi_epi16(hi01, hi23),
             ]
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn dot(acc: __m256i, a: __m256i, w: __m256i) -> __m256i {
             _mm256_dpbusd_epi32(acc, a, w)
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn scaled(acc: __m256i, scale: __m256, hi_less_zp: __m256) -> __m256i {
@@ -575,16 +659,22 @@ mod simd {
                 hi_less_zp,
             ))
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn packs32(a: __m256i, b: __m256i) -> __m256i {
             _mm256_packs_epi32(a, b)
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn adds16(a: __m256i, b: __m256i) -> __m256i {
             _mm256_adds_epi16(a, b)
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn packs16(a: __m256i, b: __m256i, signed: bool) -> __m256i {
@@ -594,6 +684,8 @@ mod simd {
                 _mm256_packus_epi16(a, b)
             }
         }
+        /// # Safety
+        /// The CPU supports AVX512F, AVX512BW, AVX512VL and AVX512-VNNI (`isa::int8_vnni`).
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
         #[inline]
         unsafe fn max8(a: __m256i, b: __m256i, signed: bool) -> __m256i {
