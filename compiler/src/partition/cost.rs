@@ -45,7 +45,7 @@ pub(crate) fn work(op: &Operation, model: &Model) -> f64 {
     };
     let estimate = match schema(op.op_type).work_kind() {
         // Filters are OHWI ([out, h, w, in / groups]).
-        Some(Work::Convolution) => {
+        Some(Work::Convolution | Work::GroupedConvolution) => {
             let f = operand(1);
             output * dim(f, 1) * dim(f, 2) * dim(f, 3)
         }

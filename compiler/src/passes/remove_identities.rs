@@ -6,13 +6,13 @@
 
 use std::collections::BTreeMap;
 
+use nnc_formats::nn::ops::{NoOp, schema};
 use nnc_formats::nn::{FusedActivation, Model, OperationType};
 
 use super::graph::{self, GraphIndex};
 
 /// Why operation `i` is an identity, if it is one.
 fn identity_reason(model: &Model, i: usize) -> Option<&'static str> {
-    use OperationType as O;
     let op = &model.main.operations[i];
     let first = op.inputs.first().copied()?;
     let out = *op.outputs.first()?;
@@ -51,131 +51,24 @@ fn identity_reason(model: &Model, i: usize) -> Option<&'static str> {
                     .all(|(&s, &d)| s > 0 || d == 1)
         })
     };
-    match op.op_type {
-        O::Reshape | O::Squeeze | O::ExpandDims => same_dims.then_some("reshape to the same shape"),
-        O::Transpose => (same_dims && identity_perm()).then_some("identity transpose"),
-        O::Concatenation => {
+    // Which no-op form the operation has is the schema table's; the conditions are here.
+    match schema(op.op_type).no_op_form()? {
+        NoOp::SameShapeReshape => same_dims.then_some("reshape to the same shape"),
+        NoOp::IdentityTranspose => (same_dims && identity_perm()).then_some("identity transpose"),
+        NoOp::SingleConcatenation => {
             (op.inputs.len() == 2 && same_dims).then_some("concatenation of one tensor")
         }
-        O::Pad | O::PadV2 | O::MirrorPad => same_dims.then_some("zero padding"),
-        O::Slice | O::Tile => same_dims.then_some("whole-tensor slice or tile"),
+        NoOp::ZeroPad => same_dims.then_some("zero padding"),
+        NoOp::WholeSliceOrTile => same_dims.then_some("whole-tensor slice or tile"),
         // Same dimensions are not enough: a negative stride reverses the axis.
-        O::StridedSlice => (same_dims && forward_strides()).then_some("whole-tensor slice or tile"),
-        O::Cast => same_dims.then_some("cast to the same type"),
-        O::Add | O::Sub => (same_dims && no_activation() && all(op.inputs[1], &|x| x == 0.0))
+        NoOp::ForwardWholeSlice => {
+            (same_dims && forward_strides()).then_some("whole-tensor slice or tile")
+        }
+        NoOp::SameTypeCast => same_dims.then_some("cast to the same type"),
+        NoOp::AddsZero => (same_dims && no_activation() && all(op.inputs[1], &|x| x == 0.0))
             .then_some("adding zero"),
-        O::Mul | O::Div => (same_dims && no_activation() && all(op.inputs[1], &|x| x == 1.0))
+        NoOp::MultipliesByOne => (same_dims && no_activation() && all(op.inputs[1], &|x| x == 1.0))
             .then_some("multiplying by one"),
-        // No no-op form is recognized. Listed rather than matched by a wildcard, so that
-        // a new operation type does not compile until its no-op forms are decided.
-        O::AveragePool2d
-        | O::Conv2d
-        | O::DepthwiseConv2d
-        | O::DepthToSpace
-        | O::Dequantize
-        | O::EmbeddingLookup
-        | O::Floor
-        | O::FullyConnected
-        | O::HashtableLookup
-        | O::L2Normalization
-        | O::L2Pool2d
-        | O::LocalResponseNormalization
-        | O::Logistic
-        | O::LshProjection
-        | O::Lstm
-        | O::MaxPool2d
-        | O::Relu
-        | O::Relu1
-        | O::Relu6
-        | O::ResizeBilinear
-        | O::Rnn
-        | O::Softmax
-        | O::SpaceToDepth
-        | O::Svdf
-        | O::Tanh
-        | O::BatchToSpaceNd
-        | O::Mean
-        | O::SpaceToBatchNd
-        | O::Abs
-        | O::Argmax
-        | O::Argmin
-        | O::AxisAlignedBboxTransform
-        | O::BidirectionalSequenceLstm
-        | O::BidirectionalSequenceRnn
-        | O::BoxWithNmsLimit
-        | O::ChannelShuffle
-        | O::DetectionPostprocessing
-        | O::Equal
-        | O::Exp
-        | O::Gather
-        | O::GenerateProposals
-        | O::Greater
-        | O::GreaterEqual
-        | O::GroupedConv2d
-        | O::HeatmapMaxKeypoint
-        | O::InstanceNormalization
-        | O::Less
-        | O::LessEqual
-        | O::Log
-        | O::LogicalAnd
-        | O::LogicalNot
-        | O::LogicalOr
-        | O::LogSoftmax
-        | O::Maximum
-        | O::Minimum
-        | O::Neg
-        | O::NotEqual
-        | O::Pow
-        | O::Prelu
-        | O::Quantize
-        | O::Quantized16BitLstm
-        | O::RandomMultinomial
-        | O::ReduceAll
-        | O::ReduceAny
-        | O::ReduceMax
-        | O::ReduceMin
-        | O::ReduceProd
-        | O::ReduceSum
-        | O::RoiAlign
-        | O::RoiPooling
-        | O::Rsqrt
-        | O::Select
-        | O::Sin
-        | O::Split
-        | O::Sqrt
-        | O::TopkV2
-        | O::TransposeConv2d
-        | O::UnidirectionalSequenceLstm
-        | O::UnidirectionalSequenceRnn
-        | O::ResizeNearestNeighbor
-        | O::QuantizedLstm
-        | O::If
-        | O::While
-        | O::Elu
-        | O::HardSwish
-        | O::Fill
-        | O::Rank
-        | O::BatchMatmul
-        | O::Pack
-        | O::Reverse
-        | O::OemOperation
-        | O::LayerNormalization
-        | O::Gelu
-        | O::Erf
-        | O::GatherElements
-        | O::GatherNd
-        | O::Mod
-        | O::MathUnary
-        | O::ScatterElements
-        | O::ScatterNd
-        | O::CumSum
-        | O::Bitwise
-        | O::Resample
-        | O::MaxPoolWithArgmax
-        | O::MaxUnpooling
-        | O::LandmarksToTransformMatrix
-        | O::TransformLandmarks
-        | O::TransformTensorBilinear => None,
     }
 }
 

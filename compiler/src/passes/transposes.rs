@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use nnc_formats::nn::ops::{Axes, schema};
 use nnc_formats::nn::{Lifetime, Model, Operand, OperandIndex, OperationType};
 
 use super::graph::{self, GraphIndex};
@@ -179,135 +180,16 @@ enum Past {
     Stops,
 }
 
-/// How a transpose sinks past `op`: decided once per operation type.
+/// How a transpose sinks past `op`: what the schema table says of its axes.
 fn past(op: OperationType) -> Past {
-    use OperationType as O;
-    match op {
-        O::Relu
-        | O::Relu1
-        | O::Relu6
-        | O::Logistic
-        | O::Tanh
-        | O::Abs
-        | O::Exp
-        | O::Log
-        | O::Sqrt
-        | O::Rsqrt
-        | O::Neg
-        | O::Floor
-        | O::Sin
-        | O::HardSwish
-        | O::Elu
-        | O::Cast
-        | O::LogicalNot
-        | O::Quantize
-        | O::Dequantize => Past::Unary,
-        O::Add
-        | O::Sub
-        | O::Mul
-        | O::Div
-        | O::Maximum
-        | O::Minimum
-        | O::Pow
-        | O::Prelu
-        | O::Equal
-        | O::NotEqual
-        | O::Less
-        | O::LessEqual
-        | O::Greater
-        | O::GreaterEqual
-        | O::LogicalAnd
-        | O::LogicalOr => Past::Binary,
-        O::Mean
-        | O::ReduceSum
-        | O::ReduceMax
-        | O::ReduceMin
-        | O::ReduceProd
-        | O::ReduceAny
-        | O::ReduceAll => Past::Reduction,
-        O::Softmax | O::LogSoftmax | O::L2Normalization => Past::AxisParameter,
-        O::Concatenation => Past::Concatenation,
-        O::Reshape => Past::Reshape,
-        // Not handled (most read axes or layouts). Listed rather than matched by a
-        // wildcard, so that a new operation type does not compile until it is decided
-        // whether a transpose can sink past it.
-        O::AveragePool2d
-        | O::Conv2d
-        | O::DepthwiseConv2d
-        | O::DepthToSpace
-        | O::EmbeddingLookup
-        | O::FullyConnected
-        | O::HashtableLookup
-        | O::L2Pool2d
-        | O::LocalResponseNormalization
-        | O::LshProjection
-        | O::Lstm
-        | O::MaxPool2d
-        | O::ResizeBilinear
-        | O::Rnn
-        | O::SpaceToDepth
-        | O::Svdf
-        | O::BatchToSpaceNd
-        | O::Pad
-        | O::SpaceToBatchNd
-        | O::Squeeze
-        | O::StridedSlice
-        | O::Transpose
-        | O::Argmax
-        | O::Argmin
-        | O::AxisAlignedBboxTransform
-        | O::BidirectionalSequenceLstm
-        | O::BidirectionalSequenceRnn
-        | O::BoxWithNmsLimit
-        | O::ChannelShuffle
-        | O::DetectionPostprocessing
-        | O::ExpandDims
-        | O::Gather
-        | O::GenerateProposals
-        | O::GroupedConv2d
-        | O::HeatmapMaxKeypoint
-        | O::InstanceNormalization
-        | O::PadV2
-        | O::Quantized16BitLstm
-        | O::RandomMultinomial
-        | O::RoiAlign
-        | O::RoiPooling
-        | O::Select
-        | O::Slice
-        | O::Split
-        | O::Tile
-        | O::TopkV2
-        | O::TransposeConv2d
-        | O::UnidirectionalSequenceLstm
-        | O::UnidirectionalSequenceRnn
-        | O::ResizeNearestNeighbor
-        | O::QuantizedLstm
-        | O::If
-        | O::While
-        | O::Fill
-        | O::Rank
-        | O::BatchMatmul
-        | O::Pack
-        | O::MirrorPad
-        | O::Reverse
-        | O::OemOperation
-        | O::LayerNormalization
-        | O::Gelu
-        | O::Erf
-        | O::GatherElements
-        | O::GatherNd
-        | O::Mod
-        | O::MathUnary
-        | O::ScatterElements
-        | O::ScatterNd
-        | O::CumSum
-        | O::Bitwise
-        | O::Resample
-        | O::MaxPoolWithArgmax
-        | O::MaxUnpooling
-        | O::LandmarksToTransformMatrix
-        | O::TransformLandmarks
-        | O::TransformTensorBilinear => Past::Stops,
+    match schema(op).axes_kind() {
+        Axes::Elementwise => Past::Unary,
+        Axes::Broadcast => Past::Binary,
+        Axes::Reduction => Past::Reduction,
+        Axes::AlongAxis => Past::AxisParameter,
+        Axes::Concatenation => Past::Concatenation,
+        Axes::Reshape => Past::Reshape,
+        Axes::Positional => Past::Stops,
     }
 }
 

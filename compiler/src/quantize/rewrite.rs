@@ -15,6 +15,8 @@ use nnc_formats::nn::{
     Pool,
 };
 
+use nnc_formats::nn::ops::{Int8, Work, schema};
+
 use super::ranges::{self, QuantParams};
 use super::{Calibration, QuantizeError, QuantizeOptions};
 use crate::passes::graph::const_f32s;
@@ -53,158 +55,28 @@ pub enum Taps {
     Scattered,
 }
 
-/// The rule of an operation type, or `None` when it stays float.
+/// The rule of an operation type, or `None` when it stays float: what the schema table
+/// says of the operation's int8 form (`Int8`) and its work (`Work`, for the weighted
+/// operations' filter layout).
 pub fn rule(op: OperationType) -> Option<QuantRule> {
-    use OperationType as O;
-    use QuantRule::*;
-    Some(match op {
-        O::Conv2d => Weighted {
-            channel_dim: 0,
-            taps: Taps::Conv,
-        },
-        O::GroupedConv2d => Weighted {
-            channel_dim: 0,
-            taps: Taps::Grouped,
-        },
-        O::TransposeConv2d => Weighted {
-            channel_dim: 0,
-            taps: Taps::Scattered,
-        },
-        O::FullyConnected => Weighted {
-            channel_dim: 0,
-            taps: Taps::Dense,
-        },
-        O::DepthwiseConv2d => Weighted {
-            channel_dim: 3,
-            taps: Taps::Depthwise,
-        },
-        O::Add
-        | O::Sub
-        | O::Mul
-        | O::Maximum
-        | O::Minimum
-        | O::Prelu
-        | O::BatchMatmul
-        | O::Mean
-        | O::Concatenation
-        | O::HardSwish
-        | O::Relu
-        | O::Relu1
-        | O::Relu6 => Compute,
-        O::Logistic | O::Softmax => Fixed(QuantParams {
-            scale: 1.0 / 256.0,
-            zero_point: -128,
-        }),
-        O::Tanh => Fixed(QuantParams {
-            scale: 1.0 / 128.0,
-            zero_point: 0,
-        }),
-        O::Reshape
-        | O::Squeeze
-        | O::ExpandDims
-        | O::Transpose
-        | O::Split
-        | O::Slice
-        | O::StridedSlice
-        | O::Gather
-        | O::Tile
-        | O::Reverse
-        | O::Pad
-        | O::DepthToSpace
-        | O::SpaceToDepth
-        | O::ChannelShuffle
-        | O::MaxPool2d
-        | O::AveragePool2d
-        | O::ResizeBilinear
-        | O::ResizeNearestNeighbor => Keeps { data: 0 },
-        // No int8 form here: they stay float, with a DEQUANTIZE and a QUANTIZE around them
-        // where int8 neighbours read or write them. Listed rather than matched by a
-        // wildcard, so that a new operation type does not compile until its rule is decided.
-        O::Dequantize
-        | O::EmbeddingLookup
-        | O::Floor
-        | O::HashtableLookup
-        | O::L2Normalization
-        | O::L2Pool2d
-        | O::LocalResponseNormalization
-        | O::LshProjection
-        | O::Lstm
-        | O::Rnn
-        | O::Svdf
-        | O::BatchToSpaceNd
-        | O::Div
-        | O::SpaceToBatchNd
-        | O::Abs
-        | O::Argmax
-        | O::Argmin
-        | O::AxisAlignedBboxTransform
-        | O::BidirectionalSequenceLstm
-        | O::BidirectionalSequenceRnn
-        | O::BoxWithNmsLimit
-        | O::Cast
-        | O::DetectionPostprocessing
-        | O::Equal
-        | O::Exp
-        | O::GenerateProposals
-        | O::Greater
-        | O::GreaterEqual
-        | O::HeatmapMaxKeypoint
-        | O::InstanceNormalization
-        | O::Less
-        | O::LessEqual
-        | O::Log
-        | O::LogicalAnd
-        | O::LogicalNot
-        | O::LogicalOr
-        | O::LogSoftmax
-        | O::Neg
-        | O::NotEqual
-        | O::PadV2
-        | O::Pow
-        | O::Quantize
-        | O::Quantized16BitLstm
-        | O::RandomMultinomial
-        | O::ReduceAll
-        | O::ReduceAny
-        | O::ReduceMax
-        | O::ReduceMin
-        | O::ReduceProd
-        | O::ReduceSum
-        | O::RoiAlign
-        | O::RoiPooling
-        | O::Rsqrt
-        | O::Select
-        | O::Sin
-        | O::Sqrt
-        | O::TopkV2
-        | O::UnidirectionalSequenceLstm
-        | O::UnidirectionalSequenceRnn
-        | O::QuantizedLstm
-        | O::If
-        | O::While
-        | O::Elu
-        | O::Fill
-        | O::Rank
-        | O::Pack
-        | O::MirrorPad
-        | O::OemOperation
-        | O::LayerNormalization
-        | O::Gelu
-        | O::Erf
-        | O::GatherElements
-        | O::GatherNd
-        | O::Mod
-        | O::MathUnary
-        | O::ScatterElements
-        | O::ScatterNd
-        | O::CumSum
-        | O::Bitwise
-        | O::Resample
-        | O::MaxPoolWithArgmax
-        | O::MaxUnpooling
-        | O::LandmarksToTransformMatrix
-        | O::TransformLandmarks
-        | O::TransformTensorBilinear => return None,
+    let row = schema(op);
+    Some(match row.int8_form() {
+        Int8::Float => return None,
+        Int8::Weighted => {
+            let (channel_dim, taps) = match row.work_kind()? {
+                Work::Convolution => (0, Taps::Conv),
+                Work::GroupedConvolution => (0, Taps::Grouped),
+                Work::DepthwiseConvolution => (3, Taps::Depthwise),
+                Work::TransposedConvolution => (0, Taps::Scattered),
+                Work::FullyConnected => (0, Taps::Dense),
+                // No filter and bias to quantize per channel.
+                Work::Pool | Work::BatchMatmul => return None,
+            };
+            QuantRule::Weighted { channel_dim, taps }
+        }
+        Int8::Rescales => QuantRule::Compute,
+        Int8::Fixed { scale, zero_point } => QuantRule::Fixed(QuantParams { scale, zero_point }),
+        Int8::Keeps { data } => QuantRule::Keeps { data },
     })
 }
 

@@ -595,7 +595,10 @@ fn check_rule(rule: &OperationRule, view: &OpView) -> Result<(), (&'static str, 
 /// its filter parameters); `None` for operations without a kernel.
 fn kernel_size(view: &OpView) -> Option<Result<(u32, u32), String>> {
     match schema(view.op.op_type).work_kind()? {
-        Work::Convolution | Work::DepthwiseConvolution | Work::TransposedConvolution => {
+        Work::Convolution
+        | Work::GroupedConvolution
+        | Work::DepthwiseConvolution
+        | Work::TransposedConvolution => {
             let (_, filter) = view.role(Role::Filter)?;
             Some(match filter.dimensions.as_slice() {
                 [_, h, w, _] if *h != 0 && *w != 0 => Ok((*h, *w)),

@@ -13,8 +13,10 @@
 //! input tensor; kernels that want another layout (convolutions pack their filters for
 //! the GEMM) override it.
 //!
-//! Type dispatch happens per family in its `build_*` function with a `match` on the
-//! operand type: quantized kernels will be further arms there.
+//! [`build_with`] holds the one match over operation types: each arm picks the
+//! operation's quantized kernel (module `quant`) when any of its tensors is 8-bit
+//! quantized and it has one, its float kernel family otherwise. Each family then
+//! dispatches on the operand type in its `build_*` function.
 
 use nnc_formats::nn::ops::{self, InputView, Operands, SignatureError};
 use nnc_formats::nn::{FusedActivation, Lifetime, Operand, OperandType, Operation, OperationType};
@@ -390,37 +392,67 @@ pub fn build_with<'c>(
     info.requantization = options.requantization;
     info.float_math = options.float_math;
     info.check_signature()?;
-    // Operations with quantized operands have their own kernels (None: not quantized).
-    if let Some(kernel) = quant::build(&info) {
-        return kernel;
-    }
+    use FusedActivation as Act;
     use OperationType as O;
     use compare::CompareOp as Cmp;
     use conv::ConvKind;
     use elementwise::{BinaryOp as Bin, UnaryOp as Un};
+    use quant::binary::{Arith, Cmp as QCmp};
+    use quant::movement::Rearrangement as Re;
+    use quant::reduce::Reduction as QRed;
+    use quant::unary::TableFn;
     use reduce::ReduceOp as Red;
     use shape::Movement as Mv;
     use softmax::Normalization as Norm;
-    // One arm per operation type, each handing its family a typed selector: a family
-    // never re-dispatches on the operation type, so a new type fails to compile here
-    // until its kernel is decided.
+    // One arm per operation type deciding both its kernels, each family handed a typed
+    // selector so that it never re-dispatches on the operation type. An operation with a
+    // quantized kernel builds it when any of its tensors is 8-bit (`if_quantized`), its
+    // float kernel otherwise. A new type fails to compile here until its kernels are
+    // decided; a float-only one needs nothing in `quant`, and its float family reports
+    // what it makes of quantized operands (CAST converts them itself).
     match op.op_type {
-        O::Conv2d | O::GroupedConv2d => conv::build(&info, ConvKind::Grouped),
-        O::DepthwiseConv2d => conv::build(&info, ConvKind::Depthwise),
-        O::TransposeConv2d => conv::build(&info, ConvKind::Transpose),
-        O::AveragePool2d => pool::build(&info, pool::PoolKind::Average),
-        O::MaxPool2d => pool::build(&info, pool::PoolKind::Max),
+        O::Conv2d | O::GroupedConv2d => info
+            .if_quantized(|| quant::conv::build(&info, ConvKind::Grouped))
+            .unwrap_or_else(|| conv::build(&info, ConvKind::Grouped)),
+        O::DepthwiseConv2d => info
+            .if_quantized(|| quant::conv::build(&info, ConvKind::Depthwise))
+            .unwrap_or_else(|| conv::build(&info, ConvKind::Depthwise)),
+        O::TransposeConv2d => info
+            .if_quantized(|| quant::conv::build(&info, ConvKind::Transpose))
+            .unwrap_or_else(|| conv::build(&info, ConvKind::Transpose)),
+        O::AveragePool2d => info
+            .if_quantized(|| quant::pool::build(&info))
+            .unwrap_or_else(|| pool::build(&info, pool::PoolKind::Average)),
+        O::MaxPool2d => info
+            .if_quantized(|| quant::pool::build(&info))
+            .unwrap_or_else(|| pool::build(&info, pool::PoolKind::Max)),
         O::L2Pool2d => pool::build(&info, pool::PoolKind::L2),
-        O::FullyConnected => fully_connected::build(&info),
-        O::BatchMatmul => matmul::build(&info),
-        O::Add => elementwise::build_binary(&info, Bin::Add),
-        O::Sub => elementwise::build_binary(&info, Bin::Sub),
-        O::Mul => elementwise::build_binary(&info, Bin::Mul),
+        O::FullyConnected => info
+            .if_quantized(|| quant::dense::build_fully_connected(&info))
+            .unwrap_or_else(|| fully_connected::build(&info)),
+        O::BatchMatmul => info
+            .if_quantized(|| quant::dense::build_batch_matmul(&info))
+            .unwrap_or_else(|| matmul::build(&info)),
+        O::Add => info
+            .if_quantized(|| quant::binary::build(&info, Arith::Add))
+            .unwrap_or_else(|| elementwise::build_binary(&info, Bin::Add)),
+        O::Sub => info
+            .if_quantized(|| quant::binary::build(&info, Arith::Sub))
+            .unwrap_or_else(|| elementwise::build_binary(&info, Bin::Sub)),
+        O::Mul => info
+            .if_quantized(|| quant::binary::build(&info, Arith::Mul))
+            .unwrap_or_else(|| elementwise::build_binary(&info, Bin::Mul)),
         O::Div => elementwise::build_binary(&info, Bin::Div),
-        O::Maximum => elementwise::build_binary(&info, Bin::Max),
-        O::Minimum => elementwise::build_binary(&info, Bin::Min),
+        O::Maximum => info
+            .if_quantized(|| quant::binary::build(&info, Arith::Maximum))
+            .unwrap_or_else(|| elementwise::build_binary(&info, Bin::Max)),
+        O::Minimum => info
+            .if_quantized(|| quant::binary::build(&info, Arith::Minimum))
+            .unwrap_or_else(|| elementwise::build_binary(&info, Bin::Min)),
         O::Pow => elementwise::build_binary(&info, Bin::Pow),
-        O::Prelu => elementwise::build_binary(&info, Bin::Prelu),
+        O::Prelu => info
+            .if_quantized(|| quant::binary::build(&info, Arith::Prelu))
+            .unwrap_or_else(|| elementwise::build_binary(&info, Bin::Prelu)),
         O::Mod => elementwise::build_mod(&info),
         O::Bitwise => elementwise::build_bitwise(&info),
         O::Abs => elementwise::build_unary(&info, Un::Abs),
@@ -431,54 +463,126 @@ pub fn build_with<'c>(
         O::Neg => elementwise::build_unary(&info, Un::Neg),
         O::Floor => elementwise::build_unary(&info, Un::Floor),
         O::Sin => elementwise::build_unary(&info, Un::Sin),
-        O::Logistic => elementwise::build_unary(&info, Un::Logistic),
-        O::Tanh => elementwise::build_unary(&info, Un::Tanh),
-        O::Relu => elementwise::build_unary(&info, Un::Clamp(Clamp::new(FusedActivation::Relu))),
-        O::Relu1 => elementwise::build_unary(&info, Un::Clamp(Clamp::new(FusedActivation::Relu1))),
-        O::Relu6 => elementwise::build_unary(&info, Un::Clamp(Clamp::new(FusedActivation::Relu6))),
-        O::HardSwish => elementwise::build_unary(&info, Un::HardSwish),
+        O::Logistic => info
+            .if_quantized(|| quant::unary::build(&info, TableFn::Logistic))
+            .unwrap_or_else(|| elementwise::build_unary(&info, Un::Logistic)),
+        O::Tanh => info
+            .if_quantized(|| quant::unary::build(&info, TableFn::Tanh))
+            .unwrap_or_else(|| elementwise::build_unary(&info, Un::Tanh)),
+        O::Relu => info
+            .if_quantized(|| quant::unary::build(&info, TableFn::Clamp(Act::Relu)))
+            .unwrap_or_else(|| elementwise::build_unary(&info, Un::Clamp(Clamp::new(Act::Relu)))),
+        O::Relu1 => info
+            .if_quantized(|| quant::unary::build(&info, TableFn::Clamp(Act::Relu1)))
+            .unwrap_or_else(|| elementwise::build_unary(&info, Un::Clamp(Clamp::new(Act::Relu1)))),
+        O::Relu6 => info
+            .if_quantized(|| quant::unary::build(&info, TableFn::Clamp(Act::Relu6)))
+            .unwrap_or_else(|| elementwise::build_unary(&info, Un::Clamp(Clamp::new(Act::Relu6)))),
+        O::HardSwish => info
+            .if_quantized(|| quant::unary::build(&info, TableFn::HardSwish))
+            .unwrap_or_else(|| elementwise::build_unary(&info, Un::HardSwish)),
         O::Elu => elementwise::build_elu(&info),
         O::LogicalNot => elementwise::build_unary(&info, Un::Not),
-        O::Equal => compare::build(&info, Cmp::Eq),
-        O::NotEqual => compare::build(&info, Cmp::Ne),
-        O::Less => compare::build(&info, Cmp::Lt),
-        O::LessEqual => compare::build(&info, Cmp::Le),
-        O::Greater => compare::build(&info, Cmp::Gt),
-        O::GreaterEqual => compare::build(&info, Cmp::Ge),
+        O::Equal => info
+            .if_quantized(|| quant::binary::build_compare(&info, QCmp::Eq))
+            .unwrap_or_else(|| compare::build(&info, Cmp::Eq)),
+        O::NotEqual => info
+            .if_quantized(|| quant::binary::build_compare(&info, QCmp::Ne))
+            .unwrap_or_else(|| compare::build(&info, Cmp::Ne)),
+        O::Less => info
+            .if_quantized(|| quant::binary::build_compare(&info, QCmp::Lt))
+            .unwrap_or_else(|| compare::build(&info, Cmp::Lt)),
+        O::LessEqual => info
+            .if_quantized(|| quant::binary::build_compare(&info, QCmp::Le))
+            .unwrap_or_else(|| compare::build(&info, Cmp::Le)),
+        O::Greater => info
+            .if_quantized(|| quant::binary::build_compare(&info, QCmp::Gt))
+            .unwrap_or_else(|| compare::build(&info, Cmp::Gt)),
+        O::GreaterEqual => info
+            .if_quantized(|| quant::binary::build_compare(&info, QCmp::Ge))
+            .unwrap_or_else(|| compare::build(&info, Cmp::Ge)),
         O::LogicalAnd => compare::build(&info, Cmp::And),
         O::LogicalOr => compare::build(&info, Cmp::Or),
         O::Select => compare::build_select(&info),
-        O::Mean => reduce::build(&info, Red::Mean),
+        O::Mean => info
+            .if_quantized(|| quant::reduce::build(&info, QRed::Mean))
+            .unwrap_or_else(|| reduce::build(&info, Red::Mean)),
         O::ReduceSum => reduce::build(&info, Red::Sum),
-        O::ReduceMax => reduce::build(&info, Red::Max),
-        O::ReduceMin => reduce::build(&info, Red::Min),
+        O::ReduceMax => info
+            .if_quantized(|| quant::reduce::build(&info, QRed::Max))
+            .unwrap_or_else(|| reduce::build(&info, Red::Max)),
+        O::ReduceMin => info
+            .if_quantized(|| quant::reduce::build(&info, QRed::Min))
+            .unwrap_or_else(|| reduce::build(&info, Red::Min)),
         O::ReduceProd => reduce::build(&info, Red::Prod),
         O::ReduceAny => reduce::build(&info, Red::Any),
         O::ReduceAll => reduce::build(&info, Red::All),
-        O::Softmax => softmax::build(&info, Norm::Softmax),
+        O::Softmax => info
+            .if_quantized(|| quant::softmax::build_softmax(&info))
+            .unwrap_or_else(|| softmax::build(&info, Norm::Softmax)),
         O::LogSoftmax => softmax::build(&info, Norm::LogSoftmax),
-        O::L2Normalization => softmax::build(&info, Norm::L2),
+        O::L2Normalization => info
+            .if_quantized(|| quant::softmax::build_l2_normalization(&info))
+            .unwrap_or_else(|| softmax::build(&info, Norm::L2)),
         O::LocalResponseNormalization => softmax::build(&info, Norm::LocalResponse),
         O::InstanceNormalization => softmax::build(&info, Norm::Instance),
-        O::Reshape | O::Squeeze | O::ExpandDims => shape::build(&info, Mv::Copy),
-        O::Transpose => shape::build(&info, Mv::Transpose),
-        O::Concatenation => shape::build(&info, Mv::Concatenation),
-        O::Split => shape::build(&info, Mv::Split),
-        O::Slice => shape::build(&info, Mv::Slice),
-        O::StridedSlice => shape::build(&info, Mv::StridedSlice),
-        O::Pad => shape::build(&info, Mv::Pad),
-        O::PadV2 => shape::build(&info, Mv::PadV2),
-        O::MirrorPad => shape::build(&info, Mv::MirrorPad),
-        O::Gather => shape::build(&info, Mv::Gather),
-        O::Tile => shape::build(&info, Mv::Tile),
-        O::Pack => shape::build(&info, Mv::Pack),
-        O::Reverse => shape::build(&info, Mv::Reverse),
-        O::DepthToSpace => shape::build(&info, Mv::DepthToSpace),
-        O::SpaceToDepth => shape::build(&info, Mv::SpaceToDepth),
-        O::ChannelShuffle => shape::build(&info, Mv::ChannelShuffle),
-        O::ResizeBilinear | O::ResizeNearestNeighbor => resize::build(&info),
-        O::Argmax => misc::build_arg(&info, misc::Arg::Max),
-        O::Argmin => misc::build_arg(&info, misc::Arg::Min),
+        O::Reshape | O::Squeeze | O::ExpandDims => info
+            .if_quantized(|| quant::movement::build_bytes(&info, Mv::Copy))
+            .unwrap_or_else(|| shape::build(&info, Mv::Copy)),
+        O::Transpose => info
+            .if_quantized(|| quant::movement::build_bytes(&info, Mv::Transpose))
+            .unwrap_or_else(|| shape::build(&info, Mv::Transpose)),
+        O::Concatenation => info
+            .if_quantized(|| quant::movement::build_concat(&info))
+            .unwrap_or_else(|| shape::build(&info, Mv::Concatenation)),
+        O::Split => info
+            .if_quantized(|| quant::movement::build_bytes(&info, Mv::Split))
+            .unwrap_or_else(|| shape::build(&info, Mv::Split)),
+        O::Slice => info
+            .if_quantized(|| quant::movement::build_bytes(&info, Mv::Slice))
+            .unwrap_or_else(|| shape::build(&info, Mv::Slice)),
+        O::StridedSlice => info
+            .if_quantized(|| quant::movement::build_bytes(&info, Mv::StridedSlice))
+            .unwrap_or_else(|| shape::build(&info, Mv::StridedSlice)),
+        O::Pad => info
+            .if_quantized(|| quant::movement::build_pad(&info))
+            .unwrap_or_else(|| shape::build(&info, Mv::Pad)),
+        O::PadV2 => info
+            .if_quantized(|| quant::movement::build_pad(&info))
+            .unwrap_or_else(|| shape::build(&info, Mv::PadV2)),
+        O::MirrorPad => info
+            .if_quantized(|| quant::movement::build_bytes(&info, Mv::MirrorPad))
+            .unwrap_or_else(|| shape::build(&info, Mv::MirrorPad)),
+        O::Gather => info
+            .if_quantized(|| quant::movement::build_bytes(&info, Mv::Gather))
+            .unwrap_or_else(|| shape::build(&info, Mv::Gather)),
+        O::Tile => info
+            .if_quantized(|| quant::movement::build_bytes(&info, Mv::Tile))
+            .unwrap_or_else(|| shape::build(&info, Mv::Tile)),
+        O::Pack => info
+            .if_quantized(|| quant::movement::build_bytes(&info, Mv::Pack))
+            .unwrap_or_else(|| shape::build(&info, Mv::Pack)),
+        O::Reverse => info
+            .if_quantized(|| quant::movement::build_bytes(&info, Mv::Reverse))
+            .unwrap_or_else(|| shape::build(&info, Mv::Reverse)),
+        O::DepthToSpace => info
+            .if_quantized(|| quant::movement::build_block(&info, Re::DepthToSpace))
+            .unwrap_or_else(|| shape::build(&info, Mv::DepthToSpace)),
+        O::SpaceToDepth => info
+            .if_quantized(|| quant::movement::build_block(&info, Re::SpaceToDepth))
+            .unwrap_or_else(|| shape::build(&info, Mv::SpaceToDepth)),
+        O::ChannelShuffle => info
+            .if_quantized(|| quant::movement::build_block(&info, Re::ChannelShuffle))
+            .unwrap_or_else(|| shape::build(&info, Mv::ChannelShuffle)),
+        O::ResizeBilinear | O::ResizeNearestNeighbor => info
+            .if_quantized(|| quant::resize::build(&info))
+            .unwrap_or_else(|| resize::build(&info)),
+        O::Argmax => info
+            .if_quantized(|| quant::reduce::build_arg(&info, misc::Arg::Max))
+            .unwrap_or_else(|| misc::build_arg(&info, misc::Arg::Max)),
+        O::Argmin => info
+            .if_quantized(|| quant::reduce::build_arg(&info, misc::Arg::Min))
+            .unwrap_or_else(|| misc::build_arg(&info, misc::Arg::Min)),
         O::TopkV2 => misc::build_topk(&info),
         O::Cast => misc::build_cast(&info),
         O::Fill => misc::build_fill(&info),
@@ -500,12 +604,17 @@ pub fn build_with<'c>(
         O::ScatterNd => scatter::build(&info, scatter::ScatterKind::Nd),
         O::UnidirectionalSequenceLstm => sequence::build_lstm(&info),
         O::UnidirectionalSequenceRnn => sequence::build_rnn(&info),
+        // Quantized kernels only.
+        O::Quantize => info
+            .if_quantized(|| quant::unary::build_quantize(&info))
+            .unwrap_or_else(|| Err(info.unsupported(NO_KERNEL))),
+        O::Dequantize => info
+            .if_quantized(|| quant::unary::build_dequantize(&info))
+            .unwrap_or_else(|| Err(info.unsupported(NO_KERNEL))),
         // No CPU kernel: listed rather than matched by a wildcard, so that a new operation
-        // type does not compile until its kernel is decided. (QUANTIZE and DEQUANTIZE have
-        // kernels in `quant::build` only; IF and WHILE are run by the executor.)
-        O::Dequantize
-        | O::Quantize
-        | O::EmbeddingLookup
+        // type does not compile until its kernel is decided. (IF and WHILE are run by the
+        // executor.)
+        O::EmbeddingLookup
         | O::HashtableLookup
         | O::LshProjection
         | O::Lstm
@@ -527,11 +636,12 @@ pub fn build_with<'c>(
         | O::QuantizedLstm
         | O::If
         | O::While
-        | O::OemOperation => {
-            Err(info.unsupported("the CPU runtime has no kernel for this operation"))
-        }
+        | O::OemOperation => Err(info.unsupported(NO_KERNEL)),
     }
 }
+
+/// The error of an operation the CPU runtime cannot run.
+const NO_KERNEL: &str = "the CPU runtime has no kernel for this operation";
 
 /// An operation under construction: its operands and inline values, with accessors that
 /// turn every mismatch into an error naming the operation.
@@ -583,6 +693,15 @@ impl<'a> OpInfo<'a> {
             requantization: Requantization::default(),
             float_math: FloatMath::default(),
         })
+    }
+
+    /// What `quantized` builds when any input or output of the operation is 8-bit
+    /// quantized; `None` otherwise, for its float kernel to decide.
+    fn if_quantized(
+        &self,
+        quantized: impl FnOnce() -> Result<Box<dyn Kernel>>,
+    ) -> Option<Result<Box<dyn Kernel>>> {
+        quant::has_quant8_tensor(self).then(quantized)
     }
 
     /// Runs the operation's signature check (the one definition of what it accepts).

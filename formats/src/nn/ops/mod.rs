@@ -132,8 +132,11 @@ enum Roles {
 /// partition cost model estimates it from this, and device rules bound the windows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Work {
-    /// CONV_2D, GROUPED_CONV_2D: a `[out, h, w, in / groups]` filter over each output.
+    /// CONV_2D: an `[out, h, w, in]` filter over each output.
     Convolution,
+    /// GROUPED_CONV_2D: an `[out, h, w, in / groups]` filter, each output reading its
+    /// group's channels.
+    GroupedConvolution,
     /// DEPTHWISE_CONV_2D: a `[1, h, w, channels]` filter, one window per output element.
     DepthwiseConvolution,
     /// TRANSPOSE_CONV_2D: a filter scattered from each input element.
@@ -144,6 +147,71 @@ pub enum Work {
     FullyConnected,
     /// BATCH_MATMUL: matrix products over the last two dimensions.
     BatchMatmul,
+}
+
+/// How nnc computes an operation in 8-bit (what the post-training quantizer turns
+/// into int8, and with which output parameters).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Int8 {
+    /// No int8 form: the operation stays float (with a DEQUANTIZE and a QUANTIZE around
+    /// it where int8 neighbours meet it).
+    Float,
+    /// A filter (input 1) and bias (input 2) with per-channel weights: the convolutions
+    /// and FULLY_CONNECTED (see [`Work`] for the filter's layout).
+    Weighted,
+    /// Computes new values: the output's range is its own (calibrated).
+    Rescales,
+    /// An output range the NN set fixes: `scale` and `zero_point` of the signed output.
+    Fixed { scale: f32, zero_point: i32 },
+    /// Moves, selects, pools or resamples values within their range: the output keeps
+    /// input `data`'s parameters.
+    Keeps { data: usize },
+}
+
+/// How an operation treats its data's axes: whether, and how, a TRANSPOSE before it can
+/// move after it (the transpose-sinking pass).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Axes {
+    /// Reads axes by position (layouts, windows, shapes): a transpose stops here.
+    Positional,
+    /// Elementwise on one tensor: any permutation commutes with it.
+    Elementwise,
+    /// Elementwise over two broadcast tensors (inputs 0 and 1).
+    Broadcast,
+    /// Reduces along the axes its axes input (input 1) names.
+    Reduction,
+    /// Works along the one axis its axis parameter names (SOFTMAX's and
+    /// L2_NORMALIZATION's trailing `axis`).
+    AlongAxis,
+    /// Joins its inputs along its trailing axis parameter.
+    Concatenation,
+    /// Reinterprets the data in a new shape.
+    Reshape,
+}
+
+/// When an operation computes the identity, so that the pass removing no-ops can
+/// replace its output by its input (each also needs the output to have the input's
+/// dimensions, type and quantization).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoOp {
+    /// RESHAPE, SQUEEZE, EXPAND_DIMS to the same shape.
+    SameShapeReshape,
+    /// A TRANSPOSE whose permutation (input 1) is the identity.
+    IdentityTranspose,
+    /// A CONCATENATION of a single tensor.
+    SingleConcatenation,
+    /// A pad that adds nothing.
+    ZeroPad,
+    /// A SLICE or TILE of the whole tensor.
+    WholeSliceOrTile,
+    /// A STRIDED_SLICE of the whole tensor with forward strides (input 3).
+    ForwardWholeSlice,
+    /// A CAST to the same type.
+    SameTypeCast,
+    /// ADD or SUB of a constant zero (input 1) without a fused activation.
+    AddsZero,
+    /// MUL or DIV by a constant one (input 1) without a fused activation.
+    MultipliesByOne,
 }
 
 /// One row of the operation table.
@@ -160,6 +228,9 @@ pub struct OpSchema {
     /// rule (seeing only the operation) cannot do.
     subgraph_rule: Option<SubgraphFn>,
     work: Option<Work>,
+    int8: Int8,
+    axes: Axes,
+    no_op: Option<NoOp>,
     /// Whether the `activation` input is a fused output clamp (NONE, RELU, RELU1, RELU6)
     /// that a following activation can merge into; the recurrent operations'
     /// `activation` is their cell's function instead.
@@ -175,6 +246,9 @@ impl OpSchema {
             keeps_quantization_of: None,
             subgraph_rule: None,
             work: None,
+            int8: Int8::Float,
+            axes: Axes::Positional,
+            no_op: None,
             fused_activation: false,
         }
     }
@@ -182,6 +256,27 @@ impl OpSchema {
     const fn work(mut self, work: Work) -> OpSchema {
         self.work = Some(work);
         self
+    }
+
+    const fn axes(mut self, axes: Axes) -> OpSchema {
+        self.axes = axes;
+        self
+    }
+
+    const fn no_op(mut self, no_op: NoOp) -> OpSchema {
+        self.no_op = Some(no_op);
+        self
+    }
+
+    const fn int8(mut self, int8: Int8) -> OpSchema {
+        self.int8 = int8;
+        self
+    }
+
+    /// Moves quantized values unchanged: outputs keep input `data`'s scale and zero point
+    /// (NNAPI requires it), and the quantizer gives the output the input's parameters.
+    const fn moves_quantized(self, data: usize) -> OpSchema {
+        self.keeps_quantization_of(data).int8(Int8::Keeps { data })
     }
 
     const fn fused_activation(mut self) -> OpSchema {
@@ -218,6 +313,9 @@ impl OpSchema {
             keeps_quantization_of: None,
             subgraph_rule: None,
             work: None,
+            int8: Int8::Float,
+            axes: Axes::Positional,
+            no_op: None,
             fused_activation: false,
         }
     }
@@ -226,6 +324,21 @@ impl OpSchema {
     /// matrix (`None`: proportional to the elements it reads and writes).
     pub fn work_kind(&self) -> Option<Work> {
         self.work
+    }
+
+    /// How the operation treats its data's axes.
+    pub fn axes_kind(&self) -> Axes {
+        self.axes
+    }
+
+    /// When the operation computes the identity, if it can.
+    pub fn no_op_form(&self) -> Option<NoOp> {
+        self.no_op
+    }
+
+    /// How nnc computes the operation in 8-bit.
+    pub fn int8_form(&self) -> Int8 {
+        self.int8
     }
 
     /// Whether nnc checks (and so compiles and runs) this operation type at all.
@@ -258,31 +371,64 @@ pub fn schema(op: OperationType) -> OpSchema {
     const INPUT_AXIS: &[Role] = &[R::Input, R::Axis];
     const REDUCE: &[Role] = &[R::Input, R::Axes, R::KeepDims];
     const PAD: &[Role] = &[R::Input, R::Paddings, R::Value];
+    const UNIT_INTERVAL: Int8 = Int8::Fixed {
+        scale: 1.0 / 256.0,
+        zero_point: -128,
+    };
     let row = OpSchema::new;
     match op {
         // Elementwise.
-        O::Add | O::Sub | O::Mul | O::Div => {
-            row(elementwise::arithmetic, BINARY_ACTIVATION).fused_activation()
-        }
-        O::Maximum | O::Minimum => row(elementwise::min_max, UNNAMED),
-        O::Pow => row(elementwise::pow, UNNAMED),
-        O::Prelu => row(elementwise::prelu, &[R::Input, R::Alpha]),
+        O::Add | O::Sub => row(elementwise::arithmetic, BINARY_ACTIVATION)
+            .fused_activation()
+            .int8(Int8::Rescales)
+            .axes(Axes::Broadcast)
+            .no_op(NoOp::AddsZero),
+        O::Mul => row(elementwise::arithmetic, BINARY_ACTIVATION)
+            .fused_activation()
+            .int8(Int8::Rescales)
+            .axes(Axes::Broadcast)
+            .no_op(NoOp::MultipliesByOne),
+        O::Div => row(elementwise::arithmetic, BINARY_ACTIVATION)
+            .fused_activation()
+            .axes(Axes::Broadcast)
+            .no_op(NoOp::MultipliesByOne),
+        O::Maximum | O::Minimum => row(elementwise::min_max, UNNAMED)
+            .int8(Int8::Rescales)
+            .axes(Axes::Broadcast),
+        O::Pow => row(elementwise::pow, UNNAMED).axes(Axes::Broadcast),
+        O::Prelu => row(elementwise::prelu, &[R::Input, R::Alpha])
+            .int8(Int8::Rescales)
+            .axes(Axes::Broadcast),
         O::Equal | O::NotEqual | O::Less | O::LessEqual | O::Greater | O::GreaterEqual => {
-            row(elementwise::comparison, UNNAMED)
+            row(elementwise::comparison, UNNAMED).axes(Axes::Broadcast)
         }
-        O::LogicalAnd | O::LogicalOr => row(elementwise::logical_binary, UNNAMED),
-        O::LogicalNot => row(elementwise::logical_not, UNNAMED),
-        O::Abs | O::Neg => row(elementwise::signed_unary, UNNAMED),
+        O::LogicalAnd | O::LogicalOr => {
+            row(elementwise::logical_binary, UNNAMED).axes(Axes::Broadcast)
+        }
+        O::LogicalNot => row(elementwise::logical_not, UNNAMED).axes(Axes::Elementwise),
+        O::Abs | O::Neg => row(elementwise::signed_unary, UNNAMED).axes(Axes::Elementwise),
         O::Exp | O::Log | O::Sqrt | O::Rsqrt | O::Sin | O::Floor => {
-            row(elementwise::float_unary, UNNAMED)
+            row(elementwise::float_unary, UNNAMED).axes(Axes::Elementwise)
         }
-        O::Logistic | O::Tanh | O::Relu | O::Relu1 | O::Relu6 | O::HardSwish => {
-            row(elementwise::activation, UNNAMED)
-        }
-        O::Elu => row(elementwise::elu, &[R::Input, R::Alpha]),
-        O::Cast => row(elementwise::cast, UNNAMED),
-        O::Quantize => row(elementwise::quantize, UNNAMED),
-        O::Dequantize => row(elementwise::dequantize, UNNAMED),
+        // LOGISTIC's output is in [0, 1), TANH's in [-1, 1]: the NN set fixes their scales.
+        O::Logistic => row(elementwise::activation, UNNAMED)
+            .int8(UNIT_INTERVAL)
+            .axes(Axes::Elementwise),
+        O::Tanh => row(elementwise::activation, UNNAMED)
+            .int8(Int8::Fixed {
+                scale: 1.0 / 128.0,
+                zero_point: 0,
+            })
+            .axes(Axes::Elementwise),
+        O::Relu | O::Relu1 | O::Relu6 | O::HardSwish => row(elementwise::activation, UNNAMED)
+            .int8(Int8::Rescales)
+            .axes(Axes::Elementwise),
+        O::Elu => row(elementwise::elu, &[R::Input, R::Alpha]).axes(Axes::Elementwise),
+        O::Cast => row(elementwise::cast, UNNAMED)
+            .axes(Axes::Elementwise)
+            .no_op(NoOp::SameTypeCast),
+        O::Quantize => row(elementwise::quantize, UNNAMED).axes(Axes::Elementwise),
+        O::Dequantize => row(elementwise::dequantize, UNNAMED).axes(Axes::Elementwise),
         O::Select => row(
             elementwise::select,
             &[R::Condition, R::InputTrue, R::InputFalse],
@@ -297,21 +443,31 @@ pub fn schema(op: OperationType) -> OpSchema {
             .roles_by_count(window::conv_roles)
             .version(window::conv_version)
             .work(Work::Convolution)
+            .int8(Int8::Weighted)
             .fused_activation(),
         O::DepthwiseConv2d => row(window::conv, &[])
             .roles_by_count(window::depthwise_roles)
             .version(window::depthwise_version)
             .work(Work::DepthwiseConvolution)
+            .int8(Int8::Weighted)
             .fused_activation(),
         O::GroupedConv2d => row(window::conv, &[])
             .roles_by_count(window::grouped_roles)
-            .work(Work::Convolution)
+            .work(Work::GroupedConvolution)
+            .int8(Int8::Weighted)
             .fused_activation(),
         O::TransposeConv2d => row(window::transpose_conv, &[])
             .roles_by_count(window::transpose_roles)
             .work(Work::TransposedConvolution)
+            .int8(Int8::Weighted)
             .fused_activation(),
-        O::AveragePool2d | O::MaxPool2d | O::L2Pool2d => row(window::pool, &[])
+        O::AveragePool2d | O::MaxPool2d => row(window::pool, &[])
+            .roles_by_count(window::pool_roles)
+            .version(window::pool_version)
+            .work(Work::Pool)
+            .int8(Int8::Keeps { data: 0 })
+            .fused_activation(),
+        O::L2Pool2d => row(window::pool, &[])
             .roles_by_count(window::pool_roles)
             .version(window::pool_version)
             .work(Work::Pool)
@@ -322,21 +478,40 @@ pub fn schema(op: OperationType) -> OpSchema {
             &[R::Input, R::Weights, R::Bias, R::Activation],
         )
         .work(Work::FullyConnected)
+        .int8(Int8::Weighted)
         .fused_activation(),
         O::BatchMatmul => row(dense::batch_matmul, &[R::Lhs, R::Rhs, R::AdjLhs, R::AdjRhs])
-            .work(Work::BatchMatmul),
+            .work(Work::BatchMatmul)
+            .int8(Int8::Rescales),
         // Shape and data movement.
-        O::Concatenation => {
-            row(shape::concatenation, &[]).roles_by_count(shape::concatenation_roles)
-        }
-        O::Reshape => row(shape::reshape, &[R::Input, R::Shape]).keeps_quantization_of(0),
-        O::Transpose => row(shape::transpose, &[R::Input, R::Perm]).keeps_quantization_of(0),
-        O::Squeeze => row(shape::squeeze, &[R::Input, R::SqueezeDims]).keeps_quantization_of(0),
-        O::ExpandDims => row(shape::expand_dims, INPUT_AXIS).keeps_quantization_of(0),
-        O::Pad => row(shape::pad, PAD).keeps_quantization_of(0),
-        O::PadV2 => row(shape::pad_v2, PAD).keeps_quantization_of(0),
-        O::MirrorPad => row(shape::mirror_pad, PAD).keeps_quantization_of(0),
-        O::Slice => row(shape::slice, &[R::Input, R::Begin, R::Size]).keeps_quantization_of(0),
+        O::Concatenation => row(shape::concatenation, &[])
+            .roles_by_count(shape::concatenation_roles)
+            .int8(Int8::Rescales)
+            .axes(Axes::Concatenation)
+            .no_op(NoOp::SingleConcatenation),
+        O::Reshape => row(shape::reshape, &[R::Input, R::Shape])
+            .moves_quantized(0)
+            .axes(Axes::Reshape)
+            .no_op(NoOp::SameShapeReshape),
+        O::Transpose => row(shape::transpose, &[R::Input, R::Perm])
+            .moves_quantized(0)
+            .no_op(NoOp::IdentityTranspose),
+        O::Squeeze => row(shape::squeeze, &[R::Input, R::SqueezeDims])
+            .moves_quantized(0)
+            .no_op(NoOp::SameShapeReshape),
+        O::ExpandDims => row(shape::expand_dims, INPUT_AXIS)
+            .moves_quantized(0)
+            .no_op(NoOp::SameShapeReshape),
+        O::Pad => row(shape::pad, PAD).moves_quantized(0).no_op(NoOp::ZeroPad),
+        O::PadV2 => row(shape::pad_v2, PAD)
+            .keeps_quantization_of(0)
+            .no_op(NoOp::ZeroPad),
+        O::MirrorPad => row(shape::mirror_pad, PAD)
+            .keeps_quantization_of(0)
+            .no_op(NoOp::ZeroPad),
+        O::Slice => row(shape::slice, &[R::Input, R::Begin, R::Size])
+            .moves_quantized(0)
+            .no_op(NoOp::WholeSliceOrTile),
         O::StridedSlice => row(
             shape::strided_slice,
             &[
@@ -349,20 +524,23 @@ pub fn schema(op: OperationType) -> OpSchema {
                 R::ShrinkMask,
             ],
         )
-        .keeps_quantization_of(0),
-        O::Split => row(shape::split, &[R::Input, R::Axis, R::NumSplits]).keeps_quantization_of(0),
-        O::Tile => row(shape::tile, &[R::Input, R::Multiples]).keeps_quantization_of(0),
+        .moves_quantized(0)
+        .no_op(NoOp::ForwardWholeSlice),
+        O::Split => row(shape::split, &[R::Input, R::Axis, R::NumSplits]).moves_quantized(0),
+        O::Tile => row(shape::tile, &[R::Input, R::Multiples])
+            .moves_quantized(0)
+            .no_op(NoOp::WholeSliceOrTile),
         O::Pack => row(shape::pack, &[R::Axis]).keeps_quantization_of(1),
-        O::Reverse => row(shape::reverse, INPUT_AXIS).keeps_quantization_of(0),
+        O::Reverse => row(shape::reverse, INPUT_AXIS).moves_quantized(0),
         O::DepthToSpace | O::SpaceToDepth => {
-            row(shape::depth_space, &[R::Input, R::BlockSize, R::Layout]).keeps_quantization_of(0)
+            row(shape::depth_space, &[R::Input, R::BlockSize, R::Layout]).moves_quantized(0)
         }
-        O::ChannelShuffle => row(shape::channel_shuffle, UNNAMED).keeps_quantization_of(0),
+        O::ChannelShuffle => row(shape::channel_shuffle, UNNAMED).moves_quantized(0),
         O::Fill => row(shape::fill, UNNAMED),
         O::Rank => row(shape::tensor_rank, UNNAMED),
         // Gather and scatter.
         O::Gather => {
-            row(gather_scatter::gather, &[R::Input, R::Axis, R::Indices]).keeps_quantization_of(0)
+            row(gather_scatter::gather, &[R::Input, R::Axis, R::Indices]).moves_quantized(0)
         }
         O::GatherElements => row(
             gather_scatter::gather_elements,
@@ -385,9 +563,14 @@ pub fn schema(op: OperationType) -> OpSchema {
         )
         .keeps_quantization_of(0),
         // Reductions.
-        O::ReduceAny | O::ReduceAll => row(reduce::reduce_logical, REDUCE),
-        O::ReduceSum | O::ReduceProd => row(reduce::reduce_arithmetic, REDUCE),
-        O::Mean | O::ReduceMax | O::ReduceMin => row(reduce::reduce_ordered, REDUCE),
+        O::ReduceAny | O::ReduceAll => row(reduce::reduce_logical, REDUCE).axes(Axes::Reduction),
+        O::ReduceSum | O::ReduceProd => {
+            row(reduce::reduce_arithmetic, REDUCE).axes(Axes::Reduction)
+        }
+        O::Mean => row(reduce::reduce_ordered, REDUCE)
+            .int8(Int8::Rescales)
+            .axes(Axes::Reduction),
+        O::ReduceMax | O::ReduceMin => row(reduce::reduce_ordered, REDUCE).axes(Axes::Reduction),
         O::Argmax | O::Argmin => row(reduce::arg_reduce, INPUT_AXIS),
         O::TopkV2 => row(reduce::top_k, &[R::Input, R::K]),
         O::CumSum => row(
@@ -396,11 +579,15 @@ pub fn schema(op: OperationType) -> OpSchema {
         ),
         // Normalization.
         O::Softmax => row(normalization::softmax, &[R::Input, R::Beta, R::Axis])
-            .version(more_inputs_than::<2>),
-        O::LogSoftmax => row(normalization::softmax, &[R::Input, R::Beta, R::Axis]),
-        O::L2Normalization => {
-            row(normalization::l2_normalization, UNNAMED).version(more_inputs_than::<1>)
+            .version(more_inputs_than::<2>)
+            .int8(UNIT_INTERVAL)
+            .axes(Axes::AlongAxis),
+        O::LogSoftmax => {
+            row(normalization::softmax, &[R::Input, R::Beta, R::Axis]).axes(Axes::AlongAxis)
         }
+        O::L2Normalization => row(normalization::l2_normalization, UNNAMED)
+            .version(more_inputs_than::<1>)
+            .axes(Axes::AlongAxis),
         O::LocalResponseNormalization => row(
             normalization::local_response,
             &[R::Input, R::Radius, R::Bias, R::Alpha, R::Beta, R::Axis],
@@ -415,10 +602,12 @@ pub fn schema(op: OperationType) -> OpSchema {
             &[R::Input, R::Gamma, R::Beta, R::Epsilon, R::Layout],
         ),
         // Resizing.
-        O::ResizeBilinear => {
-            row(resize::resize, resize::RESIZE_ROLES).version(more_inputs_than::<3>)
+        O::ResizeBilinear => row(resize::resize, resize::RESIZE_ROLES)
+            .version(more_inputs_than::<3>)
+            .int8(Int8::Keeps { data: 0 }),
+        O::ResizeNearestNeighbor => {
+            row(resize::resize, resize::RESIZE_ROLES).int8(Int8::Keeps { data: 0 })
         }
-        O::ResizeNearestNeighbor => row(resize::resize, resize::RESIZE_ROLES),
         O::Resample => row(resize::resample, resize::RESAMPLE_ROLES),
         // MediaPipe's custom operations.
         O::MaxPoolWithArgmax => row(

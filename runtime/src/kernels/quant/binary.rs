@@ -181,7 +181,7 @@ fn multiplier(info: &OpInfo, real: f64) -> Result<Multiplier> {
 
 /// The quantized binary arithmetic an operation is, chosen where it is routed here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Arith {
+pub(crate) enum Arith {
     Add,
     Sub,
     Mul,
@@ -190,7 +190,7 @@ pub(super) enum Arith {
     Prelu,
 }
 
-pub(super) fn build(info: &OpInfo, arith: Arith) -> Result<Box<dyn Kernel>> {
+pub(crate) fn build(info: &OpInfo, arith: Arith) -> Result<Box<dyn Kernel>> {
     let qt = activation_type(info, 0)?;
     if activation_type(info, 1)? != qt || output_type(info, 0)? != qt {
         return Err(info.unsupported("operands of different 8-bit types"));
@@ -391,7 +391,7 @@ impl Kernel for Binary {
 
 /// The quantized comparison an operation is, chosen where it is routed here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Cmp {
+pub(crate) enum Cmp {
     Eq,
     Ne,
     Lt,
@@ -415,7 +415,7 @@ struct Compare {
     exact: Option<(f64, f64)>,
 }
 
-pub(super) fn build_compare(info: &OpInfo, cmp: Cmp) -> Result<Box<dyn Kernel>> {
+pub(crate) fn build_compare(info: &OpInfo, cmp: Cmp) -> Result<Box<dyn Kernel>> {
     let qt = activation_type(info, 0)?;
     if activation_type(info, 1)? != qt {
         return Err(info.unsupported("inputs of different 8-bit types"));

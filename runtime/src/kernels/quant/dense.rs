@@ -39,7 +39,7 @@ struct FullyConnected {
     weight_dims: Option<[usize; 2]>,
 }
 
-pub(super) fn build_fully_connected(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+pub(crate) fn build_fully_connected(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     let in_qt = activation_type(info, 0)?;
     let out_qt = output_type(info, 0)?;
     if in_qt != out_qt {
@@ -205,7 +205,7 @@ struct BatchMatmul {
     adj_rhs: bool,
 }
 
-pub(super) fn build_batch_matmul(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+pub(crate) fn build_batch_matmul(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     let qt = activation_type(info, 0)?;
     if activation_type(info, 1)? != qt || output_type(info, 0)? != qt {
         return Err(info.unsupported("operands of different 8-bit types"));

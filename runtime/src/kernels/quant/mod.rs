@@ -23,29 +23,29 @@
 //! - [`movement`]: CONCATENATION (requantizing), PAD/PAD_V2 (zero point), the block
 //!   rearrangements, and the byte-moving operations of `shape.rs` opened to 8-bit types.
 //!
-//! [`build`] claims an operation when any of its tensors is quantized; it returns `None`
-//! otherwise, so the float path is untouched.
+//! The kernel dispatch (`super::build_with`) builds an operation's quantized kernel when
+//! [`has_quant8_tensor`] says any of its tensors is 8-bit quantized and the operation
+//! has one; otherwise its float kernel.
 
-use nnc_formats::nn::{FusedActivation, Operand, OperandType, OperationType};
+use nnc_formats::nn::{Operand, OperandType};
 
-use super::misc::Arg;
+use super::OpInfo;
 use super::util::for_row_tiles;
-use super::{Kernel, OpInfo};
 use crate::error::{Result, RuntimeError};
 use crate::tensor::{TensorMut, TensorRef};
 
 mod arith;
-mod binary;
-mod conv;
-mod dense;
+pub(super) mod binary;
+pub(super) mod conv;
+pub(super) mod dense;
 mod gemm;
 mod gemm_u8i8;
-mod movement;
-mod pool;
-mod reduce;
-mod resize;
-mod softmax;
-mod unary;
+pub(super) mod movement;
+pub(super) mod pool;
+pub(super) mod reduce;
+pub(super) mod resize;
+pub(super) mod softmax;
+pub(super) mod unary;
 
 use arith::{QType, Qp};
 
@@ -60,148 +60,13 @@ fn is_quant8(t: OperandType) -> bool {
     )
 }
 
-/// The quantized kernel of an operation, or `None` when none of its tensors is
-/// quantized (or the operation is not one this module implements).
-pub(super) fn build(info: &OpInfo) -> Option<Result<Box<dyn Kernel>>> {
-    let quantized = info
-        .views()
+/// Whether any input or output of the operation holds 8-bit quantized values: then its
+/// quantized kernel, if it has one, is built rather than its float kernel.
+pub(super) fn has_quant8_tensor(info: &OpInfo) -> bool {
+    info.views()
         .iter()
         .any(|v| is_quant8(v.operand.operand_type))
-        || info.outputs.iter().any(|o| is_quant8(o.operand_type));
-    if !quantized {
-        return None;
-    }
-    use super::conv::ConvKind;
-    use super::shape::Movement as Mv;
-    use OperationType as O;
-    use binary::{Arith, Cmp};
-    use movement::Rearrangement as Re;
-    use unary::TableFn;
-    // One arm per operation type, as in the float dispatch: a new type fails to compile
-    // here until someone decides whether it has a quantized kernel.
-    let kernel = match info.op_type() {
-        O::Conv2d | O::GroupedConv2d => conv::build(info, ConvKind::Grouped),
-        O::DepthwiseConv2d => conv::build(info, ConvKind::Depthwise),
-        O::TransposeConv2d => conv::build(info, ConvKind::Transpose),
-        O::FullyConnected => dense::build_fully_connected(info),
-        O::BatchMatmul => dense::build_batch_matmul(info),
-        O::Add => binary::build(info, Arith::Add),
-        O::Sub => binary::build(info, Arith::Sub),
-        O::Mul => binary::build(info, Arith::Mul),
-        O::Maximum => binary::build(info, Arith::Maximum),
-        O::Minimum => binary::build(info, Arith::Minimum),
-        O::Prelu => binary::build(info, Arith::Prelu),
-        O::Equal => binary::build_compare(info, Cmp::Eq),
-        O::NotEqual => binary::build_compare(info, Cmp::Ne),
-        O::Less => binary::build_compare(info, Cmp::Lt),
-        O::LessEqual => binary::build_compare(info, Cmp::Le),
-        O::Greater => binary::build_compare(info, Cmp::Gt),
-        O::GreaterEqual => binary::build_compare(info, Cmp::Ge),
-        O::Relu => unary::build(info, TableFn::Clamp(FusedActivation::Relu)),
-        O::Relu1 => unary::build(info, TableFn::Clamp(FusedActivation::Relu1)),
-        O::Relu6 => unary::build(info, TableFn::Clamp(FusedActivation::Relu6)),
-        O::Logistic => unary::build(info, TableFn::Logistic),
-        O::Tanh => unary::build(info, TableFn::Tanh),
-        O::HardSwish => unary::build(info, TableFn::HardSwish),
-        O::Quantize => unary::build_quantize(info),
-        O::Dequantize => unary::build_dequantize(info),
-        O::AveragePool2d | O::MaxPool2d => pool::build(info),
-        O::Softmax => softmax::build_softmax(info),
-        O::L2Normalization => softmax::build_l2_normalization(info),
-        O::Mean => reduce::build(info, reduce::Reduction::Mean),
-        O::ReduceMax => reduce::build(info, reduce::Reduction::Max),
-        O::ReduceMin => reduce::build(info, reduce::Reduction::Min),
-        O::Argmax => reduce::build_arg(info, Arg::Max),
-        O::Argmin => reduce::build_arg(info, Arg::Min),
-        O::ResizeBilinear | O::ResizeNearestNeighbor => resize::build(info),
-        O::Concatenation => movement::build_concat(info),
-        O::Pad | O::PadV2 => movement::build_pad(info),
-        O::DepthToSpace => movement::build_block(info, Re::DepthToSpace),
-        O::SpaceToDepth => movement::build_block(info, Re::SpaceToDepth),
-        O::ChannelShuffle => movement::build_block(info, Re::ChannelShuffle),
-        O::Reshape | O::Squeeze | O::ExpandDims => movement::build_bytes(info, Mv::Copy),
-        O::Transpose => movement::build_bytes(info, Mv::Transpose),
-        O::Split => movement::build_bytes(info, Mv::Split),
-        O::Slice => movement::build_bytes(info, Mv::Slice),
-        O::StridedSlice => movement::build_bytes(info, Mv::StridedSlice),
-        O::Gather => movement::build_bytes(info, Mv::Gather),
-        O::Tile => movement::build_bytes(info, Mv::Tile),
-        O::Pack => movement::build_bytes(info, Mv::Pack),
-        O::Reverse => movement::build_bytes(info, Mv::Reverse),
-        O::MirrorPad => movement::build_bytes(info, Mv::MirrorPad),
-        // No quantized kernel: the float dispatch reports what it makes of the quantized
-        // operands (CAST, for one, converts 8-bit types itself).
-        O::EmbeddingLookup
-        | O::Floor
-        | O::HashtableLookup
-        | O::L2Pool2d
-        | O::LocalResponseNormalization
-        | O::LshProjection
-        | O::Lstm
-        | O::Rnn
-        | O::Svdf
-        | O::BatchToSpaceNd
-        | O::Div
-        | O::SpaceToBatchNd
-        | O::Abs
-        | O::AxisAlignedBboxTransform
-        | O::BidirectionalSequenceLstm
-        | O::BidirectionalSequenceRnn
-        | O::BoxWithNmsLimit
-        | O::Cast
-        | O::DetectionPostprocessing
-        | O::Exp
-        | O::GenerateProposals
-        | O::HeatmapMaxKeypoint
-        | O::InstanceNormalization
-        | O::Log
-        | O::LogicalAnd
-        | O::LogicalNot
-        | O::LogicalOr
-        | O::LogSoftmax
-        | O::Neg
-        | O::Pow
-        | O::Quantized16BitLstm
-        | O::RandomMultinomial
-        | O::ReduceAll
-        | O::ReduceAny
-        | O::ReduceProd
-        | O::ReduceSum
-        | O::RoiAlign
-        | O::RoiPooling
-        | O::Rsqrt
-        | O::Select
-        | O::Sin
-        | O::Sqrt
-        | O::TopkV2
-        | O::UnidirectionalSequenceLstm
-        | O::UnidirectionalSequenceRnn
-        | O::QuantizedLstm
-        | O::If
-        | O::While
-        | O::Elu
-        | O::Fill
-        | O::Rank
-        | O::OemOperation
-        | O::LayerNormalization
-        | O::Gelu
-        | O::Erf
-        | O::GatherElements
-        | O::GatherNd
-        | O::Mod
-        | O::MathUnary
-        | O::ScatterElements
-        | O::ScatterNd
-        | O::CumSum
-        | O::Bitwise
-        | O::Resample
-        | O::MaxPoolWithArgmax
-        | O::MaxUnpooling
-        | O::LandmarksToTransformMatrix
-        | O::TransformLandmarks
-        | O::TransformTensorBilinear => return None,
-    };
-    Some(kernel)
+        || info.outputs.iter().any(|o| is_quant8(o.operand_type))
 }
 
 /// Scale and zero point of an operand.

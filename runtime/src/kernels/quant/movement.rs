@@ -54,7 +54,7 @@ fn as_bytes_type(t: OperandType) -> OperandType {
     }
 }
 
-pub(super) fn build_bytes(info: &OpInfo, movement: Movement) -> Result<Box<dyn Kernel>> {
+pub(crate) fn build_bytes(info: &OpInfo, movement: Movement) -> Result<Box<dyn Kernel>> {
     let data = if movement == Movement::Pack { 1 } else { 0 };
     let t = info.input_type(data)?;
     if QType::of(t).is_none() {
@@ -142,7 +142,7 @@ struct Concat {
     tables: Vec<Option<[u8; 256]>>,
 }
 
-pub(super) fn build_concat(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+pub(crate) fn build_concat(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     let n = info.input_count().saturating_sub(1);
     let out_qt = output_type(info, 0)?;
     let out = qp(info.output_operand(0)?);
@@ -238,7 +238,7 @@ struct Pad {
     paddings: Option<Vec<i32>>,
 }
 
-pub(super) fn build_pad(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+pub(crate) fn build_pad(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     let qt = activation_type(info, 0)?;
     if output_type(info, 0)? != qt {
         return Err(info.unsupported("input and output of different 8-bit types"));
@@ -329,13 +329,13 @@ enum Block {
 
 /// The block rearrangement an operation is, chosen where it is routed here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Rearrangement {
+pub(crate) enum Rearrangement {
     DepthToSpace,
     SpaceToDepth,
     ChannelShuffle,
 }
 
-pub(super) fn build_block(info: &OpInfo, rearrangement: Rearrangement) -> Result<Box<dyn Kernel>> {
+pub(crate) fn build_block(info: &OpInfo, rearrangement: Rearrangement) -> Result<Box<dyn Kernel>> {
     use Rearrangement as R;
     let qt = activation_type(info, 0)?;
     if output_type(info, 0)? != qt {

@@ -34,7 +34,7 @@ struct Pool {
     range: (i32, i32),
 }
 
-pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     let qt = activation_type(info, 0)?;
     if output_type(info, 0)? != qt {
         return Err(info.unsupported("input and output of different 8-bit types"));

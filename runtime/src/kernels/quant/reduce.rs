@@ -22,7 +22,7 @@ use crate::kernels::{Kernel, KernelContext, OpInfo, Requantization};
 
 /// The quantized reduction an operation is, chosen where it is routed here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Reduction {
+pub(crate) enum Reduction {
     Mean,
     Max,
     Min,
@@ -41,7 +41,7 @@ struct Reduce {
     axes: Option<Vec<i32>>,
 }
 
-pub(super) fn build(info: &OpInfo, kind: Reduction) -> Result<Box<dyn Kernel>> {
+pub(crate) fn build(info: &OpInfo, kind: Reduction) -> Result<Box<dyn Kernel>> {
     let qt = activation_type(info, 0)?;
     if output_type(info, 0)? != qt {
         return Err(info.unsupported("input and output of different 8-bit types"));
@@ -184,7 +184,7 @@ struct ArgMinMax {
     qt: QType,
 }
 
-pub(super) fn build_arg(info: &OpInfo, arg: Arg) -> Result<Box<dyn Kernel>> {
+pub(crate) fn build_arg(info: &OpInfo, arg: Arg) -> Result<Box<dyn Kernel>> {
     Ok(Box::new(ArgMinMax {
         max: arg == Arg::Max,
         axis: info.i32(1, "axis")?,

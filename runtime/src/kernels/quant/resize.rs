@@ -31,7 +31,7 @@ struct Resize {
     rescale: Option<Multiplier>,
 }
 
-pub(super) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     let qt = activation_type(info, 0)?;
     if output_type(info, 0)? != qt {
         return Err(info.unsupported("input and output of different 8-bit types"));

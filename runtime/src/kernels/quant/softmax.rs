@@ -168,7 +168,7 @@ struct Softmax {
     axis: i32,
 }
 
-pub(super) fn build_softmax(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+pub(crate) fn build_softmax(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     let qt = activation_type(info, 0)?;
     if output_type(info, 0)? != qt {
         return Err(info.unsupported("input and output of different 8-bit types"));
@@ -337,7 +337,7 @@ struct L2Norm {
     axis: i32,
 }
 
-pub(super) fn build_l2_normalization(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+pub(crate) fn build_l2_normalization(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     let qt = activation_type(info, 0)?;
     if output_type(info, 0)? != qt {
         return Err(info.unsupported("input and output of different 8-bit types"));

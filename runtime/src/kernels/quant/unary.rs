@@ -47,7 +47,7 @@ impl Kernel for Table {
 
 /// The byte table an 8-bit -> 8-bit operation computes, chosen where it is routed here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum TableFn {
+pub(crate) enum TableFn {
     /// RELU, RELU1, RELU6: a rescale clamped to the activation's range.
     Clamp(FusedActivation),
     /// QUANTIZE between 8-bit types.
@@ -58,14 +58,14 @@ pub(super) enum TableFn {
 }
 
 /// QUANTIZE: from float32 by arithmetic, between 8-bit types by a table.
-pub(super) fn build_quantize(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+pub(crate) fn build_quantize(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     if !info.input_type(0)?.is_quantized() {
         return build_quantize_float(info);
     }
     build(info, TableFn::Requantize)
 }
 
-pub(super) fn build(info: &OpInfo, function: TableFn) -> Result<Box<dyn Kernel>> {
+pub(crate) fn build(info: &OpInfo, function: TableFn) -> Result<Box<dyn Kernel>> {
     let in_t = info.input_type(0)?;
     let in_qt = QType::of(in_t)
         .ok_or_else(|| info.unsupported(format!("quantized kernel for input type {in_t}")))?;
@@ -284,7 +284,7 @@ struct Dequantize {
     channel_dim: usize,
 }
 
-pub(super) fn build_dequantize(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+pub(crate) fn build_dequantize(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     let input = info.operand(0)?;
     let qt = QType::of_weights(input.operand_type)
         .ok_or_else(|| info.unsupported(format!("DEQUANTIZE of {}", input.operand_type)))?;

@@ -233,7 +233,7 @@ fn output_quant(info: &OpInfo, act: FusedActivation) -> Result<OutputQuant> {
     })
 }
 
-pub(super) fn build(info: &OpInfo, kind: ConvKind) -> Result<Box<dyn Kernel>> {
+pub(crate) fn build(info: &OpInfo, kind: ConvKind) -> Result<Box<dyn Kernel>> {
     let filter_dims = if info.is_weight(1) {
         let dims = info
             .dims(1)
