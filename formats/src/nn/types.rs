@@ -246,7 +246,8 @@ operations! {
     CumSum = 0x1_0009, "CUMSUM", Extension;
     Bitwise = 0x1_000A, "BITWISE", Extension;
     Resample = 0x1_000B, "RESAMPLE", Extension;
-    // 0x1_000C to 0x1_000F are reserved.
+    GridSample = 0x1_000C, "GRID_SAMPLE", Extension;
+    // 0x1_000D to 0x1_000F are reserved.
     // MediaPipe's TFLite custom operators (docs/EXTENSIONS.md).
     MaxPoolWithArgmax = 0x1_0010, "MAX_POOL_WITH_ARGMAX", Extension;
     MaxUnpooling = 0x1_0011, "MAX_UNPOOLING", Extension;
@@ -357,6 +358,32 @@ impl MathFunction {
             MathFunction::Acosh => x.acosh(),
             MathFunction::Atanh => x.atanh(),
         }
+    }
+}
+
+coded_enum! {
+    /// How the extension operation GRID_SAMPLE interpolates, by the code its `mode` input
+    /// holds.
+    GridSampleMode {
+        /// The 2x2 neighbours, weighted by distance.
+        Bilinear = 0,
+        /// The nearest pixel, halfway cases to the even index.
+        Nearest = 1,
+        /// The 4x4 neighbours, Keys' cubic convolution with `a = -0.75`.
+        Bicubic = 2,
+    }
+}
+
+coded_enum! {
+    /// What the extension operation GRID_SAMPLE reads for a pixel outside its input, by
+    /// the code its `padding_mode` input holds.
+    GridSamplePadding {
+        /// Zero.
+        Zeros = 0,
+        /// The nearest edge pixel.
+        Border = 1,
+        /// The pixel mirrored at the edges, repeatedly.
+        Reflection = 2,
     }
 }
 
@@ -771,7 +798,7 @@ mod tests {
             .collect();
         assert_eq!(codes, (0..=105).collect::<Vec<_>>());
         // The extension's codes: prefix 1, then contiguous from 0, except that codes of
-        // the reserved range 0xC..=0xF may be missing.
+        // the reserved range 0xD..=0xF may be missing.
         let extension: Vec<i32> = OperationType::ALL
             .iter()
             .map(|o| o.code())
@@ -779,7 +806,7 @@ mod tests {
             .collect();
         let last = extension.last().copied().unwrap_or(1 << 16);
         let expected: Vec<i32> = ((1 << 16)..=last)
-            .filter(|c| !(0x1_000C..=0x1_000F).contains(c) || extension.contains(c))
+            .filter(|c| !(0x1_000D..=0x1_000F).contains(c) || extension.contains(c))
             .collect();
         assert_eq!(extension, expected);
         for op in OperationType::ALL {

@@ -33,6 +33,7 @@ pub(crate) mod expand_depthwise;
 pub mod fully_connected;
 pub mod gather;
 mod gemm_f32;
+pub mod grid_sample;
 pub mod isa;
 pub(crate) mod linalg;
 pub mod matmul;
@@ -595,6 +596,7 @@ pub fn build_with<'c>(
         O::GatherNd => gather::build(&info, gather::GatherKind::Nd),
         O::CumSum => scan::build(&info),
         O::Resample => resample::build(&info),
+        O::GridSample => grid_sample::build(&info),
         O::MaxPoolWithArgmax => mediapipe::build_max_pool_with_argmax(&info),
         O::MaxUnpooling => mediapipe::build_max_unpooling(&info),
         O::LandmarksToTransformMatrix => mediapipe::build_landmarks_to_transform_matrix(&info),

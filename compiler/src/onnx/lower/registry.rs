@@ -127,6 +127,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "GlobalMaxPool", 1..=22 => global_pool;
     "", "Greater", 7..=13 => binary;
     "", "GreaterOrEqual", 12..=16 => binary;
+    "", "GridSample", 16..=22 => grid_sample;
     "", "GroupNormalization", 21..=21 => group_norm;
     "", "HardSigmoid", 1..=22 => activation;
     "", "HardSwish", 14..=22 => activation;

@@ -1,4 +1,4 @@
-//! Resize and Upsample.
+//! Resize and Upsample; GridSample.
 //!
 //! ONNX describes resizing by a coordinate transformation and a rounding rule; the NN
 //! set has two operations with two flags (align_corners, half_pixel_centers). Rather
@@ -9,6 +9,7 @@
 //! nnc's RESAMPLE with tap tables computed here exactly as ONNX's reference samples;
 //! nnc never emits an approximation silently.
 
+use nnc_formats::nn::types::{GridSampleMode, GridSamplePadding};
 use nnc_formats::nn::{Operand, OperandType, OperationType};
 
 use super::super::constant;
@@ -367,6 +368,66 @@ impl Lowerer<'_> {
             OperationType::ResizeBilinear
         };
         let yh = self.emit(n, op, inputs)?;
+        let y = self.to_nchw(n, yh)?;
+        self.set_tensor(n, 0, y, x.dtype, false);
+        Ok(())
+    }
+}
+
+impl Lowerer<'_> {
+    /// GridSample over two spatial dimensions (4-D input) as nnc's GRID_SAMPLE, which
+    /// samples NHWC: the input is transposed to it and the output back. The grid is
+    /// `[N, H_out, W_out, 2]` in both layouts.
+    pub(super) fn grid_sample(&mut self, n: &Node) -> NResult<()> {
+        // Opset 20 renamed bilinear and bicubic to linear and cubic; either spelling is
+        // taken at every version, since the meaning is the same.
+        let default_mode = if n.version >= 20 {
+            "linear"
+        } else {
+            "bilinear"
+        };
+        let mode = match n.attrs.string_or("mode", default_mode)?.as_str() {
+            "bilinear" | "linear" => GridSampleMode::Bilinear,
+            "nearest" => GridSampleMode::Nearest,
+            "bicubic" | "cubic" => GridSampleMode::Bicubic,
+            other => return invalid(format!("unknown GridSample mode '{other}'")),
+        };
+        let padding = match n.attrs.string_or("padding_mode", "zeros")?.as_str() {
+            "zeros" => GridSamplePadding::Zeros,
+            "border" => GridSamplePadding::Border,
+            "reflection" => GridSamplePadding::Reflection,
+            other => return invalid(format!("unknown GridSample padding_mode '{other}'")),
+        };
+        let align_corners = n.attrs.int_or("align_corners", 0)? != 0;
+        let x = self.tensor(n, 0)?;
+        let grid = self.tensor(n, 1)?;
+        self.require_float(n, x)?;
+        self.require_float(n, grid)?;
+        let (rank, grid_rank) = (self.rank(x), self.rank(grid));
+        if rank != 4 {
+            return unsupported(if rank > 4 {
+                format!(
+                    "GridSample over {} spatial dimensions is not supported (only 2: a 4-D input)",
+                    rank - 2
+                )
+            } else {
+                format!("GridSample needs a 4-D input of known rank, got rank {rank}")
+            });
+        }
+        if grid_rank != 4 {
+            return invalid(format!(
+                "GridSample's grid must be 4-D, got rank {grid_rank}"
+            ));
+        }
+        let xh = self.to_nhwc(n, x.operand)?;
+        let inputs = vec![
+            xh,
+            grid.operand,
+            self.i32_const(mode as i32),
+            self.i32_const(padding as i32),
+            self.bool_const(align_corners),
+        ];
+        let yh = self.emit(n, OperationType::GridSample, inputs)?;
         let y = self.to_nchw(n, yh)?;
         self.set_tensor(n, 0, y, x.dtype, false);
         Ok(())

@@ -609,6 +609,7 @@ pub fn schema(op: OperationType) -> OpSchema {
             row(resize::resize, resize::RESIZE_ROLES).int8(Int8::Keeps { data: 0 })
         }
         O::Resample => row(resize::resample, resize::RESAMPLE_ROLES),
+        O::GridSample => row(resize::grid_sample, resize::GRID_SAMPLE_ROLES),
         // MediaPipe's custom operations.
         O::MaxPoolWithArgmax => row(
             mediapipe::max_pool_with_argmax,

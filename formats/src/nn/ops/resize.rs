@@ -1,10 +1,11 @@
-//! Resizing: RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR and nnc's RESAMPLE.
+//! Resizing: RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR, and nnc's RESAMPLE and
+//! GRID_SAMPLE.
 
 use super::context::*;
 use super::{OutputShape, Result};
 use crate::nn::model::Operand;
 use crate::nn::types::OperationType as O;
-use crate::nn::types::{OperandType, OperationType};
+use crate::nn::types::{GridSampleMode, GridSamplePadding, OperandType, OperationType};
 
 /// Resample.
 pub(super) fn resample(
@@ -84,6 +85,47 @@ pub(super) fn resample(
     single(input.operand_type, dims)
 }
 
+/// GridSample: an NHWC input sampled at the grid's `(x, y)` points, one output pixel per
+/// grid point.
+pub(super) fn grid_sample(
+    _: OperationType,
+    ctx: &Operands,
+    outputs: &[&Operand],
+) -> Result<Vec<OutputShape>> {
+    ctx.count(&[5])?;
+    expect_outputs(outputs, 1)?;
+    let input = ctx.tensor(0, "input", &[OperandType::TensorFloat32])?;
+    require_rank(input, 0, "input", 4..=4)?;
+    let grid = ctx.same_type(1, "grid", input.operand_type)?;
+    require_rank(grid, 1, "grid", 4..=4)?;
+    let mode = ctx.i32(2, "mode")?;
+    if GridSampleMode::from_code(mode).is_none() {
+        return Err(param_err(2, "mode", format!("unknown mode code {mode}")));
+    }
+    let padding = ctx.i32(3, "padding_mode")?;
+    if GridSamplePadding::from_code(padding).is_none() {
+        return Err(param_err(
+            3,
+            "padding_mode",
+            format!("unknown padding mode code {padding}"),
+        ));
+    }
+    ctx.bool(4, "align_corners")?;
+    let at = |o: &Operand, d: usize| o.dimensions.get(d).copied().unwrap_or(0);
+    if !matches!(at(grid, 3), 0 | 2) {
+        return Err(param_err(
+            1,
+            "grid",
+            format!("must hold 2 coordinates per point, got {}", at(grid, 3)),
+        ));
+    }
+    let batch = merge_dim(at(input, 0), at(grid, 0), "input and grid batch")?;
+    single(
+        input.operand_type,
+        vec![batch, at(grid, 1), at(grid, 2), at(input, 3)],
+    )
+}
+
 /// ResizeBilinear, ResizeNearestNeighbor.
 pub(super) fn resize(
     op: OperationType,
@@ -157,3 +199,6 @@ pub(super) const RESAMPLE_ROLES: &[R] = &[
     R::Extrapolation,
     R::OutputShape,
 ];
+
+pub(super) const GRID_SAMPLE_ROLES: &[R] =
+    &[R::Input, R::Grid, R::Mode, R::PaddingMode, R::AlignCorners];
