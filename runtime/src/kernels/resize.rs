@@ -12,6 +12,7 @@
 //! The output size comes from the output shape, which shape inference derives from the
 //! size or scale inputs.
 
+use nnc_formats::nn::ops::Resize2d;
 use nnc_formats::nn::{OperandType, OperationType};
 
 use super::util::{rank4, with_nhwc};
@@ -32,17 +33,20 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
             "operand type {t} (only TENSOR_FLOAT32 is implemented)"
         )));
     }
+    // FLOAT16 scales are not implemented (the decoded size does not keep their type).
     for i in [1, 2] {
         let st = info.input_type(i)?;
         if !matches!(st, OperandType::Int32 | OperandType::Float32) {
             return Err(info.unsupported(format!("size or scale input of type {st}")));
         }
     }
+    let params =
+        Resize2d::decode(info.op_type(), info.views()).map_err(|e| info.signature_error(e))?;
     Ok(Box::new(Resize {
         bilinear: info.op_type() == OperationType::ResizeBilinear,
-        nchw: info.optional_bool(3, "layout")?,
-        align_corners: info.optional_bool(4, "align_corners")?,
-        half_pixel: info.optional_bool(5, "half_pixel_centers")?,
+        nchw: params.nchw,
+        align_corners: params.align_corners,
+        half_pixel: params.half_pixel_centers,
     }))
 }
 

@@ -9,6 +9,7 @@
 //! nnc's RESAMPLE with tap tables computed here exactly as ONNX's reference samples;
 //! nnc never emits an approximation silently.
 
+use nnc_formats::nn::ops::{Resize2d, ResizeSize};
 use nnc_formats::nn::types::{GridSampleMode, GridSamplePadding};
 use nnc_formats::nn::{Operand, OperandType, OperationType};
 
@@ -354,14 +355,17 @@ impl Lowerer<'_> {
         };
         let (out_h, out_w) = (out[2], out[3]);
         let xh = self.to_nhwc(n, x.operand)?;
-        let inputs = vec![
-            xh,
-            self.i32_const(out_w as i32),
-            self.i32_const(out_h as i32),
-            self.bool_const(false),
-            self.bool_const(align),
-            self.bool_const(half),
-        ];
+        let params = Resize2d {
+            size: ResizeSize::Output {
+                width: out_w,
+                height: out_h,
+            },
+            nchw: false,
+            align_corners: align,
+            half_pixel_centers: half,
+        };
+        let mut inputs = vec![xh];
+        inputs.extend(params.encode(&mut self.model));
         let op = if mode == Mode::Nearest {
             OperationType::ResizeNearestNeighbor
         } else {

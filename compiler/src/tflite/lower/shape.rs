@@ -2,6 +2,7 @@
 //! GATHER, SPLIT, PACK, CONCATENATION, the pads, depth/space, resizes, and the
 //! compile-time SHAPE and DENSIFY.
 
+use nnc_formats::nn::ops::{Resize2d, ResizeSize};
 use nnc_formats::nn::{Operand, OperandType, OperationType};
 
 use super::super::model::OperatorDesc;
@@ -394,14 +395,19 @@ impl Lowerer<'_, '_> {
         let [height, width] = size.as_slice() else {
             return invalid(format!("size must hold [height, width], got {size:?}"));
         };
-        let inputs = vec![
-            x,
-            self.model.add_i32(*width),
-            self.model.add_i32(*height),
-            self.model.add_bool(false), // NHWC
-            self.model.add_bool(align),
-            self.model.add_bool(half),
-        ];
+        // Cast bit for bit: a size below 1 reaches the model as written, and the shape
+        // rule names it.
+        let params = Resize2d {
+            size: ResizeSize::Output {
+                width: *width as u32,
+                height: *height as u32,
+            },
+            nchw: false,
+            align_corners: align,
+            half_pixel_centers: half,
+        };
+        let mut inputs = vec![x];
+        inputs.extend(params.encode(&mut self.model));
         self.emit_out(op, nn_op, inputs, 0)?;
         Ok(())
     }

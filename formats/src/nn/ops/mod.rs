@@ -25,6 +25,7 @@ mod mediapipe;
 mod normalization;
 mod reduce;
 mod resize;
+mod resize_params;
 mod roles;
 mod sequence;
 mod shape;
@@ -39,6 +40,7 @@ use context::{QUANT8, shape_err};
 
 pub use context::{MAX_RANK, Operands, broadcast_dims, f16_to_f32};
 pub use control_flow::{infer_control_flow, merge_dims, value_fits};
+pub use resize_params::{Resize2d, ResizeSize};
 pub use roles::Role;
 pub use sequence::LSTM_ACTIVATIONS;
 pub use shape::strided_slice_range;

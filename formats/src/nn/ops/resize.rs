@@ -2,9 +2,9 @@
 //! GRID_SAMPLE.
 
 use super::context::*;
+use super::resize_params::{Resize2d, ResizeSize};
 use super::{OutputShape, Result};
 use crate::nn::model::Operand;
-use crate::nn::types::OperationType as O;
 use crate::nn::types::{GridSampleMode, GridSamplePadding, OperandType, OperationType};
 
 /// Resample.
@@ -132,52 +132,34 @@ pub(super) fn resize(
     ctx: &Operands,
     outputs: &[&Operand],
 ) -> Result<Vec<OutputShape>> {
-    if op == O::ResizeBilinear {
-        ctx.count(&[3, 4, 6])?;
-    } else {
-        ctx.count(&[4, 6])?;
-    }
+    Resize2d::count(op, ctx)?;
     expect_outputs(outputs, 1)?;
     let input = ctx.tensor(0, "input", FLOAT_QUANT)?;
     require_rank(input, 0, "input", 4..=4)?;
-    let nchw = ctx.optional_bool(3, "layout")?;
-    let align = ctx.optional_bool(4, "align_corners")?;
-    let half = ctx.optional_bool(5, "half_pixel_centers")?;
-    if align && half {
-        return Err(param_err(
-            5,
-            "half_pixel_centers",
-            "cannot be combined with align_corners",
-        ));
-    }
     if rank(input).is_none() {
+        // The flags are checked whatever the rank; the size only against known extents.
+        Resize2d::decode_flags(ctx)?;
         return single(input.operand_type, Vec::new());
     }
-    let (n, h, w, c) = split_nhwc(&input.dimensions, nchw);
-    let (ow, oh) = if ctx.operand(1).operand_type == OperandType::Int32 {
-        (
-            ctx.i32_at_least(1, "output_width", 1)? as u32,
-            ctx.i32_at_least(2, "output_height", 1)? as u32,
-        )
-    } else {
-        let sw = ctx.f32(1, "width_scale")?;
-        let sh = ctx.f32(2, "height_scale")?;
-        if !(sw > 0.0 && sh > 0.0) {
-            return Err(param_err(1, "width_scale", "scales must be > 0"));
+    let params = Resize2d::decode_params(ctx)?;
+    let (n, h, w, c) = split_nhwc(&input.dimensions, params.nchw);
+    let (ow, oh) = match params.size {
+        ResizeSize::Output { width, height } => (width, height),
+        ResizeSize::Scale { width, height } => {
+            let scaled = |d: u32, s: f32| -> Result<u32> {
+                if d == 0 {
+                    return Ok(0);
+                }
+                let v = (f64::from(d) * f64::from(s)).floor();
+                if !(1.0..=f64::from(u32::MAX)).contains(&v) {
+                    return Err(shape_err(format!("scaled extent {v} is out of range")));
+                }
+                Ok(v as u32)
+            };
+            (scaled(w, width)?, scaled(h, height)?)
         }
-        let scaled = |d: u32, s: f32| -> Result<u32> {
-            if d == 0 {
-                return Ok(0);
-            }
-            let v = (f64::from(d) * f64::from(s)).floor();
-            if !(1.0..=f64::from(u32::MAX)).contains(&v) {
-                return Err(shape_err(format!("scaled extent {v} is out of range")));
-            }
-            Ok(v as u32)
-        };
-        (scaled(w, sw)?, scaled(h, sh)?)
     };
-    single(input.operand_type, join_nhwc(n, oh, ow, c, nchw))
+    single(input.operand_type, join_nhwc(n, oh, ow, c, params.nchw))
 }
 
 use super::Role as R;

@@ -340,3 +340,110 @@ fn rows_say_which_input_is_a_fused_clamp_and_what_the_work_is() {
     assert_eq!(schema(O::MaxPoolWithArgmax).work_kind(), Some(Work::Pool));
     assert_eq!(schema(O::Add).work_kind(), None);
 }
+
+#[test]
+fn resize_parameters_decode_what_they_encode() {
+    let sizes = [
+        ResizeSize::Output {
+            width: 7,
+            height: 3,
+        },
+        ResizeSize::Scale {
+            width: 2.0,
+            height: 0.5,
+        },
+    ];
+    // align_corners and half_pixel_centers exclude each other.
+    let flags = [(false, false), (true, false), (false, true)];
+    for op in [
+        OperationType::ResizeBilinear,
+        OperationType::ResizeNearestNeighbor,
+    ] {
+        for size in sizes {
+            for nchw in [false, true] {
+                for (align_corners, half_pixel_centers) in flags {
+                    let resize = Resize2d {
+                        size,
+                        nchw,
+                        align_corners,
+                        half_pixel_centers,
+                    };
+                    let mut count = 0;
+                    let back = window_round_trip(
+                        1,
+                        |m| {
+                            let params = resize.encode(m);
+                            count = params.len();
+                            params
+                        },
+                        |v| Resize2d::decode(op, v),
+                    );
+                    assert_eq!(back, resize);
+                    // Size and all three flags, as the frontends always wrote them.
+                    assert_eq!(count, 5);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn resize_parameters_default_the_absent_flags_and_refuse_both_alignments() {
+    let input = t(&[1, 8, 8, 4]);
+    let (w, h) = (c_i32(5), c_i32(6));
+    let views = [
+        InputView {
+            operand: &input,
+            value: None,
+        },
+        InputView {
+            operand: &w.0,
+            value: Some(&w.1),
+        },
+        InputView {
+            operand: &h.0,
+            value: Some(&h.1),
+        },
+    ];
+    let plain = Resize2d::decode(OperationType::ResizeBilinear, &views).expect("decodes");
+    assert_eq!(
+        plain,
+        Resize2d {
+            size: ResizeSize::Output {
+                width: 5,
+                height: 6
+            },
+            nchw: false,
+            align_corners: false,
+            half_pixel_centers: false,
+        }
+    );
+    // RESIZE_NEAREST_NEIGHBOR needs the layout flag.
+    assert!(matches!(
+        Resize2d::decode(OperationType::ResizeNearestNeighbor, &views),
+        Err(SignatureError::InputCount { actual: 3, .. })
+    ));
+    let both = Resize2d {
+        align_corners: true,
+        half_pixel_centers: true,
+        ..plain
+    };
+    let mut model = crate::nn::Model::default();
+    let mut inputs = vec![model.add_operand(t(&[1, 8, 8, 4]))];
+    inputs.extend(both.encode(&mut model));
+    let views: Vec<InputView> = inputs
+        .iter()
+        .map(|&i| InputView {
+            operand: model.operand(i).expect("operand"),
+            value: model.constant_bytes(i),
+        })
+        .collect();
+    assert!(matches!(
+        Resize2d::decode(OperationType::ResizeBilinear, &views),
+        Err(SignatureError::Parameter {
+            index: 5,
+            role: "half_pixel_centers",
+            ..
+        })
+    ));
+}

@@ -12,6 +12,7 @@
 //! Both keep the input's quantization (TFLite requires the output to share it); a
 //! different output quantization is reached by requantizing each result.
 
+use nnc_formats::nn::ops::Resize2d;
 use nnc_formats::nn::{OperandType, OperationType};
 
 use super::arith::{Multiplier, QType, Qp};
@@ -36,6 +37,7 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     if output_type(info, 0)? != qt {
         return Err(info.unsupported("input and output of different 8-bit types"));
     }
+    // FLOAT16 scales are not implemented (the decoded size does not keep their type).
     for i in [1, 2] {
         let st = info.input_type(i)?;
         if !matches!(st, OperandType::Int32 | OperandType::Float32) {
@@ -53,11 +55,13 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
                 .map_err(|e| info.invalid(e.to_string()))?,
         )
     };
+    let params =
+        Resize2d::decode(info.op_type(), info.views()).map_err(|e| info.signature_error(e))?;
     Ok(Box::new(Resize {
         bilinear: info.op_type() == OperationType::ResizeBilinear,
-        nchw: info.optional_bool(3, "layout")?,
-        align_corners: info.optional_bool(4, "align_corners")?,
-        half_pixel: info.optional_bool(5, "half_pixel_centers")?,
+        nchw: params.nchw,
+        align_corners: params.align_corners,
+        half_pixel: params.half_pixel_centers,
         qt,
         input,
         output,
