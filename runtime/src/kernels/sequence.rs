@@ -21,6 +21,7 @@
 //! RNN: `h' = act(W x + R h + b)` with a fused activation (none, relu, relu1, relu6).
 
 use nnc_formats::nn::OperandType;
+use nnc_formats::nn::ops::{LstmTerms, SequenceLstm as LstmParams, SequenceRnn as RnnParams};
 
 use super::linalg::{Layout, matmul};
 use super::util::zeroed_f32;
@@ -41,59 +42,41 @@ fn require_f32(info: &OpInfo) -> Result<()> {
     Ok(())
 }
 
-/// UNIDIRECTIONAL_SEQUENCE_LSTM.
+/// The activation of the LSTM's cell input and output, read by the formats' decoder.
+pub use nnc_formats::nn::ops::LstmActivation;
+
+/// UNIDIRECTIONAL_SEQUENCE_LSTM, with the parameters the shape rule reads
+/// ([`LstmParams::decode`]).
 pub(crate) fn build_lstm(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     require_f32(info)?;
-    let activation = LstmActivation::from_code(info.i32(20, "activation")?)
-        .ok_or_else(|| info.invalid("unknown LSTM activation"))?;
+    let params = LstmParams::decode(info.views()).map_err(|e| info.signature_error(e))?;
     Ok(Box::new(SequenceLstm {
-        activation,
-        cell_clip: info.f32(21, "cell_clip")?,
-        projection_clip: info.f32(22, "projection_clip")?,
-        time_major: info.bool(23, "time_major")?,
+        activation: params.activation,
+        cell_clip: params.cell_clip,
+        projection_clip: params.projection_clip,
+        time_major: params.time_major,
+        terms: params.terms,
     }))
 }
 
-/// UNIDIRECTIONAL_SEQUENCE_RNN.
+/// UNIDIRECTIONAL_SEQUENCE_RNN, with the parameters the shape rule reads
+/// ([`RnnParams::decode`]).
 pub(crate) fn build_rnn(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     require_f32(info)?;
+    let params = RnnParams::decode(info.views()).map_err(|e| info.signature_error(e))?;
     Ok(Box::new(SequenceRnn {
-        clamp: Clamp::new(info.activation(5)?),
-        time_major: info.i32(6, "time_major")? != 0,
+        clamp: Clamp::new(params.activation),
+        time_major: params.time_major,
     }))
 }
 
-/// The activation of UNIDIRECTIONAL_SEQUENCE_LSTM's cell input and output.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LstmActivation {
-    None,
-    Relu,
-    Relu6,
-    Tanh,
-    Sigmoid,
-}
-
-impl LstmActivation {
-    /// NNAPI's codes: 0 none, 1 relu, 3 relu6, 4 tanh, 6 sigmoid.
-    pub fn from_code(code: i32) -> Option<LstmActivation> {
-        Some(match code {
-            0 => LstmActivation::None,
-            1 => LstmActivation::Relu,
-            3 => LstmActivation::Relu6,
-            4 => LstmActivation::Tanh,
-            6 => LstmActivation::Sigmoid,
-            _ => return None,
-        })
-    }
-
-    fn apply(self, v: f32) -> f32 {
-        match self {
-            LstmActivation::None => v,
-            LstmActivation::Relu => v.max(0.0),
-            LstmActivation::Relu6 => v.clamp(0.0, 6.0),
-            LstmActivation::Tanh => v.tanh(),
-            LstmActivation::Sigmoid => sigmoid(v),
-        }
+fn activate(activation: LstmActivation, v: f32) -> f32 {
+    match activation {
+        LstmActivation::None => v,
+        LstmActivation::Relu => v.max(0.0),
+        LstmActivation::Relu6 => v.clamp(0.0, 6.0),
+        LstmActivation::Tanh => v.tanh(),
+        LstmActivation::Sigmoid => sigmoid(v),
     }
 }
 
@@ -146,17 +129,20 @@ fn matrix<'a>(
     Ok(v)
 }
 
-/// Optional input `i` as f32 values of exactly `rows x cols`.
+/// Input `i` as f32 values of exactly `rows x cols` when `present` (an optional term
+/// the decoder found), `None` otherwise.
 fn optional_matrix<'a>(
     ctx: &KernelContext<'a>,
+    present: bool,
     i: usize,
     what: &str,
     rows: usize,
     cols: usize,
 ) -> Result<Option<&'a [f32]>> {
-    match ctx.optional_input(i) {
-        Some(_) => matrix(ctx, i, what, rows, cols).map(Some),
-        None => Ok(None),
+    if present {
+        matrix(ctx, i, what, rows, cols).map(Some)
+    } else {
+        Ok(None)
     }
 }
 
@@ -209,6 +195,7 @@ struct SequenceLstm {
     cell_clip: f32,
     projection_clip: f32,
     time_major: bool,
+    terms: LstmTerms,
 }
 
 /// Gate order of the per-gate arrays below.
@@ -233,7 +220,13 @@ impl Kernel for SequenceLstm {
         if units == 0 {
             return Err(RuntimeError::kernel("the LSTM has no units"));
         }
-        let cifg = ctx.optional_input(1).is_none();
+        let LstmTerms {
+            cifg,
+            peephole,
+            projection,
+            projection_bias,
+            layer_norm,
+        } = self.terms;
         let mut w_in: [Option<&[f32]>; 4] = [None; 4];
         let mut w_rec: [Option<&[f32]>; 4] = [None; 4];
         let mut bias: [Option<&[f32]>; 4] = [None; 4];
@@ -245,13 +238,28 @@ impl Kernel for SequenceLstm {
             w_in[g] = Some(matrix(ctx, 1 + g, "input weights", units, input_size)?);
             w_rec[g] = Some(matrix(ctx, 5 + g, "recurrent weights", units, output_size)?);
             bias[g] = Some(matrix(ctx, 12 + g, "gate bias", units, 1)?);
-            norm[g] = optional_matrix(ctx, 24 + g, "layer-normalization weights", units, 1)?;
+            norm[g] = optional_matrix(
+                ctx,
+                layer_norm,
+                24 + g,
+                "layer-normalization weights",
+                units,
+                1,
+            )?;
         }
-        let peep_i = optional_matrix(ctx, 9, "cell_to_input_weights", units, 1)?;
-        let peep_f = optional_matrix(ctx, 10, "cell_to_forget_weights", units, 1)?;
-        let peep_o = optional_matrix(ctx, 11, "cell_to_output_weights", units, 1)?;
-        let projection = optional_matrix(ctx, 16, "projection_weights", output_size, units)?;
-        let projection_bias = optional_matrix(ctx, 17, "projection_bias", output_size, 1)?;
+        let peep_i = optional_matrix(ctx, peephole && !cifg, 9, "cell_to_input_weights", units, 1)?;
+        let peep_f = optional_matrix(ctx, peephole, 10, "cell_to_forget_weights", units, 1)?;
+        let peep_o = optional_matrix(ctx, peephole, 11, "cell_to_output_weights", units, 1)?;
+        let projection = optional_matrix(
+            ctx,
+            projection,
+            16,
+            "projection_weights",
+            output_size,
+            units,
+        )?;
+        let projection_bias =
+            optional_matrix(ctx, projection_bias, 17, "projection_bias", output_size, 1)?;
         if projection.is_none() && output_size != units {
             return Err(RuntimeError::kernel(format!(
                 "without projection the output size {output_size} must equal the units {units}"
@@ -322,7 +330,7 @@ impl Kernel for SequenceLstm {
                     } else {
                         sigmoid(gate[INPUT][u])
                     };
-                    let mut cn = f * cp[u] + i * self.activation.apply(gate[CELL][u]);
+                    let mut cn = f * cp[u] + i * activate(self.activation, gate[CELL][u]);
                     if self.cell_clip > 0.0 {
                         cn = cn.clamp(-self.cell_clip, self.cell_clip);
                     }
@@ -338,7 +346,7 @@ impl Kernel for SequenceLstm {
                 finish_gate(o, norm[OUTPUT], bias[OUTPUT]);
                 let hidden_row = &mut hidden[b * units..(b + 1) * units];
                 for u in 0..units {
-                    hidden_row[u] = sigmoid(o[u]) * self.activation.apply(cell_row[u]);
+                    hidden_row[u] = sigmoid(o[u]) * activate(self.activation, cell_row[u]);
                 }
             }
             c.copy_from_slice(&cell_out);

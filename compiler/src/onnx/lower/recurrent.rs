@@ -48,7 +48,8 @@
 //! past its length keeps its state and outputs zeros, which in a reverse direction (run
 //! from the last step down) means that each entry starts at its own last step.
 
-use nnc_formats::nn::{OperandType, OperationType};
+use nnc_formats::nn::ops::{LstmActivation, LstmTerms, SequenceLstm, SequenceRnn};
+use nnc_formats::nn::{FusedActivation, OperandType, OperationType};
 use nnc_formats::tensor::DataType;
 
 use super::{Lowerer, NResult, Node, TensorValue, Value, invalid, unsupported};
@@ -895,10 +896,23 @@ impl Lowerer<'_> {
                 operands.push(self.model.add_no_value(OperandType::TensorFloat32));
                 operands.push(h0);
                 operands.push(c0);
-                operands.push(self.i32_const(inputs.codes[d]));
-                operands.push(self.f32_const(0.0));
-                operands.push(self.f32_const(0.0));
-                operands.push(self.bool_const(time_major));
+                let CellActivation::Lstm(activation) = inputs.codes[d] else {
+                    return invalid("an RNN activation on an LSTM");
+                };
+                let params = SequenceLstm {
+                    activation,
+                    cell_clip: 0.0,
+                    projection_clip: 0.0,
+                    time_major,
+                    terms: LstmTerms {
+                        cifg: false,
+                        peephole: peep.is_some(),
+                        projection: false,
+                        projection_bias: false,
+                        layer_norm: false,
+                    },
+                };
+                operands.extend(params.encode(&mut self.model));
                 self.emit_raw(
                     OperationType::UnidirectionalSequenceLstm,
                     operands,
@@ -907,15 +921,21 @@ impl Lowerer<'_> {
                 )?
             }
             Cell::Rnn | Cell::Gru => {
-                let operands = vec![
+                let CellActivation::Rnn(activation) = inputs.codes[d] else {
+                    return invalid("an LSTM activation on an RNN");
+                };
+                let mut operands = vec![
                     xin,
                     self.model.add_f32_tensor(vec![h, i_size], &block(w, 0, iu)),
                     self.model.add_f32_tensor(vec![h, h], &block(r, 0, hu)),
                     self.model.add_f32_tensor(vec![h], &gate_bias(0)),
                     h0,
-                    self.i32_const(inputs.codes[d]),
-                    self.i32_const(i32::from(time_major)),
                 ];
+                let params = SequenceRnn {
+                    activation,
+                    time_major,
+                };
+                operands.extend(params.encode(&mut self.model));
                 self.emit_raw(
                     OperationType::UnidirectionalSequenceRnn,
                     operands,
@@ -1067,28 +1087,37 @@ struct SequenceInputs<'a> {
     peep: Option<Vec<f32>>,
     init_h: Option<u32>,
     init_c: Option<u32>,
-    /// Per direction: whether it runs in reverse, and its NN activation code.
+    /// Per direction: whether it runs in reverse, and its NN activation.
     dirs: &'a [bool],
-    codes: Vec<i32>,
+    codes: Vec<CellActivation>,
 }
 
-/// The NN activation code that makes the sequence operation compute a direction's ONNX
-/// functions exactly, or `None` when no code does.
+/// A direction's NN activation: the LSTM's cell function or the RNN's fused clamp.
+#[derive(Clone, Copy)]
+enum CellActivation {
+    Lstm(LstmActivation),
+    Rnn(FusedActivation),
+}
+
+/// The NN activation that makes the sequence operation compute a direction's ONNX
+/// functions exactly, or `None` when none does.
 ///
 /// LSTM: the gates' f must be Sigmoid (the NN operation's gates are the logistic
 /// function), and g and h one function the NN activation operand names: Tanh (4), Relu
 /// (1) or Sigmoid (6). RNN: NNAPI's operand is a fused activation (NONE, RELU, RELU1,
 /// RELU6), so only Relu (1) has a code; ONNX's default Tanh does not.
-fn sequence_activation(cell: Cell, fns: &[RecurrentFn]) -> Option<i32> {
-    let code = |f: &RecurrentFn| match f.name.as_str() {
-        "Tanh" => Some(4),
-        "Relu" => Some(1),
-        "Sigmoid" => Some(6),
+fn sequence_activation(cell: Cell, fns: &[RecurrentFn]) -> Option<CellActivation> {
+    let lstm = |f: &RecurrentFn| match f.name.as_str() {
+        "Tanh" => Some(LstmActivation::Tanh),
+        "Relu" => Some(LstmActivation::Relu),
+        "Sigmoid" => Some(LstmActivation::Sigmoid),
         _ => None,
     };
     match (cell, fns) {
-        (Cell::Lstm, [f, g, h]) if f.name == "Sigmoid" && g.name == h.name => code(g),
-        (Cell::Rnn, [f]) if f.name == "Relu" => Some(1),
+        (Cell::Lstm, [f, g, h]) if f.name == "Sigmoid" && g.name == h.name => {
+            lstm(g).map(CellActivation::Lstm)
+        }
+        (Cell::Rnn, [f]) if f.name == "Relu" => Some(CellActivation::Rnn(FusedActivation::Relu)),
         _ => None,
     }
 }

@@ -28,6 +28,7 @@ mod resize;
 mod resize_params;
 mod roles;
 mod sequence;
+mod sequence_params;
 mod shape;
 mod window;
 
@@ -43,6 +44,7 @@ pub use control_flow::{infer_control_flow, merge_dims, value_fits};
 pub use resize_params::{Resize2d, ResizeSize};
 pub use roles::Role;
 pub use sequence::LSTM_ACTIVATIONS;
+pub use sequence_params::{LstmActivation, LstmTerms, SequenceLstm, SequenceRnn};
 pub use shape::strided_slice_range;
 pub use window::{
     Conv2d, ConvKind, Hw, Pool2d, TransposeConv2d, TransposePadding, WindowPadding,

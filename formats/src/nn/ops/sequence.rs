@@ -1,6 +1,7 @@
 //! Recurrent sequence operations: UNIDIRECTIONAL_SEQUENCE_LSTM and _RNN.
 
 use super::context::*;
+use super::sequence_params::{SequenceLstm, SequenceRnn};
 use super::{OutputShape, Result, SignatureError};
 use crate::nn::model::Operand;
 use crate::nn::types::{HalVersion, OperandType, OperationType};
@@ -72,18 +73,6 @@ pub(super) fn sequence_output(time_major: bool, time: u32, batch: u32, units: u3
     }
 }
 
-pub(super) fn non_negative_f32(ctx: &Operands, index: usize, role: &'static str) -> Result<f32> {
-    let v = ctx.f32(index, role)?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(param_err(
-            index,
-            role,
-            format!("must be a finite number >= 0, got {v}"),
-        ));
-    }
-    Ok(v)
-}
-
 /// UNIDIRECTIONAL_SEQUENCE_LSTM (NNAPI feature level 3, outputs 1 and 2 from level 4).
 ///
 /// Inputs: 0 input; 1-4 input-to-{input, forget, cell, output} weights `[units,
@@ -113,7 +102,10 @@ pub(super) fn lstm(
             actual: output_count,
         });
     }
-    let time_major = ctx.bool(23, "time_major")?;
+    // The scalars and which optional tensors are present, checked before the tensors.
+    let params = SequenceLstm::decode_params(ctx)?;
+    let time_major = params.time_major;
+    let cifg = params.terms.cifg;
     let (time, mut batch, mut input_size) = sequence_input(ctx, time_major)?;
     let forget = sequence_matrix(ctx, 2, "input_to_forget_weights", &[0, input_size])?;
     let mut units = forget[0];
@@ -122,7 +114,6 @@ pub(super) fn lstm(
         let d = sequence_matrix(ctx, i, role, &[units, input_size])?;
         (units, input_size) = (d[0], d[1]);
     }
-    let cifg = !ctx.present(1);
     if !cifg {
         units = sequence_matrix(ctx, 1, "input_to_input_weights", &[units, input_size])?[0];
     }
@@ -136,51 +127,23 @@ pub(super) fn lstm(
         let d = sequence_matrix(ctx, i, role, &[units, output_size])?;
         (units, output_size) = (d[0], d[1]);
     }
-    if ctx.present(5) == cifg {
-        return Err(param_err(
-            5,
-            "recurrent_to_input_weights",
-            "must be present exactly when input_to_input_weights is",
-        ));
-    }
     if !cifg {
         let d = sequence_matrix(ctx, 5, "recurrent_to_input_weights", &[units, output_size])?;
         (units, output_size) = (d[0], d[1]);
     }
-    // Peepholes: forget and output together; input with them unless CIFG.
-    let peephole = ctx.present(10);
-    if ctx.present(11) != peephole {
-        return Err(param_err(
-            11,
-            "cell_to_output_weights",
-            "must be present exactly when cell_to_forget_weights is",
-        ));
-    }
-    if ctx.present(9) != (peephole && !cifg) {
-        return Err(param_err(
-            9,
-            "cell_to_input_weights",
-            "must be present exactly when the other peepholes are and the input gate is",
-        ));
-    }
     let vector = |index: usize, role: &'static str, units: u32| -> Result<u32> {
         Ok(sequence_matrix(ctx, index, role, &[units])?[0])
     };
-    for (i, role) in [
-        (9, "cell_to_input_weights"),
-        (10, "cell_to_forget_weights"),
-        (11, "cell_to_output_weights"),
-    ] {
-        if ctx.present(i) {
-            units = vector(i, role, units)?;
+    if params.terms.peephole {
+        for (i, role) in [
+            (9, "cell_to_input_weights"),
+            (10, "cell_to_forget_weights"),
+            (11, "cell_to_output_weights"),
+        ] {
+            if i != 9 || !cifg {
+                units = vector(i, role, units)?;
+            }
         }
-    }
-    if ctx.present(12) == cifg {
-        return Err(param_err(
-            12,
-            "input_gate_bias",
-            "must be present exactly when input_to_input_weights is",
-        ));
     }
     for (i, role) in [
         (12, "input_gate_bias"),
@@ -192,14 +155,11 @@ pub(super) fn lstm(
             units = vector(i, role, units)?;
         }
     }
-    let projection = ctx.present(16);
+    let projection = params.terms.projection;
     if projection {
         let d = sequence_matrix(ctx, 16, "projection_weights", &[output_size, units])?;
         (output_size, units) = (d[0], d[1]);
     } else {
-        if ctx.present(17) {
-            return Err(param_err(17, "projection_bias", "needs projection_weights"));
-        }
         output_size = merge_dim(
             output_size,
             units,
@@ -207,54 +167,21 @@ pub(super) fn lstm(
         )?;
         units = output_size;
     }
-    if ctx.present(17) {
+    if params.terms.projection_bias {
         output_size = vector(17, "projection_bias", output_size)?;
     }
     let hs = sequence_matrix(ctx, 18, "output_state_in", &[batch, output_size])?;
     (batch, output_size) = (hs[0], hs[1]);
     let cs = sequence_matrix(ctx, 19, "cell_state_in", &[batch, units])?;
     (batch, units) = (cs[0], cs[1]);
-    let activation = ctx.i32(20, "activation")?;
-    if !LSTM_ACTIVATIONS.contains(&activation) {
-        return Err(param_err(
-            20,
-            "activation",
-            format!(
-                "must be 0 (none), 1 (relu), 3 (relu6), 4 (tanh) or 6 (sigmoid), got {activation}"
-            ),
-        ));
-    }
-    non_negative_f32(ctx, 21, "cell_clip")?;
-    non_negative_f32(ctx, 22, "projection_clip")?;
-    if ctx.inputs.len() == 28 {
-        let any = (25..28).any(|i| ctx.present(i));
-        for (i, role) in [
-            (25, "forget_layer_norm_weights"),
-            (26, "cell_layer_norm_weights"),
-            (27, "output_layer_norm_weights"),
-        ] {
-            if ctx.present(i) != any {
-                return Err(param_err(
-                    i,
-                    role,
-                    "layer normalization weights of the forget, cell and output gates go together",
-                ));
-            }
-        }
-        if ctx.present(24) != (any && !cifg) {
-            return Err(param_err(
-                24,
-                "input_layer_norm_weights",
-                "must be present exactly when the other layer normalization weights are and the input gate is",
-            ));
-        }
+    if params.terms.layer_norm {
         for (i, role) in [
             (24, "input_layer_norm_weights"),
             (25, "forget_layer_norm_weights"),
             (26, "cell_layer_norm_weights"),
             (27, "output_layer_norm_weights"),
         ] {
-            if ctx.present(i) {
+            if i != 24 || !cifg {
                 units = vector(i, role, units)?;
             }
         }
@@ -298,17 +225,8 @@ pub(super) fn rnn(
             actual: output_count,
         });
     }
-    let time_major = match ctx.i32(6, "time_major")? {
-        0 => false,
-        1 => true,
-        v => {
-            return Err(param_err(
-                6,
-                "time_major",
-                format!("must be 0 or 1, got {v}"),
-            ));
-        }
-    };
+    // time_major and the activation, checked before the tensors.
+    let time_major = SequenceRnn::decode_params(ctx)?.time_major;
     let (time, batch, input_size) = sequence_input(ctx, time_major)?;
     let w = sequence_matrix(ctx, 1, "weights", &[0, input_size])?;
     let r = sequence_matrix(ctx, 2, "recurrent_weights", &[w[0], w[0]])?;
@@ -316,7 +234,6 @@ pub(super) fn rnn(
     let units = sequence_matrix(ctx, 3, "bias", &[units])?[0];
     let h = sequence_matrix(ctx, 4, "hidden_state", &[batch, units])?;
     let (batch, units) = (h[0], h[1]);
-    ctx.activation(5)?;
     let f32_out = |dimensions: Vec<u32>| OutputShape {
         operand_type: OperandType::TensorFloat32,
         dimensions,

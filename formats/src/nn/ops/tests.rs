@@ -447,3 +447,211 @@ fn resize_parameters_default_the_absent_flags_and_refuse_both_alignments() {
         })
     ));
 }
+
+/// An LSTM with `terms` as a frontend writes it: time 5, batch 2, input size 3, 4 units,
+/// output size 6 with projection (4 without); the layer-norm tail whenever `tail`.
+fn lstm_model(
+    params: &SequenceLstm,
+    tail: bool,
+) -> (crate::nn::Model, Vec<crate::nn::OperandIndex>) {
+    let terms = params.terms;
+    let (units, out) = (4, if terms.projection { 6 } else { 4 });
+    let mut model = crate::nn::Model::default();
+    let tensor = |m: &mut crate::nn::Model, present: bool, dims: &[u32]| {
+        if present {
+            m.add_operand(t(dims))
+        } else {
+            m.add_no_value(OperandType::TensorFloat32)
+        }
+    };
+    let input = if params.time_major {
+        [5, 2, 3]
+    } else {
+        [2, 5, 3]
+    };
+    let mut inputs = vec![tensor(&mut model, true, &input)];
+    for gate in 0..4 {
+        inputs.push(tensor(&mut model, gate > 0 || !terms.cifg, &[units, 3]));
+    }
+    for gate in 0..4 {
+        inputs.push(tensor(&mut model, gate > 0 || !terms.cifg, &[units, out]));
+    }
+    for gate in 0..3 {
+        let present = terms.peephole && (gate > 0 || !terms.cifg);
+        inputs.push(tensor(&mut model, present, &[units]));
+    }
+    for gate in 0..4 {
+        inputs.push(tensor(&mut model, gate > 0 || !terms.cifg, &[units]));
+    }
+    inputs.push(tensor(&mut model, terms.projection, &[out, units]));
+    inputs.push(tensor(&mut model, terms.projection_bias, &[out]));
+    inputs.push(tensor(&mut model, true, &[2, out]));
+    inputs.push(tensor(&mut model, true, &[2, units]));
+    inputs.extend(params.encode(&mut model));
+    if tail {
+        for gate in 0..4 {
+            let present = terms.layer_norm && (gate > 0 || !terms.cifg);
+            inputs.push(tensor(&mut model, present, &[units]));
+        }
+    }
+    (model, inputs)
+}
+
+fn views_of<'a>(
+    model: &'a crate::nn::Model,
+    inputs: &[crate::nn::OperandIndex],
+) -> Vec<InputView<'a>> {
+    inputs
+        .iter()
+        .map(|&i| InputView {
+            operand: model.operand(i).expect("operand"),
+            value: model.constant_bytes(i),
+        })
+        .collect()
+}
+
+#[test]
+fn sequence_rnn_parameters_decode_what_they_encode() {
+    use crate::nn::FusedActivation as F;
+    for activation in [F::None, F::Relu, F::Relu1, F::Relu6] {
+        for time_major in [false, true] {
+            let rnn = SequenceRnn {
+                activation,
+                time_major,
+            };
+            let mut count = 0;
+            let back = window_round_trip(
+                5,
+                |m| {
+                    let params = rnn.encode(m);
+                    count = params.len();
+                    params
+                },
+                SequenceRnn::decode,
+            );
+            assert_eq!(back, rnn);
+            assert_eq!(count, 2);
+        }
+    }
+}
+
+#[test]
+fn sequence_lstm_parameters_decode_what_they_encode_and_the_rule_agrees() {
+    use LstmActivation as A;
+    let mut checked = 0;
+    for bits in 0..32u32 {
+        let flag = |k: u32| bits & (1 << k) != 0;
+        let terms = LstmTerms {
+            cifg: flag(0),
+            peephole: flag(1),
+            projection: flag(2),
+            projection_bias: flag(2) && flag(3),
+            layer_norm: flag(4),
+        };
+        if flag(3) && !flag(2) {
+            continue;
+        }
+        for (activation, time_major) in [(A::Tanh, false), (A::Sigmoid, true), (A::None, true)] {
+            let lstm = SequenceLstm {
+                activation,
+                cell_clip: 0.5,
+                projection_clip: if terms.projection { 3.0 } else { 0.0 },
+                time_major,
+                terms,
+            };
+            for tail in [false, true] {
+                if terms.layer_norm && !tail {
+                    continue;
+                }
+                let (model, inputs) = lstm_model(&lstm, tail);
+                assert_eq!(inputs.len(), if tail { 28 } else { 24 });
+                let views = views_of(&model, &inputs);
+                assert_eq!(SequenceLstm::decode(&views), Ok(lstm));
+                // The shape rule reads the same terms: the output size follows the
+                // projection, the layout time_major.
+                let out = t(&[]);
+                let shapes = infer(
+                    OperationType::UnidirectionalSequenceLstm,
+                    &views,
+                    &[&out, &out, &out],
+                )
+                .expect("the rule accepts what the frontend encodes");
+                let size = if terms.projection { 6 } else { 4 };
+                let sequence = if time_major {
+                    vec![5, 2, size]
+                } else {
+                    vec![2, 5, size]
+                };
+                assert_eq!(shapes[0].dimensions, sequence);
+                assert_eq!(shapes[1].dimensions, vec![2, size]);
+                assert_eq!(shapes[2].dimensions, vec![2, 4]);
+                checked += 1;
+            }
+        }
+    }
+    // 24 term combinations, the 12 without layer norm with and without the tail.
+    assert_eq!(checked, 3 * (24 + 12));
+    assert_eq!(A::from_code(2), None);
+    for a in [A::None, A::Relu, A::Relu6, A::Tanh, A::Sigmoid] {
+        assert_eq!(A::from_code(a.code()), Some(a));
+        assert!(LSTM_ACTIVATIONS.contains(&a.code()));
+    }
+}
+
+#[test]
+fn sequence_parameters_refuse_what_nnapi_refuses() {
+    let plain = SequenceLstm {
+        activation: LstmActivation::Tanh,
+        cell_clip: 0.0,
+        projection_clip: 0.0,
+        time_major: true,
+        terms: LstmTerms {
+            cifg: false,
+            peephole: false,
+            projection: false,
+            projection_bias: false,
+            layer_norm: false,
+        },
+    };
+    let refused =
+        |lstm: &SequenceLstm,
+         edit: &dyn Fn(&mut crate::nn::Model, &mut Vec<crate::nn::OperandIndex>)| {
+            let (mut model, mut inputs) = lstm_model(lstm, false);
+            edit(&mut model, &mut inputs);
+            let views = views_of(&model, &inputs);
+            let decoded = SequenceLstm::decode(&views);
+            let out = t(&[]);
+            let rule = infer(OperationType::UnidirectionalSequenceLstm, &views, &[&out]);
+            // The runtime's reader and the shape rule refuse alike.
+            assert_eq!(decoded.clone().err(), rule.err());
+            match decoded {
+                Err(SignatureError::Parameter { index, .. }) => index,
+                other => panic!("expected a parameter error, got {other:?}"),
+            }
+        };
+    // The input gate's recurrent weights without its input weights.
+    let no_input_gate = |m: &mut crate::nn::Model, inputs: &mut Vec<crate::nn::OperandIndex>| {
+        inputs[1] = m.add_no_value(OperandType::TensorFloat32);
+    };
+    assert_eq!(refused(&plain, &no_input_gate), 5);
+    let bad_clip = SequenceLstm {
+        cell_clip: -1.0,
+        ..plain
+    };
+    assert_eq!(refused(&bad_clip, &|_, _| {}), 21);
+    let bad_activation = |m: &mut crate::nn::Model, inputs: &mut Vec<crate::nn::OperandIndex>| {
+        inputs[20] = m.add_i32(2);
+    };
+    assert_eq!(refused(&plain, &bad_activation), 20);
+    // An RNN's time_major is an INT32 of 0 or 1.
+    let (w, r, b, h, x) = (t(&[4, 3]), t(&[4, 4]), t(&[4]), t(&[2, 4]), t(&[5, 2, 3]));
+    let err = run(
+        OperationType::UnidirectionalSequenceRnn,
+        &[x, w, r, b, h],
+        &[c_i32(0), c_i32(2)],
+    );
+    assert!(matches!(
+        err,
+        Err(SignatureError::Parameter { index: 6, .. })
+    ));
+}
