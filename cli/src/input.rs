@@ -145,8 +145,9 @@ pub fn read_profiles(path: &Path) -> anyhow::Result<Vec<nnc_formats::device::Dev
             format!("{what} {} is not UTF-8 text", path.display()),
         )
     })?;
+    // Named as a device profile: the parser's messages say only where in the file.
     Ok(nnc_formats::device::parse_profiles(
         &text,
-        &path.display().to_string(),
+        &format!("{what} {}", path.display()),
     )?)
 }

@@ -144,7 +144,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut options = super::lower_options(&args.input_shapes, false, args.limits.limits())?;
     super::bind_inputs(&mut options, &args.bind_inputs)?;
     let started = Instant::now();
-    let lowered = super::lower(&args.model, &options)?;
+    let lowered = super::lower(&args.model, &options, "compile")?;
     super::warn_notes(&lowered);
     let lower_ms = started.elapsed().as_secs_f64() * 1e3;
     progress.stage(format!(

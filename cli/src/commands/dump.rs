@@ -72,7 +72,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let mut options =
             super::lower_options(&args.input_shapes, args.no_optimize, args.limits.limits())?;
         super::bind_inputs(&mut options, &args.bind_inputs)?;
-        (super::lower(&args.model, &options)?.model, None)
+        (super::lower(&args.model, &options, "dump")?.model, None)
     };
     let model = &model;
     let mut dot_options = DotOptions {

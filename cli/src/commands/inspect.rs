@@ -51,7 +51,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut options =
         super::lower_options(&args.input_shapes, args.no_optimize, args.limits.limits())?;
     super::bind_inputs(&mut options, &args.bind_inputs)?;
-    let lowered = super::lower(&args.model, &options)?;
+    let lowered = super::lower(&args.model, &options, "inspect")?;
     let report = source_report(&args.model, &lowered);
     if args.json {
         output::stdout(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;

@@ -131,9 +131,10 @@ pub fn warn_notes(lowered: &Lowered) {
     }
 }
 
-pub fn lower(path: &Path, options: &LowerOptions) -> anyhow::Result<Lowered> {
-    pipeline::lower_file(path, options)
-        .with_context(|| format!("cannot compile {}", path.display()))
+/// `what` is what the command does with the model ("compile", "inspect", "dump"), so the
+/// error says what failed in the user's terms.
+pub fn lower(path: &Path, options: &LowerOptions, what: &str) -> anyhow::Result<Lowered> {
+    pipeline::lower_file(path, options).with_context(|| format!("cannot {what} {}", path.display()))
 }
 
 /// `--algorithm` of keygen.
