@@ -24,6 +24,8 @@
 
 #![cfg(unix)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -546,28 +548,7 @@ const CASES: &[(&str, &[&str])] = &[
 /// Compares `actual` with the snapshot `name`, or writes it under `NNC_BLESS`.
 fn check(name: &str, actual: &str, mismatches: &mut Vec<String>) {
     let path = snapshot_dir().join(format!("{name}.txt"));
-    if std::env::var_os("NNC_BLESS").is_some() {
-        std::fs::create_dir_all(snapshot_dir()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    match std::fs::read_to_string(&path) {
-        Ok(expected) if expected == actual => {}
-        Ok(expected) => {
-            let line = expected
-                .lines()
-                .zip(actual.lines())
-                .position(|(a, b)| a != b)
-                .unwrap_or_else(|| expected.lines().count().min(actual.lines().count()));
-            mismatches.push(format!(
-                "{name}: differs from the snapshot at line {} (expected {:?}, got {:?})",
-                line + 1,
-                expected.lines().nth(line).unwrap_or("<end>"),
-                actual.lines().nth(line).unwrap_or("<end>")
-            ));
-        }
-        Err(_) => mismatches.push(format!("{name}: no snapshot (run with NNC_BLESS=1)")),
-    }
+    common::check_snapshot(&path, name, actual, mismatches);
 }
 
 /// Snapshot files no case writes: removed under `NNC_BLESS`, reported otherwise.

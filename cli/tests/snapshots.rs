@@ -11,6 +11,8 @@
 //! NNC_BLESS=1 cargo test -p nnc-cli --test snapshots && git diff cli/tests/snapshots
 //! ```
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -39,29 +41,12 @@ fn nnc(dir: &Path, args: &[&str]) -> String {
 
 /// Compares `actual` with the snapshot `name`, or writes it under `NNC_BLESS`.
 fn check(name: &str, actual: &str, mismatches: &mut Vec<String>) {
-    let path = snapshots().join("out").join(name);
-    if std::env::var_os("NNC_BLESS").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    match std::fs::read_to_string(&path) {
-        Ok(expected) if expected == actual => {}
-        Ok(expected) => {
-            let line = expected
-                .lines()
-                .zip(actual.lines())
-                .position(|(a, b)| a != b)
-                .unwrap_or_else(|| expected.lines().count().min(actual.lines().count()));
-            mismatches.push(format!(
-                "{name}: differs from the snapshot at line {} (expected {:?}, got {:?})",
-                line + 1,
-                expected.lines().nth(line).unwrap_or("<end>"),
-                actual.lines().nth(line).unwrap_or("<end>")
-            ));
-        }
-        Err(_) => mismatches.push(format!("{name}: no snapshot (run with NNC_BLESS=1)")),
-    }
+    common::check_snapshot(
+        &snapshots().join("out").join(name),
+        name,
+        actual,
+        mismatches,
+    );
 }
 
 #[test]

@@ -655,3 +655,27 @@ fn sequence_parameters_refuse_what_nnapi_refuses() {
         Err(SignatureError::Parameter { index: 6, .. })
     ));
 }
+
+#[test]
+fn weighted_int8_rows_have_a_filter_layout() {
+    // The quantizer reads a weighted operation's filter layout from its `Work`; a row
+    // marked weighted without one would be silently left in float.
+    for &op in OperationType::ALL {
+        let row = schema(op);
+        if row.int8_form() == Int8::Weighted {
+            assert!(
+                matches!(
+                    row.work_kind(),
+                    Some(
+                        Work::Convolution
+                            | Work::GroupedConvolution
+                            | Work::DepthwiseConvolution
+                            | Work::TransposedConvolution
+                            | Work::FullyConnected
+                    )
+                ),
+                "{op:?} is int8-weighted without a filter layout"
+            );
+        }
+    }
+}
