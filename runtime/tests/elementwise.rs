@@ -143,6 +143,58 @@ fn float_binary_ops_broadcast() {
     }
 }
 
+/// POW by 1, 2, 3 or -1 (the same value in every element of the exponent, a weight or an
+/// input) is a product: it gives `powf`'s values, special values included; other
+/// exponents, and exponents that widen the base, take the general path.
+#[test]
+fn pow_by_small_integers_matches_powf() {
+    let base = [
+        -3.5f32,
+        -1.0,
+        -0.0,
+        0.0,
+        0.5,
+        2.0,
+        1e20,
+        -1e20,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        7.25,
+        1.0e-30,
+        3.0,
+        -2.5,
+        0.1,
+        -0.1,
+        1.5,
+        -1.5,
+    ];
+    let shape = [base.len()];
+    for exponent in [1.0f32, 2.0, 3.0, -1.0, 2.5, 0.5] {
+        for exponent_shape in [vec![1], vec![1, 1]] {
+            for as_weight in [false, true] {
+                let out_shape = if exponent_shape.len() == 2 {
+                    vec![1, base.len()]
+                } else {
+                    shape.to_vec()
+                };
+                let args = vec![
+                    input_f32(&shape, &base),
+                    f32_arg(as_weight, &exponent_shape, &[exponent]),
+                ];
+                let got = run_op(OperationType::Pow, args, &[out_f32(&out_shape)]).unwrap();
+                for (x, y) in base.iter().zip(f32s(&got[0])) {
+                    let want = x.powf(exponent);
+                    let same = (want.is_nan() && y.is_nan())
+                        || (want == y && want.is_sign_negative() == y.is_sign_negative())
+                        || (f64::from(y) - f64::from(want)).abs() <= 2e-7 * f64::from(want.abs());
+                    assert!(same, "pow({x}, {exponent}) = {y}, powf gives {want}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn int32_binary_ops() {
     let mut rng = Rng::new(22);

@@ -1,6 +1,7 @@
 //! Fused operations give the bits their operations give one at a time: a 1x1 expansion
 //! convolution and the depthwise convolution reading it, over strides, kernel sizes,
-//! implicit and explicit padding, batches, bands of one row and of many, and two threads.
+//! implicit and explicit padding, batches, bands of one row and of many, and two threads;
+//! LOGISTIC and the MUL of its input by its output (SiLU) in either operand order.
 
 mod common;
 
@@ -205,4 +206,91 @@ fn a_small_expansion_runs_unfused() {
     let program = prepare(&model, 1, true);
     assert!(program.fused_operations().is_empty());
     program.execute_host(&[input]).unwrap();
+}
+
+/// x -> LOGISTIC -> s, then MUL(x, s) (or MUL(s, x)) with activation `act` -> y; with
+/// `expose_sigmoid`, s is a model output too (so it must be written).
+fn swish_model(shape: &[usize], sigmoid_first: bool, act: i32, expose_sigmoid: bool) -> Model {
+    let mut m = Model::default();
+    let mut x_operand = f32_operand(shape);
+    x_operand.lifetime = Lifetime::SubgraphInput;
+    let x = m.add_operand(x_operand);
+    let mut s_operand = f32_operand(shape);
+    if expose_sigmoid {
+        s_operand.lifetime = Lifetime::SubgraphOutput;
+    }
+    let s = m.add_operand(s_operand);
+    m.add_operation(OperationType::Logistic, vec![x], vec![s], "sigmoid");
+    let mut y_operand = f32_operand(shape);
+    y_operand.lifetime = Lifetime::SubgraphOutput;
+    let y = m.add_operand(y_operand);
+    let act = m.add_i32(act);
+    let (a, b) = if sigmoid_first { (s, x) } else { (x, s) };
+    m.add_operation(OperationType::Mul, vec![a, b, act], vec![y], "mul");
+    let info = |name: &str| IoInfo {
+        name: name.into(),
+        dtype: DataType::F32,
+        dims: shape.iter().map(|&d| d as u32).collect(),
+    };
+    m.main.inputs = vec![x];
+    m.main.outputs = vec![y];
+    m.input_info = vec![info("x")];
+    m.output_info = vec![info("y")];
+    if expose_sigmoid {
+        m.main.outputs.push(s);
+        m.output_info.push(info("s"));
+    }
+    m
+}
+
+#[test]
+fn a_sigmoid_and_the_product_with_its_input_fuse_into_swish() {
+    let mut rng = Rng::new(13);
+    // Long enough to split over two threads, with a tail of a partial vector.
+    let shape = [1, 45, 47, 33];
+    let n: usize = shape.iter().product();
+    let values: Vec<f32> = rng.f32s(n).iter().map(|v| v * 12.0).collect();
+    let input = HostTensor::new(DataType::F32, shape.to_vec(), f32_bytes(&values)).unwrap();
+    for sigmoid_first in [false, true] {
+        let model = swish_model(&shape, sigmoid_first, 0, false);
+        let unfused = prepare(&model, 1, false);
+        assert!(unfused.fused_operations().is_empty());
+        let expected = f32s(&unfused.execute_host(std::slice::from_ref(&input)).unwrap()[0]);
+        for (v, e) in values.iter().zip(&expected) {
+            let want = f64::from(*v) / (1.0 + (-f64::from(*v)).exp());
+            assert!(
+                (f64::from(*e) - want).abs() <= 1e-5 + 1e-6 * want.abs(),
+                "{v}: {e}"
+            );
+        }
+        for threads in [1, 2] {
+            let fused = prepare(&model, threads, true);
+            assert_eq!(
+                fused.fused_operations(),
+                vec![1],
+                "sigmoid first: {sigmoid_first}"
+            );
+            let got = f32s(&fused.execute_host(std::slice::from_ref(&input)).unwrap()[0]);
+            let same = got.len() == expected.len()
+                && got
+                    .iter()
+                    .zip(&expected)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "sigmoid first: {sigmoid_first}, {threads} threads");
+        }
+    }
+}
+
+#[test]
+fn a_swish_whose_sigmoid_is_needed_or_clamped_runs_unfused() {
+    let shape = [2, 3, 5];
+    // The sigmoid is a model output: it must be written.
+    let exposed = prepare(&swish_model(&shape, false, 0, true), 1, true);
+    assert!(exposed.fused_operations().is_empty());
+    // A fused RELU on the MUL: not the kernel's function.
+    let clamped = prepare(&swish_model(&shape, false, 1, false), 1, true);
+    assert!(clamped.fused_operations().is_empty());
+    let input = HostTensor::new(DataType::F32, shape.to_vec(), f32_bytes(&[-1.0; 30])).unwrap();
+    let y = f32s(&clamped.execute_host(&[input]).unwrap()[0]);
+    assert!(y.iter().all(|&v| v == 0.0), "{y:?}");
 }

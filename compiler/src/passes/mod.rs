@@ -5,6 +5,7 @@ pub mod dead_code;
 pub mod fold_batch_norm;
 pub mod fold_constants;
 pub mod fuse_activations;
+pub mod fuse_gelu;
 pub mod graph;
 pub mod remove_identities;
 pub mod transposes;
@@ -28,13 +29,15 @@ pub struct PassReport {
 type PassFn = fn(&mut Model) -> Result<BTreeMap<String, usize>, String>;
 
 /// The passes in pipeline order. Identity removal and constant folding run first so the
-/// layout pass sees a clean graph; dead code goes right after it (the transposes it
+/// layout pass sees a clean graph (with GELU's erf form fused into one operation, which a
+/// transpose passes like any elementwise one); dead code goes right after it (the transposes it
 /// bypassed would otherwise still count as readers); batch-norm folding must run after
 /// the layout pass (which moves the channel constants next to their convolution) and
 /// before activation fusion (a fused activation would block folding).
 pub const PIPELINE: &[(&str, PassFn)] = &[
     ("remove-identities", remove_identities::run),
     ("fold-constants", fold_constants::run),
+    ("fuse-gelu", fuse_gelu::run),
     ("transposes", transposes::run),
     ("dead-code", dead_code::run),
     ("remove-identities", remove_identities::run),

@@ -896,7 +896,11 @@ impl Program {
                 }
             }
             if let Some((t, _)) = &tail {
-                for (pos, &o) in t.inputs.iter().enumerate().skip(1) {
+                // The head's output is never written: the tail does not read it.
+                for (pos, &o) in t.inputs.iter().enumerate() {
+                    if op.outputs.contains(&o) {
+                        continue;
+                    }
                     if self.storage[o as usize] == Storage::Computed {
                         tail_slot[pos] = reads.len();
                         reads.push(region(o)?);

@@ -18,7 +18,7 @@ use super::plan::{ArenaPlan, Interval, plan_arena};
 use super::weights::WeightProvider;
 use crate::buffer::AlignedBuf;
 use crate::error::{OpRef, Result, RuntimeError};
-use crate::kernels::expand_depthwise::ExpandDepthwise;
+use crate::kernels::fused::{self, FusedPair};
 use crate::kernels::{self, FloatMath, Kernel, KernelOptions, Requantization, Scratch};
 use crate::tensor::byte_size;
 
@@ -121,7 +121,7 @@ pub struct Program {
     pub(crate) plan: Option<StaticPlan>,
     /// At operation `i`, the kernel that runs `i` and `i + 1` together (static plans
     /// only; the executor then skips `i + 1`).
-    pub(crate) fused: Vec<Option<ExpandDepthwise>>,
+    pub(crate) fused: Vec<Option<FusedPair>>,
     pub(crate) weights: Arc<dyn WeightProvider>,
     pub(crate) threads: usize,
     /// What the kernels were built with (the options, made fast for a relaxed model).
@@ -814,25 +814,19 @@ fn propagate_shapes(model: &Model) -> Result<Vec<Vec<u32>>> {
     Ok(dims)
 }
 
-/// The operations `i` whose output only operation `i + 1` reads, where the pair is a
-/// CONV_2D and a DEPTHWISE_CONV_2D reading it as its input 0: the pairs a fused kernel
-/// may run (decided from the graph alone, so that the memory plan, which a model cache
-/// stores, does not depend on the processor).
+/// The operations `i` whose output only operation `i + 1` reads, where the pair has the
+/// form of a fused kernel ([`fused::is_candidate`]): the pairs a fused kernel may run
+/// (decided from the graph alone, so that the memory plan, which a model cache stores,
+/// does not depend on the processor).
 fn fusion_candidates<'m>(
     ops: &'m [nnc_formats::nn::Operation],
     last_use: &'m [usize],
 ) -> impl Iterator<Item = usize> + 'm {
     ops.windows(2).enumerate().filter_map(move |(i, pair)| {
         let (head, tail) = (&pair[0], &pair[1]);
-        let &[t] = head.outputs.as_slice() else {
-            return None;
-        };
-        (head.op_type == OperationType::Conv2d
-            && tail.op_type == OperationType::DepthwiseConv2d
-            && tail.inputs.first() == Some(&t)
-            && !tail.inputs.iter().skip(1).any(|&o| o == t)
-            && last_use[t as usize] == i + 1)
-            .then_some(i)
+        (fused::is_candidate(head, tail)
+            && head.outputs.iter().all(|&t| last_use[t as usize] == i + 1))
+        .then_some(i)
     })
 }
 
@@ -847,9 +841,9 @@ fn fuse_pairs<'c>(
     storage: &[Storage],
     shapes: &[Option<Vec<usize>>],
     plan: &StaticPlan,
-) -> Vec<Option<ExpandDepthwise>> {
+) -> Vec<Option<FusedPair>> {
     let ops = &model.main.operations;
-    let mut fused: Vec<Option<ExpandDepthwise>> = (0..ops.len()).map(|_| None).collect();
+    let mut fused: Vec<Option<FusedPair>> = (0..ops.len()).map(|_| None).collect();
     let region = |o: u32| {
         let o = o as usize;
         let at = plan.offsets.get(o).copied().flatten()?;
@@ -876,14 +870,20 @@ fn fuse_pairs<'c>(
         ) else {
             continue;
         };
+        let tail_reads: Vec<u32> = tail
+            .inputs
+            .iter()
+            .copied()
+            .filter(|o| !head.outputs.contains(o))
+            .collect();
         if plan.skip[i]
             || plan.skip[i + 1]
             || !apart(&head.inputs, &tail.outputs)
-            || !apart(tail.inputs.get(1..).unwrap_or(&[]), &tail.outputs)
+            || !apart(&tail_reads, &tail.outputs)
         {
             continue;
         }
-        fused[i] = kernels::expand_depthwise_pair(
+        fused[i] = kernels::fused_pair(
             head,
             tail,
             &model.main.operands,

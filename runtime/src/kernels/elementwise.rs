@@ -13,7 +13,7 @@
 
 use nnc_formats::nn::OperandType;
 
-use super::{Clamp, Kernel, KernelContext, OpInfo};
+use super::{Clamp, Kernel, KernelContext, OpInfo, vmath};
 use crate::error::{Result, RuntimeError};
 
 // ---------------------------------------------------------------------------------------
@@ -323,6 +323,29 @@ pub(crate) fn build_binary(info: &OpInfo, op: BinaryOp) -> Result<Box<dyn Kernel
     }))
 }
 
+/// The function a POW computes when every element of its exponent is the same value,
+/// one that multiplications give exactly as IEEE `pow` defines it: 1, 2, 3, -1 (`None`
+/// is the identity). Models square with POW (transformers' variance, CAFormer's squared
+/// ReLU) where a general `powf` per element costs 20 times a multiply. The exponent is
+/// read when the operation runs: compiled models keep it with the encrypted weights.
+/// Half powers stay general: `pow(-0, 0.5)` is +0 and `pow(-inf, 0.5)` +inf, not
+/// sqrt's.
+fn exact_power(exponent: &[f32]) -> Option<Option<vmath::Func>> {
+    // Longer exponents are tensors of their own, not one value broadcast.
+    const MAX_LEN: usize = 16;
+    let (&first, rest) = exponent.split_first()?;
+    if exponent.len() > MAX_LEN || rest.iter().any(|v| v.to_bits() != first.to_bits()) {
+        return None;
+    }
+    match first {
+        1.0 => Some(None),
+        2.0 => Some(Some(vmath::Func::Square)),
+        3.0 => Some(Some(vmath::Func::Cube)),
+        -1.0 => Some(Some(vmath::Func::Reciprocal)),
+        _ => None,
+    }
+}
+
 /// Floor division of int32 values; division by zero is defined as 0, and
 /// `i32::MIN / -1` wraps to `i32::MIN`.
 pub(crate) fn floor_div_i32(a: i32, b: i32) -> i32 {
@@ -373,9 +396,16 @@ impl Kernel for Binary {
                     BinaryOp::Min => {
                         map!(|p: f32, q: f32| p.min(q))
                     }
-                    BinaryOp::Pow => {
-                        map!(|p: f32, q: f32| p.powf(q))
-                    }
+                    BinaryOp::Pow => match exact_power(y) {
+                        Some(power) if a.shape == so && x.len() == o.len() => {
+                            match power {
+                                Some(f) => vmath::apply_threaded(threads, f, x, o),
+                                None => o.copy_from_slice(x),
+                            }
+                            Ok(())
+                        }
+                        _ => map!(|p: f32, q: f32| p.powf(q)),
+                    },
                     BinaryOp::Prelu => {
                         map!(|p: f32, q: f32| { if p >= 0.0 { p } else { p * q } })
                     }
@@ -480,44 +510,30 @@ pub(crate) fn build_unary(info: &OpInfo, op: UnaryOp) -> Result<Box<dyn Kernel>>
     }))
 }
 
-/// The logistic function, evaluated so that neither branch overflows or loses relative
-/// accuracy: for x < 0, e^x / (1 + e^x) with e^x in (0, 1).
-pub(crate) fn logistic(x: f32) -> f32 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
-}
-
-fn unary_f32(op: UnaryOp, x: f32) -> f32 {
-    match op {
-        UnaryOp::Abs => x.abs(),
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => x.ln(),
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
-        UnaryOp::Neg => -x,
-        UnaryOp::Floor => x.floor(),
-        UnaryOp::Sin => x.sin(),
-        UnaryOp::Logistic => logistic(x),
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Clamp(c) => c.apply(x),
-        UnaryOp::HardSwish => x * (x + 3.0).clamp(0.0, 6.0) / 6.0,
-        UnaryOp::Elu(alpha) => {
-            if x < 0.0 {
-                alpha * x.exp_m1()
-            } else {
-                x
-            }
-        }
-        UnaryOp::Not => x,
+impl UnaryOp {
+    /// The vectorized function of this operation on float32 (`None`: computed here, one
+    /// value at a time, or a clamp).
+    fn vector_func(self) -> Option<vmath::Func> {
+        Some(match self {
+            UnaryOp::Abs => vmath::Func::Abs,
+            UnaryOp::Exp => vmath::Func::Exp,
+            UnaryOp::Log => vmath::Func::Log,
+            UnaryOp::Sqrt => vmath::Func::Sqrt,
+            UnaryOp::Rsqrt => vmath::Func::Rsqrt,
+            UnaryOp::Neg => vmath::Func::Neg,
+            UnaryOp::Floor => vmath::Func::Floor,
+            UnaryOp::Logistic => vmath::Func::Sigmoid,
+            UnaryOp::Tanh => vmath::Func::Tanh,
+            UnaryOp::HardSwish => vmath::Func::HardSwish,
+            UnaryOp::Elu(alpha) => vmath::Func::Elu(alpha),
+            UnaryOp::Sin | UnaryOp::Clamp(_) | UnaryOp::Not => return None,
+        })
     }
 }
 
 impl Kernel for Unary {
     fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let threads = ctx.threads;
         let a = ctx.input(0)?;
         let out = ctx.output(0)?;
         if a.element_count() != out.element_count() {
@@ -528,13 +544,14 @@ impl Kernel for Unary {
             OperandType::TensorFloat32 => {
                 let x = a.f32()?;
                 let o = out.f32_mut()?;
-                match op {
-                    // Keep the hottest activations as tight loops the compiler vectorizes.
-                    UnaryOp::Clamp(c) => o.iter_mut().zip(x).for_each(|(o, &v)| *o = c.apply(v)),
-                    _ => o
-                        .iter_mut()
-                        .zip(x)
-                        .for_each(|(o, &v)| *o = unary_f32(op, v)),
+                match (op, op.vector_func()) {
+                    (_, Some(f)) => vmath::apply_threaded(threads, f, x, o),
+                    // A tight loop the compiler vectorizes.
+                    (UnaryOp::Clamp(c), None) => {
+                        o.iter_mut().zip(x).for_each(|(o, &v)| *o = c.apply(v))
+                    }
+                    (UnaryOp::Sin, None) => o.iter_mut().zip(x).for_each(|(o, &v)| *o = v.sin()),
+                    (_, None) => return Err(RuntimeError::kernel(format!("float {op:?}"))),
                 }
             }
             OperandType::TensorInt32 => {
@@ -613,13 +630,6 @@ mod tests {
         assert_eq!(out, vec![0.0, 2.0, 6.0, 3.0, 8.0, 15.0]);
         // Mismatch is an error, not a panic.
         assert!(broadcast_map(&a, &[2, 3], &b, &[4], &mut out, &[2, 3], |x, y| x + y).is_err());
-    }
-
-    #[test]
-    fn logistic_is_stable() {
-        assert_eq!(logistic(-1000.0), 0.0);
-        assert_eq!(logistic(1000.0), 1.0);
-        assert!((logistic(0.0) - 0.5).abs() < 1e-7);
     }
 
     /// Same-shape operands split over threads give every value one thread gives, and a

@@ -31,6 +31,7 @@ mod conv_indirect;
 pub mod elementwise;
 pub(crate) mod expand_depthwise;
 pub mod fully_connected;
+pub(crate) mod fused;
 pub mod gather;
 mod gemm_f32;
 pub mod grid_sample;
@@ -51,6 +52,7 @@ pub mod shape;
 pub mod softmax;
 pub mod transformer;
 pub(crate) mod util;
+pub(crate) mod vmath;
 pub(crate) mod window;
 mod winograd;
 
@@ -345,22 +347,21 @@ pub fn build<'c>(
     build_with(op, operands, constant, KernelOptions::default())
 }
 
-/// The fused kernel of a 1x1 expansion convolution `head` and the depthwise convolution
-/// `tail` reading its output, where the pair has the shape
-/// [`expand_depthwise::ExpandDepthwise`] runs; `shapes` are the expansion's input, its
-/// output and the depthwise output.
-pub(crate) fn expand_depthwise_pair<'c>(
+/// The fused kernel of `head` and `tail` (a candidate pair, [`fused::is_candidate`]) where
+/// their operands have the form it runs; `shapes` are the head's input 0, its output and
+/// the tail's output.
+pub(crate) fn fused_pair<'c>(
     head: &Operation,
     tail: &Operation,
     operands: &[Operand],
     constant: impl Fn(u32) -> Option<&'c [u8]>,
     shapes: [&[usize]; 3],
-) -> Option<expand_depthwise::ExpandDepthwise> {
+) -> Option<fused::FusedPair> {
     let head = OpInfo::new(head, operands, &constant).ok()?;
     let tail = OpInfo::new(tail, operands, &constant).ok()?;
     head.check_signature().ok()?;
     tail.check_signature().ok()?;
-    expand_depthwise::ExpandDepthwise::for_pair(&head, &tail, shapes)
+    fused::FusedPair::for_pair(&head, &tail, shapes)
 }
 
 /// Whether the kernel [`build_with`] makes for `op` writes its output 0 as a slice of a

@@ -148,13 +148,9 @@ fn for_each_lane(
 }
 
 fn softmax_lane(beta: f32, x: &[f32], out: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0f64;
-    for (o, &v) in out.iter_mut().zip(x) {
-        let e = (beta * (v - max)).exp();
-        *o = e;
-        sum += f64::from(e);
-    }
+    // The largest value is subtracted first, so no exponential overflows (beta > 0).
+    let max = super::vmath::max(x);
+    let sum = super::vmath::exp_shifted(x, out, max, beta);
     let inv = (1.0 / sum) as f32;
     for o in out.iter_mut() {
         *o *= inv;

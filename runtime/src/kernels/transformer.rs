@@ -10,11 +10,13 @@
 //!   `1 / sqrt(var + epsilon)` are written too (ONNX's Mean and InvStdDev).
 //! - GELU: `x * Phi(x)`, exact (`0.5 * x * (1 + erf(x / sqrt 2))`) or the tanh
 //!   approximation `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))`.
-//! - ERF: the error function (the `libm` crate's single-precision `erff`, within an ulp).
+//! - ERF: the error function.
+//!
+//! GELU and ERF run on the vectorized approximations of [`super::vmath`] (within 3 ulp).
 //! - MATH_UNARY: the elementwise functions the NN set lacks (round half to even, tan,
 //!   the inverse and hyperbolic trigonometric functions), Rust's single-precision ones.
 
-use super::{Kernel, KernelContext, OpInfo};
+use super::{Kernel, KernelContext, OpInfo, vmath};
 use crate::error::{Result, RuntimeError};
 
 /// LAYER_NORMALIZATION.
@@ -118,43 +120,34 @@ struct Gelu {
     approximate: bool,
 }
 
-/// sqrt(2 / pi).
-const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-
-pub(crate) fn gelu_exact(x: f32) -> f32 {
-    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
-}
-
-pub(crate) fn gelu_tanh(x: f32) -> f32 {
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
-}
-
 impl Kernel for Gelu {
     fn run(&self, ctx: &mut KernelContext) -> Result<()> {
-        let x = ctx.input(0)?.f32()?;
-        let out = ctx.output(0)?.f32_mut()?;
         let f = if self.approximate {
-            gelu_tanh
+            vmath::Func::GeluTanh
         } else {
-            gelu_exact
+            vmath::Func::GeluErf
         };
-        for (o, &v) in out.iter_mut().zip(x) {
-            *o = f(v);
-        }
-        Ok(())
+        elementwise(ctx, f)
     }
+}
+
+/// `out = f(x)` for an operation of one input and one output of its shape.
+fn elementwise(ctx: &mut KernelContext, f: vmath::Func) -> Result<()> {
+    let threads = ctx.threads;
+    let x = ctx.input(0)?.f32()?;
+    let out = ctx.output(0)?.f32_mut()?;
+    if out.len() != x.len() {
+        return Err(RuntimeError::kernel("output size differs from the input's"));
+    }
+    vmath::apply_threaded(threads, f, x, out);
+    Ok(())
 }
 
 struct Erf;
 
 impl Kernel for Erf {
     fn run(&self, ctx: &mut KernelContext) -> Result<()> {
-        let x = ctx.input(0)?.f32()?;
-        let out = ctx.output(0)?.f32_mut()?;
-        for (o, &v) in out.iter_mut().zip(x) {
-            *o = libm::erff(v);
-        }
-        Ok(())
+        elementwise(ctx, vmath::Func::Erf)
     }
 }
 
@@ -180,13 +173,15 @@ mod tests {
     #[test]
     fn gelu_matches_its_definitions() {
         // Phi(1) = 0.841344746..., so GELU(1) = 0.841344746.
-        assert!((gelu_exact(1.0) - 0.841_344_7).abs() < 1e-6);
-        assert!((gelu_exact(-1.0) + 0.158_655_25).abs() < 1e-6);
-        assert_eq!(gelu_exact(0.0), 0.0);
+        let exact = |x| vmath::eval(vmath::Func::GeluErf, x);
+        let tanh_form = |x| vmath::eval(vmath::Func::GeluTanh, x);
+        assert!((exact(1.0) - 0.841_344_7).abs() < 1e-6);
+        assert!((exact(-1.0) + 0.158_655_25).abs() < 1e-6);
+        assert_eq!(exact(0.0), 0.0);
         // The tanh form is within 1e-3 of the exact one near the origin.
         for i in -30..=30 {
             let x = i as f32 / 10.0;
-            assert!((gelu_tanh(x) - gelu_exact(x)).abs() < 1e-3, "{x}");
+            assert!((tanh_form(x) - exact(x)).abs() < 1e-3, "{x}");
         }
     }
 }
