@@ -223,30 +223,109 @@ impl Kernel for InstanceNorm {
         let input = ctx.input(0)?;
         let x = input.f32()?;
         let [n, d1, d2, d3] = super::util::rank4(input.shape, "input")?;
-        // NHWC: lanes of H*W spaced C apart; NCHW: contiguous lanes of H*W.
-        let dims = if self.nchw {
-            (n * d1, d2 * d3, 1)
-        } else {
-            (n, d1 * d2, d3)
-        };
         let out = ctx.output(0)?.f32_mut()?;
+        if x.len() != n * d1 * d2 * d3 || out.len() != x.len() {
+            return Err(RuntimeError::kernel(
+                "input and output sizes do not match the shape",
+            ));
+        }
         let (gamma, beta, eps) = (
             f64::from(self.gamma),
             f64::from(self.beta),
             f64::from(self.epsilon),
         );
-        for_each_lane(x, out, dims, |x, o| {
-            let count = x.len().max(1) as f64;
-            let mean = x.iter().map(|&v| f64::from(v)).sum::<f64>() / count;
-            let var = x
-                .iter()
-                .map(|&v| (f64::from(v) - mean).powi(2))
-                .sum::<f64>()
-                / count;
+        // Per image and channel: the statistics, then `x * scale + shift`.
+        let affine = |mean: f64, var: f64| {
             let scale = gamma / (var + eps).sqrt();
-            for (o, &v) in o.iter_mut().zip(x) {
-                *o = ((f64::from(v) - mean) * scale + beta) as f32;
+            (scale as f32, (beta - mean * scale) as f32)
+        };
+        if self.nchw {
+            // Contiguous lanes of H*W.
+            let lane = d2 * d3;
+            for (xs, os) in x.chunks(lane.max(1)).zip(out.chunks_mut(lane.max(1))) {
+                let mut stats = ChannelStats::new(1);
+                xs.iter()
+                    .for_each(|v| stats.add_row(std::slice::from_ref(v)));
+                let (mean, var) = stats.channel(0);
+                let (scale, shift) = affine(mean, var);
+                for (o, &v) in os.iter_mut().zip(xs) {
+                    *o = v * scale + shift;
+                }
             }
-        })
+            return Ok(());
+        }
+        // NHWC: sweep each image's rows of C channels twice, contiguously (gathering
+        // each channel's lane, C apart, ran 17 ns per element on wav2vec2's 512 x 3199).
+        let (pixels, channels) = (d1 * d2, d3);
+        let image = pixels * channels;
+        for (xs, os) in x.chunks(image.max(1)).zip(out.chunks_mut(image.max(1))) {
+            let mut stats = ChannelStats::new(channels);
+            xs.chunks_exact(channels.max(1))
+                .for_each(|row| stats.add_row(row));
+            let (scales, shifts): (Vec<f32>, Vec<f32>) = (0..channels)
+                .map(|c| {
+                    let (mean, var) = stats.channel(c);
+                    affine(mean, var)
+                })
+                .unzip();
+            for (xr, or) in xs
+                .chunks_exact(channels.max(1))
+                .zip(os.chunks_exact_mut(channels.max(1)))
+            {
+                for (((o, &v), &scale), &shift) in or.iter_mut().zip(xr).zip(&scales).zip(&shifts) {
+                    *o = v * scale + shift;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Running mean and variance of each channel over rows of one value per channel, in f64,
+/// of the values' offsets from each channel's first value (which keeps the cancellation
+/// of `E[x^2] - E[x]^2` harmless).
+struct ChannelStats {
+    first: Vec<f64>,
+    sum: Vec<f64>,
+    squares: Vec<f64>,
+    rows: usize,
+}
+
+impl ChannelStats {
+    fn new(channels: usize) -> ChannelStats {
+        ChannelStats {
+            first: vec![0.0; channels],
+            sum: vec![0.0; channels],
+            squares: vec![0.0; channels],
+            rows: 0,
+        }
+    }
+
+    fn add_row(&mut self, row: &[f32]) {
+        if self.rows == 0 {
+            for (f, &v) in self.first.iter_mut().zip(row) {
+                *f = f64::from(v);
+            }
+        }
+        for (((s, q), &f), &v) in self
+            .sum
+            .iter_mut()
+            .zip(&mut self.squares)
+            .zip(&self.first)
+            .zip(row)
+        {
+            let d = f64::from(v) - f;
+            *s += d;
+            *q += d * d;
+        }
+        self.rows += 1;
+    }
+
+    /// Channel `c`'s (mean, population variance).
+    fn channel(&self, c: usize) -> (f64, f64) {
+        let n = self.rows.max(1) as f64;
+        let shifted_mean = self.sum[c] / n;
+        let var = (self.squares[c] / n - shifted_mean * shifted_mean).max(0.0);
+        (self.first[c] + shifted_mean, var)
     }
 }
