@@ -364,3 +364,49 @@ fn mean_keep_dims_int32_flag() {
     assert_eq!(got[0].shape, vec![1, 1, 1, 3]);
     let _ = OperandType::TensorFloat32;
 }
+
+/// SOFTMAX and LAYER_NORMALIZATION over enough lanes to split them over two threads give
+/// the bits one thread gives (each lane is computed by one thread, in the same order),
+/// and the softmax rows sum to 1.
+#[test]
+fn lanes_split_over_threads_give_the_same_bits() {
+    let mut rng = Rng::new(31);
+    let (rows, width) = (67, 1031);
+    let x = rng.f32s(rows * width);
+    let gamma = rng.f32s(width);
+    let beta = rng.f32s(width);
+    let cases = [
+        (
+            OperationType::Softmax,
+            vec![input_f32(&[rows, width], &x), Arg::F32(1.0)],
+        ),
+        (
+            OperationType::LayerNormalization,
+            vec![
+                input_f32(&[rows, width], &x),
+                const_f32(&[width], &gamma),
+                const_f32(&[width], &beta),
+                Arg::F32(1e-5),
+                Arg::I32(-1),
+            ],
+        ),
+    ];
+    for (op, args) in cases {
+        let (model, feeds) = single_op(op, args, &[out_f32(&[rows, width])]);
+        let one = f32s(&prepare(&model, 1).unwrap().execute_host(&feeds).unwrap()[0]);
+        let two = f32s(&prepare(&model, 2).unwrap().execute_host(&feeds).unwrap()[0]);
+        assert_eq!(one.len(), rows * width);
+        assert!(
+            one.iter()
+                .zip(&two)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{op}"
+        );
+        if op == OperationType::Softmax {
+            for row in one.chunks_exact(width) {
+                let sum: f64 = row.iter().map(|&v| f64::from(v)).sum();
+                assert!((sum - 1.0).abs() < 1e-5, "{sum}");
+            }
+        }
+    }
+}

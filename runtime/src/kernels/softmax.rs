@@ -107,19 +107,38 @@ pub(crate) fn build(info: &OpInfo, normalization: Normalization) -> Result<Box<d
     Ok(Box::new(AxisNorm { op, axis }))
 }
 
+/// Elements below which the lanes are not split over threads.
+const PARALLEL_MIN: usize = 16 * 1024;
+
 /// Calls `f(lane_in, lane_out)` for every lane of `mid` elements spaced `inner` apart in
-/// a `[outer, mid, inner]` view (contiguous lanes are passed directly, strided ones via
-/// gather and scatter).
+/// a `[outer, mid, inner]` view (contiguous lanes are passed directly, split over
+/// `threads` when there are enough; strided ones via gather and scatter).
 fn for_each_lane(
+    threads: usize,
     x: &[f32],
     out: &mut [f32],
     (outer, mid, inner): (usize, usize, usize),
-    mut f: impl FnMut(&[f32], &mut [f32]),
+    f: impl Fn(&[f32], &mut [f32]) + Sync,
 ) -> Result<()> {
     if x.len() != outer * mid * inner || out.len() != x.len() {
         return Err(RuntimeError::kernel(
             "input and output sizes do not match the shape",
         ));
+    }
+    if inner == 1 && threads > 1 && x.len() >= 2 * PARALLEL_MIN && mid > 0 {
+        // Contiguous lanes (attention's softmax rows): whole lanes per task, about two
+        // tasks per thread.
+        use rayon::prelude::*;
+        let lanes_per_task = outer.div_ceil(2 * threads).max(PARALLEL_MIN.div_ceil(mid));
+        let chunk = lanes_per_task * mid;
+        x.par_chunks(chunk)
+            .zip(out.par_chunks_mut(chunk))
+            .for_each(|(xs, os)| {
+                for (xi, oi) in xs.chunks_exact(mid).zip(os.chunks_exact_mut(mid)) {
+                    f(xi, oi);
+                }
+            });
+        return Ok(());
     }
     if inner == 1 {
         for (xi, oi) in x
@@ -197,21 +216,22 @@ impl Kernel for AxisNorm {
         let x = input.f32()?;
         let a = axis(self.axis, input.rank())?;
         let dims = split_at_axis(input.shape, a);
+        let threads = ctx.threads;
         let out = ctx.output(0)?.f32_mut()?;
         match self.op {
             NormOp::Softmax { beta } => {
-                for_each_lane(x, out, dims, |x, o| softmax_lane(beta, x, o))
+                for_each_lane(threads, x, out, dims, |x, o| softmax_lane(beta, x, o))
             }
             NormOp::LogSoftmax { beta } => {
-                for_each_lane(x, out, dims, |x, o| log_softmax_lane(beta, x, o))
+                for_each_lane(threads, x, out, dims, |x, o| log_softmax_lane(beta, x, o))
             }
-            NormOp::L2 => for_each_lane(x, out, dims, l2_lane),
+            NormOp::L2 => for_each_lane(threads, x, out, dims, l2_lane),
             NormOp::Lrn {
                 radius,
                 bias,
                 alpha,
                 beta,
-            } => for_each_lane(x, out, dims, |x, o| {
+            } => for_each_lane(threads, x, out, dims, |x, o| {
                 lrn_lane(radius, bias, alpha, beta, x, o)
             }),
         }

@@ -69,37 +69,36 @@ impl Kernel for LayerNorm {
         }
         let lanes = x.len().checked_div(lane).unwrap_or(0);
         let with_stats = ctx.outputs.len() == 3;
-        let mut stats = if with_stats {
-            Vec::with_capacity(lanes * 2)
-        } else {
-            Vec::new()
-        };
+        let threads = ctx.threads;
         let out = ctx.output(0)?.f32_mut()?;
         if out.len() != x.len() {
             return Err(RuntimeError::kernel("output size differs from the input's"));
         }
         let eps = f64::from(self.epsilon);
-        for (xs, os) in x
-            .chunks_exact(lane.max(1))
-            .zip(out.chunks_exact_mut(lane.max(1)))
-        {
-            let first = f64::from(xs[0]);
-            let (mut sum, mut squares) = (0f64, 0f64);
-            for &v in xs {
-                let d = f64::from(v) - first;
-                sum += d;
-                squares += d * d;
-            }
-            let n = lane as f64;
-            let shifted_mean = sum / n;
-            let var = (squares / n - shifted_mean * shifted_mean).max(0.0);
-            let mean = (first + shifted_mean) as f32;
-            let inv = (1.0 / (var + eps).sqrt()) as f32;
-            for (((o, &v), &g), &b) in os.iter_mut().zip(xs).zip(gamma).zip(beta) {
-                *o = (v - mean) * inv * g + b;
-            }
+        let lane = lane.max(1);
+        let normalize = |xs: &[f32], os: &mut [f32]| normalize_lane(xs, os, gamma, beta, eps);
+        if !with_stats && threads > 1 && x.len() >= 2 * PARALLEL_MIN {
+            // Whole lanes per task, about two tasks per thread.
+            use rayon::prelude::*;
+            let chunk = lanes.div_ceil(2 * threads).max(PARALLEL_MIN.div_ceil(lane)) * lane;
+            x.par_chunks(chunk)
+                .zip(out.par_chunks_mut(chunk))
+                .for_each(|(xs, os)| {
+                    for (xl, ol) in xs.chunks_exact(lane).zip(os.chunks_exact_mut(lane)) {
+                        normalize(xl, ol);
+                    }
+                });
+            return Ok(());
+        }
+        let mut stats = if with_stats {
+            Vec::with_capacity(lanes * 2)
+        } else {
+            Vec::new()
+        };
+        for (xs, os) in x.chunks_exact(lane).zip(out.chunks_exact_mut(lane)) {
+            let lane_stats = normalize(xs, os);
             if with_stats {
-                stats.push((mean, inv));
+                stats.push(lane_stats);
             }
         }
         if with_stats {
@@ -114,6 +113,29 @@ impl Kernel for LayerNorm {
         }
         Ok(())
     }
+}
+
+/// Elements below which LAYER_NORMALIZATION's lanes are not split over threads.
+const PARALLEL_MIN: usize = 16 * 1024;
+
+/// Normalizes one lane; returns its mean and `1 / sqrt(var + epsilon)`.
+fn normalize_lane(xs: &[f32], os: &mut [f32], gamma: &[f32], beta: &[f32], eps: f64) -> (f32, f32) {
+    let first = xs.first().map_or(0.0, |&v| f64::from(v));
+    let (mut sum, mut squares) = (0f64, 0f64);
+    for &v in xs {
+        let d = f64::from(v) - first;
+        sum += d;
+        squares += d * d;
+    }
+    let n = xs.len().max(1) as f64;
+    let shifted_mean = sum / n;
+    let var = (squares / n - shifted_mean * shifted_mean).max(0.0);
+    let mean = (first + shifted_mean) as f32;
+    let inv = (1.0 / (var + eps).sqrt()) as f32;
+    for (((o, &v), &g), &b) in os.iter_mut().zip(xs).zip(gamma).zip(beta) {
+        *o = (v - mean) * inv * g + b;
+    }
+    (mean, inv)
 }
 
 struct Gelu {
