@@ -1,16 +1,18 @@
-//! Fuses GELU written out with ERF, as PyTorch and Hugging Face export it, into the one
-//! GELU operation of nnc's extension: `x * 0.5 * (1 + erf(x / sqrt 2))`, five
-//! operations and four passes over memory, becomes one (ONNX Runtime's GeluFusion does
-//! the same). The forms matched, each operation reading the one before it only:
+//! Fuses GELU written out elementwise, as PyTorch and Hugging Face export it, into the
+//! one GELU operation of nnc's extension: five to eight operations, and as many passes
+//! over memory, become one (ONNX Runtime's GeluFusion and FastGeluFusion do the same).
+//! The forms matched, each intermediate read only by the next operation:
 //!
 //! ```text
-//! d = DIV(x, sqrt 2) | MUL(x, 1/sqrt 2);  e = ERF(d);  a = ADD(e, 1)
-//! y = MUL(MUL(x, a), 0.5)            (torch.nn.GELU)
-//! y = MUL(MUL(x, 0.5), a)            (transformers' gelu)
+//! erf form:  e = ERF(DIV(x, sqrt 2))  or  ERF(MUL(x, 1/sqrt 2))
+//! tanh form: e = TANH(MUL(ADD(x, MUL(POW(x, 3), 0.044715)), sqrt(2/pi)))
+//! then:      a = ADD(e, 1);  y = MUL(MUL(x, a), 0.5)  or  MUL(MUL(x, 0.5), a)
 //! ```
 //!
 //! with the operands of each ADD and MUL in either order, every constant a single
-//! float32 value, no fused activation, and `y` of `x`'s type and shape.
+//! float32 value, no fused activation, and `y` of `x`'s type and shape. The erf form
+//! becomes the exact GELU, the tanh form the approximate one (torch's
+//! `approximate="tanh"`, GPT-2's `gelu_new`).
 
 use std::collections::BTreeMap;
 
@@ -22,13 +24,21 @@ pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
     let mut changes = BTreeMap::new();
     let mut index = GraphIndex::new(model);
     for i in 0..model.main.operations.len() {
-        if index.is_removed(i) || model.main.operations[i].op_type != OperationType::Erf {
+        if index.is_removed(i) {
             continue;
         }
-        if let Some(chain) = match_gelu(model, &index, i) {
+        let op_type = model.main.operations[i].op_type;
+        let found = if op_type == OperationType::Erf {
+            match_erf_form(model, &index, i).map(|c| (c, "erf"))
+        } else if op_type == OperationType::Tanh {
+            match_tanh_form(model, &index, i).map(|c| (c, "tanh"))
+        } else {
+            None
+        };
+        if let Some((chain, form)) = found {
             rewrite(model, &mut index, chain);
             *changes
-                .entry("GELU fused (erf form)".to_string())
+                .entry(format!("GELU fused ({form} form)"))
                 .or_insert(0) += 1;
         }
     }
@@ -36,11 +46,13 @@ pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
     Ok(changes)
 }
 
-/// The matched operations: the four to remove, the last (rewritten into GELU), and x.
+/// A matched GELU: the operations to remove, the last one (rewritten into GELU), its
+/// input x, and which GELU it computes.
 struct Chain {
-    removed: [usize; 4],
+    removed: Vec<usize>,
     last: usize,
     x: OperandIndex,
+    approximate: bool,
 }
 
 /// The single float32 value of a constant operand.
@@ -55,8 +67,8 @@ fn near(v: f32, want: f64) -> bool {
     (f64::from(v) - want).abs() <= 1e-6 * want.abs()
 }
 
-/// Operation `op`'s type and its two operands when it is a binary operation of that type
-/// without a fused activation.
+/// Operation `op`'s two operands when it is a binary operation of `op_type` without a
+/// fused activation.
 fn binary(
     model: &Model,
     op: usize,
@@ -94,14 +106,30 @@ fn next(model: &Model, index: &GraphIndex, operand: OperandIndex) -> Option<(usi
     Some((op, out))
 }
 
-fn match_gelu(model: &Model, index: &GraphIndex, erf: usize) -> Option<Chain> {
-    let erf_op = &model.main.operations[erf];
-    let (&[d], &[e]) = (erf_op.inputs.as_slice(), erf_op.outputs.as_slice()) else {
-        return None;
-    };
-    // d = x / sqrt 2 (or x * 1/sqrt 2), read only by the ERF.
-    let scale = index.producer(d)?;
-    index.single_reader(model, d)?;
+/// The operation writing `operand` when `operand` is read only by that operation's
+/// successor in the chain (once; not a model output).
+fn producer_of_intermediate(
+    model: &Model,
+    index: &GraphIndex,
+    operand: OperandIndex,
+) -> Option<usize> {
+    index.single_reader(model, operand)?;
+    index.producer(operand)
+}
+
+/// The unary operation `op`'s input and output.
+fn unary(model: &Model, op: usize) -> Option<(OperandIndex, OperandIndex)> {
+    let o = &model.main.operations[op];
+    match (o.inputs.as_slice(), o.outputs.as_slice()) {
+        (&[i], &[out]) => Some((i, out)),
+        _ => None,
+    }
+}
+
+/// ERF(x / sqrt 2) (or x * 1/sqrt 2), then the common tail.
+fn match_erf_form(model: &Model, index: &GraphIndex, erf: usize) -> Option<Chain> {
+    let (d, e) = unary(model, erf)?;
+    let scale = producer_of_intermediate(model, index, d)?;
     let x = binary(model, scale, OperationType::Div)
         .and_then(|(a, b)| {
             scalar(model, b)
@@ -112,7 +140,51 @@ fn match_gelu(model: &Model, index: &GraphIndex, erf: usize) -> Option<Chain> {
             let operands = binary(model, scale, OperationType::Mul)?;
             other_than_constant(model, operands, std::f64::consts::FRAC_1_SQRT_2)
         })?;
-    // a = erf + 1.
+    let mut chain = match_tail(model, index, x, e)?;
+    chain.removed.extend([scale, erf]);
+    Some(chain)
+}
+
+/// TANH(sqrt(2/pi) (x + 0.044715 x^3)), then the common tail.
+fn match_tanh_form(model: &Model, index: &GraphIndex, tanh: usize) -> Option<Chain> {
+    let (u, t) = unary(model, tanh)?;
+    let scale = producer_of_intermediate(model, index, u)?;
+    let sqrt_2_over_pi = (2.0 / std::f64::consts::PI).sqrt();
+    let s = other_than_constant(
+        model,
+        binary(model, scale, OperationType::Mul)?,
+        sqrt_2_over_pi,
+    )?;
+    let sum = producer_of_intermediate(model, index, s)?;
+    let (a, b) = binary(model, sum, OperationType::Add)?;
+    // One operand of the sum is x, the other 0.044715 * POW(x, 3).
+    let cubic = |x: OperandIndex, q: OperandIndex| -> Option<[usize; 2]> {
+        let weigh = producer_of_intermediate(model, index, q)?;
+        let p = other_than_constant(model, binary(model, weigh, OperationType::Mul)?, 0.044715)?;
+        let pow = producer_of_intermediate(model, index, p)?;
+        let o = &model.main.operations[pow];
+        let is_cube = o.op_type == OperationType::Pow
+            && o.inputs.first() == Some(&x)
+            && o.inputs.get(1).and_then(|&e| scalar(model, e)) == Some(3.0);
+        is_cube.then_some([pow, weigh])
+    };
+    let (x, [pow, weigh]) = cubic(a, b)
+        .map(|ops| (a, ops))
+        .or_else(|| cubic(b, a).map(|ops| (b, ops)))?;
+    let mut chain = match_tail(model, index, x, t)?;
+    chain.removed.extend([pow, weigh, sum, scale, tanh]);
+    chain.approximate = true;
+    Some(chain)
+}
+
+/// `y = x * (e + 1) * 0.5`, the multiplications in either order.
+fn match_tail(
+    model: &Model,
+    index: &GraphIndex,
+    x: OperandIndex,
+    e: OperandIndex,
+) -> Option<Chain> {
+    // a = e + 1.
     let (add, a) = next(model, index, e)?;
     if other_than_constant(model, binary(model, add, OperationType::Add)?, 1.0)? != e {
         return None;
@@ -127,28 +199,33 @@ fn match_gelu(model: &Model, index: &GraphIndex, erf: usize) -> Option<Chain> {
         if other_than_constant(model, binary(model, halve, OperationType::Mul)?, 0.5)? != p {
             return None;
         }
-        ([scale, erf, add, product], halve, y)
+        (vec![add, product], halve, y)
     } else {
         // (x * 0.5) * a: `other` is x * 0.5, read only here.
-        let halve = index.producer(other)?;
-        index.single_reader(model, other)?;
+        let halve = producer_of_intermediate(model, index, other)?;
         if other_than_constant(model, binary(model, halve, OperationType::Mul)?, 0.5)? != x {
             return None;
         }
-        ([scale, erf, add, halve], product, p)
+        (vec![add, halve], product, p)
     };
     let (xo, yo) = (model.operand(x)?, model.operand(y)?);
     let float = |t| t == OperandType::TensorFloat32;
-    (float(xo.operand_type) && float(yo.operand_type) && xo.dimensions == yo.dimensions)
-        .then_some(Chain { removed, last, x })
+    (float(xo.operand_type) && float(yo.operand_type) && xo.dimensions == yo.dimensions).then_some(
+        Chain {
+            removed,
+            last,
+            x,
+            approximate: false,
+        },
+    )
 }
 
 fn rewrite(model: &mut Model, index: &mut GraphIndex, chain: Chain) {
     for op in chain.removed {
         index.remove(model, op);
     }
-    let exact = model.add_bool(false);
-    index.set_inputs(model, chain.last, vec![chain.x, exact]);
+    let approximate = model.add_bool(chain.approximate);
+    index.set_inputs(model, chain.last, vec![chain.x, approximate]);
     model.main.operations[chain.last].op_type = OperationType::Gelu;
 }
 
@@ -221,6 +298,72 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// x -> GPT-2's tanh form of GELU -> y (constants first where `swap`).
+    fn gelu_tanh_model(swap: bool) -> Model {
+        let mut m = Model::default();
+        let shape = vec![4, 6];
+        let tensor = |lifetime| {
+            let mut o = Operand::new(OperandType::TensorFloat32, shape.clone());
+            o.lifetime = lifetime;
+            o
+        };
+        let x = m.add_operand(tensor(Lifetime::SubgraphInput));
+        let none = m.add_i32(0);
+        let t = Lifetime::TemporaryVariable;
+        let binary = |m: &mut Model, op, a, b, lifetime| {
+            let out = m.add_operand(tensor(lifetime));
+            let (a, b) = if swap { (b, a) } else { (a, b) };
+            m.add_operation(op, vec![a, b, none], vec![out], "");
+            out
+        };
+        let constant = |m: &mut Model, v: f32| m.add_f32_tensor(vec![1], &[v]);
+        let half = constant(&mut m, 0.5);
+        let h = binary(&mut m, OperationType::Mul, x, half, t);
+        let three = constant(&mut m, 3.0);
+        let p = m.add_operand(tensor(t));
+        m.add_operation(OperationType::Pow, vec![x, three], vec![p], "");
+        let k = constant(&mut m, 0.044_715);
+        let q = binary(&mut m, OperationType::Mul, p, k, t);
+        let s = binary(&mut m, OperationType::Add, x, q, t);
+        let c = constant(&mut m, 0.797_884_6);
+        let u = binary(&mut m, OperationType::Mul, s, c, t);
+        let e = m.add_operand(tensor(t));
+        m.add_operation(OperationType::Tanh, vec![u], vec![e], "");
+        let one = constant(&mut m, 1.0);
+        let a = binary(&mut m, OperationType::Add, e, one, t);
+        let y = binary(&mut m, OperationType::Mul, h, a, Lifetime::SubgraphOutput);
+        m.main.inputs = vec![x];
+        m.main.outputs = vec![y];
+        m
+    }
+
+    #[test]
+    fn the_tanh_form_becomes_the_approximate_gelu() {
+        for swap in [false, true] {
+            let mut m = gelu_tanh_model(swap);
+            assert_eq!(m.main.operations.len(), 8);
+            let changes = run(&mut m).unwrap();
+            assert_eq!(changes.get("GELU fused (tanh form)"), Some(&1), "{swap}");
+            let ops = &m.main.operations;
+            assert_eq!(ops.len(), 1);
+            assert_eq!(ops[0].op_type, OperationType::Gelu);
+            assert_eq!(ops[0].inputs[0], m.main.inputs[0]);
+            assert_eq!(graph::const_bool(&m, ops[0].inputs[1]), Some(true));
+            assert_eq!(ops[0].outputs, m.main.outputs);
+        }
+        // x^2 instead of x^3: not GELU.
+        let mut m = gelu_tanh_model(false);
+        let pow = m
+            .main
+            .operations
+            .iter()
+            .position(|o| o.op_type == OperationType::Pow)
+            .unwrap();
+        m.main.operations[pow].inputs[1] = m.add_f32_tensor(vec![1], &[2.0]);
+        assert!(run(&mut m).unwrap().is_empty());
+        assert_eq!(m.main.operations.len(), 8);
     }
 
     #[test]
