@@ -103,17 +103,6 @@ pub(crate) fn apply_threaded(threads: usize, f: Func, src: &[f32], dst: &mut [f3
         .for_each(|(d, s)| apply(f, s, d));
 }
 
-/// `data[i] = f(data[i])`.
-#[cfg(test)]
-pub(crate) fn apply_in_place(f: Func, data: &mut [f32]) {
-    // One vector's worth at a time through a copy: the slices of `apply` may not alias.
-    for block in data.chunks_mut(4 * MAX_WIDTH) {
-        let mut src = [0f32; 4 * MAX_WIDTH];
-        src[..block.len()].copy_from_slice(block);
-        apply(f, &src[..block.len()], block);
-    }
-}
-
 /// The largest value of `x` (-inf for an empty slice; NaN values are ignored unless all
 /// are NaN).
 pub(crate) fn max(x: &[f32]) -> f32 {
