@@ -7,12 +7,12 @@
 use std::collections::BTreeMap;
 
 use nnc_formats::nn::ops::{NoOp, schema};
-use nnc_formats::nn::{FusedActivation, Model, OperationType};
+use nnc_formats::nn::{FusedActivation, Model, OperandType, OperationType};
 
 use super::graph::{self, GraphIndex};
 
-/// Why operation `i` is an identity, if it is one.
-fn identity_reason(model: &Model, i: usize) -> Option<&'static str> {
+/// Why operation `i` is an identity, if it is one, and which input it passes through.
+fn identity_reason(model: &Model, i: usize) -> Option<(&'static str, usize)> {
     let op = &model.main.operations[i];
     let first = op.inputs.first().copied()?;
     let out = *op.outputs.first()?;
@@ -20,16 +20,29 @@ fn identity_reason(model: &Model, i: usize) -> Option<&'static str> {
     let dout = &model.main.operands[out as usize];
     // Equal quantization too: a CAST between 8-bit operands of different scales is a
     // reinterpretation, not an identity.
-    let same_dims = din.is_fully_specified()
-        && din.dimensions == dout.dimensions
-        && din.operand_type == dout.operand_type
-        && din.scale == dout.scale
-        && din.zero_point == dout.zero_point;
+    let like_output = |operand: u32| {
+        model.main.operands.get(operand as usize).is_some_and(|d| {
+            d.is_fully_specified()
+                && d.dimensions == dout.dimensions
+                && d.operand_type == dout.operand_type
+                && d.scale == dout.scale
+                && d.zero_point == dout.zero_point
+        })
+    };
+    let same_dims = like_output(first);
+    // Float or int32 constants only: a quantized constant's bytes are not its values.
     let all = |operand: u32, pred: &dyn Fn(f32) -> bool| -> bool {
+        let int32 = model.main.operands.get(operand as usize).is_some_and(|o| {
+            matches!(
+                o.operand_type,
+                OperandType::TensorInt32 | OperandType::Int32
+            )
+        });
         match graph::const_f32s(model, operand) {
             Some(v) => !v.is_empty() && v.iter().all(|&x| pred(x)),
-            None => graph::const_i32s(model, operand)
+            None if int32 => graph::const_i32s(model, operand)
                 .is_some_and(|v| !v.is_empty() && v.iter().all(|&x| pred(x as f32))),
+            None => false,
         }
     };
     let no_activation = || {
@@ -51,6 +64,18 @@ fn identity_reason(model: &Model, i: usize) -> Option<&'static str> {
                     .all(|(&s, &d)| s > 0 || d == 1)
         })
     };
+    // x + 0 and x * 1, and for the commutative ADD and MUL also 0 + x and 1 * x: which
+    // input passes through.
+    let neutral = |value: f32, commutes: bool| -> Option<usize> {
+        if !no_activation() {
+            return None;
+        }
+        if same_dims && all(op.inputs[1], &|x| x == value) {
+            return Some(0);
+        }
+        let second = op.inputs[1];
+        (commutes && like_output(second) && all(first, &|x| x == value)).then_some(1)
+    };
     // Which no-op form the operation has is the schema table's; the conditions are here.
     match schema(op.op_type).no_op_form()? {
         NoOp::SameShapeReshape => same_dims.then_some("reshape to the same shape"),
@@ -65,11 +90,16 @@ fn identity_reason(model: &Model, i: usize) -> Option<&'static str> {
             (same_dims && forward_strides()).then_some("whole-tensor slice or tile")
         }
         NoOp::SameTypeCast => same_dims.then_some("cast to the same type"),
-        NoOp::AddsZero => (same_dims && no_activation() && all(op.inputs[1], &|x| x == 0.0))
-            .then_some("adding zero"),
-        NoOp::MultipliesByOne => (same_dims && no_activation() && all(op.inputs[1], &|x| x == 1.0))
-            .then_some("multiplying by one"),
+        NoOp::AddsZero => {
+            let passes = neutral(0.0, op.op_type == OperationType::Add)?;
+            return Some(("adding zero", passes));
+        }
+        NoOp::MultipliesByOne => {
+            let passes = neutral(1.0, op.op_type == OperationType::Mul)?;
+            return Some(("multiplying by one", passes));
+        }
     }
+    .map(|reason| (reason, 0))
 }
 
 pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
@@ -83,8 +113,8 @@ pub fn run(model: &mut Model) -> Result<BTreeMap<String, usize>, String> {
             if index.is_removed(i) {
                 continue;
             }
-            if let Some(reason) = identity_reason(model, i)
-                && graph::bypass_indexed(model, &mut index, i, 0)
+            if let Some((reason, passes)) = identity_reason(model, i)
+                && graph::bypass_indexed(model, &mut index, i, passes)
             {
                 *changes.entry(format!("removed: {reason}")).or_insert(0) += 1;
                 changed = true;
@@ -167,8 +197,75 @@ mod tests {
     fn a_forward_whole_slice_is_removed_a_reversing_one_is_not() {
         assert_eq!(
             super::identity_reason(&whole_slice(1), 0),
-            Some("whole-tensor slice or tile")
+            Some(("whole-tensor slice or tile", 0))
         );
         assert_eq!(super::identity_reason(&whole_slice(-1), 0), None);
+    }
+
+    /// `op(a, b)` with the constant `value` first or second.
+    fn with_constant(op: OperationType, value: f32, constant_first: bool) -> Model {
+        let mut m = Model::default();
+        let mut xo = Operand::new(OperandType::TensorFloat32, vec![2, 3]);
+        xo.lifetime = Lifetime::SubgraphInput;
+        let x = m.add_operand(xo);
+        let c = m.add_f32_tensor(vec![1], &[value]);
+        let mut yo = Operand::new(OperandType::TensorFloat32, vec![2, 3]);
+        yo.lifetime = Lifetime::SubgraphOutput;
+        let y = m.add_operand(yo);
+        let none = m.add_i32(0);
+        let (a, b) = if constant_first { (c, x) } else { (x, c) };
+        m.add_operation(op, vec![a, b, none], vec![y], "neutral");
+        m.main.inputs = vec![x];
+        m.main.outputs = vec![y];
+        m
+    }
+
+    #[test]
+    fn a_neutral_constant_on_either_side_of_add_and_mul_is_removed() {
+        use super::identity_reason;
+        let add = OperationType::Add;
+        let mul = OperationType::Mul;
+        assert_eq!(
+            identity_reason(&with_constant(add, 0.0, false), 0),
+            Some(("adding zero", 0))
+        );
+        assert_eq!(
+            identity_reason(&with_constant(add, 0.0, true), 0),
+            Some(("adding zero", 1))
+        );
+        assert_eq!(
+            identity_reason(&with_constant(mul, 1.0, true), 0),
+            Some(("multiplying by one", 1))
+        );
+        // 0 - x and 1 / x are not identities; x * 2 is not either.
+        assert_eq!(
+            identity_reason(&with_constant(OperationType::Sub, 0.0, true), 0),
+            None
+        );
+        assert_eq!(
+            identity_reason(&with_constant(OperationType::Div, 1.0, true), 0),
+            None
+        );
+        assert_eq!(identity_reason(&with_constant(mul, 2.0, true), 0), None);
+        // The whole pass: x = ABS(input), y = 1 * x leaves ABS writing y.
+        let mut m = Model::default();
+        let mut io = Operand::new(OperandType::TensorFloat32, vec![2, 3]);
+        io.lifetime = Lifetime::SubgraphInput;
+        let input = m.add_operand(io);
+        let x = m.add_operand(Operand::new(OperandType::TensorFloat32, vec![2, 3]));
+        m.add_operation(OperationType::Abs, vec![input], vec![x], "abs");
+        let one = m.add_f32_tensor(vec![1], &[1.0]);
+        let mut yo = Operand::new(OperandType::TensorFloat32, vec![2, 3]);
+        yo.lifetime = Lifetime::SubgraphOutput;
+        let y = m.add_operand(yo);
+        let none = m.add_i32(0);
+        m.add_operation(mul, vec![one, x, none], vec![y], "scale");
+        m.main.inputs = vec![input];
+        m.main.outputs = vec![y];
+        let changes = super::run(&mut m).unwrap();
+        assert_eq!(changes.get("removed: multiplying by one"), Some(&1));
+        assert_eq!(m.main.operations.len(), 1);
+        assert_eq!(m.main.operations[0].op_type, OperationType::Abs);
+        assert_eq!(m.main.operations[0].outputs, vec![y]);
     }
 }
