@@ -21,7 +21,7 @@ use super::util::{for_each_chunk, rank4, with_nhwc};
 use super::window::{
     ConvParams, Geometry, TransposeParams, col2im, decode_conv, decode_transpose, im2col,
 };
-use super::{Clamp, Kernel, KernelContext, OpInfo, PreparedWeights};
+use super::{Clamp, Kernel, KernelContext, OpInfo, PreparedWeights, Scratch};
 use crate::buffer::AlignedBuf;
 use crate::error::{Result, RuntimeError};
 
@@ -631,7 +631,8 @@ impl Kernel for DepthwiseConv {
         let x = input.f32()?;
         check_len("input", x, input.shape)?;
         let threads = ctx.threads;
-        let (out_shape, out) = ctx.output(0)?.f32_parts()?;
+        let (out_t, scratch) = ctx.output_and_scratch(0)?;
+        let (out_shape, out) = out_t.f32_parts()?;
         let out_shape = rank4(out_shape, "output")?;
         check_len("output", out, &out_shape)?;
         with_nhwc(
@@ -655,11 +656,10 @@ impl Kernel for DepthwiseConv {
                 // output channel c reads channel c and the vectorized multiplier-1 kernels
                 // run (the general loop ran at 1.6 GMAC/s on FastViT's 7 x 7, multiplier 2
                 // layers, 10% of its time).
-                let expanded;
                 let (x, g, m) = if m > 1 {
-                    expanded = repeat_channels(x, m)?;
+                    let expanded = repeat_channels(x, m, scratch)?;
                     let ic = g.oc;
-                    (&expanded[..], Geometry { ic, ..g }, 1)
+                    (expanded, Geometry { ic, ..g }, 1)
                 } else {
                     (x, g, m)
                 };
@@ -676,13 +676,14 @@ impl Kernel for DepthwiseConv {
 }
 
 /// `x` (NHWC) with each value repeated `m` times where it stands: channel c becomes
-/// channels c * m .. c * m + m.
-fn repeat_channels(x: &[f32], m: usize) -> Result<Vec<f32>> {
+/// channels c * m .. c * m + m. Written into the kernel's scratch, which persists
+/// between runs, so no execution allocates it again.
+fn repeat_channels<'s>(x: &[f32], m: usize, scratch: &'s mut Scratch) -> Result<&'s [f32]> {
     let len = x
         .len()
         .checked_mul(m)
         .ok_or_else(|| RuntimeError::kernel("depthwise input too large"))?;
-    let mut out = super::util::zeroed_f32(len)?;
+    let out = scratch.f32(len)?;
     for (o, &v) in out.chunks_exact_mut(m).zip(x) {
         o.fill(v);
     }

@@ -263,10 +263,7 @@ impl Kernel for InstanceNorm {
             // Contiguous lanes of H*W.
             let lane = d2 * d3;
             for (xs, os) in x.chunks(lane.max(1)).zip(out.chunks_mut(lane.max(1))) {
-                let mut stats = ChannelStats::new(1);
-                xs.iter()
-                    .for_each(|v| stats.add_row(std::slice::from_ref(v)));
-                let (mean, var) = stats.channel(0);
+                let (mean, var) = super::util::mean_variance(xs);
                 let (scale, shift) = affine(mean, var);
                 for (o, &v) in os.iter_mut().zip(xs) {
                     *o = v * scale + shift;
@@ -301,9 +298,8 @@ impl Kernel for InstanceNorm {
     }
 }
 
-/// Running mean and variance of each channel over rows of one value per channel, in f64,
-/// of the values' offsets from each channel's first value (which keeps the cancellation
-/// of `E[x^2] - E[x]^2` harmless).
+/// Running sums of each channel over rows of one value per channel, in f64, of the
+/// values' offsets from each channel's first value (see `util::shifted_moments`).
 struct ChannelStats {
     first: Vec<f64>,
     sum: Vec<f64>,
@@ -343,9 +339,6 @@ impl ChannelStats {
 
     /// Channel `c`'s (mean, population variance).
     fn channel(&self, c: usize) -> (f64, f64) {
-        let n = self.rows.max(1) as f64;
-        let shifted_mean = self.sum[c] / n;
-        let var = (self.squares[c] / n - shifted_mean * shifted_mean).max(0.0);
-        (self.first[c] + shifted_mean, var)
+        super::util::shifted_moments(self.first[c], self.sum[c], self.squares[c], self.rows)
     }
 }

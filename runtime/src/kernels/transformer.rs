@@ -120,17 +120,8 @@ const PARALLEL_MIN: usize = 16 * 1024;
 
 /// Normalizes one lane; returns its mean and `1 / sqrt(var + epsilon)`.
 fn normalize_lane(xs: &[f32], os: &mut [f32], gamma: &[f32], beta: &[f32], eps: f64) -> (f32, f32) {
-    let first = xs.first().map_or(0.0, |&v| f64::from(v));
-    let (mut sum, mut squares) = (0f64, 0f64);
-    for &v in xs {
-        let d = f64::from(v) - first;
-        sum += d;
-        squares += d * d;
-    }
-    let n = xs.len().max(1) as f64;
-    let shifted_mean = sum / n;
-    let var = (squares / n - shifted_mean * shifted_mean).max(0.0);
-    let mean = (first + shifted_mean) as f32;
+    let (mean, var) = super::util::mean_variance(xs);
+    let mean = mean as f32;
     let inv = (1.0 / (var + eps).sqrt()) as f32;
     for (((o, &v), &g), &b) in os.iter_mut().zip(xs).zip(gamma).zip(beta) {
         *o = (v - mean) * inv * g + b;

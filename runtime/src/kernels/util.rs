@@ -512,3 +512,23 @@ mod tests {
         }
     }
 }
+
+/// Mean and population variance from sums of offsets `d = x - first` (sum of d, sum of
+/// d^2, over n values): offsets from one of the values keep the cancellation of
+/// `E[x^2] - E[x]^2` harmless where the values sit far from zero.
+pub(crate) fn shifted_moments(first: f64, sum: f64, squares: f64, n: usize) -> (f64, f64) {
+    let n = n.max(1) as f64;
+    let shifted_mean = sum / n;
+    let var = (squares / n - shifted_mean * shifted_mean).max(0.0);
+    (first + shifted_mean, var)
+}
+
+/// Mean and population variance of `xs`, accumulated in f64 (see [`shifted_moments`]).
+pub(crate) fn mean_variance(xs: &[f32]) -> (f64, f64) {
+    let first = xs.first().map_or(0.0, |&v| f64::from(v));
+    let (sum, squares) = xs.iter().fold((0f64, 0f64), |(s, q), &v| {
+        let d = f64::from(v) - first;
+        (s + d, q + d * d)
+    });
+    shifted_moments(first, sum, squares, xs.len())
+}

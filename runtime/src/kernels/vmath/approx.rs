@@ -26,7 +26,9 @@ const LN2_LO: f32 = -2.121_944_4e-4;
 /// Horner's rule: `c[0] + x (c[1] + x (c[2] + ...))`.
 #[inline(always)]
 fn poly<V: Lanes>(x: V, c: &[f32]) -> V {
-    let (last, rest) = c.split_last().expect("a polynomial has coefficients");
+    let Some((last, rest)) = c.split_last() else {
+        return V::splat(0.0);
+    };
     rest.iter()
         .rev()
         .fold(V::splat(*last), |acc, &k| acc.mul_add(x, V::splat(k)))
