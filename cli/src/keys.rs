@@ -2,8 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
+use nnc_formats::crypto::PrivateKey;
 use nnc_formats::crypto::{Algorithm, Key, KeyHexError, key_bytes_from_hex};
-use nnc_runtime::key_file::read_key_file;
+use nnc_runtime::key_file::{is_pem, read_key_or_pem_file};
 use zeroize::Zeroizing;
 
 use crate::exit::{Exit, err};
@@ -11,7 +12,8 @@ use crate::exit::{Exit, err};
 /// Where a key comes from.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct KeyArgs {
-    /// File holding the key in hex (as `nnc keygen` writes it).
+    /// File holding the key: a symmetric key in hex, or to open a model, a device's
+    /// private key (PEM, as `nnc keygen --algorithm x25519` writes it).
     #[arg(long, value_name = "FILE", conflicts_with = "key_env")]
     pub key_file: Option<PathBuf>,
     /// Environment variable holding the key in hex.
@@ -29,7 +31,7 @@ impl KeyArgs {
         if let Some(path) = &self.key_file {
             // Bounded and non-blocking: a FIFO, /dev/zero or a huge file is refused
             // before anything proportional to it is read.
-            let text = read_key_file(path).map_err(|e| {
+            let text = read_key_or_pem_file(path).map_err(|e| {
                 use nnc_runtime::key_file::KeyFileError as E;
                 let kind = match e {
                     E::Io { .. } | E::NotAFile { .. } => Exit::MissingInput,
@@ -37,6 +39,16 @@ impl KeyArgs {
                 };
                 err(kind, format!("--key-file: {e}"))
             })?;
+            if is_pem(&text) && text.contains("PUBLIC KEY-----") {
+                return Err(err(
+                    Exit::Usage,
+                    format!(
+                        "--key-file {} is a public key; a model opens with its symmetric key or \
+                         a device's PRIVATE key (the file without .pub)",
+                        path.display()
+                    ),
+                ));
+            }
             warn_if_readable_by_others(path);
             return Ok(Some((text, format!("key file {}", path.display()))));
         }
@@ -61,6 +73,25 @@ impl KeyArgs {
         let Some((hex, source)) = self.hex()? else {
             return Ok(None);
         };
+        if is_pem(&hex) {
+            // A device's private key: its PKCS#8 DER opens files that name it a recipient.
+            let key = PrivateKey::from_pem(&hex)
+                .map_err(|e| err(Exit::Malformed, format!("{source}: {e}")))?;
+            if key.algorithm().signs() {
+                return Err(err(
+                    Exit::Usage,
+                    format!(
+                        "{source} is a {} signing key; a model opens with its symmetric key or a \
+                         device's x25519 key (signing keys go to --sign, their .pub to --trust)",
+                        key.algorithm()
+                    ),
+                ));
+            }
+            let der = key
+                .to_pkcs8_der()
+                .map_err(|e| err(Exit::Malformed, format!("{source}: {e}")))?;
+            return Ok(Some((der, source)));
+        }
         let bytes = key_bytes_from_hex(&hex).map_err(|e| {
             let problem = match e {
                 KeyHexError::Digit { position } => {
@@ -83,6 +114,15 @@ impl KeyArgs {
         let Some((bytes, source)) = self.bytes()? else {
             return Ok(None);
         };
+        if !matches!(bytes.len(), 16 | 24 | 32) {
+            return Err(err(
+                Exit::Usage,
+                format!(
+                    "{source} is a device's private key; compiling takes a symmetric key \
+                     (--key-file) and/or the device's public key (--recipient DEVICE.pub)"
+                ),
+            ));
+        }
         let key = Key::new(algorithm, &bytes).map_err(|e| {
             err(
                 Exit::Malformed,
@@ -104,7 +144,8 @@ impl KeyArgs {
                 format!("{what} needs its key; give it with --key-file FILE or --key-env VAR"),
             ));
         };
-        if !matches!(bytes.len(), 16 | 24 | 32) {
+        // 16, 24 or 32 bytes of hex, or a device key's PKCS#8 DER (from PEM, longer).
+        if bytes.len() < 40 && !matches!(bytes.len(), 16 | 24 | 32) {
             return Err(err(
                 Exit::Malformed,
                 format!(
@@ -118,7 +159,7 @@ impl KeyArgs {
 }
 
 #[cfg(unix)]
-fn warn_if_readable_by_others(path: &Path) {
+pub(crate) fn warn_if_readable_by_others(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
     if let Ok(meta) = std::fs::metadata(path) {
         let mode = meta.permissions().mode();
@@ -134,4 +175,4 @@ fn warn_if_readable_by_others(path: &Path) {
 }
 
 #[cfg(not(unix))]
-fn warn_if_readable_by_others(_: &Path) {}
+pub(crate) fn warn_if_readable_by_others(_: &Path) {}

@@ -4,10 +4,12 @@ mod commands;
 mod exit;
 mod input;
 mod keys;
+mod oms;
 mod output;
 mod progress;
 mod quantize;
 mod tensors;
+mod trust;
 
 use std::process::ExitCode;
 use std::sync::Mutex;
@@ -38,8 +40,13 @@ enum Command {
     Compile(commands::compile::Args),
     /// Check a .nnc file's structure and authenticity.
     Verify(commands::verify::Args),
-    /// Generate a random weight-encryption key.
+    /// Generate a random weight-encryption key, or a device or signing key pair.
     Keygen(commands::keygen::Args),
+    /// Change who can open a compiled model (recipients, key rotation) without
+    /// recompiling or touching its encrypted weights.
+    Rewrap(commands::rewrap::Args),
+    /// Write a detached OpenSSF Model Signing signature of a file.
+    Sign(commands::sign::Args),
     /// Run a model on tensor files.
     Run(commands::run::Args),
     /// Compare two tensor files within a tolerance.
@@ -61,6 +68,8 @@ impl Command {
             Command::Compile(_) => "compile",
             Command::Verify(_) => "verify",
             Command::Keygen(_) => "keygen",
+            Command::Rewrap(_) => "rewrap",
+            Command::Sign(_) => "sign",
             Command::Run(_) => "run",
             Command::Compare(_) => "compare",
             Command::Bench(_) => "bench",
@@ -76,6 +85,8 @@ impl Command {
             Command::Compile(args) => commands::compile::run(args),
             Command::Verify(args) => commands::verify::run(args),
             Command::Keygen(args) => commands::keygen::run(args),
+            Command::Rewrap(args) => commands::rewrap::run(args),
+            Command::Sign(args) => commands::sign::run(args),
             Command::Run(args) => commands::run::run(args),
             Command::Compare(args) => commands::compare::run(args),
             Command::Bench(args) => commands::bench::run(args),

@@ -360,6 +360,7 @@ fn loop_model(dir: &Path, infinite: bool) -> (PathBuf, Vec<PathBuf>) {
         while_model()
     };
     let options = WriteOptions {
+        envelope: Default::default(),
         key: None,
         mode: nnc_formats::crypto::Mode::Ctr,
         authenticate_only: false,

@@ -155,6 +155,7 @@ fn layers(dir: &Path) -> (PathBuf, PathBuf) {
     let bytes = write(
         &model,
         &WriteOptions {
+            envelope: Default::default(),
             key: Some(&key),
             mode: Mode::Ctr,
             authenticate_only: false,

@@ -1,6 +1,6 @@
 //! Emission: an optimized NN model becomes `.nnc` bytes.
 
-use nnc_formats::container::{self, SectionKind, Sink, WriteOptions, Written};
+use nnc_formats::container::{self, Envelope, SectionKind, Sink, WriteOptions, Written};
 use nnc_formats::crypto::{Key, Mode};
 use nnc_formats::nn::Model;
 
@@ -15,6 +15,8 @@ pub struct EmitOptions<'a> {
     pub reproducible: bool,
     /// Further sections to embed (the execution plan).
     pub extra_sections: Vec<(SectionKind, Vec<u8>)>,
+    /// Device recipients and a signature (format 1.3).
+    pub envelope: Envelope<'a>,
 }
 
 /// The producer string recorded in every file.
@@ -39,6 +41,7 @@ pub fn emit_to(
 
 fn write_options(options: EmitOptions) -> WriteOptions {
     WriteOptions {
+        envelope: options.envelope,
         key: options.key,
         mode: options.mode,
         authenticate_only: options.authenticate_only,

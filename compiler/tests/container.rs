@@ -31,6 +31,7 @@ fn compile(model: &Model, key: Option<&Key>, mode: Mode) -> Vec<u8> {
     emit::emit(
         model,
         EmitOptions {
+            envelope: Default::default(),
             key,
             mode,
             authenticate_only: false,
@@ -317,8 +318,8 @@ fn every_malformed_header_field_is_named() {
         (
             "major version",
             patched(&bytes, 8, &2u16.to_le_bytes()),
-            // A keyed file's minor version is 2 (keys bound to the cipher mode).
-            "unsupported format version 2.2",
+            // A keyed file's minor version is 3 (a data key in a key block).
+            "unsupported format version 2.3",
         ),
         (
             "header size",
@@ -350,7 +351,7 @@ fn every_malformed_header_field_is_named() {
         ("mode", patched(&bytes, 73, &[9]), "mode"),
         ("padding", patched(&bytes, 74, &[0]), "padding"),
         ("integrity", patched(&bytes, 75, &[7]), "integrity"),
-        ("reserved", patched(&bytes, 140, &[1]), "reserved"),
+        ("reserved", patched(&bytes, 160, &[1]), "reserved"),
         (
             "metadata length",
             patched(&bytes, 128, &64u64.to_le_bytes()),
@@ -434,6 +435,7 @@ fn reproducible_files_are_byte_identical() {
         emit::emit(
             model,
             EmitOptions {
+                envelope: Default::default(),
                 key: Some(&key),
                 mode: Mode::Cbc,
                 authenticate_only: false,

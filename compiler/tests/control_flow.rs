@@ -78,6 +78,7 @@ fn passes_keep_referenced_subgraphs_intact_and_the_result_runs() {
     let file = emit::emit(
         &m,
         EmitOptions {
+            envelope: Default::default(),
             key: Some(&key),
             mode: Mode::Cbc,
             authenticate_only: false,
@@ -137,6 +138,7 @@ fn a_partitioned_if_runs_its_branches_on_the_if_device() {
     let file = emit::emit(
         &model,
         EmitOptions {
+            envelope: Default::default(),
             key: Some(&key),
             mode: Mode::Ctr,
             authenticate_only: false,
@@ -195,6 +197,7 @@ fn control_flow_models_use_the_compilation_cache() {
     let file = write(
         &nnc_formats::test_support::control_flow::nested_model(),
         &WriteOptions {
+            envelope: Default::default(),
             key: Some(&key),
             mode: Mode::Cbc,
             authenticate_only: false,

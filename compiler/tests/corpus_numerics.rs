@@ -66,6 +66,7 @@ fn check(dir: &Path) -> Result<(), String> {
     let bytes = emit::emit(
         &model,
         EmitOptions {
+            envelope: Default::default(),
             key: None,
             mode: Mode::Ctr,
             authenticate_only: false,

@@ -44,6 +44,7 @@ fn compile(model: &Model, key: Option<&Key>, mode: Mode) -> Vec<u8> {
     emit::emit(
         model,
         EmitOptions {
+            envelope: Default::default(),
             key,
             mode,
             authenticate_only: false,
@@ -123,8 +124,16 @@ fn tampered_files_and_wrong_keys_are_refused_at_load() {
         .err()
         .expect("missing key must fail");
     assert!(err.to_string().contains("key is required"), "{err}");
-    // One flipped bit in the operator info, and one in the weights.
-    for position in [600, bytes.len() - 100] {
+    // One flipped bit in the operator info, and one in the last weight field.
+    let last_field = nnc_formats::container::Container::parse(&bytes)
+        .unwrap()
+        .fields
+        .iter()
+        .flatten()
+        .last()
+        .map(|f| (f.offset + f.length - 100) as usize)
+        .unwrap();
+    for position in [600, last_field] {
         let mut tampered = bytes.clone();
         tampered[position] ^= 0x08;
         let err = load(tampered, Some(&key), SimulatedNpu::new("npu0"))

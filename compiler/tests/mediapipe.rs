@@ -68,6 +68,7 @@ fn run(model: &Model, inputs: &[HostTensor]) -> Vec<HostTensor> {
     let bytes = emit::emit(
         model,
         EmitOptions {
+            envelope: Default::default(),
             key: None,
             mode: Mode::Ctr,
             authenticate_only: false,

@@ -56,6 +56,7 @@ fn compile(
     let bytes = emit::emit(
         &reordered,
         EmitOptions {
+            envelope: Default::default(),
             key: Some(key),
             mode: Mode::Ctr,
             authenticate_only: false,

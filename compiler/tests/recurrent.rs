@@ -119,6 +119,7 @@ fn run(model: &Model, inputs: &[HostTensor]) -> Vec<Vec<f32>> {
     let bytes = emit::emit(
         model,
         EmitOptions {
+            envelope: Default::default(),
             key: None,
             mode: Mode::Ctr,
             authenticate_only: false,

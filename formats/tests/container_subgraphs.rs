@@ -14,6 +14,7 @@ use nnc_formats::test_support::control_flow::{
 
 fn options(key: Option<&Key>) -> WriteOptions<'_> {
     WriteOptions {
+        envelope: Default::default(),
         key,
         mode: Mode::Cbc,
         reproducible: false,

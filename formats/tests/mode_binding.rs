@@ -62,6 +62,7 @@ fn model() -> Model {
 
 fn options(key: &Key, mode: Mode, reproducible: bool, authenticate_only: bool) -> WriteOptions<'_> {
     WriteOptions {
+        envelope: Default::default(),
         key: Some(key),
         mode,
         authenticate_only,
@@ -185,15 +186,19 @@ fn reproducible_output_is_byte_identical_in_every_mode() {
     }
 }
 
-/// The 1.2 writer's files all say so; the legacy files are 1.0 and 1.1.
+/// The writer's keyed files are all 1.3 (a data key in a key block); the legacy files
+/// are 1.0, 1.1 and 1.2.
 #[test]
-fn keyed_files_are_format_1_2() {
+fn keyed_files_are_format_1_3() {
     let m = model();
     let key = Key::generate(Algorithm::Aes128).unwrap();
     for authenticate_only in [false, true] {
         let bytes = write(&m, &options(&key, Mode::Ctr, true, authenticate_only)).unwrap();
         let c = Container::parse(&bytes).unwrap();
-        assert_eq!((c.header.major, c.header.minor), (1, 2));
+        assert_eq!((c.header.major, c.header.minor), (1, 3));
+        let block = c.key_block().unwrap().unwrap();
+        assert_eq!(block.recipients.len(), 1);
+        assert_eq!(block.recipients[0].key_id, c.header.key_id);
     }
 }
 
@@ -206,13 +211,18 @@ fn legacy_aes() -> Key {
     Key::from_hex(Algorithm::Aes128, "6e6e632d6c65676163792d6165733132").unwrap()
 }
 
-/// Files the writer before format 1.2 produced, committed as they came out (the keys are
-/// test keys): they load, authenticate and decrypt with the derivation of their version.
+/// Files the writers of formats 1.0 to 1.2 produced, committed as they came out (the keys
+/// are test keys): they load, authenticate and decrypt with the derivation of their
+/// version.
 #[test]
-fn files_written_before_1_2_still_load() {
+fn files_written_before_1_3_still_load() {
     let sm4 = Key::from_hex(Algorithm::Sm4, "6e6e632d6c65676163792d736d342121").unwrap();
     let aes = legacy_aes();
-    let cases: [(&str, &Key, u16, bool); 5] = [
+    let cases: [(&str, &Key, u16, bool); 9] = [
+        ("v1.2-aes128-ctr.nnc", &aes, 2, false),
+        ("v1.2-aes128-gcm.nnc", &aes, 2, false),
+        ("v1.2-sm4-cbc.nnc", &sm4, 2, false),
+        ("v1.2-aes128-authenticated.nnc", &aes, 2, false),
         ("aes128-ctr.nnc", &aes, 0, false),
         ("aes128-gcm.nnc", &aes, 0, false),
         ("sm4-cbc.nnc", &sm4, 0, false),
@@ -253,7 +263,16 @@ fn the_version_cannot_be_changed_to_pick_the_other_derivation() {
     let new = write(&model(), &options(&key, Mode::Ctr, true, false)).unwrap();
     let mut downgraded = new.clone();
     downgraded[10] = 1;
-    for (what, bytes) in [("1.0 as 1.2", old), ("1.2 as 1.1", downgraded)] {
+    let mut old_as_envelope = legacy("v1.2-aes128-ctr.nnc");
+    old_as_envelope[10] = 3;
+    let mut envelope_as_1_2 = new.clone();
+    envelope_as_1_2[10] = 2;
+    for (what, bytes) in [
+        ("1.0 as 1.2", old),
+        ("1.3 as 1.1", downgraded),
+        ("1.2 as 1.3", old_as_envelope),
+        ("1.3 as 1.2", envelope_as_1_2),
+    ] {
         let err = Container::open(&bytes, Some(key.as_bytes()))
             .map(|_| ())
             .unwrap_err();
@@ -280,7 +299,7 @@ fn equal_salts_give_every_mode_its_own_keys() {
             nnc_formats::container::Derivation::of_header(&bytes),
         )
         .unwrap()
-        .with_encryption(key.as_bytes(), &[0x5a; 32], Algorithm::Aes128)
+        .with_encryption(Algorithm::Aes128)
         .unwrap();
         let enc = derived.encryption.as_ref().unwrap().as_bytes().to_vec();
         assert!(seen_enc.insert(enc), "{mode:?} repeats an encryption key");

@@ -648,6 +648,7 @@ pub fn control_flow(data: &[u8]) {
         return;
     };
     let options = WriteOptions {
+        envelope: Default::default(),
         key: Some(&key),
         mode: Mode::Ctr,
         reproducible: true,

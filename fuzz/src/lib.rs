@@ -271,6 +271,7 @@ fn cached_model() -> Option<(Vec<u8>, Key)> {
     let bytes = nnc_compiler::emit::emit(
         &m,
         nnc_compiler::emit::EmitOptions {
+            envelope: Default::default(),
             key: Some(&key),
             mode: Mode::Ctr,
             authenticate_only: false,
@@ -392,6 +393,7 @@ pub fn compile_pipeline(data: &[u8]) {
     let bytes = nnc_compiler::emit::emit(
         &lowered.model,
         nnc_compiler::emit::EmitOptions {
+            envelope: Default::default(),
             key: Some(&key),
             mode: Mode::Cbc,
             authenticate_only: false,
@@ -507,6 +509,7 @@ pub fn generated_seeds(target: &str) -> Vec<(String, Vec<u8>)> {
                     if let Ok(bytes) = nnc_compiler::emit::emit(
                         model,
                         nnc_compiler::emit::EmitOptions {
+                            envelope: Default::default(),
                             key,
                             mode,
                             authenticate_only,

@@ -15,6 +15,11 @@ use zeroize::Zeroizing;
 /// The longest key file: 64 hex digits (a 32-byte key) and a newline.
 pub const MAX_KEY_FILE_BYTES: usize = 65;
 
+/// The longest PEM key file (a device's or a signer's key, `nnc keygen`): a P-256 PKCS#8
+/// key is about 240 bytes, so this bound leaves room for comments and line-ending
+/// variants while costing nothing.
+pub const MAX_PEM_FILE_BYTES: usize = 16 << 10;
+
 /// Why a key file could not be read. None carries any of its contents.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyFileError {
@@ -34,11 +39,11 @@ pub enum KeyFileError {
     NotAFile { path: PathBuf, kind: &'static str },
     /// Longer than any key file.
     #[error(
-        "the key file {} holds more than {MAX_KEY_FILE_BYTES} bytes: a key file is at most \
-         64 hex digits and a newline",
+        "the key file {} holds more than {max} bytes: a key file is at most \
+         64 hex digits and a newline, or a PEM key",
         path.display()
     )]
-    TooLong { path: PathBuf },
+    TooLong { path: PathBuf, max: usize },
     /// Not UTF-8 text.
     #[error("the key file {} is not text: a key file holds hex digits", path.display())]
     NotText { path: PathBuf },
@@ -47,6 +52,37 @@ pub enum KeyFileError {
 /// Reads a key file's text (zeroized when dropped), at most [`MAX_KEY_FILE_BYTES`]
 /// bytes, refusing anything that is not a regular file without blocking on it.
 pub fn read_key_file(path: &Path) -> Result<Zeroizing<String>, KeyFileError> {
+    read_key_text(path, MAX_KEY_FILE_BYTES)
+}
+
+/// Reads a key file that may hold a hex key or a PEM key (a device's private key, a
+/// signer's key, a public key): PEM text up to [`MAX_PEM_FILE_BYTES`], anything else up to
+/// [`MAX_KEY_FILE_BYTES`].
+pub fn read_key_or_pem_file(path: &Path) -> Result<Zeroizing<String>, KeyFileError> {
+    // Too long for either: reported against the hex bound, the usual key file.
+    let text = read_key_text(path, MAX_PEM_FILE_BYTES).map_err(|e| match e {
+        KeyFileError::TooLong { path, .. } => KeyFileError::TooLong {
+            path,
+            max: MAX_KEY_FILE_BYTES,
+        },
+        other => other,
+    })?;
+    if !is_pem(&text) && text.len() > MAX_KEY_FILE_BYTES {
+        return Err(KeyFileError::TooLong {
+            path: path.to_path_buf(),
+            max: MAX_KEY_FILE_BYTES,
+        });
+    }
+    Ok(text)
+}
+
+/// Whether key-file text is PEM (starts with a `-----BEGIN` line).
+pub fn is_pem(text: &str) -> bool {
+    text.trim_start().starts_with("-----BEGIN ")
+}
+
+/// Reads at most `max` bytes of text from a regular file.
+fn read_key_text(path: &Path, max: usize) -> Result<Zeroizing<String>, KeyFileError> {
     let io = |source: std::io::Error| KeyFileError::Io {
         path: path.to_path_buf(),
         source,
@@ -59,20 +95,22 @@ pub fn read_key_file(path: &Path) -> Result<Zeroizing<String>, KeyFileError> {
             kind: file_kind(&meta),
         });
     }
-    if meta.len() > MAX_KEY_FILE_BYTES as u64 {
+    if meta.len() > max as u64 {
         return Err(KeyFileError::TooLong {
             path: path.to_path_buf(),
+            max,
         });
     }
     // Room for one byte past the bound (a file that grew since fstat), so the vector
     // never reallocates and leaves a copy of key material behind.
-    let mut bytes = Zeroizing::new(Vec::with_capacity(MAX_KEY_FILE_BYTES + 2));
-    file.take(MAX_KEY_FILE_BYTES as u64 + 1)
+    let mut bytes = Zeroizing::new(Vec::with_capacity(max + 2));
+    file.take(max as u64 + 1)
         .read_to_end(&mut bytes)
         .map_err(io)?;
-    if bytes.len() > MAX_KEY_FILE_BYTES {
+    if bytes.len() > max {
         return Err(KeyFileError::TooLong {
             path: path.to_path_buf(),
+            max,
         });
     }
     let text = std::str::from_utf8(&bytes).map_err(|_| KeyFileError::NotText {

@@ -198,6 +198,9 @@ pub struct LoadOptions {
     /// Run adjacent operations as one where a fused kernel exists
     /// ([`PrepareOptions::fusion`]); the results are the same bits either way.
     pub fusion: bool,
+    /// When not empty, only a file signed by one of these keys loads (format 1.3
+    /// signatures, checked before the file is authenticated or parsed).
+    pub trusted_signers: Vec<nnc_formats::crypto::PublicKey>,
 }
 
 impl Default for LoadOptions {
@@ -212,6 +215,7 @@ impl Default for LoadOptions {
             scheduler: None,
             deadline: None,
             fusion: true,
+            trusted_signers: Vec::new(),
         }
     }
 }
@@ -298,6 +302,11 @@ impl PreparedModel {
         // The metadata region is copied once; authentication, the host's parse and every
         // device's parse read that copy, never the file again.
         let metadata = copy_metadata_from(data)?;
+        // A signature needs no secret: whoever holds a decryption key could re-tag a file,
+        // but only the signer can sign one.
+        if !options.trusted_signers.is_empty() {
+            nnc_formats::container::verify_signature(data, &metadata, &options.trusted_signers)?;
+        }
         devices.device_for("").authenticate(&metadata)?;
         check_prepare_deadline(options.deadline, "while the file was authenticated")?;
         let (header, plan, op_count, kernel_options) = {

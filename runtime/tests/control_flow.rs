@@ -180,6 +180,7 @@ fn control_flow_models_run_from_encrypted_files() {
     use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
     let key = Key::generate(Algorithm::Sm4).unwrap();
     let options = WriteOptions {
+        envelope: Default::default(),
         key: Some(&key),
         mode: Mode::Ctr,
         authenticate_only: false,
@@ -284,6 +285,7 @@ fn altered_subgraph_sections_never_panic_the_runtime() {
     use nnc_formats::container::{Container, SectionKind, WriteOptions, reseal, write};
     use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
     let options = WriteOptions {
+        envelope: Default::default(),
         key: None,
         mode: nnc_formats::crypto::Mode::Ctr,
         authenticate_only: false,

@@ -57,6 +57,7 @@ fn load_with(model: &Model, options: &LoadOptions) -> Result<Arc<PreparedModel>,
     let bytes = write(
         model,
         &WriteOptions {
+            envelope: Default::default(),
             key: Some(&key),
             mode: Mode::Ctr,
             authenticate_only: false,

@@ -32,6 +32,7 @@ fn load_model() -> Arc<PreparedModel> {
     let bytes = write(
         &m,
         &WriteOptions {
+            envelope: Default::default(),
             key: Some(&key),
             mode: Mode::Ctr,
             authenticate_only: false,

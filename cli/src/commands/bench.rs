@@ -65,6 +65,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let run_args = super::run::Args {
         model: args.model.clone(),
         key: args.key.clone(),
+        trust: Default::default(),
         inputs: args.inputs.clone(),
         input_dir: None,
         output_dir: PathBuf::from("."),

@@ -38,6 +38,17 @@ pub struct Args {
     pub mode: ModeArg,
     #[command(flatten)]
     pub key: KeyArgs,
+    /// Also wrap the file's data key for this device public key (x25519 PEM from `nnc
+    /// keygen --algorithm x25519`; repeatable): the device opens the model with its
+    /// private key. With recipients, --key-file is optional.
+    #[arg(long = "recipient", value_name = "DEVICE.pub")]
+    pub recipients: Vec<PathBuf>,
+    /// Sign the file with this key (ed25519 or ecdsa-p256 PEM from `nnc keygen`): the
+    /// signature covers the header, operator info and every weight byte, and carries a
+    /// provenance statement (source digest, compiler, options, device profiles).
+    /// `nnc run/verify --trust SIGNER.pub` then refuses anything else.
+    #[arg(long, value_name = "SIGNER")]
+    pub sign: Option<PathBuf>,
     /// Byte-identical output for the same model, options and key (IVs from a keyed PRF).
     #[arg(long)]
     pub reproducible: bool,
@@ -105,9 +116,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let progress = Progress::new(!args.json);
     let algorithm: Option<Algorithm> = args.encrypt.into();
     let mode: Mode = args.mode.into();
+    let recipients = crate::trust::recipients(&args.recipients)?;
+    let signer = args
+        .sign
+        .as_deref()
+        .map(crate::trust::signing_key)
+        .transpose()?;
     let key = match algorithm {
         Some(a) => match args.key.load(a)? {
             Some(k) => Some(k),
+            None if !recipients.is_empty() => None,
             None => {
                 return Err(err(
                     Exit::Usage,
@@ -124,12 +142,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None if args.key.given() => Some(authentication_key(&args)?),
         None => None,
     };
-    let authenticate_only = algorithm.is_none() && key.is_some();
+    let authenticate_only = algorithm.is_none() && (key.is_some() || !recipients.is_empty());
     // Every file the command reads; the output may be none of them.
     let mut inputs: Vec<&Path> = vec![args.model.as_path()];
     inputs.extend(args.bind_inputs.iter().map(|(_, p)| p.as_path()));
     inputs.extend(args.devices.iter().map(PathBuf::as_path));
     inputs.extend(args.key.key_file.as_deref());
+    inputs.extend(args.recipients.iter().map(PathBuf::as_path));
+    inputs.extend(args.sign.as_deref());
     inputs.extend(args.quantize.inputs());
     output::check_output(&args.output, &inputs)?;
     args.quantize.check_report_path(&inputs)?;
@@ -233,12 +253,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         "writing the weights"
     });
+    let statement = match &signer {
+        Some(_) => Some(provenance(&args, &recipients)?),
+        None => None,
+    };
     let emit_options = EmitOptions {
         key: key.as_ref(),
         mode,
         authenticate_only,
         reproducible: args.reproducible,
         extra_sections,
+        envelope: nnc_formats::container::Envelope {
+            recipients: &recipients,
+            cipher: algorithm,
+            signer: signer.as_ref().zip(statement),
+        },
     };
     progress.stage(format!("writing {}", args.output.display()));
     let written = output::write_file_with(&args.output, output::Mode::Public, &inputs, |file| {
@@ -272,8 +301,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             progress.stage("preparing the compiled model to fill the compilation cache");
             let dir = config.dir.display().to_string();
             let npu = nnc_runtime::SimulatedNpu::new("npu0");
-            if let Some(k) = &key {
-                npu.install_key(k.as_bytes());
+            match &key {
+                Some(k) => npu.install_key(k.as_bytes()),
+                None if !recipients.is_empty() => {
+                    return Err(err(
+                        Exit::Usage,
+                        "--cache-dir prepares the model with its symmetric key; a model for \
+                         device recipients only fills its cache on the device \
+                         (`nnc run --cache-dir` with the device's key)",
+                    ));
+                }
+                None => {}
             }
             let options = nnc_runtime::LoadOptions {
                 threads: 1,
@@ -314,7 +352,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "padding": crypto.padding.name(),
             "integrity": crypto.integrity.name(),
             "key_id": key.as_ref().map(|_| hex::encode(written.key_id)),
+            "recipients": recipients.iter().map(|r| hex::encode(r.key_id())).collect::<Vec<_>>(),
         },
+        "signature": signer.as_ref().map(|s| json!({
+            "algorithm": s.algorithm().name(),
+            "signer_key_id": hex::encode(s.public_key().key_id()),
+        })),
         "reproducible": args.reproducible,
         "relax_float32": model.relax_computation_float32_to_float16,
         "arena_bytes": arena,
@@ -345,7 +388,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     mode.name(),
                     crypto.integrity.name()
                 ),
-                None if key.is_some() => {
+                None if key.is_some() || !recipients.is_empty() => {
                     "unencrypted, authenticated with the key (HMAC-SHA-256)".into()
                 }
                 None => "unencrypted and unauthenticated (SHA-256 digests detect corruption only)"
@@ -354,6 +397,36 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The provenance statement a signature carries: what was compiled, by which compiler,
+/// how, and for which devices (every file by name and SHA-256).
+fn provenance(
+    args: &Args,
+    recipients: &[nnc_formats::crypto::PublicKey],
+) -> anyhow::Result<Vec<u8>> {
+    let files = |paths: &[PathBuf]| -> anyhow::Result<Vec<serde_json::Value>> {
+        paths.iter().map(|p| crate::trust::file_entry(p)).collect()
+    };
+    let bound: Vec<PathBuf> = args.bind_inputs.iter().map(|(_, p)| p.clone()).collect();
+    let statement = json!({
+        "schema": "nnc.provenance/1",
+        "source": crate::trust::file_entry(&args.model)?,
+        "compiler": emit::producer(),
+        "options": {
+            "encrypt": Option::<Algorithm>::from(args.encrypt).map_or("none", |a| a.name()),
+            "mode": Mode::from(args.mode).name(),
+            "reproducible": args.reproducible,
+            "relax_float32": args.relax_float32,
+            "input_shapes": args.input_shapes.iter().map(|(n, d)| json!({"name": n, "dims": d})).collect::<Vec<_>>(),
+            "bind_inputs": files(&bound)?,
+            "partition": nnc_formats::plan::PartitionMode::from(args.partition).name(),
+            "quantize": args.quantize.quantize.is_some(),
+        },
+        "devices": files(&args.devices)?,
+        "recipients": recipients.iter().map(|r| hex::encode(r.key_id())).collect::<Vec<_>>(),
+    });
+    Ok(serde_json::to_vec(&statement)?)
 }
 
 /// The activation arena the runtime's memory plan gives `model` (as `nnc run` would

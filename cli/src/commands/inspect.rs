@@ -30,6 +30,9 @@ pub struct Args {
     /// For a .nnc: verify it with this key too.
     #[command(flatten)]
     pub key: KeyArgs,
+    /// For a signed .nnc: check its signature against these signers' public keys.
+    #[command(flatten)]
+    pub trust: crate::trust::TrustArgs,
     /// For a partitioned .nnc: print the placement report (which device runs each
     /// operation, and for every device that declined it, the rule and value).
     #[arg(long)]
@@ -216,6 +219,7 @@ fn run_compiled(args: Args) -> anyhow::Result<ExitCode> {
     use anyhow::Context;
     use nnc_formats::container::Container;
     let bytes = crate::input::read_model(&args.model, "model")?;
+    let signature_checked = crate::trust::check(&bytes, &args.trust, &args.model)?.is_some();
     let container = Container::parse(&bytes)
         .with_context(|| format!("{} is not a valid nnc model file", args.model.display()))?;
     // Checked when a key is given, or when none is needed.
@@ -242,7 +246,10 @@ fn run_compiled(args: Args) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let report = compiled_report(&args.model, &container, verified);
+    let mut report = compiled_report(&args.model, &container, verified);
+    if signature_checked {
+        report["signature"]["verified"] = Value::Bool(true);
+    }
     if args.json {
         output::stdout(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
     } else {
@@ -300,6 +307,8 @@ pub fn compiled_report(
             "key_id": h.crypto.is_keyed().then(|| hex::encode(h.key_id)),
         },
         "reproducible": h.flags & FLAG_REPRODUCIBLE != 0,
+        "recipients": c.key_block().ok().flatten().map(|b| b.recipients),
+        "signature": c.signature().ok().flatten().map(|s| crate::trust::signature_json(&s, None)),
         "sections": c.sections.iter().map(|s| json!({"kind": s.kind_name(), "offset": s.offset, "length": s.length})).collect::<Vec<_>>(),
         "inputs": io_entries(model, false),
         "outputs": io_entries(model, true),
@@ -366,6 +375,42 @@ fn compiled_text(r: &Value) -> String {
         Value::Bool(true) => "verified: yes\n",
         _ => "verified: not checked (give --key-file or --key-env to verify)\n",
     });
+    if let Some(list) = r["recipients"].as_array() {
+        s.push_str("recipients (who can open it):\n");
+        for rcp in list {
+            s.push_str(&format!(
+                "  {} {}\n",
+                rcp["key_id"].as_str().unwrap_or(""),
+                match rcp["kind"].as_str() {
+                    Some("master-key") => "symmetric key (AES-256 key wrap)",
+                    Some("x25519") => "x25519 device key (HPKE)",
+                    _ => "",
+                }
+            ));
+        }
+    }
+    let sig = &r["signature"];
+    if sig.is_object() {
+        let statement = &sig["statement"];
+        s.push_str(&format!(
+            "signature: {} key {} ({})\n",
+            sig["algorithm"].as_str().unwrap_or(""),
+            sig["signer_key_id"].as_str().unwrap_or(""),
+            if sig["verified"] == Value::Bool(true) {
+                "verified against --trust"
+            } else {
+                "not checked: --trust SIGNER.pub checks it"
+            }
+        ));
+        if statement.is_object() {
+            s.push_str(&format!(
+                "provenance: {} (sha256 {}) compiled by {}\n",
+                statement["source"]["name"].as_str().unwrap_or("?"),
+                statement["source"]["sha256"].as_str().unwrap_or("?"),
+                statement["compiler"].as_str().unwrap_or("?")
+            ));
+        }
+    }
     s.push_str("sections:\n");
     for sec in r["sections"].as_array().into_iter().flatten() {
         s.push_str(&format!(

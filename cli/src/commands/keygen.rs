@@ -1,25 +1,46 @@
-//! `nnc keygen`: a new random key, written to a file only its owner can read.
+//! `nnc keygen`: a new random key, written to a file only its owner can read: a symmetric
+//! key (hex) for the weight ciphers, or a key pair (PEM) for a device (x25519) or a signer
+//! (ed25519, ecdsa-p256), whose public half goes to `NAME.pub`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use nnc_formats::crypto::{Algorithm, Key};
+use nnc_formats::crypto::{Algorithm, Key, KeyAlgorithm, PrivateKey};
 use serde_json::json;
 use zeroize::Zeroizing;
 
-use super::AlgorithmArg;
 use crate::exit::{Exit, err};
 use crate::output;
 
+/// What `--algorithm` makes.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum KeygenAlgorithm {
+    /// A symmetric SM4 key (hex).
+    Sm4,
+    /// A symmetric AES-128 key (hex).
+    Aes128,
+    /// A symmetric AES-192 key (hex).
+    Aes192,
+    /// A symmetric AES-256 key (hex).
+    Aes256,
+    /// A device's key pair: models compiled with `--recipient NAME.pub` open with it.
+    X25519,
+    /// A signer's key pair: `compile --sign NAME`, `run/verify --trust NAME.pub`.
+    Ed25519,
+    /// A signer's key pair (ECDSA P-256, SHA-256): also what `nnc sign` and the OpenSSF
+    /// model-signing tools take.
+    EcdsaP256,
+}
+
 #[derive(clap::Args)]
 pub struct Args {
-    /// The cipher the key is for (sets its length).
+    /// The cipher the key is for, or the key pair to make.
     #[arg(long, value_enum)]
-    pub algorithm: AlgorithmArg,
-    /// Where to write the key (hex, mode 0600).
+    pub algorithm: KeygenAlgorithm,
+    /// Where to write the key (mode 0600); a key pair's public key goes to FILE.pub.
     #[arg(short, long, value_name = "FILE")]
     pub output: PathBuf,
-    /// Replace an existing file.
+    /// Replace existing files.
     #[arg(long)]
     pub force: bool,
     /// Print a JSON summary on stdout (never the key).
@@ -27,17 +48,34 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let algorithm: Algorithm = args.algorithm.into();
-    if std::fs::symlink_metadata(&args.output).is_ok() && !args.force {
+fn refuse_existing(path: &Path, force: bool) -> anyhow::Result<()> {
+    if std::fs::symlink_metadata(path).is_ok() && !force {
         return Err(err(
             Exit::CannotWrite,
-            format!(
-                "{} exists; pass --force to replace it",
-                args.output.display()
-            ),
+            format!("{} exists; pass --force to replace it", path.display()),
         ));
     }
+    Ok(())
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let pair = match args.algorithm {
+        KeygenAlgorithm::Sm4 => Err(Algorithm::Sm4),
+        KeygenAlgorithm::Aes128 => Err(Algorithm::Aes128),
+        KeygenAlgorithm::Aes192 => Err(Algorithm::Aes192),
+        KeygenAlgorithm::Aes256 => Err(Algorithm::Aes256),
+        KeygenAlgorithm::X25519 => Ok(KeyAlgorithm::X25519),
+        KeygenAlgorithm::Ed25519 => Ok(KeyAlgorithm::Ed25519),
+        KeygenAlgorithm::EcdsaP256 => Ok(KeyAlgorithm::EcdsaP256),
+    };
+    match pair {
+        Err(cipher) => symmetric(&args, cipher),
+        Ok(algorithm) => key_pair(&args, algorithm),
+    }
+}
+
+fn symmetric(args: &Args, algorithm: Algorithm) -> anyhow::Result<ExitCode> {
+    refuse_existing(&args.output, args.force)?;
     let key = Key::generate(algorithm)?;
     let mut text: Zeroizing<String> = key.to_hex();
     text.push('\n');
@@ -59,6 +97,55 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "wrote a new {} key to {} (mode 600; key id {key_id})",
             algorithm.name(),
             args.output.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn key_pair(args: &Args, algorithm: KeyAlgorithm) -> anyhow::Result<ExitCode> {
+    let mut public_path = args.output.clone().into_os_string();
+    public_path.push(".pub");
+    let public_path = PathBuf::from(public_path);
+    refuse_existing(&args.output, args.force)?;
+    refuse_existing(&public_path, args.force)?;
+    let key = PrivateKey::generate(algorithm)?;
+    let public = key.public_key();
+    output::write_file(
+        &args.output,
+        key.to_pem()?.as_bytes(),
+        output::Mode::Private,
+        &[],
+    )?;
+    output::write_file(
+        &public_path,
+        public.to_pem()?.as_bytes(),
+        output::Mode::Public,
+        &[],
+    )?;
+    let key_id = hex::encode(public.key_id());
+    let purpose = if algorithm.signs() {
+        "signing key pair"
+    } else {
+        "device key pair"
+    };
+    if args.json {
+        output::stdout(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&json!({
+                "schema": "nnc.keygen/1",
+                "output": args.output.display().to_string(),
+                "public_key": public_path.display().to_string(),
+                "algorithm": algorithm.name(),
+                "key_id": key_id,
+                "fingerprint": hex::encode(public.fingerprint()),
+            }))?
+        ))?;
+    } else {
+        eprintln!(
+            "wrote a new {} {purpose}: private key {} (mode 600), public key {} (key id {key_id})",
+            algorithm.name(),
+            args.output.display(),
+            public_path.display()
         );
     }
     Ok(ExitCode::SUCCESS)

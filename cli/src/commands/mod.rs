@@ -8,7 +8,9 @@ pub mod devices;
 pub mod dump;
 pub mod inspect;
 pub mod keygen;
+pub mod rewrap;
 pub mod run;
+pub mod sign;
 pub mod stream;
 pub mod verify;
 

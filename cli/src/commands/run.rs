@@ -25,6 +25,8 @@ pub struct Args {
     pub model: PathBuf,
     #[command(flatten)]
     pub key: KeyArgs,
+    #[command(flatten)]
+    pub trust: crate::trust::TrustArgs,
     /// An input tensor file (.npy or ONNX .pb), as NAME=FILE or by position (repeatable).
     #[arg(long = "input", value_name = "[NAME=]FILE")]
     pub inputs: Vec<String>,
@@ -146,6 +148,7 @@ pub fn load_binding(
         float_math: args.float_math.into(),
         limits: args.limits.limits(),
         fusion: !args.no_fusion,
+        trusted_signers: args.trust.keys()?,
         ..LoadOptions::default()
     };
     let device = |name: &str| {
@@ -179,6 +182,15 @@ pub fn load_binding(
             .with_context(|| format!("cannot load {}", args.model.display()))?;
         Ok((model, devices, None))
     } else {
+        if args.trust.given() {
+            return Err(err(
+                Exit::Usage,
+                format!(
+                    "{} is a source model: only a compiled .nnc carries a signature for --trust",
+                    args.model.display()
+                ),
+            ));
+        }
         if args.key.given() {
             return Err(err(
                 Exit::Usage,
@@ -198,6 +210,7 @@ pub fn load_binding(
                 authenticate_only: false,
                 reproducible: true,
                 extra_sections: Vec::new(),
+                envelope: Default::default(),
             },
         )?;
         let devices = Devices::new(vec![device("npu0")])?;

@@ -1,5 +1,6 @@
-//! `nnc verify`: checks a `.nnc` file completely: structure, key, every tag, and says
-//! what protects it.
+//! `nnc verify`: checks a `.nnc` file completely: structure, key, every tag, its
+//! signature when asked to trust only some signers, and says what protects it. With
+//! `--signature`, checks a detached OpenSSF Model Signing signature of any file instead.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,41 +9,63 @@ use anyhow::Context;
 use nnc_formats::container::{Container, CryptoConfig};
 use serde_json::json;
 
+use crate::exit::{Exit, err};
 use crate::keys::KeyArgs;
 use crate::output;
+use crate::trust::TrustArgs;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The compiled model.
+    /// The compiled model (or, with --signature, any signed file).
     pub model: PathBuf,
     #[command(flatten)]
     pub key: KeyArgs,
+    #[command(flatten)]
+    pub trust: TrustArgs,
+    /// Check this detached signature bundle (`nnc sign`, `model_signing sign key`) over
+    /// the file's bytes against the --trust keys, instead of opening the model.
+    #[arg(long, value_name = "FILE.sig", requires = "trust")]
+    pub signature: Option<PathBuf>,
     /// Print the result as JSON on stdout.
     #[arg(long)]
     pub json: bool,
 }
 
 /// What protects a file, in one word (`--json`) and in a sentence.
-pub fn protection(crypto: &CryptoConfig) -> (&'static str, &'static str) {
+pub fn protection(crypto: &CryptoConfig) -> (&'static str, String) {
     match (crypto.is_encrypted(), crypto.is_keyed()) {
         (true, _) => (
             "encrypted",
-            "weights encrypted; every byte authenticated with the key (HMAC-SHA-256)",
+            format!(
+                "weights encrypted; every byte authenticated with the key ({})",
+                if crypto.mode == Some(nnc_formats::crypto::Mode::Gcm) {
+                    "GCM tags for the weights, HMAC-SHA-256 for the metadata"
+                } else {
+                    "HMAC-SHA-256"
+                }
+            ),
         ),
         (false, true) => (
             "authenticated",
-            "weights NOT encrypted; every byte authenticated with the key (HMAC-SHA-256)",
+            "weights NOT encrypted; every byte authenticated with the key (HMAC-SHA-256)".into(),
         ),
         (false, false) => (
             "digests",
             "NOT encrypted and NOT authenticated: SHA-256 digests detect corruption only; \
-             anyone can write a file that passes (compile with a key for authenticity)",
+             anyone can write a file that passes (compile with a key for authenticity)"
+                .into(),
         ),
     }
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(bundle) = &args.signature {
+        return detached(&args, bundle);
+    }
     let bytes = crate::input::read_model(&args.model, "model")?;
+    // The signature first: it needs no secret, and a file no trusted key signed is
+    // refused before anything in it is interpreted.
+    let signature = crate::trust::check(&bytes, &args.trust, &args.model)?;
     // A key only when one is given: a file that needs one fails with a message that says
     // so, and a key given for a file that is not authenticated with one is refused.
     let key = if args.key.given() {
@@ -54,6 +77,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("{} failed verification", args.model.display()))?;
     let fields = container.fields.iter().flatten().count();
     let (kind, sentence) = protection(&container.header.crypto);
+    let recipients: Vec<_> = container
+        .key_block()
+        .ok()
+        .flatten()
+        .map(|b| b.recipients)
+        .unwrap_or_default();
     if args.json {
         output::stdout(&format!(
             "{}\n",
@@ -65,13 +94,63 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "authenticated": container.header.crypto.is_keyed(),
                 "protection": kind,
                 "weight_fields": fields,
+                "recipients": recipients,
+                "signature": signature.as_ref().map(|s| crate::trust::signature_json(s, Some(true))),
+            }))?
+        ))?;
+    } else {
+        let signed = match &signature {
+            Some(s) => format!(
+                "; signed by trusted {} key {}",
+                s.signer.algorithm(),
+                hex::encode(s.signer.key_id())
+            ),
+            None => String::new(),
+        };
+        output::stdout(&format!(
+            "{}: OK ({} weight fields and the metadata check out): {sentence}{signed}\n",
+            args.model.display(),
+            fields,
+        ))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--signature`: a detached OpenSSF model signature over the file's bytes.
+fn detached(args: &Args, bundle_path: &std::path::Path) -> anyhow::Result<ExitCode> {
+    if args.key.given() {
+        return Err(err(
+            Exit::Usage,
+            "--signature checks a detached signature over the file's bytes; it takes no key",
+        ));
+    }
+    let trusted = args.trust.keys()?;
+    crate::input::check(&args.model, "model")?;
+    let bundle =
+        crate::input::read_small(bundle_path, "--signature", crate::oms::MAX_BUNDLE_BYTES)?;
+    let digest = crate::trust::file_digest(&args.model)?;
+    let signer = crate::oms::verify(&bundle, &digest, &trusted)
+        .with_context(|| format!("{} failed verification", args.model.display()))?;
+    let key_id = hex::encode(signer.key_id());
+    if args.json {
+        output::stdout(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&json!({
+                "schema": "nnc.verify/1",
+                "model": args.model.display().to_string(),
+                "ok": true,
+                "detached_signature": bundle_path.display().to_string(),
+                "sha256": hex::encode(digest),
+                "signer_key_id": key_id,
             }))?
         ))?;
     } else {
         output::stdout(&format!(
-            "{}: OK ({} weight fields and the metadata check out): {sentence}\n",
+            "{}: OK: its SHA-256 {} is signed by trusted {} key {key_id} ({})\n",
             args.model.display(),
-            fields,
+            hex::encode(digest),
+            signer.algorithm(),
+            bundle_path.display()
         ))?;
     }
     Ok(ExitCode::SUCCESS)

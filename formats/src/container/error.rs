@@ -64,6 +64,16 @@ pub enum ContainerError {
          have written it"
     )]
     NotAuthenticated,
+    /// A 1.3 file has no wrapped data key for the given key.
+    #[error(
+        "the file is not encrypted for this key (key id {key}); it opens with the keys \
+         {recipients} (see `nnc inspect`)"
+    )]
+    NotARecipient { key: String, recipients: String },
+    /// A signature that is missing where one is required, does not hold, or is by a key
+    /// nobody trusts.
+    #[error("signature: {0}")]
+    Signature(String),
     #[error("the key is for {key} but the file is encrypted with {file}")]
     KeyAlgorithm {
         key: &'static str,
@@ -114,6 +124,8 @@ impl ContainerError {
             self,
             ContainerError::Integrity { .. }
                 | ContainerError::NotAuthenticated
+                | ContainerError::NotARecipient { .. }
+                | ContainerError::Signature(_)
                 | ContainerError::Shrank { .. }
         )
     }

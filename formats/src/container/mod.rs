@@ -24,19 +24,27 @@
 //! an error, not a fault).
 
 mod binary;
+mod envelope;
 mod error;
 mod read;
+mod rewrap;
 mod source;
 mod write;
 
+pub use envelope::{
+    DATA_KEY_LEN, KeyBlock, MAX_RECIPIENTS, Opener, Recipient, RecipientKind, SignatureBlock,
+    Trailer, device_key_id,
+};
 pub use error::ContainerError;
 pub use read::{
     ArenaSlot, Container, WeightField, authenticate, authenticate_metadata, copy_metadata,
-    copy_metadata_from, open_field, reseal, reseal_metadata, verify_field,
+    copy_metadata_from, open_field, reseal, reseal_metadata, verify_field, verify_signature,
 };
+pub use rewrap::{RecipientChanges, Rewrapped, rewrap};
 pub use source::{FileSource, Source};
 pub use write::{
-    MemorySink, Sink, WriteOptions, Written, is_weight, is_weight_in, weights_of, write, write_to,
+    Envelope, MemorySink, Sink, WriteOptions, Written, is_weight, is_weight_in, weights_of, write,
+    write_to,
 };
 
 use zeroize::Zeroizing;
@@ -49,7 +57,7 @@ pub const MAGIC: [u8; 8] = *b"\x89NNC\r\n\x1a\n";
 /// The format version this code reads; readers accept any minor of this major.
 pub const FORMAT_MAJOR: u16 = 1;
 /// The newest minor version this code reads (and writes, for every file with a key).
-pub const FORMAT_MINOR: u16 = 2;
+pub const FORMAT_MINOR: u16 = 3;
 /// The minor version written for models without referenced subgraphs and without a key
 /// (byte-identical to what nnc wrote before 1.1).
 pub const FORMAT_MINOR_BASE: u16 = 0;
@@ -58,6 +66,9 @@ pub const FORMAT_MINOR_SUBGRAPHS: u16 = 1;
 /// The minor version from which keys, the reproducible salt and IVs depend on the cipher
 /// ([`Derivation::CipherBound`]); every file with a key is written so.
 pub const FORMAT_MINOR_CIPHER_BOUND: u16 = 2;
+/// First minor version with a data key wrapped per recipient (key block) and optional
+/// signature, both in a trailer after the weights.
+pub const FORMAT_MINOR_ENVELOPE: u16 = 3;
 pub const HEADER_SIZE: usize = 256;
 /// Every section and weight field starts at a multiple of this.
 pub const ALIGNMENT: u64 = 64;
@@ -225,6 +236,8 @@ pub struct Header {
     pub salt: [u8; 32],
     #[serde(serialize_with = "hex_ser")]
     pub tag: [u8; 32],
+    /// Format 1.3: where the key block and signature block lie (zero before 1.3).
+    pub trailer: Trailer,
 }
 
 fn hex_ser<S: serde::Serializer, const N: usize>(v: &[u8; N], s: S) -> Result<S::Ok, S::Error> {
@@ -332,6 +345,10 @@ impl Derivation {
 /// Authentication needs only the master key's bytes, not its algorithm, so a reader can
 /// authenticate the header (which names the algorithm) before trusting anything in it.
 pub struct FileKeys {
+    /// What every key derives from: the master key (formats 1.0 to 1.2) or the file's
+    /// data key (1.3).
+    ikm: Zeroizing<Vec<u8>>,
+    salt: [u8; 32],
     pub authentication: Zeroizing<Vec<u8>>,
     pub iv_derivation: Zeroizing<Vec<u8>>,
     /// `None` until the algorithm is known (the writer knows it; a reader learns it from
@@ -352,7 +369,8 @@ impl std::fmt::Debug for FileKeys {
 }
 
 impl FileKeys {
-    /// The authentication and IV keys from the master key's bytes, by `derivation`.
+    /// The authentication and IV keys from `master` (the master key's bytes, or a 1.3
+    /// file's data key), by `derivation`.
     pub fn derive(
         master: &[u8],
         salt: &[u8; 32],
@@ -374,20 +392,17 @@ impl FileKeys {
             )?,
             encryption: None,
             derivation,
+            ikm: Zeroizing::new(master.to_vec()),
+            salt: *salt,
         })
     }
 
     /// Adds the encryption key for `algorithm`.
-    pub fn with_encryption(
-        mut self,
-        master: &[u8],
-        salt: &[u8; 32],
-        algorithm: Algorithm,
-    ) -> Result<FileKeys, ContainerError> {
+    pub fn with_encryption(mut self, algorithm: Algorithm) -> Result<FileKeys, ContainerError> {
         let info = self
             .derivation
             .info(label::ENCRYPTION, label::ENCRYPTION_1_2);
-        let enc = crypto::hkdf_sha256(master, salt, &info, algorithm.key_len())?;
+        let enc = crypto::hkdf_sha256(&self.ikm, &self.salt, &info, algorithm.key_len())?;
         self.encryption = Some(Key::new(algorithm, &enc)?);
         Ok(self)
     }
@@ -587,6 +602,7 @@ mod tests {
             producer: "nnc test".into(),
             arena: None,
             extra_sections: Vec::new(),
+            envelope: Default::default(),
         }
     }
 

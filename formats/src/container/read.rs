@@ -4,13 +4,14 @@
 use zeroize::Zeroizing;
 
 use super::binary::Reader;
+use super::envelope::{self, KeyBlock, Opener, RESERVED_FROM, SignatureBlock, Trailer};
 use super::source::Source;
 use super::{
     ALIGNMENT, ContainerError, CryptoConfig, Derivation, FLAG_ENCRYPTED, FLAG_SEGMENTED,
-    FORMAT_MAJOR, FORMAT_MINOR, FORMAT_MINOR_SUBGRAPHS, FileKeys, HEADER_SIZE, Header, Integrity,
-    KNOWN_FLAGS, MAGIC, MAX_SECTIONS, METADATA_LENGTH_OFFSET, SECTION_ENTRY_SIZE, SECTION_REQUIRED,
-    SectionEntry, SectionKind, TAG_OFFSET, dtype_from_code, field_binding, gcm_nonce, key_id,
-    label, stored_field_tag, tag,
+    FORMAT_MAJOR, FORMAT_MINOR, FORMAT_MINOR_ENVELOPE, FORMAT_MINOR_SUBGRAPHS, FileKeys,
+    HEADER_SIZE, Header, Integrity, KNOWN_FLAGS, MAGIC, MAX_SECTIONS, METADATA_LENGTH_OFFSET,
+    SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionEntry, SectionKind, TAG_OFFSET, dtype_from_code,
+    field_binding, gcm_nonce, key_id, label, stored_field_tag, tag,
 };
 use crate::crypto::{self, Algorithm, Mode, Padding};
 use crate::nn::{
@@ -174,13 +175,34 @@ pub fn copy_metadata_from<S: Source + ?Sized>(src: &S) -> Result<Vec<u8>, Contai
             message: format!("is {metadata_length}, less than the {HEADER_SIZE}-byte header"),
         });
     }
-    // The header is read once, so the copy describes itself: its length field is the
-    // length that was copied.
-    let mut meta = vec![0u8; metadata_length as usize];
+    // Format 1.3: the trailer (key block, signature) is copied too, after the region:
+    // a reader needs the key block before it can authenticate anything.
+    let trailer = if u16::from_le_bytes([header[10], header[11]]) >= FORMAT_MINOR_ENVELOPE {
+        // The trailer is found from the end of the file the header describes.
+        check_file_size(
+            u64::from_le_bytes(header[16..24].try_into().unwrap_or([0; 8])),
+            file_len,
+        )?;
+        let t = Trailer::of_header(&header);
+        t.check(metadata_length, file_len)?;
+        Some(t)
+    } else {
+        None
+    };
+    let trailer_len = trailer.map_or(0, |t| t.len()) as usize;
+    // The header is read once, so the copy describes itself: its length fields are the
+    // lengths that were copied.
+    let region = metadata_length as usize;
+    let mut meta = vec![0u8; region + trailer_len];
     meta[..HEADER_SIZE].copy_from_slice(&header);
-    src.read_at(HEADER_SIZE as u64, &mut meta[HEADER_SIZE..], &|| {
+    src.read_at(HEADER_SIZE as u64, &mut meta[HEADER_SIZE..region], &|| {
         "the metadata region".into()
     })?;
+    if let Some(t) = trailer {
+        src.read_at(t.offset, &mut meta[region..], &|| {
+            "the trailer (key block and signature)".into()
+        })?;
+    }
     Ok(meta)
 }
 
@@ -215,7 +237,19 @@ impl<'a> Container<'a> {
     fn parse_stored(stored: Stored<'a>, meta: Vec<u8>) -> Result<Container<'a>, ContainerError> {
         let file_len = stored.len();
         let header = parse_header(&meta, file_len)?;
-        let sections = parse_sections(&meta, &header, file_len)?;
+        // Sections lie in the metadata region and, for the weights, before the trailer.
+        let region = meta.get(..header.metadata_length as usize).ok_or_else(|| {
+            ContainerError::HeaderField {
+                field: "metadata_length",
+                message: "exceeds the copied metadata".into(),
+            }
+        })?;
+        let data_end = if header.minor >= FORMAT_MINOR_ENVELOPE {
+            header.trailer.offset
+        } else {
+            file_len
+        };
+        let sections = parse_sections(region, &header, data_end)?;
         let info_entry = *find(&sections, SectionKind::OperatorInfo)?;
         let weights_entry = *find(&sections, SectionKind::Weights)?;
         if header.metadata_length != weights_entry.offset {
@@ -323,6 +357,45 @@ impl<'a> Container<'a> {
         self.header.crypto.is_encrypted()
     }
 
+    /// The trailer's bytes from the metadata copy: (key block, signature block).
+    fn trailer_bytes(&self) -> (&[u8], &[u8]) {
+        let start = (self.header.metadata_length as usize).min(self.meta.len());
+        let key_end = (start + self.header.trailer.key_block_len as usize).min(self.meta.len());
+        (&self.meta[start..key_end], &self.meta[key_end..])
+    }
+
+    /// The recipients of a 1.3 file with a key (`None` otherwise). Not authenticated by
+    /// itself: a recipient list that was altered fails when the file is opened.
+    pub fn key_block(&self) -> Result<Option<KeyBlock>, ContainerError> {
+        let (bytes, _) = self.trailer_bytes();
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        KeyBlock::decode(bytes).map(Some)
+    }
+
+    /// The signature block, if the file is signed (not yet checked: see
+    /// [`Container::verify_signature`]).
+    pub fn signature(&self) -> Result<Option<SignatureBlock>, ContainerError> {
+        let (_, bytes) = self.trailer_bytes();
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        SignatureBlock::decode(bytes).map(Some)
+    }
+
+    /// Checks the file's signature against `trusted` public keys (see the free
+    /// [`verify_signature`]).
+    pub fn verify_signature(
+        &self,
+        trusted: &[crypto::PublicKey],
+    ) -> Result<SignatureBlock, ContainerError> {
+        match &self.stored {
+            Stored::Memory(bytes) => verify_signature(*bytes, &self.meta, trusted),
+            Stored::Source(src) => verify_signature(*src, &self.meta, trusted),
+        }
+    }
+
     /// The file's keys from the master key's bytes, after [`authenticate`] has checked
     /// the key identifier and the metadata tag: a wrong key and an altered header both
     /// fail as integrity errors before the header's algorithm is trusted. `None` for an
@@ -336,18 +409,15 @@ impl<'a> Container<'a> {
             return Ok(Some(keys));
         };
         let master = master.unwrap_or_default();
-        // The header is authentic: its algorithm is the one the key was made for.
-        if master.len() != algorithm.key_len() {
+        // The header is authentic: its algorithm is the one the key was made for (a 1.3
+        // file's keys derive from its data key, whatever opened it).
+        if self.header.minor < FORMAT_MINOR_ENVELOPE && master.len() != algorithm.key_len() {
             return Err(ContainerError::KeyAlgorithm {
                 key: "a key of another length",
                 file: algorithm.name(),
             });
         }
-        Ok(Some(keys.with_encryption(
-            master,
-            &self.header.salt,
-            algorithm,
-        )?))
+        Ok(Some(keys.with_encryption(algorithm)?))
     }
 
     /// Verifies the whole file: the key identifier, the metadata tag (every byte before
@@ -489,9 +559,13 @@ impl<'a> Container<'a> {
                 .iter()
                 .map(|s| (s.offset, s.offset + s.length)),
         );
+        let trailer = self.header.trailer;
+        if !trailer.is_empty() {
+            covered.push((trailer.offset, trailer.offset + trailer.len()));
+        }
         covered.sort_unstable();
         let file_end = self.stored.len();
-        let meta_end = self.meta.len() as u64;
+        let meta_end = self.header.metadata_length;
         // The first non-zero byte of [a, b): the metadata copy below its end, the file
         // beyond it.
         let nonzero = |a: u64, b: u64| -> Result<Option<u64>, ContainerError> {
@@ -526,10 +600,12 @@ impl<'a> Container<'a> {
             }
             pos = pos.max(end);
         }
-        for (range, field) in [
-            (76..80, "reserved (76..80)"),
-            (136..TAG_OFFSET, "reserved (136..224)"),
-        ] {
+        let reserved = if self.header.minor >= FORMAT_MINOR_ENVELOPE {
+            (RESERVED_FROM..TAG_OFFSET, "reserved (152..224)")
+        } else {
+            (136..TAG_OFFSET, "reserved (136..224)")
+        };
+        for (range, field) in [(76..80, "reserved (76..80)"), reserved] {
             if !newer_minor(self.header.minor) && self.meta[range].iter().any(|&b| b != 0) {
                 return Err(ContainerError::HeaderField {
                     field,
@@ -539,6 +615,71 @@ impl<'a> Container<'a> {
         }
         Ok(())
     }
+}
+
+/// Checks the signature of the file in `src`, whose metadata copy (region and trailer,
+/// [`copy_metadata_from`]) is `meta`, against `trusted` public keys, before anything in
+/// the file is parsed: the file must be signed, by one of them, and the signature must
+/// hold over the metadata region (but for what a rewrap changes), every byte of the weight
+/// section and the provenance statement. Returns the signature block.
+///
+/// # Errors
+///
+/// [`ContainerError::Signature`] naming what failed (reading the weights may fail as a
+/// read error).
+pub fn verify_signature<S: Source + ?Sized>(
+    src: &S,
+    meta: &[u8],
+    trusted: &[crypto::PublicKey],
+) -> Result<SignatureBlock, ContainerError> {
+    let unsigned = || {
+        ContainerError::Signature(
+            "the file is not signed, and --trust requires a signature by a trusted key".into(),
+        )
+    };
+    if meta.len() < HEADER_SIZE || u16::from_le_bytes([meta[10], meta[11]]) < FORMAT_MINOR_ENVELOPE
+    {
+        return Err(unsigned());
+    }
+    let trailer = Trailer::of_header(meta);
+    let metadata_length = u64::from_le_bytes(
+        meta[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8]
+            .try_into()
+            .unwrap_or([0; 8]),
+    );
+    let region_end = usize::try_from(metadata_length).unwrap_or(usize::MAX);
+    let signature_at = region_end.saturating_add(trailer.key_block_len as usize);
+    let (Some(region), Some(bytes)) = (meta.get(..region_end), meta.get(signature_at..)) else {
+        return Err(ContainerError::Signature(
+            "the trailer does not match the header".into(),
+        ));
+    };
+    if region.len() < HEADER_SIZE {
+        return Err(unsigned());
+    }
+    if bytes.is_empty() {
+        return Err(unsigned());
+    }
+    let block = SignatureBlock::decode(bytes)
+        .map_err(|e| ContainerError::Signature(format!("the signature block is malformed: {e}")))?;
+    let signer_id = hex::encode(block.signer.key_id());
+    if !trusted.contains(&block.signer) {
+        return Err(ContainerError::Signature(format!(
+            "signed by {} key {signer_id}, which is not among the trusted keys",
+            block.signer.algorithm()
+        )));
+    }
+    let weights = envelope::weights_digest(metadata_length, trailer.offset, |at, buf| {
+        src.read_at(at, buf, &|| "the weight section".into())
+    })?;
+    if !block.holds(&envelope::content_digest(region, &weights)) {
+        return Err(ContainerError::Signature(format!(
+            "the signature by {} key {signer_id} does not hold: the file was changed after \
+             it was signed",
+            block.signer.algorithm()
+        )));
+    }
+    Ok(block)
 }
 
 /// Authenticates a file before anything in it is trusted: copies its metadata region
@@ -581,7 +722,37 @@ pub fn authenticate_metadata(
     let flags = u32::from_le_bytes([meta[24], meta[25], meta[26], meta[27]]);
     let encrypted = flags & FLAG_ENCRYPTED != 0;
     let keyed = encrypted || meta[75] == Integrity::HmacSha256.code();
-    let keys = if keyed {
+    let minor = u16::from_le_bytes([meta[10], meta[11]]);
+    let metadata_length = u64::from_le_bytes(
+        meta[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8]
+            .try_into()
+            .unwrap_or([0; 8]),
+    );
+    // The copy holds the region and, in 1.3, the trailer after it.
+    let region_end = if minor >= FORMAT_MINOR_ENVELOPE {
+        usize::try_from(metadata_length)
+            .ok()
+            .filter(|&n| (HEADER_SIZE..=meta.len()).contains(&n))
+            .ok_or_else(|| ContainerError::Integrity {
+                what: "the metadata length".into(),
+            })?
+    } else {
+        meta.len()
+    };
+    let keys = if keyed && minor >= FORMAT_MINOR_ENVELOPE {
+        let algorithm = encrypted
+            .then(|| Algorithm::from_code(meta[72]).map_or("an unknown algorithm", |a| a.name()));
+        let key = master.ok_or(ContainerError::KeyRequired { algorithm })?;
+        let opener = Opener::from_bytes(key)?;
+        let data_key = envelope::open_data_key(meta, metadata_length, &opener)?;
+        let mut salt = [0u8; 32];
+        salt.copy_from_slice(&meta[96..128]);
+        Some(FileKeys::derive(
+            &data_key,
+            &salt,
+            Derivation::of_header(meta),
+        )?)
+    } else if keyed {
         let algorithm = encrypted
             .then(|| Algorithm::from_code(meta[72]).map_or("an unknown algorithm", |a| a.name()));
         let master = master.ok_or(ContainerError::KeyRequired { algorithm })?;
@@ -606,7 +777,7 @@ pub fn authenticate_metadata(
     let expected = tag(
         keys.as_ref(),
         label::METADATA,
-        &[&meta[..TAG_OFFSET], &meta[HEADER_SIZE..]],
+        &[&meta[..TAG_OFFSET], &meta[HEADER_SIZE..region_end]],
     );
     if !crypto::ct_eq(&expected, &meta[TAG_OFFSET..TAG_OFFSET + 32]) {
         return Err(ContainerError::Integrity {
@@ -647,7 +818,29 @@ fn reseal_with(
     }
     let flags = u32::from_le_bytes([bytes[24], bytes[25], bytes[26], bytes[27]]);
     let keyed = flags & FLAG_ENCRYPTED != 0 || bytes[75] == Integrity::HmacSha256.code();
+    let minor = u16::from_le_bytes([bytes[10], bytes[11]]);
     let keys = match (keyed, master) {
+        (true, Some(master)) if minor >= FORMAT_MINOR_ENVELOPE => {
+            // The key block decides the keys; the key identifier is the key's own.
+            let meta = copy_metadata(bytes)?;
+            let opener = Opener::from_bytes(master)?;
+            let data_key = envelope::open_data_key(
+                &meta,
+                u64::from_le_bytes(
+                    bytes[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8]
+                        .try_into()
+                        .unwrap_or([0; 8]),
+                ),
+                &opener,
+            )?;
+            let mut salt = [0u8; 32];
+            salt.copy_from_slice(&bytes[96..128]);
+            Some(FileKeys::derive(
+                &data_key,
+                &salt,
+                Derivation::of_header(bytes),
+            )?)
+        }
         (true, Some(master)) => {
             bytes[80..96].copy_from_slice(&key_id(master)?);
             let mut salt = [0u8; 32];
@@ -675,13 +868,11 @@ fn reseal_with(
         };
     let mode = crypto.and_then(|c| c.mode);
     // GCM tags need the encryption key too.
-    let keys = match (keys, crypto.and_then(|c| c.algorithm), master) {
-        (Some(k), Some(algorithm), Some(master)) if mode == Some(Mode::Gcm) => {
-            let mut salt = [0u8; 32];
-            salt.copy_from_slice(&bytes[96..128]);
-            Some(k.with_encryption(master, &salt, algorithm)?)
+    let keys = match (keys, crypto.and_then(|c| c.algorithm)) {
+        (Some(k), Some(algorithm)) if mode == Some(Mode::Gcm) => {
+            Some(k.with_encryption(algorithm)?)
         }
-        (k, _, _) => k,
+        (k, _) => k,
     };
     for (field, tag_offset) in fields.into_iter().filter(|_| fields_too) {
         let end = field.offset.saturating_add(field.length);
@@ -915,22 +1106,7 @@ fn parse_header(bytes: &[u8], file_len: u64) -> Result<Header, ContainerError> {
         });
     }
     let file_size = r.u64("file_size")?;
-    if file_size != file_len {
-        return Err(if file_size > file_len {
-            ContainerError::Truncated {
-                what: "the file (header field 'file_size')".into(),
-                needed: file_size,
-                available: file_len,
-            }
-        } else {
-            ContainerError::HeaderField {
-                field: "file_size",
-                message: format!(
-                    "says {file_size} bytes but the file has {file_len} (trailing data)"
-                ),
-            }
-        });
-    }
+    check_file_size(file_size, file_len)?;
     let flags = r.u32("flags")?;
     if !newer_minor(minor) && flags & !KNOWN_FLAGS != 0 {
         return Err(ContainerError::HeaderField {
@@ -968,6 +1144,13 @@ fn parse_header(bytes: &[u8], file_len: u64) -> Result<Header, ContainerError> {
     let key_id: [u8; 16] = r.array("key_id")?;
     let salt: [u8; 32] = r.array("salt")?;
     let metadata_length = r.u64("metadata_length")?;
+    let trailer = if minor >= FORMAT_MINOR_ENVELOPE {
+        let t = Trailer::of_header(bytes);
+        t.check(metadata_length, file_len)?;
+        t
+    } else {
+        Trailer::default()
+    };
     let tag: [u8; 32] = bytes[TAG_OFFSET..TAG_OFFSET + 32]
         .try_into()
         .unwrap_or([0; 32]);
@@ -993,6 +1176,26 @@ fn parse_header(bytes: &[u8], file_len: u64) -> Result<Header, ContainerError> {
         key_id,
         salt,
         tag,
+        trailer,
+    })
+}
+
+/// The header's `file_size` against the file's length.
+fn check_file_size(file_size: u64, file_len: u64) -> Result<(), ContainerError> {
+    if file_size == file_len {
+        return Ok(());
+    }
+    Err(if file_size > file_len {
+        ContainerError::Truncated {
+            what: "the file (header field 'file_size')".into(),
+            needed: file_size,
+            available: file_len,
+        }
+    } else {
+        ContainerError::HeaderField {
+            field: "file_size",
+            message: format!("says {file_size} bytes but the file has {file_len} (trailing data)"),
+        }
     })
 }
 

@@ -3,15 +3,16 @@
 use zeroize::Zeroizing;
 
 use super::binary::Writer;
+use super::envelope::{self, KeyBlock, SignatureBlock, Trailer};
 use super::read::ArenaSlot;
 use super::{
     ALIGNMENT, ContainerError, CryptoConfig, Derivation, FLAG_ENCRYPTED, FLAG_REPRODUCIBLE,
     FLAG_SEGMENTED, FORMAT_MAJOR, FORMAT_MINOR_BASE, FORMAT_MINOR_CIPHER_BOUND,
-    FORMAT_MINOR_SUBGRAPHS, FieldTagWriter, FileKeys, HEADER_SIZE, MAGIC, METADATA_LENGTH_OFFSET,
-    SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionKind, TAG_OFFSET, dtype_code, field_binding,
-    gcm_nonce, key_id, label, tag,
+    FORMAT_MINOR_ENVELOPE, FORMAT_MINOR_SUBGRAPHS, FieldTagWriter, FileKeys, HEADER_SIZE, MAGIC,
+    METADATA_LENGTH_OFFSET, SECTION_ENTRY_SIZE, SECTION_REQUIRED, SectionKind, TAG_OFFSET,
+    dtype_code, field_binding, gcm_nonce, key_id, label, tag,
 };
-use crate::crypto::{self, Key, Mode};
+use crate::crypto::{self, Key, Mode, PrivateKey, PublicKey};
 use crate::nn::{Lifetime, Model, Pool, Subgraph};
 
 /// How to write a model.
@@ -33,6 +34,20 @@ pub struct WriteOptions<'a> {
     pub arena: Option<(u64, Vec<Option<ArenaSlot>>)>,
     /// Further sections (e.g. the execution plan), each marked required.
     pub extra_sections: Vec<(SectionKind, Vec<u8>)>,
+    /// Device recipients and a signature (format 1.3).
+    pub envelope: Envelope<'a>,
+}
+
+/// Who else can open a file, and who vouches for it (format 1.3, docs/FORMAT.md).
+#[derive(Default)]
+pub struct Envelope<'a> {
+    /// Device public keys (X25519) that receive the data key, besides the master key.
+    pub recipients: &'a [PublicKey],
+    /// The cipher of a file for devices only (no master key to name it); ignored when a
+    /// master key is given.
+    pub cipher: Option<crypto::Algorithm>,
+    /// Signs the file with this key and provenance statement (UTF-8 JSON).
+    pub signer: Option<(&'a PrivateKey, Vec<u8>)>,
 }
 
 /// Where a `.nnc` file goes: byte ranges written from several threads at once, so
@@ -43,6 +58,8 @@ pub trait Sink: Sync {
     fn set_len(&self, len: u64) -> std::io::Result<()>;
     /// Writes all of `bytes` at `offset`.
     fn write_all_at(&self, bytes: &[u8], offset: u64) -> std::io::Result<()>;
+    /// Reads back `buf.len()` bytes at `offset` (what a signature hashes).
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()>;
 }
 
 impl Sink for std::fs::File {
@@ -71,6 +88,30 @@ impl Sink for std::fs::File {
 
     #[cfg(not(any(unix, windows)))]
     fn write_all_at(&self, _: &[u8], _: u64) -> std::io::Result<()> {
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
+
+    #[cfg(unix)]
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        std::os::unix::fs::FileExt::read_exact_at(self, buf, offset)
+    }
+
+    #[cfg(windows)]
+    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> std::io::Result<()> {
+        use std::os::windows::fs::FileExt;
+        while !buf.is_empty() {
+            let n = self.seek_read(buf, offset)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            buf = &mut buf[n..];
+            offset += n as u64;
+        }
+        Ok(())
+    }
+
+    #[cfg(not(any(unix, windows)))]
+    fn read_exact_at(&self, _: &mut [u8], _: u64) -> std::io::Result<()> {
         Err(std::io::ErrorKind::Unsupported.into())
     }
 }
@@ -103,6 +144,17 @@ impl Sink for MemorySink {
             .and_then(|end| buf.get_mut(start..end))
             .ok_or_else(|| std::io::Error::other("write beyond the end of the output"))?;
         target.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        let data = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let start = usize::try_from(offset).map_err(std::io::Error::other)?;
+        let source = start
+            .checked_add(buf.len())
+            .and_then(|end| data.get(start..end))
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+        buf.copy_from_slice(source);
         Ok(())
     }
 }
@@ -248,11 +300,21 @@ pub fn write_to(
         inline: &inline,
         arena: options.arena.as_ref(),
     };
-    let encrypt = options.key.is_some() && !options.authenticate_only;
-    let crypto_config = match options.key {
-        Some(k) if encrypt => CryptoConfig::encrypted(k.algorithm(), options.mode),
-        Some(_) => CryptoConfig::authenticated(),
-        None => CryptoConfig::none(),
+    let keyed = options.key.is_some() || !options.envelope.recipients.is_empty();
+    let encrypt = keyed && !options.authenticate_only;
+    let crypto_config = if encrypt {
+        let algorithm = options
+            .key
+            .map(|k| k.algorithm())
+            .or(options.envelope.cipher)
+            .ok_or_else(|| {
+                ContainerError::Unwritable("a file for device recipients needs a cipher".into())
+            })?;
+        CryptoConfig::encrypted(algorithm, options.mode)
+    } else if keyed {
+        CryptoConfig::authenticated()
+    } else {
+        CryptoConfig::none()
     };
     let mut fields: Vec<FieldPlan> = pieces
         .into_iter()
@@ -271,9 +333,26 @@ pub fn write_to(
             offset: 0,
         })
         .collect();
-    let (salt, keys) = salt_and_keys(options, &crypto_config, encrypt, &encoding, &fields)?;
+    let (salt, keys, key_block) =
+        salt_and_keys(options, &crypto_config, encrypt, &encoding, &fields)?;
+    let signature_len = options
+        .envelope
+        .signer
+        .as_ref()
+        .map_or(0, |(signer, statement)| {
+            signature_block_len(signer, statement)
+        });
 
-    let layout = Layout::plan(model, options, &encoding, &mut fields);
+    let mut layout = Layout::plan(model, options, &encoding, &mut fields);
+    // Format 1.3: the key block and the signature block after the weights.
+    let trailer = (key_block.is_some() || signature_len > 0).then(|| Trailer {
+        offset: layout.file_size,
+        key_block_len: key_block.as_ref().map_or(0, |b| b.len() as u32),
+        signature_len: signature_len as u32,
+    });
+    if let Some(t) = &trailer {
+        layout.file_size += t.len();
+    }
     usize::try_from(layout.file_size)
         .map_err(|_| ContainerError::Unwritable("file too large".into()))?;
     sink.set_len(layout.file_size).map_err(output_error)?;
@@ -292,11 +371,20 @@ pub fn write_to(
     let subgraph_section = encoding.subgraphs(&descriptors);
     let sections = layout.sections(options, subgraph_section.as_deref());
 
-    let id = match options.key {
-        Some(k) => key_id(k.as_bytes())?,
-        None => [0; 16],
+    let id = match (options.key, options.envelope.recipients.first()) {
+        (Some(k), _) => key_id(k.as_bytes())?,
+        (None, Some(device)) => envelope::device_key_id(device),
+        (None, None) => [0; 16],
     };
-    let header = header(options, &layout, &crypto_config, encrypt, &salt, &id);
+    let header = header(
+        options,
+        &layout,
+        &crypto_config,
+        encrypt,
+        &salt,
+        &id,
+        &trailer,
+    );
     let out = metadata(
         &layout,
         options,
@@ -307,6 +395,27 @@ pub fn write_to(
         keys.as_ref(),
     )?;
     sink.write_all_at(&out, 0).map_err(output_error)?;
+    if let Some(t) = &trailer {
+        let mut bytes = key_block.unwrap_or_default();
+        if let Some((signer, statement)) = &options.envelope.signer {
+            // The weights as stored, read back: the signature covers every byte a
+            // reader will read, not what the writer meant to write.
+            let weights = envelope::weights_digest(layout.weights_offset, t.offset, |at, buf| {
+                sink.read_exact_at(buf, at).map_err(|e| {
+                    ContainerError::Unwritable(format!("cannot read back the output: {e}"))
+                })
+            })?;
+            let digest = envelope::content_digest(&out, &weights);
+            let block = SignatureBlock::sign(signer, &digest, statement.clone())?.encode();
+            if block.len() != signature_len {
+                return Err(ContainerError::Unwritable(
+                    "the signature has an unexpected length".into(),
+                ));
+            }
+            bytes.extend_from_slice(&block);
+        }
+        sink.write_all_at(&bytes, t.offset).map_err(output_error)?;
+    }
     Ok(Written {
         file_size: layout.file_size,
         crypto: crypto_config,
@@ -483,45 +592,101 @@ fn inline_area(
     Ok(inline.buf)
 }
 
-/// The file's salt and keys. Every key, and a reproducible salt, depends on the cipher
-/// (format 1.2), so that one model under one key gives each mode its own keys and IVs.
-/// The salt is random, or in reproducible mode a keyed PRF of the content.
+/// The salt, keys and encoded key block of a file (`None`s without a key).
+type Keying = ([u8; 32], Option<FileKeys>, Option<Vec<u8>>);
+
+/// The file's salt, keys and key block. Every key, and a reproducible salt, depends on
+/// the cipher (format 1.2), so that one model under one key gives each mode its own keys
+/// and IVs. The keys derive from a fresh data key (format 1.3), which the key block holds
+/// wrapped for the master key and each device recipient. The salt and data key are
+/// random, or in reproducible mode keyed PRFs of the content under the master key.
 fn salt_and_keys(
     options: &WriteOptions,
     crypto_config: &CryptoConfig,
     encrypt: bool,
     encoding: &Encoding,
     fields: &[FieldPlan],
-) -> Result<([u8; 32], Option<FileKeys>), ContainerError> {
+) -> Result<Keying, ContainerError> {
+    if !crypto_config.is_keyed() {
+        return Ok(([0; 32], None, None));
+    }
     let derivation = Derivation::for_config(crypto_config);
-    let salt: [u8; 32] = match (options.key, options.reproducible) {
-        (None, _) => [0; 32],
-        (Some(k), true) => {
-            let probe = encoding.operator_info(&[]);
-            let probe_subgraphs = encoding.subgraphs(&[]);
-            let mut parts: Vec<&[u8]> = vec![&probe];
-            if let Some(p) = &probe_subgraphs {
-                parts.push(p);
-            }
-            for f in fields {
-                parts.extend(f.parts());
-            }
-            derivation.reproducible_salt(k.as_bytes(), &crypto::sha256(&parts))
+    let master = options.key.map(|k| k.as_bytes());
+    let devices = options.envelope.recipients;
+    let content = if options.reproducible {
+        if master.is_none() || !devices.is_empty() {
+            return Err(ContainerError::Unwritable(
+                "a reproducible file needs a master key and no device recipients (HPKE wraps \
+                 the data key with fresh randomness for each device)"
+                    .into(),
+            ));
         }
-        (Some(_), false) => crypto::try_random_bytes::<32>()?,
+        let probe = encoding.operator_info(&[]);
+        let probe_subgraphs = encoding.subgraphs(&[]);
+        let mut parts: Vec<&[u8]> = vec![&probe];
+        if let Some(p) = &probe_subgraphs {
+            parts.push(p);
+        }
+        for f in fields {
+            parts.extend(f.parts());
+        }
+        Some(crypto::sha256(&parts))
+    } else {
+        None
     };
-    let keys = match options.key {
-        Some(k) if encrypt => Some(
-            FileKeys::derive(k.as_bytes(), &salt, derivation)?.with_encryption(
-                k.as_bytes(),
-                &salt,
-                k.algorithm(),
-            )?,
-        ),
-        Some(k) => Some(FileKeys::derive(k.as_bytes(), &salt, derivation)?),
-        None => None,
+    let salt = match (master, &content) {
+        (Some(m), Some(digest)) => derivation.reproducible_salt(m, digest),
+        _ => crypto::try_random_bytes::<32>()?,
     };
-    Ok((salt, keys))
+    let c = [
+        crypto_config.algorithm.map_or(0, |a| a.code()),
+        crypto_config.mode.map_or(0, |m| m.code()),
+    ];
+    let data_key = envelope::new_data_key(
+        master.filter(|_| content.is_some()),
+        c,
+        &content.unwrap_or_default(),
+    )?;
+    let mut block = KeyBlock::default();
+    if let Some(m) = master {
+        block
+            .recipients
+            .push(envelope::wrap_for_master(m, &data_key, &salt, c)?);
+    }
+    for device in devices {
+        let id = envelope::device_key_id(device);
+        if block.recipients.iter().any(|r| r.key_id == id) {
+            continue;
+        }
+        block
+            .recipients
+            .push(envelope::wrap_for_device(device, &data_key, &salt, c)?);
+    }
+    if block.recipients.len() > envelope::MAX_RECIPIENTS {
+        return Err(ContainerError::Unwritable(format!(
+            "{} recipients; a file holds at most {}",
+            block.recipients.len(),
+            envelope::MAX_RECIPIENTS
+        )));
+    }
+    let keys = FileKeys::derive(&data_key, &salt, derivation)?;
+    let keys = match crypto_config.algorithm {
+        Some(algorithm) if encrypt => keys.with_encryption(algorithm)?,
+        _ => keys,
+    };
+    Ok((salt, Some(keys), Some(block.encode())))
+}
+
+/// The length of the signature block `signer` writes with `statement` (both schemes'
+/// signatures are 64 bytes).
+fn signature_block_len(signer: &PrivateKey, statement: &[u8]) -> usize {
+    SignatureBlock {
+        signer: signer.public_key(),
+        statement: statement.to_vec(),
+        signature: vec![0; 64],
+    }
+    .encode()
+    .len()
 }
 
 /// Where everything goes: header, section table, operator info, referenced subgraphs,
@@ -625,11 +790,14 @@ fn header(
     encrypt: bool,
     salt: &[u8; 32],
     id: &[u8; 16],
+    trailer: &Option<Trailer>,
 ) -> Vec<u8> {
     let mut h = Writer::default();
     h.bytes(&MAGIC);
     h.u16(FORMAT_MAJOR);
-    h.u16(if options.key.is_some() {
+    h.u16(if trailer.is_some() {
+        FORMAT_MINOR_ENVELOPE
+    } else if options.key.is_some() {
         FORMAT_MINOR_CIPHER_BOUND
     } else if layout.has_subgraphs {
         FORMAT_MINOR_SUBGRAPHS
@@ -661,6 +829,13 @@ fn header(
     h.bytes(&[0; 4]);
     h.bytes(id);
     h.bytes(salt);
+    // metadata_length (written by `metadata`), then 1.3's trailer location.
+    h.u64(0);
+    if let Some(t) = trailer {
+        h.u64(t.offset);
+        h.u32(t.key_block_len);
+        h.u32(t.signature_len);
+    }
     debug_assert!(h.buf.len() <= TAG_OFFSET);
     h.buf
 }
@@ -875,6 +1050,7 @@ fn seal_field(
         if let Some(m) = mac.as_mut() {
             m.update(chunk);
         }
+
         sink.write_all_at(chunk, field.offset + at)
             .map_err(output_error)?;
         if last {

@@ -71,6 +71,21 @@ pub enum CryptoError {
     #[error("HKDF-SHA-256 can derive at most 8160 bytes, {requested} were requested")]
     KdfLength { requested: usize },
 
+    /// A key file or key bytes that are not a key nnc can use.
+    #[error("{0}")]
+    KeyFormat(String),
+
+    /// A key used for what its algorithm does not do (a device key to sign, say).
+    #[error("an {algorithm} key cannot be used for {purpose}")]
+    KeyPurpose {
+        algorithm: &'static str,
+        purpose: &'static str,
+    },
+
+    /// A wrapped data key did not open: not wrapped for this key, or altered.
+    #[error("the wrapped data key does not open with this key (another key's, or altered)")]
+    Unwrap,
+
     /// The operating system's random number generator failed.
     #[error("the operating system random number generator failed: {0}")]
     Rng(String),

@@ -12,6 +12,7 @@
 //! before calling [`decrypt`].
 
 mod algorithm;
+mod asymmetric;
 mod ctr;
 mod error;
 mod gcm;
@@ -23,6 +24,7 @@ mod stream;
 mod wipe;
 
 pub use algorithm::{Algorithm, Mode, Padding};
+pub use asymmetric::{KeyAlgorithm, PrivateKey, PublicKey, aes_key_unwrap, aes_key_wrap};
 pub use error::CryptoError;
 pub use gcm::{GCM_MAX_LEN, GcmSealer, gcm_open_in_place, gcm_tag};
 pub use kdf::{

@@ -242,11 +242,13 @@ size_t nnc_element_size(int32_t element_type);
 // failure `*key` is set to null.
 enum NncResult nnc_key_from_bytes(const uint8_t *bytes, size_t length, struct NncKey **key);
 
-// Creates a key from a key file as `nnc keygen` writes it (hex text, surrounding
-// whitespace ignored). The file must be a regular file of at most 65 bytes: anything
-// else (a FIFO, a device such as /dev/zero, a directory, a longer file) is
-// `NNC_RESULT_BAD_DATA`, refused without blocking and without reading more than 66
-// bytes; a file that cannot be opened is `NNC_RESULT_UNMAPPABLE`.
+// Creates a key from a key file as `nnc keygen` writes it: hex text (surrounding
+// whitespace ignored, at most 65 bytes), or a device's x25519 private key in PEM
+// (`nnc keygen --algorithm x25519`; it opens models compiled with `--recipient`, at
+// most 16 KiB). The file must be a regular file: anything else (a FIFO, a device such
+// as /dev/zero, a directory, a longer file) is `NNC_RESULT_BAD_DATA`, refused without
+// blocking and without reading past the bound; a file that cannot be opened is
+// `NNC_RESULT_UNMAPPABLE`.
 //
 // # Safety
 // `path` must be a NUL-terminated string; `key` must point to writable storage for one

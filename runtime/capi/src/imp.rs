@@ -70,12 +70,13 @@ pub(crate) fn key_from_bytes(raw: &[u8]) -> Result<NncKey, CapiError> {
     })
 }
 
-/// Reads a key file as `nnc keygen` writes it: hex text, at most 65 bytes, a regular
-/// file (the shared bounded reader of `nnc_runtime::key_file`). Errors never echo key
-/// material.
+/// Reads a key file as `nnc keygen` writes it: hex text (at most 65 bytes), or a
+/// device's x25519 private key in PEM (format 1.3 files compiled with `--recipient`), a
+/// regular file (the shared bounded reader of `nnc_runtime::key_file`). Errors never
+/// echo key material.
 pub(crate) fn key_from_file(path: &Path) -> Result<NncKey, CapiError> {
-    use nnc_runtime::key_file::{KeyFileError, read_key_file};
-    let text = read_key_file(path).map_err(|e| match e {
+    use nnc_runtime::key_file::{KeyFileError, is_pem, read_key_or_pem_file};
+    let text = read_key_or_pem_file(path).map_err(|e| match e {
         KeyFileError::Io { source, .. } => CapiError::Io {
             path: path.display().to_string(),
             message: source.to_string(),
@@ -83,6 +84,23 @@ pub(crate) fn key_from_file(path: &Path) -> Result<NncKey, CapiError> {
         other => CapiError::BadData(other.to_string()),
     })?;
     let what = || format!("the key file {}", path.display());
+    if is_pem(&text) {
+        // The runtime takes a device key as its PKCS#8 DER.
+        let key = nnc_formats::crypto::PrivateKey::from_pem(&text)
+            .map_err(|e| CapiError::BadData(format!("{}: {e}", what())))?;
+        if key.algorithm().signs() {
+            return Err(CapiError::BadData(format!(
+                "{} is a {} signing key; a model opens with its symmetric key or a device's \
+                 x25519 key",
+                what(),
+                key.algorithm()
+            )));
+        }
+        let bytes = key
+            .to_pkcs8_der()
+            .map_err(|e| CapiError::BadData(format!("{}: {e}", what())))?;
+        return Ok(NncKey { bytes });
+    }
     let bytes = key_bytes_from_hex(&text).map_err(|e| {
         CapiError::BadData(match e {
             KeyHexError::Digit { position } => format!(

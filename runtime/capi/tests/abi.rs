@@ -215,6 +215,71 @@ fn key_files_as_nnc_keygen_writes_them() {
     assert_eq!(r, NncResult::BadData);
 }
 
+/// A model compiled for a device's public key (format 1.3 recipients) loads with the
+/// device's PEM private key file, and not with another device's.
+#[test]
+fn device_key_files_open_models_compiled_for_them() {
+    use nnc_formats::container::{Envelope, WriteOptions};
+    use nnc_formats::crypto::{KeyAlgorithm, PrivateKey};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let device = PrivateKey::generate(KeyAlgorithm::X25519).expect("a device key");
+    let other = PrivateKey::generate(KeyAlgorithm::X25519).expect("another key");
+    let lowered = nnc_compiler::pipeline::lower_file(
+        &testdata("tiny_cnn.onnx"),
+        &nnc_compiler::pipeline::LowerOptions::default(),
+    )
+    .expect("compiles");
+    let recipients = [device.public_key()];
+    let bytes = nnc_formats::container::write(
+        &lowered.model,
+        &WriteOptions {
+            key: None,
+            mode: nnc_formats::crypto::Mode::Ctr,
+            authenticate_only: false,
+            reproducible: false,
+            producer: "test".into(),
+            arena: None,
+            extra_sections: Vec::new(),
+            envelope: Envelope {
+                recipients: &recipients,
+                cipher: Some(nnc_formats::crypto::Algorithm::Aes128),
+                signer: None,
+            },
+        },
+    )
+    .expect("writes");
+    let model_path = dir.path().join("tiny.nnc");
+    std::fs::write(&model_path, &bytes).expect("write the model");
+    for (key, expected) in [
+        (&device, NncResult::NoError),
+        (&other, NncResult::IntegrityFailure),
+    ] {
+        let path = dir.path().join("device.pem");
+        std::fs::write(&path, key.to_pem().expect("pem").as_bytes()).expect("write");
+        let mut obj = null_mut();
+        // SAFETY: a NUL-terminated path and a valid out-pointer.
+        let r = unsafe { nnc_key_from_file(c_path(&path).as_ptr(), &mut obj) };
+        assert_eq!(r, NncResult::NoError, "{}", last_error());
+        let mut m = null_mut();
+        // SAFETY: valid path, live key, valid out-pointer.
+        let r = unsafe { nnc_model_load_file(c_path(&model_path).as_ptr(), obj, &mut m) };
+        assert_eq!(r, expected, "{}", last_error());
+        if r == NncResult::NoError {
+            drop(Model(m));
+        }
+        nnc_key_free(obj);
+    }
+    // A signing key is not a device key.
+    let signer = PrivateKey::generate(KeyAlgorithm::Ed25519).expect("a signing key");
+    let path = dir.path().join("signer.pem");
+    std::fs::write(&path, signer.to_pem().expect("pem").as_bytes()).expect("write");
+    let mut obj = null_mut();
+    // SAFETY: as above.
+    let r = unsafe { nnc_key_from_file(c_path(&path).as_ptr(), &mut obj) };
+    assert_eq!(r, NncResult::BadData);
+    assert!(last_error().contains("signing key"), "{}", last_error());
+}
+
 #[test]
 fn null_pointers_are_error_codes() {
     let (bytes, k, input, _) = tiny();

@@ -434,6 +434,7 @@ pub fn write_file(
     mode: nnc_formats::crypto::Mode,
 ) -> Vec<u8> {
     let options = nnc_formats::container::WriteOptions {
+        envelope: Default::default(),
         key,
         mode,
         authenticate_only: false,

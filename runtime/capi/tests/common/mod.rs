@@ -35,6 +35,7 @@ pub fn emit_model(model: &NnModel, key: Option<&Key>) -> Vec<u8> {
     emit::emit(
         model,
         EmitOptions {
+            envelope: Default::default(),
             key,
             mode: Mode::Ctr,
             authenticate_only: false,
