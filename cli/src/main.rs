@@ -47,6 +47,11 @@ enum Command {
     Rewrap(commands::rewrap::Args),
     /// Write a detached OpenSSF Model Signing signature of a file.
     Sign(commands::sign::Args),
+    /// Show what differs between two models (operations, shapes, quantization,
+    /// placement, weights).
+    Diff(commands::diff::Args),
+    /// Write a CycloneDX 1.6 bill of materials (ML-BOM) for a compiled model.
+    Sbom(commands::sbom::Args),
     /// Run a model on tensor files.
     Run(commands::run::Args),
     /// Compare two tensor files within a tolerance.
@@ -70,6 +75,8 @@ impl Command {
             Command::Keygen(_) => "keygen",
             Command::Rewrap(_) => "rewrap",
             Command::Sign(_) => "sign",
+            Command::Diff(_) => "diff",
+            Command::Sbom(_) => "sbom",
             Command::Run(_) => "run",
             Command::Compare(_) => "compare",
             Command::Bench(_) => "bench",
@@ -87,6 +94,8 @@ impl Command {
             Command::Keygen(args) => commands::keygen::run(args),
             Command::Rewrap(args) => commands::rewrap::run(args),
             Command::Sign(args) => commands::sign::run(args),
+            Command::Diff(args) => commands::diff::run(args),
+            Command::Sbom(args) => commands::sbom::run(args),
             Command::Run(args) => commands::run::run(args),
             Command::Compare(args) => commands::compare::run(args),
             Command::Bench(args) => commands::bench::run(args),

@@ -312,7 +312,7 @@ fn model_signing() -> Option<PathBuf> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join("target"));
-    let tool = target.join("sign-venv/bin/model_signing");
+    let tool = target.join("interop-venv/bin/model_signing");
     if tool.exists() {
         return Some(tool);
     }

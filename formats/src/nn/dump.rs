@@ -298,6 +298,9 @@ pub struct DotOptions {
     pub clusters: Vec<DotCluster>,
     /// Operands that cross between clusters; drawn with a bold red border.
     pub highlighted_operands: HashSet<OperandIndex>,
+    /// Fill colours of some operations of the main graph (a Graphviz colour name or
+    /// `#rrggbb`; `nnc diff` marks what changed) and a note for each, added to its label.
+    pub operation_marks: std::collections::HashMap<usize, (String, String)>,
 }
 
 fn escape(label: &str) -> String {
@@ -340,9 +343,19 @@ pub fn to_dot(model: &Model, options: &DotOptions) -> String {
         }
     }
     let op_node = |i: usize| {
+        let (color, note) = options
+            .operation_marks
+            .get(&i)
+            .map_or(("#dbe9ff", ""), |(c, n)| (c.as_str(), n.as_str()));
+        let mut label = format!("{i}: {}", sg.operations[i].op_type.name());
+        if !note.is_empty() {
+            label.push('\n');
+            label.push_str(note);
+        }
         format!(
-            "  o{i} [shape=box, style=\"rounded,filled\", fillcolor=\"#dbe9ff\", label=\"{}\"];\n",
-            escape(&format!("{i}: {}", sg.operations[i].op_type.name()))
+            "  o{i} [shape=box, style=\"rounded,filled\", fillcolor=\"{}\", label=\"{}\"];\n",
+            escape(color),
+            escape(&label)
         )
     };
     for (c, cluster) in options.clusters.iter().enumerate() {
