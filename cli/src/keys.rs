@@ -77,12 +77,12 @@ impl KeyArgs {
             // A device's private key: its PKCS#8 DER opens files that name it a recipient.
             let key = PrivateKey::from_pem(&hex)
                 .map_err(|e| err(Exit::Malformed, format!("{source}: {e}")))?;
-            if key.algorithm().signs() {
+            if !key.algorithm().receives() {
                 return Err(err(
                     Exit::Usage,
                     format!(
                         "{source} is a {} signing key; a model opens with its symmetric key or a \
-                         device's x25519 key (signing keys go to --sign, their .pub to --trust)",
+                         device's x25519 or sm2 key (signing keys go to --sign, their .pub to --trust)",
                         key.algorithm()
                     ),
                 ));

@@ -94,12 +94,12 @@ pub fn recipients(paths: &[PathBuf]) -> anyhow::Result<Vec<PublicKey>> {
     let mut keys = Vec::new();
     for path in paths {
         let key = read_public_key(path, "--recipient")?;
-        if key.algorithm().signs() {
+        if !key.algorithm().receives() {
             return Err(err(
                 Exit::Usage,
                 format!(
-                    "--recipient {}: an {} key signs; a recipient is a device's x25519 key \
-                     (`nnc keygen --algorithm x25519 -o device`)",
+                    "--recipient {}: an {} key signs; a recipient is a device's x25519 or sm2 \
+                     key (`nnc keygen --algorithm x25519 -o device`)",
                     path.display(),
                     key.algorithm()
                 ),

@@ -203,7 +203,7 @@ fn a_decryption_key_holder_cannot_forge_a_signed_model() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let master = keygen(d, "sm4", "master.key");
-    for scheme in ["ed25519", "ecdsa-p256"] {
+    for scheme in ["ed25519", "ecdsa-p256", "sm2"] {
         let signer = keygen(d, scheme, &format!("{scheme}-signer"));
         let model = d.join(format!("{scheme}.nnc"));
         ok(nnc()
@@ -283,7 +283,7 @@ fn a_decryption_key_holder_cannot_forge_a_signed_model() {
 #[test]
 fn key_files_are_standard_pem() {
     let dir = tempfile::tempdir().unwrap();
-    for algorithm in ["x25519", "ed25519", "ecdsa-p256"] {
+    for algorithm in ["x25519", "ed25519", "ecdsa-p256", "sm2"] {
         let key = keygen(dir.path(), algorithm, algorithm);
         #[cfg(unix)]
         {

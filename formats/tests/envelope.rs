@@ -101,6 +101,40 @@ fn two_devices_open_a_file_and_nobody_else() {
 }
 
 #[test]
+fn sm2_and_x25519_devices_side_by_side() {
+    let m = if_model();
+    let sm2 = PrivateKey::generate(KeyAlgorithm::Sm2).unwrap();
+    let (x, x_der) = device();
+    let recipients = [sm2.public_key(), x.public_key()];
+    let mut o = options(None, Mode::Cbc, &recipients, Some(&sm2));
+    o.envelope.cipher = Some(Algorithm::Sm4);
+    let bytes = write(&m, &o).unwrap();
+    let c = Container::parse(&bytes).unwrap();
+    let kinds: Vec<RecipientKind> = c
+        .key_block()
+        .unwrap()
+        .unwrap()
+        .recipients
+        .iter()
+        .map(|r| r.kind)
+        .collect();
+    assert_eq!(kinds, [RecipientKind::Sm2, RecipientKind::X25519]);
+    opens(&bytes, &sm2.to_pkcs8_der().unwrap()).unwrap();
+    opens(&bytes, &x_der).unwrap();
+    let other = PrivateKey::generate(KeyAlgorithm::Sm2).unwrap();
+    assert!(matches!(
+        opens(&bytes, &other.to_pkcs8_der().unwrap()).unwrap_err(),
+        ContainerError::NotARecipient { .. }
+    ));
+    // The SM2 signature (with SM3) holds, and names the SM2 key.
+    let block = c.verify_signature(&[sm2.public_key()]).unwrap();
+    assert_eq!(block.signer.algorithm(), KeyAlgorithm::Sm2);
+    // A signing-only key opens nothing.
+    let ed = PrivateKey::generate(KeyAlgorithm::Ed25519).unwrap();
+    assert!(opens(&bytes, &ed.to_pkcs8_der().unwrap()).is_err());
+}
+
+#[test]
 fn master_key_and_devices_together() {
     let m = if_model();
     let master = Key::generate(Algorithm::Sm4).unwrap();

@@ -51,6 +51,22 @@ pub const TARGETS: &[(&str, Target)] = &[
 /// it reaches the parser and loader behind the authentication tags.
 pub const FUZZ_KEY: [u8; 16] = *b"nnc fuzzing key!";
 
+/// The signing key of the fuzzing seeds' signed files (a test key; format 1.3).
+const FUZZ_SIGNER: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VwBCIEIMkdAMk7X1bH3zzvEVovXoFbxSsrGKv/Z6cbtxvU9V63
+-----END PRIVATE KEY-----
+";
+
+/// A device key the seeds' files are also wrapped for (a test key; format 1.3).
+const FUZZ_DEVICE: &str = "-----BEGIN PRIVATE KEY-----
+MC4CAQAwBQYDK2VuBCIEIBDw8oBN5VuXQOq32r8VesZM+6lgjGha4UnADomPRuZk
+-----END PRIVATE KEY-----
+";
+
+fn fuzz_key_pair(pem: &str) -> Option<nnc_formats::crypto::PrivateKey> {
+    nnc_formats::crypto::PrivateKey::from_pem(pem).ok()
+}
+
 /// Limits small enough that a fuzzing run explores rather than allocates.
 pub fn fuzz_limits() -> Limits {
     Limits {
@@ -101,7 +117,29 @@ pub fn nnc_file(data: &[u8]) {
 }
 
 fn examine_nnc(bytes: &[u8]) {
+    // Format 1.3's trailer: the signature checked before any parse, a rewrap planned with
+    // the key (which authenticates first), the device key opening the file.
+    if let (Ok(meta), Some(signer), Some(device)) = (
+        nnc_formats::container::copy_metadata(bytes),
+        fuzz_key_pair(FUZZ_SIGNER),
+        fuzz_key_pair(FUZZ_DEVICE),
+    ) {
+        let _ = nnc_formats::container::verify_signature(bytes, &meta, &[signer.public_key()]);
+        let _ = nnc_formats::container::rewrap(
+            &meta,
+            &FUZZ_KEY,
+            &nnc_formats::container::RecipientChanges {
+                add: &[device.public_key()],
+                ..Default::default()
+            },
+        );
+        if let Ok(der) = device.to_pkcs8_der() {
+            let _ = Container::open(bytes, Some(&der));
+        }
+    }
     if let Ok(c) = Container::parse(bytes) {
+        let _ = c.key_block();
+        let _ = c.signature();
         let _ = c.verify(Some(&FUZZ_KEY));
         let _ = c.verify(None);
         // What `nnc inspect` and `nnc dump` render.
@@ -514,6 +552,32 @@ pub fn generated_seeds(target: &str) -> Vec<(String, Vec<u8>)> {
                             mode,
                             authenticate_only,
                             reproducible: true,
+                            extra_sections: Vec::new(),
+                        },
+                    ) {
+                        out.push((format!("{name}-{label}.nnc"), bytes));
+                    }
+                }
+                // Format 1.3 with a device recipient and a signature (GCM and CBC).
+                let (Some(signer), Some(device)) =
+                    (fuzz_key_pair(FUZZ_SIGNER), fuzz_key_pair(FUZZ_DEVICE))
+                else {
+                    continue;
+                };
+                let recipients = [device.public_key()];
+                for (label, mode) in [("signed-gcm", Mode::Gcm), ("signed-cbc", Mode::Cbc)] {
+                    if let Ok(bytes) = nnc_compiler::emit::emit(
+                        model,
+                        nnc_compiler::emit::EmitOptions {
+                            envelope: nnc_formats::container::Envelope {
+                                recipients: &recipients,
+                                cipher: None,
+                                signer: Some((&signer, br#"{"seed":true}"#.to_vec())),
+                            },
+                            key: Some(&key),
+                            mode,
+                            authenticate_only: false,
+                            reproducible: false,
                             extra_sections: Vec::new(),
                         },
                     ) {

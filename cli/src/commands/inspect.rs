@@ -384,6 +384,7 @@ fn compiled_text(r: &Value) -> String {
                 match rcp["kind"].as_str() {
                     Some("master-key") => "symmetric key (AES-256 key wrap)",
                     Some("x25519") => "x25519 device key (HPKE)",
+                    Some("sm2") => "sm2 device key (SM2 encryption)",
                     _ => "",
                 }
             ));

@@ -30,6 +30,9 @@ pub enum KeygenAlgorithm {
     /// A signer's key pair (ECDSA P-256, SHA-256): also what `nnc sign` and the OpenSSF
     /// model-signing tools take.
     EcdsaP256,
+    /// An SM2 key pair (GB/T 32918), for the Chinese commercial suite: signs with SM3
+    /// (`--sign`) or, as a device's key, receives models (`--recipient`).
+    Sm2,
 }
 
 #[derive(clap::Args)]
@@ -67,6 +70,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         KeygenAlgorithm::X25519 => Ok(KeyAlgorithm::X25519),
         KeygenAlgorithm::Ed25519 => Ok(KeyAlgorithm::Ed25519),
         KeygenAlgorithm::EcdsaP256 => Ok(KeyAlgorithm::EcdsaP256),
+        KeygenAlgorithm::Sm2 => Ok(KeyAlgorithm::Sm2),
     };
     match pair {
         Err(cipher) => symmetric(&args, cipher),
@@ -123,10 +127,10 @@ fn key_pair(args: &Args, algorithm: KeyAlgorithm) -> anyhow::Result<ExitCode> {
         &[],
     )?;
     let key_id = hex::encode(public.key_id());
-    let purpose = if algorithm.signs() {
-        "signing key pair"
-    } else {
-        "device key pair"
+    let purpose = match (algorithm.signs(), algorithm.receives()) {
+        (true, true) => "key pair (a signer's or a device's)",
+        (true, false) => "signing key pair",
+        _ => "device key pair",
     };
     if args.json {
         output::stdout(&format!(

@@ -142,6 +142,8 @@ pub enum RecipientKind {
     MasterKey,
     /// HPKE base mode for a device's X25519 public key (RFC 9180).
     X25519,
+    /// SM2 public-key encryption (GB/T 32918.4, C1C3C2) for a device's SM2 key.
+    Sm2,
 }
 
 impl RecipientKind {
@@ -149,6 +151,7 @@ impl RecipientKind {
         match self {
             RecipientKind::MasterKey => 1,
             RecipientKind::X25519 => 2,
+            RecipientKind::Sm2 => 3,
         }
     }
 
@@ -156,6 +159,7 @@ impl RecipientKind {
         match code {
             1 => Some(RecipientKind::MasterKey),
             2 => Some(RecipientKind::X25519),
+            3 => Some(RecipientKind::Sm2),
             _ => None,
         }
     }
@@ -164,6 +168,7 @@ impl RecipientKind {
         match self {
             RecipientKind::MasterKey => "master key (AES-256 key wrap)",
             RecipientKind::X25519 => "x25519 device key (HPKE)",
+            RecipientKind::Sm2 => "sm2 device key (SM2 encryption)",
         }
     }
 }
@@ -237,7 +242,7 @@ impl KeyBlock {
         for _ in 0..count {
             let code = r.u8("kind")?;
             let kind = RecipientKind::from_code(code)
-                .ok_or_else(|| r.fail("kind", format!("is {code}, expected 1 or 2")))?;
+                .ok_or_else(|| r.fail("kind", format!("is {code}, expected 1, 2 or 3")))?;
             if r.take(3, "reserved")?.iter().any(|&b| b != 0) {
                 return Err(r.fail("reserved", "must be zero"));
             }
@@ -274,11 +279,11 @@ impl Opener {
             return Ok(Opener::Master(Zeroizing::new(key.to_vec())));
         }
         let private = PrivateKey::from_pkcs8_der(key)?;
-        if private.algorithm() != KeyAlgorithm::X25519 {
+        if !private.algorithm().receives() {
             return Err(crypto::CryptoError::KeyPurpose {
                 algorithm: private.algorithm().name(),
-                purpose: "opening a model (it is a signing key: give a device's x25519 key \
-                          or the model's symmetric key)",
+                purpose: "opening a model (it is a signing key: give a device's x25519 or \
+                          sm2 key, or the model's symmetric key)",
             }
             .into());
         }
@@ -346,11 +351,20 @@ pub fn wrap_for_device(
     let (info, aad) = hpke_context(salt, c);
     let (encapsulated, wrapped) = device.seal_data_key(data_key, &info, &aad)?;
     Ok(Recipient {
-        kind: RecipientKind::X25519,
+        kind: device_kind(device.algorithm()),
         key_id: device_key_id(device),
         encapsulated,
         wrapped,
     })
+}
+
+/// How a device key of `algorithm` receives data keys.
+fn device_kind(algorithm: KeyAlgorithm) -> RecipientKind {
+    if algorithm == KeyAlgorithm::Sm2 {
+        RecipientKind::Sm2
+    } else {
+        RecipientKind::X25519
+    }
 }
 
 /// The data key of a 1.3 file whose metadata copy (header first, trailer appended) is
@@ -377,7 +391,7 @@ pub fn open_data_key(
     let id = opener.key_id()?;
     let wanted = match opener {
         Opener::Master(_) => RecipientKind::MasterKey,
-        Opener::Device(_) => RecipientKind::X25519,
+        Opener::Device(sk) => device_kind(sk.algorithm()),
     };
     let Some(entry) = block
         .recipients

@@ -3,6 +3,9 @@
 //! - device key pairs (X25519) that receive a file's data key, wrapped with HPKE
 //!   (RFC 9180, base mode, DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, AES-128-GCM);
 //! - signing key pairs (Ed25519; ECDSA P-256 with SHA-256) that say who built a file;
+//! - SM2 key pairs (GB/T 32918) for the Chinese commercial suite beside SM4: signatures
+//!   with SM3 (the standard's default distinguishing identifier), and data keys wrapped
+//!   for a device with SM2 public-key encryption (C1C3C2);
 //! - AES key wrap (RFC 3394) of a data key under a symmetric key-encryption key.
 //!
 //! Keys travel as PEM that other tools read: PKCS#8 `PRIVATE KEY` and
@@ -46,6 +49,8 @@ pub enum KeyAlgorithm {
     /// Signs artifacts (FIPS 186-5 ECDSA over P-256 with SHA-256); the form the OpenSSF
     /// model-signing tools take for bare keys.
     EcdsaP256,
+    /// SM2: signs (with SM3) and receives data keys (SM2 encryption).
+    Sm2,
 }
 
 impl KeyAlgorithm {
@@ -55,12 +60,18 @@ impl KeyAlgorithm {
             KeyAlgorithm::X25519 => "x25519",
             KeyAlgorithm::Ed25519 => "ed25519",
             KeyAlgorithm::EcdsaP256 => "ecdsa-p256",
+            KeyAlgorithm::Sm2 => "sm2",
         }
     }
 
-    /// True for signing key pairs, false for a device's decryption key pair.
+    /// True for key pairs that sign.
     pub fn signs(self) -> bool {
         !matches!(self, KeyAlgorithm::X25519)
+    }
+
+    /// True for key pairs that receive data keys (a device's).
+    pub fn receives(self) -> bool {
+        matches!(self, KeyAlgorithm::X25519 | KeyAlgorithm::Sm2)
     }
 
     /// The code a `.nnc` file records for a signature scheme (docs/FORMAT.md).
@@ -69,6 +80,7 @@ impl KeyAlgorithm {
             KeyAlgorithm::X25519 => None,
             KeyAlgorithm::Ed25519 => Some(1),
             KeyAlgorithm::EcdsaP256 => Some(2),
+            KeyAlgorithm::Sm2 => Some(3),
         }
     }
 
@@ -76,6 +88,7 @@ impl KeyAlgorithm {
         match code {
             1 => Some(KeyAlgorithm::Ed25519),
             2 => Some(KeyAlgorithm::EcdsaP256),
+            3 => Some(KeyAlgorithm::Sm2),
             _ => None,
         }
     }
@@ -94,6 +107,7 @@ pub enum PrivateKey {
     X25519(<HpkeKem as hpke::Kem>::PrivateKey),
     Ed25519(ed25519_dalek::SigningKey),
     EcdsaP256(p256::ecdsa::SigningKey),
+    Sm2(sm2::SecretKey),
 }
 
 /// A public key of one of the [`KeyAlgorithm`]s.
@@ -102,7 +116,11 @@ pub enum PublicKey {
     X25519([u8; 32]),
     Ed25519(ed25519_dalek::VerifyingKey),
     EcdsaP256(p256::ecdsa::VerifyingKey),
+    Sm2(sm2::PublicKey),
 }
+
+/// SM2's default distinguishing identifier (GB/T 35276), used for every nnc signature.
+const SM2_DISTID: &str = "1234567812345678";
 
 impl fmt::Debug for PrivateKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -151,6 +169,15 @@ impl PrivateKey {
                     bytes = Zeroizing::new(try_random_bytes::<32>()?);
                 }
             }
+            KeyAlgorithm::Sm2 => {
+                let mut bytes = seed;
+                loop {
+                    if let Ok(key) = sm2::SecretKey::from_slice(&bytes[..]) {
+                        break PrivateKey::Sm2(key);
+                    }
+                    bytes = Zeroizing::new(try_random_bytes::<32>()?);
+                }
+            }
         })
     }
 
@@ -159,6 +186,7 @@ impl PrivateKey {
             PrivateKey::X25519(_) => KeyAlgorithm::X25519,
             PrivateKey::Ed25519(_) => KeyAlgorithm::Ed25519,
             PrivateKey::EcdsaP256(_) => KeyAlgorithm::EcdsaP256,
+            PrivateKey::Sm2(_) => KeyAlgorithm::Sm2,
         }
     }
 
@@ -172,6 +200,7 @@ impl PrivateKey {
             }
             PrivateKey::Ed25519(sk) => PublicKey::Ed25519(sk.verifying_key()),
             PrivateKey::EcdsaP256(sk) => PublicKey::EcdsaP256(*sk.verifying_key()),
+            PrivateKey::Sm2(sk) => PublicKey::Sm2(sk.public_key()),
         }
     }
 
@@ -220,9 +249,11 @@ impl PrivateKey {
             ED25519_OID => ed25519_dalek::SigningKey::from_pkcs8_der(der)
                 .map(PrivateKey::Ed25519)
                 .map_err(|_| key_error("malformed Ed25519 private key")),
+            // The curve is in the parameters: P-256 or SM2.
             EC_PUBLIC_KEY_OID => p256::SecretKey::from_pkcs8_der(der)
                 .map(|k| PrivateKey::EcdsaP256(k.into()))
-                .map_err(|_| key_error("an EC private key that is not a P-256 key")),
+                .or_else(|_| sm2::SecretKey::from_pkcs8_der(der).map(PrivateKey::Sm2))
+                .map_err(|_| key_error("an EC private key on a curve other than P-256 and SM2")),
             other => Err(key_error(format!(
                 "a private key of algorithm {other}, which nnc does not use \
                  (x25519, ed25519 or ecdsa-p256)"
@@ -256,6 +287,7 @@ impl PrivateKey {
             PrivateKey::X25519(sk) => curve25519(X25519_OID, &Zeroizing::new(sk.to_bytes())[..])?,
             PrivateKey::Ed25519(sk) => curve25519(ED25519_OID, &Zeroizing::new(sk.to_bytes())[..])?,
             PrivateKey::EcdsaP256(sk) => sk.to_pkcs8_der().map_err(encoding_failed)?,
+            PrivateKey::Sm2(sk) => sk.to_pkcs8_der().map_err(encoding_failed)?,
         };
         Ok(Zeroizing::new(doc.as_bytes().to_vec()))
     }
@@ -288,6 +320,14 @@ impl PrivateKey {
             PrivateKey::Ed25519(sk) => Ok(sk.sign(message).to_bytes().to_vec()),
             PrivateKey::EcdsaP256(sk) => {
                 let signature: p256::ecdsa::Signature = sk.sign(message);
+                Ok(signature.to_bytes().to_vec())
+            }
+            PrivateKey::Sm2(sk) => {
+                let signer = sm2::dsa::SigningKey::new(SM2_DISTID, sk)
+                    .map_err(|_| key_error("not a usable SM2 signing key"))?;
+                let signature: sm2::dsa::Signature = signer
+                    .try_sign(message)
+                    .map_err(|_| key_error("SM2 signing failed"))?;
                 Ok(signature.to_bytes().to_vec())
             }
         }
@@ -324,10 +364,30 @@ impl PrivateKey {
         info: &[u8],
         aad: &[u8],
     ) -> Result<Zeroizing<Vec<u8>>, CryptoError> {
+        if let PrivateKey::Sm2(sk) = self {
+            // SM2 encryption binds nothing else: the binding travels inside the plaintext.
+            let opened = Zeroizing::new(
+                sm2::pke::DecryptingKey::new_with_mode(
+                    sk.to_nonzero_scalar(),
+                    sm2::pke::Mode::C1C3C2,
+                )
+                .decrypt(wrapped)
+                .map_err(|_| CryptoError::Unwrap)?,
+            );
+            let binding = sm2_binding(info, aad);
+            let split = opened
+                .len()
+                .checked_sub(binding.len())
+                .ok_or(CryptoError::Unwrap)?;
+            if !encapsulated.is_empty() || !super::ct_eq(&opened[split..], &binding) {
+                return Err(CryptoError::Unwrap);
+            }
+            return Ok(Zeroizing::new(opened[..split].to_vec()));
+        }
         let PrivateKey::X25519(sk) = self else {
             return Err(CryptoError::KeyPurpose {
                 algorithm: self.algorithm().name(),
-                purpose: "decryption (it is a signing key: use the device's x25519 key)",
+                purpose: "decryption (it is a signing key: use the device's x25519 or sm2 key)",
             });
         };
         let enc = <HpkeKem as hpke::Kem>::EncappedKey::from_bytes(encapsulated)
@@ -351,6 +411,7 @@ impl PublicKey {
             PublicKey::X25519(_) => KeyAlgorithm::X25519,
             PublicKey::Ed25519(_) => KeyAlgorithm::Ed25519,
             PublicKey::EcdsaP256(_) => KeyAlgorithm::EcdsaP256,
+            PublicKey::Sm2(_) => KeyAlgorithm::Sm2,
         }
     }
 
@@ -361,6 +422,10 @@ impl PublicKey {
             PublicKey::X25519(raw) => raw.to_vec(),
             PublicKey::Ed25519(vk) => vk.to_bytes().to_vec(),
             PublicKey::EcdsaP256(vk) => vk.to_sec1_point(false).as_bytes().to_vec(),
+            PublicKey::Sm2(pk) => {
+                use sm2::elliptic_curve::sec1::ToSec1Point as _;
+                pk.to_sec1_point(false).as_bytes().to_vec()
+            }
         }
     }
 
@@ -381,6 +446,9 @@ impl PublicKey {
             }
             KeyAlgorithm::EcdsaP256 => p256::ecdsa::VerifyingKey::from_sec1_bytes(raw)
                 .map(PublicKey::EcdsaP256)
+                .map_err(|_| bad()),
+            KeyAlgorithm::Sm2 => sm2::PublicKey::from_sec1_bytes(raw)
+                .map(PublicKey::Sm2)
                 .map_err(|_| bad()),
         }
     }
@@ -430,7 +498,8 @@ impl PublicKey {
                 .map_err(|_| key_error("malformed Ed25519 public key")),
             EC_PUBLIC_KEY_OID => p256::ecdsa::VerifyingKey::from_public_key_der(der)
                 .map(PublicKey::EcdsaP256)
-                .map_err(|_| key_error("an EC public key that is not a P-256 key")),
+                .or_else(|_| sm2::PublicKey::from_public_key_der(der).map(PublicKey::Sm2))
+                .map_err(|_| key_error("an EC public key on a curve other than P-256 and SM2")),
             other => Err(key_error(format!(
                 "a public key of algorithm {other}, which nnc does not use \
                  (x25519, ed25519 or ecdsa-p256)"
@@ -459,6 +528,7 @@ impl PublicKey {
             }
             PublicKey::Ed25519(vk) => vk.to_public_key_der().map_err(failed)?,
             PublicKey::EcdsaP256(vk) => vk.to_public_key_der().map_err(failed)?,
+            PublicKey::Sm2(pk) => pk.to_public_key_der().map_err(failed)?,
         };
         Ok(doc.as_bytes().to_vec())
     }
@@ -501,6 +571,13 @@ impl PublicKey {
                 .is_ok_and(|s| vk.verify_strict(message, &s).is_ok()),
             PublicKey::EcdsaP256(vk) => p256::ecdsa::Signature::from_slice(signature)
                 .is_ok_and(|s| vk.verify(message, &s).is_ok()),
+            PublicKey::Sm2(pk) => {
+                let Ok(vk) = sm2::dsa::VerifyingKey::new(SM2_DISTID, *pk) else {
+                    return false;
+                };
+                sm2::dsa::Signature::from_slice(signature)
+                    .is_ok_and(|s| vk.verify(message, &s).is_ok())
+            }
         }
     }
 
@@ -527,10 +604,18 @@ impl PublicKey {
         info: &[u8],
         aad: &[u8],
     ) -> Result<(Vec<u8>, Vec<u8>), CryptoError> {
+        if let PublicKey::Sm2(pk) = self {
+            let mut plaintext = Zeroizing::new(data_key.to_vec());
+            plaintext.extend_from_slice(&sm2_binding(info, aad));
+            let sealed = sm2::pke::EncryptingKey::new_with_mode(*pk, sm2::pke::Mode::C1C3C2)
+                .encrypt(&mut rand::rngs::SysRng, &plaintext)
+                .map_err(|_| key_error("SM2 encryption failed"))?;
+            return Ok((Vec::new(), sealed));
+        }
         let PublicKey::X25519(raw) = self else {
             return Err(CryptoError::KeyPurpose {
                 algorithm: self.algorithm().name(),
-                purpose: "a recipient (it is a signing key: give the device's x25519 .pub)",
+                purpose: "a recipient (it is a signing key: give the device's x25519 or sm2 .pub)",
             });
         };
         let pk = <HpkeKem as hpke::Kem>::PublicKey::from_bytes(raw)
@@ -545,6 +630,21 @@ impl PublicKey {
         .map_err(|_| key_error("HPKE refused the X25519 public key"))?;
         Ok((enc.to_bytes().to_vec(), sealed))
     }
+}
+
+/// What an SM2-wrapped data key carries after the key, in place of HPKE's context:
+/// 16 bytes of SM3's cousin SHA-256 over the same `info` and `aad` (the file's cipher and
+/// salt), so a wrapped key cannot be moved to another file or cipher.
+fn sm2_binding(info: &[u8], aad: &[u8]) -> [u8; 16] {
+    let digest = sha256(&[
+        b"nnc/v1.3 sm2 binding",
+        &(info.len() as u32).to_le_bytes(),
+        info,
+        aad,
+    ]);
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&digest[..16]);
+    out
 }
 
 /// AES-256 key wrap (RFC 3394) of `data_key` (a multiple of 8 bytes, at least 16) under
@@ -590,10 +690,11 @@ pub fn aes_key_unwrap(kek: &[u8], wrapped: &[u8]) -> Result<Zeroizing<Vec<u8>>, 
 mod tests {
     use super::*;
 
-    const ALL: [KeyAlgorithm; 3] = [
+    const ALL: [KeyAlgorithm; 4] = [
         KeyAlgorithm::X25519,
         KeyAlgorithm::Ed25519,
         KeyAlgorithm::EcdsaP256,
+        KeyAlgorithm::Sm2,
     ];
 
     #[test]
@@ -638,7 +739,11 @@ mod tests {
 
     #[test]
     fn signatures_verify_and_bind_the_message() {
-        for algorithm in [KeyAlgorithm::Ed25519, KeyAlgorithm::EcdsaP256] {
+        for algorithm in [
+            KeyAlgorithm::Ed25519,
+            KeyAlgorithm::EcdsaP256,
+            KeyAlgorithm::Sm2,
+        ] {
             let sk = PrivateKey::generate(algorithm).unwrap();
             let pk = sk.public_key();
             let sig = sk.sign(b"model digest").unwrap();
@@ -662,6 +767,40 @@ mod tests {
         assert_eq!(sig[0], 0x30);
         assert!(sk.public_key().verify_ecdsa_der(b"payload", &sig));
         assert!(!sk.public_key().verify_ecdsa_der(b"payloaD", &sig));
+    }
+
+    #[test]
+    fn sm2_wraps_for_one_device_only() {
+        let device = PrivateKey::generate(KeyAlgorithm::Sm2).unwrap();
+        let other = PrivateKey::generate(KeyAlgorithm::Sm2).unwrap();
+        let data_key = [9u8; 32];
+        let (enc, sealed) = device
+            .public_key()
+            .seal_data_key(&data_key, b"info", b"aad")
+            .unwrap();
+        assert!(enc.is_empty());
+        let opened = device
+            .open_data_key(&enc, &sealed, b"info", b"aad")
+            .unwrap();
+        assert_eq!(opened.as_slice(), &data_key);
+        assert!(other.open_data_key(&enc, &sealed, b"info", b"aad").is_err());
+        assert!(
+            device
+                .open_data_key(&enc, &sealed, b"infO", b"aad")
+                .is_err()
+        );
+        assert!(
+            device
+                .open_data_key(&enc, &sealed, b"info", b"aaD")
+                .is_err()
+        );
+        let mut altered = sealed.clone();
+        altered[70] ^= 1;
+        assert!(
+            device
+                .open_data_key(&enc, &altered, b"info", b"aad")
+                .is_err()
+        );
     }
 
     #[test]

@@ -88,10 +88,10 @@ pub(crate) fn key_from_file(path: &Path) -> Result<NncKey, CapiError> {
         // The runtime takes a device key as its PKCS#8 DER.
         let key = nnc_formats::crypto::PrivateKey::from_pem(&text)
             .map_err(|e| CapiError::BadData(format!("{}: {e}", what())))?;
-        if key.algorithm().signs() {
+        if !key.algorithm().receives() {
             return Err(CapiError::BadData(format!(
                 "{} is a {} signing key; a model opens with its symmetric key or a device's \
-                 x25519 key",
+                 x25519 or sm2 key",
                 what(),
                 key.algorithm()
             )));
