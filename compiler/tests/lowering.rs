@@ -2219,6 +2219,61 @@ mod binding {
         assert_eq!(ops, [OperationType::Resample]);
     }
 
+    /// Swin's window padding, `(ws - H % ws) % ws` from the input's static shape: the
+    /// Mod nodes fold, so the Pad's amounts and output shape are known.
+    #[test]
+    fn shape_arithmetic_with_mod_folds_into_static_padding() {
+        let m = model(
+            vec![
+                node("Shape", &["x"], &["s"], vec![]),
+                node("Gather", &["s", "idx"], &["h"], vec![]),
+                node("Mod", &["h", "four"], &["r"], vec![]),
+                node("Sub", &["four", "r"], &["p"], vec![]),
+                node("Mod", &["p", "four"], &["q"], vec![]),
+                node("Unsqueeze", &["q", "axes"], &["qv"], vec![]),
+                node(
+                    "Concat",
+                    &["zeros", "qv", "qv"],
+                    &["pads"],
+                    vec![int_attr("axis", 0)],
+                ),
+                node("Pad", &["x", "pads"], &["y"], vec![]),
+            ],
+            vec![
+                info("x", FLOAT, &[1, 3, 10, 10]),
+                info("idx", INT64, &[]),
+                info("four", INT64, &[]),
+                info("axes", INT64, &[1]),
+                info("zeros", INT64, &[6]),
+            ],
+            vec![info("y", FLOAT, &[1, 3, 12, 12])],
+            17,
+        );
+        let lowered = lower_bound(
+            &m,
+            &[
+                ("idx", i64_tensor(&[], &[2])),
+                ("four", i64_tensor(&[], &[4])),
+                ("axes", i64_tensor(&[1], &[0])),
+                ("zeros", i64_tensor(&[6], &[0; 6])),
+            ],
+        )
+        .unwrap();
+        let pad = only(&lowered.model, OperationType::Pad);
+        let out = pad.outputs[0];
+        let dims = &lowered.model.main.operands[out as usize].dimensions;
+        assert_eq!(dims.iter().product::<u32>(), 3 * 12 * 12, "{dims:?}");
+        assert!(
+            lowered
+                .model
+                .main
+                .operations
+                .iter()
+                .all(|o| o.op_type != OperationType::Mod),
+            "every Mod folded"
+        );
+    }
+
     #[test]
     fn binding_checks_the_name_type_and_shape() {
         let m = resize_scales(vec![], 4);

@@ -360,7 +360,10 @@ pub enum BinaryOp {
     Pow,
     Max,
     Min,
+    /// The remainder with the dividend's sign (C's fmod; ONNX Mod with fmod=1).
     Mod,
+    /// The remainder with the divisor's sign (Python's %; ONNX Mod with fmod=0).
+    FloorMod,
     Equal,
     Less,
     Greater,
@@ -419,6 +422,14 @@ pub fn binary(
                     BinaryOp::Max => x.max(y),
                     BinaryOp::Min => x.min(y),
                     BinaryOp::Mod => x % y,
+                    BinaryOp::FloorMod => {
+                        let r = x % y;
+                        if r != 0.0 && (r < 0.0) != (y < 0.0) {
+                            r + y
+                        } else {
+                            r
+                        }
+                    }
                     BinaryOp::Equal => f64::from(u8::from(x == y)),
                     BinaryOp::Less => f64::from(u8::from(x < y)),
                     BinaryOp::Greater => f64::from(u8::from(x > y)),
@@ -449,11 +460,16 @@ pub fn binary(
                 }
                 x.wrapping_div(y)
             }
-            BinaryOp::Mod => {
+            BinaryOp::Mod | BinaryOp::FloorMod => {
                 if y == 0 {
                     return Err("integer modulo by zero in a constant expression".into());
                 }
-                x.wrapping_rem(y)
+                let r = x.wrapping_rem(y);
+                if op == BinaryOp::FloorMod && r != 0 && (r < 0) != (y < 0) {
+                    r + y
+                } else {
+                    r
+                }
             }
             BinaryOp::Pow => {
                 if y < 0 {
@@ -903,6 +919,28 @@ mod tests {
         let minus_one = i64_tensor(vec![1], &[-1]);
         let target = concat(&[&batch, &minus_one], 0, &budget()).unwrap();
         assert_eq!(to_i64s(&target), vec![1, -1]);
+    }
+
+    #[test]
+    fn mod_takes_the_dividends_sign_and_floor_mod_the_divisors() {
+        let a = i64_tensor(vec![4], &[-7, 7, -7, 8]);
+        let b = i64_tensor(vec![4], &[4, -4, -4, 4]);
+        let m = binary(BinaryOp::Mod, &a, &b, &budget()).unwrap();
+        assert_eq!(to_i64s(&m), vec![-3, 3, -3, 0]);
+        let f = binary(BinaryOp::FloorMod, &a, &b, &budget()).unwrap();
+        assert_eq!(to_i64s(&f), vec![1, -1, -3, 0]);
+        let zero = i64_tensor(vec![1], &[0]);
+        assert!(binary(BinaryOp::FloorMod, &a, &zero, &budget()).is_err());
+        let x = f32_tensor(vec![2], &[-7.5, 7.5]);
+        let y = f32_tensor(vec![2], &[2.0, 2.0]);
+        assert_eq!(
+            to_f32s(&binary(BinaryOp::FloorMod, &x, &y, &budget()).unwrap()),
+            vec![0.5, 1.5]
+        );
+        assert_eq!(
+            to_f32s(&binary(BinaryOp::Mod, &x, &y, &budget()).unwrap()),
+            vec![-1.5, 1.5]
+        );
     }
 
     #[test]

@@ -338,6 +338,23 @@ impl Lowerer<'_> {
     /// compute in int32, where every remainder fits their type again.
     pub(super) fn mod_op(&mut self, n: &Node) -> NResult<()> {
         let fmod = n.attrs.int_or("fmod", 0)? != 0;
+        // Known inputs fold, as shape arithmetic needs (Swin's window padding is
+        // `(ws - H % ws) % ws` over the input's static shape).
+        if let Some(consts) = self.all_const(n)?
+            && let [a, b] = consts.as_slice()
+        {
+            if super::is_float(a.dtype) && !fmod && n.version < 28 {
+                return invalid("Mod of floating-point tensors needs fmod=1 before opset 28");
+            }
+            let op = if fmod {
+                BinaryOp::Mod
+            } else {
+                BinaryOp::FloorMod
+            };
+            let r = constant::binary(op, a, b, &self.budget)?;
+            self.set_const(n, 0, r)?;
+            return Ok(());
+        }
         let (a, b) = self.binary_operands(n, 0, 1)?;
         let t = self.operand_type(a);
         let scalar = a.scalar && b.scalar;
