@@ -3,6 +3,7 @@
 //! scripts/validate_sbom.py from the virtual environment scripts/setup makes), names the
 //! source model from the signed provenance, and the validator refuses a broken one.
 
+mod interop;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -24,27 +25,6 @@ fn ok(cmd: &mut Command) -> Output {
     o
 }
 
-/// The interop environment's Python; `None` outside CI when scripts/setup has not made it.
-fn python() -> Option<PathBuf> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"));
-    let python = target.join("interop-venv/bin/python");
-    if python.exists() {
-        return Some(python);
-    }
-    assert!(
-        std::env::var("CI").is_err(),
-        "{} is missing: scripts/setup installs it",
-        python.display()
-    );
-    eprintln!(
-        "skipped: {} is missing (run scripts/setup)",
-        python.display()
-    );
-    None
-}
-
 fn validate(python: &Path, bom: &Path) -> Output {
     Command::new(python)
         .arg(root().join("scripts/validate_sbom.py"))
@@ -55,7 +35,9 @@ fn validate(python: &Path, bom: &Path) -> Output {
 
 #[test]
 fn the_bom_of_a_signed_model_is_valid_cyclonedx_1_6() {
-    let Some(python) = python() else { return };
+    let Some(python) = interop::tool("python") else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let key = d.join("k");

@@ -3,6 +3,7 @@
 //! signatures a key holder cannot forge, provenance, and detached OpenSSF Model Signing
 //! signatures checked by the `model-signing` package itself.
 
+mod interop;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -306,28 +307,9 @@ fn key_files_are_standard_pem() {
     }
 }
 
-/// The model-signing package's command, from the virtual environment scripts/setup
-/// makes; `None` outside CI when it is missing.
-fn model_signing() -> Option<PathBuf> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"));
-    let tool = target.join("interop-venv/bin/model_signing");
-    if tool.exists() {
-        return Some(tool);
-    }
-    assert!(
-        std::env::var("CI").is_err(),
-        "{} is missing: scripts/setup installs it",
-        tool.display()
-    );
-    eprintln!("skipped: {} is missing (run scripts/setup)", tool.display());
-    None
-}
-
 #[test]
 fn detached_signatures_interoperate_with_the_model_signing_package() {
-    let Some(tool) = model_signing() else {
+    let Some(tool) = interop::tool("model_signing") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

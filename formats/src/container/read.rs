@@ -617,6 +617,14 @@ impl<'a> Container<'a> {
     }
 }
 
+/// The header's `metadata_length` field (0 when the bytes are shorter than the header).
+pub(super) fn metadata_length_of(header: &[u8]) -> u64 {
+    header
+        .get(METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
 /// Checks the signature of the file in `src`, whose metadata copy (region and trailer,
 /// [`copy_metadata_from`]) is `meta`, against `trusted` public keys, before anything in
 /// the file is parsed: the file must be signed, by one of them, and the signature must
@@ -642,11 +650,7 @@ pub fn verify_signature<S: Source + ?Sized>(
         return Err(unsigned());
     }
     let trailer = Trailer::of_header(meta);
-    let metadata_length = u64::from_le_bytes(
-        meta[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8]
-            .try_into()
-            .unwrap_or([0; 8]),
-    );
+    let metadata_length = metadata_length_of(meta);
     let region_end = usize::try_from(metadata_length).unwrap_or(usize::MAX);
     let signature_at = region_end.saturating_add(trailer.key_block_len as usize);
     let (Some(region), Some(bytes)) = (meta.get(..region_end), meta.get(signature_at..)) else {
@@ -723,11 +727,7 @@ pub fn authenticate_metadata(
     let encrypted = flags & FLAG_ENCRYPTED != 0;
     let keyed = encrypted || meta[75] == Integrity::HmacSha256.code();
     let minor = u16::from_le_bytes([meta[10], meta[11]]);
-    let metadata_length = u64::from_le_bytes(
-        meta[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8]
-            .try_into()
-            .unwrap_or([0; 8]),
-    );
+    let metadata_length = metadata_length_of(meta);
     // The copy holds the region and, in 1.3, the trailer after it.
     let region_end = if minor >= FORMAT_MINOR_ENVELOPE {
         usize::try_from(metadata_length)
@@ -824,15 +824,7 @@ fn reseal_with(
             // The key block decides the keys; the key identifier is the key's own.
             let meta = copy_metadata(bytes)?;
             let opener = Opener::from_bytes(master)?;
-            let data_key = envelope::open_data_key(
-                &meta,
-                u64::from_le_bytes(
-                    bytes[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8]
-                        .try_into()
-                        .unwrap_or([0; 8]),
-                ),
-                &opener,
-            )?;
+            let data_key = envelope::open_data_key(&meta, metadata_length_of(&meta), &opener)?;
             let mut salt = [0u8; 32];
             salt.copy_from_slice(&bytes[96..128]);
             Some(FileKeys::derive(

@@ -6,8 +6,8 @@
 
 use super::envelope::{self, KeyBlock, Opener, RecipientKind, Trailer};
 use super::{
-    ContainerError, Derivation, FORMAT_MINOR_ENVELOPE, FileKeys, HEADER_SIZE,
-    METADATA_LENGTH_OFFSET, TAG_OFFSET, label, tag,
+    ContainerError, Derivation, FORMAT_MINOR_ENVELOPE, FileKeys, HEADER_SIZE, TAG_OFFSET, label,
+    tag,
 };
 use crate::crypto::PublicKey;
 
@@ -68,11 +68,7 @@ pub fn rewrap(
     }
     super::authenticate_metadata(meta, Some(key))?;
     let opener = Opener::from_bytes(key)?;
-    let metadata_length = u64::from_le_bytes(
-        meta[METADATA_LENGTH_OFFSET..METADATA_LENGTH_OFFSET + 8]
-            .try_into()
-            .unwrap_or([0; 8]),
-    );
+    let metadata_length = super::read::metadata_length_of(meta);
     let data_key = envelope::open_data_key(meta, metadata_length, &opener)?;
     let old = Trailer::of_header(meta);
     let region_end = metadata_length as usize;

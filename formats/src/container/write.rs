@@ -91,28 +91,9 @@ impl Sink for std::fs::File {
         Err(std::io::ErrorKind::Unsupported.into())
     }
 
-    #[cfg(unix)]
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-        std::os::unix::fs::FileExt::read_exact_at(self, buf, offset)
-    }
-
-    #[cfg(windows)]
-    fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> std::io::Result<()> {
-        use std::os::windows::fs::FileExt;
-        while !buf.is_empty() {
-            let n = self.seek_read(buf, offset)?;
-            if n == 0 {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
-            buf = &mut buf[n..];
-            offset += n as u64;
-        }
-        Ok(())
-    }
-
-    #[cfg(not(any(unix, windows)))]
-    fn read_exact_at(&self, _: &mut [u8], _: u64) -> std::io::Result<()> {
-        Err(std::io::ErrorKind::Unsupported.into())
+        // The one positional reader of files (the cache's and the sources').
+        crate::cache::ReadAt::read_exact_at(self, buf, offset)
     }
 }
 
