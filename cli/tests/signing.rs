@@ -103,7 +103,7 @@ fn two_devices_run_a_model_that_a_third_cannot_open() {
             "out-{}",
             key.file_name().unwrap().to_string_lossy()
         ));
-        ok(nnc()
+        let o = ok(nnc()
             .arg("run")
             .arg(&model)
             .arg("--key-file")
@@ -112,6 +112,9 @@ fn two_devices_run_a_model_that_a_third_cannot_open() {
             .arg(&input)
             .arg("--output-dir")
             .arg(&out));
+        // Anyone with a device's public key can write it a model: without --trust the
+        // run says so.
+        assert!(stderr(&o).contains("no --trust"), "{}", stderr(&o));
         ok(nnc()
             .arg("compare")
             .arg(out.join("output_0.npy"))

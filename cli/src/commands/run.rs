@@ -176,6 +176,15 @@ pub fn load_binding(
         let devices = Devices::new(names.iter().map(|n| device(n)).collect())?;
         if args.key.given() {
             let key = args.key.require_raw(&args.model.display().to_string())?;
+            if !matches!(key.len(), 16 | 24 | 32) && !args.trust.given() {
+                // HPKE and SM2 encryption do not authenticate the sender.
+                eprintln!(
+                    "warning: opened with a device key and no --trust: anyone holding this \
+                     device's public key could have written {}; give --trust SIGNER.pub to \
+                     accept only models your build signed",
+                    args.model.display()
+                );
+            }
             devices.install_key(&key);
         }
         let model = PreparedModel::load(file, &devices, &options)
