@@ -2274,6 +2274,93 @@ mod binding {
         );
     }
 
+    /// skl2onnx's logistic regression as ONNX Runtime ships it (`logreg_iris.onnx`): 12
+    /// coefficients for 3 classes of a declared 2-feature input. ONNX Runtime takes the
+    /// class count from the intercepts and reads the first 3 x 2 coefficients; so does nnc,
+    /// with a note. With its ZipMap output the model is unsupported, naming ZipMap.
+    #[test]
+    fn linear_classifier_takes_its_classes_from_the_intercepts() {
+        let coefficients: Vec<f32> = (0..12).map(|i| i as f32 * 0.25 - 1.0).collect();
+        let classifier = node(
+            "LinearClassifier",
+            &["x"],
+            &["label", "p"],
+            vec![
+                AttributeProto {
+                    name: "classlabels_ints".into(),
+                    r#type: Some(attribute_proto::AttributeType::Ints as i32),
+                    ints: vec![0, 1, 2],
+                    ..Default::default()
+                },
+                AttributeProto {
+                    name: "coefficients".into(),
+                    r#type: Some(attribute_proto::AttributeType::Floats as i32),
+                    floats: coefficients.clone(),
+                    ..Default::default()
+                },
+                AttributeProto {
+                    name: "intercepts".into(),
+                    r#type: Some(attribute_proto::AttributeType::Floats as i32),
+                    floats: vec![0.25, 0.5, -0.75],
+                    ..Default::default()
+                },
+                string_attr("post_transform", "LOGISTIC"),
+            ],
+        );
+        let with_ml = |nodes: Vec<NodeProto>, outputs: Vec<ValueInfoProto>| {
+            let mut m = model(nodes, vec![info("x", FLOAT, &[3, 2])], outputs, 17);
+            m.opset_import.push(OperatorSetIdProto {
+                domain: "ai.onnx.ml".into(),
+                version: 1,
+            });
+            for n in &mut m.graph.as_mut().unwrap().node {
+                n.domain = "ai.onnx.ml".into();
+            }
+            m
+        };
+        let m = with_ml(
+            vec![classifier.clone()],
+            vec![info("label", INT64, &[3]), info("p", FLOAT, &[3, 3])],
+        );
+        let lowered = lower_bound(&m, &[]).unwrap();
+        assert!(
+            lowered
+                .source
+                .notes
+                .iter()
+                .any(|n| n.contains("the first 6 are used")),
+            "{:?}",
+            lowered.source.notes
+        );
+        let fc = only(&lowered.model, OperationType::FullyConnected);
+        let filter = lowered
+            .model
+            .constant_bytes(fc.inputs[1])
+            .unwrap()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect::<Vec<f32>>();
+        assert_eq!(filter, coefficients[..6]);
+
+        let mut zipmap = node("ZipMap", &["p"], &["probabilities"], vec![]);
+        zipmap.attribute.push(AttributeProto {
+            name: "classlabels_int64s".into(),
+            r#type: Some(attribute_proto::AttributeType::Ints as i32),
+            ints: vec![0, 1, 2],
+            ..Default::default()
+        });
+        let m = with_ml(
+            vec![classifier, zipmap],
+            vec![
+                info("label", INT64, &[3]),
+                info("probabilities", FLOAT, &[3, 3]),
+            ],
+        );
+        let report = unsupported(lower_bound(&m, &[]));
+        assert!(report.to_string().contains("ZipMap"), "{report}");
+        assert!(!report.to_string().contains("LinearClassifier"), "{report}");
+    }
+
     #[test]
     fn binding_checks_the_name_type_and_shape() {
         let m = resize_scales(vec![], 4);

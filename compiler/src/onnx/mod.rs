@@ -178,6 +178,7 @@ pub fn import_model(
                 .into(),
         );
     }
+    source.notes.append(&mut lowerer.notes);
     let folded_ifs = std::mem::take(&mut lowerer.folded_ifs);
     let model = lowerer.finish();
     nn::validate(&model)?;

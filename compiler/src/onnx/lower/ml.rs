@@ -147,7 +147,28 @@ impl Lowerer<'_> {
                 coefficients.len()
             ));
         }
-        let classes = (coefficients.len() / cols as usize) as u32;
+        // The class count is the intercepts' (as ONNX Runtime takes it), else the
+        // coefficient rows'; each class's row has as many coefficients as the input has
+        // features. skl2onnx's logreg_iris.onnx carries 12 coefficients for 3 classes of a
+        // declared 2-feature input: ONNX Runtime reads the first 3 x 2, and so does nnc.
+        let classes = match &intercepts {
+            // (One intercept with two labels is the binary form: one coefficient row.)
+            Some(b) if b.len() > 1 || (b.len() == 1 && labels.len() != 2) => b.len() as u32,
+            _ => (coefficients.len() / cols as usize) as u32,
+        };
+        let used = classes as usize * cols as usize;
+        let coefficients = match coefficients.len() {
+            len if len > used && len.is_multiple_of(classes as usize) => {
+                self.notes.push(format!(
+                    "node {} (LinearClassifier) has {len} coefficients, {} per class, but its input \
+                     has {cols} features: the first {used} are used (as ONNX Runtime does)",
+                    n.label,
+                    len / classes as usize
+                ));
+                coefficients[..used].to_vec()
+            }
+            _ => coefficients,
+        };
         let scores = self.ml_linear(n, x, cols, classes, &coefficients, intercepts)?;
         let (z, winner) = if classes == 1 {
             if labels.len() != 2 {

@@ -224,6 +224,8 @@ pub struct Lowerer<'e> {
     pub folded_ifs: std::collections::BTreeMap<String, usize>,
     /// Nodes inside subgraphs that cannot be lowered, for the unsupported report.
     pub nested_unsupported: crate::error::UnsupportedReport,
+    /// What the user should know about how a node was read (printed as warnings).
+    pub notes: Vec<String>,
 }
 
 impl<'e> Lowerer<'e> {
@@ -245,6 +247,7 @@ impl<'e> Lowerer<'e> {
             nesting: 0,
             folded_ifs: Default::default(),
             nested_unsupported: crate::error::UnsupportedReport::new("ONNX"),
+            notes: Vec::new(),
         }
     }
 
