@@ -9,6 +9,10 @@ use zeroize::Zeroizing;
 
 use crate::exit::{Exit, err};
 
+/// Key bytes, where they came from (for messages), and whether they are a device's
+/// private key (PKCS#8 DER) rather than a symmetric key.
+type KeyMaterial = (Zeroizing<Vec<u8>>, String, bool);
+
 /// Where a key comes from.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct KeyArgs {
@@ -67,9 +71,11 @@ impl KeyArgs {
         Ok(None)
     }
 
-    /// The key bytes, if a key was given: one parser and one wording for every command
-    /// (never echoing key material: only the position or the count).
-    fn bytes(&self) -> anyhow::Result<Option<(Zeroizing<Vec<u8>>, String)>> {
+    /// The key bytes, if a key was given, their source, and whether they are a device's
+    /// private key (PKCS#8 DER from PEM) rather than a symmetric key from hex: one parser
+    /// and one wording for every command (never echoing key material: only the position or
+    /// the count).
+    fn bytes(&self) -> anyhow::Result<Option<KeyMaterial>> {
         let Some((hex, source)) = self.hex()? else {
             return Ok(None);
         };
@@ -90,7 +96,7 @@ impl KeyArgs {
             let der = key
                 .to_pkcs8_der()
                 .map_err(|e| err(Exit::Malformed, format!("{source}: {e}")))?;
-            return Ok(Some((der, source)));
+            return Ok(Some((der, source, true)));
         }
         let bytes = key_bytes_from_hex(&hex).map_err(|e| {
             let problem = match e {
@@ -106,15 +112,15 @@ impl KeyArgs {
                 format!("{source} is not a hex key: {problem}"),
             )
         })?;
-        Ok(Some((bytes, source)))
+        Ok(Some((bytes, source, false)))
     }
 
     /// The key for `algorithm`; an error names the source and what is wrong with it.
     pub fn load(&self, algorithm: Algorithm) -> anyhow::Result<Option<Key>> {
-        let Some((bytes, source)) = self.bytes()? else {
+        let Some((bytes, source, device)) = self.bytes()? else {
             return Ok(None);
         };
-        if !matches!(bytes.len(), 16 | 24 | 32) {
+        if device {
             return Err(err(
                 Exit::Usage,
                 format!(
@@ -138,14 +144,14 @@ impl KeyArgs {
     /// The raw key bytes for reading a file: the file's authenticated header, not the key,
     /// says which algorithm they are for. `what` names the file in the error.
     pub fn require_raw(&self, what: &str) -> anyhow::Result<Zeroizing<Vec<u8>>> {
-        let Some((bytes, source)) = self.bytes()? else {
+        let Some((bytes, source, device)) = self.bytes()? else {
             return Err(err(
                 Exit::Usage,
                 format!("{what} needs its key; give it with --key-file FILE or --key-env VAR"),
             ));
         };
-        // 16, 24 or 32 bytes of hex, or a device key's PKCS#8 DER (from PEM, longer).
-        if bytes.len() < 40 && !matches!(bytes.len(), 16 | 24 | 32) {
+        // A symmetric key is 16, 24 or 32 bytes; a device key is its PKCS#8 DER.
+        if !device && !matches!(bytes.len(), 16 | 24 | 32) {
             return Err(err(
                 Exit::Malformed,
                 format!(

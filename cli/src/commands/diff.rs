@@ -462,21 +462,15 @@ fn text(r: &Value) -> String {
             r["io"]["a"], r["io"]["b"]
         ));
     }
-    for e in r["removed"].as_array().into_iter().flatten() {
-        s.push_str(&format!(
-            "- {} {} '{}'\n",
-            e["index"],
-            e["type"].as_str().unwrap_or(""),
-            e["name"].as_str().unwrap_or("")
-        ));
-    }
-    for e in r["added"].as_array().into_iter().flatten() {
-        s.push_str(&format!(
-            "+ {} {} '{}'\n",
-            e["index"],
-            e["type"].as_str().unwrap_or(""),
-            e["name"].as_str().unwrap_or("")
-        ));
+    for (sign, key) in [('-', "removed"), ('+', "added")] {
+        for e in r[key].as_array().into_iter().flatten() {
+            s.push_str(&format!(
+                "{sign} {} {} '{}'\n",
+                e["index"],
+                e["type"].as_str().unwrap_or(""),
+                e["name"].as_str().unwrap_or("")
+            ));
+        }
     }
     for e in r["changed"].as_array().into_iter().flatten() {
         s.push_str(&format!(

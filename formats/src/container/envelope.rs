@@ -19,7 +19,7 @@
 use zeroize::Zeroizing;
 
 use super::binary::{Reader, Writer};
-use super::{ContainerError, HEADER_SIZE, TAG_OFFSET, key_id};
+use super::{ContainerError, HEADER_SIZE, TAG_OFFSET, key_id, label};
 use crate::crypto::{self, KeyAlgorithm, PrivateKey, PublicKey};
 
 /// Header position of the trailer's offset (u64; the end of the weight section).
@@ -45,15 +45,6 @@ const KEY_BLOCK_MAGIC: &[u8; 4] = b"NKEY";
 const SIGNATURE_MAGIC: &[u8; 4] = b"NSIG";
 const BLOCK_VERSION: u16 = 1;
 
-mod label {
-    pub const KEY_WRAPPING: &[u8] = b"nnc/v1.3 key wrapping key";
-    pub const HPKE_INFO: &[u8] = b"nnc/v1.3 data key";
-    pub const REPRODUCIBLE_DATA_KEY: &[u8] = b"nnc/v1.3 reproducible data key";
-    pub const CONTENT: &[u8] = b"nnc/v1.3 signed content";
-    pub const WEIGHTS: &[u8] = b"nnc/v1.3 weights";
-    pub const SIGNATURE: &[u8] = b"nnc/v1.3 signature";
-}
-
 /// Where a 1.3 file's trailer lies, from fixed header positions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize)]
 pub struct Trailer {
@@ -66,15 +57,18 @@ pub struct Trailer {
 impl Trailer {
     /// The trailer fields of a header (the first 256 bytes of a 1.3 file).
     pub fn of_header(header: &[u8]) -> Trailer {
-        let u32_at = |i: usize| u32::from_le_bytes(header[i..i + 4].try_into().unwrap_or([0; 4]));
+        // Zero (no trailer) where the bytes are shorter than the header.
+        let field = |at: usize, len: usize| -> u64 {
+            header.get(at..at + len).map_or(0, |b| {
+                b.iter()
+                    .rev()
+                    .fold(0u64, |acc, &x| (acc << 8) | u64::from(x))
+            })
+        };
         Trailer {
-            offset: u64::from_le_bytes(
-                header[TRAILER_OFFSET_AT..TRAILER_OFFSET_AT + 8]
-                    .try_into()
-                    .unwrap_or([0; 8]),
-            ),
-            key_block_len: u32_at(KEY_BLOCK_LEN_AT),
-            signature_len: u32_at(SIGNATURE_LEN_AT),
+            offset: field(TRAILER_OFFSET_AT, 8),
+            key_block_len: field(KEY_BLOCK_LEN_AT, 4) as u32,
+            signature_len: field(SIGNATURE_LEN_AT, 4) as u32,
         }
     }
 
@@ -132,6 +126,34 @@ impl Trailer {
         }
         Ok(())
     }
+}
+
+/// A trailer block's writer, its magic and version written.
+fn block_writer(magic: &[u8; 4]) -> Writer {
+    let mut w = Writer::default();
+    w.bytes(magic);
+    w.u16(BLOCK_VERSION);
+    w
+}
+
+/// A trailer block's reader, its magic and version checked.
+fn block_reader<'a>(
+    bytes: &'a [u8],
+    what: &'static str,
+    magic: &[u8; 4],
+) -> Result<Reader<'a>, ContainerError> {
+    let mut r = Reader::new(bytes, what);
+    if r.take(4, "magic")? != magic {
+        return Err(r.fail(
+            "magic",
+            format!("is not \"{}\"", String::from_utf8_lossy(magic)),
+        ));
+    }
+    let version = r.u16("version")?;
+    if version != BLOCK_VERSION {
+        return Err(r.fail("version", format!("is {version}, expected {BLOCK_VERSION}")));
+    }
+    Ok(r)
 }
 
 /// How a recipient's copy of the data key is wrapped.
@@ -205,9 +227,7 @@ pub struct KeyBlock {
 
 impl KeyBlock {
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::default();
-        w.bytes(KEY_BLOCK_MAGIC);
-        w.u16(BLOCK_VERSION);
+        let mut w = block_writer(KEY_BLOCK_MAGIC);
         w.u16(self.recipients.len() as u16);
         for r in &self.recipients {
             w.u8(r.kind.code());
@@ -223,14 +243,7 @@ impl KeyBlock {
 
     /// Decodes a key block; every count is bounded by the bytes that remain.
     pub fn decode(bytes: &[u8]) -> Result<KeyBlock, ContainerError> {
-        let mut r = Reader::new(bytes, "key block");
-        if r.take(4, "magic")? != KEY_BLOCK_MAGIC {
-            return Err(r.fail("magic", "is not \"NKEY\""));
-        }
-        let version = r.u16("version")?;
-        if version != BLOCK_VERSION {
-            return Err(r.fail("version", format!("is {version}, expected {BLOCK_VERSION}")));
-        }
+        let mut r = block_reader(bytes, "key block", KEY_BLOCK_MAGIC)?;
         let count = usize::from(r.u16("recipient_count")?);
         if count == 0 || count > MAX_RECIPIENTS {
             return Err(r.fail(
@@ -488,9 +501,7 @@ impl SignatureBlock {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut w = Writer::default();
-        w.bytes(SIGNATURE_MAGIC);
-        w.u16(BLOCK_VERSION);
+        let mut w = block_writer(SIGNATURE_MAGIC);
         w.u16(self.signer.algorithm().signature_code().unwrap_or(0));
         let raw = self.signer.raw();
         w.u16(raw.len() as u16);
@@ -503,14 +514,7 @@ impl SignatureBlock {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<SignatureBlock, ContainerError> {
-        let mut r = Reader::new(bytes, "signature block");
-        if r.take(4, "magic")? != SIGNATURE_MAGIC {
-            return Err(r.fail("magic", "is not \"NSIG\""));
-        }
-        let version = r.u16("version")?;
-        if version != BLOCK_VERSION {
-            return Err(r.fail("version", format!("is {version}, expected {BLOCK_VERSION}")));
-        }
+        let mut r = block_reader(bytes, "signature block", SIGNATURE_MAGIC)?;
         let code = r.u16("algorithm")?;
         let algorithm = KeyAlgorithm::from_signature_code(code)
             .ok_or_else(|| r.fail("algorithm", format!("is {code}, expected 1 or 2")))?;

@@ -23,23 +23,24 @@
 //! or a file read at offsets (never memory-mapped, so a file truncated under a reader is
 //! an error, not a fault).
 
+mod authenticate;
 mod binary;
 mod envelope;
 mod error;
+mod parse;
 mod read;
 mod rewrap;
 mod source;
 mod write;
 
+pub use authenticate::{authenticate, authenticate_metadata, verify_signature};
 pub use envelope::{
     DATA_KEY_LEN, KeyBlock, MAX_RECIPIENTS, Opener, Recipient, RecipientKind, SignatureBlock,
     Trailer, device_key_id,
 };
 pub use error::ContainerError;
-pub use read::{
-    ArenaSlot, Container, WeightField, authenticate, authenticate_metadata, copy_metadata,
-    copy_metadata_from, open_field, reseal, reseal_metadata, verify_field, verify_signature,
-};
+pub use parse::{ArenaSlot, WeightField, copy_metadata, copy_metadata_from};
+pub use read::{Container, open_field, reseal, reseal_metadata, verify_field};
 pub use rewrap::{RecipientChanges, Rewrapped, rewrap};
 pub use source::{FileSource, Source};
 pub use write::{
@@ -276,6 +277,13 @@ mod label {
     pub const METADATA: &[u8] = b"nnc/v1 metadata";
     pub const FIELD: &[u8] = b"nnc/v1 weight field";
     pub const IV: &[u8] = b"nnc/v1 iv";
+    // Format 1.3: the data key, its wrapping and the signature.
+    pub const KEY_WRAPPING: &[u8] = b"nnc/v1.3 key wrapping key";
+    pub const HPKE_INFO: &[u8] = b"nnc/v1.3 data key";
+    pub const REPRODUCIBLE_DATA_KEY: &[u8] = b"nnc/v1.3 reproducible data key";
+    pub const CONTENT: &[u8] = b"nnc/v1.3 signed content";
+    pub const WEIGHTS: &[u8] = b"nnc/v1.3 weights";
+    pub const SIGNATURE: &[u8] = b"nnc/v1.3 signature";
 }
 
 /// A key identifier that reveals nothing about the key: a PRF output of it.
@@ -458,7 +466,7 @@ fn gcm_nonce(iv: &[u8; 16]) -> [u8; 12] {
 fn stored_field_tag(
     keys: Option<&FileKeys>,
     mode: Option<Mode>,
-    field: &read::WeightField,
+    field: &parse::WeightField,
     stored: &[u8],
 ) -> Result<[u8; 32], ContainerError> {
     if mode != Some(Mode::Gcm) {

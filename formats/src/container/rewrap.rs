@@ -68,13 +68,20 @@ pub fn rewrap(
     }
     super::authenticate_metadata(meta, Some(key))?;
     let opener = Opener::from_bytes(key)?;
-    let metadata_length = super::read::metadata_length_of(meta);
+    let metadata_length = super::authenticate::metadata_length_of(meta);
     let data_key = envelope::open_data_key(meta, metadata_length, &opener)?;
     let old = Trailer::of_header(meta);
     let region_end = metadata_length as usize;
     let key_block_end = region_end + old.key_block_len as usize;
-    let mut block = KeyBlock::decode(&meta[region_end..key_block_end])?;
-    let signature = &meta[key_block_end..];
+    let (Some(key_block), Some(signature)) = (
+        meta.get(region_end..key_block_end),
+        meta.get(key_block_end..),
+    ) else {
+        return Err(ContainerError::Integrity {
+            what: "the key block".into(),
+        });
+    };
+    let mut block = KeyBlock::decode(key_block)?;
 
     let mut salt = [0u8; 32];
     salt.copy_from_slice(&meta[96..128]);

@@ -4,7 +4,7 @@ use zeroize::Zeroizing;
 
 use super::binary::Writer;
 use super::envelope::{self, KeyBlock, SignatureBlock, Trailer};
-use super::read::ArenaSlot;
+use super::parse::ArenaSlot;
 use super::{
     ALIGNMENT, ContainerError, CryptoConfig, Derivation, FLAG_ENCRYPTED, FLAG_REPRODUCIBLE,
     FLAG_SEGMENTED, FORMAT_MAJOR, FORMAT_MINOR_BASE, FORMAT_MINOR_CIPHER_BOUND,
