@@ -16,7 +16,6 @@
 //! | 130 | | interrupted by SIGINT (143: SIGTERM), as the shell reports it; no partial output is left |
 
 use std::io::ErrorKind;
-use std::process::ExitCode;
 
 use nnc_compiler::CompileError;
 use nnc_formats::container::ContainerError;
@@ -187,7 +186,7 @@ pub fn kind_of(err: &anyhow::Error) -> Exit {
 
 /// The error's message and its causes, each said once (library errors often embed their
 /// source's text already).
-fn messages(err: &anyhow::Error) -> (String, Vec<String>) {
+pub fn messages(err: &anyhow::Error) -> (String, Vec<String>) {
     let head = err.to_string();
     let mut seen = head.clone();
     let mut causes = Vec::new();
@@ -203,11 +202,11 @@ fn messages(err: &anyhow::Error) -> (String, Vec<String>) {
 
 /// Prints an error (on stderr, or as one JSON object on stdout with `--json`) and returns
 /// its exit code.
-pub fn report(err: &anyhow::Error, json: bool, command: &str) -> ExitCode {
+pub fn report(err: &anyhow::Error, json: bool, command: &str) -> u8 {
     let kind = kind_of(err);
     let (message, causes) = messages(err);
     print_error(kind, &message, &causes, json, command);
-    ExitCode::from(kind.code())
+    kind.code()
 }
 
 /// Prints an error of a known kind.

@@ -23,11 +23,15 @@ pub struct KeyArgs {
     /// Environment variable holding the key in hex.
     #[arg(long, value_name = "VAR")]
     pub key_env: Option<String>,
+    /// The key's text (hex, or a device's PEM private key) handed over in memory by a
+    /// program embedding nnc ([`crate::run_in_process`]); never from the command line.
+    #[arg(skip)]
+    pub text: Option<Zeroizing<String>>,
 }
 
 impl KeyArgs {
     pub fn given(&self) -> bool {
-        self.key_file.is_some() || self.key_env.is_some()
+        self.key_file.is_some() || self.key_env.is_some() || self.text.is_some()
     }
 
     /// The hex text of the key, if one was given (zeroized when dropped).
@@ -55,6 +59,9 @@ impl KeyArgs {
             }
             warn_if_readable_by_others(path);
             return Ok(Some((text, format!("key file {}", path.display()))));
+        }
+        if let Some(text) = &self.text {
+            return Ok(Some((text.clone(), "the key given".to_string())));
         }
         if let Some(var) = &self.key_env {
             let value = std::env::var(var).map_err(|_| {

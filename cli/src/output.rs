@@ -16,8 +16,33 @@ use std::path::{Path, PathBuf};
 
 use crate::exit::{Exit, err};
 
+std::thread_local! {
+    /// Standard output of the commands this thread runs in process, while [`capture`]
+    /// collects it.
+    static CAPTURED: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with everything written through [`stdout`] on this thread collected instead
+/// of printed; returns its result and the text.
+pub fn capture<T>(f: impl FnOnce() -> T) -> (T, String) {
+    let outer = CAPTURED.with(|c| c.borrow_mut().replace(String::new()));
+    let value = f();
+    let text = CAPTURED.with(|c| std::mem::replace(&mut *c.borrow_mut(), outer));
+    (value, text.unwrap_or_default())
+}
+
 /// Writes to stdout; a reader that went away (`nnc dump ... | head`) is not an error.
 pub fn stdout(text: &str) -> anyhow::Result<()> {
+    let captured = CAPTURED.with(|c| match c.borrow_mut().as_mut() {
+        Some(buffer) => {
+            buffer.push_str(text);
+            true
+        }
+        None => false,
+    });
+    if captured {
+        return Ok(());
+    }
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),

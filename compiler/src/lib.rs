@@ -10,6 +10,7 @@ pub mod onnx;
 pub mod partition;
 pub mod passes;
 pub mod pipeline;
+pub mod preprocess;
 pub mod quantize;
 #[cfg(any(test, feature = "test-support"))]
 pub mod synthetic;

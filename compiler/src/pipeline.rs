@@ -49,6 +49,9 @@ pub struct LowerOptions {
     pub import: ImportOptions,
     /// Skip the optimization passes (for debugging the frontends).
     pub no_optimize: bool,
+    /// Inputs rewritten to take uint8 images (`--input-preprocess`), applied after
+    /// lowering and before the passes, so that they optimize the inserted operations too.
+    pub input_preprocess: Vec<crate::preprocess::InputPreprocess>,
 }
 
 /// A source model lowered to the NN IR and optimized.
@@ -257,6 +260,8 @@ pub fn lower_bytes(
     };
     let mut model = imported.model;
     check_tensor_sizes(&model, &options.import.limits)?;
+    crate::preprocess::apply_all(&mut model, &options.input_preprocess)
+        .map_err(|e| CompileError::Options(e.to_string()))?;
     let lowered_histogram = model.operation_histogram();
     let mut passes = imported.frontend_passes;
     if !options.no_optimize {

@@ -464,6 +464,8 @@ fn strict_mode_lists_every_unsupported_operation_with_each_rule() {
     assert_eq!(
         err,
         "strict partitioning: 2 of 3 operations are supported by no listed device (npu, dsp); list a device that supports them, or allow CPU fallback:
+  npu declined 2 of 3 operations; 1 by its max_kernel_size rule (kernel 7x7 exceeds 5x5)
+  dsp declined 2 of 3 operations; 2 by its operations rule (e.g. CONV_2D is not among its supported operations)
   - operation 0 CONV_2D (node 'big_conv'):
       npu: max_kernel_size: kernel 7x7 exceeds 5x5
       dsp: operations: CONV_2D is not among its supported operations

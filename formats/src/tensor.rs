@@ -106,7 +106,52 @@ pub fn element_count(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
 }
 
+/// A host tensor borrowed from its owner: an application's array, read where it lies.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HostTensorRef<'a> {
+    pub dtype: DataType,
+    pub shape: &'a [usize],
+    pub data: &'a [u8],
+}
+
+impl<'a> HostTensorRef<'a> {
+    /// A view, checking that `data` holds exactly `shape` elements of `dtype`.
+    pub fn new(
+        dtype: DataType,
+        shape: &'a [usize],
+        data: &'a [u8],
+    ) -> Result<Self, HostTensorError> {
+        let expected = element_count(shape)
+            .and_then(|n| n.checked_mul(dtype.size()))
+            .ok_or_else(|| HostTensorError::ShapeOverflow {
+                shape: shape.to_vec(),
+            })?;
+        if expected != data.len() {
+            return Err(HostTensorError::SizeMismatch {
+                dtype,
+                shape: shape.to_vec(),
+                expected,
+                actual: data.len(),
+            });
+        }
+        Ok(HostTensorRef { dtype, shape, data })
+    }
+
+    pub fn element_count(&self) -> usize {
+        self.data.len() / self.dtype.size()
+    }
+}
+
 impl HostTensor {
+    /// The tensor as a borrowed view.
+    pub fn view(&self) -> HostTensorRef<'_> {
+        HostTensorRef {
+            dtype: self.dtype,
+            shape: &self.shape,
+            data: &self.data,
+        }
+    }
+
     /// Builds a tensor, checking that `data` holds exactly `shape` elements of `dtype`.
     pub fn new(dtype: DataType, shape: Vec<usize>, data: Vec<u8>) -> Result<Self, HostTensorError> {
         let expected = element_count(&shape)

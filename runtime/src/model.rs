@@ -335,7 +335,7 @@ impl PreparedModel {
         let register = header.crypto;
         // Compilation cache: try every step's entry before touching a weight field.
         let mut report = CacheReport::none();
-        let cache_dir = match &options.cache {
+        let mut cache_dir = match &options.cache {
             Some(cfg) => Some((
                 nnc_formats::cache::CacheDir::open(&cfg.dir, cache::CACHE_VERSION)
                     .map_err(|e| RuntimeError::Cache(e.to_string()))?,
@@ -370,6 +370,21 @@ impl PreparedModel {
             } else {
                 CacheOutcome::Miss
             };
+        }
+        if cache_dir.is_some() && steps.iter().all(|s| s.model_files == 0) {
+            // Every device the plan uses declares no cache files (as NNAPI drivers without
+            // caching support do): there is nothing to prepare from or to write.
+            let names: Vec<&str> = plan
+                .as_ref()
+                .map(|p| p.devices.iter().map(|d| d.name.as_str()).collect())
+                .unwrap_or_default();
+            report.warnings.push(format!(
+                "the cache directory is not used: no device this model runs on ({}) keeps a \
+                 compilation cache (their profiles declare cache_files 0)",
+                names.join(", ")
+            ));
+            report.outcome = CacheOutcome::None;
+            cache_dir = None;
         }
         // Device side: each device authenticates the file, verifies the weight fields of
         // the operations it runs (unless the cache supplies their prepared weights), and
@@ -731,9 +746,20 @@ impl PreparedModel {
         inputs: &[HostTensor],
         options: &ExecuteOptions,
     ) -> Result<(Vec<HostTensor>, Timing)> {
+        let views: Vec<_> = inputs.iter().map(HostTensor::view).collect();
+        self.run_views(&views, options)
+    }
+
+    /// [`PreparedModel::run_with`] on borrowed inputs (an application's arrays: read where
+    /// they lie when already of the type the model computes in).
+    pub fn run_views(
+        &self,
+        inputs: &[nnc_formats::tensor::HostTensorRef],
+        options: &ExecuteOptions,
+    ) -> Result<(Vec<HostTensor>, Timing)> {
         let start = Instant::now();
         let (outputs, device) = self.under_deadline(options, start, || {
-            self.program.execute_host_with(inputs, options)
+            self.program.execute_host_views_with(inputs, options)
         })?;
         Ok((
             outputs,

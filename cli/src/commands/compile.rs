@@ -58,6 +58,11 @@ pub struct Args {
     /// Fix a dynamic input dimension: NAME=1x3x224x224 (repeatable).
     #[arg(long = "input-shape", value_name = "NAME=DIMS", value_parser = super::parse_input_shape)]
     pub input_shapes: Vec<(String, Vec<u32>)>,
+    /// Bake input preprocessing into the model, so an application feeds uint8 images:
+    /// NAME=rgb|bgr,mean=R,G,B,std=R,G,B,layout=nhwc|nchw (colour and layout as the
+    /// application supplies them; mean and std in 0..255 pixel units; repeatable).
+    #[arg(long = "input-preprocess", value_name = "SPEC")]
+    pub input_preprocess: Vec<String>,
     /// Bind a graph input to a fixed value at compile time: NAME=FILE (.npy or ONNX .pb;
     /// repeatable). The input becomes a constant and leaves the compiled model's inputs,
     /// for parameters the NN set needs at compile time (Resize's scales, TopK's k, ...).
@@ -116,6 +121,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let progress = Progress::new(!args.json);
     let algorithm: Option<Algorithm> = args.encrypt.into();
     let mode: Mode = args.mode.into();
+    if algorithm.is_none() && mode != Mode::Ctr {
+        return Err(err(
+            Exit::Usage,
+            format!(
+                "--mode {} has no effect with --encrypt none: nothing is encrypted (drop --mode, \
+                 or choose a cipher with --encrypt)",
+                mode.name()
+            ),
+        ));
+    }
     let recipients = crate::trust::recipients(&args.recipients)?;
     let signer = args
         .sign
@@ -161,7 +176,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // A FIFO or device is refused by name before the compiler opens it.
     crate::input::check(&args.model, "model")?;
     progress.stage(format!("lowering {}", args.model.display()));
-    let mut options = super::lower_options(&args.input_shapes, false, args.limits.limits())?;
+    let mut options = super::lower_options_with(
+        &args.input_shapes,
+        &args.input_preprocess,
+        false,
+        args.limits.limits(),
+    )?;
     super::bind_inputs(&mut options, &args.bind_inputs)?;
     let started = Instant::now();
     let lowered = super::lower(&args.model, &options, "compile")?;
@@ -232,9 +252,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 host.len()
             );
         }
+        let placement = placement_by_device(&plan, &profiles, &reordered);
+        if !args.json {
+            for device in &placement {
+                eprintln!("{}", device.line());
+            }
+        }
         plan_summary = json!({
             "mode": plan.mode.name(),
             "preference": plan.preference.name(),
+            "devices": placement.iter().map(DevicePlacement::to_json).collect::<Vec<_>>(),
             "steps": plan.steps.iter().map(|s| json!({
                 "device": plan.devices[s.device as usize].name,
                 "operations": s.operations.len(),
@@ -334,6 +361,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             for w in &report.warnings {
                 eprintln!("warning: {w}");
             }
+            if !args.json {
+                eprintln!(
+                    "cache: {} in {dir} ({})",
+                    match report.outcome {
+                        nnc_runtime::CacheOutcome::Hit => "hit",
+                        nnc_runtime::CacheOutcome::Miss => "miss",
+                        nnc_runtime::CacheOutcome::None => "none",
+                    },
+                    match report.outcome {
+                        nnc_runtime::CacheOutcome::Hit =>
+                            "it already held this model's prepared form; nothing was written",
+                        nnc_runtime::CacheOutcome::Miss =>
+                            "prepared the model and wrote its artifacts; `nnc run --cache-dir` now starts from them",
+                        nnc_runtime::CacheOutcome::None => "the cache was not used",
+                    }
+                );
+            }
             json!({"dir": dir, "outcome": report.outcome, "warnings": report.warnings})
         }
     };
@@ -399,6 +443,137 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// What the partitioner gave one device.
+struct DevicePlacement {
+    name: String,
+    kind: String,
+    operations: usize,
+    steps: usize,
+    /// Bytes of the weights its operations read (a weight shared by two devices counts
+    /// for both).
+    weight_bytes: u64,
+    /// Operations with encrypted weights that run here decrypted in host memory.
+    host_decrypted: usize,
+    /// Why it took nothing, when it took nothing.
+    root_cause: Option<String>,
+}
+
+impl DevicePlacement {
+    /// `placement: NAME (KIND): ...`, one line per device.
+    fn line(&self) -> String {
+        let head = format!("placement: {} ({})", self.name, self.kind);
+        if self.operations == 0 {
+            return format!(
+                "{head}: no operations{}",
+                self.root_cause
+                    .as_ref()
+                    .map(|c| format!(": {c}"))
+                    .unwrap_or_default()
+            );
+        }
+        let mut line = format!(
+            "{head}: {} operation{} in {} step{}, {} of weights",
+            self.operations,
+            if self.operations == 1 { "" } else { "s" },
+            self.steps,
+            if self.steps == 1 { "" } else { "s" },
+            format_size(self.weight_bytes)
+        );
+        if self.host_decrypted > 0 {
+            line.push_str(&format!(
+                " ({} operation{} decrypting weights in host memory)",
+                self.host_decrypted,
+                if self.host_decrypted == 1 { "" } else { "s" }
+            ));
+        }
+        line
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        json!({
+            "name": self.name,
+            "kind": self.kind,
+            "operations": self.operations,
+            "steps": self.steps,
+            "weight_bytes": self.weight_bytes,
+            "host_decrypted": self.host_decrypted,
+            "root_cause": self.root_cause,
+        })
+    }
+}
+
+/// Each device of `plan`, and each requested profile the plan left out, with what it
+/// runs of `model` (the partitioned model).
+fn placement_by_device(
+    plan: &nnc_formats::plan::ExecutionPlan,
+    profiles: &[nnc_formats::device::DeviceProfile],
+    model: &Model,
+) -> Vec<DevicePlacement> {
+    let total = plan.placements.len();
+    let mut devices: Vec<(String, String, Option<usize>)> = plan
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(d, device)| (device.name.clone(), device.kind.clone(), Some(d)))
+        .collect();
+    for profile in profiles {
+        if !devices.iter().any(|(name, _, _)| *name == profile.name) {
+            devices.push((profile.name.clone(), profile.kind.name().to_string(), None));
+        }
+    }
+    devices
+        .into_iter()
+        .map(|(name, kind, index)| {
+            let here: Vec<&nnc_formats::plan::Placement> = plan
+                .placements
+                .iter()
+                .filter(|p| Some(p.device as usize) == index)
+                .collect();
+            let mut weights = std::collections::BTreeSet::new();
+            for p in &here {
+                let Some(op) = model.main.operations.get(p.operation as usize) else {
+                    continue;
+                };
+                weights.extend(op.inputs.iter().copied().filter(|&i| {
+                    model
+                        .main
+                        .operands
+                        .get(i as usize)
+                        .is_some_and(|o| o.lifetime == nnc_formats::nn::Lifetime::ConstantReference)
+                }));
+            }
+            let weight_bytes = weights
+                .iter()
+                .filter_map(|&i| model.main.operands.get(i as usize))
+                .map(|o| o.location.length)
+                .sum();
+            let declines: Vec<&nnc_formats::plan::Decline> = plan
+                .placements
+                .iter()
+                .flat_map(|p| &p.declined)
+                .filter(|x| x.device == name)
+                .collect();
+            DevicePlacement {
+                root_cause: if here.is_empty() {
+                    nnc_compiler::partition::root_cause(&name, &declines, total)
+                } else {
+                    None
+                },
+                name,
+                kind,
+                operations: here.len(),
+                steps: plan
+                    .steps
+                    .iter()
+                    .filter(|s| Some(s.device as usize) == index)
+                    .count(),
+                weight_bytes,
+                host_decrypted: here.iter().filter(|p| p.host_decrypted).count(),
+            }
+        })
+        .collect()
+}
+
 /// The provenance statement a signature carries: what was compiled, by which compiler,
 /// how, and for which devices (every file by name and SHA-256).
 fn provenance(
@@ -419,6 +594,7 @@ fn provenance(
             "reproducible": args.reproducible,
             "relax_float32": args.relax_float32,
             "input_shapes": args.input_shapes.iter().map(|(n, d)| json!({"name": n, "dims": d})).collect::<Vec<_>>(),
+            "input_preprocess": args.input_preprocess,
             "bind_inputs": files(&bound)?,
             "partition": nnc_formats::plan::PartitionMode::from(args.partition).name(),
             "quantize": args.quantize.quantize.is_some(),

@@ -330,7 +330,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(path) => Some(
             KeyArgs {
                 key_file: Some(path.clone()),
-                key_env: None,
+                ..KeyArgs::default()
             }
             .require_raw(&args.b.display().to_string())?,
         ),

@@ -72,7 +72,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let mut options =
             super::lower_options(&args.input_shapes, args.no_optimize, args.limits.limits())?;
         super::bind_inputs(&mut options, &args.bind_inputs)?;
-        (super::lower(&args.model, &options, "dump")?.model, None)
+        (lower_or_fill_shapes(&args.model, options)?.model, None)
     };
     let model = &model;
     let mut dot_options = DotOptions {
@@ -121,4 +121,44 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Lowers the model; when that fails only for want of input dimensions, lowers it again
+/// with the shapes the error suggests, and says so on stderr (a graph drawn for a
+/// placeholder size beats no graph; `--input-shape` gives the real one).
+fn lower_or_fill_shapes(
+    path: &std::path::Path,
+    mut options: nnc_compiler::pipeline::LowerOptions,
+) -> anyhow::Result<nnc_compiler::pipeline::Lowered> {
+    let first = match super::lower(path, &options, "dump") {
+        Ok(lowered) => return Ok(lowered),
+        Err(e) => e,
+    };
+    let hints = match first.downcast_ref::<nnc_compiler::CompileError>() {
+        Some(nnc_compiler::CompileError::Unsupported(r))
+            if r.only_needs_input_shapes() && !r.input_shapes.is_empty() =>
+        {
+            r.input_shapes.clone()
+        }
+        _ => return Err(first),
+    };
+    for h in &hints {
+        options
+            .import
+            .input_shapes
+            .insert(h.name.clone(), h.suggested.clone());
+    }
+    let Ok(lowered) = super::lower(path, &options, "dump") else {
+        return Err(first);
+    };
+    for h in &hints {
+        eprintln!(
+            "warning: input '{}' has unknown dimensions; dumped as if given {} ({}); pass \
+             --input-shape for the sizes you use",
+            h.name,
+            h.flag(),
+            h.explanation()
+        );
+    }
+    Ok(lowered)
 }

@@ -3,7 +3,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use nnc_compiler::pipeline::Lowered;
+use anyhow::Context;
+use nnc_compiler::CompileError;
+use nnc_compiler::error::DeclaredDim;
+use nnc_compiler::onnx::DeclaredValue;
+use nnc_compiler::pipeline::{Lowered, SourceFile, SourceFormat};
 use nnc_formats::nn::Model;
 use serde_json::{Value, json};
 
@@ -54,8 +58,36 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut options =
         super::lower_options(&args.input_shapes, args.no_optimize, args.limits.limits())?;
     super::bind_inputs(&mut options, &args.bind_inputs)?;
-    let lowered = super::lower(&args.model, &options, "inspect")?;
-    let report = source_report(&args.model, &lowered);
+    let context = || format!("cannot inspect {}", args.model.display());
+    let source = SourceFile::read(&args.model).with_context(context)?;
+    // The interface as declared (dimension names included), read without lowering: an
+    // ONNX model whose input dimensions are unknown is shown all the same.
+    let decoded = match source.format {
+        SourceFormat::Onnx => Some(
+            nnc_compiler::onnx::proto::decode_model(source.bytes.clone())
+                .map_err(CompileError::from)
+                .with_context(context)?,
+        ),
+        SourceFormat::Tflite => None,
+    };
+    let declared = decoded.as_ref().map(nnc_compiler::onnx::declared_interface);
+    let report = match source.lower(&options) {
+        Ok(lowered) => source_report(&args.model, &lowered, declared.as_ref()),
+        Err(CompileError::Unsupported(unsupported)) if unsupported.only_needs_input_shapes() => {
+            match (&decoded, &declared) {
+                (Some(model), Some(declared)) => {
+                    let summary =
+                        nnc_compiler::onnx::source_summary(model).with_context(context)?;
+                    unlowered_report(&args.model, &summary, declared, &unsupported)
+                }
+                _ => {
+                    return Err(anyhow::Error::new(CompileError::Unsupported(unsupported))
+                        .context(context()));
+                }
+            }
+        }
+        Err(e) => return Err(anyhow::Error::new(e).context(context())),
+    };
     if args.json {
         output::stdout(&format!("{}\n", serde_json::to_string_pretty(&report)?))?;
     } else {
@@ -64,7 +96,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn io_entries(model: &Model, outputs: bool) -> Vec<Value> {
+fn io_entries(model: &Model, outputs: bool, declared: Option<&[DeclaredValue]>) -> Vec<Value> {
     let (list, info) = if outputs {
         (&model.main.outputs, &model.output_info)
     } else {
@@ -74,20 +106,108 @@ fn io_entries(model: &Model, outputs: bool) -> Vec<Value> {
         .zip(info)
         .map(|(&index, info)| {
             let operand = &model.main.operands[index as usize];
-            json!({
+            let mut entry = json!({
                 "name": info.name,
                 "dtype": info.dtype.name(),
                 "shape": info.dims.iter().map(|&d| if d == 0 { Value::Null } else { json!(d) }).collect::<Vec<_>>(),
                 "nn_type": operand.operand_type.name(),
                 "nn_dimensions": operand.dimensions,
                 "operand": index,
+            });
+            // The source's own dimensions (names of dynamic ones) where it declares any
+            // dynamic one, so that `[batch, 3, 224, 224]` shows what `--input-shape` fixed.
+            if let Some(dims) = declared
+                .and_then(|d| d.iter().find(|v| v.name == info.name))
+                .and_then(|v| v.dims.as_ref())
+                .filter(|dims| dims.iter().any(|d| !d.is_known()))
+            {
+                entry["declared_shape"] = json!(dims);
+            }
+            if let Some(q) = quantization(operand) {
+                entry["quantization"] = q;
+            }
+            entry
+        })
+        .collect()
+}
+
+/// The scale and zero point of a quantized input or output (`None` for other types).
+fn quantization(operand: &nnc_formats::nn::Operand) -> Option<Value> {
+    if !operand.operand_type.is_quantized() {
+        return None;
+    }
+    Some(match &operand.channel_quant {
+        Some(c) => json!({"scales": c.scales, "channel_dim": c.channel_dim}),
+        None => json!({"scale": operand.scale, "zero_point": operand.zero_point}),
+    })
+}
+
+/// Inputs and outputs as the source declares them, for a model not lowered.
+fn declared_entries(values: &[DeclaredValue]) -> Vec<Value> {
+    values
+        .iter()
+        .map(|v| {
+            json!({
+                "name": v.name,
+                "dtype": v.dtype,
+                "shape": v.dims.as_ref().map(|dims| dims.iter().map(|d| match d {
+                    DeclaredDim::Fixed(x) => json!(x),
+                    _ => Value::Null,
+                }).collect::<Vec<_>>()),
+                "declared_shape": v.dims,
             })
         })
         .collect()
 }
 
+/// The inspect report of a source model that lowers only once its input dimensions are
+/// fixed: what it declares, and the `--input-shape` each dynamic input needs.
+fn unlowered_report(
+    path: &std::path::Path,
+    summary: &nnc_compiler::onnx::SourceSummary,
+    declared: &(Vec<DeclaredValue>, Vec<DeclaredValue>),
+    unsupported: &nnc_compiler::UnsupportedReport,
+) -> Value {
+    let waiting: Vec<Value> = unsupported
+        .operators
+        .iter()
+        .flat_map(|(op, nodes)| {
+            nodes
+                .iter()
+                .map(move |n| json!({"operator": op, "node": n.node, "reason": n.reason}))
+        })
+        .collect();
+    json!({
+        "schema": "nnc.inspect.source/1",
+        "path": path.display().to_string(),
+        "format": summary.format,
+        "ir_version": summary.ir_version,
+        "opset": summary.opset,
+        "producer": summary.producer,
+        "inputs": declared_entries(&declared.0),
+        "outputs": declared_entries(&declared.1),
+        "source_node_count": summary.node_count,
+        "source_operators": summary.operators,
+        "notes": summary.notes,
+        "lowered": false,
+        "needs_input_shape": unsupported.input_shapes.iter().map(|h| json!({
+            "name": h.name,
+            "declared_shape": h.declared,
+            "suggested": h.suggested,
+            "fills": h.fills,
+            "flag": h.flag(),
+            "explanation": h.explanation(),
+        })).collect::<Vec<_>>(),
+        "waiting_nodes": waiting,
+    })
+}
+
 /// The inspect report of a source model, as JSON (the text form is rendered from it).
-pub fn source_report(path: &std::path::Path, lowered: &Lowered) -> Value {
+pub fn source_report(
+    path: &std::path::Path,
+    lowered: &Lowered,
+    declared: Option<&(Vec<DeclaredValue>, Vec<DeclaredValue>)>,
+) -> Value {
     let model = &lowered.model;
     json!({
         "schema": "nnc.inspect.source/1",
@@ -96,8 +216,9 @@ pub fn source_report(path: &std::path::Path, lowered: &Lowered) -> Value {
         "ir_version": lowered.source.ir_version,
         "opset": lowered.source.opset,
         "producer": lowered.source.producer,
-        "inputs": io_entries(model, false),
-        "outputs": io_entries(model, true),
+        "inputs": io_entries(model, false, declared.map(|d| d.0.as_slice())),
+        "outputs": io_entries(model, true, declared.map(|d| d.1.as_slice())),
+        "lowered": true,
         "source_node_count": lowered.source.node_count,
         "source_operators": lowered.source.operators,
         "notes": lowered.source.notes,
@@ -128,19 +249,67 @@ fn histogram_line(map: &Value) -> String {
 }
 
 fn shape_text(v: &Value) -> String {
-    let dims: Vec<String> = v
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|d| {
-                    d.as_u64()
-                        .map(|x| x.to_string())
-                        .unwrap_or_else(|| "?".into())
-                })
-                .collect()
+    let Some(dims) = v.as_array() else {
+        return "[unknown rank]".into();
+    };
+    let dims: Vec<String> = dims
+        .iter()
+        .map(|d| match d {
+            Value::Number(x) => x.to_string(),
+            Value::String(name) => name.clone(),
+            _ => "?".into(),
         })
-        .unwrap_or_default();
+        .collect();
     format!("[{}]", dims.join(", "))
+}
+
+/// One input or output line: `x float32 [batch, 3, 224, 224]  (NN: ...)`, the
+/// declared dimension names where the shape leaves them unknown, the declared shape
+/// after what `--input-shape` fixed, and a quantized tensor's scale and zero point.
+fn io_line(e: &Value) -> String {
+    let declared = &e["declared_shape"];
+    let shape = e["shape"].as_array();
+    let merged = match (shape, declared.as_array()) {
+        (Some(s), Some(d)) if s.len() == d.len() => Value::Array(
+            s.iter()
+                .zip(d)
+                .map(|(s, d)| if s.is_null() { d.clone() } else { s.clone() })
+                .collect(),
+        ),
+        _ => e["shape"].clone(),
+    };
+    let mut line = format!(
+        "  {} {} {}",
+        e["name"].as_str().unwrap_or(""),
+        e["dtype"].as_str().unwrap_or(""),
+        shape_text(&merged)
+    );
+    if declared.is_array() && shape_text(declared) != shape_text(&merged) {
+        line.push_str(&format!(" (declared {})", shape_text(declared)));
+    }
+    if e["nn_type"].is_string() {
+        line.push_str(&format!(
+            "  (NN: {} {}",
+            e["nn_type"].as_str().unwrap_or(""),
+            shape_text(&e["nn_dimensions"]),
+        ));
+        let q = &e["quantization"];
+        if let Some(scale) = q["scale"].as_f64() {
+            line.push_str(&format!(
+                ", scale {}, zero point {}",
+                scale as f32, q["zero_point"]
+            ));
+        } else if let Some(scales) = q["scales"].as_array() {
+            line.push_str(&format!(
+                ", {} per-channel scales along dimension {}",
+                scales.len(),
+                q["channel_dim"]
+            ));
+        }
+        line.push(')');
+    }
+    line.push('\n');
+    line
 }
 
 fn source_text(r: &Value) -> String {
@@ -159,14 +328,7 @@ fn source_text(r: &Value) -> String {
     for (title, key) in [("inputs", "inputs"), ("outputs", "outputs")] {
         s.push_str(&format!("{title}:\n"));
         for e in r[key].as_array().into_iter().flatten() {
-            s.push_str(&format!(
-                "  {} {} {}  (NN: {} {})\n",
-                e["name"].as_str().unwrap_or(""),
-                e["dtype"].as_str().unwrap_or(""),
-                shape_text(&e["shape"]),
-                e["nn_type"].as_str().unwrap_or(""),
-                shape_text(&e["nn_dimensions"]),
-            ));
+            s.push_str(&io_line(e));
         }
     }
     s.push_str(&format!(
@@ -176,6 +338,10 @@ fn source_text(r: &Value) -> String {
     ));
     for note in r["notes"].as_array().into_iter().flatten() {
         s.push_str(&format!("note: {}\n", note.as_str().unwrap_or("")));
+    }
+    if r["lowered"] == Value::Bool(false) {
+        s.push_str(&unlowered_text(r));
+        return s;
     }
     s.push_str(&format!(
         "lowered operations: {}\n",
@@ -215,8 +381,64 @@ fn source_text(r: &Value) -> String {
     s
 }
 
+/// Why a model was not lowered, and the `--input-shape` lines that let it lower.
+fn unlowered_text(r: &Value) -> String {
+    let mut s = String::new();
+    let waiting = r["waiting_nodes"].as_array().cloned().unwrap_or_default();
+    let mut nodes: Vec<String> = waiting
+        .iter()
+        .take(8)
+        .map(|n| {
+            format!(
+                "{} '{}'",
+                n["operator"].as_str().unwrap_or(""),
+                n["node"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    if waiting.len() > 8 {
+        nodes.push(format!("and {} more", waiting.len() - 8));
+    }
+    s.push_str(&format!(
+        "not lowered: {} node{} need{} input dimensions at compile time ({})\n",
+        waiting.len(),
+        if waiting.len() == 1 { "" } else { "s" },
+        if waiting.len() == 1 { "s" } else { "" },
+        nodes.join(", ")
+    ));
+    let hints = r["needs_input_shape"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if hints.is_empty() {
+        s.push_str(
+            "every input's dimensions are fixed: the unknown dimensions arise inside the model\n",
+        );
+        return s;
+    }
+    s.push_str("inputs that need --input-shape:\n");
+    for h in &hints {
+        let unknown: Vec<String> = h["declared_shape"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter(|(_, d)| !d.is_number())
+            .map(|(k, _)| k.to_string())
+            .collect();
+        s.push_str(&format!(
+            "  {} (dimension{} {} unknown): e.g. {}\n    ({})\n",
+            h["name"].as_str().unwrap_or(""),
+            if unknown.len() == 1 { "" } else { "s" },
+            unknown.join(", "),
+            h["flag"].as_str().unwrap_or(""),
+            h["explanation"].as_str().unwrap_or("")
+        ));
+    }
+    s
+}
+
 fn run_compiled(args: Args) -> anyhow::Result<ExitCode> {
-    use anyhow::Context;
     use nnc_formats::container::Container;
     let bytes = crate::input::read_model(&args.model, "model")?;
     let signature_checked = crate::trust::check(&bytes, &args.trust, &args.model)?.is_some();
@@ -295,12 +517,9 @@ pub fn compiled_report(
             "mode": h.crypto.mode.map(|m| m.name()),
             "padding": h.crypto.padding.name(),
             "integrity": h.crypto.integrity.name(),
-            // What authenticates each weight field: GCM's own tag, else the integrity above.
-            "field_integrity": if h.crypto.mode == Some(nnc_formats::crypto::Mode::Gcm) {
-                "GCM"
-            } else {
-                h.crypto.integrity.name()
-            },
+            // What authenticates each weight field: GCM's own tag (named with its
+            // cipher, e.g. AES-128-GCM), else the integrity above.
+            "field_integrity": super::verify::integrity(&h.crypto).0,
             "segmented": h.crypto.segmented,
             "authenticated": h.crypto.is_keyed(),
             "protection": super::verify::protection(&h.crypto).0,
@@ -310,8 +529,8 @@ pub fn compiled_report(
         "recipients": c.key_block().ok().flatten().map(|b| b.recipients),
         "signature": c.signature().ok().flatten().map(|s| crate::trust::signature_json(&s, None)),
         "sections": c.sections.iter().map(|s| json!({"kind": s.kind_name(), "offset": s.offset, "length": s.length})).collect::<Vec<_>>(),
-        "inputs": io_entries(model, false),
-        "outputs": io_entries(model, true),
+        "inputs": io_entries(model, false, None),
+        "outputs": io_entries(model, true, None),
         "operations": model.operation_histogram(),
         "operation_count": model.main.operations.len(),
         "operand_count": model.main.operands.len(),
@@ -424,14 +643,7 @@ fn compiled_text(r: &Value) -> String {
     for (title, key) in [("inputs", "inputs"), ("outputs", "outputs")] {
         s.push_str(&format!("{title}:\n"));
         for e in r[key].as_array().into_iter().flatten() {
-            s.push_str(&format!(
-                "  {} {} {}  (NN: {} {})\n",
-                e["name"].as_str().unwrap_or(""),
-                e["dtype"].as_str().unwrap_or(""),
-                shape_text(&e["shape"]),
-                e["nn_type"].as_str().unwrap_or(""),
-                shape_text(&e["nn_dimensions"]),
-            ));
+            s.push_str(&io_line(e));
         }
     }
     s.push_str(&format!(

@@ -108,6 +108,17 @@ pub fn lower_options(
     no_optimize: bool,
     limits: Limits,
 ) -> anyhow::Result<LowerOptions> {
+    lower_options_with(input_shapes, &[], no_optimize, limits)
+}
+
+/// [`lower_options`] with `--input-preprocess` specifications (parsed here: their
+/// errors already name the option).
+pub fn lower_options_with(
+    input_shapes: &[(String, Vec<u32>)],
+    input_preprocess: &[String],
+    no_optimize: bool,
+    limits: Limits,
+) -> anyhow::Result<LowerOptions> {
     let mut shapes = HashMap::new();
     for (name, dims) in input_shapes {
         if shapes.insert(name.clone(), dims.clone()).is_some() {
@@ -123,6 +134,11 @@ pub fn lower_options(
     };
     options.import.input_shapes = shapes;
     options.import.limits = limits;
+    for spec in input_preprocess {
+        options.input_preprocess.push(spec.parse().map_err(
+            |e: nnc_compiler::preprocess::PreprocessError| err(Exit::Usage, e.to_string()),
+        )?);
+    }
     Ok(options)
 }
 

@@ -61,7 +61,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(path) => {
             let new = KeyArgs {
                 key_file: Some(path.clone()),
-                key_env: None,
+                ..KeyArgs::default()
             };
             let bytes = new.require_raw("--new-key-file")?;
             if !matches!(bytes.len(), 16 | 24 | 32) {

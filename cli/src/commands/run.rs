@@ -304,7 +304,7 @@ fn compile_source(
             .with_context(|| format!("internal: compiled input '{}' is not declared", info.name))?;
         let t = match tensors[j].take() {
             Some(t) => t,
-            None => tensors::read_within(&files[j], &args.limits.limits())?,
+            None => tensors::read_input(&files[j], &args.limits.limits(), info)?,
         };
         check_input(k, info, &t, &files[j])?;
         inputs.push(t);
@@ -322,6 +322,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !args.streams.is_empty() {
         return super::stream::run(args);
     }
+    check_output_dir(&args.output_dir)?;
     let start = Instant::now();
     let progress = crate::progress::Progress::new(!args.json);
     progress.stage(format!("preparing {}", args.model.display()));
@@ -389,6 +390,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 r["file"].as_str().unwrap_or("")
             ));
         }
+        if let Some(dir) = &args.cache_dir {
+            text.push_str(&format!(
+                "cache: {} ({})\n",
+                match model.cache_report().outcome {
+                    nnc_runtime::CacheOutcome::Hit => "hit",
+                    nnc_runtime::CacheOutcome::Miss => "miss",
+                    nnc_runtime::CacheOutcome::None => "none",
+                },
+                dir.display()
+            ));
+        }
         if args.timing {
             text.push_str(&format!(
                 "timing: prepare {prepare_ms:.2} ms, execute {execute_ms:.2} ms (on device {:.2} ms)\n",
@@ -400,6 +412,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Refuses an --output-dir that exists and is not a directory, before anything runs.
+fn check_output_dir(dir: &Path) -> anyhow::Result<()> {
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => Err(err(
+            Exit::CannotWrite,
+            format!(
+                "--output-dir {} is a file, not a directory: give the directory (created if \
+                 missing) to write output_0, output_1, ... into",
+                dir.display()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Writes `output_K` files into --output-dir (created if missing), refusing to replace
 /// any file in `read`; returns the JSON entry of each (name, shape, dtype, file).
 pub fn write_outputs<'a>(
@@ -407,6 +434,7 @@ pub fn write_outputs<'a>(
     outputs: impl Iterator<Item = (&'a HostTensor, &'a IoInfo)>,
     read: &[&Path],
 ) -> anyhow::Result<Vec<serde_json::Value>> {
+    check_output_dir(&args.output_dir)?;
     std::fs::create_dir_all(&args.output_dir).map_err(|e| {
         err(
             Exit::CannotWrite,
@@ -444,7 +472,7 @@ pub fn gather_inputs(args: &Args, declared: &[IoInfo]) -> anyhow::Result<Vec<Hos
         .zip(declared)
         .enumerate()
         .map(|(k, (path, info))| {
-            let t = tensors::read_within(path, &args.limits.limits())?;
+            let t = tensors::read_input(path, &args.limits.limits(), info)?;
             check_input(k, info, &t, path)?;
             Ok(t)
         })

@@ -31,23 +31,52 @@ pub struct Args {
     pub json: bool,
 }
 
+/// The cipher as its standard names it: `AES-128-GCM`, `SM4-CTR`.
+fn cipher_name(crypto: &CryptoConfig) -> Option<String> {
+    use nnc_formats::crypto::Algorithm;
+    let algorithm = match crypto.algorithm? {
+        Algorithm::Sm4 => "SM4",
+        Algorithm::Aes128 => "AES-128",
+        Algorithm::Aes192 => "AES-192",
+        Algorithm::Aes256 => "AES-256",
+    };
+    let mode = crypto.mode.map_or("?", |m| m.name()).to_ascii_uppercase();
+    Some(format!("{algorithm}-{mode}"))
+}
+
+/// What authenticates the weight fields and what the metadata, as read from the
+/// header's crypto configuration: in GCM each field carries its own GCM tag (no HMAC
+/// over it) and the metadata its HMAC-SHA-256; in the other keyed modes HMAC-SHA-256
+/// covers both; without a key, SHA-256 digests.
+pub fn integrity(crypto: &CryptoConfig) -> (String, &'static str) {
+    let metadata = crypto.integrity.name();
+    if crypto.mode == Some(nnc_formats::crypto::Mode::Gcm)
+        && let Some(cipher) = cipher_name(crypto)
+    {
+        return (cipher, metadata);
+    }
+    (metadata.to_string(), metadata)
+}
+
 /// What protects a file, in one word (`--json`) and in a sentence.
 pub fn protection(crypto: &CryptoConfig) -> (&'static str, String) {
+    let (weights, metadata) = integrity(crypto);
+    let how = if weights == metadata {
+        metadata.to_string()
+    } else {
+        format!("{weights} tags for the weight fields, {metadata} for the metadata")
+    };
     match (crypto.is_encrypted(), crypto.is_keyed()) {
         (true, _) => (
             "encrypted",
             format!(
-                "weights encrypted; every byte authenticated with the key ({})",
-                if crypto.mode == Some(nnc_formats::crypto::Mode::Gcm) {
-                    "GCM tags for the weights, HMAC-SHA-256 for the metadata"
-                } else {
-                    "HMAC-SHA-256"
-                }
+                "weights encrypted with {}; every byte authenticated with the key ({how})",
+                cipher_name(crypto).unwrap_or_else(|| "?".into())
             ),
         ),
         (false, true) => (
             "authenticated",
-            "weights NOT encrypted; every byte authenticated with the key (HMAC-SHA-256)".into(),
+            format!("weights NOT encrypted; every byte authenticated with the key ({how})"),
         ),
         (false, false) => (
             "digests",
@@ -93,6 +122,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "encrypted": container.is_encrypted(),
                 "authenticated": container.header.crypto.is_keyed(),
                 "protection": kind,
+                "cipher": cipher_name(&container.header.crypto),
+                "integrity": {
+                    "weights": integrity(&container.header.crypto).0,
+                    "metadata": integrity(&container.header.crypto).1,
+                },
                 "weight_fields": fields,
                 "recipients": recipients,
                 "signature": signature.as_ref().map(|s| crate::trust::signature_json(s, Some(true))),

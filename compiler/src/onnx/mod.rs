@@ -19,7 +19,7 @@ use bytes::Bytes;
 use nnc_formats::nn;
 use nnc_formats::tensor::DataType;
 
-use crate::error::{CompileError, UnsupportedReport};
+use crate::error::{CompileError, DeclaredDim, UnsupportedReport};
 use proto::{GraphProto, ModelProto, NodeProto};
 use tensor::ExternalDataContext;
 
@@ -108,23 +108,19 @@ pub fn import_bytes(
     import_model(&model, options, ext)
 }
 
-/// Lowers a decoded ONNX model.
-pub fn import_model(
-    model: &ModelProto,
-    options: &ImportOptions,
-    ext: &ExternalDataContext,
-) -> Result<Imported, CompileError> {
+/// What the model says about itself (format, versions, producer, operators), read
+/// without lowering it.
+pub fn source_summary(model: &ModelProto) -> Result<SourceSummary, CompileError> {
     let opset = default_opset(model)?;
     let graph = model
         .graph
         .as_ref()
         .ok_or_else(|| CompileError::invalid("model", "has no graph"))?;
-    let order = topological_order(graph, &|_| false)?;
     let mut operators = BTreeMap::new();
     for node in &graph.node {
         *operators.entry(op_key(node)).or_insert(0) += 1;
     }
-    let source = SourceSummary {
+    Ok(SourceSummary {
         format: "ONNX".into(),
         ir_version: model.ir_version,
         opset,
@@ -134,7 +130,22 @@ pub fn import_model(
         node_count: graph.node.len(),
         operators,
         notes: Vec::new(),
-    };
+    })
+}
+
+/// Lowers a decoded ONNX model.
+pub fn import_model(
+    model: &ModelProto,
+    options: &ImportOptions,
+    ext: &ExternalDataContext,
+) -> Result<Imported, CompileError> {
+    let source = source_summary(model)?;
+    let opset = source.opset;
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| CompileError::invalid("model", "has no graph"))?;
+    let order = topological_order(graph, &|_| false)?;
     let mut lowerer = lower::Lowerer::new(opset, ext, &options.limits);
     lowerer.add_initializers(graph, options.release_source.as_ref())?;
     if let Some(release) = &options.release_source {
@@ -166,6 +177,9 @@ pub fn import_model(
         &mut lowerer.nested_unsupported,
         UnsupportedReport::new("ONNX"),
     ));
+    if report.needs_input_shapes() {
+        report.input_shapes = input_shape_hints(graph, options, &report.input_shape_inputs());
+    }
     if !report.is_empty() {
         return Err(CompileError::Unsupported(report));
     }
@@ -270,6 +284,16 @@ pub(crate) fn lower_graph(
             Ok(()) => {}
             Err(lower::NodeError::Unsupported(reason)) => {
                 report.add(&op_key(node), &node_label(node), reason);
+                poisoned.extend(node.output.iter().map(String::as_str));
+            }
+            Err(lower::NodeError::NeedsInputShape(reason)) => {
+                let values: Vec<String> = reads(node);
+                report.add_needing_input_shape(
+                    &op_key(node),
+                    &node_label(node),
+                    reason,
+                    feeding(&values),
+                );
                 poisoned.extend(node.output.iter().map(String::as_str));
             }
             Err(lower::NodeError::NeedsConstant { values, reason }) => {
@@ -402,6 +426,107 @@ fn graph_inputs_feeding(graph: &GraphProto, names: &[String]) -> Vec<String> {
         .filter(|i| found.contains(i.name.as_str()))
         .map(|i| i.name.clone())
         .collect()
+}
+
+/// The graph inputs (of `feeding`, or every one when that names none) whose
+/// dimensions stay unknown after `--input-shape`, each with a shape to give.
+fn input_shape_hints(
+    graph: &GraphProto,
+    options: &ImportOptions,
+    feeding: &[String],
+) -> Vec<crate::error::InputShapeHint> {
+    let initializers: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
+    let dynamic: Vec<(&str, Vec<DeclaredDim>)> = graph
+        .input
+        .iter()
+        .filter(|i| {
+            !initializers.contains(i.name.as_str())
+                && !options.bound_inputs.contains_key(&i.name)
+                && !options.input_shapes.contains_key(&i.name)
+        })
+        .filter_map(|i| Some((i.name.as_str(), declared_dims(i)?)))
+        .filter(|(_, dims)| dims.iter().any(|d| !d.is_known()))
+        .collect();
+    let named_in_feeding = dynamic.iter().any(|(n, _)| feeding.iter().any(|f| f == n));
+    let mut named = BTreeMap::new();
+    dynamic
+        .iter()
+        .filter(|(n, _)| !named_in_feeding || feeding.iter().any(|f| f == n))
+        .map(|(n, dims)| crate::error::InputShapeHint::suggest(n, dims, &mut named))
+        .collect()
+}
+
+/// A value's dimensions as declared (`None` for an unknown rank or a non-tensor).
+fn declared_dims(value: &proto::ValueInfoProto) -> Option<Vec<DeclaredDim>> {
+    use proto::tensor_shape_proto::dimension::Value as D;
+    let Some(proto::type_proto::Value::TensorType(tt)) =
+        value.r#type.as_ref().and_then(|t| t.value.as_ref())
+    else {
+        return None;
+    };
+    let shape = tt.shape.as_ref()?;
+    Some(
+        shape
+            .dim
+            .iter()
+            .map(|d| match &d.value {
+                Some(D::DimValue(v)) if *v >= 0 && *v <= i64::from(u32::MAX) => {
+                    DeclaredDim::Fixed(*v as u32)
+                }
+                Some(D::DimParam(p)) if !p.is_empty() => DeclaredDim::Named(p.clone()),
+                _ => DeclaredDim::Unknown,
+            })
+            .collect(),
+    )
+}
+
+/// A graph input or output as the model declares it, for showing a model that cannot
+/// be lowered yet.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DeclaredValue {
+    pub name: String,
+    /// The ONNX element type's name ("float32"; "?" when not a tensor).
+    pub dtype: String,
+    /// `None` for an unknown rank.
+    pub dims: Option<Vec<DeclaredDim>>,
+}
+
+/// The graph inputs (initializers excluded) and outputs as the model declares them.
+pub fn declared_interface(model: &ModelProto) -> (Vec<DeclaredValue>, Vec<DeclaredValue>) {
+    let Some(graph) = model.graph.as_ref() else {
+        return (Vec::new(), Vec::new());
+    };
+    let initializers: HashSet<&str> = graph.initializer.iter().map(|t| t.name.as_str()).collect();
+    let describe = |v: &proto::ValueInfoProto| DeclaredValue {
+        name: v.name.clone(),
+        dtype: match v.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+            Some(proto::type_proto::Value::TensorType(tt)) => {
+                match tensor::host_data_type(tt.elem_type) {
+                    Some(t) => t.name().to_string(),
+                    None => proto::tensor_proto::DataType::describe(tt.elem_type),
+                }
+            }
+            _ => "?".into(),
+        },
+        dims: declared_dims(v),
+    };
+    let inputs = graph
+        .input
+        .iter()
+        .filter(|i| !initializers.contains(i.name.as_str()))
+        .map(describe)
+        .collect();
+    let outputs = graph.output.iter().map(describe).collect();
+    (inputs, outputs)
+}
+
+/// The dynamic dimensions of `model`'s declared inputs, each with a shape to give:
+/// what `nnc inspect` suggests for a model that needs `--input-shape`.
+pub fn suggest_input_shapes(model: &ModelProto) -> Vec<crate::error::InputShapeHint> {
+    match model.graph.as_ref() {
+        Some(graph) => input_shape_hints(graph, &ImportOptions::default(), &[]),
+        None => Vec::new(),
+    }
 }
 
 /// A graph input as the model declares it: its element type (`None` when it is not a

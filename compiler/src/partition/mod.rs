@@ -18,7 +18,10 @@
 //! are untouched.
 
 mod cost;
+mod explain;
 mod steps;
+
+pub use explain::root_cause;
 
 use std::collections::HashMap;
 
@@ -649,7 +652,8 @@ fn failure_message(
             if unsupported.len() == 1 { "operation is" } else { "operations are" },
             names.join(", "),
             if unsupported.len() == 1 { "it" } else { "them" },
-            list_operations(model, answers, unsupported)
+            root_causes(answers, devices, unsupported, total)
+                + &list_operations(model, answers, unsupported)
         ));
     }
     if !plaintext.is_empty() {
@@ -669,9 +673,34 @@ fn failure_message(
     sections.join("\n")
 }
 
-fn list_operations(model: &Model, answers: &[Answer], which: &[usize]) -> String {
+/// One line per device: why it declined the operations in `which` (see
+/// [`explain::root_cause`]).
+fn root_causes(
+    answers: &[Answer],
+    devices: &[DeviceProfile],
+    which: &[usize],
+    total: usize,
+) -> String {
     let mut out = String::new();
-    for &i in which {
+    for device in devices {
+        let declines: Vec<&Decline> = which
+            .iter()
+            .flat_map(|&i| &answers[i].declined)
+            .filter(|d| d.device == device.name)
+            .collect();
+        if let Some(line) = explain::root_cause(&device.name, &declines, total) {
+            out.push_str(&format!("\n  {line}"));
+        }
+    }
+    out
+}
+
+/// The operations of a failure message, each with every device's declining rule: the
+/// first [`LISTED_OPERATIONS`], then a count.
+fn list_operations(model: &Model, answers: &[Answer], which: &[usize]) -> String {
+    const LISTED_OPERATIONS: usize = 10;
+    let mut out = String::new();
+    for &i in which.iter().take(LISTED_OPERATIONS) {
         let op = &model.main.operations[i];
         out.push_str(&format!("\n  - operation {i} {}", op.op_type));
         if !op.source.is_empty() {
@@ -685,6 +714,13 @@ fn list_operations(model: &Model, answers: &[Answer], which: &[usize]) -> String
         for d in &answers[i].declined {
             out.push_str(&format!("\n      {}: {}: {}", d.device, d.rule, d.detail));
         }
+    }
+    if which.len() > LISTED_OPERATIONS {
+        out.push_str(&format!(
+            "\n  - and {} more (`--partition fallback` places them on the CPU, and `nnc inspect \
+             OUT.nnc --partition` then lists every operation's reasons)",
+            which.len() - LISTED_OPERATIONS
+        ));
     }
     out
 }

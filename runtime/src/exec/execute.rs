@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use nnc_formats::nn::model::dims_compatible;
 use nnc_formats::nn::ops::{self, InputView};
 use nnc_formats::nn::{Lifetime, Operand, OperandType, OperationType};
-use nnc_formats::tensor::{DataType, HostTensor};
+use nnc_formats::tensor::{DataType, HostTensor, HostTensorRef};
 
 use nnc_formats::limits::Budget;
 
@@ -447,6 +447,17 @@ impl Program {
         inputs: &[HostTensor],
         options: &ExecuteOptions,
     ) -> Result<(Vec<HostTensor>, Duration)> {
+        let views: Vec<HostTensorRef> = inputs.iter().map(HostTensor::view).collect();
+        self.execute_host_in(&views, options, None)
+    }
+
+    /// [`Program::execute_host_with`] on borrowed inputs (an application's arrays, read
+    /// where they lie when they need no conversion).
+    pub fn execute_host_views_with(
+        &self,
+        inputs: &[HostTensorRef],
+        options: &ExecuteOptions,
+    ) -> Result<(Vec<HostTensor>, Duration)> {
         self.execute_host_in(inputs, options, None)
     }
 
@@ -454,7 +465,7 @@ impl Program {
     /// (a burst's).
     pub(crate) fn execute_host_in(
         &self,
-        inputs: &[HostTensor],
+        inputs: &[HostTensorRef],
         options: &ExecuteOptions,
         state: Option<&mut ExecState>,
     ) -> Result<(Vec<HostTensor>, Duration)> {
@@ -469,7 +480,7 @@ impl Program {
         // 600 KB image per execution, into freshly faulted pages, was 2% of MobileNetV2).
         let mut converted: Vec<(Vec<usize>, Cow<[u8]>)> = Vec::with_capacity(inputs.len());
         for (k, t) in inputs.iter().enumerate() {
-            converted.push(self.host_input_view(k, t)?);
+            converted.push(self.host_input_view(k, *t)?);
         }
         let views: Vec<InputTensor> = converted
             .iter()
@@ -491,7 +502,7 @@ impl Program {
     /// [`Program::execute_host`] converts it: for binding memory objects, which hold NN
     /// operand values.
     pub fn host_input(&self, k: usize, t: &HostTensor) -> Result<(Vec<usize>, Vec<u8>)> {
-        self.host_input_view(k, t)
+        self.host_input_view(k, t.view())
             .map(|(shape, data)| (shape, data.into_owned()))
     }
 
@@ -499,7 +510,7 @@ impl Program {
     fn host_input_view<'t>(
         &self,
         k: usize,
-        t: &'t HostTensor,
+        t: HostTensorRef<'t>,
     ) -> Result<(Vec<usize>, Cow<'t, [u8]>)> {
         let err = |message: String| RuntimeError::Input { input: k, message };
         let operand = self
@@ -513,14 +524,14 @@ impl Program {
             ))
         })?;
         let data = if t.dtype == expected {
-            Cow::Borrowed(&t.data[..])
+            Cow::Borrowed(t.data)
         } else if expected == DataType::I32
             && info_dtype == Some(t.dtype)
             && WIDENED_INTEGERS.contains(&t.dtype)
         {
             // An integer type the model computes as int32: every value must fit.
             let mut out = Vec::with_capacity(t.element_count() * 4);
-            for v in integers(t.dtype, &t.data) {
+            for v in integers(t.dtype, t.data) {
                 let v = i32::try_from(v).map_err(|_| {
                     err(format!(
                         "value {v} does not fit the int32 the model computes in"
@@ -551,7 +562,7 @@ impl Program {
             return Err(err(format!("expected {expected} data, got {}", t.dtype)));
         };
         // A source-level rank-0 value is a one-element tensor in the model.
-        let mut shape = t.shape.clone();
+        let mut shape = t.shape.to_vec();
         let declared = &operand.dimensions;
         if shape.is_empty() && !declared.is_empty() && declared.iter().all(|&d| d == 1 || d == 0) {
             shape = vec![1; declared.len()];

@@ -69,11 +69,12 @@ impl Program {
         let count = self.model.main.operations.len();
         let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(runs); count];
         let mut state = self.take_state();
+        let inputs: Vec<_> = inputs.iter().map(HostTensor::view).collect();
         let mut result = Ok(());
         for _ in 0..runs.max(1) {
             state.op_times = Some(vec![Duration::ZERO; count]);
             if let Err(e) =
-                self.execute_host_in(inputs, &ExecuteOptions::default(), Some(&mut state))
+                self.execute_host_in(&inputs, &ExecuteOptions::default(), Some(&mut state))
             {
                 result = Err(e);
                 break;

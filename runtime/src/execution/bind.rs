@@ -504,10 +504,11 @@ impl Burst {
     ) -> Result<(Vec<HostTensor>, Timing)> {
         let start = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let views: Vec<_> = inputs.iter().map(HostTensor::view).collect();
         let (outputs, device) = self.model.under_deadline(options, start, || {
             self.model
                 .program()
-                .execute_host_in(inputs, options, Some(&mut state))
+                .execute_host_in(&views, options, Some(&mut state))
         })?;
         Ok((
             outputs,

@@ -47,7 +47,9 @@ use nnc_formats::nn::{Operand, OperandType, OperationType};
 use nnc_formats::tensor::DataType;
 
 use super::super::constant::{self, BinaryOp, ConstTensor};
-use super::{Lowerer, NResult, Node, NodeError, TensorValue, Value, invalid, unsupported};
+use super::{
+    Lowerer, NResult, Node, NodeError, TensorValue, Value, invalid, needs_input_shape, unsupported,
+};
 
 /// An additive attention bias in float32, right-aligned against `[B, Hq, Sq, T]`.
 enum Bias {
@@ -409,7 +411,7 @@ impl Lowerer<'_> {
             return invalid(format!("attn_mask has rank {} (at most 4)", shape.len()));
         }
         if shape.contains(&0) {
-            return unsupported(
+            return needs_input_shape(
                 "needs the attn_mask dimensions at compile time; fix dynamic dimensions with \
                  --input-shape",
             );

@@ -14,7 +14,7 @@ use nnc_formats::nn::{FusedActivation, OperationType};
 use nnc_formats::tensor::DataType;
 
 use super::super::constant::{self, ConstTensor};
-use super::{Lowerer, NResult, Node, Value, unsupported};
+use super::{Lowerer, NResult, Node, Value, needs_input_shape, unsupported};
 
 /// Spatial parameters shared by convolutions and pools, for two spatial axes (H, W).
 pub(super) struct Spatial {
@@ -115,7 +115,7 @@ pub(super) fn read_spatial(
             for i in 0..rank {
                 let input = i64::from(spatial_in[i]);
                 if input == 0 {
-                    return unsupported(
+                    return needs_input_shape(
                         "auto_pad SAME needs the input's spatial size at compile time; use --input-shape",
                     );
                 }

@@ -66,6 +66,10 @@ pub enum NodeError {
     /// compile time, and they are computed at run time. Binding the graph inputs they
     /// derive from (`--bind-input`) makes them constants.
     NeedsConstant { values: Vec<String>, reason: String },
+    /// Well-formed, but it needs dimensions that are unknown until run time (they come
+    /// from a graph input's dynamic dimensions): `--input-shape` fixes them. The report
+    /// names the inputs and a shape to give.
+    NeedsInputShape(String),
     /// Lowering it would exceed a resource limit.
     Limit(nnc_formats::limits::LimitError),
     /// A node inside one of its subgraphs (an If branch, a Loop body) failed in a way
@@ -77,6 +81,11 @@ pub type NResult<T> = Result<T, NodeError>;
 
 pub(crate) fn unsupported<T>(message: impl Into<String>) -> NResult<T> {
     Err(NodeError::Unsupported(message.into()))
+}
+
+/// The node needs dimensions a graph input leaves unknown (see [`NodeError::NeedsInputShape`]).
+pub(crate) fn needs_input_shape<T>(message: impl Into<String>) -> NResult<T> {
+    Err(NodeError::NeedsInputShape(message.into()))
 }
 
 pub(crate) fn invalid<T>(message: impl Into<String>) -> NResult<T> {
@@ -472,7 +481,11 @@ impl<'e> Lowerer<'e> {
                 report.add(
                     "input",
                     &input.name,
-                    "inputs of unknown rank are not supported; pass --input-shape",
+                    format!(
+                        "declares no shape (not even its rank); give its whole shape with \
+                         --input-shape {}=D0,D1,...",
+                        input.name
+                    ),
                 );
                 return Err(CompileError::Unsupported(report));
             }
@@ -817,7 +830,7 @@ impl<'e> Lowerer<'e> {
     pub fn known_dims(&self, tv: TensorValue) -> NResult<Vec<u32>> {
         let dims = self.dims(tv);
         if dims.contains(&0) {
-            return unsupported(
+            return needs_input_shape(
                 "needs the input dimensions at compile time; fix dynamic dimensions with --input-shape",
             );
         }
@@ -1056,7 +1069,7 @@ impl<'e> Lowerer<'e> {
             .map(|&d| if d == 0 { -1 } else { d as i32 })
             .collect();
         if shape.iter().filter(|&&d| d == -1).count() > 1 {
-            return unsupported(
+            return needs_input_shape(
                 "needs a reshape with more than one unknown dimension; fix dynamic dimensions with --input-shape",
             );
         }
@@ -1164,6 +1177,11 @@ fn node_error_to_compile(e: NodeError, location: &str) -> CompileError {
         NodeError::Unsupported(m) | NodeError::NeedsConstant { reason: m, .. } => {
             let mut report = crate::error::UnsupportedReport::new("ONNX");
             report.add("output", location, m);
+            CompileError::Unsupported(report)
+        }
+        NodeError::NeedsInputShape(m) => {
+            let mut report = crate::error::UnsupportedReport::new("ONNX");
+            report.add_needing_input_shape("output", location, m, Vec::new());
             CompileError::Unsupported(report)
         }
         NodeError::Invalid(m) => CompileError::invalid(location, m),

@@ -4,7 +4,7 @@ use nnc_formats::nn::ops::{Pool2d, WindowPadding};
 use nnc_formats::nn::{FusedActivation, OperationType};
 
 use super::conv::read_spatial;
-use super::{Lowerer, NResult, Node, unsupported};
+use super::{Lowerer, NResult, Node, needs_input_shape, unsupported};
 
 /// One spatial axis of a window operation, in ONNX's terms.
 struct Axis {
@@ -51,7 +51,7 @@ fn pool_axes(n: &Node, kernel: &[i64], spatial_in: &[u32]) -> NResult<Vec<Axis>>
     for i in 0..r {
         let input = i64::from(spatial_in[i]);
         if input == 0 {
-            return unsupported(
+            return needs_input_shape(
                 "pooling needs the spatial size at compile time; use --input-shape",
             );
         }
@@ -370,7 +370,7 @@ impl Lowerer<'_> {
             // ignore padded elements, as ONNX does for the ceil-mode overhang.
             let (h, w) = (d4[2], d4[3]);
             if h == 0 || w == 0 {
-                return unsupported(
+                return needs_input_shape(
                     "ceil_mode needs the spatial size at compile time; use --input-shape",
                 );
             }

@@ -28,7 +28,10 @@ use nnc_formats::nn::{FusedActivation, Operand, OperandType, OperationType};
 use nnc_formats::tensor::DataType;
 
 use super::super::constant;
-use super::{Lowerer, NResult, Node, TensorValue, Value, axis, invalid, is_quant8, unsupported};
+use super::{
+    Lowerer, NResult, Node, TensorValue, Value, axis, invalid, is_quant8, needs_input_shape,
+    unsupported,
+};
 
 /// 1.5 * 2^23: adding and subtracting it rounds an f32 of magnitude below 2^22 to an
 /// integer, ties to even.
@@ -308,7 +311,7 @@ impl Lowerer<'_> {
         let da = self.model.main.operands[qa as usize].dimensions.clone();
         let db = self.model.main.operands[qb as usize].dimensions.clone();
         if da.contains(&0) || db.contains(&0) {
-            return unsupported(
+            return needs_input_shape(
                 "QLinearMatMul needs its shapes at compile time; fix them with --input-shape",
             );
         }

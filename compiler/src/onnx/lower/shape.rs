@@ -9,7 +9,7 @@ use super::super::constant::{self, ConstTensor};
 use super::super::tensor::tensor_to_host;
 use super::{
     Lowerer, NResult, Node, NodeError, TensorValue, Value, axis, ints_from_attr_or_input, invalid,
-    unsupported,
+    needs_input_shape, unsupported,
 };
 
 fn to_usize_dims(dims: &[u32]) -> Vec<usize> {
@@ -143,7 +143,7 @@ impl Lowerer<'_> {
         let v = self.required(n, 0)?;
         let dims = self.shape_of_value(&v);
         if dims.contains(&0) {
-            return unsupported(
+            return needs_input_shape(
                 "Shape of a tensor with dynamic dimensions; fix them with --input-shape",
             );
         }
@@ -469,7 +469,7 @@ impl Lowerer<'_> {
         };
         let out = [product(&dims[..a]), product(&dims[a..])];
         if out[0] == 0 && out[1] == 0 {
-            return unsupported(
+            return needs_input_shape(
                 "Flatten with unknown dimensions on both sides of the axis; use --input-shape",
             );
         }
@@ -563,7 +563,9 @@ impl Lowerer<'_> {
                 .collect()
         };
         if out.iter().filter(|&&d| d == 0).count() > 1 {
-            return unsupported("reshape with more than one dynamic dimension; use --input-shape");
+            return needs_input_shape(
+                "reshape with more than one dynamic dimension; use --input-shape",
+            );
         }
         self.reshape_value(n, data, &out)
     }
@@ -673,7 +675,7 @@ impl Lowerer<'_> {
         let outputs = n.proto.output.len();
         let extent = dims[a];
         if extent == 0 {
-            return unsupported("Split along a dynamic dimension; use --input-shape");
+            return needs_input_shape("Split along a dynamic dimension; use --input-shape");
         }
         let sizes: Vec<u32> = match ints_from_attr_or_input(self, n, "split", 1)? {
             Some(s) => s
@@ -940,7 +942,7 @@ impl Lowerer<'_> {
             touched[a] = true;
             let dim = i64::from(dims[a]);
             if dim == 0 {
-                return unsupported("Slice along a dynamic dimension; use --input-shape");
+                return needs_input_shape("Slice along a dynamic dimension; use --input-shape");
             }
             let step = steps[k];
             if step == 0 {
@@ -1070,7 +1072,7 @@ impl Lowerer<'_> {
                 // Wrap them in the graph: idx + (idx < 0) * dim.
                 let dim = dims[a];
                 if dim == 0 {
-                    return unsupported(
+                    return needs_input_shape(
                         "Gather with run-time indices along a dynamic dimension; use --input-shape",
                     );
                 }
@@ -1291,7 +1293,7 @@ impl Lowerer<'_> {
                 continue;
             }
             if d == 0 {
-                return unsupported(
+                return needs_input_shape(
                     "Pad 'edge' / 'wrap' of a dimension of unknown size; fix it with \
                      --input-shape",
                 );
