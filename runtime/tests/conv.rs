@@ -321,10 +321,15 @@ fn fast_float_math_runs_3x3_layers_within_the_relaxed_tolerance() {
         let strict = run_with(&model, &feeds, FloatMath::Strict);
         assert_close(&strict, &expected, &format!("strict {case:?}"));
         let fast = run_with(&model, &feeds, FloatMath::Fast);
-        assert_ne!(
-            strict, fast,
-            "{case:?}: the fast path computed the strict path's bits"
-        );
+        if cfg!(target_arch = "x86_64") {
+            assert_ne!(
+                strict, fast,
+                "{case:?}: the fast path computed the strict path's bits"
+            );
+        } else {
+            // Winograd kernels exist on x86 only: elsewhere fast math is the strict path.
+            assert_eq!(strict, fast, "{case:?}: no Winograd path, yet other bits");
+        }
         let relaxed = 5.0 / 1024.0;
         for (i, (&a, e)) in fast.iter().zip(&expected).enumerate() {
             let diff = (f64::from(a) - e.value).abs();

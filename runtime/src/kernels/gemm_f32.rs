@@ -34,9 +34,11 @@ pub(crate) fn splits_columns(m: usize, k: usize, n: usize) -> bool {
 /// The most bytes of the next panels the AVX-512 kernel fetches ahead (`Block::ahead`):
 /// larger ones (ResNet18's 3x3 layers from 256 channels: 0.3-0.6 MB per pair of panels)
 /// would push the current panels out of L2, and ran 2-5% slower fetched ahead.
+#[cfg(target_arch = "x86_64")]
 const AHEAD_MAX_BYTES: usize = 128 << 10;
 
 /// The smallest depth whose next rows of A the AVX-512 kernel fetches ahead.
+#[cfg(target_arch = "x86_64")]
 const AHEAD_ROWS_MIN_K: usize = 64;
 
 /// Whether this processor runs these kernels (AVX2 and FMA at least).
@@ -147,6 +149,7 @@ pub(crate) struct Starts<'a> {
 
 impl<'a> Lhs<'a> {
     /// Runs per row and values per run, for a depth of `k`.
+    #[cfg(target_arch = "x86_64")]
     fn runs(&self, k: usize) -> (usize, usize) {
         match *self {
             Lhs::Dense { .. } => (1, k),

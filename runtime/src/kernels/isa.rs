@@ -16,11 +16,17 @@ pub struct CpuFeatures {
     pub avx512vl: bool,
     pub avx512_vnni: bool,
     pub avx_vnni: bool,
+    /// Advanced SIMD (64-bit Arm; part of the base architecture, detected all the same).
+    #[cfg(target_arch = "aarch64")]
+    pub neon: bool,
+    /// The 8-bit dot products `SDOT`/`UDOT` (Armv8.2's FEAT_DotProd).
+    #[cfg(target_arch = "aarch64")]
+    pub dotprod: bool,
 }
 
 /// The environment variable that caps the paths the kernels may take: `portable` (no
-/// SIMD), `avx2` (AVX2 and FMA, no AVX-512), anything else or unset: what the processor
-/// has. Like oneDNN's `ONEDNN_MAX_CPU_ISA`: for measuring one path against another and
+/// SIMD), `avx2` (AVX2 and FMA, no AVX-512), `neon` (64-bit Arm: NEON without the
+/// dot-product instructions), anything else or unset: what the processor has. Like oneDNN's `ONEDNN_MAX_CPU_ISA`: for measuring one path against another and
 /// testing the slower paths on a fast machine.
 pub const MAX_ISA_VAR: &str = "NNC_MAX_ISA";
 
@@ -36,6 +42,11 @@ fn cap(found: CpuFeatures, max: Option<&str>) -> CpuFeatures {
         Some("avx2") => CpuFeatures {
             avx2: found.avx2,
             fma: found.fma,
+            ..CpuFeatures::default()
+        },
+        #[cfg(target_arch = "aarch64")]
+        Some("neon") => CpuFeatures {
+            neon: found.neon,
             ..CpuFeatures::default()
         },
         _ => found,
@@ -56,7 +67,17 @@ fn detect() -> CpuFeatures {
     }
 }
 
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(target_arch = "aarch64")]
+fn detect() -> CpuFeatures {
+    use std::arch::is_aarch64_feature_detected as has;
+    CpuFeatures {
+        neon: has!("neon"),
+        dotprod: has!("dotprod"),
+        ..CpuFeatures::default()
+    }
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 fn detect() -> CpuFeatures {
     CpuFeatures::default()
 }
@@ -86,15 +107,90 @@ pub fn int8_vnni() -> bool {
     f.avx512f && f.avx512bw && f.avx512vl && f.avx512_vnni && f.avx2
 }
 
+/// True when the float kernels' NEON paths run (64-bit Arm).
+#[cfg(target_arch = "aarch64")]
+pub fn float_neon() -> bool {
+    cpu_features().neon
+}
+
+/// True when the quantized kernels' NEON paths run (64-bit Arm): the 8-bit GEMM on
+/// widening multiplies, or on `SDOT` where [`int8_dotprod`] holds.
+#[cfg(target_arch = "aarch64")]
+pub fn int8_neon() -> bool {
+    cpu_features().neon
+}
+
+/// True when the quantized GEMM's NEON path runs on `SDOT` (four i8 x i8 products summed
+/// into each i32 lane).
+#[cfg(target_arch = "aarch64")]
+pub fn int8_dotprod() -> bool {
+    let f = cpu_features();
+    f.neon && f.dotprod
+}
+
+/// The float kernels' path name.
+#[cfg(target_arch = "x86_64")]
+fn float_path() -> &'static str {
+    if float_avx512() {
+        // The convolutions' GEMM and depthwise kernels on 512-bit registers; the other
+        // float kernels on AVX2 and FMA.
+        "avx512"
+    } else if float_avx2_fma() {
+        "avx2+fma"
+    } else {
+        "portable"
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+fn float_path() -> &'static str {
+    if float_neon() { "neon" } else { "portable" }
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn float_path() -> &'static str {
+    "portable"
+}
+
+/// The quantized GEMM's path name.
+#[cfg(target_arch = "x86_64")]
+fn int8_path() -> &'static str {
+    if int8_vnni() {
+        "avx512-vnni"
+    } else if int8_avx2() {
+        "avx2"
+    } else {
+        "portable"
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+fn int8_path() -> &'static str {
+    if int8_dotprod() {
+        "neon-dotprod"
+    } else if int8_neon() {
+        "neon"
+    } else {
+        "portable"
+    }
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn int8_path() -> &'static str {
+    "portable"
+}
+
 /// What the kernels run on this processor.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct KernelIsa {
     pub arch: &'static str,
     pub cpu_features: CpuFeatures,
-    /// The float kernels' path (`avx2+fma` or `portable`).
+    /// The float kernels' path (`avx512`, `avx2+fma`, `neon` or `portable`).
     pub float: &'static str,
     /// The quantized GEMM's path: `avx512-vnni` (8-bit dot products), `avx2` (16-bit
-    /// products) or `portable`. Depthwise and elementwise kernels use AVX2 where present.
+    /// products), on 64-bit Arm `neon-dotprod` (`SDOT`) or `neon` (widening
+    /// multiplies), or `portable`. Depthwise and elementwise kernels use AVX2 where
+    /// present.
     pub int8: &'static str,
 }
 
@@ -110,6 +206,10 @@ impl KernelIsa {
             ("avx512vl", f.avx512vl),
             ("avx512_vnni", f.avx512_vnni),
             ("avx_vnni", f.avx_vnni),
+            #[cfg(target_arch = "aarch64")]
+            ("neon", f.neon),
+            #[cfg(target_arch = "aarch64")]
+            ("dotprod", f.dotprod),
         ]
         .into_iter()
         .filter_map(|(name, on)| on.then_some(name))
@@ -133,22 +233,8 @@ pub fn report() -> KernelIsa {
     KernelIsa {
         arch: std::env::consts::ARCH,
         cpu_features: cpu_features(),
-        float: if float_avx512() {
-            // The convolutions' GEMM and depthwise kernels on 512-bit registers; the
-            // other float kernels on AVX2 and FMA.
-            "avx512"
-        } else if float_avx2_fma() {
-            "avx2+fma"
-        } else {
-            "portable"
-        },
-        int8: if int8_vnni() {
-            "avx512-vnni"
-        } else if int8_avx2() {
-            "avx2"
-        } else {
-            "portable"
-        },
+        float: float_path(),
+        int8: int8_path(),
     }
 }
 
@@ -157,6 +243,35 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(target_arch = "aarch64")]
+    fn the_report_names_the_arm_paths() {
+        let r = report();
+        assert_eq!(r.float == "neon", float_neon());
+        assert_eq!(r.int8 == "neon-dotprod", int8_dotprod());
+        assert_eq!(r.int8 == "neon", int8_neon() && !int8_dotprod());
+        assert_eq!(r.int8 == "portable", !int8_neon());
+        assert!(!int8_vnni() && !int8_avx2() && !float_avx2_fma());
+        assert_eq!(report(), r);
+    }
+
+    #[test]
+    #[cfg(target_arch = "aarch64")]
+    fn the_arm_cap_removes_the_dot_products() {
+        let all = CpuFeatures {
+            neon: true,
+            dotprod: true,
+            ..CpuFeatures::default()
+        };
+        assert_eq!(cap(all, None), all);
+        assert_eq!(cap(all, Some("portable")), CpuFeatures::default());
+        let neon = cap(all, Some("neon"));
+        assert!(neon.neon && !neon.dotprod);
+        // An x86 cap leaves no Arm path.
+        assert_eq!(cap(all, Some("avx2")), CpuFeatures::default());
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
     fn the_report_names_the_paths_the_kernels_take() {
         let r = report();
         assert_eq!(r.float == "avx512", float_avx512());
@@ -172,16 +287,17 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::field_reassign_with_default)]
     fn the_cap_removes_what_is_above_it() {
-        let all = CpuFeatures {
-            avx2: true,
-            fma: true,
-            avx512f: true,
-            avx512bw: true,
-            avx512vl: true,
-            avx512_vnni: true,
-            avx_vnni: true,
-        };
+        // Field by field: the Arm fields exist only on Arm.
+        let mut all = CpuFeatures::default();
+        all.avx2 = true;
+        all.fma = true;
+        all.avx512f = true;
+        all.avx512bw = true;
+        all.avx512vl = true;
+        all.avx512_vnni = true;
+        all.avx_vnni = true;
         assert_eq!(cap(all, None), all);
         assert_eq!(cap(all, Some("native")), all);
         assert_eq!(cap(all, Some("portable")), CpuFeatures::default());

@@ -269,7 +269,7 @@ fn max_block<const W: usize>(
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
 

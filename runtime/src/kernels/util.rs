@@ -221,6 +221,7 @@ pub(crate) fn block_rows(left: usize, mr: usize) -> usize {
 /// most `nr / 2` columns (16k + 8 outputs, MobileNetV2's 24-channel projections), which
 /// the kernels run on half-width registers: a quarter of the pair's products were on
 /// zeros.
+#[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Panels {
     One,
@@ -228,6 +229,7 @@ pub(crate) enum Panels {
     OneAndHalf,
 }
 
+#[cfg(target_arch = "x86_64")]
 impl Panels {
     pub(crate) fn from(t: usize, panels: usize, n: usize, nr: usize) -> Panels {
         if t + 1 >= panels {
@@ -264,6 +266,7 @@ pub fn zeroed_f32(n: usize) -> Result<Vec<f32>> {
 
 /// Whether the float kernels take their AVX2+FMA paths (see [`super::isa`]; kernels with
 /// hand-vectorizable loops compile a second copy for them).
+#[cfg(target_arch = "x86_64")]
 pub fn has_avx2_fma() -> bool {
     super::isa::float_avx2_fma()
 }
@@ -458,6 +461,7 @@ mod tests {
     /// A block covers one panel at the end, a pair before it, and a pair whose second
     /// panel is at most half full as `OneAndHalf`; walking by `count` covers every panel.
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn panels_of_a_block() {
         assert_eq!(Panels::from(0, 1, 16, 16), Panels::One);
         assert_eq!(Panels::from(0, 2, 24, 16), Panels::OneAndHalf);

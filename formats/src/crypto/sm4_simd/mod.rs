@@ -26,7 +26,9 @@ use cipher::{
     AlgorithmName, BlockCipherDecClosure, BlockCipherDecrypt, BlockCipherEncClosure,
     BlockCipherEncrypt, BlockSizeUser, Key, KeyInit, KeySizeUser, consts::U16,
 };
-use zeroize::{Zeroize, ZeroizeOnDrop};
+#[cfg(any(test, target_arch = "x86_64"))]
+use zeroize::Zeroize;
+use zeroize::ZeroizeOnDrop;
 
 /// The system parameter `FK` of GB/T 32907 (section 7.3).
 #[cfg(any(test, target_arch = "x86_64"))]

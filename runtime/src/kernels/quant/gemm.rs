@@ -20,8 +20,9 @@
 //! the activation range and stores bytes; or stores raw i32 for callers that finish
 //! themselves (TRANSPOSE_CONV_2D).
 //!
-//! Two implementations, chosen at run time: AVX2 intrinsics, and portable scalar code
-//! that computes bit-identical results (tests compare them on random data).
+//! Implementations chosen at run time: AVX2 intrinsics, NEON intrinsics on 64-bit Arm
+//! ([`super::gemm_neon::gemm_i16`]), and portable scalar code that computes
+//! bit-identical results (tests compare them on random data).
 
 use super::arith::{Multiplier, multiply_by_quantized_multiplier};
 use crate::error::{Result, RuntimeError};
@@ -284,6 +285,12 @@ pub(crate) enum Dst<'a> {
         out: &'a mut [u8],
         ld: usize,
         stage: &'a Stage,
+        /// Read by the vector stages' saturating narrows (the portable stage stores
+        /// the two's complement byte either way).
+        #[cfg_attr(
+            not(any(target_arch = "x86_64", target_arch = "aarch64")),
+            allow(dead_code)
+        )]
         signed: bool,
     },
     /// Raw i32 accumulators (no bias), row `r` at `out[r * ld..]`.
@@ -296,6 +303,9 @@ pub(crate) enum Isa {
     Portable,
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    /// 64-bit Arm: `SMLAL` on the interleaved pairs ([`super::gemm_neon::gemm_i16`]).
+    #[cfg(target_arch = "aarch64")]
+    Neon,
 }
 
 /// The best implementation this CPU supports (checked once).
@@ -303,6 +313,10 @@ pub(crate) fn best_isa() -> Isa {
     #[cfg(target_arch = "x86_64")]
     if crate::kernels::isa::int8_avx2() {
         return Isa::Avx2;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if crate::kernels::isa::int8_neon() {
+        return Isa::Neon;
     }
     Isa::Portable
 }
@@ -360,6 +374,15 @@ pub(crate) fn gemm_with(
             // `r < m` of `kp <= lda` values, B panels of `kp * NR` values, destination
             // rows `r < m` of `n <= ld` values, stage arrays padded to whole panels.
             unsafe { avx2::gemm(a, lda, m, b.data, kp, n, dst) }
+        }
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => {
+            if best_isa() != Isa::Neon {
+                return Err(bad("NEON requested on a CPU without it"));
+            }
+            // SAFETY: NEON is available (checked just above); the extents were checked
+            // above, as for the AVX2 kernel.
+            unsafe { super::gemm_neon::gemm_i16(a, lda, m, b.data, kp, n, dst) }
         }
     }
     Ok(())
@@ -533,6 +556,36 @@ pub(crate) mod avx2 {
                 }
             }
         }
+    }
+
+    /// [`super::requantize_row`] on whole blocks of 16 columns below `n`; returns how
+    /// many columns it wrote.
+    ///
+    /// # Safety
+    /// AVX2; `n` is at most `acc.len()`, `out.len()` and the stage's columns.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn requantize_prefix(
+        acc: &[i32],
+        stage: &Stage,
+        out: &mut [u8],
+        n: usize,
+        signed: bool,
+    ) -> usize {
+        debug_assert!(n <= acc.len() && n <= out.len() && n <= stage.columns());
+        let mut c = 0;
+        while c + NR <= n {
+            // SAFETY: acc and out hold c + 16 values, the stage arrays are padded to
+            // whole panels (>= n rounded up to 16).
+            unsafe {
+                let v0 = _mm256_loadu_si256(acc.as_ptr().add(c) as *const __m256i);
+                let v1 = _mm256_loadu_si256(acc.as_ptr().add(c + 8) as *const __m256i);
+                let (s0, s1) = (load_stage(stage, c), load_stage(stage, c + 8));
+                let bytes = narrow16(requant8(v0, &s0), requant8(v1, &s1), signed);
+                _mm_storeu_si128(out.as_mut_ptr().add(c) as *mut __m128i, bytes);
+            }
+            c += NR;
+        }
+        c
     }
 
     /// The stage constants of 8 columns, loaded once and applied to many rows.
@@ -732,26 +785,28 @@ pub(crate) mod avx512 {
 /// stage of [`gemm`] for callers that accumulate themselves (depthwise, transpose conv).
 pub(crate) fn requantize_row(isa: Isa, acc: &[i32], stage: &Stage, out: &mut [u8], signed: bool) {
     let n = stage.columns().min(acc.len()).min(out.len());
-    let mut c = 0;
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && best_isa() == Isa::Avx2 {
-        use std::arch::x86_64::*;
-        while c + NR <= n {
-            // SAFETY: AVX2 is available (checked); acc and out hold c + 16 values, the
-            // stage arrays are padded to whole panels (>= n rounded up to 16).
-            unsafe {
-                let v0 = _mm256_loadu_si256(acc.as_ptr().add(c) as *const __m256i);
-                let v1 = _mm256_loadu_si256(acc.as_ptr().add(c + 8) as *const __m256i);
-                let (s0, s1) = (avx2::load_stage(stage, c), avx2::load_stage(stage, c + 8));
-                let q0 = avx2::requant8(v0, &s0);
-                let q1 = avx2::requant8(v1, &s1);
-                let bytes = avx2::narrow16(q0, q1, signed);
-                _mm_storeu_si128(out.as_mut_ptr().add(c) as *mut __m128i, bytes);
-            }
-            c += NR;
+    let c = if isa == Isa::Avx2 && best_isa() == Isa::Avx2 {
+        // SAFETY: AVX2 is available (checked just above).
+        unsafe { avx2::requantize_prefix(acc, stage, out, n, signed) }
+    } else {
+        0
+    };
+    #[cfg(target_arch = "aarch64")]
+    let c = {
+        let _ = isa;
+        if crate::kernels::isa::int8_neon() {
+            // SAFETY: NEON is available (checked just above).
+            unsafe { super::gemm_neon::requantize_prefix(acc, stage, out, n, signed) }
+        } else {
+            0
         }
-    }
-    let _ = isa;
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let c = {
+        let _ = (isa, signed);
+        0
+    };
     for j in c..n {
         out[j] = stage.apply(j, acc[j]) as u8;
     }

@@ -30,8 +30,9 @@
 //!   one 32-bit broadcast of four A bytes meets a whole panel row.
 //!
 //! The micro-kernel keeps an [`MR`] x 32 block (two panels, 16 accumulators) in
-//! registers. Processors without AVX512-VNNI use [`super::gemm`]; the portable code here
-//! computes the same values and is what the tests compare the intrinsics with.
+//! registers. On 64-bit Arm the NEON kernels of [`super::gemm_neon`] read the same
+//! layout. x86 processors without AVX512-VNNI use [`super::gemm`]; the portable code
+//! here computes the same values and is what the tests compare the intrinsics with.
 
 use super::gemm::{NR, Stage};
 use crate::error::{Result, RuntimeError};
@@ -50,9 +51,15 @@ pub(crate) fn packed_len(k: usize, n: usize) -> Option<usize> {
     quad_depth(k).checked_mul(n.div_ceil(NR))?.checked_mul(NR)
 }
 
-/// Whether this processor runs the dot-product path (checked once).
+/// Whether this processor runs the 8-bit path (checked once): AVX512-VNNI on x86-64,
+/// NEON on 64-bit Arm ([`super::gemm_neon`]).
 pub(crate) fn available() -> bool {
-    crate::kernels::isa::int8_vnni()
+    #[cfg(target_arch = "x86_64")]
+    return crate::kernels::isa::int8_vnni();
+    #[cfg(target_arch = "aarch64")]
+    return crate::kernels::isa::int8_neon();
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    false
 }
 
 /// Whether weights of this type and zero point fit the signed bytes of B.
@@ -111,11 +118,12 @@ pub(crate) struct PackedRhs<'a> {
 }
 
 /// `out = stage((A ^ flip) (m x kq, rows of `lda` bytes) * B)`, as bytes (two's
-/// complement when `signed`), row `r` at `out[r * ld..]`. `vnni` selects the intrinsics
-/// (which must be [`available`]) or the portable code.
+/// complement when `signed`), row `r` at `out[r * ld..]`. `simd` selects the intrinsics
+/// (which must be [`available`]: AVX512-VNNI on x86-64, NEON on 64-bit Arm, with `SDOT`
+/// where present) or the portable code.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm(
-    vnni: bool,
+    simd: bool,
     a: &[u8],
     flip: u8,
     lda: usize,
@@ -145,7 +153,7 @@ pub(crate) fn gemm(
         return Ok(());
     }
     #[cfg(target_arch = "x86_64")]
-    if vnni {
+    if simd {
         if !available() {
             return Err(bad("AVX512-VNNI requested on a CPU without it"));
         }
@@ -157,11 +165,37 @@ pub(crate) fn gemm(
         unsafe { avx512::gemm(a, flip, lda, m, b.data, kq, n, out, ld, stage, signed) };
         return Ok(());
     }
-    if vnni {
-        return Err(bad(
-            "AVX512-VNNI requested on a processor that is not x86-64",
-        ));
+    #[cfg(target_arch = "aarch64")]
+    if simd {
+        if !available() {
+            return Err(bad("NEON requested on a CPU without it"));
+        }
+        // SAFETY: NEON is available (checked just above) and SDOT where `int8_dotprod`
+        // says so; the extents were checked above, as for the x86 kernel.
+        unsafe {
+            super::gemm_neon::gemm(
+                crate::kernels::isa::int8_dotprod(),
+                a,
+                flip,
+                lda,
+                m,
+                b.data,
+                kq,
+                n,
+                out,
+                ld,
+                stage,
+                signed,
+            )
+        };
+        return Ok(());
     }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    if simd {
+        return Err(bad("no 8-bit dot-product path on this processor"));
+    }
+    // The portable stage stores the two's complement byte for either signedness.
+    let _ = signed;
     portable(a, flip, lda, m, b.data, kq, n, out, ld, stage);
     Ok(())
 }

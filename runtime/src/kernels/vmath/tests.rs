@@ -8,6 +8,8 @@ type Run = fn(Func, &[f32], &mut [f32]);
 
 /// The paths to test here: the portable one always, the SIMD ones where detected.
 fn paths() -> Vec<(&'static str, Run)> {
+    // Only x86-64 has SIMD paths to add.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_mut))]
     let mut p: Vec<(&'static str, Run)> = vec![("portable", apply_with::<f32>)];
     #[cfg(target_arch = "x86_64")]
     {

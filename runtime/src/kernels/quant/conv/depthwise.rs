@@ -52,6 +52,7 @@ fn pack_depthwise_pairs(w: &[i16], taps: usize, oc: usize) -> Result<Vec<i16>> {
 /// Per output pixel of row `row`, the window offset of every tap (None: padding), each
 /// checked to hold a whole pixel; None if a tap falls outside the window (which holds
 /// input rows `y0..` of the row's image).
+#[cfg(target_arch = "x86_64")]
 fn tap_offsets(
     g: &Geometry,
     window_len: usize,
@@ -370,6 +371,7 @@ impl DepthwiseRow<'_> {
 const DW_WINDOW_BUDGET: usize = 1 << 16;
 
 /// Channels `c0..oc` of one depth-multiplier-1 output row, one at a time.
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 fn depthwise_tail<T: Q8>(
     g: &Geometry,
@@ -548,7 +550,10 @@ impl Kernel for DepthwiseConv {
                     row_len,
                     tile,
                     scratch,
-                    |r0, out_rows, window| {
+                    |r0, out_rows, window: &mut [i16]| {
+                        // The widened window serves only the x86 path.
+                        #[cfg(not(target_arch = "x86_64"))]
+                        let _ = (window, fast);
                         #[cfg(target_arch = "x86_64")]
                         if fast {
                             let done = g.oc / DW_BLOCK * DW_BLOCK;
@@ -778,7 +783,7 @@ fn depthwise_row_impl<T: Q8>(
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
 

@@ -193,7 +193,8 @@ pub(super) fn run(
     })
 }
 
-/// The operands every row reads, checked by [`run`].
+/// The operands every row reads, checked by [`run`] (read by the x86-64 kernel only).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct Rows<'a> {
     g: &'a Geometry,
     x: &'a [u8],

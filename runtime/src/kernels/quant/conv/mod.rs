@@ -167,6 +167,7 @@ fn widen(qt: QType, zp: i32, b: u8) -> i16 {
 
 /// `dst[i] = src[i] - zp` as i16 for bytes of type `qt` (one loop per type, so it
 /// vectorizes; compiled a second time for AVX2).
+#[cfg(target_arch = "x86_64")]
 fn widen_bytes(qt: QType, zp: i32, src: &[u8], dst: &mut [i16]) {
     #[inline(always)]
     fn body(qt: QType, zp: i32, src: &[u8], dst: &mut [i16]) {
