@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use nnc_formats::crypto::PrivateKey;
 use nnc_formats::crypto::{Algorithm, Key, KeyHexError, key_bytes_from_hex};
-use nnc_runtime::key_file::{is_pem, read_key_or_pem_file};
+use nnc_runtime::key_file::{is_pem, read_key_or_pem_file, split_key_text};
 use zeroize::Zeroizing;
 
 use crate::exit::{Exit, err};
@@ -105,7 +105,8 @@ impl KeyArgs {
                 .map_err(|e| err(Exit::Malformed, format!("{source}: {e}")))?;
             return Ok(Some((der, source, true)));
         }
-        let bytes = key_bytes_from_hex(&hex).map_err(|e| {
+        let (_, digits) = split_key_text(&hex);
+        let bytes = key_bytes_from_hex(&digits).map_err(|e| {
             let problem = match e {
                 KeyHexError::Digit { position } => {
                     format!("character {position} is not a hex digit")
@@ -120,6 +121,30 @@ impl KeyArgs {
             )
         })?;
         Ok(Some((bytes, source, false)))
+    }
+
+    /// The cipher a symmetric key was made for, when its text records it (the
+    /// `# nnc key: NAME` line `nnc keygen` writes).
+    pub fn recorded_algorithm(&self) -> anyhow::Result<Option<Algorithm>> {
+        let Some((text, source)) = self.hex()? else {
+            return Ok(None);
+        };
+        if is_pem(&text) {
+            return Ok(None);
+        }
+        let Some(name) = split_key_text(&text).0 else {
+            return Ok(None);
+        };
+        let known = Algorithm::ALL.iter().copied().find(|a| a.name() == name);
+        known.map(Some).ok_or_else(|| {
+            err(
+                Exit::Malformed,
+                format!(
+                    "{source} was made for '{name}', which is not a cipher nnc knows (sm4, \
+                     aes128, aes192, aes256)"
+                ),
+            )
+        })
     }
 
     /// The key for `algorithm`; an error names the source and what is wrong with it.

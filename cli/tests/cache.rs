@@ -318,7 +318,7 @@ fn another_models_cache_copied_over_during_prepares_never_crashes_or_misleads() 
         .to_f32_vec()
         .unwrap();
     let key_hex = std::fs::read_to_string(&a.key).unwrap();
-    let key = hex::decode(key_hex.trim()).unwrap();
+    let key = hex::decode(key_hex.lines().last().unwrap().trim()).unwrap();
     let model_bytes = std::fs::read(&a.model).unwrap();
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|scope| {

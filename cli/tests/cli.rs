@@ -47,8 +47,12 @@ fn keygen_writes_a_private_hex_key_and_never_overwrites() {
         let key = keygen(dir.path(), algorithm);
         assert_eq!(mode_of(&key), 0o600);
         let text = std::fs::read_to_string(&key).unwrap();
-        assert_eq!(text.trim().len(), 2 * bytes);
-        assert!(text.trim().bytes().all(|b| b.is_ascii_hexdigit()));
+        let lines: Vec<&str> = text.lines().collect();
+        // The cipher the key was made for, then the key in hex.
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(lines[0], format!("# nnc key: {algorithm}"));
+        assert_eq!(lines[1].len(), 2 * bytes);
+        assert!(lines[1].bytes().all(|b| b.is_ascii_hexdigit()));
     }
     let o = run(nnc()
         .args(["keygen", "--algorithm", "sm4", "-o"])
@@ -174,8 +178,25 @@ fn keys_come_from_the_environment_too() {
 #[test]
 fn bad_keys_are_clear_errors_that_never_echo_the_key() {
     let dir = tempfile::tempdir().unwrap();
-    let key = keygen(dir.path(), "aes128"); // 16 bytes
+    let made = keygen(dir.path(), "aes128"); // 16 bytes
+    let text = std::fs::read_to_string(&made).unwrap();
+    let hex = text.lines().last().unwrap();
     let out = dir.path().join("m.nnc");
+    // The key file says it is an AES-128 key: another cipher is refused by name.
+    let o = run(nnc()
+        .arg("compile")
+        .arg(tiny_cnn())
+        .arg("-o")
+        .arg(&out)
+        .args(["--encrypt", "sm4", "--key-file"])
+        .arg(&made));
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(err.contains("the key was made for aes128"), "{err}");
+    assert!(!err.contains(hex), "the key leaked into an error message");
+    // A bare hex key (made elsewhere) of the wrong length for the cipher.
+    let key = dir.path().join("bare.key");
+    std::fs::write(&key, format!("{hex}\n")).unwrap();
     let o = run(nnc()
         .arg("compile")
         .arg(tiny_cnn())
@@ -189,11 +210,7 @@ fn bad_keys_are_clear_errors_that_never_echo_the_key() {
         err.contains("aes256") && err.contains("32") && err.contains("16"),
         "{err}"
     );
-    let hex = std::fs::read_to_string(&key).unwrap();
-    assert!(
-        !err.contains(hex.trim()),
-        "the key leaked into an error message"
-    );
+    assert!(!err.contains(hex), "the key leaked into an error message");
     assert!(
         !out.exists(),
         "a failed compile left {} behind",

@@ -323,7 +323,7 @@ fn external_data_beyond_the_tensor_limit_is_refused_before_it_is_read() {
     assert!(o.stderr.contains("holds 100"), "{}", o.stderr);
 }
 
-/// Item 10: a key file is at most 65 bytes: /dev/zero (4.1 GB and 14 s before) and
+/// Item 10: a key file is at most 96 bytes: /dev/zero (4.1 GB and 14 s before) and
 /// /dev/urandom (endless) are refused at once as devices, a FIFO without blocking, a
 /// large regular file unread.
 #[test]
@@ -344,7 +344,7 @@ fn key_files_are_regular_and_small() {
         (Path::new("/dev/urandom"), 66, "character device"),
         (fifo.as_path(), 66, "FIFO"),
         (dir.path(), 66, "directory"),
-        (big.as_path(), 65, "more than 65 bytes"),
+        (big.as_path(), 65, "more than 96 bytes"),
     ] {
         let o = nnc(
             &["compile", s(&model), "-o", s(&out), "--key-file", s(key)],

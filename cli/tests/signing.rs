@@ -241,7 +241,7 @@ fn a_decryption_key_holder_cannot_forge_a_signed_model() {
         let c = Container::parse(&bytes).unwrap();
         let info = c.sections[0];
         let key = std::fs::read_to_string(&master).unwrap();
-        let key = hex::decode(key.trim()).unwrap();
+        let key = hex::decode(key.lines().last().unwrap().trim()).unwrap();
         let step = (info.length / 12).max(1);
         for at in (info.offset..info.offset + info.length).step_by(step as usize) {
             let mut forged = bytes.clone();

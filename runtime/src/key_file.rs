@@ -1,5 +1,7 @@
-//! Reading a key file as `nnc keygen` writes it (hex text and a newline), with a bound:
-//! the CLI's `--key-file` and the C API's `nnc_key_from_file` share this reader.
+//! Reading a key file as `nnc keygen` writes it (a line naming the algorithm the key was
+//! made for, `# nnc key: sm4`, then the key in hex), with a bound: the CLI's
+//! `--key-file` and the C API's `nnc_key_from_file` share this reader. Lines starting
+//! with `#` are comments, so a bare hex key (older files, keys made elsewhere) reads too.
 //!
 //! A key file is at most [`MAX_KEY_FILE_BYTES`] bytes. Anything that is not a regular
 //! file is refused before a byte is read (`/dev/zero` would never end, a FIFO would
@@ -12,8 +14,31 @@ use std::path::{Path, PathBuf};
 
 use zeroize::Zeroizing;
 
-/// The longest key file: 64 hex digits (a 32-byte key) and a newline.
-pub const MAX_KEY_FILE_BYTES: usize = 65;
+/// The longest key file: the algorithm line, 64 hex digits (a 32-byte key), newlines,
+/// with room for CRLF line ends.
+pub const MAX_KEY_FILE_BYTES: usize = 96;
+
+/// How `nnc keygen` starts the line that names a symmetric key's algorithm.
+pub const ALGORITHM_LINE: &str = "# nnc key: ";
+
+/// A symmetric key file's text: the algorithm its `# nnc key: NAME` line records (the
+/// name as written, if there is one) and its hex digits (every line that is not a `#`
+/// comment, trimmed and joined; zeroized when dropped).
+pub fn split_key_text(text: &str) -> (Option<&str>, Zeroizing<String>) {
+    let mut algorithm = None;
+    let mut hex = Zeroizing::new(String::with_capacity(text.len()));
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with('#') {
+            if let Some(name) = line.strip_prefix(ALGORITHM_LINE.trim_end()) {
+                algorithm = Some(name.trim());
+            }
+        } else {
+            hex.push_str(line);
+        }
+    }
+    (algorithm, hex)
+}
 
 /// The longest PEM key file (a device's or a signer's key, `nnc keygen`): a P-256 PKCS#8
 /// key is about 240 bytes, so this bound leaves room for comments and line-ending
@@ -39,8 +64,8 @@ pub enum KeyFileError {
     NotAFile { path: PathBuf, kind: &'static str },
     /// Longer than any key file.
     #[error(
-        "the key file {} holds more than {max} bytes: a key file is at most \
-         64 hex digits and a newline, or a PEM key",
+        "the key file {} holds more than {max} bytes: a key file is an algorithm line \
+         and at most 64 hex digits, or a PEM key",
         path.display()
     )]
     TooLong { path: PathBuf, max: usize },
@@ -176,6 +201,21 @@ mod tests {
         let hex = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\n";
         std::fs::write(&path, hex).unwrap();
         assert_eq!(read_key_file(&path).unwrap().as_str(), hex);
+    }
+
+    #[test]
+    fn a_key_file_records_its_algorithm_in_a_comment() {
+        let hex = "00112233445566778899aabbccddeeff";
+        let text = format!("# nnc key: sm4\r\n{hex}\r\n");
+        let (algorithm, digits) = split_key_text(&text);
+        assert_eq!((algorithm, digits.as_str()), (Some("sm4"), hex));
+        // Older files and keys made elsewhere: hex alone, other comments ignored.
+        let text = format!("# made by hand\n {hex} \n");
+        let (algorithm, digits) = split_key_text(&text);
+        assert_eq!((algorithm, digits.as_str()), (None, hex));
+        // The longest file keygen writes fits the bound.
+        let longest = format!("{ALGORITHM_LINE}aes256\r\n{}\r\n", "ab".repeat(32));
+        assert!(longest.len() <= MAX_KEY_FILE_BYTES);
     }
 
     #[test]

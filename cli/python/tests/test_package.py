@@ -27,7 +27,8 @@ def sm4_model(tmp_path_factory, models):
     key = d / "model.key"
     nnc.keygen(key, algorithm="sm4")
     out = d / "mobilenet_v2.nnc"
-    summary = nnc.compile(models / "mobilenet_v2.onnx", out, key_file=key, encrypt="sm4")
+    # No encrypt=: the key file records that it is an SM4 key.
+    summary = nnc.compile(models / "mobilenet_v2.onnx", out, key_file=key)
     return key, out, summary
 
 
@@ -58,7 +59,9 @@ def test_compile_load_run_matches_onnx_runtime(sm4_model, models):
 
 def test_key_in_memory_and_inputs_by_position(sm4_model, models):
     key, out, _ = sm4_model
-    hex_key = key.read_text().strip()
+    # The key file: the cipher it was made for, then the key in hex.
+    first, hex_key = key.read_text().splitlines()
+    assert first == "# nnc key: sm4"
     x = np.load(models / "mobilenet_v2.onnx.input.npy")
     a = nnc.load(out, key=bytes.fromhex(hex_key)).run([x])["output"]
     b = nnc.load(out, key=hex_key).run({"input": x})["output"]

@@ -28,8 +28,9 @@ pub struct Args {
     /// must use it. `none` writes plaintext weights: with a key, the file is still
     /// authenticated with it (HMAC-SHA-256); without one, only SHA-256 digests protect
     /// it against corruption (not against deliberate changes).
-    #[arg(long, value_enum, default_value = "aes128")]
-    pub encrypt: EncryptArg,
+    /// Default: the cipher the key file records (`nnc keygen` writes it), else aes128.
+    #[arg(long, value_enum)]
+    pub encrypt: Option<EncryptArg>,
     /// Cipher mode. The default, CTR, needs no padding and decrypts in parallel, each
     /// field authenticated with HMAC-SHA-256; GCM encrypts and authenticates each field
     /// in one pass (AES-GCM, SM4-GCM per RFC 8998); ECB reveals repeated blocks and is
@@ -102,6 +103,30 @@ pub struct Args {
     pub limits: super::LimitArgs,
 }
 
+/// The weight cipher: `--encrypt`, else the one the key records, else AES-128. A key
+/// made for one cipher is refused for another (SM4 and AES-128 keys have the same
+/// length, so nothing else would notice).
+fn cipher(args: &Args) -> anyhow::Result<Option<Algorithm>> {
+    let recorded = args.key.recorded_algorithm()?;
+    match (args.encrypt.map(Option::<Algorithm>::from), recorded) {
+        (Some(Some(asked)), Some(made)) if asked != made => Err(err(
+            Exit::Usage,
+            format!(
+                "the key was made for {} (`nnc keygen --algorithm {}`), not for --encrypt {}: \
+                 drop --encrypt to use {}, or make a key for {}",
+                made.name(),
+                made.name(),
+                asked.name(),
+                made.name(),
+                asked.name()
+            ),
+        )),
+        (Some(asked), _) => Ok(asked),
+        (None, Some(made)) => Ok(Some(made)),
+        (None, None) => Ok(Some(Algorithm::Aes128)),
+    }
+}
+
 /// The key of `--encrypt none` with a key: any nnc key authenticates (its length only
 /// decides which AES key type carries it; it encrypts nothing).
 fn authentication_key(args: &Args) -> anyhow::Result<Key> {
@@ -119,7 +144,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // copies of them would protect nothing (see `set_wiping`); keys wipe themselves.
     nnc_runtime::alloc::set_wiping(false);
     let progress = Progress::new(!args.json);
-    let algorithm: Option<Algorithm> = args.encrypt.into();
+    let algorithm = cipher(&args)?;
     let mode: Mode = args.mode.into();
     if algorithm.is_none() && mode != Mode::Ctr {
         return Err(err(
@@ -589,7 +614,7 @@ fn provenance(
         "source": crate::trust::file_entry(&args.model)?,
         "compiler": emit::producer(),
         "options": {
-            "encrypt": Option::<Algorithm>::from(args.encrypt).map_or("none", |a| a.name()),
+            "encrypt": cipher(args)?.map_or("none", |a| a.name()),
             "mode": Mode::from(args.mode).name(),
             "reproducible": args.reproducible,
             "relax_float32": args.relax_float32,

@@ -81,7 +81,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn symmetric(args: &Args, algorithm: Algorithm) -> anyhow::Result<ExitCode> {
     refuse_existing(&args.output, args.force)?;
     let key = Key::generate(algorithm)?;
-    let mut text: Zeroizing<String> = key.to_hex();
+    // The algorithm line lets compile pick the cipher the key was made for.
+    let mut text: Zeroizing<String> = Zeroizing::new(format!(
+        "{}{}\n",
+        nnc_runtime::key_file::ALGORITHM_LINE,
+        algorithm.name()
+    ));
+    text.push_str(&key.to_hex());
     text.push('\n');
     // Owner-only from the first byte: the temporary file is created 0600.
     output::write_file(&args.output, text.as_bytes(), output::Mode::Private, &[])?;

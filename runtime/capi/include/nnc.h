@@ -243,7 +243,7 @@ size_t nnc_element_size(int32_t element_type);
 enum NncResult nnc_key_from_bytes(const uint8_t *bytes, size_t length, struct NncKey **key);
 
 // Creates a key from a key file as `nnc keygen` writes it: hex text (surrounding
-// whitespace ignored, at most 65 bytes), or a device's x25519 private key in PEM
+// whitespace and `#` comment lines ignored, at most 96 bytes), or a device's x25519 private key in PEM
 // (`nnc keygen --algorithm x25519`; it opens models compiled with `--recipient`, at
 // most 16 KiB). The file must be a regular file: anything else (a FIFO, a device such
 // as /dev/zero, a directory, a longer file) is `NNC_RESULT_BAD_DATA`, refused without
@@ -254,7 +254,8 @@ enum NncResult nnc_key_from_bytes(const uint8_t *bytes, size_t length, struct Nn
 // `path` must be a NUL-terminated string; `key` must point to writable storage for one
 // pointer. On success `*key` owns a new key (free with `nnc_key_free`); on failure it
 // is set to null.
-enum NncResult nnc_key_from_file(const char *path, struct NncKey **key);
+enum NncResult nnc_key_from_file(const char *path,
+                                 struct NncKey **key);
 
 // Zeroizes and frees a key. Null, and a key already freed, are ignored.
 void nnc_key_free(struct NncKey *key);

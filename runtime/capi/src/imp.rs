@@ -70,7 +70,8 @@ pub(crate) fn key_from_bytes(raw: &[u8]) -> Result<NncKey, CapiError> {
     })
 }
 
-/// Reads a key file as `nnc keygen` writes it: hex text (at most 65 bytes), or a
+/// Reads a key file as `nnc keygen` writes it: hex text (at most 96 bytes, `#` comment
+/// lines allowed), or a
 /// device's x25519 private key in PEM (format 1.3 files compiled with `--recipient`), a
 /// regular file (the shared bounded reader of `nnc_runtime::key_file`). Errors never
 /// echo key material.
@@ -101,7 +102,9 @@ pub(crate) fn key_from_file(path: &Path) -> Result<NncKey, CapiError> {
             .map_err(|e| CapiError::BadData(format!("{}: {e}", what())))?;
         return Ok(NncKey { bytes });
     }
-    let bytes = key_bytes_from_hex(&text).map_err(|e| {
+    // The `# nnc key: NAME` line is for the compiler; the file's header says the cipher.
+    let (_, hex) = nnc_runtime::key_file::split_key_text(&text);
+    let bytes = key_bytes_from_hex(&hex).map_err(|e| {
         CapiError::BadData(match e {
             KeyHexError::Digit { position } => format!(
                 "{} is not a hex key: character {position} is not a hex digit",

@@ -218,7 +218,7 @@ pub unsafe extern "C" fn nnc_key_from_bytes(
 }
 
 /// Creates a key from a key file as `nnc keygen` writes it: hex text (surrounding
-/// whitespace ignored, at most 65 bytes), or a device's x25519 private key in PEM
+/// whitespace and `#` comment lines ignored, at most 96 bytes), or a device's x25519 private key in PEM
 /// (`nnc keygen --algorithm x25519`; it opens models compiled with `--recipient`, at
 /// most 16 KiB). The file must be a regular file: anything else (a FIFO, a device such
 /// as /dev/zero, a directory, a longer file) is `NNC_RESULT_BAD_DATA`, refused without

@@ -124,7 +124,7 @@ fn key_files_that_are_not_small_regular_files_are_refused_at_once() {
     // SAFETY: a NUL-terminated path and a valid mode.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     let long = dir.path().join("long.key");
-    // A valid key followed by more: a key file is at most 65 bytes.
+    // A valid key followed by more: a key file is at most 96 bytes.
     std::fs::write(&long, format!("{}\n{}", "ab".repeat(32), " ".repeat(64))).expect("write");
     let sparse = dir.path().join("sparse.key");
     std::fs::File::create(&sparse)
@@ -135,8 +135,8 @@ fn key_files_that_are_not_small_regular_files_are_refused_at_once() {
         (std::path::PathBuf::from("/dev/urandom"), "character device"),
         (fifo, "FIFO"),
         (dir.path().to_path_buf(), "directory"),
-        (long, "more than 65 bytes"),
-        (sparse, "more than 65 bytes"),
+        (long, "more than 96 bytes"),
+        (sparse, "more than 96 bytes"),
     ];
     for (path, what) in cases {
         let started = std::time::Instant::now();

@@ -229,7 +229,7 @@ def _run_json(argv: List[str], key: Union[str, bytes, None] = None) -> Summary:
 
 
 def compile(source: PathLike, output: PathLike, *, key_file: Optional[PathLike] = None,
-            key: Union[str, bytes, None] = None, encrypt: str = "aes128", mode: str = "ctr",
+            key: Union[str, bytes, None] = None, encrypt: Optional[str] = None, mode: str = "ctr",
             devices: Iterable[PathLike] = (), cache_dir: Optional[PathLike] = None,
             input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
             quantize: Optional[str] = None, calibration: Optional[PathLike] = None,
