@@ -25,6 +25,7 @@ mod activation;
 mod attention;
 mod control;
 mod conv;
+mod einsum;
 mod elementwise;
 mod loops;
 mod loss;

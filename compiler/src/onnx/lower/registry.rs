@@ -109,6 +109,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "DequantizeLinear", 10..=28 => dequantize_linear;
     "", "Div", 1..=14 => binary;
     "", "Dropout", 7..=22 => identity;
+    "", "Einsum", 12..=28 => einsum;
     "", "Elu", 1..=22 => activation;
     "", "Equal", 7..=19 => binary;
     "", "Erf", 9..=13 => erf;
