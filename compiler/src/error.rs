@@ -423,15 +423,36 @@ impl UnsupportedReport {
 impl fmt::Display for UnsupportedReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let types = self.operators.len();
-        write!(
-            f,
-            "the {} model uses {} operator type{} ({} node{}) that nnc cannot lower:",
-            self.format,
-            types,
-            if types == 1 { "" } else { "s" },
-            self.node_count(),
-            if self.node_count() == 1 { "" } else { "s" }
-        )?;
+        let only_shapes = !self.input_shapes.is_empty()
+            && self
+                .operators
+                .values()
+                .flatten()
+                .all(|n| n.needs_input_shape.is_some());
+        if only_shapes {
+            // Nothing is missing from nnc: the user's fix is the first thing to read.
+            write!(
+                f,
+                "the {} model needs its input dimensions at compile time ({} {} for them):",
+                self.format,
+                self.node_count(),
+                if self.node_count() == 1 {
+                    "node waits"
+                } else {
+                    "nodes wait"
+                }
+            )?;
+        } else {
+            write!(
+                f,
+                "the {} model uses {} operator type{} ({} node{}) that nnc cannot lower:",
+                self.format,
+                types,
+                if types == 1 { "" } else { "s" },
+                self.node_count(),
+                if self.node_count() == 1 { "" } else { "s" }
+            )?;
+        }
         for (op, nodes) in &self.operators {
             write!(f, "\n  - {op} x{}:", nodes.len())?;
             // Group nodes by reason so a model with 40 identical failures stays readable.
