@@ -2219,6 +2219,87 @@ mod binding {
         assert_eq!(ops, [OperationType::Resample]);
     }
 
+    /// timm's "same" padding (MaxViT, EfficientNet ports): the pad computed in float from
+    /// the input's static shape, clipped at zero with Clip (no upper bound), halved and
+    /// cast to int64: Clip folds like the rest, so the Pad's output shape is known.
+    #[test]
+    fn same_padding_arithmetic_with_clip_folds_into_static_padding() {
+        let m = model(
+            vec![
+                node("Shape", &["x"], &["s"], vec![]),
+                node("Gather", &["s", "idx"], &["h"], vec![]),
+                node("Cast", &["h"], &["hf"], vec![int_attr("to", 1)]),
+                node("Sub", &["three", "hf"], &["d"], vec![]),
+                node("Clip", &["d", "zero", ""], &["c"], vec![]),
+                node("Div", &["c", "two"], &["half"], vec![]),
+                node("Cast", &["half"], &["hi"], vec![int_attr("to", 7)]),
+                node("Unsqueeze", &["hi", "axes"], &["hv"], vec![]),
+                node(
+                    "Concat",
+                    &["zeros", "hv", "hv"],
+                    &["pads"],
+                    vec![int_attr("axis", 0)],
+                ),
+                node("Pad", &["x", "pads"], &["y"], vec![]),
+            ],
+            vec![
+                info("x", FLOAT, &[1, 3, 10, 10]),
+                info("idx", INT64, &[]),
+                info("three", FLOAT, &[]),
+                info("zero", FLOAT, &[]),
+                info("two", FLOAT, &[]),
+                info("axes", INT64, &[1]),
+                info("zeros", INT64, &[6]),
+            ],
+            vec![info("y", FLOAT, &[])],
+            17,
+        );
+        // 14 - 10 = 4 clipped at 0 stays 4; halved: 2 after H and after W.
+        let lowered = lower_bound(
+            &m,
+            &[
+                ("idx", i64_tensor(&[], &[2])),
+                ("three", f32_tensor(&[], &[14.0])),
+                ("zero", f32_tensor(&[], &[0.0])),
+                ("two", f32_tensor(&[], &[2.0])),
+                ("axes", i64_tensor(&[1], &[0])),
+                ("zeros", i64_tensor(&[6], &[0; 6])),
+            ],
+        )
+        .unwrap();
+        let pad = only(&lowered.model, OperationType::Pad);
+        let out = pad.outputs[0];
+        let dims = &lowered.model.main.operands[out as usize].dimensions;
+        assert_eq!(dims.iter().product::<u32>(), 3 * 12 * 12, "{dims:?}");
+        // A negative difference clips to no padding at all.
+        let lowered = lower_bound(
+            &m,
+            &[
+                ("idx", i64_tensor(&[], &[2])),
+                ("three", f32_tensor(&[], &[6.0])),
+                ("zero", f32_tensor(&[], &[0.0])),
+                ("two", f32_tensor(&[], &[2.0])),
+                ("axes", i64_tensor(&[1], &[0])),
+                ("zeros", i64_tensor(&[6], &[0; 6])),
+            ],
+        )
+        .unwrap();
+        assert!(
+            lowered
+                .model
+                .main
+                .operations
+                .iter()
+                .all(|o| o.op_type != OperationType::Pad
+                    || lowered.model.main.operands[o.outputs[0] as usize]
+                        .dimensions
+                        .iter()
+                        .product::<u32>()
+                        == 300),
+            "zero padding keeps the shape"
+        );
+    }
+
     /// Swin's window padding, `(ws - H % ws) % ws` from the input's static shape: the
     /// Mod nodes fold, so the Pad's amounts and output shape are known.
     #[test]

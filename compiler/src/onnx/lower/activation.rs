@@ -188,6 +188,9 @@ impl Lowerer<'_> {
     /// Clip becomes RELU / RELU1 / RELU6 when its bounds match one, else MAXIMUM and
     /// MINIMUM (which the fusion pass may still absorb).
     fn clip(&mut self, n: &Node) -> NResult<()> {
+        if self.clip_known(n)? {
+            return Ok(());
+        }
         let x = self.tensor(n, 0)?;
         if self.opset >= 11 {
             let runtime =
@@ -238,6 +241,42 @@ impl Lowerer<'_> {
         };
         self.set_output(n, 0, Value::Tensor(y));
         Ok(())
+    }
+
+    /// Clip of a known value with known (or absent) bounds folds while lowering, as shape
+    /// arithmetic needs (timm's "same" padding clips computed pad sizes at zero, and the
+    /// pads decide a Pad's output shape). Returns whether it folded.
+    fn clip_known(&mut self, n: &Node) -> NResult<bool> {
+        let Some(Value::Const(x)) = self.input(n, 0)? else {
+            return Ok(false);
+        };
+        let scalar = |v: f64| std::rc::Rc::new(constant::from_f64s(x.dtype, vec![], &[v]));
+        let (lo, hi) = if self.opset < 11 {
+            (
+                n.attrs.float("min")?.map(|v| scalar(f64::from(v))),
+                n.attrs.float("max")?.map(|v| scalar(f64::from(v))),
+            )
+        } else {
+            let bound = |this: &Self, i: usize| match this.input(n, i) {
+                Ok(Some(Value::Const(c))) => Ok(Some(Some(c))),
+                Ok(None) => Ok(Some(None)),
+                Ok(Some(Value::Tensor(_))) => Ok(None),
+                Err(e) => Err(e),
+            };
+            match (bound(self, 1)?, bound(self, 2)?) {
+                (Some(lo), Some(hi)) => (lo, hi),
+                _ => return Ok(false),
+            }
+        };
+        let mut y = (*x).clone();
+        if let Some(lo) = lo {
+            y = constant::binary(constant::BinaryOp::Max, &y, &lo, &self.budget)?;
+        }
+        if let Some(hi) = hi {
+            y = constant::binary(constant::BinaryOp::Min, &y, &hi, &self.budget)?;
+        }
+        self.set_const(n, 0, y)?;
+        Ok(true)
     }
 
     /// Clip whose bounds are computed at run time: MAXIMUM with the lower bound, then
