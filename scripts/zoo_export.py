@@ -284,6 +284,8 @@ MODELS = [
     ("repvit_m1", "timm", timm_model("repvit_m1")),
     ("fastvit_t8", "timm", timm_model("fastvit_t8")),
     ("tiny_vit_5m", "timm", timm_model("tiny_vit_5m_224")),
+    # Relative-position attention as Einsum, "same" padding computed with Clip.
+    ("maxvit_tiny", "timm", timm_model("maxvit_tiny_tf_224")),
     ("pit_ti", "timm", timm_model("pit_ti_224")),
     ("mobilenetv4_conv_small", "timm", timm_model("mobilenetv4_conv_small")),
     ("hrnet_w18_small", "timm", timm_model("hrnet_w18_small")),
