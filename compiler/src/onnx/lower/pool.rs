@@ -1,10 +1,20 @@
-//! MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool.
+//! MaxPool, AveragePool, LpPool, GlobalAveragePool, GlobalMaxPool, GlobalLpPool.
 
 use nnc_formats::nn::ops::{Pool2d, WindowPadding};
 use nnc_formats::nn::{FusedActivation, OperationType};
 
 use super::conv::read_spatial;
-use super::{Lowerer, NResult, Node, needs_input_shape, unsupported};
+use super::{Lowerer, NResult, Node, TensorValue, needs_input_shape, unsupported};
+
+/// How a window's elements are combined.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reduce {
+    Max,
+    /// The sum divided by ONNX's element count (count_include_pad decides which).
+    Average,
+    /// The plain sum, padding contributing zeros (LpPool over |x|^p).
+    Sum,
+}
 
 /// One spatial axis of a window operation, in ONNX's terms.
 struct Axis {
@@ -102,7 +112,7 @@ fn pool_axes(n: &Node, kernel: &[i64], spatial_in: &[u32]) -> NResult<Vec<Axis>>
 impl Lowerer<'_> {
     /// N-D pooling from strided slices, for what the NN set's 2-D pools cannot do (3-D
     /// and higher windows, dilation, MaxPool's Indices output). The input is padded
-    /// (-inf for max, 0 for average) to cover every window; each kernel offset is one
+    /// (-inf for max, 0 for average and sum) to cover every window; each kernel offset is one
     /// STRIDED_SLICE of it, and the slices are combined with MAXIMUM or ADD. Max and sum
     /// are separable, so without Indices each spatial axis is reduced in turn (k slices
     /// per axis, not k^d). The average divides by a compile-time count of the window
@@ -110,11 +120,16 @@ impl Lowerer<'_> {
     /// window (= 1, ceil-mode overhang included, as ONNX's reference does). Indices follow the
     /// first maximum in window order (row-major offsets), as ONNX's reference does, and
     /// address the unpadded input, row-major or (storage_order = 1) column-major over
-    /// the spatial axes.
-    fn pool_by_slices(&mut self, n: &Node, max: bool, kernel: &[i64]) -> NResult<()> {
+    /// the spatial axes. `x` is the (float) tensor to pool; returns output 0's operand.
+    fn pool_by_slices(
+        &mut self,
+        n: &Node,
+        reduce: Reduce,
+        kernel: &[i64],
+        x: TensorValue,
+    ) -> NResult<u32> {
         use nnc_formats::nn::OperandType as T;
-        let x = self.tensor(n, 0)?;
-        self.require_float(n, x)?;
+        let max = reduce == Reduce::Max;
         let dims = self.known_dims(x)?;
         let r = dims.len();
         let sd = kernel.len();
@@ -123,7 +138,7 @@ impl Lowerer<'_> {
         }
         let axes = pool_axes(n, kernel, &dims[2..])?;
         let want_indices = max && self.output_used(n, 1);
-        let include_pad = !max && n.attrs.int_or("count_include_pad", 0)? != 0;
+        let include_pad = reduce == Reduce::Average && n.attrs.int_or("count_include_pad", 0)? != 0;
         // Pad to exactly what the windows read.
         let mut paddings = vec![0i32; 2 * r];
         for (i, a) in axes.iter().enumerate() {
@@ -274,54 +289,51 @@ impl Lowerer<'_> {
             }
             cur
         };
-        let y = if max {
-            y
-        } else {
-            // Per axis, how many window elements ONNX counts at each output position;
-            // the divisor is their product (the counted region is a box).
-            let counts: Vec<Vec<f64>> = axes
-                .iter()
-                .map(|a| {
-                    // With count_include_pad ONNX's reference divides by the whole
-                    // window, the ceil-mode overhang included.
-                    let (lo, hi) = if include_pad {
-                        (i64::MIN, i64::MAX)
-                    } else {
-                        (a.pad_begin, a.pad_begin + a.input)
-                    };
-                    (0..a.output)
-                        .map(|o| {
-                            (0..a.kernel)
-                                .filter(|&j| {
-                                    let p = o * a.stride + j * a.dilation;
-                                    p >= lo && p < hi
-                                })
-                                .count() as f64
-                        })
-                        .collect()
-                })
-                .collect();
-            let mut shape = vec![1u32, 1];
-            shape.extend(axes.iter().map(|a| a.output as u32));
-            let total: usize = axes.iter().map(|a| a.output as usize).product();
-            let mut div = Vec::with_capacity(total);
-            let mut pos = vec![0usize; sd];
-            for _ in 0..total {
-                let c: f64 = (0..sd).map(|i| counts[i][pos[i]]).product();
-                div.push(c.max(1.0) as f32);
-                for d in (0..sd).rev() {
-                    pos[d] += 1;
-                    if pos[d] < counts[d].len() {
-                        break;
-                    }
-                    pos[d] = 0;
+        if reduce != Reduce::Average {
+            return Ok(y);
+        }
+        // Per axis, how many window elements ONNX counts at each output position;
+        // the divisor is their product (the counted region is a box).
+        let counts: Vec<Vec<f64>> = axes
+            .iter()
+            .map(|a| {
+                // With count_include_pad ONNX's reference divides by the whole
+                // window, the ceil-mode overhang included.
+                let (lo, hi) = if include_pad {
+                    (i64::MIN, i64::MAX)
+                } else {
+                    (a.pad_begin, a.pad_begin + a.input)
+                };
+                (0..a.output)
+                    .map(|o| {
+                        (0..a.kernel)
+                            .filter(|&j| {
+                                let p = o * a.stride + j * a.dilation;
+                                p >= lo && p < hi
+                            })
+                            .count() as f64
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut shape = vec![1u32, 1];
+        shape.extend(axes.iter().map(|a| a.output as u32));
+        let total: usize = axes.iter().map(|a| a.output as usize).product();
+        let mut div = Vec::with_capacity(total);
+        let mut pos = vec![0usize; sd];
+        for _ in 0..total {
+            let c: f64 = (0..sd).map(|i| counts[i][pos[i]]).product();
+            div.push(c.max(1.0) as f32);
+            for d in (0..sd).rev() {
+                pos[d] += 1;
+                if pos[d] < counts[d].len() {
+                    break;
                 }
+                pos[d] = 0;
             }
-            let d = self.model.add_f32_tensor(shape, &div);
-            self.arith(n, OperationType::Div, y, d)?
-        };
-        self.set_tensor(n, 0, y, x.dtype, false);
-        Ok(())
+        }
+        let d = self.model.add_f32_tensor(shape, &div);
+        self.arith(n, OperationType::Div, y, d)
     }
 
     pub(super) fn pool(&mut self, n: &Node) -> NResult<()> {
@@ -334,7 +346,12 @@ impl Lowerer<'_> {
         if let Some(k) = &kernel_attr
             && (k.len() > 2 || dilated || (max && self.output_used(n, 1)))
         {
-            return self.pool_by_slices(n, max, &k.clone());
+            let x = self.tensor(n, 0)?;
+            self.require_float(n, x)?;
+            let reduce = if max { Reduce::Max } else { Reduce::Average };
+            let y = self.pool_by_slices(n, reduce, &k.clone(), x)?;
+            self.set_tensor(n, 0, y, x.dtype, false);
+            return Ok(());
         }
         let x = self.tensor(n, 0)?;
         // MAX_POOL_2D on 8-bit operands compares the stored integers: exact.
@@ -450,6 +467,84 @@ impl Lowerer<'_> {
             let keep = self.bool_const(true);
             self.emit(n, OperationType::ReduceMax, vec![x.operand, axes, keep])?
         };
+        self.set_tensor(n, 0, y, x.dtype, false);
+        Ok(())
+    }
+
+    /// The exponent of an LpPool or GlobalLpPool (an INT since opset 2, a FLOAT before).
+    fn lp_exponent(n: &Node) -> NResult<f32> {
+        let p = n.attrs.float_or("p", 2.0)?;
+        if !(p.is_finite() && p > 0.0) {
+            return super::invalid(format!("{} needs a positive p, not {p}", n.op()));
+        }
+        Ok(p)
+    }
+
+    /// |x|^p elementwise: MUL for p = 2 (no sign to drop), ABS alone for p = 1.
+    fn lp_power(&mut self, n: &Node, x: TensorValue, p: f32) -> NResult<TensorValue> {
+        let operand = if p == 2.0 {
+            self.arith(n, OperationType::Mul, x.operand, x.operand)?
+        } else {
+            let a = self.emit(n, OperationType::Abs, vec![x.operand])?;
+            if p == 1.0 {
+                a
+            } else {
+                let e = self.model.add_f32_tensor(vec![1], &[p]);
+                self.emit(n, OperationType::Pow, vec![a, e])?
+            }
+        };
+        Ok(TensorValue { operand, ..x })
+    }
+
+    /// s^(1/p) of the window sums: SQRT for p = 2, nothing for p = 1.
+    fn lp_root(&mut self, n: &Node, s: u32, p: f32) -> NResult<u32> {
+        if p == 1.0 {
+            Ok(s)
+        } else if p == 2.0 {
+            self.emit(n, OperationType::Sqrt, vec![s])
+        } else {
+            let e = self.model.add_f32_tensor(vec![1], &[1.0 / p]);
+            self.emit(n, OperationType::Pow, vec![s, e])
+        }
+    }
+
+    /// LpPool: (sum over the window of |x|^p)^(1/p). The sum is the slice-based pool's
+    /// (any rank, padding, dilation and ceil_mode): padded positions hold zeros, which
+    /// add nothing, as in ONNX.
+    pub(super) fn lp_pool(&mut self, n: &Node) -> NResult<()> {
+        let x = self.tensor(n, 0)?;
+        self.require_float(n, x)?;
+        let p = Self::lp_exponent(n)?;
+        let kernel = n
+            .attrs
+            .ints("kernel_shape")?
+            .ok_or_else(|| super::NodeError::Invalid("kernel_shape is required".into()))?;
+        let powered = self.lp_power(n, x, p)?;
+        let s = self.pool_by_slices(n, Reduce::Sum, &kernel, powered)?;
+        let y = self.lp_root(n, s, p)?;
+        self.set_tensor(n, 0, y, x.dtype, false);
+        Ok(())
+    }
+
+    /// GlobalLpPool: the Lp norm over all spatial axes, kept as extent-1 axes.
+    pub(super) fn global_lp_pool(&mut self, n: &Node) -> NResult<()> {
+        let x = self.tensor(n, 0)?;
+        self.require_float(n, x)?;
+        let rank = self.rank(x);
+        if rank < 3 {
+            return super::invalid("GlobalLpPool needs an input of rank >= 3");
+        }
+        let p = Self::lp_exponent(n)?;
+        let powered = self.lp_power(n, x, p)?;
+        let axes: Vec<i32> = (2..rank as i32).collect();
+        let axes = self.i32_vector(&axes);
+        let keep = self.bool_const(true);
+        let s = self.emit(
+            n,
+            OperationType::ReduceSum,
+            vec![powered.operand, axes, keep],
+        )?;
+        let y = self.lp_root(n, s, p)?;
         self.set_tensor(n, 0, y, x.dtype, false);
         Ok(())
     }

@@ -125,6 +125,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Gelu", 20..=20 => gelu;
     "", "Gemm", 1..=13 => gemm;
     "", "GlobalAveragePool", 1..=22 => global_pool;
+    "", "GlobalLpPool", 1..=22 => global_lp_pool;
     "", "GlobalMaxPool", 1..=22 => global_pool;
     "", "Greater", 7..=13 => binary;
     "", "GreaterOrEqual", 12..=16 => binary;
@@ -147,6 +148,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Log", 1..=13 => unary;
     "", "LogSoftmax", 1..=13 => softmax;
     "", "Loop", 1..=25 => loop_node;
+    "", "LpPool", 1..=22 => lp_pool;
     "", "MatMul", 1..=13 => matmul;
     "", "Max", 1..=13 => binary;
     "", "MaxPool", 1..=22 => pool;
