@@ -27,6 +27,7 @@ mod control;
 mod conv;
 mod einsum;
 mod elementwise;
+mod grid;
 mod loops;
 mod loss;
 mod matmul;

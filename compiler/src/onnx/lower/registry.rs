@@ -77,6 +77,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Acos", 7..=22 => math_unary;
     "", "Acosh", 9..=22 => math_unary;
     "", "Add", 1..=14 => binary;
+    "", "AffineGrid", 20..=20 => affine_grid;
     "", "And", 7..=7 => binary;
     "", "ArgMax", 1..=13 => arg_reduce;
     "", "ArgMin", 1..=13 => arg_reduce;
