@@ -306,7 +306,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "writing the weights"
     });
     let statement = match &signer {
-        Some(_) => Some(provenance(&args, &recipients)?),
+        Some(_) => Some(provenance(&args, algorithm, &recipients)?),
         None => None,
     };
     let emit_options = EmitOptions {
@@ -603,6 +603,7 @@ fn placement_by_device(
 /// how, and for which devices (every file by name and SHA-256).
 fn provenance(
     args: &Args,
+    algorithm: Option<Algorithm>,
     recipients: &[nnc_formats::crypto::PublicKey],
 ) -> anyhow::Result<Vec<u8>> {
     let files = |paths: &[PathBuf]| -> anyhow::Result<Vec<serde_json::Value>> {
@@ -614,7 +615,7 @@ fn provenance(
         "source": crate::trust::file_entry(&args.model)?,
         "compiler": emit::producer(),
         "options": {
-            "encrypt": cipher(args)?.map_or("none", |a| a.name()),
+            "encrypt": algorithm.map_or("none", |a| a.name()),
             "mode": Mode::from(args.mode).name(),
             "reproducible": args.reproducible,
             "relax_float32": args.relax_float32,
