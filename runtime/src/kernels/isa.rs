@@ -25,8 +25,10 @@ pub struct CpuFeatures {
 }
 
 /// The environment variable that caps the paths the kernels may take: `portable` (no
-/// SIMD), `avx2` (AVX2 and FMA, no AVX-512), `neon` (64-bit Arm: NEON without the
-/// dot-product instructions), anything else or unset: what the processor has. Like oneDNN's `ONEDNN_MAX_CPU_ISA`: for measuring one path against another and
+/// SIMD), `avx2` (AVX2 and FMA, no AVX-512: Zen 2/3, Skylake-class client parts),
+/// `avxvnni` (AVX2, FMA and the 256-bit AVX-VNNI dot products, no AVX-512: Alder Lake
+/// and later client parts), `neon` (64-bit Arm: NEON without the dot-product
+/// instructions), anything else or unset: what the processor has. Like oneDNN's `ONEDNN_MAX_CPU_ISA`: for measuring one path against another and
 /// testing the slower paths on a fast machine.
 pub const MAX_ISA_VAR: &str = "NNC_MAX_ISA";
 
@@ -42,6 +44,12 @@ fn cap(found: CpuFeatures, max: Option<&str>) -> CpuFeatures {
         Some("avx2") => CpuFeatures {
             avx2: found.avx2,
             fma: found.fma,
+            ..CpuFeatures::default()
+        },
+        Some("avxvnni") => CpuFeatures {
+            avx2: found.avx2,
+            fma: found.fma,
+            avx_vnni: found.avx_vnni,
             ..CpuFeatures::default()
         },
         #[cfg(target_arch = "aarch64")]
@@ -107,6 +115,15 @@ pub fn int8_vnni() -> bool {
     f.avx512f && f.avx512bw && f.avx512vl && f.avx512_vnni && f.avx2
 }
 
+/// True when quantized convolutions take the 8-bit dot-product path on 256-bit
+/// registers with the VEX-encoded AVX-VNNI `vpdpbusd` (processors with AVX-VNNI and no
+/// AVX512-VNNI: Alder Lake and later client parts); where both exist the 512-bit path
+/// runs.
+pub fn int8_avx_vnni() -> bool {
+    let f = cpu_features();
+    f.avx_vnni && f.avx2 && !int8_vnni()
+}
+
 /// True when the float kernels' NEON paths run (64-bit Arm).
 #[cfg(target_arch = "aarch64")]
 pub fn float_neon() -> bool {
@@ -157,6 +174,8 @@ fn float_path() -> &'static str {
 fn int8_path() -> &'static str {
     if int8_vnni() {
         "avx512-vnni"
+    } else if int8_avx_vnni() {
+        "avx-vnni"
     } else if int8_avx2() {
         "avx2"
     } else {
@@ -187,8 +206,8 @@ pub struct KernelIsa {
     pub cpu_features: CpuFeatures,
     /// The float kernels' path (`avx512`, `avx2+fma`, `neon` or `portable`).
     pub float: &'static str,
-    /// The quantized GEMM's path: `avx512-vnni` (8-bit dot products), `avx2` (16-bit
-    /// products), on 64-bit Arm `neon-dotprod` (`SDOT`) or `neon` (widening
+    /// The quantized GEMM's path: `avx512-vnni` (8-bit dot products), `avx-vnni` (the
+    /// same on 256-bit registers), `avx2` (16-bit products), on 64-bit Arm `neon-dotprod` (`SDOT`) or `neon` (widening
     /// multiplies), or `portable`. Depthwise and elementwise kernels use AVX2 where
     /// present.
     pub int8: &'static str,
@@ -277,6 +296,8 @@ mod tests {
         assert_eq!(r.float == "avx512", float_avx512());
         assert_eq!(r.float == "avx2+fma", float_avx2_fma() && !float_avx512());
         assert_eq!(r.int8 == "avx512-vnni", int8_vnni());
+        assert_eq!(r.int8 == "avx-vnni", int8_avx_vnni());
+        assert!(!(int8_vnni() && int8_avx_vnni()));
         assert_eq!(r.int8 == "portable", !int8_vnni() && !int8_avx2());
         assert!(
             r.summary()
@@ -303,5 +324,9 @@ mod tests {
         assert_eq!(cap(all, Some("portable")), CpuFeatures::default());
         let avx2 = cap(all, Some("avx2"));
         assert!(avx2.avx2 && avx2.fma && !avx2.avx512f && !avx2.avx512_vnni);
+        assert!(!avx2.avx_vnni);
+        let client = cap(all, Some("avxvnni"));
+        assert!(client.avx2 && client.fma && client.avx_vnni);
+        assert!(!client.avx512f && !client.avx512_vnni);
     }
 }

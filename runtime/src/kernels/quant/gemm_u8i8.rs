@@ -30,8 +30,9 @@
 //!   one 32-bit broadcast of four A bytes meets a whole panel row.
 //!
 //! The micro-kernel keeps an [`MR`] x 32 block (two panels, 16 accumulators) in
-//! registers. On 64-bit Arm the NEON kernels of [`super::gemm_neon`] read the same
-//! layout. x86 processors without AVX512-VNNI use [`super::gemm`]; the portable code
+//! registers. Processors with AVX-VNNI and no AVX-512 run the 256-bit kernel of
+//! [`super::gemm_avxvnni`], and on 64-bit Arm the NEON kernels of [`super::gemm_neon`]:
+//! both read the same layout. x86 processors without either use [`super::gemm`]; the portable code
 //! here computes the same values and is what the tests compare the intrinsics with.
 
 use super::gemm::{NR, Stage};
@@ -51,11 +52,11 @@ pub(crate) fn packed_len(k: usize, n: usize) -> Option<usize> {
     quad_depth(k).checked_mul(n.div_ceil(NR))?.checked_mul(NR)
 }
 
-/// Whether this processor runs the 8-bit path (checked once): AVX512-VNNI on x86-64,
-/// NEON on 64-bit Arm ([`super::gemm_neon`]).
+/// Whether this processor runs the 8-bit path (checked once): AVX512-VNNI or AVX-VNNI
+/// ([`super::gemm_avxvnni`]) on x86-64, NEON on 64-bit Arm ([`super::gemm_neon`]).
 pub(crate) fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
-    return crate::kernels::isa::int8_vnni();
+    return crate::kernels::isa::int8_vnni() || crate::kernels::isa::int8_avx_vnni();
     #[cfg(target_arch = "aarch64")]
     return crate::kernels::isa::int8_neon();
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
@@ -154,16 +155,26 @@ pub(crate) fn gemm(
     }
     #[cfg(target_arch = "x86_64")]
     if simd {
-        if !available() {
-            return Err(bad("AVX512-VNNI requested on a CPU without it"));
+        if crate::kernels::isa::int8_vnni() {
+            // SAFETY: AVX512-VNNI (with F, BW and AVX2) is available, checked just above;
+            // every index the kernel forms is inside the slices, whose extents were
+            // checked above: A rows `r < m` of `kq <= lda` bytes, B panels of `kq * NR`
+            // bytes, destination rows `r < m` of `n <= ld` bytes, stage arrays padded to
+            // whole panels.
+            unsafe { avx512::gemm(a, flip, lda, m, b.data, kq, n, out, ld, stage, signed) };
+            return Ok(());
         }
-        // SAFETY: AVX512-VNNI (with F, BW and AVX2) is available, checked just above;
-        // every index the kernel forms is inside the slices, whose extents were checked
-        // above: A rows `r < m` of `kq <= lda` bytes, B panels of `kq * NR` bytes,
-        // destination rows `r < m` of `n <= ld` bytes, stage arrays padded to whole
-        // panels.
-        unsafe { avx512::gemm(a, flip, lda, m, b.data, kq, n, out, ld, stage, signed) };
-        return Ok(());
+        if crate::kernels::isa::int8_avx_vnni() {
+            // SAFETY: AVX2 and AVX-VNNI are available, checked just above; the extents
+            // were checked above, as for the AVX-512 kernel.
+            unsafe {
+                super::gemm_avxvnni::gemm(a, flip, lda, m, b.data, kq, n, out, ld, stage, signed)
+            };
+            return Ok(());
+        }
+        return Err(bad(
+            "an 8-bit dot-product path requested on a CPU without one",
+        ));
     }
     #[cfg(target_arch = "aarch64")]
     if simd {

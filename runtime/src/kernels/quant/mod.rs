@@ -39,6 +39,8 @@ pub(super) mod binary;
 pub(super) mod conv;
 pub(super) mod dense;
 mod gemm;
+#[cfg(target_arch = "x86_64")]
+mod gemm_avxvnni;
 #[cfg(target_arch = "aarch64")]
 mod gemm_neon;
 mod gemm_u8i8;

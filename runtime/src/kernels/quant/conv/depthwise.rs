@@ -401,6 +401,17 @@ fn depthwise_tail<T: Q8>(
     }
 }
 
+/// Whether the pair-interleaved AVX2 kernel ([`depthwise_avx2`]) runs (x86 only).
+fn interleaved_applies(multiplier: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return depthwise_avx2::applies(multiplier);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = multiplier;
+        false
+    }
+}
+
 impl Kernel for DepthwiseConv {
     fn prepare_weights(&self, weights: &[Option<&[u8]>]) -> Result<PreparedWeights> {
         let mut prepared = PreparedWeights::empty();
@@ -415,6 +426,9 @@ impl Kernel for DepthwiseConv {
                 let (packed, sums) = depthwise_vnni::pack(&w, dims[3])?;
                 prepared.push(AlignedBuf::from_bytes(&packed)?);
                 prepared.push(AlignedBuf::from_bytes(bytemuck::cast_slice(&sums))?);
+            } else if interleaved_applies(self.params.multiplier) {
+                prepared.push(i16_buffer(&w)?);
+                prepared.push(i16_buffer(&depthwise_avx2::pack(&w, dims)?)?);
             } else {
                 prepared.push(i16_buffer(&w)?);
                 let pairs = pack_depthwise_pairs(&w, dims[1] * dims[2], dims[3])?;
@@ -442,7 +456,11 @@ impl Kernel for DepthwiseConv {
         } else {
             let f = ctx.input(1)?;
             let w = widen_filter(q8_bytes(&f, "filter")?, &self.fq)?;
-            let pairs = pack_depthwise_pairs(&w, fdims[1] * fdims[2], fdims[3])?;
+            let pairs = if interleaved_applies(p.multiplier) {
+                depthwise_avx2::pack(&w, fdims)?
+            } else {
+                pack_depthwise_pairs(&w, fdims[1] * fdims[2], fdims[3])?
+            };
             (Cow::Owned(w.to_vec()), Cow::Owned(pairs.to_vec()))
         };
         let bias = bias_values(ctx, fdims[3])?;
@@ -515,6 +533,19 @@ impl Kernel for DepthwiseConv {
                         x,
                         (oq.in_qt, oq.in_zp),
                         packed,
+                        stage,
+                        threads,
+                        out,
+                        signed,
+                    );
+                }
+                #[cfg(target_arch = "x86_64")]
+                if interleaved_applies(m) {
+                    return depthwise_avx2::run(
+                        &g,
+                        x,
+                        (oq.in_qt, oq.in_zp),
+                        &pairs,
                         stage,
                         threads,
                         out,
@@ -923,6 +954,114 @@ mod tests {
                     }
                     assert_eq!(got, want, "case {case} row {row} variant {variant}");
                 }
+            }
+        }
+    }
+
+    /// The pair-interleaved AVX2 kernel against the portable loop: random geometry
+    /// (filters 1x1 to 5x5, strides to 3, dilations, padding on every side, batches,
+    /// channel counts off the blocks), both input types, every requantization mode, one
+    /// and two threads.
+    #[test]
+    fn interleaved_kernel_equals_the_portable_loop() {
+        if !crate::kernels::isa::int8_avx2() {
+            return;
+        }
+        let mut rng = Rng(0x0dd_ba11_5eed_1234);
+        for case in 0..120 {
+            let n = rng.range(1, 2) as usize;
+            let (ih, iw) = (rng.range(1, 12) as usize, rng.range(1, 12) as usize);
+            let c = [1, 8, 16, 19, 32, 35, 48][case % 7];
+            let (kh, kw) = (rng.range(1, 5) as usize, rng.range(1, 5) as usize);
+            let (sh, sw) = (rng.range(1, 3) as usize, rng.range(1, 3) as usize);
+            let (dh, dw) = (rng.range(1, 2) as usize, rng.range(1, 2) as usize);
+            let (pt, pl) = (rng.range(0, 2) as usize, rng.range(0, 2) as usize);
+            let (pb, pr) = (rng.range(0, 2) as usize, rng.range(0, 2) as usize);
+            let (eh, ew) = ((kh - 1) * dh + 1, (kw - 1) * dw + 1);
+            if ih + pt + pb < eh || iw + pl + pr < ew {
+                continue;
+            }
+            let g = Geometry {
+                n,
+                ih,
+                iw,
+                ic: c,
+                oh: (ih + pt + pb - eh) / sh + 1,
+                ow: (iw + pl + pr - ew) / sw + 1,
+                oc: c,
+                kh,
+                kw,
+                sh,
+                sw,
+                dh,
+                dw,
+                pad_top: pt,
+                pad_left: pl,
+            };
+            let signed_in = case % 2 == 0;
+            let qt = if signed_in { QType::I8 } else { QType::U8 };
+            let zp = rng.range(qt.min(), qt.max());
+            let x: Vec<u8> = (0..n * ih * iw * c).map(|_| rng.next() as u8).collect();
+            let w: Vec<i16> = (0..kh * kw * c)
+                .map(|_| rng.range(-255, 255) as i16)
+                .collect();
+            let bias: Vec<i32> = (0..c).map(|_| rng.range(-50_000, 50_000)).collect();
+            let mults: Vec<Multiplier> = (0..c)
+                .map(|_| Multiplier::new(f64::from(rng.range(1, 1000)) * 1e-5).unwrap())
+                .collect();
+            let signed = case % 4 < 2;
+            let range = if signed { (-128, 127) } else { (0, 255) };
+            let stage =
+                Stage::new(c, Some(&bias), &mults, rng.range(range.0, range.1), range).unwrap();
+            let stage = match case % 3 {
+                0 => stage,
+                1 => stage.single_rounding().unwrap(),
+                _ => {
+                    let scales: Vec<f32> =
+                        (0..c).map(|_| rng.range(1, 1000) as f32 * 1e-5).collect();
+                    stage.float_scales(&scales).unwrap()
+                }
+            };
+            let row_len = g.ow * c;
+            let mut want = vec![0u8; n * g.oh * row_len];
+            let mut acc = vec![0i32; c];
+            for (row, out) in want.chunks_exact_mut(row_len).enumerate() {
+                if signed_in {
+                    depthwise_row_impl::<i8>(
+                        Isa::Portable,
+                        &g,
+                        1,
+                        bytemuck::cast_slice(&x),
+                        zp,
+                        &w,
+                        row,
+                        &mut acc,
+                        &stage,
+                        out,
+                        signed,
+                    );
+                } else {
+                    depthwise_row_impl::<u8>(
+                        Isa::Portable,
+                        &g,
+                        1,
+                        &x,
+                        zp,
+                        &w,
+                        row,
+                        &mut acc,
+                        &stage,
+                        out,
+                        signed,
+                    );
+                }
+            }
+            let packed = depthwise_avx2::pack(&w, [1, kh, kw, c]).unwrap();
+            for threads in [1, 2] {
+                let mut got = vec![0u8; want.len()];
+                depthwise_avx2::run(&g, &x, (qt, zp), &packed, &stage, threads, &mut got, signed)
+                    .unwrap();
+                assert_eq!(got, want, "case {case} threads {threads} geometry {g:?}");
             }
         }
     }

@@ -18,10 +18,12 @@
 //!   processor takes, when the weights are prepared.
 //! - DEPTHWISE_CONV_2D: 3x3 filters of multiplier 1 with signed-byte weights, under the
 //!   single-precision stage, on AVX512-VNNI: four taps per `vpdpbusd` over 64 channels,
-//!   input bytes read in place ([`depthwise_vnni`]). Otherwise direct loops
-//!   accumulating i32 over contiguous channel blocks of a window widened to i16 (AVX2 on
-//!   16 channels, AVX-512 on 32 with the single-precision stage on 16 lanes, a portable
-//!   loop elsewhere), then the vectorized requantizing stage.
+//!   input bytes read in place ([`depthwise_vnni`]). On AVX2 processors without
+//!   AVX-512, `vpmaddwd` on pairs of taps read from a pair-interleaved window widened to
+//!   i16 ([`depthwise_avx2`]). Otherwise direct loops accumulating i32 over contiguous
+//!   channel blocks of a window widened to i16 (AVX-512 on 32 channels with the
+//!   single-precision stage on 16 lanes, AVX2 on a last block of 16, a portable loop
+//!   elsewhere), then the vectorized requantizing stage.
 //! - TRANSPOSE_CONV_2D: GEMM of the input with the repacked filter into per-pixel i32
 //!   columns, scatter-added into an i32 accumulator of the output, then requantized.
 
@@ -42,6 +44,8 @@ use crate::kernels::{Kernel, KernelContext, OpInfo, PreparedWeights, Requantizat
 
 mod conv2d;
 mod depthwise;
+#[cfg(target_arch = "x86_64")]
+mod depthwise_avx2;
 mod depthwise_vnni;
 mod transpose;
 

@@ -1,0 +1,228 @@
+//! The 8-bit GEMM of [`super::gemm_u8i8`] on 256-bit registers with AVX-VNNI: the
+//! VEX-encoded `vpdpbusd` of Intel's client processors from Alder Lake on (and others
+//! without AVX-512), four u8 x i8 products summed into each i32 lane as the AVX512-VNNI
+//! kernel does. Same packed B, same A, same exact sums, so the bytes equal the other
+//! paths' (tested against the portable code).
+//!
+//! Why its own kernel and not the AVX-512 one narrowed: with 16 ymm registers (not 32
+//! zmm) the block is 6 rows x one panel of 16 columns (12 accumulators, the panel's two
+//! halves, one broadcast), where the 512-bit kernel holds 8 rows x two panels. Per quad
+//! of depth that is 12 `vpdpbusd` (384 products) against 6 broadcasts and 2 loads, four
+//! times the products per instruction of an FMA on floats. The output stage is the AVX2
+//! one of [`super::gemm`] (every requantization mode, 8 lanes at a time).
+
+use std::arch::x86_64::*;
+
+use super::gemm::avx2::{load_stage, narrow16, requant8};
+use super::gemm::{NR, Stage};
+use crate::kernels::util::block_rows;
+
+/// Rows per micro-kernel block.
+const MR: usize = 6;
+
+/// `out = stage((A ^ flip) * B)` as [`super::gemm_u8i8::gemm`] defines it.
+///
+/// # Safety
+/// The CPU supports AVX2 and AVX-VNNI, and the slices have the extents
+/// [`super::gemm_u8i8::gemm`] checks: A rows `r < m` of `kq <= lda` bytes, B panels of
+/// `kq * NR` bytes covering `n` columns, destination rows `r < m` of `n <= ld` bytes,
+/// stage arrays padded to whole panels.
+#[target_feature(enable = "avx2,avxvnni")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemm(
+    a: &[u8],
+    flip: u8,
+    lda: usize,
+    m: usize,
+    b: &[u8],
+    kq: usize,
+    n: usize,
+    out: &mut [u8],
+    ld: usize,
+    stage: &Stage,
+    signed: bool,
+) {
+    let flip = i32::from_ne_bytes([flip; 4]);
+    for t in 0..n.div_ceil(NR) {
+        let panel = &b[t * kq * NR..(t + 1) * kq * NR];
+        let c0 = t * NR;
+        let cols = (n - c0).min(NR);
+        let mut r0 = 0;
+        while r0 < m {
+            let rows = block_rows(m - r0, MR);
+            let block = Block {
+                a: &a[r0 * lda..],
+                flip,
+                lda,
+                panel,
+                kq,
+                c0,
+                cols,
+                stage,
+                signed,
+            };
+            let dst = &mut out[r0 * ld..];
+            // SAFETY: the features are this function's contract; `block.a` starts at
+            // row r0 and rows r0..r0 + rows <= m hold kq bytes at lda strides, the panel
+            // holds kq * NR bytes, and `dst`'s rows hold columns c0..c0 + cols (the
+            // extents `gemm_u8i8::gemm` checks).
+            unsafe {
+                match rows {
+                    6 => block.run::<6>(dst, ld),
+                    5 => block.run::<5>(dst, ld),
+                    4 => block.run::<4>(dst, ld),
+                    3 => block.run::<3>(dst, ld),
+                    2 => block.run::<2>(dst, ld),
+                    _ => block.run::<1>(dst, ld),
+                }
+            }
+            r0 += rows;
+        }
+    }
+}
+
+/// One block's operands: R rows of A from `a`, one panel of B.
+struct Block<'a> {
+    a: &'a [u8],
+    /// XORed into every four bytes of A.
+    flip: i32,
+    lda: usize,
+    panel: &'a [u8],
+    kq: usize,
+    /// The panel's first column, and how many of its columns exist.
+    c0: usize,
+    cols: usize,
+    stage: &'a Stage,
+    signed: bool,
+}
+
+impl Block<'_> {
+    /// Accumulates an R x 16 block over the depth, then runs the output stage.
+    ///
+    /// # Safety
+    /// AVX2 and AVX-VNNI; `a` holds R rows of `kq` bytes at `lda` strides, the panel
+    /// `kq * NR` bytes, `out` R rows at `ld` strides holding columns c0..c0 + cols.
+    #[target_feature(enable = "avx2,avxvnni")]
+    #[inline]
+    unsafe fn run<const R: usize>(&self, out: &mut [u8], ld: usize) {
+        debug_assert!(self.a.len() >= (R - 1) * self.lda + self.kq);
+        debug_assert!(self.panel.len() >= self.kq * NR);
+        let mut acc = [[_mm256_setzero_si256(); 2]; R];
+        // Opaque to the optimizer, as in the AVX-512 kernel: each row is then one XOR
+        // after a broadcast from memory, not a shuffle.
+        let flip = std::hint::black_box(_mm256_set1_epi32(self.flip));
+        let ap = self.a.as_ptr();
+        let bp = self.panel.as_ptr();
+        for q in 0..self.kq / 4 {
+            // SAFETY: quad q's 64 bytes end at (q + 1) * 64 <= kq * NR.
+            let (b0, b1) = unsafe {
+                (
+                    _mm256_loadu_si256(bp.add(q * 4 * NR) as *const __m256i),
+                    _mm256_loadu_si256(bp.add(q * 4 * NR + 32) as *const __m256i),
+                )
+            };
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: row r's quad q ends at r * lda + 4q + 4 <= r * lda + kq.
+                let quad = unsafe { (ap.add(r * self.lda + 4 * q) as *const i32).read_unaligned() };
+                let av = _mm256_xor_si256(_mm256_set1_epi32(quad), flip);
+                acc[0] = _mm256_dpbusd_avx_epi32(acc[0], av, b0);
+                acc[1] = _mm256_dpbusd_avx_epi32(acc[1], av, b1);
+            }
+        }
+        // SAFETY: the stage arrays are padded to whole panels; c0 is a multiple of 16.
+        let (s0, s1) = unsafe {
+            (
+                load_stage(self.stage, self.c0),
+                load_stage(self.stage, self.c0 + 8),
+            )
+        };
+        for (r, acc) in acc.iter().enumerate() {
+            let bytes = narrow16(requant8(acc[0], &s0), requant8(acc[1], &s1), self.signed);
+            let row = &mut out[r * ld + self.c0..][..self.cols];
+            if self.cols == NR {
+                // SAFETY: the row holds NR bytes.
+                unsafe { _mm_storeu_si128(row.as_mut_ptr() as *mut __m128i, bytes) };
+            } else {
+                let mut tmp = [0u8; NR];
+                // SAFETY: tmp holds NR bytes.
+                unsafe { _mm_storeu_si128(tmp.as_mut_ptr() as *mut __m128i, bytes) };
+                row.copy_from_slice(&tmp[..self.cols]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::arith::Multiplier;
+    use super::super::gemm::tests::Rng;
+    use super::super::gemm_u8i8::{PackedRhs, corrected_bias, gemm as portable_path, pack_rhs};
+    use super::super::gemm_u8i8::{packed_len, quad_depth};
+    use super::*;
+
+    /// The AVX-VNNI kernel's bytes equal the portable path's on random operands, in
+    /// every requantization mode (runs where the processor has AVX-VNNI, whichever path
+    /// the dispatcher would choose).
+    #[test]
+    fn avx_vnni_bytes_equal_the_portable_path() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("avxvnni")) {
+            eprintln!("no AVX-VNNI on this processor: nothing to compare");
+            return;
+        }
+        let mut rng = Rng(0x7a7a_1313_4242_9090);
+        for case in 0..90 {
+            let m = rng.range(1, 23) as usize;
+            let k = rng.range(1, 300) as usize;
+            let n = rng.range(1, 70) as usize;
+            let kq = quad_depth(k);
+            let lda = kq + 4 * rng.range(0, 2) as usize;
+            let a: Vec<u8> = (0..m * lda).map(|_| rng.range(0, 255) as u8).collect();
+            let flip = if case % 4 < 2 { 0x80 } else { 0 };
+            let b: Vec<i8> = (0..k * n).map(|_| rng.range(-128, 127) as i8).collect();
+            let mut packed = vec![0u8; packed_len(k, n).unwrap()];
+            let sums = pack_rhs(k, n, |kk, j| b[kk * n + j], &mut packed);
+            let bias: Vec<i32> = (0..n).map(|_| rng.range(-100_000, 100_000)).collect();
+            let bias = corrected_bias(Some(&bias), &sums, rng.range(0, 255));
+            let mults: Vec<Multiplier> = (0..n)
+                .map(|_| Multiplier::new(2f64.powi(rng.range(-20, -6))).unwrap())
+                .collect();
+            let signed = case % 2 == 0;
+            let range = if signed { (-128, 127) } else { (0, 255) };
+            let zp = rng.range(range.0, range.1);
+            let mut stage = Stage::new(n, Some(&bias), &mults, zp, range).unwrap();
+            match case % 3 {
+                0 => {
+                    let scales: Vec<f32> = (0..n)
+                        .map(|_| 2f32.powi(rng.range(-20, -6)) * 1.3)
+                        .collect();
+                    stage = stage.float_scales(&scales).unwrap();
+                }
+                1 => stage = stage.single_rounding().unwrap(),
+                _ => {}
+            }
+            let rhs = PackedRhs {
+                data: &packed,
+                k,
+                n,
+            };
+            let ld = n + 3;
+            let mut want = vec![0u8; m * ld];
+            portable_path(false, &a, flip, lda, m, &rhs, &mut want, ld, &stage, signed).unwrap();
+            let mut got = vec![0u8; m * ld];
+            // SAFETY: AVX2 and AVX-VNNI were detected above; the extents are those the
+            // portable call just checked.
+            unsafe {
+                gemm(
+                    &a, flip, lda, m, &packed, kq, n, &mut got, ld, &stage, signed,
+                )
+            };
+            for r in 0..m {
+                assert_eq!(
+                    &got[r * ld..r * ld + n],
+                    &want[r * ld..r * ld + n],
+                    "case {case} row {r} (m {m} k {k} n {n})"
+                );
+            }
+        }
+    }
+}
