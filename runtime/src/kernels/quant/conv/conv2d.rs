@@ -246,8 +246,7 @@ fn conv_nhwc_bytes(
     }
     let signed = oq.out_qt == QType::I8;
     // Bytes of A per tile: the same L2 budget as the i16 path's.
-    let tile = (2 * A_TILE_BUDGET / kq.max(1)).max(gemm_u8i8::MR) / gemm_u8i8::MR * gemm_u8i8::MR;
-    let tile = tile.min(rows.max(1));
+    let tile = row_tile(2 * A_TILE_BUDGET / kq.max(1), rows, threads, gemm_u8i8::MR);
     let rhs = |grp: usize| gemm_u8i8::PackedRhs {
         data: &packed[grp * per_group..(grp + 1) * per_group],
         k,
@@ -343,8 +342,7 @@ fn conv_nhwc(
     if out.len() != rows * g.oc {
         return Err(RuntimeError::kernel("output has the wrong size"));
     }
-    let tile = (A_TILE_BUDGET / kp.max(1)).max(MR) / MR * MR;
-    let tile = tile.min(rows.max(1));
+    let tile = row_tile(A_TILE_BUDGET / kp.max(1), rows, threads, MR);
     let signed = oq.out_qt == QType::I8;
     let (qt, zp) = (oq.in_qt, oq.in_zp);
     for_row_tiles(threads, out, g.oc, tile, tile * kp, |r0, out_rows, a| {

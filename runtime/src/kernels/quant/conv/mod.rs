@@ -56,6 +56,20 @@ use transpose::{TransposeConv, decode_transpose};
 /// i16 values of A per GEMM tile (256 KiB): an im2col tile that stays in L2.
 const A_TILE_BUDGET: usize = 1 << 17;
 
+/// Output rows per task of a convolution's GEMM: at most `budget` rows (what fits the
+/// tile budget), a multiple of the micro-kernel's `mr`, and on several threads small
+/// enough that each gets about two tasks. Without the last bound a pointwise layer of
+/// few channels was one tile, so MobileNetV2's int8 convolutions ran on one thread
+/// whatever the thread count.
+fn row_tile(budget: usize, rows: usize, threads: usize, mr: usize) -> usize {
+    let mr = mr.max(1);
+    let mut tile = budget.max(mr) / mr * mr;
+    if threads > 1 {
+        tile = tile.min(rows.div_ceil(threads * 2).div_ceil(mr) * mr);
+    }
+    tile.clamp(1, rows.max(1))
+}
+
 /// The quantization of a filter: element type, zero point (0 for per-channel filters)
 /// and one multiplier per output channel (or one for all).
 #[derive(Clone, Debug)]
@@ -358,5 +372,23 @@ impl ConstantStages {
         let stages = build()?;
         // Another execution may have set them meanwhile: they are equal.
         Ok(self.built.get_or_init(|| stages))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::row_tile;
+
+    #[test]
+    fn row_tiles_give_every_thread_work_and_stay_whole_blocks() {
+        // One thread: the budget, in whole blocks, at most the rows.
+        assert_eq!(row_tile(8192, 3136, 1, 8), 3136);
+        assert_eq!(row_tile(1000, 3136, 1, 8), 1000);
+        assert_eq!(row_tile(3, 3136, 1, 8), 8);
+        // Two threads: about two tasks each, rounded up to the block.
+        assert_eq!(row_tile(8192, 3136, 2, 8), 784);
+        assert_eq!(row_tile(8192, 49, 2, 6), 18);
+        assert_eq!(row_tile(8192, 1, 2, 6), 1);
+        assert_eq!(row_tile(8192, 0, 2, 6), 1);
     }
 }
