@@ -59,6 +59,11 @@ fn keygen_writes_a_private_hex_key_and_never_overwrites() {
         .arg(dir.path().join("sm4.key")));
     assert!(!o.status.success());
     assert!(stderr(&o).contains("exists"), "{}", stderr(&o));
+    // The spelling with a hyphen names the same cipher, and the key file records the
+    // canonical name.
+    let key = keygen(dir.path(), "aes-256");
+    let text = std::fs::read_to_string(&key).unwrap();
+    assert!(text.starts_with("# nnc key: aes256\n"), "{text}");
 }
 
 #[test]

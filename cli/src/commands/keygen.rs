@@ -18,10 +18,13 @@ pub enum KeygenAlgorithm {
     /// A symmetric SM4 key (hex).
     Sm4,
     /// A symmetric AES-128 key (hex).
+    #[value(alias = "aes-128")]
     Aes128,
     /// A symmetric AES-192 key (hex).
+    #[value(alias = "aes-192")]
     Aes192,
     /// A symmetric AES-256 key (hex).
+    #[value(alias = "aes-256")]
     Aes256,
     /// A device's key pair: models compiled with `--recipient NAME.pub` open with it.
     X25519,

@@ -161,8 +161,11 @@ pub fn lower(path: &Path, options: &LowerOptions, what: &str) -> anyhow::Result<
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum AlgorithmArg {
     Sm4,
+    #[value(alias = "aes-128")]
     Aes128,
+    #[value(alias = "aes-192")]
     Aes192,
+    #[value(alias = "aes-256")]
     Aes256,
 }
 
@@ -182,8 +185,11 @@ impl From<AlgorithmArg> for nnc_formats::crypto::Algorithm {
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum EncryptArg {
     Sm4,
+    #[value(alias = "aes-128")]
     Aes128,
+    #[value(alias = "aes-192")]
     Aes192,
+    #[value(alias = "aes-256")]
     Aes256,
     None,
 }
