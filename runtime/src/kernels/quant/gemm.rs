@@ -532,16 +532,7 @@ pub(crate) mod avx2 {
                 let (s0, s1) = unsafe { (load_stage(stage, c0), load_stage(stage, c0 + 8)) };
                 for (r, acc) in acc.iter().enumerate() {
                     let bytes = narrow16(requant8(acc[0], &s0), requant8(acc[1], &s1), *signed);
-                    let row = &mut out[(r0 + r) * *ld + c0..][..cols];
-                    if cols == NR {
-                        // SAFETY: the row holds NR bytes.
-                        unsafe { _mm_storeu_si128(row.as_mut_ptr() as *mut __m128i, bytes) };
-                    } else {
-                        let mut tmp = [0u8; NR];
-                        // SAFETY: tmp holds NR bytes.
-                        unsafe { _mm_storeu_si128(tmp.as_mut_ptr() as *mut __m128i, bytes) };
-                        row.copy_from_slice(&tmp[..cols]);
-                    }
+                    store16(&mut out[(r0 + r) * *ld + c0..][..cols], bytes);
                 }
             }
             Dst::I32 { out, ld } => {
@@ -705,6 +696,26 @@ pub(crate) mod avx2 {
         };
         let q = _mm256_add_epi32(q, s.zp);
         _mm256_min_epi32(_mm256_max_epi32(q, s.lo), s.hi)
+    }
+
+    /// Stores the first `dst.len()` (at most 16) of `bytes`: one unaligned store for a
+    /// whole 16, through a buffer for a last partial block of columns.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    pub(crate) fn store16(dst: &mut [u8], bytes: __m128i) {
+        let mut tmp = [0u8; 16];
+        let whole = dst.len() == 16;
+        let at = if whole {
+            dst.as_mut_ptr()
+        } else {
+            tmp.as_mut_ptr()
+        };
+        // SAFETY: `at` points at 16 writable bytes: `dst` when it holds 16, else `tmp`.
+        unsafe { _mm_storeu_si128(at as *mut __m128i, bytes) };
+        if !whole {
+            let n = dst.len().min(16);
+            dst[..n].copy_from_slice(&tmp[..n]);
+        }
     }
 
     /// Two vectors of in-range i32 values to 16 bytes, in order.

@@ -13,7 +13,7 @@
 
 use std::arch::x86_64::*;
 
-use super::gemm::avx2::{load_stage, narrow16, requant8};
+use super::gemm::avx2::{load_stage, narrow16, requant8, store16};
 use super::gemm::{NR, Stage};
 use crate::kernels::util::block_rows;
 
@@ -138,16 +138,7 @@ impl Block<'_> {
         };
         for (r, acc) in acc.iter().enumerate() {
             let bytes = narrow16(requant8(acc[0], &s0), requant8(acc[1], &s1), self.signed);
-            let row = &mut out[r * ld + self.c0..][..self.cols];
-            if self.cols == NR {
-                // SAFETY: the row holds NR bytes.
-                unsafe { _mm_storeu_si128(row.as_mut_ptr() as *mut __m128i, bytes) };
-            } else {
-                let mut tmp = [0u8; NR];
-                // SAFETY: tmp holds NR bytes.
-                unsafe { _mm_storeu_si128(tmp.as_mut_ptr() as *mut __m128i, bytes) };
-                row.copy_from_slice(&tmp[..self.cols]);
-            }
+            store16(&mut out[r * ld + self.c0..][..self.cols], bytes);
         }
     }
 }

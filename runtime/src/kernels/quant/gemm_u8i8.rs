@@ -253,7 +253,7 @@ fn portable(
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::super::gemm::avx2::{load_stage, narrow16, requant8};
+    use super::super::gemm::avx2::{load_stage, narrow16, requant8, store16};
     use super::{MR, NR, Stage};
     use crate::kernels::util::{Panels, block_rows};
 
@@ -613,16 +613,7 @@ mod avx512 {
                     let lo = _mm512_castsi512_si256(acc[p]);
                     let hi = _mm512_extracti64x4_epi64::<1>(acc[p]);
                     let bytes = narrow16(requant8(lo, &s0), requant8(hi, &s1), self.signed);
-                    let row = &mut out[r * ld + c0..][..cols];
-                    if cols == NR {
-                        // SAFETY: the row holds NR bytes.
-                        unsafe { _mm_storeu_si128(row.as_mut_ptr() as *mut __m128i, bytes) };
-                    } else {
-                        let mut tmp = [0u8; NR];
-                        // SAFETY: tmp holds NR bytes.
-                        unsafe { _mm_storeu_si128(tmp.as_mut_ptr() as *mut __m128i, bytes) };
-                        row.copy_from_slice(&tmp[..cols]);
-                    }
+                    store16(&mut out[r * ld + c0..][..cols], bytes);
                 }
             }
         }

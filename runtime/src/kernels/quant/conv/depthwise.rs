@@ -401,7 +401,7 @@ fn depthwise_tail<T: Q8>(
     }
 }
 
-/// Whether the pair-interleaved AVX2 kernel ([`depthwise_avx2`]) runs (x86 only).
+/// Whether the pair-interleaved AVX2 kernel (`depthwise_avx2`) runs (x86 only).
 fn interleaved_applies(multiplier: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     return depthwise_avx2::applies(multiplier);
@@ -409,6 +409,20 @@ fn interleaved_applies(multiplier: usize) -> bool {
     {
         let _ = multiplier;
         false
+    }
+}
+
+/// The filter packed for the pair-interleaved AVX2 kernel (only where
+/// [`interleaved_applies`]).
+fn interleaved_pack(w: &[i16], dims: [usize; 4]) -> Result<Vec<i16>> {
+    #[cfg(target_arch = "x86_64")]
+    return depthwise_avx2::pack(w, dims);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (w, dims);
+        Err(RuntimeError::Internal(
+            "the AVX2 depthwise packing on another architecture".into(),
+        ))
     }
 }
 
@@ -428,7 +442,7 @@ impl Kernel for DepthwiseConv {
                 prepared.push(AlignedBuf::from_bytes(bytemuck::cast_slice(&sums))?);
             } else if interleaved_applies(self.params.multiplier) {
                 prepared.push(i16_buffer(&w)?);
-                prepared.push(i16_buffer(&depthwise_avx2::pack(&w, dims)?)?);
+                prepared.push(i16_buffer(&interleaved_pack(&w, dims)?)?);
             } else {
                 prepared.push(i16_buffer(&w)?);
                 let pairs = pack_depthwise_pairs(&w, dims[1] * dims[2], dims[3])?;
@@ -457,7 +471,7 @@ impl Kernel for DepthwiseConv {
             let f = ctx.input(1)?;
             let w = widen_filter(q8_bytes(&f, "filter")?, &self.fq)?;
             let pairs = if interleaved_applies(p.multiplier) {
-                depthwise_avx2::pack(&w, fdims)?
+                interleaved_pack(&w, fdims)?
             } else {
                 pack_depthwise_pairs(&w, fdims[1] * fdims[2], fdims[3])?
             };
@@ -820,6 +834,34 @@ mod tests {
 
     use super::super::gemm::tests::Rng;
 
+    /// A depthwise geometry: input `[n, ih, iw, c]`, filter, strides and dilations, and
+    /// the padding above/below and left/right; None when the window does not fit.
+    type Shape = ([usize; 4], [usize; 2], [usize; 2], [usize; 2]);
+    fn geometry(
+        ([n, ih, iw, c], [kh, kw], [sh, sw], [dh, dw]): Shape,
+        [pt, pb]: [usize; 2],
+        [pl, pr]: [usize; 2],
+    ) -> Option<Geometry> {
+        let (eh, ew) = ((kh - 1) * dh + 1, (kw - 1) * dw + 1);
+        Some(Geometry {
+            n,
+            ih,
+            iw,
+            ic: c,
+            oh: (ih + pt + pb).checked_sub(eh)? / sh + 1,
+            ow: (iw + pl + pr).checked_sub(ew)? / sw + 1,
+            oc: c,
+            kh,
+            kw,
+            sh,
+            sw,
+            dh,
+            dw,
+            pad_top: pt,
+            pad_left: pl,
+        })
+    }
+
     /// The AVX2 depthwise kernel (both input variants, plus the scalar tail) against the
     /// portable loops, on random geometry and data.
     #[test]
@@ -835,26 +877,10 @@ mod tests {
             let (sh, sw) = (rng.range(1, 2) as usize, rng.range(1, 2) as usize);
             let (dh, dw) = (rng.range(1, 2) as usize, rng.range(1, 2) as usize);
             let (pt, pl) = (rng.range(0, 2) as usize, rng.range(0, 2) as usize);
-            let (eh, ew) = ((kh - 1) * dh + 1, (kw - 1) * dw + 1);
-            if ih + 2 * pt < eh || iw + 2 * pl < ew {
+            let eh = (kh - 1) * dh + 1;
+            let shape = ([1, ih, iw, c], [kh, kw], [sh, sw], [dh, dw]);
+            let Some(g) = geometry(shape, [pt, pt], [pl, pl]) else {
                 continue;
-            }
-            let g = Geometry {
-                n: 1,
-                ih,
-                iw,
-                ic: c,
-                oh: (ih + 2 * pt - eh) / sh + 1,
-                ow: (iw + 2 * pl - ew) / sw + 1,
-                oc: c,
-                kh,
-                kw,
-                sh,
-                sw,
-                dh,
-                dw,
-                pad_top: pt,
-                pad_left: pl,
             };
             let signed = case % 2 == 0;
             let qt = if signed { QType::I8 } else { QType::U8 };
@@ -977,26 +1003,9 @@ mod tests {
             let (dh, dw) = (rng.range(1, 2) as usize, rng.range(1, 2) as usize);
             let (pt, pl) = (rng.range(0, 2) as usize, rng.range(0, 2) as usize);
             let (pb, pr) = (rng.range(0, 2) as usize, rng.range(0, 2) as usize);
-            let (eh, ew) = ((kh - 1) * dh + 1, (kw - 1) * dw + 1);
-            if ih + pt + pb < eh || iw + pl + pr < ew {
+            let shape = ([n, ih, iw, c], [kh, kw], [sh, sw], [dh, dw]);
+            let Some(g) = geometry(shape, [pt, pb], [pl, pr]) else {
                 continue;
-            }
-            let g = Geometry {
-                n,
-                ih,
-                iw,
-                ic: c,
-                oh: (ih + pt + pb - eh) / sh + 1,
-                ow: (iw + pl + pr - ew) / sw + 1,
-                oc: c,
-                kh,
-                kw,
-                sh,
-                sw,
-                dh,
-                dw,
-                pad_top: pt,
-                pad_left: pl,
             };
             let signed_in = case % 2 == 0;
             let qt = if signed_in { QType::I8 } else { QType::U8 };

@@ -446,15 +446,6 @@ unsafe fn requantize(
             gemm::avx2::requant8(v1, &s1),
             signed,
         );
-        let dst = &mut out_row[ox * g.oc + c0..ox * g.oc + c0 + cols];
-        if cols == BLOCK {
-            // SAFETY: dst holds 16 bytes.
-            unsafe { _mm_storeu_si128(dst.as_mut_ptr() as *mut __m128i, bytes) };
-        } else {
-            let mut tmp = [0u8; BLOCK];
-            // SAFETY: tmp holds 16 bytes.
-            unsafe { _mm_storeu_si128(tmp.as_mut_ptr() as *mut __m128i, bytes) };
-            dst.copy_from_slice(&tmp[..cols]);
-        }
+        gemm::avx2::store16(&mut out_row[ox * g.oc + c0..ox * g.oc + c0 + cols], bytes);
     }
 }
