@@ -16,6 +16,9 @@ pub enum QuantizeArg {
     /// Static post-training int8: weights symmetric per output channel, activations
     /// asymmetric per tensor (TENSOR_QUANT8_ASYMM_SIGNED), calibrated on --calibration.
     Int8,
+    /// Weight-only int8 for fully-connected products (MatMul/Gemm with constant weights,
+    /// transformers' bulk), activations quantized per row at run time; no calibration.
+    Dynamic,
 }
 
 /// `--calibration-method`.
@@ -50,7 +53,7 @@ impl From<MethodArg> for RangeMethod {
 #[derive(clap::Args, Debug)]
 pub struct QuantizeArgs {
     /// Quantize a float model after lowering and before partitioning (docs/QUANTIZATION.md).
-    #[arg(long, value_enum, requires = "calibration")]
+    #[arg(long, value_enum, requires_if("int8", "calibration"))]
     pub quantize: Option<QuantizeArg>,
     /// Calibration samples: for a one-input model every *.npy in DIR (sorted) is a
     /// sample; otherwise one subdirectory per sample with one NAME.npy per input.
@@ -59,14 +62,9 @@ pub struct QuantizeArgs {
     /// How each activation's range is chosen from the calibration samples [default: auto].
     #[arg(long, value_enum, requires = "quantize")]
     pub calibration_method: Option<MethodArg>,
-    /// The percentile `--calibration-method percentile` clips at.
-    #[arg(
-        long,
-        value_name = "P",
-        requires = "quantize",
-        default_value_t = 99.999
-    )]
-    pub calibration_percentile: f64,
+    /// The percentile `--calibration-method percentile` clips at [default: 99.999].
+    #[arg(long, value_name = "P", requires = "quantize")]
+    pub calibration_percentile: Option<f64>,
     /// One weight scale per tensor instead of per output channel.
     #[arg(long, requires = "quantize")]
     pub per_tensor: bool,
@@ -102,7 +100,9 @@ impl QuantizeArgs {
     /// The options, checked.
     fn options(&self) -> anyhow::Result<QuantizeOptions> {
         let range_options = quantize::ranges::RangeOptions {
-            percentile: self.calibration_percentile,
+            percentile: self
+                .calibration_percentile
+                .unwrap_or(quantize::ranges::RangeOptions::default().percentile),
         };
         range_options
             .validate()
@@ -130,14 +130,66 @@ impl QuantizeArgs {
         Ok(options)
     }
 
-    /// Quantizes `model` when `--quantize` asks; returns the report (written with
-    /// [`QuantizeArgs::write_report`] once the compiled model is).
+    /// Refuses options of static quantization with `--quantize dynamic`, before any work.
+    pub fn check(&self) -> anyhow::Result<()> {
+        if !matches!(self.quantize, Some(QuantizeArg::Dynamic)) {
+            return Ok(());
+        }
+        let static_only = [
+            ("--calibration", self.calibration.is_some()),
+            ("--calibration-method", self.calibration_method.is_some()),
+            (
+                "--calibration-percentile",
+                self.calibration_percentile.is_some(),
+            ),
+            ("--no-bias-correction", self.no_bias_correction),
+            (
+                "--quantize-target-sqnr",
+                self.quantize_target_sqnr.is_some(),
+            ),
+            ("--quant-report", self.quant_report.is_some()),
+        ];
+        match static_only.iter().find(|(_, given)| *given) {
+            Some((flag, _)) => Err(err(
+                Exit::Usage,
+                format!(
+                    "{flag} applies to --quantize int8 (static quantization); --quantize \
+                     dynamic needs no calibration and takes only --per-tensor and --keep-float"
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Quantizes `model` when `--quantize` asks; returns the report of static
+    /// quantization (written with [`QuantizeArgs::write_report`] once the compiled model
+    /// is).
     pub fn apply(
         &self,
         model: &mut Model,
         limits: &nnc_formats::limits::Limits,
         json: bool,
     ) -> anyhow::Result<Option<QuantReport>> {
+        if let Some(QuantizeArg::Dynamic) = self.quantize {
+            self.check()?;
+            let options = quantize::dynamic::DynamicOptions {
+                per_channel: !self.per_tensor,
+                keep_float: self.keep_float.clone(),
+            };
+            let (quantized, summary) =
+                quantize::dynamic::quantize_dynamic(model, &options).map_err(classify)?;
+            *model = quantized;
+            if !json {
+                eprint!("{}", summary.text());
+            }
+            if summary.quantized == 0 {
+                eprintln!(
+                    "warning: --quantize dynamic changed nothing: the model has no \
+                     FULLY_CONNECTED (MatMul/Gemm) with constant float32 weights"
+                );
+            }
+            return Ok(None);
+        }
         let (Some(QuantizeArg::Int8), Some(dir)) = (self.quantize, &self.calibration) else {
             return Ok(None);
         };

@@ -821,3 +821,72 @@ fn a_sample_the_float_model_cannot_run_exits_65_naming_its_files() {
     );
     assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
 }
+
+/// `--quantize dynamic`: no calibration, every MatMul of the test BERT on int8 weights,
+/// outputs close to the float model's on its reference inputs; the static options are
+/// refused with it, and `--quantize int8` still needs `--calibration`.
+#[test]
+fn dynamic_quantization_needs_no_calibration_and_stays_close() {
+    let case = testdata("transformers/bert_opset17");
+    let dir = tempfile::tempdir().unwrap();
+    let (float, dynamic) = (dir.path().join("float.nnc"), dir.path().join("dynamic.nnc"));
+    let o = run(&mut compile_cmd(&case.join("model.onnx"), &float));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(compile_cmd(&case.join("model.onnx"), &dynamic).args(["--quantize", "dynamic"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stderr(&o);
+    assert!(
+        text.contains("FULLY_CONNECTED operation(s) dynamically"),
+        "{text}"
+    );
+    // Smaller by about three quarters of the matrices' bytes.
+    let size = |p: &Path| std::fs::metadata(p).unwrap().len();
+    assert!(
+        size(&dynamic) < size(&float),
+        "{} vs {}",
+        size(&dynamic),
+        size(&float)
+    );
+    let run_all = |model: &Path, out: &str| -> Vec<f32> {
+        let out = dir.path().join(out);
+        let o = run(nnc()
+            .arg("run")
+            .arg(model)
+            .arg("--input-dir")
+            .arg(&case)
+            .arg("--output-dir")
+            .arg(&out));
+        assert!(o.status.success(), "{}", stderr(&o));
+        read_f32(&out.join("output_0.npy"))
+    };
+    let (reference, quantized) = (run_all(&float, "f"), run_all(&dynamic, "q"));
+    let db = sqnr_db(&reference, &quantized);
+    assert!(db > 30.0, "{db} dB");
+    // The inspection names the extension operation.
+    let o = run(nnc().arg("inspect").arg(&dynamic));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("DYNAMIC_FULLY_CONNECTED"));
+    for extra in [
+        &["--calibration-method", "mse"][..],
+        &["--quantize-target-sqnr", "30"],
+        &["--no-bias-correction"],
+    ] {
+        let out = dir.path().join("refused.nnc");
+        let o = run(compile_cmd(&case.join("model.onnx"), &out)
+            .args(["--quantize", "dynamic"])
+            .args(extra));
+        assert_eq!(code(&o), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("applies to --quantize int8"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(!out.exists());
+    }
+    let o = run(
+        compile_cmd(&case.join("model.onnx"), &dir.path().join("x.nnc"))
+            .args(["--quantize", "int8"]),
+    );
+    assert_eq!(code(&o), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--calibration"), "{}", stderr(&o));
+}

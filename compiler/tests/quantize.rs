@@ -564,3 +564,114 @@ fn a_transformer_encoder_quantizes_statically() {
     let held_out = [ids(7)];
     assert!(sqnr(&float, &q.model, &held_out) > 25.0);
 }
+
+/// Token ids of the test BERT (vocabulary 100, sequence 12, batch 2) with a mask and
+/// type ids.
+fn bert_input(seed: i64) -> Sample {
+    let tensor = |values: Vec<i64>| {
+        HostTensor::new(
+            nnc_formats::tensor::DataType::I64,
+            vec![2, 12],
+            values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        )
+        .unwrap()
+    };
+    vec![
+        tensor((0..24).map(|k| (k * 37 + seed * 11) % 100).collect()),
+        tensor(vec![1; 24]),
+        tensor(vec![0; 24]),
+    ]
+}
+
+fn count(model: &Model, t: OperationType) -> usize {
+    model
+        .main
+        .operations
+        .iter()
+        .filter(|op| op.op_type == t)
+        .count()
+}
+
+#[test]
+fn dynamic_quantization_turns_every_constant_matmul_into_int8_weights() {
+    use quantize::dynamic::{DynamicOptions, quantize_dynamic};
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../testdata/transformers/bert_opset17/model.onnx");
+    let float = lower_file(&path, &LowerOptions::default()).unwrap().model;
+    let fcs = count(&float, OperationType::FullyConnected);
+    assert!(fcs >= 8, "{fcs} FULLY_CONNECTED in the test BERT");
+    let options = DynamicOptions {
+        per_channel: true,
+        keep_float: Vec::new(),
+    };
+    let (q, summary) = quantize_dynamic(&float, &options).unwrap();
+    assert_eq!(summary.quantized, fcs);
+    assert_eq!(count(&q, OperationType::DynamicFullyConnected), fcs);
+    assert_eq!(count(&q, OperationType::FullyConnected), 0);
+    assert_eq!(summary.weight_bytes_int8 * 4, summary.weight_bytes_float);
+    // Every weight is int8 now, one scale per unit; the float weights are gone.
+    for op in &q.main.operations {
+        if op.op_type == OperationType::DynamicFullyConnected {
+            let w = &q.main.operands[op.inputs[1] as usize];
+            assert_eq!(w.operand_type, OperandType::TensorQuant8SymmPerChannel);
+            assert_eq!(
+                w.channel_quant.as_ref().map(|c| c.scales.len()),
+                Some(w.dimensions[0] as usize)
+            );
+        }
+    }
+    let constant_bytes = |m: &Model| -> usize {
+        m.main
+            .operands
+            .iter()
+            .enumerate()
+            .filter_map(|(i, _)| m.constant_bytes(i as u32).map(<[u8]>::len))
+            .sum()
+    };
+    assert!(constant_bytes(&q) < constant_bytes(&float));
+    // Close to the float model on inputs never seen (there is no calibration at all),
+    // closer than static int8 (25 dB in the test above).
+    let held_out = [bert_input(7), bert_input(8)];
+    let per_channel = sqnr(&float, &q, &held_out);
+    assert!(per_channel > 30.0, "{per_channel} dB");
+    // One scale per tensor loses more; --keep-float keeps an operation as it was.
+    let (per_tensor, _) = quantize_dynamic(
+        &float,
+        &DynamicOptions {
+            per_channel: false,
+            keep_float: Vec::new(),
+        },
+    )
+    .unwrap();
+    let w = per_tensor
+        .main
+        .operations
+        .iter()
+        .find(|op| op.op_type == OperationType::DynamicFullyConnected)
+        .map(|op| &per_tensor.main.operands[op.inputs[1] as usize])
+        .unwrap();
+    assert_eq!(w.operand_type, OperandType::TensorQuant8Symm);
+    assert!(sqnr(&float, &per_tensor, &held_out) < per_channel);
+    let first = float
+        .main
+        .operations
+        .iter()
+        .find(|op| op.op_type == OperationType::FullyConnected)
+        .map(|op| op.source.clone())
+        .unwrap();
+    let (kept, summary) = quantize_dynamic(
+        &float,
+        &DynamicOptions {
+            per_channel: true,
+            keep_float: vec![first.clone()],
+        },
+    )
+    .unwrap();
+    assert!(count(&kept, OperationType::FullyConnected) >= 1);
+    assert!(
+        summary
+            .kept
+            .iter()
+            .any(|(name, why)| *name == first && why.contains("--keep-float"))
+    );
+}

@@ -513,6 +513,23 @@ pub fn quantize(data: &[u8]) {
             nnc_formats::nn::validate(&q.model).expect("a quantized model must validate");
         }
     }
+    // Dynamic quantization (no samples needed; it validates its result itself), then the
+    // quantized model run on a sample: its kernel must refuse or compute, never panic.
+    let options = quantize::dynamic::DynamicOptions {
+        per_channel: true,
+        keep_float: Vec::new(),
+    };
+    if let Ok((q, summary)) = quantize::dynamic::quantize_dynamic(&model, &options)
+        && summary.quantized > 0
+        && let Ok(weights) = nnc_runtime::HostWeights::new(&q)
+        && let Ok(program) = nnc_runtime::Program::prepare(
+            &q,
+            std::sync::Arc::new(weights),
+            &nnc_runtime::PrepareOptions::default(),
+        )
+    {
+        let _ = program.execute_host(&samples[0]);
+    }
 }
 
 /// Seeds made by nnc itself for `target` (file name, bytes): what no file in the

@@ -192,6 +192,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     inputs.extend(args.sign.as_deref());
     inputs.extend(args.quantize.inputs());
     output::check_output(&args.output, &inputs)?;
+    args.quantize.check()?;
     args.quantize.check_report_path(&inputs)?;
     if mode == Mode::Ecb && algorithm.is_some() {
         eprintln!(

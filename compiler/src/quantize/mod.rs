@@ -10,6 +10,8 @@
 //! - [`rewrite`]: which operations become int8 ([`rewrite::QuantRule`], one row per
 //!   operation type), their parameters, and the rewritten model with QUANTIZE /
 //!   DEQUANTIZE where the int8 and float parts meet.
+//! - [`dynamic`]: `--quantize dynamic`, weight-only int8 for FULLY_CONNECTED with the
+//!   activations quantized per row at run time (no calibration).
 //! - [`report`]: accuracy analysis (SQNR and cosine similarity of every quantized
 //!   operation's output against the float model's) and the automatic mixed-precision
 //!   search.
@@ -19,6 +21,7 @@
 //! activation's), both frontends meet there (ONNX and float TFLite quantize alike), and
 //! the partitioner sees the int8 operations a device profile asks for.
 
+pub mod dynamic;
 pub mod observe;
 pub mod ranges;
 pub mod report;

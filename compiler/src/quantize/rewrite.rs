@@ -577,24 +577,24 @@ pub fn quantize_all_weights(
     Ok(all)
 }
 
-/// Symmetric int8 weights, one scale per output channel along `channel_dim` (or one for
-/// the whole tensor), and the bias shift their rounding causes.
-fn quantize_weights(
-    model: &Model,
-    op: &Operation,
+/// Weights as symmetric int8 values (two's complement bytes in [-127, 127]), the scale of
+/// each channel along `channel_dim` (one for the whole tensor unless `per_channel`), and
+/// each value's rounding error `q * scale - v`.
+pub struct SymmetricWeights {
+    pub bytes: Vec<u8>,
+    pub scales: Vec<f32>,
+    pub rounding: Vec<f32>,
+}
+
+/// [`SymmetricWeights`] of `values` (dimensions `dims`): each channel's scale maps its
+/// largest magnitude to 127, values round half to even.
+pub fn symmetric_weights(
+    values: &[f32],
+    dims: &[usize],
     channel_dim: usize,
-    taps: Taps,
-    calibration: &Calibration,
-    options: &QuantizeOptions,
-) -> Result<QuantizedWeights, QuantizeError> {
-    let filter = op.inputs[1];
-    let o = &model.main.operands[filter as usize];
-    let values = const_f32s(model, filter).ok_or_else(|| {
-        QuantizeError::Pass(format!("filter operand {filter} has no value at hand"))
-    })?;
-    let dims: Vec<usize> = o.dimensions.iter().map(|&d| d as usize).collect();
-    let channel_dim = channel_dim.min(dims.len().saturating_sub(1));
-    let channels = if options.per_channel {
+    per_channel: bool,
+) -> SymmetricWeights {
+    let channels = if per_channel {
         dims.get(channel_dim).copied().unwrap_or(1).max(1)
     } else {
         1
@@ -617,7 +617,7 @@ fn quantize_weights(
         .map(|&m| ranges::symmetric_int8_scale(m))
         .collect();
     let mut rounding = Vec::with_capacity(values.len());
-    let bytes: Vec<u8> = values
+    let bytes = values
         .iter()
         .enumerate()
         .map(|(k, &v)| {
@@ -627,6 +627,35 @@ fn quantize_weights(
             q as i8 as u8
         })
         .collect();
+    SymmetricWeights {
+        bytes,
+        scales,
+        rounding,
+    }
+}
+
+/// Symmetric int8 weights, one scale per output channel along `channel_dim` (or one for
+/// the whole tensor), and the bias shift their rounding causes.
+fn quantize_weights(
+    model: &Model,
+    op: &Operation,
+    channel_dim: usize,
+    taps: Taps,
+    calibration: &Calibration,
+    options: &QuantizeOptions,
+) -> Result<QuantizedWeights, QuantizeError> {
+    let filter = op.inputs[1];
+    let o = &model.main.operands[filter as usize];
+    let values = const_f32s(model, filter).ok_or_else(|| {
+        QuantizeError::Pass(format!("filter operand {filter} has no value at hand"))
+    })?;
+    let dims: Vec<usize> = o.dimensions.iter().map(|&d| d as usize).collect();
+    let channel_dim = channel_dim.min(dims.len().saturating_sub(1));
+    let SymmetricWeights {
+        bytes,
+        scales,
+        rounding,
+    } = symmetric_weights(&values, &dims, channel_dim, options.per_channel);
     let operand = if options.per_channel {
         Operand {
             channel_quant: Some(ChannelQuant {

@@ -247,7 +247,8 @@ operations! {
     Bitwise = 0x1_000A, "BITWISE", Extension;
     Resample = 0x1_000B, "RESAMPLE", Extension;
     GridSample = 0x1_000C, "GRID_SAMPLE", Extension;
-    // 0x1_000D to 0x1_000F are reserved.
+    DynamicFullyConnected = 0x1_000D, "DYNAMIC_FULLY_CONNECTED", Extension;
+    // 0x1_000E and 0x1_000F are reserved.
     // MediaPipe's TFLite custom operators (docs/EXTENSIONS.md).
     MaxPoolWithArgmax = 0x1_0010, "MAX_POOL_WITH_ARGMAX", Extension;
     MaxUnpooling = 0x1_0011, "MAX_UNPOOLING", Extension;
@@ -798,7 +799,7 @@ mod tests {
             .collect();
         assert_eq!(codes, (0..=105).collect::<Vec<_>>());
         // The extension's codes: prefix 1, then contiguous from 0, except that codes of
-        // the reserved range 0xD..=0xF may be missing.
+        // the reserved range 0xE..=0xF may be missing.
         let extension: Vec<i32> = OperationType::ALL
             .iter()
             .map(|o| o.code())
@@ -806,7 +807,7 @@ mod tests {
             .collect();
         let last = extension.last().copied().unwrap_or(1 << 16);
         let expected: Vec<i32> = ((1 << 16)..=last)
-            .filter(|c| !(0x1_000D..=0x1_000F).contains(c) || extension.contains(c))
+            .filter(|c| !(0x1_000E..=0x1_000F).contains(c) || extension.contains(c))
             .collect();
         assert_eq!(extension, expected);
         for op in OperationType::ALL {

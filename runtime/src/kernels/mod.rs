@@ -598,6 +598,7 @@ pub fn build_with<'c>(
         O::CumSum => scan::build(&info),
         O::Resample => resample::build(&info),
         O::GridSample => grid_sample::build(&info),
+        O::DynamicFullyConnected => quant::dynamic_dense::build(&info),
         O::MaxPoolWithArgmax => mediapipe::build_max_pool_with_argmax(&info),
         O::MaxUnpooling => mediapipe::build_max_unpooling(&info),
         O::LandmarksToTransformMatrix => mediapipe::build_landmarks_to_transform_matrix(&info),

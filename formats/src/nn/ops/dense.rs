@@ -1,4 +1,5 @@
-//! Dense linear algebra: FULLY_CONNECTED and BATCH_MATMUL.
+//! Dense linear algebra: FULLY_CONNECTED, BATCH_MATMUL and the extension
+//! DYNAMIC_FULLY_CONNECTED.
 
 use super::context::*;
 use super::{OutputShape, Result};
@@ -51,6 +52,82 @@ pub(super) fn fully_connected(
         None
     };
     ctx.activation(3)?;
+    rows_by_units(input, weights, bias, input.operand_type)
+}
+
+/// The deepest DYNAMIC_FULLY_CONNECTED: beyond it an i32 sum of products of a quantized
+/// row value (at most 255 in magnitude) and a weight (at most 127) could overflow.
+pub const DYNAMIC_FULLY_CONNECTED_MAX_DEPTH: u32 = (i32::MAX / (255 * 127)) as u32;
+
+/// DYNAMIC_FULLY_CONNECTED (nnc extension): FULLY_CONNECTED's shapes with float32 input,
+/// bias and output and int8 weights, symmetric (zero point 0) per unit or per tensor;
+/// the input is quantized per row when it runs (docs/EXTENSIONS.md).
+pub(super) fn dynamic_fully_connected(
+    _: OperationType,
+    ctx: &Operands,
+    outputs: &[&Operand],
+) -> Result<Vec<OutputShape>> {
+    ctx.count(&[4])?;
+    expect_outputs(outputs, 1)?;
+    let input = ctx.tensor(0, "input", &[OperandType::TensorFloat32])?;
+    let weights = ctx.tensor(
+        1,
+        "weights",
+        &[
+            OperandType::TensorQuant8SymmPerChannel,
+            OperandType::TensorQuant8Symm,
+        ],
+    )?;
+    if let Some(q) = &weights.channel_quant
+        && q.channel_dim != 0
+    {
+        return Err(param_err(
+            1,
+            "weights",
+            format!(
+                "per-channel quantization must be along dimension 0, got {}",
+                q.channel_dim
+            ),
+        ));
+    }
+    if weights.operand_type == OperandType::TensorQuant8Symm && weights.zero_point != 0 {
+        return Err(param_err(
+            1,
+            "weights",
+            "symmetric weights need zero point 0",
+        ));
+    }
+    require_rank(weights, 1, "weights", 2..=2)?;
+    require_rank(input, 0, "input", 2..=usize::MAX)?;
+    if let Some(&k) = weights.dimensions.get(1)
+        && k > DYNAMIC_FULLY_CONNECTED_MAX_DEPTH
+    {
+        return Err(param_err(
+            1,
+            "weights",
+            format!(
+                "depth {k} is above {DYNAMIC_FULLY_CONNECTED_MAX_DEPTH}, where the int32 sums \
+                 could overflow"
+            ),
+        ));
+    }
+    let bias = if ctx.present(2) {
+        Some(ctx.tensor(2, "bias", &[OperandType::TensorFloat32])?)
+    } else {
+        None
+    };
+    ctx.activation(3)?;
+    rows_by_units(input, weights, bias, OperandType::TensorFloat32)
+}
+
+/// `[rows, units]` of a fully-connected product, of type `output_type`: the input read
+/// as rows of the weights' depth, the bias (if any) one value per unit.
+fn rows_by_units(
+    input: &Operand,
+    weights: &Operand,
+    bias: Option<&Operand>,
+    output_type: OperandType,
+) -> Result<Vec<OutputShape>> {
     let (units, k) = match rank(weights) {
         Some(2) => (weights.dimensions[0], weights.dimensions[1]),
         _ => (0, 0),
@@ -71,7 +148,7 @@ pub(super) fn fully_connected(
         }
         _ => 0,
     };
-    single(input.operand_type, vec![batch, units])
+    single(output_type, vec![batch, units])
 }
 
 /// BatchMatmul.

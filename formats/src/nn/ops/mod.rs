@@ -19,6 +19,7 @@
 mod context;
 mod control_flow;
 mod dense;
+pub use dense::DYNAMIC_FULLY_CONNECTED_MAX_DEPTH;
 mod elementwise;
 mod gather_scatter;
 mod mediapipe;
@@ -365,20 +366,23 @@ fn more_inputs_than<const N: usize>(inputs: &[&Operand], _: &[&Operand]) -> HalV
     }
 }
 
+// Role lists and an int8 form several rows of the table share. Every input of an
+// operation whose roles are not named is `input`.
+const UNNAMED: &[Role] = &[];
+const BINARY_ACTIVATION: &[Role] = &[Role::Input0, Role::Input1, Role::Activation];
+const INPUT_AXIS: &[Role] = &[Role::Input, Role::Axis];
+const REDUCE: &[Role] = &[Role::Input, Role::Axes, Role::KeepDims];
+const PAD: &[Role] = &[Role::Input, Role::Paddings, Role::Value];
+/// Outputs in [0, 1) at scale 1/256 (LOGISTIC, SOFTMAX).
+const UNIT_INTERVAL: Int8 = Int8::Fixed {
+    scale: 1.0 / 256.0,
+    zero_point: -128,
+};
+
 /// The table: one row per operation type.
 pub fn schema(op: OperationType) -> OpSchema {
     use OperationType as O;
     use Role as R;
-    // Every input of an operation whose roles are not named is `input`.
-    const UNNAMED: &[Role] = &[];
-    const BINARY_ACTIVATION: &[Role] = &[R::Input0, R::Input1, R::Activation];
-    const INPUT_AXIS: &[Role] = &[R::Input, R::Axis];
-    const REDUCE: &[Role] = &[R::Input, R::Axes, R::KeepDims];
-    const PAD: &[Role] = &[R::Input, R::Paddings, R::Value];
-    const UNIT_INTERVAL: Int8 = Int8::Fixed {
-        scale: 1.0 / 256.0,
-        zero_point: -128,
-    };
     let row = OpSchema::new;
     match op {
         // Elementwise.
@@ -483,6 +487,12 @@ pub fn schema(op: OperationType) -> OpSchema {
         )
         .work(Work::FullyConnected)
         .int8(Int8::Weighted)
+        .fused_activation(),
+        O::DynamicFullyConnected => row(
+            dense::dynamic_fully_connected,
+            &[R::Input, R::Weights, R::Bias, R::Activation],
+        )
+        .work(Work::FullyConnected)
         .fused_activation(),
         O::BatchMatmul => row(dense::batch_matmul, &[R::Lhs, R::Rhs, R::AdjLhs, R::AdjRhs])
             .work(Work::BatchMatmul)

@@ -211,6 +211,81 @@ pub(crate) fn gemm(
     Ok(())
 }
 
+/// Whether [`gemm_i32`] has a dot-product kernel here (x86-64 with AVX512-VNNI or
+/// AVX-VNNI; the NEON kernels write bytes only).
+pub(crate) fn i32_available() -> bool {
+    cfg!(target_arch = "x86_64") && available()
+}
+
+/// `out = (A ^ flip) * B` as raw i32 sums (no bias, no zero-point correction: the caller
+/// subtracts `a_zp * colsum`), row `r` at `out[r * ld..]`; `simd` selects the
+/// dot-product kernel (which must be [`i32_available`]) or the portable code.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm_i32(
+    simd: bool,
+    a: &[u8],
+    flip: u8,
+    lda: usize,
+    m: usize,
+    b: &PackedRhs,
+    out: &mut [i32],
+    ld: usize,
+) -> Result<()> {
+    let kq = quad_depth(b.k);
+    let n = b.n;
+    let bad = |what: &str| RuntimeError::Internal(format!("8-bit GEMM: {what}"));
+    if lda < kq || matrix_extent(m, lda, kq).is_none_or(|e| e > a.len()) {
+        return Err(bad("left operand too short"));
+    }
+    if packed_len(b.k, n) != Some(b.data.len()) {
+        return Err(bad("packed right operand has the wrong size"));
+    }
+    if ld < n || matrix_extent(m, ld, n).is_none_or(|e| e > out.len()) {
+        return Err(bad("destination too short"));
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    #[cfg(target_arch = "x86_64")]
+    if simd {
+        if crate::kernels::isa::int8_vnni() {
+            // SAFETY: AVX512-VNNI (with F, BW, VL and AVX2) is available; the extents
+            // were checked above.
+            unsafe { avx512::gemm_i32(a, flip, lda, m, b.data, kq, n, out, ld) };
+            return Ok(());
+        }
+        if crate::kernels::isa::int8_avx_vnni() {
+            // SAFETY: AVX2 and AVX-VNNI are available; the extents were checked above.
+            unsafe { super::gemm_avxvnni::gemm_i32(a, flip, lda, m, b.data, kq, n, out, ld) };
+            return Ok(());
+        }
+    }
+    if simd {
+        return Err(bad(
+            "an 8-bit dot-product path requested on a CPU without one",
+        ));
+    }
+    for t in 0..n.div_ceil(NR) {
+        let panel = &b.data[t * kq * NR..(t + 1) * kq * NR];
+        let cols = (n - t * NR).min(NR);
+        for r in 0..m {
+            let arow = &a[r * lda..r * lda + kq];
+            let row = &mut out[r * ld + t * NR..][..cols];
+            row.fill(0);
+            for (q, quad) in arow.chunks_exact(4).enumerate() {
+                let brow = &panel[q * 4 * NR..(q + 1) * 4 * NR];
+                for (j, acc) in row.iter_mut().enumerate() {
+                    let s: i32 = (0..4)
+                        .map(|h| i32::from(quad[h] ^ flip) * i32::from(brow[4 * j + h] as i8))
+                        .sum();
+                    *acc = acc.wrapping_add(s);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 fn portable(
     a: &[u8],
@@ -317,6 +392,168 @@ mod avx512 {
         }
     }
 
+    /// `start` plus the dot products of R rows of A (`lda` bytes apart, each four bytes
+    /// XORed with `flip`) with P panels of B (`kq * NR` bytes each), over the depth `kq`.
+    ///
+    /// # Safety
+    /// The CPU features of [`gemm`]; `a` holds R rows of `kq` bytes at `lda` strides, `b`
+    /// P panels.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
+    #[inline]
+    unsafe fn dot_block<const R: usize, const P: usize, const FLIP: bool>(
+        a: &[u8],
+        flip: i32,
+        lda: usize,
+        b: &[u8],
+        kq: usize,
+        start: [__m512i; P],
+    ) -> [[__m512i; P]; R] {
+        debug_assert!(a.len() >= (R - 1) * lda + kq);
+        debug_assert!(b.len() >= P * kq * NR);
+        let mut acc = [start; R];
+        // Opaque to the optimizer: knowing it a splat, LLVM XORs the four bytes before
+        // broadcasting them, which takes a register broadcast (a shuffle) per row;
+        // opaque, each row is one XOR with an embedded memory broadcast. int8
+        // MobileNetV2 ran 4-7% faster (alternated A/B).
+        let flip = std::hint::black_box(_mm512_set1_epi32(flip));
+        let ap = a.as_ptr();
+        let bp = b.as_ptr();
+        for q in 0..kq / 4 {
+            let mut bv = [_mm512_setzero_si512(); P];
+            for (p, v) in bv.iter_mut().enumerate() {
+                // SAFETY: panel p's quad q ends at p * kq * NR + (q + 1) * 64 <= P * kq * NR.
+                *v = unsafe { _mm512_loadu_si512(bp.add(p * kq * NR + q * 4 * NR) as *const _) };
+            }
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: row r's quad q ends at r * lda + 4q + 4 <= r * lda + kq.
+                let quad = unsafe { (ap.add(r * lda + 4 * q) as *const i32).read_unaligned() };
+                // A broadcast from memory, then the offset in a vector register (none
+                // when FLIP is false: A is unsigned bytes as stored).
+                let av = if FLIP {
+                    _mm512_xor_si512(_mm512_set1_epi32(quad), flip)
+                } else {
+                    _mm512_set1_epi32(quad)
+                };
+                for (acc, &b) in acc.iter_mut().zip(&bv) {
+                    *acc = _mm512_dpbusd_epi32(*acc, av, b);
+                }
+            }
+        }
+        acc
+    }
+
+    /// [`super::gemm_i32`] on AVX512-VNNI: blocks of 8 rows x 32 columns (two panels;
+    /// a last odd panel alone).
+    ///
+    /// # Safety
+    /// As [`gemm`], with `out` rows `r < m` of `n <= ld` values.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn gemm_i32(
+        a: &[u8],
+        flip: u8,
+        lda: usize,
+        m: usize,
+        b: &[u8],
+        kq: usize,
+        n: usize,
+        out: &mut [i32],
+        ld: usize,
+    ) {
+        let panels = n.div_ceil(NR);
+        let mut t = 0;
+        while t < panels {
+            let pair = t + 1 < panels;
+            let c0 = t * NR;
+            let b0 = &b[t * kq * NR..];
+            let mut r0 = 0;
+            while r0 < m {
+                let rows = block_rows(m - r0, MR);
+                let block = I32Block {
+                    a: &a[r0 * lda..],
+                    flip: i32::from_ne_bytes([flip; 4]),
+                    lda,
+                    b: b0,
+                    kq,
+                    c0,
+                    n,
+                };
+                let dst = &mut out[r0 * ld..];
+                // SAFETY: the features are this function's contract; rows r0..r0 + rows
+                // <= m of A, the panels from t (two only when t + 1 exists) and the
+                // destination rows are inside their slices (the extents
+                // `super::gemm_i32` checks).
+                unsafe {
+                    match (rows, pair) {
+                        (8, true) => block.run::<8, 2>(dst, ld),
+                        (7, true) => block.run::<7, 2>(dst, ld),
+                        (6, true) => block.run::<6, 2>(dst, ld),
+                        (5, true) => block.run::<5, 2>(dst, ld),
+                        (4, true) => block.run::<4, 2>(dst, ld),
+                        (3, true) => block.run::<3, 2>(dst, ld),
+                        (2, true) => block.run::<2, 2>(dst, ld),
+                        (_, true) => block.run::<1, 2>(dst, ld),
+                        (8, false) => block.run::<8, 1>(dst, ld),
+                        (7, false) => block.run::<7, 1>(dst, ld),
+                        (6, false) => block.run::<6, 1>(dst, ld),
+                        (5, false) => block.run::<5, 1>(dst, ld),
+                        (4, false) => block.run::<4, 1>(dst, ld),
+                        (3, false) => block.run::<3, 1>(dst, ld),
+                        (2, false) => block.run::<2, 1>(dst, ld),
+                        (_, false) => block.run::<1, 1>(dst, ld),
+                    }
+                }
+                r0 += rows;
+            }
+            t += if pair { 2 } else { 1 };
+        }
+    }
+
+    /// One block of [`gemm_i32`]: R rows of A, P panels of B from column c0.
+    struct I32Block<'a> {
+        a: &'a [u8],
+        flip: i32,
+        lda: usize,
+        b: &'a [u8],
+        kq: usize,
+        c0: usize,
+        n: usize,
+    }
+
+    impl I32Block<'_> {
+        /// # Safety
+        /// As [`gemm_i32`]'s calls: R rows of A, P panels of B, `out` R rows at `ld`
+        /// strides holding the block's columns below n.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2")]
+        #[inline]
+        unsafe fn run<const R: usize, const P: usize>(&self, out: &mut [i32], ld: usize) {
+            let zero = [_mm512_setzero_si512(); P];
+            let (a, lda, b, kq) = (self.a, self.lda, self.b, self.kq);
+            // SAFETY: the features and the operands' extents are this function's contract.
+            let acc = unsafe {
+                if self.flip == 0 {
+                    dot_block::<R, P, false>(a, 0, lda, b, kq, zero)
+                } else {
+                    dot_block::<R, P, true>(a, self.flip, lda, b, kq, zero)
+                }
+            };
+            for p in 0..P {
+                let c = self.c0 + p * NR;
+                let cols = (self.n - c).min(NR);
+                let mask: u16 = if cols >= NR {
+                    u16::MAX
+                } else {
+                    (1 << cols) - 1
+                };
+                for (r, acc) in acc.iter().enumerate() {
+                    let dst = &mut out[r * ld + c..][..cols];
+                    // SAFETY: the mask writes the `cols` values `dst` holds.
+                    unsafe { _mm512_mask_storeu_epi32(dst.as_mut_ptr(), mask, acc[p]) };
+                }
+            }
+        }
+    }
+
     /// The single-precision stage's constants for the block's panels (the bias is the
     /// accumulators' start, so it is not here).
     struct FloatPanels<const P: usize> {
@@ -367,34 +604,10 @@ mod avx512 {
                     };
                 }
             }
-            let mut acc = [start; R];
-            // Opaque to the optimizer: knowing it a splat, LLVM XORs the four bytes
-            // before broadcasting them, which takes a register broadcast (a shuffle)
-            // per row; opaque, each row is one XOR with an embedded memory broadcast.
-            // int8 MobileNetV2 ran 4-7% faster (alternated A/B).
-            let flip = std::hint::black_box(_mm512_set1_epi32(self.flip));
-            let ap = self.a.as_ptr();
-            let bp = self.b.as_ptr();
-            for q in 0..self.kq / 4 {
-                let mut bv = [_mm512_setzero_si512(); P];
-                for (p, v) in bv.iter_mut().enumerate() {
-                    // SAFETY: panel p's quad q ends at p * kq * NR + (q + 1) * 64 <=
-                    // P * kq * NR.
-                    *v = unsafe {
-                        _mm512_loadu_si512(bp.add(p * self.kq * NR + q * 4 * NR) as *const _)
-                    };
-                }
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    // SAFETY: row r's quad q ends at r * lda + 4q + 4 <= r * lda + kq.
-                    let quad =
-                        unsafe { (ap.add(r * self.lda + 4 * q) as *const i32).read_unaligned() };
-                    // A broadcast from memory, then the offset in a vector register.
-                    let av = _mm512_xor_si512(_mm512_set1_epi32(quad), flip);
-                    for (acc, &b) in acc.iter_mut().zip(&bv) {
-                        *acc = _mm512_dpbusd_epi32(*acc, av, b);
-                    }
-                }
-            }
+            // SAFETY: the features and the operands' extents are this function's contract.
+            let acc = unsafe {
+                dot_block::<R, P, true>(self.a, self.flip, self.lda, self.b, self.kq, start)
+            };
             // SAFETY: the features, `out` and the block's extents are this function's
             // contract; with a single-precision stage the accumulators started at the
             // bias (as `store_float` needs), otherwise at zero (as `store_fixed` needs).
@@ -725,6 +938,43 @@ mod tests {
                         "case {case} vnni {vnni} row {r} (m {m} k {k} n {n})"
                     );
                 }
+            }
+        }
+    }
+
+    /// The raw sums of the dot-product kernel equal the portable ones, with and without
+    /// the int8 offset.
+    #[test]
+    fn raw_sums_equal_the_portable_path() {
+        if !i32_available() {
+            return;
+        }
+        let mut rng = Rng(0x0123_4567_89ab_cdef);
+        for case in 0..60 {
+            let m = rng.range(1, 20) as usize;
+            let k = rng.range(1, 200) as usize;
+            let n = rng.range(1, 70) as usize;
+            let kq = quad_depth(k);
+            let a: Vec<u8> = (0..m * kq).map(|_| rng.range(0, 255) as u8).collect();
+            let flip = if case % 2 == 0 { 0x80 } else { 0 };
+            let b: Vec<i8> = (0..k * n).map(|_| rng.range(-128, 127) as i8).collect();
+            let mut packed = vec![0u8; packed_len(k, n).unwrap()];
+            pack_rhs(k, n, |kk, j| b[kk * n + j], &mut packed);
+            let rhs = PackedRhs {
+                data: &packed,
+                k,
+                n,
+            };
+            let ld = n + 1;
+            let (mut want, mut got) = (vec![0i32; m * ld], vec![0i32; m * ld]);
+            gemm_i32(false, &a, flip, kq, m, &rhs, &mut want, ld).unwrap();
+            gemm_i32(true, &a, flip, kq, m, &rhs, &mut got, ld).unwrap();
+            for r in 0..m {
+                assert_eq!(
+                    &got[r * ld..r * ld + n],
+                    &want[r * ld..r * ld + n],
+                    "case {case}"
+                );
             }
         }
     }

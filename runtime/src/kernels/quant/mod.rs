@@ -13,6 +13,8 @@
 //!   requantizing output stage.
 //! - [`conv`]: CONV_2D, GROUPED_CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV_2D.
 //! - [`dense`]: FULLY_CONNECTED, BATCH_MATMUL.
+//! - [`dynamic_dense`]: the extension DYNAMIC_FULLY_CONNECTED (float rows quantized when
+//!   it runs, int8 weights).
 //! - [`binary`]: ADD, SUB, MUL, MAXIMUM, MINIMUM, PRELU and the comparisons.
 //! - [`unary`]: RELU/RELU1/RELU6, LOGISTIC, TANH, HARD_SWISH, QUANTIZE, DEQUANTIZE
 //!   (256-entry tables computed at build time with the reference's arithmetic).
@@ -38,6 +40,7 @@ mod arith;
 pub(super) mod binary;
 pub(super) mod conv;
 pub(super) mod dense;
+pub(super) mod dynamic_dense;
 mod gemm;
 #[cfg(target_arch = "x86_64")]
 mod gemm_avxvnni;
