@@ -2,7 +2,7 @@
 """Time nnc against ONNX Runtime on the models scripts/zoo_export.py wrote (for scripts/bench-zoo).
 
 Usage: zoo_bench.py --zoo DIR --nnc NNC --work DIR [--threads T] [--runs N] [--rounds R]
-                    [--only REGEX] [--json FILE]
+                    [--only REGEX] [--json FILE] [--dynamic]
 
 For each exported model: compile it with nnc (AES-128-CTR weights, a fresh key), run it
 once with `nnc run` and compare with ONNX Runtime's output on the same input (largest
@@ -14,6 +14,11 @@ that idles while nnc runs. Each engine's figure is the median over the rounds of
 round's median, so a slow minute on a shared machine slows both. Ratios are nnc / ONNX
 Runtime: below 1 means nnc is faster. A model on which ONNX Runtime crashes with its
 default optimizations is timed with its basic ones, marked '*' and left out of the means.
+
+With --dynamic both engines run dynamically quantized models: nnc compiles with
+`--quantize dynamic`, ONNX Runtime runs its own `quantize_dynamic` of the model (QInt8
+weights, per channel), and each is compared with ONNX Runtime's *float* output by SQNR
+(dB over all outputs; higher is closer) instead of the largest difference.
 """
 
 import argparse
@@ -147,6 +152,33 @@ class Ort:
             self.p.wait()
 
 
+def sqnr_db(refs, out_dir):
+    """SQNR in dB of the outputs in out_dir (output_K.npy) against refs, over all of them."""
+    signal_, noise = 0.0, 0.0
+    for k, y in enumerate(refs):
+        z = np.load(os.path.join(out_dir, f"output_{k}.npy")).astype(np.float64)
+        y = y.astype(np.float64)
+        if z.shape != y.shape:
+            return float("nan")
+        signal_ += float((y * y).sum())
+        noise += float(((z - y) ** 2).sum())
+    return 10 * math.log10(signal_ / noise) if noise > 0 else float("inf")
+
+
+def ort_dynamic(onnx_path, in_dir, ref_dir, work, name, threads):
+    """ONNX Runtime on its quantize_dynamic of the model (float references written to
+    ref_dir first); returns the timing worker and the dynamic model's SQNR."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    Ort(onnx_path, in_dir, ref_dir, threads).close()
+    dq = os.path.join(work, f"{name}.ort-dynamic.onnx")
+    quantize_dynamic(onnx_path, dq, weight_type=QuantType.QInt8, per_channel=True)
+    dq_dir = ref_dir + ".dynamic"
+    peer = Ort(dq, in_dir, dq_dir, threads)
+    refs = [np.load(os.path.join(ref_dir, f"output_{k}.npy")) for k in range(len(os.listdir(ref_dir)))]
+    return peer, sqnr_db(refs, dq_dir)
+
+
 def bench_model(name, source, a, key, kernels):
     zoo, work = a.zoo, a.work
     meta_path = os.path.join(zoo, f"{name}.meta.json")
@@ -171,6 +203,19 @@ def bench_model(name, source, a, key, kernels):
     if os.path.isdir(ref_dir):
         for f in os.listdir(ref_dir):
             os.remove(os.path.join(ref_dir, f))
+    if a.dynamic:
+        try:
+            peer, r["ort_sqnr_db"] = ort_dynamic(onnx_path, in_dir, ref_dir, work, name, a.threads)
+        except Exception as e:  # noqa: BLE001 - reported per model
+            r.update(status="ort-failed", error=one_line(str(e)))
+            return r
+        try:
+            return bench_nnc(r, name, a, key, kernels, peer, onnx_path, in_dir, ref_dir)
+        except RuntimeError as e:
+            r.update(status="ort-failed", error=one_line(str(e)))
+            return r
+        finally:
+            peer.close()
     try:
         peer = Ort(onnx_path, in_dir, ref_dir, a.threads)
     except Exception as e:  # noqa: BLE001 - reported per model
@@ -203,7 +248,8 @@ def bench_nnc(r, name, a, key, kernels, peer, onnx_path, in_dir, ref_dir):
     ]
     inputs = [x for k in names for x in ("--input", f"{k}={files[k]}")]
     compiled = os.path.join(work, f"{name}.nnc")
-    p = nnc([a.nnc, "compile", onnx_path, "-o", compiled, "--key-file", key, "--json"])
+    quantize = ["--quantize", "dynamic"] if a.dynamic else []
+    p = nnc([a.nnc, "compile", onnx_path, "-o", compiled, "--key-file", key, "--json", *quantize])
     if p.returncode != 0:
         r.update(status="nnc-compile-failed", error=nnc_error(p))
         return r
@@ -248,6 +294,8 @@ def bench_nnc(r, name, a, key, kernels, peer, onnx_path, in_dir, ref_dir):
             diff = max(diff, float(np.abs(z64 - y64).max()))
     r["max_diff"] = diff / scale if scale > 0 else diff
     r["max_abs_diff"] = diff
+    if a.dynamic:
+        r["nnc_sqnr_db"] = sqnr_db(ref, out_dir)
     nnc_t, ort_t = [], []
     for _ in range(a.rounds):
         p = nnc(
@@ -291,6 +339,7 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--only", default="")
     p.add_argument("--json")
+    p.add_argument("--dynamic", action="store_true")
     a = p.parse_args()
     os.makedirs(a.work, exist_ok=True)
     key = os.path.join(a.work, "key")
@@ -339,18 +388,26 @@ def main():
     counted = [r for r in timed if not r.get("ort_note")]
     k = kernels.get("kernels") or {}
     print(f"\nkernels nnc bench reported: float {k.get('float')}, int8 {k.get('int8')}")
+    if a.dynamic:
+        accuracy = "nnc dB / ort dB = SQNR of each dynamically quantized model against ONNX Runtime's float output"
+        head = f"{'nnc dB':>7} | {'ort dB':>7}"
+    else:
+        accuracy = "max diff = max|nnc - ort| / max|ort|"
+        head = f"{'max diff':>8}"
     print(
         f"{a.threads} thread(s); median of {a.rounds} rounds of {a.runs} runs; ratio = nnc / onnxruntime "
-        f"(below 1: nnc faster); max diff = max|nnc - ort| / max|ort|\n"
+        f"(below 1: nnc faster); {accuracy}\n"
     )
-    print(
-        f"{'model':26} | {'source':12} | {'nnc ms':>9} | {'ort ms':>9} | {'ratio':>6} | {'max diff':>8}"
-    )
-    print("-" * 85)
+    print(f"{'model':26} | {'source':12} | {'nnc ms':>9} | {'ort ms':>9} | {'ratio':>6} | {head}")
+    print("-" * 95)
     for r in timed:
+        if a.dynamic:
+            tail = f"{r['nnc_sqnr_db']:7.1f} | {r['ort_sqnr_db']:7.1f}"
+        else:
+            tail = f"{r['max_diff']:8.1e}"
         print(
             f"{r['model']:26} | {r['source']:12} | {r['nnc_ms']:9.3f} | {r['ort_ms']:9.3f} | "
-            f"{r['ratio']:6.2f} | {r['max_diff']:8.1e}{' *' if r.get('ort_note') else ''}"
+            f"{r['ratio']:6.2f} | {tail}{' *' if r.get('ort_note') else ''}"
         )
     for r in timed:
         if r.get("ort_note"):
@@ -364,6 +421,7 @@ def main():
         "rounds": a.rounds,
         "kernels": kernels.get("kernels"),
         "nnc_max_isa": os.environ.get("NNC_MAX_ISA"),
+        "dynamic": a.dynamic,
     }
     if ratios:
         summary["geomean_ratio"] = math.exp(
