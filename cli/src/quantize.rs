@@ -21,6 +21,31 @@ pub enum QuantizeArg {
     Dynamic,
 }
 
+/// What `--quantize` did.
+pub enum Quantization {
+    Static(QuantReport),
+    Dynamic(quantize::dynamic::DynamicSummary),
+}
+
+impl Quantization {
+    /// As `compile --json` shows it under `quantization`: the static report as it always
+    /// was, or the dynamic summary with `"mode": "dynamic"`.
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Quantization::Static(report) => {
+                serde_json::to_value(report).unwrap_or(serde_json::Value::Null)
+            }
+            Quantization::Dynamic(summary) => {
+                let mut v = serde_json::to_value(summary).unwrap_or(serde_json::Value::Null);
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("mode".into(), "dynamic".into());
+                }
+                v
+            }
+        }
+    }
+}
+
 /// `--calibration-method`.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum MethodArg {
@@ -161,15 +186,15 @@ impl QuantizeArgs {
         }
     }
 
-    /// Quantizes `model` when `--quantize` asks; returns the report of static
-    /// quantization (written with [`QuantizeArgs::write_report`] once the compiled model
-    /// is).
+    /// Quantizes `model` when `--quantize` asks; returns what it did (a static
+    /// quantization's report is written with [`QuantizeArgs::write_report`] once the
+    /// compiled model is).
     pub fn apply(
         &self,
         model: &mut Model,
         limits: &nnc_formats::limits::Limits,
         json: bool,
-    ) -> anyhow::Result<Option<QuantReport>> {
+    ) -> anyhow::Result<Option<Quantization>> {
         if let Some(QuantizeArg::Dynamic) = self.quantize {
             self.check()?;
             let options = quantize::dynamic::DynamicOptions {
@@ -188,7 +213,7 @@ impl QuantizeArgs {
                      FULLY_CONNECTED (MatMul/Gemm) with constant float32 weights"
                 );
             }
-            return Ok(None);
+            return Ok(Some(Quantization::Dynamic(summary)));
         }
         let (Some(QuantizeArg::Int8), Some(dir)) = (self.quantize, &self.calibration) else {
             return Ok(None);
@@ -234,7 +259,7 @@ impl QuantizeArgs {
                  in float32 with an int8 form (the report lists why each stays as it is)"
             );
         }
-        Ok(Some(quantized.report))
+        Ok(Some(Quantization::Static(quantized.report)))
     }
 
     /// Refuses a `--quant-report` path that names one of `inputs` or lies inside the

@@ -862,6 +862,22 @@ fn dynamic_quantization_needs_no_calibration_and_stays_close() {
     let (reference, quantized) = (run_all(&float, "f"), run_all(&dynamic, "q"));
     let db = sqnr_db(&reference, &quantized);
     assert!(db > 30.0, "{db} dB");
+    // --json carries the summary under `quantization`.
+    let o = run(
+        compile_cmd(&case.join("model.onnx"), &dir.path().join("j.nnc")).args([
+            "--quantize",
+            "dynamic",
+            "--json",
+        ]),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let q = &json(&o)["quantization"];
+    assert_eq!(q["mode"], "dynamic");
+    assert!(u64_of(&q["quantized"]) >= 8, "{q}");
+    assert_eq!(
+        u64_of(&q["weight_bytes_int8"]) * 4,
+        u64_of(&q["weight_bytes_float"])
+    );
     // The inspection names the extension operation.
     let o = run(nnc().arg("inspect").arg(&dynamic));
     assert!(o.status.success(), "{}", stderr(&o));

@@ -329,7 +329,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })?;
     let emit_ms = started.elapsed().as_secs_f64() * 1e3;
     // The accuracy report goes out with the model it describes, never before it.
-    if let Some(report) = &quant_report {
+    if let Some(crate::quantize::Quantization::Static(report)) = &quant_report {
         let mut not_over = inputs.clone();
         not_over.push(&args.output);
         args.quantize.write_report(report, &not_over)?;
@@ -433,7 +433,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "arena_bytes": arena,
         "cache": cache,
         "plan": plan_summary,
-        "quantization": quant_report,
+        "quantization": quant_report.as_ref().map(crate::quantize::Quantization::to_json),
         "timing_ms": { "lower": lower_ms, "quantize": quantize_ms, "emit": emit_ms },
     });
     if args.json {
