@@ -514,24 +514,9 @@ fn a_transformer_encoder_quantizes_statically() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../testdata/transformers/bert_opset17/model.onnx");
     let float = lower_file(&path, &LowerOptions::default()).unwrap().model;
-    let ids = |seed: i64| -> Sample {
-        let tensor = |values: Vec<i64>| {
-            HostTensor::new(
-                nnc_formats::tensor::DataType::I64,
-                vec![2, 12],
-                values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            )
-            .unwrap()
-        };
-        vec![
-            tensor((0..24).map(|k| (k * 37 + seed * 11) % 100).collect()),
-            tensor(vec![1; 24]),
-            tensor(vec![0; 24]),
-        ]
-    };
     let q = quantize::quantize(
         &float,
-        &[ids(1), ids(2), ids(3)],
+        &[bert_input(1), bert_input(2), bert_input(3)],
         &QuantizeOptions {
             method: RangeMethod::Fixed(CalibrationMethod::MinMax),
             ..Default::default()
@@ -561,7 +546,7 @@ fn a_transformer_encoder_quantizes_statically() {
         );
     }
     // Held out: the quantized model's first output stays close.
-    let held_out = [ids(7)];
+    let held_out = [bert_input(7)];
     assert!(sqnr(&float, &q.model, &held_out) > 25.0);
 }
 

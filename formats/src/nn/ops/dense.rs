@@ -27,18 +27,7 @@ pub(super) fn fully_connected(
         &[input.operand_type]
     };
     let weights = ctx.tensor(1, "weights", weight_types)?;
-    if let Some(q) = &weights.channel_quant
-        && q.channel_dim != 0
-    {
-        return Err(param_err(
-            1,
-            "weights",
-            format!(
-                "per-channel quantization must be along dimension 0, got {}",
-                q.channel_dim
-            ),
-        ));
-    }
+    per_unit_scales(weights)?;
     require_rank(weights, 1, "weights", 2..=2)?;
     require_rank(input, 0, "input", 2..=usize::MAX)?;
     let bias_type = if QUANT8.contains(&input.operand_type) {
@@ -78,18 +67,7 @@ pub(super) fn dynamic_fully_connected(
             OperandType::TensorQuant8Symm,
         ],
     )?;
-    if let Some(q) = &weights.channel_quant
-        && q.channel_dim != 0
-    {
-        return Err(param_err(
-            1,
-            "weights",
-            format!(
-                "per-channel quantization must be along dimension 0, got {}",
-                q.channel_dim
-            ),
-        ));
-    }
+    per_unit_scales(weights)?;
     if weights.operand_type == OperandType::TensorQuant8Symm && weights.zero_point != 0 {
         return Err(param_err(
             1,
@@ -118,6 +96,22 @@ pub(super) fn dynamic_fully_connected(
     };
     ctx.activation(3)?;
     rows_by_units(input, weights, bias, OperandType::TensorFloat32)
+}
+
+/// Per-channel weights of a fully-connected product have one scale per unit: along
+/// dimension 0 (TFLite allows only that).
+fn per_unit_scales(weights: &Operand) -> Result<()> {
+    match &weights.channel_quant {
+        Some(q) if q.channel_dim != 0 => Err(param_err(
+            1,
+            "weights",
+            format!(
+                "per-channel quantization must be along dimension 0, got {}",
+                q.channel_dim
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// `[rows, units]` of a fully-connected product, of type `output_type`: the input read

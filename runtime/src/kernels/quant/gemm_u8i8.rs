@@ -135,18 +135,9 @@ pub(crate) fn gemm(
     stage: &Stage,
     signed: bool,
 ) -> Result<()> {
-    let kq = quad_depth(b.k);
-    let n = b.n;
+    let (kq, n) = (quad_depth(b.k), b.n);
     let bad = |what: &str| RuntimeError::Internal(format!("8-bit GEMM: {what}"));
-    if lda < kq || matrix_extent(m, lda, kq).is_none_or(|e| e > a.len()) {
-        return Err(bad("left operand too short"));
-    }
-    if packed_len(b.k, n) != Some(b.data.len()) {
-        return Err(bad("packed right operand has the wrong size"));
-    }
-    if ld < n || matrix_extent(m, ld, n).is_none_or(|e| e > out.len()) {
-        return Err(bad("destination too short"));
-    }
+    check_extents(a.len(), lda, m, b, out.len(), ld)?;
     if stage.columns() != n {
         return Err(bad("output stage does not match the columns"));
     }
@@ -211,6 +202,31 @@ pub(crate) fn gemm(
     Ok(())
 }
 
+/// The operand extents both GEMM entries check before any kernel indexes them: A rows
+/// `r < m` of `kq <= lda` bytes, B of its packed size, destination rows `r < m` of
+/// `n <= ld` elements.
+fn check_extents(
+    a_len: usize,
+    lda: usize,
+    m: usize,
+    b: &PackedRhs,
+    out_len: usize,
+    ld: usize,
+) -> Result<()> {
+    let (kq, n) = (quad_depth(b.k), b.n);
+    let bad = |what: &str| Err(RuntimeError::Internal(format!("8-bit GEMM: {what}")));
+    if lda < kq || matrix_extent(m, lda, kq).is_none_or(|e| e > a_len) {
+        return bad("left operand too short");
+    }
+    if packed_len(b.k, n) != Some(b.data.len()) {
+        return bad("packed right operand has the wrong size");
+    }
+    if ld < n || matrix_extent(m, ld, n).is_none_or(|e| e > out_len) {
+        return bad("destination too short");
+    }
+    Ok(())
+}
+
 /// Whether [`gemm_i32`] has a dot-product kernel here (x86-64 with AVX512-VNNI or
 /// AVX-VNNI; the NEON kernels write bytes only).
 pub(crate) fn i32_available() -> bool {
@@ -231,18 +247,9 @@ pub(crate) fn gemm_i32(
     out: &mut [i32],
     ld: usize,
 ) -> Result<()> {
-    let kq = quad_depth(b.k);
-    let n = b.n;
+    let (kq, n) = (quad_depth(b.k), b.n);
     let bad = |what: &str| RuntimeError::Internal(format!("8-bit GEMM: {what}"));
-    if lda < kq || matrix_extent(m, lda, kq).is_none_or(|e| e > a.len()) {
-        return Err(bad("left operand too short"));
-    }
-    if packed_len(b.k, n) != Some(b.data.len()) {
-        return Err(bad("packed right operand has the wrong size"));
-    }
-    if ld < n || matrix_extent(m, ld, n).is_none_or(|e| e > out.len()) {
-        return Err(bad("destination too short"));
-    }
+    check_extents(a.len(), lda, m, b, out.len(), ld)?;
     if m == 0 || n == 0 {
         return Ok(());
     }
