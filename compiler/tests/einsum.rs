@@ -1,48 +1,21 @@
 //! ONNX Einsum: small models built here are lowered, run on the simulated NPU and
 //! compared with a reference computed by plain loops over every index assignment.
 
+mod common;
+
 use std::collections::BTreeMap;
 
 use nnc_compiler::CompileError;
-use nnc_compiler::emit::{self, EmitOptions};
 use nnc_compiler::onnx::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto,
-    TypeProto, ValueInfoProto, attribute_proto::AttributeType, encode_model, tensor_shape_proto,
-    type_proto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TypeProto,
+    ValueInfoProto, attribute_proto::AttributeType, type_proto,
 };
-use nnc_compiler::onnx::tensor::ExternalDataContext;
-use nnc_compiler::pipeline::{LowerOptions, SourceFormat, lower_bytes};
-use nnc_formats::crypto::Mode;
 use nnc_formats::nn::{Model, dump, validate};
 use nnc_formats::tensor::{DataType, HostTensor};
-use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
-
-const FLOAT: i32 = 1;
 
 /// A float tensor value; a negative dimension is left dynamic.
 fn value_info(name: &str, dims: &[i64]) -> ValueInfoProto {
-    let dim = dims
-        .iter()
-        .map(|&d| tensor_shape_proto::Dimension {
-            value: Some(if d < 0 {
-                tensor_shape_proto::dimension::Value::DimParam("n".into())
-            } else {
-                tensor_shape_proto::dimension::Value::DimValue(d)
-            }),
-            denotation: String::new(),
-        })
-        .collect();
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: FLOAT,
-                shape: Some(TensorShapeProto { dim }),
-            })),
-            denotation: String::new(),
-        }),
-        ..Default::default()
-    }
+    common::float_value_info(name, Some(dims))
 }
 
 /// One Einsum node over inputs of the given shapes.
@@ -92,31 +65,11 @@ fn einsum_model(equation: &str, shapes: &[Vec<i64>]) -> ModelProto {
 }
 
 fn lower(m: &ModelProto) -> Result<Model, CompileError> {
-    lower_bytes(
-        encode_model(m).into(),
-        SourceFormat::Onnx,
-        &ExternalDataContext::none(),
-        &LowerOptions::default(),
-    )
-    .map(|l| l.model)
+    common::lower_onnx(m)
 }
 
 fn run(model: &Model, inputs: &[HostTensor]) -> Vec<f32> {
-    let bytes = emit::emit(
-        model,
-        EmitOptions {
-            envelope: Default::default(),
-            key: None,
-            mode: Mode::Ctr,
-            authenticate_only: false,
-            reproducible: true,
-            extra_sections: Vec::new(),
-        },
-    )
-    .expect("emits");
-    let npu = SimulatedNpu::new("npu0");
-    let prepared = PreparedModel::load_bytes(bytes, &npu, &LoadOptions::default()).expect("loads");
-    let outputs = prepared.run(inputs).expect("runs");
+    let outputs = common::run_on_npu(model, inputs);
     assert_eq!(outputs.len(), 1);
     outputs[0].to_f32_vec().expect("float output")
 }

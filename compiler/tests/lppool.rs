@@ -1,70 +1,19 @@
 //! ONNX LpPool and GlobalLpPool: one-node models built here are lowered, run on the
 //! simulated NPU and compared with a reference computed by plain loops.
 
-use nnc_compiler::CompileError;
-use nnc_compiler::emit::{self, EmitOptions};
+mod common;
+
+use common::{float_attr as float, float_value_info, int_attr as int, ints_attr as ints};
 use nnc_compiler::onnx::proto::{
-    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto,
-    TypeProto, ValueInfoProto, attribute_proto::AttributeType, encode_model, tensor_shape_proto,
-    type_proto,
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto,
+    attribute_proto::AttributeType,
 };
-use nnc_compiler::onnx::tensor::ExternalDataContext;
-use nnc_compiler::pipeline::{LowerOptions, SourceFormat, lower_bytes};
-use nnc_formats::crypto::Mode;
 use nnc_formats::nn::{Model, validate};
 use nnc_formats::tensor::{DataType, HostTensor};
-use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
 
-const FLOAT: i32 = 1;
-
-fn value_info(name: &str, dims: Option<&[usize]>) -> ValueInfoProto {
-    let shape = dims.map(|dims| TensorShapeProto {
-        dim: dims
-            .iter()
-            .map(|&d| tensor_shape_proto::Dimension {
-                value: Some(tensor_shape_proto::dimension::Value::DimValue(d as i64)),
-                denotation: String::new(),
-            })
-            .collect(),
-    });
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                elem_type: FLOAT,
-                shape,
-            })),
-            denotation: String::new(),
-        }),
-        ..Default::default()
-    }
-}
-
-fn ints(name: &str, v: &[i64]) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: Some(AttributeType::Ints as i32),
-        ints: v.to_vec(),
-        ..Default::default()
-    }
-}
-
-fn int(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: Some(AttributeType::Int as i32),
-        i: Some(v),
-        ..Default::default()
-    }
-}
-
-fn float(name: &str, v: f32) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: Some(AttributeType::Float as i32),
-        f: Some(v),
-        ..Default::default()
-    }
+fn value_info(name: &str, dims: Option<&[usize]>) -> nnc_compiler::onnx::proto::ValueInfoProto {
+    let dims: Option<Vec<i64>> = dims.map(|d| d.iter().map(|&v| v as i64).collect());
+    float_value_info(name, dims.as_deref())
 }
 
 fn model(op: &str, opset: i64, shape: &[usize], attribute: Vec<AttributeProto>) -> ModelProto {
@@ -93,39 +42,19 @@ fn model(op: &str, opset: i64, shape: &[usize], attribute: Vec<AttributeProto>) 
     }
 }
 
-fn lower(m: &ModelProto) -> Result<Model, CompileError> {
-    lower_bytes(
-        encode_model(m).into(),
-        SourceFormat::Onnx,
-        &ExternalDataContext::none(),
-        &LowerOptions::default(),
-    )
-    .map(|l| l.model)
+fn lower(m: &ModelProto) -> Result<Model, nnc_compiler::CompileError> {
+    common::lower_onnx(m)
 }
 
 fn run(m: &ModelProto, shape: &[usize], x: &[f32]) -> (Vec<f32>, Vec<usize>) {
     let model = lower(m).expect("lowers");
     validate(&model).expect("valid model");
-    let bytes = emit::emit(
-        &model,
-        EmitOptions {
-            envelope: Default::default(),
-            key: None,
-            mode: Mode::Ctr,
-            authenticate_only: false,
-            reproducible: true,
-            extra_sections: Vec::new(),
-        },
-    )
-    .expect("emits");
-    let npu = SimulatedNpu::new("npu0");
-    let prepared = PreparedModel::load_bytes(bytes, &npu, &LoadOptions::default()).expect("loads");
     let input = HostTensor {
         dtype: DataType::F32,
         shape: shape.to_vec(),
         data: x.iter().flat_map(|v| v.to_le_bytes()).collect(),
     };
-    let outputs = prepared.run(&[input]).expect("runs");
+    let outputs = common::run_on_npu(&model, &[input]);
     assert_eq!(outputs.len(), 1);
     let shape = outputs[0].shape.clone();
     (outputs[0].to_f32_vec().expect("float output"), shape)

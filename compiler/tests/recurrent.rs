@@ -7,20 +7,21 @@
 //! result must not change), custom functions, input_forget. Outputs are compared with
 //! ONNX Runtime's (the corpus references) and between the two lowerings.
 
+mod common;
+
 use std::path::PathBuf;
 
-use nnc_compiler::emit::{self, EmitOptions};
+use common::{float_attr, int_attr};
+
 use nnc_compiler::onnx::proto::{
     AttributeProto, GraphProto, ModelProto, ValueInfoProto, attribute_proto::AttributeType,
     type_proto,
 };
 use nnc_compiler::onnx::tensor::ExternalDataContext;
 use nnc_compiler::pipeline::{LowerOptions, SourceFormat, lower_bytes};
-use nnc_formats::crypto::Mode;
 use nnc_formats::nn::{Model, dump, validate};
 use nnc_formats::npy::read_npy_file;
 use nnc_formats::tensor::HostTensor;
-use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
 use prost::Message;
 
 const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/onnx");
@@ -64,24 +65,6 @@ fn lower_graph_variant(
     model
 }
 
-fn float_attr(name: &str, v: f32) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: Some(AttributeType::Float as i32),
-        f: Some(v),
-        ..Default::default()
-    }
-}
-
-fn int_attr(name: &str, v: i64) -> AttributeProto {
-    AttributeProto {
-        name: name.into(),
-        r#type: Some(AttributeType::Int as i32),
-        i: Some(v),
-        ..Default::default()
-    }
-}
-
 fn strings_attr(name: &str, v: &[&str]) -> AttributeProto {
     AttributeProto {
         name: name.into(),
@@ -116,23 +99,7 @@ fn numbered(case: &str, kind: &str) -> Vec<HostTensor> {
 }
 
 fn run(model: &Model, inputs: &[HostTensor]) -> Vec<Vec<f32>> {
-    let bytes = emit::emit(
-        model,
-        EmitOptions {
-            envelope: Default::default(),
-            key: None,
-            mode: Mode::Ctr,
-            authenticate_only: false,
-            reproducible: true,
-            extra_sections: Vec::new(),
-        },
-    )
-    .expect("emits");
-    let npu = SimulatedNpu::new("npu0");
-    let prepared = PreparedModel::load_bytes(bytes, &npu, &LoadOptions::default()).expect("loads");
-    prepared
-        .run(inputs)
-        .expect("runs")
+    common::run_on_npu(model, inputs)
         .iter()
         .map(|t| t.to_f32_vec().expect("float output"))
         .collect()
