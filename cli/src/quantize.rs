@@ -196,7 +196,6 @@ impl QuantizeArgs {
         json: bool,
     ) -> anyhow::Result<Option<Quantization>> {
         if let Some(QuantizeArg::Dynamic) = self.quantize {
-            self.check()?;
             let options = quantize::dynamic::DynamicOptions {
                 per_channel: !self.per_tensor,
                 keep_float: self.keep_float.clone(),
