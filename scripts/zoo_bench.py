@@ -74,6 +74,11 @@ def nnc(args):
         )
 
 
+# The ONNX Runtime workers' environment: with --peer-max-isa, scripts/peer-cap's library
+# preloaded so that ONNX Runtime sees a processor without the instruction sets above it.
+PEER_ENV = None
+
+
 def ort_worker(model, in_dir, ref_dir, threads, level):
     """Child process: one ONNX Runtime session, serving timing requests on stdin.
 
@@ -123,6 +128,7 @@ class Ort:
                 stdout=subprocess.PIPE,
                 stderr=err,
                 text=True,
+                env=PEER_ENV,
             )
         self.inputs = json.loads(self.line())["inputs"]
 
@@ -340,7 +346,12 @@ def main():
     p.add_argument("--only", default="")
     p.add_argument("--json")
     p.add_argument("--dynamic", action="store_true")
+    p.add_argument("--peer-max-isa", default="none")
+    p.add_argument("--peer-preload")
     a = p.parse_args()
+    if a.peer_max_isa != "none":
+        global PEER_ENV
+        PEER_ENV = dict(os.environ, LD_PRELOAD=a.peer_preload, PEER_MAX_ISA=a.peer_max_isa)
     os.makedirs(a.work, exist_ok=True)
     key = os.path.join(a.work, "key")
     subprocess.run(

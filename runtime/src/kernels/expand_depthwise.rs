@@ -16,7 +16,7 @@
 
 use nnc_formats::nn::{OperandType, OperationType};
 
-use super::conv::depthwise_row;
+use super::depthwise_f32::depthwise_row;
 use super::gemm_f32::{self, Epilogue};
 use super::util::{for_row_tiles, rank4};
 use super::window::{ConvParams, Geometry, decode_conv};

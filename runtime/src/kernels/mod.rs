@@ -27,6 +27,7 @@ use crate::tensor::{TensorMut, TensorRef};
 
 pub mod compare;
 pub mod conv;
+mod depthwise_f32;
 mod conv_indirect;
 pub mod elementwise;
 pub(crate) mod expand_depthwise;
