@@ -363,7 +363,8 @@ mod x86 {
         let (lo, hi) = (V::splat(row.clamp.lo), V::splat(row.clamp.hi));
         macro_rules! store {
             ($ox:expr, $v:expr) => {
-                $v.clamp(lo, hi).store::<FULL>(row.out.add($ox * c + c0), mask)
+                $v.clamp(lo, hi)
+                    .store::<FULL>(row.out.add($ox * c + c0), mask)
             };
         }
         // SAFETY: the extents in this function's contract.
@@ -496,9 +497,8 @@ mod x86 {
                                 let mut paths: Vec<(&str, Vec<f32>)> = Vec::new();
                                 let mut run = |name, f: &dyn Fn(&Row)| {
                                     let mut got = vec![f32::NAN; g.ow * c];
-                                    let row =
-                                        Row::new(&g, &x, &w, &bias, clamp, b, oy, &mut got)
-                                            .expect("the buffers fit");
+                                    let row = Row::new(&g, &x, &w, &bias, clamp, b, oy, &mut got)
+                                        .expect("the buffers fit");
                                     f(&row);
                                     paths.push((name, got));
                                 };
@@ -527,7 +527,10 @@ mod x86 {
                                         .iter()
                                         .zip(&want)
                                         .all(|(a, b)| a.to_bits() == b.to_bits());
-                                    assert!(same, "{name}: k {k} c {c} s {s} d {d} pad {pad} row {b},{oy}");
+                                    assert!(
+                                        same,
+                                        "{name}: k {k} c {c} s {s} d {d} pad {pad} row {b},{oy}"
+                                    );
                                     checked += 1;
                                 }
                             }

@@ -27,8 +27,8 @@ use crate::tensor::{TensorMut, TensorRef};
 
 pub mod compare;
 pub mod conv;
-mod depthwise_f32;
 mod conv_indirect;
+mod depthwise_f32;
 pub mod elementwise;
 pub(crate) mod expand_depthwise;
 pub mod fully_connected;
