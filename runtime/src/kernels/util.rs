@@ -528,11 +528,29 @@ pub(crate) fn shifted_moments(first: f64, sum: f64, squares: f64, n: usize) -> (
 }
 
 /// Mean and population variance of `xs`, accumulated in f64 (see [`shifted_moments`]).
+///
+/// Eight running sums of each kind, one per position modulo 8, added at the end: one
+/// chain of f64 additions waited on the adder's latency at every element (4 cycles: a
+/// GroupNorm over PoolFormer's 200,000 values per image took 0.26 ms, LayerNorm rows
+/// likewise), where eight independent ones vectorize.
 pub(crate) fn mean_variance(xs: &[f32]) -> (f64, f64) {
+    const LANES: usize = 8;
     let first = xs.first().map_or(0.0, |&v| f64::from(v));
-    let (sum, squares) = xs.iter().fold((0f64, 0f64), |(s, q), &v| {
+    let (mut sum, mut squares) = ([0f64; LANES], [0f64; LANES]);
+    let chunks = xs.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for ((s, q), &v) in sum.iter_mut().zip(&mut squares).zip(chunk) {
+            let d = f64::from(v) - first;
+            *s += d;
+            *q += d * d;
+        }
+    }
+    for ((s, q), &v) in sum.iter_mut().zip(&mut squares).zip(rest) {
         let d = f64::from(v) - first;
-        (s + d, q + d * d)
-    });
+        *s += d;
+        *q += d * d;
+    }
+    let (sum, squares) = (sum.iter().sum::<f64>(), squares.iter().sum::<f64>());
     shifted_moments(first, sum, squares, xs.len())
 }
