@@ -167,13 +167,7 @@ fn for_each_lane(
 }
 
 fn softmax_lane(beta: f32, x: &[f32], out: &mut [f32]) {
-    // The largest value is subtracted first, so no exponential overflows (beta > 0).
-    let max = super::vmath::max(x);
-    let sum = super::vmath::exp_shifted(x, out, max, beta);
-    let inv = (1.0 / sum) as f32;
-    for o in out.iter_mut() {
-        *o *= inv;
-    }
+    super::vmath::softmax(x, out, beta);
 }
 
 fn log_softmax_lane(beta: f32, x: &[f32], out: &mut [f32]) {

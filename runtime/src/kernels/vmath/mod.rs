@@ -105,6 +105,7 @@ pub(crate) fn apply_threaded(threads: usize, f: Func, src: &[f32], dst: &mut [f3
 
 /// The largest value of `x` (-inf for an empty slice; NaN values are ignored unless all
 /// are NaN).
+#[cfg(test)]
 pub(crate) fn max(x: &[f32]) -> f32 {
     match path() {
         #[cfg(target_arch = "x86_64")]
@@ -123,6 +124,7 @@ pub(crate) fn max(x: &[f32]) -> f32 {
 
 /// `dst[i] = e^((src[i] - shift) * beta)`, returning the sum of `dst` (softmax's
 /// numerators and denominator in one pass).
+#[cfg(test)]
 pub(crate) fn exp_shifted(src: &[f32], dst: &mut [f32], shift: f32, beta: f32) -> f64 {
     match path() {
         #[cfg(target_arch = "x86_64")]
@@ -136,6 +138,25 @@ pub(crate) fn exp_shifted(src: &[f32], dst: &mut [f32], shift: f32, beta: f32) -
             unsafe { exp_shifted_avx2(src, dst, shift, beta) }
         }
         Path::Portable => exp_shifted_with::<f32>(src, dst, shift, beta),
+    }
+}
+
+/// `dst = softmax(beta * src)` over the whole lane: the largest value, the shifted
+/// exponentials and their sum, then the scaling, all in one function compiled for the
+/// processor's vectors (the scaling pass was the compiler's SSE loop before).
+pub(crate) fn softmax(src: &[f32], dst: &mut [f32], beta: f32) {
+    match path() {
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx512 => {
+            // SAFETY: `path` chose this only where AVX-512F, AVX2 and FMA were detected.
+            unsafe { softmax_avx512(src, dst, beta) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx2 => {
+            // SAFETY: `path` chose this only where AVX2 and FMA were detected.
+            unsafe { softmax_avx2(src, dst, beta) }
+        }
+        Path::Portable => softmax_with::<f32>(src, dst, beta),
     }
 }
 
@@ -179,23 +200,35 @@ fn apply_avx2(f: Func, src: &[f32], dst: &mut [f32]) {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
+fn softmax_avx512(src: &[f32], dst: &mut [f32], beta: f32) {
+    softmax_with::<lanes::Avx512>(src, dst, beta)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn softmax_avx2(src: &[f32], dst: &mut [f32], beta: f32) {
+    softmax_with::<lanes::Avx2>(src, dst, beta)
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+#[target_feature(enable = "avx512f,avx2,fma")]
 fn max_avx512(x: &[f32]) -> f32 {
     max_with::<lanes::Avx512>(x)
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(test, target_arch = "x86_64"))]
 #[target_feature(enable = "avx2,fma")]
 fn max_avx2(x: &[f32]) -> f32 {
     max_with::<lanes::Avx2>(x)
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(test, target_arch = "x86_64"))]
 #[target_feature(enable = "avx512f,avx2,fma")]
 fn exp_shifted_avx512(src: &[f32], dst: &mut [f32], shift: f32, beta: f32) -> f64 {
     exp_shifted_with::<lanes::Avx512>(src, dst, shift, beta)
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(test, target_arch = "x86_64"))]
 #[target_feature(enable = "avx2,fma")]
 fn exp_shifted_avx2(src: &[f32], dst: &mut [f32], shift: f32, beta: f32) -> f64 {
     exp_shifted_with::<lanes::Avx2>(src, dst, shift, beta)
@@ -322,6 +355,23 @@ fn max_with<V: Lanes>(x: &[f32]) -> f32 {
 const SUM_BLOCK: usize = 1024;
 
 #[inline(always)]
+fn softmax_with<V: Lanes>(src: &[f32], dst: &mut [f32], beta: f32) {
+    let n = src.len().min(dst.len());
+    // The largest value is subtracted first, so no exponential overflows (beta > 0).
+    let max = max_with::<V>(&src[..n]);
+    let sum = exp_shifted_with::<V>(&src[..n], &mut dst[..n], max, beta);
+    let inv = (1.0 / sum) as f32;
+    let whole = n / V::WIDTH * V::WIDTH;
+    let inv_v = V::splat(inv);
+    for d in dst[..whole].chunks_exact_mut(V::WIDTH) {
+        V::load(d).mul(inv_v).store(d);
+    }
+    for d in &mut dst[whole..n] {
+        *d *= inv;
+    }
+}
+
+#[inline(always)]
 fn exp_shifted_with<V: Lanes>(src: &[f32], dst: &mut [f32], shift: f32, beta: f32) -> f64 {
     let n = src.len().min(dst.len());
     let (shift_v, beta_v) = (V::splat(shift), V::splat(beta));
@@ -341,10 +391,16 @@ fn exp_shifted_with<V: Lanes>(src: &[f32], dst: &mut [f32], shift: f32, beta: f3
             acc = acc.add(e);
         }
         let mut block = f64::from(acc.sum());
-        for (sv, dv) in s[whole..].iter().zip(&mut d[whole..]) {
-            let e = approx::exp((*sv - shift) * beta);
-            *dv = e;
-            block += f64::from(e);
+        let rest = s.len() - whole;
+        if rest > 0 {
+            // The tail on one vector through a padded copy (the scalar polynomial took
+            // as long as the rest of a 197-value attention row).
+            let mut tmp = [shift; MAX_WIDTH];
+            tmp[..rest].copy_from_slice(&s[whole..]);
+            let e = approx::exp(V::load(&tmp).sub(shift_v).mul(beta_v));
+            e.store(&mut tmp);
+            d[whole..].copy_from_slice(&tmp[..rest]);
+            block += tmp[..rest].iter().map(|&v| f64::from(v)).sum::<f64>();
         }
         total += block;
     }

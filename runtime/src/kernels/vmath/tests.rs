@@ -257,3 +257,29 @@ fn max_and_the_softmax_exponentials_match_their_definitions() {
         "{sum} against {want_sum}"
     );
 }
+
+/// The softmax of lanes of every length around the vector widths (tails through the
+/// padded copy), against its definition in f64.
+#[test]
+fn softmax_matches_its_definition() {
+    for n in [1usize, 5, 8, 15, 16, 17, 197, 1037] {
+        let xs: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919) % 1000) as f32 / 41.0 - 11.0)
+            .collect();
+        let mut got = vec![f32::NAN; n];
+        softmax(&xs, &mut got, 0.5);
+        let max = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let e: Vec<f64> = xs
+            .iter()
+            .map(|&x| (f64::from(x - max) * 0.5).exp())
+            .collect();
+        let sum: f64 = e.iter().sum();
+        for (i, (&y, &e)) in got.iter().zip(&e).enumerate() {
+            let want = e / sum;
+            assert!(
+                (f64::from(y) - want).abs() <= 8.0 * f64::from(f32::EPSILON) * want,
+                "length {n}, value {i}: {y} against {want}"
+            );
+        }
+    }
+}
