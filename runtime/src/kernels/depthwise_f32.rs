@@ -238,6 +238,8 @@ mod x86 {
         fn splat(v: f32) -> Zmm {
             Zmm(simd!(_mm512_set1_ps(v)))
         }
+        /// # Safety
+        /// As [`Vector::load`].
         #[inline(always)]
         unsafe fn load<const FULL: bool>(p: *const f32, m: __mmask16) -> Zmm {
             Zmm(if FULL {
@@ -246,6 +248,8 @@ mod x86 {
                 simd!(_mm512_maskz_loadu_ps(m, p))
             })
         }
+        /// # Safety
+        /// As [`Vector::store`].
         #[inline(always)]
         unsafe fn store<const FULL: bool>(self, p: *mut f32, m: __mmask16) {
             // Full blocks store unmasked: masked 512-bit stores are slow on AMD Zen 4.
@@ -282,6 +286,8 @@ mod x86 {
         fn splat(v: f32) -> Ymm {
             Ymm(simd!(_mm256_set1_ps(v)))
         }
+        /// # Safety
+        /// As [`Vector::load`].
         #[inline(always)]
         unsafe fn load<const FULL: bool>(p: *const f32, m: __m256i) -> Ymm {
             Ymm(if FULL {
@@ -290,6 +296,8 @@ mod x86 {
                 simd!(_mm256_maskload_ps(p, m))
             })
         }
+        /// # Safety
+        /// As [`Vector::store`].
         #[inline(always)]
         unsafe fn store<const FULL: bool>(self, p: *mut f32, m: __m256i) {
             if FULL {
@@ -491,42 +499,19 @@ mod x86 {
         /// dilations, padding on either side, both images of a batch, and a clamp.
         #[test]
         fn register_kernels_give_the_portable_bits() {
-            let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-            let mut next = move || {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                (seed % 2001) as f32 / 1000.0 - 1.0
-            };
+            let mut rng = crate::kernels::util::test_rng::Rng(0x9e37_79b9_7f4a_7c15);
             let mut checked = 0;
             for k in [3, 5, 7, 9] {
                 for c in [1, 7, 8, 9, 16, 17, 40] {
                     for (s, d, pad) in [(1, 1, k / 2), (2, 1, k / 2), (1, 2, k - 1), (2, 1, 0)] {
                         let (n, ih, iw) = (2, 11, 14);
-                        let extent = |i: usize| (i + 2 * pad).checked_sub(d * (k - 1) + 1);
-                        let (Some(h), Some(w_)) = (extent(ih), extent(iw)) else {
-                            continue;
-                        };
                         let g = Geometry {
-                            n,
-                            ih,
-                            iw,
-                            ic: c,
-                            oh: h / s + 1,
-                            ow: w_ / s + 1,
                             oc: c,
-                            kh: k,
-                            kw: k,
-                            sh: s,
-                            sw: s,
-                            dh: d,
-                            dw: d,
-                            pad_top: pad,
-                            pad_left: pad,
+                            ..Geometry::square(n, (ih, iw, c), k, (s, d, pad))
                         };
-                        let x: Vec<f32> = (0..n * ih * iw * c).map(|_| next()).collect();
-                        let w: Vec<f32> = (0..k * k * c).map(|_| next()).collect();
-                        let bias: Vec<f32> = (0..c).map(|_| next()).collect();
+                        let x = rng.f32s(n * ih * iw * c);
+                        let w = rng.f32s(k * k * c);
+                        let bias = rng.f32s(c);
                         let clamp = Clamp { lo: -0.5, hi: 0.75 };
                         for b in 0..n {
                             for oy in 0..g.oh {

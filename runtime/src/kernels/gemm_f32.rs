@@ -938,6 +938,21 @@ mod tests {
         }
     }
 
+    /// Random operands of an `m x k` by `k x n` product: A, the bias, B and B packed.
+    fn random_product(
+        rng: &mut crate::kernels::util::test_rng::Rng,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+        let a = rng.f32s(m * k);
+        let bias = rng.f32s(n);
+        let bm = rng.f32s(k * n);
+        let mut packed = vec![0f32; packed_len(k, n).unwrap()];
+        pack(k, n, |kk, j| bm[kk * n + j], &mut packed);
+        (a, bias, bm, packed)
+    }
+
     /// Products split by columns over threads (one row, or few rows and a large filter)
     /// give the bits of one thread, and write nothing past n.
     #[test]
@@ -956,11 +971,7 @@ mod tests {
         ];
         for (m, n, k) in cases {
             assert!(splits_columns(m, k, n));
-            let a = rng.f32s(m * k);
-            let bias = rng.f32s(n);
-            let bm = rng.f32s(k * n);
-            let mut packed = vec![0f32; packed_len(k, n).unwrap()];
-            pack(k, n, |kk, j| bm[kk * n + j], &mut packed);
+            let (a, bias, bm, packed) = random_product(&mut rng, m, n, k);
             let e = Epilogue {
                 bias: &bias,
                 clamp: Clamp { lo: -0.5, hi: 2.0 },
@@ -1017,11 +1028,7 @@ mod tests {
             (5, 300, 2000),
         ];
         for (m, n, k) in cases {
-            let a = rng.f32s(m * k);
-            let bias = rng.f32s(n);
-            let bm = rng.f32s(k * n);
-            let mut packed = vec![0f32; packed_len(k, n).unwrap()];
-            pack(k, n, |kk, j| bm[kk * n + j], &mut packed);
+            let (a, bias, bm, packed) = random_product(&mut rng, m, n, k);
             let e = Epilogue {
                 bias: &bias,
                 clamp: Clamp { lo: -4.0, hi: 3.0 },

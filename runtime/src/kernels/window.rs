@@ -170,6 +170,35 @@ pub(crate) struct Geometry {
 }
 
 impl Geometry {
+    #[cfg(test)]
+    /// A convolution geometry from an `ih x iw x ic` input, square kernel, stride,
+    /// dilation and padding (top and left; the bottom and right as much).
+    pub(crate) fn square(
+        n: usize,
+        (ih, iw, ic): (usize, usize, usize),
+        k: usize,
+        (s, d, pad): (usize, usize, usize),
+    ) -> Geometry {
+        let span = (k - 1) * d + 1;
+        Geometry {
+            n,
+            ih,
+            iw,
+            ic,
+            oh: (ih + 2 * pad - span) / s + 1,
+            ow: (iw + 2 * pad - span) / s + 1,
+            oc: 1,
+            kh: k,
+            kw: k,
+            sh: s,
+            sw: s,
+            dh: d,
+            dw: d,
+            pad_top: pad,
+            pad_left: pad,
+        }
+    }
+
     /// Checks the input, kernel and output sizes against each other.
     pub fn new(
         p: &ConvParams,
@@ -669,46 +698,18 @@ pub(crate) fn decode_pool(info: &OpInfo) -> Result<PoolParams> {
 mod tests {
     use super::*;
 
-    /// A convolution geometry from an `ih x iw x ic` input, square kernel, stride,
-    /// dilation and padding (top and left; the bottom and right as much).
-    fn geometry(
-        n: usize,
-        (ih, iw, ic): (usize, usize, usize),
-        k: usize,
-        (s, d, pad): (usize, usize, usize),
-    ) -> Geometry {
-        let span = (k - 1) * d + 1;
-        Geometry {
-            n,
-            ih,
-            iw,
-            ic,
-            oh: (ih + 2 * pad - span) / s + 1,
-            ow: (iw + 2 * pad - span) / s + 1,
-            oc: 1,
-            kh: k,
-            kw: k,
-            sh: s,
-            sw: s,
-            dh: d,
-            dw: d,
-            pad_top: pad,
-            pad_left: pad,
-        }
-    }
-
     /// (geometry, groups): borders, strides, dilations, groups, a pointwise one, a
     /// 3-channel first layer, two images.
     fn cases() -> Vec<(Geometry, usize)> {
         vec![
-            (geometry(1, (7, 9, 3), 3, (2, 1, 1)), 1),
-            (geometry(2, (6, 5, 4), 3, (1, 1, 1)), 1),
-            (geometry(1, (8, 8, 6), 3, (1, 2, 2)), 1),
-            (geometry(1, (9, 7, 8), 3, (1, 1, 1)), 4),
-            (geometry(2, (5, 6, 4), 1, (1, 1, 0)), 2),
-            (geometry(1, (5, 6, 4), 1, (1, 1, 0)), 1),
-            (geometry(1, (11, 10, 3), 7, (2, 1, 3)), 1),
-            (geometry(1, (4, 4, 2), 5, (1, 1, 4)), 1),
+            (Geometry::square(1, (7, 9, 3), 3, (2, 1, 1)), 1),
+            (Geometry::square(2, (6, 5, 4), 3, (1, 1, 1)), 1),
+            (Geometry::square(1, (8, 8, 6), 3, (1, 2, 2)), 1),
+            (Geometry::square(1, (9, 7, 8), 3, (1, 1, 1)), 4),
+            (Geometry::square(2, (5, 6, 4), 1, (1, 1, 0)), 2),
+            (Geometry::square(1, (5, 6, 4), 1, (1, 1, 0)), 1),
+            (Geometry::square(1, (11, 10, 3), 7, (2, 1, 3)), 1),
+            (Geometry::square(1, (4, 4, 2), 5, (1, 1, 4)), 1),
         ]
     }
 
@@ -786,7 +787,7 @@ mod tests {
 
     #[test]
     fn matrices_that_do_not_fit_the_geometry_are_errors() {
-        let g = geometry(1, (4, 4, 2), 3, (1, 1, 1));
+        let g = Geometry::square(1, (4, 4, 2), 3, (1, 1, 1));
         let x = vec![0u8; 4 * 4 * 2];
         let k = 9 * 2;
         let copy = <[u8]>::copy_from_slice;
