@@ -215,26 +215,21 @@ def bench_model(name, source, a, key, kernels):
         except Exception as e:  # noqa: BLE001 - reported per model
             r.update(status="ort-failed", error=one_line(str(e)))
             return r
+    else:
         try:
-            return bench_nnc(r, name, a, key, kernels, peer, onnx_path, in_dir, ref_dir)
-        except RuntimeError as e:
-            r.update(status="ort-failed", error=one_line(str(e)))
-            return r
-        finally:
-            peer.close()
-    try:
-        peer = Ort(onnx_path, in_dir, ref_dir, a.threads)
-    except Exception as e:  # noqa: BLE001 - reported per model
-        # ONNX Runtime 1.32 segfaults in an extended-level fusion on some models
-        # (caformer_s18): time it with its basic optimizations, flagged and kept out of the means.
-        try:
-            peer = Ort(onnx_path, in_dir, ref_dir, a.threads, "basic")
-            r["ort_note"] = (
-                f"{one_line(str(e), 80)} with default optimizations; timed with ORT_ENABLE_BASIC"
-            )
-        except Exception:  # noqa: BLE001
-            r.update(status="ort-failed", error=one_line(str(e)))
-            return r
+            peer = Ort(onnx_path, in_dir, ref_dir, a.threads)
+        except Exception as e:  # noqa: BLE001 - reported per model
+            # ONNX Runtime 1.32 segfaults in an extended-level fusion on some models
+            # (caformer_s18): time it with its basic optimizations, flagged and kept out
+            # of the means.
+            try:
+                peer = Ort(onnx_path, in_dir, ref_dir, a.threads, "basic")
+                r["ort_note"] = (
+                    f"{one_line(str(e), 80)} with default optimizations; timed with ORT_ENABLE_BASIC"
+                )
+            except Exception:  # noqa: BLE001
+                r.update(status="ort-failed", error=one_line(str(e)))
+                return r
     try:
         return bench_nnc(r, name, a, key, kernels, peer, onnx_path, in_dir, ref_dir)
     except RuntimeError as e:

@@ -6,17 +6,16 @@
 //! extension operation each lowers to, refusals of options nnc cannot honour, and
 //! corrupted options (never a panic).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use nnc_compiler::CompileError;
-use nnc_compiler::emit::{self, EmitOptions};
 use nnc_compiler::onnx::ImportOptions;
 use nnc_compiler::tflite::import_bytes;
-use nnc_formats::crypto::Mode;
 use nnc_formats::nn::{HalVersion, Model, OperationType};
 use nnc_formats::npy::read_npy_file;
 use nnc_formats::tensor::HostTensor;
-use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
 
 const OPS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/mediapipe/ops");
 const ATOL: f64 = 1e-5;
@@ -63,25 +62,6 @@ fn model_of(dir: &Path) -> Model {
     import(bytes).unwrap_or_else(|e| panic!("{}: {e}", name(dir)))
 }
 
-/// Emits, loads and runs `model` on the case's inputs.
-fn run(model: &Model, inputs: &[HostTensor]) -> Vec<HostTensor> {
-    let bytes = emit::emit(
-        model,
-        EmitOptions {
-            envelope: Default::default(),
-            key: None,
-            mode: Mode::Ctr,
-            authenticate_only: false,
-            reproducible: true,
-            extra_sections: Vec::new(),
-        },
-    )
-    .expect("emit");
-    let npu = SimulatedNpu::new("npu0");
-    let prepared = PreparedModel::load_bytes(bytes, &npu, &LoadOptions::default()).expect("load");
-    prepared.run(inputs).expect("run")
-}
-
 #[test]
 fn every_case_matches_the_reference() {
     let cases = cases();
@@ -90,7 +70,7 @@ fn every_case_matches_the_reference() {
     let mut worst = Vec::new();
     for dir in &cases {
         let case = name(dir);
-        let actual = run(&model_of(dir), &numbered(dir, "input"));
+        let actual = common::run_on_npu(&model_of(dir), &numbered(dir, "input"));
         let expected = numbered(dir, "output");
         assert_eq!(actual.len(), expected.len(), "{case}: output count");
         let mut max_err = 0f64;

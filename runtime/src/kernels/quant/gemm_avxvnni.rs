@@ -231,8 +231,9 @@ impl Block<'_> {
 mod tests {
     use super::super::arith::Multiplier;
     use super::super::gemm::tests::Rng;
-    use super::super::gemm_u8i8::{PackedRhs, corrected_bias, gemm as portable_path, pack_rhs};
-    use super::super::gemm_u8i8::{packed_len, quad_depth};
+    use super::super::gemm_u8i8::quad_depth;
+    use super::super::gemm_u8i8::tests::random_rhs;
+    use super::super::gemm_u8i8::{PackedRhs, corrected_bias, gemm as portable_path};
     use super::*;
 
     /// The AVX-VNNI kernel's bytes equal the portable path's on random operands, in
@@ -253,9 +254,7 @@ mod tests {
             let lda = kq + 4 * rng.range(0, 2) as usize;
             let a: Vec<u8> = (0..m * lda).map(|_| rng.range(0, 255) as u8).collect();
             let flip = if case % 4 < 2 { 0x80 } else { 0 };
-            let b: Vec<i8> = (0..k * n).map(|_| rng.range(-128, 127) as i8).collect();
-            let mut packed = vec![0u8; packed_len(k, n).unwrap()];
-            let sums = pack_rhs(k, n, |kk, j| b[kk * n + j], &mut packed);
+            let (_, packed, sums) = random_rhs(&mut rng, k, n);
             let bias: Vec<i32> = (0..n).map(|_| rng.range(-100_000, 100_000)).collect();
             let bias = corrected_bias(Some(&bias), &sums, rng.range(0, 255));
             let mults: Vec<Multiplier> = (0..n)
@@ -316,9 +315,7 @@ mod tests {
             let kq = quad_depth(k);
             let a: Vec<u8> = (0..m * kq).map(|_| rng.range(0, 255) as u8).collect();
             let flip = if case % 2 == 0 { 0x80 } else { 0 };
-            let b: Vec<i8> = (0..k * n).map(|_| rng.range(-128, 127) as i8).collect();
-            let mut packed = vec![0u8; packed_len(k, n).unwrap()];
-            pack_rhs(k, n, |kk, j| b[kk * n + j], &mut packed);
+            let (_, packed, _) = random_rhs(&mut rng, k, n);
             let rhs = PackedRhs {
                 data: &packed,
                 k,

@@ -489,7 +489,7 @@ unsafe fn store_row(acc: &[i32; NR], stage: &Stage, c0: usize, row: &mut [u8], s
 mod tests {
     use super::super::arith::Multiplier;
     use super::super::gemm::tests::Rng;
-    use super::super::gemm_u8i8::{PackedRhs, gemm as gemm_u8i8, pack_rhs, packed_len, quad_depth};
+    use super::super::gemm_u8i8::{PackedRhs, gemm as gemm_u8i8, quad_depth};
     use super::*;
 
     /// Both NEON loops (SDOT where the processor has it) against the portable 8-bit GEMM
@@ -510,9 +510,7 @@ mod tests {
             let lda = kq + 4 * rng.range(0, 2) as usize;
             let a: Vec<u8> = (0..m * lda).map(|_| rng.range(0, 255) as u8).collect();
             let flip = if case % 4 < 2 { 0x80 } else { 0 };
-            let b: Vec<i8> = (0..k * n).map(|_| rng.range(-128, 127) as i8).collect();
-            let mut packed = vec![0u8; packed_len(k, n).unwrap()];
-            let sums = pack_rhs(k, n, |kk, j| b[kk * n + j], &mut packed);
+            let (_, packed, sums) = super::super::gemm_u8i8::tests::random_rhs(&mut rng, k, n);
             let bias = super::super::gemm_u8i8::corrected_bias(
                 Some(
                     &(0..n)

@@ -282,15 +282,23 @@ pub(crate) fn gemm_i32(
             for (q, quad) in arow.chunks_exact(4).enumerate() {
                 let brow = &panel[q * 4 * NR..(q + 1) * 4 * NR];
                 for (j, acc) in row.iter_mut().enumerate() {
-                    let s: i32 = (0..4)
-                        .map(|h| i32::from(quad[h] ^ flip) * i32::from(brow[4 * j + h] as i8))
-                        .sum();
+                    let s = quad_dot(quad, &brow[4 * j..4 * j + 4], flip);
                     *acc = acc.wrapping_add(s);
                 }
             }
         }
     }
     Ok(())
+}
+
+/// What `vpdpbusd` computes for one lane: four products of A's bytes (un-flipped) by
+/// B's signed bytes, summed in i32 (at most 4 * 255 * 128 in magnitude: no overflow).
+#[inline(always)]
+fn quad_dot(quad: &[u8], b: &[u8], flip: u8) -> i32 {
+    quad.iter()
+        .zip(b)
+        .map(|(&a, &b)| i32::from(a ^ flip) * i32::from(b as i8))
+        .sum()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -315,10 +323,7 @@ fn portable(
             for (q, quad) in arow.chunks_exact(4).enumerate() {
                 let brow = &panel[q * 4 * NR..(q + 1) * 4 * NR];
                 for (j, acc) in acc.iter_mut().enumerate() {
-                    // What vpdpbusd computes: four u8 x i8 products, wrapping in i32.
-                    let s: i32 = (0..4)
-                        .map(|h| i32::from(quad[h] ^ flip) * i32::from(brow[4 * j + h] as i8))
-                        .sum();
+                    let s = quad_dot(quad, &brow[4 * j..4 * j + 4], flip);
                     *acc = acc.wrapping_add(s);
                 }
             }
@@ -841,12 +846,20 @@ mod avx512 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::super::arith::Multiplier;
     use super::super::gemm::{self as wide, Dst};
     use super::*;
 
     use super::super::gemm::tests::Rng;
+
+    /// A random `k x n` matrix of signed bytes, packed, and its column sums.
+    pub(crate) fn random_rhs(rng: &mut Rng, k: usize, n: usize) -> (Vec<i8>, Vec<u8>, Vec<i32>) {
+        let b: Vec<i8> = (0..k * n).map(|_| rng.range(-128, 127) as i8).collect();
+        let mut packed = vec![0u8; packed_len(k, n).unwrap()];
+        let sums = pack_rhs(k, n, |kk, j| b[kk * n + j], &mut packed);
+        (b, packed, sums)
+    }
 
     /// Random u8 activations with zero point `a_zp` and i8 weights: the bytes of the
     /// 8-bit path must equal those of the i16 path on `(a - a_zp)` and `b`, in both
@@ -870,9 +883,7 @@ mod tests {
             // stored flipped.
             let flip = if case % 4 < 2 { 0x80 } else { 0 };
             let stored: Vec<u8> = a.iter().map(|&v| v ^ flip).collect();
-            let b: Vec<i8> = (0..k * n).map(|_| rng.range(-128, 127) as i8).collect();
-            let mut packed = vec![0u8; packed_len(k, n).unwrap()];
-            let sums = pack_rhs(k, n, |kk, j| b[kk * n + j], &mut packed);
+            let (b, packed, sums) = random_rhs(&mut rng, k, n);
             let bias: Vec<i32> = (0..n).map(|_| rng.range(-100_000, 100_000)).collect();
             let mults: Vec<Multiplier> = (0..n)
                 .map(|_| Multiplier::new(2f64.powi(rng.range(-20, -6))).unwrap())
@@ -964,9 +975,7 @@ mod tests {
             let kq = quad_depth(k);
             let a: Vec<u8> = (0..m * kq).map(|_| rng.range(0, 255) as u8).collect();
             let flip = if case % 2 == 0 { 0x80 } else { 0 };
-            let b: Vec<i8> = (0..k * n).map(|_| rng.range(-128, 127) as i8).collect();
-            let mut packed = vec![0u8; packed_len(k, n).unwrap()];
-            pack_rhs(k, n, |kk, j| b[kk * n + j], &mut packed);
+            let (_, packed, _) = random_rhs(&mut rng, k, n);
             let rhs = PackedRhs {
                 data: &packed,
                 k,
