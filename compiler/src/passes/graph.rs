@@ -434,6 +434,18 @@ pub fn insert_operation(
     Ok(outputs)
 }
 
+/// The inputs `inputs` as the schema's shape rules and parameter decoders read them:
+/// each operand with its value when it is a constant.
+pub fn input_views<'m>(model: &'m Model, inputs: &[OperandIndex]) -> Vec<InputView<'m>> {
+    inputs
+        .iter()
+        .map(|&i| InputView {
+            operand: &model.main.operands[i as usize],
+            value: model.constant_bytes(i),
+        })
+        .collect()
+}
+
 /// Fresh temporaries for the outputs of an `op_type` operation on `inputs`, with inferred
 /// shapes and the type and quantization of `templates`.
 pub fn new_outputs(
@@ -443,13 +455,7 @@ pub fn new_outputs(
     templates: &[Operand],
 ) -> Result<Vec<OperandIndex>, String> {
     let shapes = {
-        let views: Vec<InputView> = inputs
-            .iter()
-            .map(|&i| InputView {
-                operand: &model.main.operands[i as usize],
-                value: model.constant_bytes(i),
-            })
-            .collect();
+        let views = input_views(model, inputs);
         let declared: Vec<&Operand> = templates.iter().collect();
         infer(op_type, &views, &declared).map_err(|e| format!("{}: {e}", op_type.name()))?
     };
@@ -469,14 +475,7 @@ pub fn new_outputs(
 pub fn refresh_shapes(model: &mut Model, index: usize) -> Result<(), String> {
     let op = model.main.operations[index].clone();
     let shapes = {
-        let views: Vec<InputView> = op
-            .inputs
-            .iter()
-            .map(|&i| InputView {
-                operand: &model.main.operands[i as usize],
-                value: model.constant_bytes(i),
-            })
-            .collect();
+        let views = input_views(model, &op.inputs);
         let declared: Vec<&Operand> = op
             .outputs
             .iter()

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use nnc_formats::nn::ops::{NoOp, schema};
+use nnc_formats::nn::ops::{NoOp, StridedSlice, schema};
 use nnc_formats::nn::{FusedActivation, Model, OperandType, OperationType};
 
 use super::graph::{self, GraphIndex};
@@ -50,13 +50,14 @@ fn identity_reason(model: &Model, i: usize) -> Option<(&'static str, usize)> {
             .and_then(|k| graph::const_i32(model, op.inputs[k]))
             .is_some_and(|a| a == FusedActivation::None as i32)
     };
-    // TRANSPOSE's permutation (input 1) and STRIDED_SLICE's strides (input 3).
+    // TRANSPOSE's permutation (input 1) and STRIDED_SLICE's strides.
     let identity_perm = || {
         graph::const_i32s(model, op.inputs[1])
             .is_some_and(|p| p.iter().enumerate().all(|(k, &v)| k as i32 == v))
     };
     let forward_strides = || {
-        graph::const_i32s(model, op.inputs[3]).is_some_and(|strides| {
+        let slice = StridedSlice::decode(&graph::input_views(model, &op.inputs));
+        slice.ok().and_then(|s| s.strides).is_some_and(|strides| {
             strides.len() == din.dimensions.len()
                 && strides
                     .iter()

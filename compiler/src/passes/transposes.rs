@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use nnc_formats::nn::ops::{Axes, schema};
+use nnc_formats::nn::ops::{Axes, Reduce, schema};
 use nnc_formats::nn::{Lifetime, Model, Operand, OperandIndex, OperationType};
 
 use super::graph::{self, GraphIndex};
@@ -254,16 +254,11 @@ fn sink(
             if reader.inputs[0] != y {
                 return Ok(Sunk::No);
             }
-            let Some(axes) = graph::const_i32s(model, reader.inputs[1]) else {
-                return Ok(Sunk::No);
-            };
-            // MEAN's keep_dims is an INT32, the REDUCE_* operations' a BOOL.
-            let keep = if reader.op_type == O::Mean {
-                graph::const_i32(model, reader.inputs[2]).map(|v| v != 0)
-            } else {
-                graph::const_bool(model, reader.inputs[2])
-            };
-            let Some(keep) = keep else {
+            let Ok(Reduce {
+                axes: Some(axes),
+                keep_dims: keep,
+            }) = Reduce::decode(reader.op_type, &graph::input_views(model, &reader.inputs))
+            else {
                 return Ok(Sunk::No);
             };
             let mapped: Vec<usize> = axes
@@ -295,7 +290,12 @@ fn sink(
             }
             let axes_operand =
                 model.add_i32_vector(&mapped.iter().map(|&a| a as i32).collect::<Vec<_>>());
-            new_inputs = vec![x, axes_operand, reader.inputs[2]];
+            let params = Reduce {
+                axes: axes_operand,
+                keep_dims: keep,
+            }
+            .encode(reader.op_type, model);
+            new_inputs = [vec![x], params].concat();
         }
         Past::AxisParameter => {
             if reader.inputs[0] != y {

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use nnc_formats::limits::{Budget, LimitKind, Limits};
 use nnc_formats::nn::{Lifetime, Operation, OperationType};
 
-use super::execute::{InputTensor, Placed, ValueSink};
 use super::held::Held;
+use super::io::{InputTensor, Placed, ValueSink};
 use super::program::{ExecState, Program};
 use crate::error::{OpRef, Result, RuntimeError};
 use crate::kernels::{Kernel, KernelContext};

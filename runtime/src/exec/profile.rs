@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use nnc_formats::tensor::HostTensor;
 
-use super::execute::ExecuteOptions;
+use super::io::ExecuteOptions;
 use super::program::Program;
 use crate::error::{OpRef, Result};
 

@@ -24,7 +24,7 @@ use super::memory::{DomainValue, FilePool, IoKind, Memory, State, value_bytes};
 use super::pending::{Pending, complete};
 use crate::buffer::AlignedBuf;
 use crate::error::{Result, RuntimeError};
-use crate::exec::execute::Sink;
+use crate::exec::io::Sink;
 use crate::exec::program::ExecState;
 use crate::exec::{ExecuteOptions, InputTensor};
 use crate::model::{PreparedModel, Timing};

@@ -15,6 +15,7 @@
 //! then reads whole channel runs.
 
 use nnc_formats::nn::OperandType;
+use nnc_formats::nn::ops::GridSample as GridSampleParams;
 use nnc_formats::nn::types::{GridSampleMode, GridSamplePadding};
 
 use super::util::{for_each_chunk, rank4};
@@ -33,15 +34,12 @@ pub(crate) fn build(info: &OpInfo) -> Result<Box<dyn Kernel>> {
             )));
         }
     }
-    let mode = info.i32(2, "mode")?;
-    let padding = info.i32(3, "padding_mode")?;
+    let params = GridSampleParams::decode(info.views()).map_err(|e| info.signature_error(e))?;
     Ok(Box::new(GridSample {
         sampler: Sampler {
-            mode: GridSampleMode::from_code(mode)
-                .ok_or_else(|| info.invalid(format!("unknown mode code {mode}")))?,
-            padding: GridSamplePadding::from_code(padding)
-                .ok_or_else(|| info.invalid(format!("unknown padding mode code {padding}")))?,
-            align_corners: info.bool(4, "align_corners")?,
+            mode: params.mode,
+            padding: params.padding,
+            align_corners: params.align_corners,
         },
     }))
 }

@@ -6,6 +6,7 @@
 //! within the float32 tolerance.
 
 use nnc_formats::nn::OperandType;
+use nnc_formats::nn::ops::Reduce as ReduceParams;
 
 use super::util::axis;
 use super::{Kernel, KernelContext, OpInfo};
@@ -40,7 +41,9 @@ pub(crate) fn build(info: &OpInfo, op: ReduceOp) -> Result<Box<dyn Kernel>> {
         return Err(info.unsupported(format!("operand type {t}")));
     }
     // Axes computed at run time (an NN tensor input like any other) are read per run.
-    let axes = info.i32_values(1)?;
+    let axes = ReduceParams::decode(info.op_type(), info.views())
+        .map_err(|e| info.signature_error(e))?
+        .axes;
     Ok(Box::new(Reduce { op, axes }))
 }
 

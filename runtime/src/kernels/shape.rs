@@ -13,7 +13,7 @@
 
 use bytemuck::Pod;
 use nnc_formats::nn::OperandType;
-use nnc_formats::nn::ops::strided_slice_range;
+use nnc_formats::nn::ops::{Pad, PadFill, PadValue, StridedSlice, strided_slice_range};
 
 use super::util::{axis, for_each_chunk, rank4, split_at_axis, strides_of, with_nhwc};
 use super::{Kernel, KernelContext, OpInfo};
@@ -31,7 +31,7 @@ enum ShapeOp {
         axis: i32,
     },
     Slice,
-    StridedSlice(StridedSliceSpec),
+    StridedSlice(StridedSlice),
     /// Constant padding with the element's bit pattern (u32 for 4-byte elements).
     Pad {
         value: u32,
@@ -59,18 +59,6 @@ enum ShapeOp {
         groups: usize,
         axis: i32,
     },
-}
-
-/// STRIDED_SLICE's parameters; begin / end / strides are `None` when computed at run
-/// time (read per run).
-#[derive(Clone, Debug, PartialEq)]
-struct StridedSliceSpec {
-    begin: Option<Vec<i32>>,
-    end: Option<Vec<i32>>,
-    strides: Option<Vec<i32>>,
-    begin_mask: i32,
-    end_mask: i32,
-    shrink: i32,
 }
 
 struct ShapeKernel {
@@ -128,30 +116,28 @@ pub(crate) fn build(info: &OpInfo, movement: Movement) -> Result<Box<dyn Kernel>
             axis: info.i32(1, "axis")?,
         },
         M::Slice => ShapeOp::Slice,
-        M::StridedSlice => ShapeOp::StridedSlice(StridedSliceSpec {
-            begin: info.i32_values(1)?,
-            end: info.i32_values(2)?,
-            strides: info.i32_values(3)?,
-            begin_mask: info.i32(4, "begin_mask")?,
-            end_mask: info.i32(5, "end_mask")?,
-            shrink: info.i32(6, "shrink_axis_mask")?,
-        }),
-        M::Pad => ShapeOp::Pad { value: 0 },
-        M::PadV2 => {
-            let value = match (t, info.input_type(2)?) {
-                (OperandType::TensorInt32, _) => info.i32(2, "pad_value")? as u32,
-                (OperandType::TensorFloat32, _) => info.f32(2, "pad_value")?.to_bits(),
-                (OperandType::TensorBool8, OperandType::Float32) => {
-                    u32::from(info.f32(2, "pad_value")? != 0.0)
+        M::StridedSlice => ShapeOp::StridedSlice(
+            StridedSlice::decode(info.views()).map_err(|e| info.signature_error(e))?,
+        ),
+        M::Pad | M::PadV2 | M::MirrorPad => {
+            let pad =
+                Pad::decode(info.op_type(), info.views()).map_err(|e| info.signature_error(e))?;
+            match pad.fill {
+                PadFill::Zeros => ShapeOp::Pad { value: 0 },
+                PadFill::Value(v) => {
+                    // The fill value's bits in the tensor's element type.
+                    let value = match (t, v) {
+                        (OperandType::TensorInt32, PadValue::Int(v)) => v as u32,
+                        (OperandType::TensorFloat32, PadValue::Float(v)) => v.to_bits(),
+                        (OperandType::TensorBool8, PadValue::Float(v)) => u32::from(v != 0.0),
+                        (OperandType::TensorBool8, PadValue::Int(v)) => u32::from(v != 0),
+                        (other, _) => return Err(info.unsupported(format!("operand type {other}"))),
+                    };
+                    ShapeOp::Pad { value }
                 }
-                (OperandType::TensorBool8, _) => u32::from(info.i32(2, "pad_value")? != 0),
-                (other, _) => return Err(info.unsupported(format!("operand type {other}"))),
-            };
-            ShapeOp::Pad { value }
+                PadFill::Mirror { symmetric } => ShapeOp::MirrorPad { symmetric },
+            }
         }
-        M::MirrorPad => ShapeOp::MirrorPad {
-            symmetric: info.i32(2, "mode")? == 1,
-        },
         M::Gather => ShapeOp::Gather {
             axis: info.i32(1, "axis")?,
         },
@@ -588,7 +574,7 @@ impl<'m, T: Pod + Default> Move<'m, T> {
     }
 
     /// STRIDED_SLICE, with begin / end / strides read at run time when not constant.
-    fn strided_slice(self, spec: &StridedSliceSpec) -> Result<()> {
+    fn strided_slice(self, spec: &StridedSlice) -> Result<()> {
         let in_shape = self.in_shape;
         let r = in_shape.len();
         let runtime = |v: &Option<Vec<i32>>, i: usize| -> Result<Vec<i32>> {
@@ -616,7 +602,7 @@ impl<'m, T: Pod + Default> Move<'m, T> {
             let bit = |m: i32| d < 32 && m & (1 << d) != 0;
             let dim = u32::try_from(in_shape[d])
                 .map_err(|_| RuntimeError::kernel("dimension exceeds u32"))?;
-            let shrinks = bit(spec.shrink);
+            let shrinks = bit(spec.shrink_axis_mask);
             let (b, e) = strided_slice_range(
                 dim,
                 begin[d],

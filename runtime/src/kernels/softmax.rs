@@ -13,6 +13,7 @@
 //! Sums accumulate in f64.
 
 use nnc_formats::nn::OperandType;
+use nnc_formats::nn::ops as params;
 
 use super::util::{axis, split_at_axis};
 use super::{Kernel, KernelContext, OpInfo};
@@ -65,42 +66,41 @@ pub(crate) fn build(info: &OpInfo, normalization: Normalization) -> Result<Box<d
             "operand type {t} (only TENSOR_FLOAT32 is implemented)"
         )));
     }
-    let optional_axis = |i: usize| -> Result<i32> {
-        if info.present(i) {
-            info.i32(i, "axis")
-        } else {
-            Ok(-1)
-        }
-    };
+    let views = info.views();
+    let decoded = |e| info.signature_error(e);
     let (op, axis) = match normalization {
-        N::Softmax => (
-            NormOp::Softmax {
-                beta: info.f32(1, "beta")?,
-            },
-            optional_axis(2)?,
+        N::Softmax | N::LogSoftmax => {
+            let p = params::Softmax::decode(info.op_type(), views).map_err(decoded)?;
+            let op = if normalization == N::Softmax {
+                NormOp::Softmax { beta: p.beta }
+            } else {
+                NormOp::LogSoftmax { beta: p.beta }
+            };
+            (op, p.axis)
+        }
+        N::L2 => (
+            NormOp::L2,
+            params::L2Normalization::decode(views)
+                .map_err(decoded)?
+                .axis,
         ),
-        N::LogSoftmax => (
-            NormOp::LogSoftmax {
-                beta: info.f32(1, "beta")?,
-            },
-            info.i32(2, "axis")?,
-        ),
-        N::L2 => (NormOp::L2, optional_axis(1)?),
-        N::LocalResponse => (
-            NormOp::Lrn {
-                radius: info.usize(1, "radius")?,
-                bias: info.f32(2, "bias")?,
-                alpha: info.f32(3, "alpha")?,
-                beta: info.f32(4, "beta")?,
-            },
-            optional_axis(5)?,
-        ),
+        N::LocalResponse => {
+            let p = params::LocalResponse::decode(views).map_err(decoded)?;
+            let op = NormOp::Lrn {
+                radius: p.radius as usize,
+                bias: p.bias,
+                alpha: p.alpha,
+                beta: p.beta,
+            };
+            (op, p.axis)
+        }
         N::Instance => {
+            let p = params::InstanceNormalization::decode(views).map_err(decoded)?;
             return Ok(Box::new(InstanceNorm {
-                gamma: info.f32(1, "gamma")?,
-                beta: info.f32(2, "beta")?,
-                epsilon: info.f32(3, "epsilon")?,
-                nchw: info.bool(4, "layout")?,
+                gamma: p.gamma,
+                beta: p.beta,
+                epsilon: p.epsilon,
+                nchw: p.nchw,
             }));
         }
     };

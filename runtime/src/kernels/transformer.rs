@@ -18,12 +18,14 @@
 
 use super::{Kernel, KernelContext, OpInfo, vmath};
 use crate::error::{Result, RuntimeError};
+use nnc_formats::nn::ops::LayerNormalization;
 
 /// LAYER_NORMALIZATION.
 pub(crate) fn build_layer_normalization(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    let params = LayerNormalization::decode(info.views()).map_err(|e| info.signature_error(e))?;
     Ok(Box::new(LayerNorm {
-        epsilon: info.f32(3, "epsilon")?,
-        axis: info.i32(4, "axis")?,
+        epsilon: params.epsilon,
+        axis: params.axis,
     }))
 }
 

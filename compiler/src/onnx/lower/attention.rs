@@ -290,8 +290,7 @@ impl Lowerer<'_> {
             }
             Bias::Runtime(b) => self.arith(n, OperationType::Add, capped, *b)?,
         };
-        let beta = self.f32_const(1.0);
-        let softmax = self.emit(n, OperationType::Softmax, vec![biased, beta])?;
+        let softmax = self.softmax_last_axis(n, biased)?;
         let probs = self.guard_masked_rows(n, softmax, &bias)?;
 
         let pg = grouped(self, probs, total)?;
@@ -659,8 +658,7 @@ impl Lowerer<'_> {
                     .len()
                     .max(1);
                 let axes = self.i32_vector(&[rank as i32 - 1]);
-                let keep_dims = self.bool_const(true);
-                let max = self.emit(n, OperationType::ReduceMax, vec![*b, axes, keep_dims])?;
+                let max = self.reduce_op(n, OperationType::ReduceMax, *b, axes, true)?;
                 let neg_inf = self.model.add_f32_tensor(vec![1], &[NEG_INF]);
                 let masked = self.emit(n, OperationType::Equal, vec![max, neg_inf])?;
                 let zero = self.model.add_f32_tensor(vec![1], &[0.0]);
@@ -990,8 +988,7 @@ impl Lowerer<'_> {
         if let Some(b) = bias {
             scores = self.arith(n, OperationType::Add, scores, b)?;
         }
-        let beta = self.f32_const(1.0);
-        let probs = self.emit(n, OperationType::Softmax, vec![scores, beta])?;
+        let probs = self.softmax_last_axis(n, scores)?;
         let y = self.emit(n, OperationType::BatchMatmul, vec![probs, v4, no, no])?;
         let yd = self.model.main.operands[y as usize].dimensions.clone();
         let y = self.transpose_op(n, y, &[0, 2, 1, 3])?;

@@ -8,7 +8,7 @@
 use std::rc::Rc;
 
 use nnc_formats::nn::ops::{
-    Conv2d, ConvKind, Hw, TransposeConv2d, TransposePadding, WindowPadding,
+    Conv2d, ConvKind, Hw, PadFill, TransposeConv2d, TransposePadding, WindowPadding,
 };
 use nnc_formats::nn::{FusedActivation, OperationType};
 use nnc_formats::tensor::DataType;
@@ -327,7 +327,7 @@ impl Lowerer<'_> {
                     // -> the first (k-1)*d+1 taps.
                     let t = self.reshape_to(n, o, &[outer as u32, k as u32, 1, inner as u32])?;
                     let p = self.i32_vector(&[0, 0, 0, 0, 0, d as i32 - 1, 0, 0]);
-                    let t = self.emit(n, OperationType::Pad, vec![t, p])?;
+                    let t = self.pad_op(n, t, p, PadFill::Zeros)?;
                     let t = self.reshape_to(n, t, &[outer as u32, (k * d) as u32, inner as u32])?;
                     let b = self.i32_vector(&[0, 0, 0]);
                     let s = self.i32_vector(&[outer as i32, kd as i32, inner as i32]);
@@ -633,7 +633,7 @@ impl Lowerer<'_> {
                     0,
                     0,
                 ]);
-                yh = self.emit(n, OperationType::Pad, vec![yh, paddings])?;
+                yh = self.pad_op(n, yh, paddings, PadFill::Zeros)?;
             }
             let b = match &bias_values {
                 Ok(v) => self.model.add_f32_tensor(vec![m as u32], v),

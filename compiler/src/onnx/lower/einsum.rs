@@ -319,8 +319,7 @@ impl Lowerer<'_> {
             return Ok(t);
         }
         let a = self.i32_vector(&axes);
-        let no_keep = self.bool_const(false);
-        let operand = self.emit(n, OperationType::ReduceSum, vec![t.operand, a, no_keep])?;
+        let operand = self.reduce_op(n, OperationType::ReduceSum, t.operand, a, false)?;
         let (labels, dims) = t
             .labels
             .iter()
@@ -362,8 +361,7 @@ impl Lowerer<'_> {
         let m = self.model.add_f32_tensor(mask_dims, &mask);
         let x = self.arith(n, OperationType::Mul, t.operand, m)?;
         let a = self.i32_vector(&[q as i32]);
-        let no_keep = self.bool_const(false);
-        let operand = self.emit(n, OperationType::ReduceSum, vec![x, a, no_keep])?;
+        let operand = self.reduce_op(n, OperationType::ReduceSum, x, a, false)?;
         let (mut labels, mut dims) = (t.labels, t.dims);
         labels.remove(q);
         dims.remove(q);

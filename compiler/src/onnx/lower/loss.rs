@@ -12,6 +12,7 @@
 //! gathering (so that every index stays in range), then their loss and weight are
 //! SELECTed to 0.
 
+use nnc_formats::nn::ops::Softmax;
 use nnc_formats::nn::{OperandType, OperationType};
 use nnc_formats::tensor::DataType;
 
@@ -40,13 +41,10 @@ impl Lowerer<'_> {
         if scores.scalar || self.rank(scores) < 2 {
             return invalid("needs scores of shape [N, C, d1, ..., dk]");
         }
-        let beta = self.f32_const(1.0);
-        let class_axis = self.i32_const(1);
-        let log_prob = self.emit(
-            n,
-            OperationType::LogSoftmax,
-            vec![scores.operand, beta, class_axis],
-        )?;
+        let mut inputs = vec![scores.operand];
+        let class_axis = Softmax { beta: 1.0, axis: 1 };
+        inputs.extend(class_axis.encode(OperationType::LogSoftmax, &mut self.model));
+        let log_prob = self.emit(n, OperationType::LogSoftmax, inputs)?;
         self.emit_nll(n, log_prob)?;
         if self.output_used(n, 1) {
             self.set_tensor(n, 1, log_prob, DataType::F32, false);
@@ -159,12 +157,7 @@ impl Lowerer<'_> {
         let all_axes: Vec<i32> = (0..target_dims.len() as i32).collect();
         let reduce = |this: &mut Self, op: O, v: u32| -> NResult<u32> {
             let axes = this.i32_vector(&all_axes);
-            let keep = if op == O::Mean {
-                this.i32_const(0)
-            } else {
-                this.bool_const(false)
-            };
-            this.emit(n, op, vec![v, axes, keep])
+            this.reduce_op(n, op, v, axes, false)
         };
         let (out, scalar) = match (reduction, weights) {
             (Reduction::None, _) => (loss, false),

@@ -203,10 +203,7 @@ impl Lowerer<'_> {
             let z = match post {
                 PostTransform::None => scores,
                 PostTransform::Logistic => self.emit(n, OperationType::Logistic, vec![scores])?,
-                PostTransform::Softmax => {
-                    let beta = self.f32_const(1.0);
-                    self.emit(n, OperationType::Softmax, vec![scores, beta])?
-                }
+                PostTransform::Softmax => self.softmax_last_axis(n, scores)?,
                 PostTransform::SoftmaxZero => {
                     return unsupported("LinearClassifier with post_transform SOFTMAX_ZERO");
                 }
@@ -235,16 +232,15 @@ impl Lowerer<'_> {
             _ => return unsupported(format!("Normalizer on a rank-{} input", dims.len())),
         };
         let axes = self.i32_vector(&[1]);
-        let keep = self.bool_const(true);
         let denominator = match norm.as_str() {
-            "MAX" => self.emit(n, OperationType::ReduceMax, vec![x_op, axes, keep])?,
+            "MAX" => self.reduce_op(n, OperationType::ReduceMax, x_op, axes, true)?,
             "L1" => {
                 let a = self.emit(n, OperationType::Abs, vec![x_op])?;
-                self.emit(n, OperationType::ReduceSum, vec![a, axes, keep])?
+                self.reduce_op(n, OperationType::ReduceSum, a, axes, true)?
             }
             "L2" => {
                 let sq = self.arith(n, OperationType::Mul, x_op, x_op)?;
-                let sum = self.emit(n, OperationType::ReduceSum, vec![sq, axes, keep])?;
+                let sum = self.reduce_op(n, OperationType::ReduceSum, sq, axes, true)?;
                 self.emit(n, OperationType::Sqrt, vec![sum])?
             }
             other => return invalid(format!("unknown norm '{other}'")),

@@ -1,5 +1,6 @@
 //! BatchNormalization, InstanceNormalization, LRN, Softmax and LogSoftmax.
 
+use nnc_formats::nn::ops::{InstanceNormalization, LocalResponse, Softmax};
 use nnc_formats::nn::{Operand, OperandType, OperationType};
 use nnc_formats::tensor::DataType;
 
@@ -77,13 +78,11 @@ impl Lowerer<'_> {
         if training {
             let axes: Vec<i32> = (0..r as i32).filter(|&a| a != 1).collect();
             let a = self.i32_vector(&axes);
-            let keep = self.i32_const(1);
-            let m = self.emit(n, OperationType::Mean, vec![x.operand, a, keep])?;
+            let m = self.reduce_op(n, OperationType::Mean, x.operand, a, true)?;
             let centered = self.arith(n, OperationType::Sub, x.operand, m)?;
             let sq = self.arith(n, OperationType::Mul, centered, centered)?;
             let a = self.i32_vector(&axes);
-            let keep = self.i32_const(1);
-            let v = self.emit(n, OperationType::Mean, vec![sq, a, keep])?;
+            let v = self.reduce_op(n, OperationType::Mean, sq, a, true)?;
             // [1, C, 1, ...] -> [C, 1, ...]
             mean = self.reshape_to(n, m, &param_dims)?;
             var = self.reshape_to(n, v, &param_dims)?;
@@ -202,15 +201,15 @@ impl Lowerer<'_> {
         }
         let (x4, _) = self.as_4d(n, x)?;
         let xh = self.to_nhwc(n, x4)?;
-        let gamma = self.f32_const(1.0);
-        let beta = self.f32_const(0.0);
-        let e = self.f32_const(eps);
-        let layout = self.bool_const(false);
-        let normed = self.emit(
-            n,
-            OperationType::InstanceNormalization,
-            vec![xh, gamma, beta, e, layout],
-        )?;
+        let params = InstanceNormalization {
+            gamma: 1.0,
+            beta: 0.0,
+            epsilon: eps,
+            nchw: false,
+        };
+        let mut inputs = vec![xh];
+        inputs.extend(params.encode(&mut self.model));
+        let normed = self.emit(n, OperationType::InstanceNormalization, inputs)?;
         // The NN operation's gamma and beta are scalars; ONNX's are per channel.
         let (s, b) = (affine[0], affine[1]);
         let act = self.i32_const(0);
@@ -243,17 +242,31 @@ impl Lowerer<'_> {
         let bias = n.attrs.float_or("bias", 1.0)?;
         let xh = self.to_nhwc(n, x.operand)?;
         // ONNX divides alpha by the window size; the NN operation does not.
-        let inputs = vec![
-            xh,
-            self.i32_const(((size - 1) / 2) as i32),
-            self.f32_const(bias),
-            self.f32_const(alpha / size as f32),
-            self.f32_const(beta),
-        ];
+        let params = LocalResponse {
+            radius: ((size - 1) / 2) as u32,
+            bias,
+            alpha: alpha / size as f32,
+            beta,
+            axis: -1,
+        };
+        let mut inputs = vec![xh];
+        inputs.extend(params.encode(&mut self.model));
         let yh = self.emit(n, OperationType::LocalResponseNormalization, inputs)?;
         let y = self.to_nchw(n, yh)?;
         self.set_tensor(n, 0, y, DataType::F32, false);
         Ok(())
+    }
+
+    /// SOFTMAX of `x` over its last axis with beta 1 (attention scores, classifier
+    /// outputs).
+    pub(super) fn softmax_last_axis(&mut self, n: &Node, x: u32) -> NResult<u32> {
+        let mut inputs = vec![x];
+        let params = Softmax {
+            beta: 1.0,
+            axis: -1,
+        };
+        inputs.extend(params.encode(OperationType::Softmax, &mut self.model));
+        self.emit(n, OperationType::Softmax, inputs)
     }
 
     pub(super) fn softmax(&mut self, n: &Node) -> NResult<()> {
@@ -269,11 +282,14 @@ impl Lowerer<'_> {
             OperationType::Softmax
         };
         let emit_last_axis = |this: &mut Self, input: u32, ax: i32| -> NResult<u32> {
-            let beta = this.f32_const(1.0);
-            let mut inputs = vec![input, beta];
-            if log || ax != -1 {
-                inputs.push(this.i32_const(ax));
-            }
+            let mut inputs = vec![input];
+            inputs.extend(
+                Softmax {
+                    beta: 1.0,
+                    axis: ax,
+                }
+                .encode(op, &mut this.model),
+            );
             this.emit_raw(
                 op,
                 inputs,

@@ -1,6 +1,6 @@
 //! MaxPool, AveragePool, LpPool, GlobalAveragePool, GlobalMaxPool, GlobalLpPool.
 
-use nnc_formats::nn::ops::{Pool2d, WindowPadding};
+use nnc_formats::nn::ops::{PadFill, PadValue, Pool2d, StridedSlice, WindowPadding};
 use nnc_formats::nn::{FusedActivation, OperationType};
 
 use super::conv::read_spatial;
@@ -156,12 +156,12 @@ impl Lowerer<'_> {
         }
         let xp = if paddings.iter().any(|&p| p != 0) {
             let p = self.i32_vector(&paddings);
-            if max {
-                let v = self.f32_const(f32::NEG_INFINITY);
-                self.emit(n, OperationType::PadV2, vec![x.operand, p, v])?
+            let fill = if max {
+                PadFill::Value(PadValue::Float(f32::NEG_INFINITY))
             } else {
-                self.emit(n, OperationType::Pad, vec![x.operand, p])?
-            }
+                PadFill::Zeros
+            };
+            self.pad_op(n, x.operand, p, fill)?
         } else {
             x.operand
         };
@@ -177,16 +177,15 @@ impl Lowerer<'_> {
                 end[i + 2] = (off + (a.output - 1) * a.stride + 1) as i32;
                 stride[i + 2] = a.stride as i32;
             }
-            let inputs = vec![
-                src,
-                this.i32_vector(&begin),
-                this.i32_vector(&end),
-                this.i32_vector(&stride),
-                this.i32_const(0),
-                this.i32_const(0),
-                this.i32_const(0),
-            ];
-            this.emit(n, OperationType::StridedSlice, inputs)
+            let slice = StridedSlice {
+                begin: this.i32_vector(&begin),
+                end: this.i32_vector(&end),
+                strides: this.i32_vector(&stride),
+                begin_mask: 0,
+                end_mask: 0,
+                shrink_axis_mask: 0,
+            };
+            this.strided_slice_op(n, src, &slice)
         };
         let combine = if max {
             OperationType::Maximum
@@ -419,7 +418,7 @@ impl Lowerer<'_> {
                 0,
                 0,
             ]);
-            xh = self.emit(n, OperationType::Pad, vec![xh, paddings])?;
+            xh = self.pad_op(n, xh, paddings, PadFill::Zeros)?;
             (top, left, bottom, right) = (0, 0, 0, 0);
         }
         let op = if max {
@@ -460,13 +459,12 @@ impl Lowerer<'_> {
         }
         let axes: Vec<i32> = (2..rank as i32).collect();
         let axes = self.i32_vector(&axes);
-        let y = if n.op() == "GlobalAveragePool" {
-            let keep = self.i32_const(1);
-            self.emit(n, OperationType::Mean, vec![x.operand, axes, keep])?
+        let op = if n.op() == "GlobalAveragePool" {
+            OperationType::Mean
         } else {
-            let keep = self.bool_const(true);
-            self.emit(n, OperationType::ReduceMax, vec![x.operand, axes, keep])?
+            OperationType::ReduceMax
         };
+        let y = self.reduce_op(n, op, x.operand, axes, true)?;
         self.set_tensor(n, 0, y, x.dtype, false);
         Ok(())
     }
@@ -538,12 +536,7 @@ impl Lowerer<'_> {
         let powered = self.lp_power(n, x, p)?;
         let axes: Vec<i32> = (2..rank as i32).collect();
         let axes = self.i32_vector(&axes);
-        let keep = self.bool_const(true);
-        let s = self.emit(
-            n,
-            OperationType::ReduceSum,
-            vec![powered.operand, axes, keep],
-        )?;
+        let s = self.reduce_op(n, OperationType::ReduceSum, powered.operand, axes, true)?;
         let y = self.lp_root(n, s, p)?;
         self.set_tensor(n, 0, y, x.dtype, false);
         Ok(())

@@ -1,5 +1,6 @@
 //! Reductions, ArgMax/ArgMin and TopK.
 
+use nnc_formats::nn::ops::Reduce;
 use nnc_formats::nn::{OperandType, OperationType};
 use nnc_formats::tensor::DataType;
 
@@ -184,6 +185,21 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// Emits reduction `op` of `x` over the axes operand `axes`, its parameters written
+    /// by [`Reduce::encode`] (which knows MEAN's keep_dims is INT32, the others' BOOL).
+    pub(super) fn reduce_op(
+        &mut self,
+        n: &Node,
+        op: OperationType,
+        x: u32,
+        axes: u32,
+        keep_dims: bool,
+    ) -> NResult<u32> {
+        let mut inputs = vec![x];
+        inputs.extend(Reduce { axes, keep_dims }.encode(op, &mut self.model));
+        self.emit(n, op, inputs)
+    }
+
     fn reduce_emit(
         &mut self,
         n: &Node,
@@ -196,12 +212,7 @@ impl Lowerer<'_> {
             AxesArg::Known(v) => self.i32_vector(v),
             AxesArg::Runtime { operand, .. } => *operand,
         };
-        let k = if op == OperationType::Mean {
-            self.i32_const(i32::from(keep))
-        } else {
-            self.bool_const(keep)
-        };
-        let out = self.emit(n, op, vec![x.operand, a, k])?;
+        let out = self.reduce_op(n, op, x.operand, a, keep)?;
         let operand = &mut self.model.main.operands[out as usize];
         if operand.dimensions.is_empty() {
             // Run-time axes without keep_dims: inference cannot tell the rank, but ONNX

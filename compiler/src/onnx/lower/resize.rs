@@ -9,7 +9,7 @@
 //! nnc's RESAMPLE with tap tables computed here exactly as ONNX's reference samples;
 //! nnc never emits an approximation silently.
 
-use nnc_formats::nn::ops::{Resize2d, ResizeSize};
+use nnc_formats::nn::ops::{GridSample, Resize2d, ResizeSize};
 use nnc_formats::nn::types::{GridSampleMode, GridSamplePadding};
 use nnc_formats::nn::{Operand, OperandType, OperationType};
 
@@ -424,13 +424,13 @@ impl Lowerer<'_> {
             ));
         }
         let xh = self.to_nhwc(n, x.operand)?;
-        let inputs = vec![
-            xh,
-            grid.operand,
-            self.i32_const(mode as i32),
-            self.i32_const(padding as i32),
-            self.bool_const(align_corners),
-        ];
+        let params = GridSample {
+            mode,
+            padding,
+            align_corners,
+        };
+        let mut inputs = vec![xh, grid.operand];
+        inputs.extend(params.encode(&mut self.model));
         let yh = self.emit(n, OperationType::GridSample, inputs)?;
         let y = self.to_nchw(n, yh)?;
         self.set_tensor(n, 0, y, x.dtype, false);

@@ -3,6 +3,7 @@
 use std::rc::Rc;
 
 use nnc_formats::nn::OperationType;
+use nnc_formats::nn::ops::{Pad, PadFill, PadValue, StridedSlice};
 use nnc_formats::tensor::DataType;
 
 use super::super::constant::{self, ConstTensor};
@@ -17,6 +18,32 @@ fn to_usize_dims(dims: &[u32]) -> Vec<usize> {
 }
 
 impl Lowerer<'_> {
+    /// Emits the pad `fill` decides (PAD, PAD_V2 or MIRROR_PAD) of `x` by the `[rank, 2]`
+    /// paddings operand, its parameters written by [`Pad::encode`].
+    pub(super) fn pad_op(
+        &mut self,
+        n: &Node,
+        x: u32,
+        paddings: u32,
+        fill: PadFill,
+    ) -> NResult<u32> {
+        let mut inputs = vec![x];
+        inputs.extend(Pad { paddings, fill }.encode(&mut self.model));
+        self.emit(n, fill.op_type(), inputs)
+    }
+
+    /// Emits STRIDED_SLICE of `x`, its parameters written by [`StridedSlice::encode`].
+    pub(super) fn strided_slice_op(
+        &mut self,
+        n: &Node,
+        x: u32,
+        slice: &StridedSlice<u32>,
+    ) -> NResult<u32> {
+        let mut inputs = vec![x];
+        inputs.extend(slice.encode(&mut self.model));
+        self.emit(n, OperationType::StridedSlice, inputs)
+    }
+
     /// Binds output 0 to `value` through an explicit identity operation when the value is
     /// computed at run time (the identity-removal pass deletes it; keeping it until then
     /// keeps every source node visible in the lowered graph).
@@ -301,13 +328,11 @@ impl Lowerer<'_> {
         );
         let eq = self.emit(n, OperationType::Equal, vec![col, iota_row])?;
         let axis0 = self.i32_vector(&[0]);
-        let no_keep = self.bool_const(false);
-        let is_axis = self.emit(n, OperationType::ReduceAny, vec![eq, axis0, no_keep])?;
+        let is_axis = self.reduce_op(n, OperationType::ReduceAny, eq, axis0, false)?;
         let le = self.emit(n, OperationType::Less, vec![col, iota_row])?;
         let le_f = self.cast_op(n, le, T::TensorFloat32)?;
         let axis0 = self.i32_vector(&[0]);
-        let no_keep = self.bool_const(false);
-        let before_f = self.emit(n, OperationType::ReduceSum, vec![le_f, axis0, no_keep])?;
+        let before_f = self.reduce_op(n, OperationType::ReduceSum, le_f, axis0, false)?;
         let before = self.cast_op(n, before_f, T::TensorInt32)?;
         let iota_vec = self.i32_vector(&iota);
         let src = self.arith(n, OperationType::Sub, iota_vec, before)?;
@@ -875,16 +900,15 @@ impl Lowerer<'_> {
             let tj = self.element_of(n, steps, j)?;
             stride = self.emit(n, OperationType::Select, vec![hit, tj, stride])?;
         }
-        let inputs = vec![
-            x.operand,
+        let slice = StridedSlice {
             begin,
             end,
-            stride,
-            self.i32_const(0),
-            self.i32_const(0),
-            self.i32_const(0),
-        ];
-        let out = self.emit(n, OperationType::StridedSlice, inputs)?;
+            strides: stride,
+            begin_mask: 0,
+            end_mask: 0,
+            shrink_axis_mask: 0,
+        };
+        let out = self.strided_slice_op(n, x.operand, &slice)?;
         self.set_tensor(n, 0, out, x.dtype, false);
         Ok(())
     }
@@ -1006,16 +1030,15 @@ impl Lowerer<'_> {
                             end.push(stop as i32);
                         }
                     }
-                    let inputs = vec![
-                        tv.operand,
-                        self.i32_vector(&begin),
-                        self.i32_vector(&end),
-                        self.i32_vector(&stride),
-                        self.i32_const(begin_mask),
-                        self.i32_const(end_mask),
-                        self.i32_const(0),
-                    ];
-                    self.emit(n, OperationType::StridedSlice, inputs)?
+                    let slice = StridedSlice {
+                        begin: self.i32_vector(&begin),
+                        end: self.i32_vector(&end),
+                        strides: self.i32_vector(&stride),
+                        begin_mask,
+                        end_mask,
+                        shrink_axis_mask: 0,
+                    };
+                    self.strided_slice_op(n, tv.operand, &slice)?
                 };
                 self.set_tensor(n, 0, out, tv.dtype, false);
             }
@@ -1161,10 +1184,10 @@ impl Lowerer<'_> {
         let axis1 = self.i32_const(1);
         let paddings = self.emit(n, OperationType::Concatenation, vec![before, after, axis1])?;
         let out = if mode == "reflect" {
-            let m = self.i32_const(0);
-            self.emit(n, OperationType::MirrorPad, vec![x.operand, paddings, m])?
+            let reflect = PadFill::Mirror { symmetric: false };
+            self.pad_op(n, x.operand, paddings, reflect)?
         } else {
-            let padded = self.emit(n, OperationType::Pad, vec![x.operand, paddings])?;
+            let padded = self.pad_op(n, x.operand, paddings, PadFill::Zeros)?;
             match self.input(n, 2)? {
                 Some(Value::Tensor(v)) => {
                     if self.operand_type(v) != self.operand_type(x) {
@@ -1177,7 +1200,7 @@ impl Lowerer<'_> {
                     // and float tensor constants travel as weights of any size.
                     let one = self.f32_const(1.0);
                     let ones = self.emit(n, OperationType::Fill, vec![shape, one])?;
-                    let mask = self.emit(n, OperationType::Pad, vec![ones, paddings])?;
+                    let mask = self.pad_op(n, ones, paddings, PadFill::Zeros)?;
                     let fzero = self.scalar_tensor(T::TensorFloat32, 0.0);
                     let outside = self.emit(n, OperationType::Equal, vec![mask, fzero])?;
                     self.emit(n, OperationType::Select, vec![outside, v.operand, padded])?
@@ -1187,11 +1210,11 @@ impl Lowerer<'_> {
                 {
                     let value = constant::to_f64s(&c)[0];
                     let v = if super::is_float(x.dtype) {
-                        self.f32_const(value as f32)
+                        PadValue::Float(value as f32)
                     } else {
-                        self.i32_const(value as i32)
+                        PadValue::Int(value as i32)
                     };
-                    self.emit(n, OperationType::PadV2, vec![x.operand, paddings, v])?
+                    self.pad_op(n, x.operand, paddings, PadFill::Value(v))?
                 }
                 _ => padded,
             }
@@ -1254,18 +1277,18 @@ impl Lowerer<'_> {
         let p = self.i32_vector(&paddings);
         let float = super::is_float(x.dtype);
         let out = match mode.as_str() {
-            "constant" if value == 0.0 => self.emit(n, OperationType::Pad, vec![x.operand, p])?,
+            "constant" if value == 0.0 => self.pad_op(n, x.operand, p, PadFill::Zeros)?,
             "constant" => {
                 let v = if float {
-                    self.f32_const(value as f32)
+                    PadValue::Float(value as f32)
                 } else {
-                    self.i32_const(value as i32)
+                    PadValue::Int(value as i32)
                 };
-                self.emit(n, OperationType::PadV2, vec![x.operand, p, v])?
+                self.pad_op(n, x.operand, p, PadFill::Value(v))?
             }
             "reflect" => {
-                let m = self.i32_const(0);
-                self.emit(n, OperationType::MirrorPad, vec![x.operand, p, m])?
+                let reflect = PadFill::Mirror { symmetric: false };
+                self.pad_op(n, x.operand, p, reflect)?
             }
             "edge" | "wrap" => self.pad_by_gather(n, x, &paddings, mode == "wrap")?,
             other => return invalid(format!("unknown Pad mode '{other}'")),

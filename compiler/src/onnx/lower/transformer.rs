@@ -4,6 +4,7 @@
 //! com.microsoft operators ONNX Runtime's transformer optimizer writes (Gelu, FastGelu,
 //! BiasGelu, SkipLayerNormalization).
 
+use nnc_formats::nn::ops::LayerNormalization;
 use nnc_formats::nn::{OperandType, OperationType};
 use nnc_formats::tensor::DataType;
 
@@ -78,11 +79,15 @@ impl Lowerer<'_> {
         if !(epsilon.is_finite() && epsilon >= 0.0) {
             return invalid(format!("epsilon must be >= 0, got {epsilon}"));
         }
-        let eps = self.f32_const(epsilon);
-        let ax = self.i32_const(a as i32);
+        let params = LayerNormalization {
+            epsilon,
+            axis: a as i32,
+        };
+        let mut inputs = vec![x.operand, gamma, beta];
+        inputs.extend(params.encode(&mut self.model));
         self.emit_raw(
             OperationType::LayerNormalization,
-            vec![x.operand, gamma, beta, eps, ax],
+            inputs,
             vec![None; if stats { 3 } else { 1 }],
             &n.label,
         )
@@ -132,8 +137,7 @@ impl Lowerer<'_> {
         let squares = self.arith(n, OperationType::Mul, x.operand, x.operand)?;
         let axes: Vec<i32> = (a..r).map(|d| d as i32).collect();
         let axes = self.i32_vector(&axes);
-        let keep = self.i32_const(1);
-        let mean = self.emit(n, OperationType::Mean, vec![squares, axes, keep])?;
+        let mean = self.reduce_op(n, OperationType::Mean, squares, axes, true)?;
         let eps = self.scalar_tensor(OperandType::TensorFloat32, f64::from(epsilon));
         let shifted = self.arith(n, OperationType::Add, mean, eps)?;
         let inv = self.emit(n, OperationType::Rsqrt, vec![shifted])?;
@@ -182,13 +186,13 @@ impl Lowerer<'_> {
         let zeros = self
             .model
             .add_f32_tensor(vec![rest], &vec![0.0; rest as usize]);
-        let eps = self.f32_const(n.attrs.float_or("epsilon", 1e-5)?);
-        let ax = self.i32_const(2);
-        let normalized = self.emit(
-            n,
-            OperationType::LayerNormalization,
-            vec![grouped, ones, zeros, eps, ax],
-        )?;
+        let params = LayerNormalization {
+            epsilon: n.attrs.float_or("epsilon", 1e-5)?,
+            axis: 2,
+        };
+        let mut inputs = vec![grouped, ones, zeros];
+        inputs.extend(params.encode(&mut self.model));
+        let normalized = self.emit(n, OperationType::LayerNormalization, inputs)?;
         let back = self.reshape_to(n, normalized, &dims)?;
         // Scale and bias are per channel: [C] becomes [C, 1, ...] to broadcast on axis 1.
         let mut per_channel = vec![channels];
@@ -215,12 +219,10 @@ impl Lowerer<'_> {
             .map(|&a| axis(a, r).map(|a| a as i32))
             .collect::<NResult<_>>()?;
         let axes = self.i32_vector(&axes);
-        let keep = self.i32_const(1);
-        let mean = self.emit(n, OperationType::Mean, vec![x.operand, axes, keep])?;
+        let mean = self.reduce_op(n, OperationType::Mean, x.operand, axes, true)?;
         let centered = self.arith(n, OperationType::Sub, x.operand, mean)?;
         let squares = self.arith(n, OperationType::Mul, centered, centered)?;
-        let keep = self.i32_const(1);
-        let variance = self.emit(n, OperationType::Mean, vec![squares, axes, keep])?;
+        let variance = self.reduce_op(n, OperationType::Mean, squares, axes, true)?;
         let eps = self.scalar_tensor(OperandType::TensorFloat32, 1e-9);
         let shifted = self.arith(n, OperationType::Add, variance, eps)?;
         let std = self.emit(n, OperationType::Sqrt, vec![shifted])?;

@@ -1,5 +1,6 @@
 //! SOFTMAX, MEAN / SUM / REDUCE_MAX, ARG_MAX / ARG_MIN and BATCH_MATMUL.
 
+use nnc_formats::nn::ops::{Reduce, Softmax};
 use nnc_formats::nn::{OperandType, OperationType};
 
 use super::super::model::OperatorDesc;
@@ -33,8 +34,9 @@ impl Lowerer<'_, '_> {
             ));
         }
         let x = self.operand_in(op, 0)?;
-        let beta = self.model.add_f32(beta);
-        self.emit_out(op, OperationType::Softmax, vec![x, beta], 0)?;
+        let mut inputs = vec![x];
+        inputs.extend(Softmax { beta, axis: -1 }.encode(OperationType::Softmax, &mut self.model));
+        self.emit_out(op, OperationType::Softmax, inputs, 0)?;
         Ok(())
     }
 
@@ -60,12 +62,20 @@ impl Lowerer<'_, '_> {
             return Ok(());
         }
         let axes = self.model.add_i32_vector(&axes);
-        let (nn_op, keep) = match code {
-            B::MEAN => (OperationType::Mean, self.model.add_i32(i32::from(keep))),
-            B::SUM => (OperationType::ReduceSum, self.model.add_bool(keep)),
-            _ => (OperationType::ReduceMax, self.model.add_bool(keep)),
+        let nn_op = match code {
+            B::MEAN => OperationType::Mean,
+            B::SUM => OperationType::ReduceSum,
+            _ => OperationType::ReduceMax,
         };
-        self.emit_out(op, nn_op, vec![x, axes, keep], 0)?;
+        let mut inputs = vec![x];
+        inputs.extend(
+            Reduce {
+                axes,
+                keep_dims: keep,
+            }
+            .encode(nn_op, &mut self.model),
+        );
+        self.emit_out(op, nn_op, inputs, 0)?;
         Ok(())
     }
 

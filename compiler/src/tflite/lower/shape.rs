@@ -2,7 +2,7 @@
 //! GATHER, SPLIT, PACK, CONCATENATION, the pads, depth/space, resizes, and the
 //! compile-time SHAPE and DENSIFY.
 
-use nnc_formats::nn::ops::{Resize2d, ResizeSize};
+use nnc_formats::nn::ops::{Pad, PadFill, PadValue, Resize2d, ResizeSize, StridedSlice};
 use nnc_formats::nn::{Operand, OperandType, OperationType};
 
 use super::super::model::OperatorDesc;
@@ -147,15 +147,16 @@ impl Lowerer<'_, '_> {
             begin_mask |= 1 << d;
             end_mask |= 1 << d;
         }
-        let mut inputs = vec![
-            x,
-            self.model.add_i32_vector(&begin),
-            self.model.add_i32_vector(&end),
-            self.model.add_i32_vector(&strides),
-        ];
-        for v in [begin_mask, end_mask, o.shrink_axis_mask()] {
-            inputs.push(self.model.add_i32(v));
-        }
+        let slice = StridedSlice {
+            begin: self.model.add_i32_vector(&begin),
+            end: self.model.add_i32_vector(&end),
+            strides: self.model.add_i32_vector(&strides),
+            begin_mask,
+            end_mask,
+            shrink_axis_mask: o.shrink_axis_mask(),
+        };
+        let mut inputs = vec![x];
+        inputs.extend(slice.encode(&mut self.model));
         self.emit_out(op, OperationType::StridedSlice, inputs, 0)?;
         Ok(())
     }
@@ -310,19 +311,18 @@ impl Lowerer<'_, '_> {
             bytemuck::cast_slice(&pads),
         );
         let xt = self.operand_type(x);
-        match code {
+        let fill = match code {
             B::MIRROR_PAD => {
                 let mode = op
                     .fb
                     .builtin_options_as_mirror_pad_options()
                     .map_or(fb::MirrorPadMode::REFLECT, |o| o.mode());
-                let mode = match mode {
-                    fb::MirrorPadMode::REFLECT => 0,
-                    fb::MirrorPadMode::SYMMETRIC => 1,
+                let symmetric = match mode {
+                    fb::MirrorPadMode::REFLECT => false,
+                    fb::MirrorPadMode::SYMMETRIC => true,
                     other => return invalid(format!("unknown mirror pad mode {}", other.0)),
                 };
-                let mode = self.model.add_i32(mode);
-                self.emit_out(op, OperationType::MirrorPad, vec![x, paddings, mode], 0)?;
+                PadFill::Mirror { symmetric }
             }
             B::PADV2 if self.opt_input(op, 2).is_some() => {
                 let c = self.const_in(op, 2)?;
@@ -330,18 +330,17 @@ impl Lowerer<'_, '_> {
                     return invalid("constant_values must hold one value");
                 }
                 // Quantized tensors pad with the stored (quantized) value, as TFLite does.
-                let value = if xt == OperandType::TensorFloat32 {
-                    self.model.add_f32(c.reals()?[0])
+                PadFill::Value(if xt == OperandType::TensorFloat32 {
+                    PadValue::Float(c.reals()?[0])
                 } else {
-                    let v = c.i32s()?[0];
-                    self.model.add_i32(v)
-                };
-                self.emit_out(op, OperationType::PadV2, vec![x, paddings, value], 0)?;
+                    PadValue::Int(c.i32s()?[0])
+                })
             }
-            _ => {
-                self.emit_out(op, OperationType::Pad, vec![x, paddings], 0)?;
-            }
-        }
+            _ => PadFill::Zeros,
+        };
+        let mut inputs = vec![x];
+        inputs.extend(Pad { paddings, fill }.encode(&mut self.model));
+        self.emit_out(op, fill.op_type(), inputs, 0)?;
         Ok(())
     }
 

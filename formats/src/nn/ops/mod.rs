@@ -24,13 +24,16 @@ mod elementwise;
 mod gather_scatter;
 mod mediapipe;
 mod normalization;
+mod normalization_params;
 mod reduce;
+mod reduce_params;
 mod resize;
 mod resize_params;
 mod roles;
 mod sequence;
 mod sequence_params;
 mod shape;
+mod shape_params;
 mod window;
 
 #[cfg(test)]
@@ -42,11 +45,16 @@ use context::{QUANT8, shape_err};
 
 pub use context::{MAX_RANK, Operands, broadcast_dims, f16_to_f32};
 pub use control_flow::{infer_control_flow, merge_dims, value_fits};
-pub use resize_params::{Resize2d, ResizeSize};
+pub use normalization_params::{
+    InstanceNormalization, L2Normalization, LayerNormalization, LocalResponse, Softmax,
+};
+pub use reduce_params::Reduce;
+pub use resize_params::{GridSample, Resize2d, ResizeSize};
 pub use roles::Role;
 pub use sequence::LSTM_ACTIVATIONS;
 pub use sequence_params::{LstmActivation, LstmTerms, SequenceLstm, SequenceRnn};
 pub use shape::strided_slice_range;
+pub use shape_params::{Pad, PadFill, PadValue, StridedSlice};
 pub use window::{
     Conv2d, ConvKind, Hw, Pool2d, TransposeConv2d, TransposePadding, WindowPadding,
     implicit_padding,
@@ -517,10 +525,10 @@ pub fn schema(op: OperationType) -> OpSchema {
             .moves_quantized(0)
             .no_op(NoOp::SameShapeReshape),
         O::Pad => row(shape::pad, PAD).moves_quantized(0).no_op(NoOp::ZeroPad),
-        O::PadV2 => row(shape::pad_v2, PAD)
+        O::PadV2 => row(shape::pad, PAD)
             .keeps_quantization_of(0)
             .no_op(NoOp::ZeroPad),
-        O::MirrorPad => row(shape::mirror_pad, PAD)
+        O::MirrorPad => row(shape::pad, PAD)
             .keeps_quantization_of(0)
             .no_op(NoOp::ZeroPad),
         O::Slice => row(shape::slice, &[R::Input, R::Begin, R::Size])

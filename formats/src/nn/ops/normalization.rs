@@ -1,6 +1,9 @@
 //! Normalizations: softmax, L2, local response, layer and instance normalization.
 
 use super::context::*;
+use super::normalization_params::{
+    InstanceNormalization, L2Normalization, LayerNormalization, LocalResponse, Softmax,
+};
 use super::{OutputShape, Result, SignatureError};
 use crate::nn::model::Operand;
 use crate::nn::types::OperationType as O;
@@ -12,21 +15,18 @@ pub(super) fn softmax(
     ctx: &Operands,
     outputs: &[&Operand],
 ) -> Result<Vec<OutputShape>> {
-    ctx.count(if op == O::Softmax { &[2, 3] } else { &[3] })?;
+    Softmax::count(op, ctx)?;
     expect_outputs(outputs, 1)?;
     let input = ctx.tensor(
         0,
         "input",
         if op == O::Softmax { FLOAT_QUANT } else { FLOAT },
     )?;
-    let beta = ctx.f32(1, "beta")?;
-    if beta.is_nan() || beta <= 0.0 {
-        return Err(param_err(1, "beta", format!("must be > 0, got {beta}")));
-    }
+    let params = Softmax::decode_params(ctx)?;
     if ctx.inputs.len() == 3
         && let Some(r) = rank(input)
     {
-        axis_in(ctx.i32(2, "axis")?, r, 2, "axis")?;
+        axis_in(params.axis, r, 2, "axis")?;
     }
     single(input.operand_type, input.dimensions.clone())
 }
@@ -40,10 +40,11 @@ pub(super) fn l2_normalization(
     ctx.count(&[1, 2])?;
     expect_outputs(outputs, 1)?;
     let input = ctx.tensor(0, "input", FLOAT_QUANT)?;
+    let params = L2Normalization::decode_params(ctx)?;
     if ctx.inputs.len() == 2
         && let Some(r) = rank(input)
     {
-        axis_in(ctx.i32(1, "axis")?, r, 1, "axis")?;
+        axis_in(params.axis, r, 1, "axis")?;
     }
     single(input.operand_type, input.dimensions.clone())
 }
@@ -57,14 +58,11 @@ pub(super) fn local_response(
     ctx.count(&[5, 6])?;
     expect_outputs(outputs, 1)?;
     let input = ctx.tensor(0, "input", FLOAT)?;
-    ctx.i32_at_least(1, "radius", 0)?;
-    ctx.f32(2, "bias")?;
-    ctx.f32(3, "alpha")?;
-    ctx.f32(4, "beta")?;
+    let params = LocalResponse::decode_params(ctx)?;
     if ctx.inputs.len() == 6
         && let Some(r) = rank(input)
     {
-        axis_in(ctx.i32(5, "axis")?, r, 5, "axis")?;
+        axis_in(params.axis, r, 5, "axis")?;
     }
     single(input.operand_type, input.dimensions.clone())
 }
@@ -85,11 +83,7 @@ pub(super) fn layer_normalization(
     let input = ctx.tensor(0, "input", &[OperandType::TensorFloat32])?;
     let gamma = ctx.same_type(1, "gamma", input.operand_type)?;
     let beta = ctx.same_type(2, "beta", input.operand_type)?;
-    let eps = ctx.f32(3, "epsilon")?;
-    if !eps.is_finite() || eps < 0.0 {
-        return Err(param_err(3, "epsilon", format!("must be >= 0, got {eps}")));
-    }
-    let axis = ctx.i32(4, "axis")?;
+    let LayerNormalization { axis, .. } = LayerNormalization::decode_params(ctx)?;
     let Some(r) = rank(input) else {
         let unknown = OutputShape {
             operand_type: input.operand_type,
@@ -143,12 +137,6 @@ pub(super) fn instance_normalization(
     expect_outputs(outputs, 1)?;
     let input = ctx.tensor(0, "input", FLOAT)?;
     require_rank(input, 0, "input", 4..=4)?;
-    ctx.f32(1, "gamma")?;
-    ctx.f32(2, "beta")?;
-    let eps = ctx.f32(3, "epsilon")?;
-    if eps.is_nan() || eps < 0.0 {
-        return Err(param_err(3, "epsilon", format!("must be >= 0, got {eps}")));
-    }
-    ctx.bool(4, "layout")?;
+    InstanceNormalization::decode_params(ctx)?;
     single(input.operand_type, input.dimensions.clone())
 }

@@ -1,9 +1,9 @@
 //! Reductions along axes: the REDUCE_* family and MEAN, ARGMAX/ARGMIN, TOPK_V2, CUMSUM.
 
 use super::context::*;
+use super::reduce_params::Reduce;
 use super::{OutputShape, Result};
 use crate::nn::model::Operand;
-use crate::nn::types::OperationType as O;
 use crate::nn::types::{OperandType, OperationType};
 
 /// REDUCE_ANY and REDUCE_ALL: booleans.
@@ -44,12 +44,10 @@ fn reduce(
     expect_outputs(outputs, 1)?;
     let input = ctx.tensor(0, "input", allowed)?;
     // NNAPI's axes are a 1-D tensor operand, constant or computed at run time.
-    let axes = ctx.i32_vector(1, "axes")?;
-    let keep = if op == O::Mean {
-        ctx.i32(2, "keep_dims")? != 0
-    } else {
-        ctx.bool(2, "keep_dims")?
-    };
+    let Reduce {
+        axes,
+        keep_dims: keep,
+    } = Reduce::decode_params(op, ctx)?;
     let Some(r) = rank(input) else {
         return single(input.operand_type, Vec::new());
     };

@@ -2,10 +2,10 @@
 //! GRID_SAMPLE.
 
 use super::context::*;
-use super::resize_params::{Resize2d, ResizeSize};
+use super::resize_params::{GridSample, Resize2d, ResizeSize};
 use super::{OutputShape, Result};
 use crate::nn::model::Operand;
-use crate::nn::types::{GridSampleMode, GridSamplePadding, OperandType, OperationType};
+use crate::nn::types::{OperandType, OperationType};
 
 /// Resample.
 pub(super) fn resample(
@@ -98,19 +98,7 @@ pub(super) fn grid_sample(
     require_rank(input, 0, "input", 4..=4)?;
     let grid = ctx.same_type(1, "grid", input.operand_type)?;
     require_rank(grid, 1, "grid", 4..=4)?;
-    let mode = ctx.i32(2, "mode")?;
-    if GridSampleMode::from_code(mode).is_none() {
-        return Err(param_err(2, "mode", format!("unknown mode code {mode}")));
-    }
-    let padding = ctx.i32(3, "padding_mode")?;
-    if GridSamplePadding::from_code(padding).is_none() {
-        return Err(param_err(
-            3,
-            "padding_mode",
-            format!("unknown padding mode code {padding}"),
-        ));
-    }
-    ctx.bool(4, "align_corners")?;
+    GridSample::decode_params(ctx)?;
     let at = |o: &Operand, d: usize| o.dimensions.get(d).copied().unwrap_or(0);
     if !matches!(at(grid, 3), 0 | 2) {
         return Err(param_err(

@@ -1,5 +1,5 @@
-//! Typed parameters of RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR, decoded once and
-//! encoded once.
+//! Typed parameters of RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR and nnc's GRID_SAMPLE,
+//! decoded once and encoded once.
 //!
 //! After the input come the output size (two INT32 scalars) or the scales (two FLOAT32
 //! or FLOAT16 scalars), width first, then the optional layout, align_corners and
@@ -9,7 +9,7 @@
 use super::context::*;
 use super::{InputView, Result};
 use crate::nn::model::{Model, OperandIndex};
-use crate::nn::types::{OperandType, OperationType};
+use crate::nn::types::{GridSampleMode, GridSamplePadding, OperandType, OperationType};
 
 /// How the output's spatial extent is given.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -111,5 +111,49 @@ impl Resize2d {
             out.push(model.add_bool(flag));
         }
         out
+    }
+}
+
+/// GRID_SAMPLE: input, grid, then the mode and padding mode codes and align_corners.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GridSample {
+    pub mode: GridSampleMode,
+    pub padding: GridSamplePadding,
+    pub align_corners: bool,
+}
+
+impl GridSample {
+    pub fn decode(inputs: &[InputView]) -> Result<GridSample> {
+        let ctx = Operands { inputs };
+        ctx.count(&[5])?;
+        GridSample::decode_params(&ctx)
+    }
+
+    pub(in crate::nn::ops) fn decode_params(ctx: &Operands) -> Result<GridSample> {
+        let mode = ctx.i32(2, "mode")?;
+        let mode = GridSampleMode::from_code(mode)
+            .ok_or_else(|| param_err(2, "mode", format!("unknown mode code {mode}")))?;
+        let padding = ctx.i32(3, "padding_mode")?;
+        let padding = GridSamplePadding::from_code(padding).ok_or_else(|| {
+            param_err(
+                3,
+                "padding_mode",
+                format!("unknown padding mode code {padding}"),
+            )
+        })?;
+        Ok(GridSample {
+            mode,
+            padding,
+            align_corners: ctx.bool(4, "align_corners")?,
+        })
+    }
+
+    /// The parameter operands after the input and the grid.
+    pub fn encode(&self, model: &mut Model) -> Vec<OperandIndex> {
+        vec![
+            model.add_i32(self.mode as i32),
+            model.add_i32(self.padding as i32),
+            model.add_bool(self.align_corners),
+        ]
     }
 }

@@ -2,6 +2,7 @@
 //! tiles, packs, space/depth rearrangement, FILL and RANK.
 
 use super::context::*;
+use super::shape_params::{Pad, PadFill, StridedSlice};
 use super::{OutputShape, Result, SignatureError};
 use crate::nn::model::Operand;
 use crate::nn::types::OperationType as O;
@@ -276,82 +277,20 @@ pub(super) fn expand_dims(
     single(input.operand_type, dims)
 }
 
-/// How a pad fills: PAD with zeros (the zero point), PAD_V2 with a given value,
-/// MIRROR_PAD by reflection.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum PadKind {
-    Zeros,
-    Value,
-    Mirror,
-}
-
-/// PAD.
-pub(super) fn pad(
-    _: OperationType,
-    ctx: &Operands,
-    outputs: &[&Operand],
-) -> Result<Vec<OutputShape>> {
-    pad_with(PadKind::Zeros, ctx, outputs)
-}
-
-/// PAD_V2.
-pub(super) fn pad_v2(
-    _: OperationType,
-    ctx: &Operands,
-    outputs: &[&Operand],
-) -> Result<Vec<OutputShape>> {
-    pad_with(PadKind::Value, ctx, outputs)
-}
-
-/// MIRROR_PAD.
-pub(super) fn mirror_pad(
-    _: OperationType,
-    ctx: &Operands,
-    outputs: &[&Operand],
-) -> Result<Vec<OutputShape>> {
-    pad_with(PadKind::Mirror, ctx, outputs)
-}
-
 /// PAD, PAD_V2 and MIRROR_PAD.
-fn pad_with(kind: PadKind, ctx: &Operands, outputs: &[&Operand]) -> Result<Vec<OutputShape>> {
-    ctx.count(if kind == PadKind::Zeros { &[2] } else { &[3] })?;
+pub(super) fn pad(
+    op: OperationType,
+    ctx: &Operands,
+    outputs: &[&Operand],
+) -> Result<Vec<OutputShape>> {
+    Pad::count(op, ctx)?;
     expect_outputs(outputs, 1)?;
-    let input = ctx.tensor(0, "input", ANY_DATA)?;
     // paddings is a [rank, 2] tensor: constant, or computed at run time.
-    let pads = if ctx.inputs[1].value.is_some() {
-        Some(ctx.i32_values(1, "paddings")?)
-    } else {
-        ctx.tensor(1, "paddings", INT_VECTOR)?;
-        None
-    };
-    match kind {
-        PadKind::Value => {
-            let t = ctx.operand(2).operand_type;
-            if input.operand_type.is_quantized() || input.operand_type == OperandType::TensorInt32 {
-                ctx.i32(2, "pad_value")?;
-            } else if t == OperandType::Float16 || t == OperandType::Float32 {
-                ctx.f32(2, "pad_value")?;
-            } else {
-                return Err(SignatureError::InputType {
-                    index: 2,
-                    role: "pad_value",
-                    expected: "a scalar of the input's element type".into(),
-                    actual: t,
-                });
-            }
-        }
-        PadKind::Mirror => {
-            let mode = ctx.i32(2, "mode")?;
-            if !(0..=1).contains(&mode) {
-                return Err(param_err(
-                    2,
-                    "mode",
-                    format!("must be 0 (REFLECT) or 1 (SYMMETRIC), got {mode}"),
-                ));
-            }
-        }
-        PadKind::Zeros => {}
-    }
+    let Pad {
+        paddings: pads,
+        fill,
+    } = Pad::decode_params(op, ctx)?;
+    let input = ctx.operand(0);
     let Some(r) = rank(input) else {
         return single(input.operand_type, Vec::new());
     };
@@ -375,9 +314,14 @@ fn pad_with(kind: PadKind, ctx: &Operands, outputs: &[&Operand]) -> Result<Vec<O
                 format!("dimension {d} has negative padding ({a}, {b})"),
             ));
         }
-        if kind == PadKind::Mirror && dim != 0 {
-            let reflect = ctx.i32(2, "mode")? == 0;
-            let limit = if reflect { dim.saturating_sub(1) } else { dim };
+        if let PadFill::Mirror { symmetric } = fill
+            && dim != 0
+        {
+            let limit = if symmetric {
+                dim
+            } else {
+                dim.saturating_sub(1)
+            };
             if a as u32 > limit || b as u32 > limit {
                 return Err(param_err(
                     1,
@@ -466,12 +410,14 @@ pub(super) fn strided_slice(
     expect_outputs(outputs, 1)?;
     let input = ctx.tensor(0, "input", ANY_DATA)?;
     // begin / end / strides are tensors: constant, or computed at run time.
-    let begin = ctx.i32_vector(1, "begin")?;
-    let end = ctx.i32_vector(2, "end")?;
-    let strides = ctx.i32_vector(3, "strides")?;
-    let begin_mask = ctx.i32(4, "begin_mask")?;
-    let end_mask = ctx.i32(5, "end_mask")?;
-    let shrink = ctx.i32(6, "shrink_axis_mask")?;
+    let StridedSlice {
+        begin,
+        end,
+        strides,
+        begin_mask,
+        end_mask,
+        shrink_axis_mask: shrink,
+    } = StridedSlice::decode_params(ctx)?;
     let Some(r) = rank(input) else {
         return single(input.operand_type, Vec::new());
     };

@@ -3,7 +3,7 @@
 use super::shape::reshape_dims;
 use super::window::conv_out_implicit;
 use super::*;
-use crate::nn::types::{Lifetime, PaddingScheme};
+use crate::nn::types::{GridSampleMode, GridSamplePadding, Lifetime, PaddingScheme};
 
 fn t(dims: &[u32]) -> Operand {
     Operand::new(OperandType::TensorFloat32, dims.to_vec())
@@ -677,5 +677,171 @@ fn weighted_int8_rows_have_a_filter_layout() {
                 "{op:?} is int8-weighted without a filter layout"
             );
         }
+    }
+}
+
+/// Encodes parameters after `input` (and `tensors - 1` more float tensors), then decodes.
+fn round_trip_on<T>(
+    input: Operand,
+    tensors: usize,
+    encode: impl FnOnce(&mut crate::nn::Model) -> Vec<crate::nn::OperandIndex>,
+    decode: impl FnOnce(&[InputView]) -> Result<T>,
+) -> (T, usize) {
+    let mut model = crate::nn::Model::default();
+    let mut inputs = vec![model.add_operand(input)];
+    inputs.extend((1..tensors).map(|_| model.add_operand(t(&[4]))));
+    let params = encode(&mut model);
+    let count = params.len();
+    inputs.extend(params);
+    let views: Vec<InputView> = inputs
+        .iter()
+        .map(|&i| InputView {
+            operand: model.operand(i).expect("operand"),
+            value: model.constant_bytes(i),
+        })
+        .collect();
+    (decode(&views).expect("decodes"), count)
+}
+
+#[test]
+fn reduction_and_normalization_parameters_decode_what_they_encode() {
+    use OperationType as O;
+    for op in [O::Mean, O::ReduceSum, O::ReduceMax, O::ReduceAny] {
+        for keep_dims in [false, true] {
+            let (back, _) = round_trip_on(
+                t(&[2, 3, 4]),
+                1,
+                |m| {
+                    let axes = m.add_i32_vector(&[0, -1]);
+                    Reduce { axes, keep_dims }.encode(op, m)
+                },
+                |v| Reduce::decode(op, v),
+            );
+            assert_eq!(back.axes, Some(vec![0, -1]), "{op:?}");
+            assert_eq!(back.keep_dims, keep_dims, "{op:?}");
+        }
+    }
+    // SOFTMAX over the last axis keeps NN API 1.0's two-input form.
+    for (op, axis, count) in [
+        (O::Softmax, -1, 1),
+        (O::Softmax, 1, 2),
+        (O::LogSoftmax, -1, 2),
+    ] {
+        let softmax = Softmax { beta: 0.5, axis };
+        let (back, n) = round_trip_on(
+            t(&[2, 3]),
+            1,
+            |m| softmax.encode(op, m),
+            |v| Softmax::decode(op, v),
+        );
+        assert_eq!((back, n), (softmax, count));
+    }
+    for axis in [-1, 0] {
+        let l2 = L2Normalization { axis };
+        let (back, _) = round_trip_on(t(&[2, 3]), 1, |m| l2.encode(m), L2Normalization::decode);
+        assert_eq!(back, l2);
+        let lrn = LocalResponse {
+            radius: 2,
+            bias: 1.0,
+            alpha: 1e-4,
+            beta: 0.75,
+            axis,
+        };
+        let (back, _) = round_trip_on(
+            t(&[1, 4, 4, 8]),
+            1,
+            |m| lrn.encode(m),
+            LocalResponse::decode,
+        );
+        assert_eq!(back, lrn);
+    }
+    let instance = InstanceNormalization {
+        gamma: 2.0,
+        beta: -1.0,
+        epsilon: 1e-5,
+        nchw: true,
+    };
+    let (back, _) = round_trip_on(
+        t(&[1, 4, 4, 8]),
+        1,
+        |m| instance.encode(m),
+        InstanceNormalization::decode,
+    );
+    assert_eq!(back, instance);
+    for (mode, padding, align_corners) in [
+        (GridSampleMode::Bilinear, GridSamplePadding::Zeros, false),
+        (GridSampleMode::Bicubic, GridSamplePadding::Reflection, true),
+    ] {
+        let grid = GridSample {
+            mode,
+            padding,
+            align_corners,
+        };
+        let (back, _) = round_trip_on(t(&[1, 4, 4, 2]), 2, |m| grid.encode(m), GridSample::decode);
+        assert_eq!(back, grid);
+    }
+    let layer = LayerNormalization {
+        epsilon: 1e-6,
+        axis: -1,
+    };
+    let (back, _) = round_trip_on(
+        t(&[2, 4]),
+        3,
+        |m| layer.encode(m),
+        LayerNormalization::decode,
+    );
+    assert_eq!(back, layer);
+}
+
+#[test]
+fn slice_and_pad_parameters_decode_what_they_encode() {
+    let (back, _) = round_trip_on(
+        t(&[4, 6]),
+        1,
+        |m| {
+            let slice = StridedSlice {
+                begin: m.add_i32_vector(&[1, 0]),
+                end: m.add_i32_vector(&[3, -1]),
+                strides: m.add_i32_vector(&[1, 2]),
+                begin_mask: 2,
+                end_mask: 1,
+                shrink_axis_mask: 0,
+            };
+            slice.encode(m)
+        },
+        StridedSlice::decode,
+    );
+    assert_eq!(
+        back,
+        StridedSlice {
+            begin: Some(vec![1, 0]),
+            end: Some(vec![3, -1]),
+            strides: Some(vec![1, 2]),
+            begin_mask: 2,
+            end_mask: 1,
+            shrink_axis_mask: 0,
+        }
+    );
+    let mut int8 = Operand::new(OperandType::TensorQuant8AsymmSigned, vec![2, 2]);
+    int8.scale = 0.5;
+    let cases = [
+        (t(&[2, 2]), PadFill::Zeros),
+        (t(&[2, 2]), PadFill::Value(PadValue::Float(-3.5))),
+        (int8, PadFill::Value(PadValue::Int(-7))),
+        (t(&[2, 2]), PadFill::Mirror { symmetric: false }),
+        (t(&[2, 2]), PadFill::Mirror { symmetric: true }),
+    ];
+    for (input, fill) in cases {
+        let (back, _) = round_trip_on(
+            input,
+            1,
+            |m| {
+                let paddings = m.add_i32_vector(&[0, 1, 1, 0]);
+                Pad { paddings, fill }.encode(m)
+            },
+            |v| Pad::decode(fill.op_type(), v),
+        );
+        assert_eq!(back.fill, fill);
+        assert_eq!(back.paddings, Some(vec![0, 1, 1, 0]));
     }
 }

@@ -15,7 +15,8 @@
 //! Every operation here except CONCATENATION requires the output to share the input's
 //! scale and zero point, as NNAPI does.
 
-use nnc_formats::nn::{Operand, OperandType, Operation, OperationType};
+use nnc_formats::nn::ops::{Pad as PadParams, PadFill, PadValue};
+use nnc_formats::nn::{Operand, OperandType, Operation};
 
 use super::arith::{QType, Qp};
 use super::{activation_type, check_scale, is_quant8, output_type, q8_bytes, q8_bytes_mut, qp};
@@ -244,14 +245,18 @@ pub(crate) fn build_pad(info: &OpInfo) -> Result<Box<dyn Kernel>> {
         return Err(info.unsupported("input and output of different 8-bit types"));
     }
     let q = same_quantization(info, 0)?;
-    let value = if info.op_type() == OperationType::PadV2 {
-        qt.store(info.i32(2, "pad_value")?)
-    } else {
-        qt.store(q.zp)
+    let params =
+        PadParams::decode(info.op_type(), info.views()).map_err(|e| info.signature_error(e))?;
+    let value = match params.fill {
+        PadFill::Zeros => qt.store(q.zp),
+        PadFill::Value(PadValue::Int(v)) => qt.store(v),
+        PadFill::Value(PadValue::Float(_)) | PadFill::Mirror { .. } => {
+            return Err(info.unsupported("this form of padding on 8-bit tensors"));
+        }
     };
     Ok(Box::new(Pad {
         value,
-        paddings: info.i32_values(1)?,
+        paddings: params.paddings,
     }))
 }
 

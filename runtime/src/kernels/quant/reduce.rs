@@ -19,6 +19,7 @@ use crate::kernels::misc::Arg;
 use crate::kernels::reduce::reduce_into;
 use crate::kernels::util::{axis, split_at_axis};
 use crate::kernels::{Kernel, KernelContext, OpInfo, Requantization};
+use nnc_formats::nn::ops::Reduce as ReduceParams;
 
 /// The quantized reduction an operation is, chosen where it is routed here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,7 +65,9 @@ pub(crate) fn build(info: &OpInfo, kind: Reduction) -> Result<Box<dyn Kernel>> {
         output,
         rescale,
         float_mean: kind == Reduction::Mean && info.requantization == Requantization::Float,
-        axes: info.i32_values(1)?,
+        axes: ReduceParams::decode(info.op_type(), info.views())
+            .map_err(|e| info.signature_error(e))?
+            .axes,
     }))
 }
 

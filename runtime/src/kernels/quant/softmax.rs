@@ -24,6 +24,7 @@ use super::{activation_type, check_scale, output_type, q8_bytes, q8_bytes_mut, q
 use crate::error::{Result, RuntimeError};
 use crate::kernels::util::{axis, split_at_axis};
 use crate::kernels::{Kernel, KernelContext, OpInfo};
+use nnc_formats::nn::ops::{L2Normalization, Softmax as SoftmaxParams};
 
 // ---------------------------------------------------------------------------------------
 // gemmlowp fixed point, int32 raw values (a value with I integer bits is raw / 2^(31-I)).
@@ -176,15 +177,11 @@ pub(crate) fn build_softmax(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     let (i, o) = (qp(info.operand(0)?), qp(info.output_operand(0)?));
     check_scale(info, "input", i.scale)?;
     check_scale(info, "output", o.scale)?;
-    let beta = info.f32(1, "beta")?;
-    if !(beta.is_finite() && beta > 0.0) {
-        return Err(info.invalid(format!("beta must be > 0, got {beta}")));
+    let SoftmaxParams { beta, axis } =
+        SoftmaxParams::decode(info.op_type(), info.views()).map_err(|e| info.signature_error(e))?;
+    if !beta.is_finite() {
+        return Err(info.invalid(format!("beta must be finite, got {beta}")));
     }
-    let axis = if info.input_count() > 2 {
-        info.i32(2, "axis")?
-    } else {
-        -1
-    };
     let standard = o.scale == 1.0 / 256.0 && o.zp == qt.min();
     // PreprocessSoftmaxScaling: beta * input_scale * 2^(31 - 5), capped at 2^31 - 1.
     let real =
@@ -349,11 +346,9 @@ pub(crate) fn build_l2_normalization(info: &OpInfo) -> Result<Box<dyn Kernel>> {
             "quantized L2_NORMALIZATION needs output scale 1/128 and zero point {want_zp}"
         )));
     }
-    let axis = if info.input_count() > 1 {
-        info.i32(1, "axis")?
-    } else {
-        -1
-    };
+    let axis = L2Normalization::decode(info.views())
+        .map_err(|e| info.signature_error(e))?
+        .axis;
     Ok(Box::new(L2Norm {
         qt,
         zp: info.operand(0)?.zero_point,
