@@ -906,3 +906,45 @@ fn dynamic_quantization_needs_no_calibration_and_stays_close() {
     assert_eq!(code(&o), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--calibration"), "{}", stderr(&o));
 }
+
+/// A model ONNX Runtime's `quantize_dynamic` quantized (per channel) compiles as it is,
+/// encrypted, with every MatMulInteger chain a DYNAMIC_FULLY_CONNECTED, and runs close
+/// to ONNX Runtime's own outputs (compiler/tests/ort_dynamic.rs has the measurements).
+#[test]
+fn a_model_onnx_runtime_quantized_dynamically_compiles_and_runs() {
+    let case = testdata("ort_dynamic/bert_per_channel");
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("weights.key");
+    let o = run(nnc().args(["keygen", "--algorithm", "sm4", "-o"]).arg(&key));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = dir.path().join("m.nnc");
+    let o = run(nnc()
+        .arg("compile")
+        .arg(case.join("model.onnx"))
+        .args(["--encrypt", "sm4", "--mode", "cbc"])
+        .arg("-o")
+        .arg(&out)
+        .arg("--key-file")
+        .arg(&key));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(nnc().arg("inspect").arg(&out).arg("--key-file").arg(&key));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(text.contains("DYNAMIC_FULLY_CONNECTED"), "{text}");
+    let results = dir.path().join("out");
+    let o = run(nnc()
+        .arg("run")
+        .arg(&out)
+        .arg("--key-file")
+        .arg(&key)
+        .arg("--input-dir")
+        .arg(&case)
+        .arg("--output-dir")
+        .arg(&results));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let db = sqnr_db(
+        &read_f32(&case.join("output_0.npy")),
+        &read_f32(&results.join("output_0.npy")),
+    );
+    assert!(db > 35.0, "{db} dB from ONNX Runtime's output");
+}

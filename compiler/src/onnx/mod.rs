@@ -8,6 +8,7 @@
 
 pub mod attrs;
 pub mod constant;
+pub mod fuse;
 pub mod lower;
 pub mod proto;
 pub mod tensor;
@@ -146,19 +147,33 @@ pub fn import_model(
         .as_ref()
         .ok_or_else(|| CompileError::invalid("model", "has no graph"))?;
     let order = topological_order(graph, &|_| false)?;
+    // ONNX Runtime's dynamically quantized MatMuls, fused into one node each (see
+    // `fuse.rs` for why before lowering); the fused node is its contrib operator.
+    let fuse::Rewritten {
+        graph: fused,
+        notes: rewrites,
+    } = fuse::fuse_dynamic_matmuls(graph);
+    let (graph, order) = match &fused {
+        Some(fused) => (fused, topological_order(fused, &|_| false)?),
+        None => (graph, order),
+    };
     let mut lowerer = lower::Lowerer::new(opset, ext, &options.limits);
+    lowerer.rewrites = rewrites;
     lowerer.add_initializers(graph, options.release_source.as_ref())?;
     if let Some(release) = &options.release_source {
         release.release_all();
     }
     lowerer.add_inputs(graph, options)?;
 
-    let opsets = lower::registry::Opsets::new(
-        model
-            .opset_import
-            .iter()
-            .map(|o| (o.domain.clone(), o.version)),
-    );
+    let mut imports: Vec<(String, i64)> = model
+        .opset_import
+        .iter()
+        .map(|o| (o.domain.clone(), o.version))
+        .collect();
+    if fused.is_some() && !imports.iter().any(|(d, _)| d == lower::registry::MICROSOFT) {
+        imports.push((lower::registry::MICROSOFT.into(), 1));
+    }
+    let opsets = lower::registry::Opsets::new(imports);
     lowerer.opsets = opsets;
     let mut report = UnsupportedReport::new("ONNX");
     lower_graph(
@@ -194,9 +209,25 @@ pub fn import_model(
     }
     source.notes.append(&mut lowerer.notes);
     let folded_ifs = std::mem::take(&mut lowerer.folded_ifs);
+    let fused_chains = lowerer.rewrites.reported_as.len();
     let model = lowerer.finish();
     nn::validate(&model)?;
     let mut frontend_passes = Vec::new();
+    if fused_chains > 0 {
+        let operations = model.main.operations.len();
+        frontend_passes.push(crate::passes::PassReport {
+            pass: "fuse-dynamic-matmul",
+            operations_before: operations,
+            operations_after: operations,
+            changes: [(
+                "DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul chain -> \
+                 DYNAMIC_FULLY_CONNECTED"
+                    .to_string(),
+                fused_chains,
+            )]
+            .into(),
+        });
+    }
     if !folded_ifs.is_empty() {
         let operations = model.main.operations.len();
         frontend_passes.push(crate::passes::PassReport {
@@ -242,7 +273,8 @@ pub(crate) fn lower_graph(
         match lower::registry::resolve(&node.domain, &node.op_type, &lowerer.opsets) {
             Ok(found) => resolved.push(Some(found)),
             Err(lower::registry::Refusal::Unsupported(reason)) => {
-                report.add(&op_key(node), &node_label(node), reason);
+                let reason = lowerer.rewrites.explain(node, reason);
+                report.add(&lowerer.rewrites.op_key(node), &node_label(node), reason);
                 poisoned.extend(node.output.iter().map(String::as_str));
                 resolved.push(None);
             }
@@ -283,7 +315,8 @@ pub(crate) fn lower_graph(
         match lowerer.lower_node(node, op, version) {
             Ok(()) => {}
             Err(lower::NodeError::Unsupported(reason)) => {
-                report.add(&op_key(node), &node_label(node), reason);
+                let reason = lowerer.rewrites.explain(node, reason);
+                report.add(&lowerer.rewrites.op_key(node), &node_label(node), reason);
                 poisoned.extend(node.output.iter().map(String::as_str));
             }
             Err(lower::NodeError::NeedsInputShape(reason)) => {

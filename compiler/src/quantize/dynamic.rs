@@ -77,22 +77,8 @@ pub fn quantize_dynamic(
                 let dims: Vec<usize> = w.dimensions.iter().map(|&d| d as usize).collect();
                 let SymmetricWeights { bytes, scales, .. } =
                     symmetric_weights(&values, &dims, 0, options.per_channel);
-                let operand = if options.per_channel {
-                    Operand {
-                        channel_quant: Some(ChannelQuant {
-                            scales,
-                            channel_dim: 0,
-                        }),
-                        ..Operand::new(
-                            OperandType::TensorQuant8SymmPerChannel,
-                            w.dimensions.clone(),
-                        )
-                    }
-                } else {
-                    Operand::new(OperandType::TensorQuant8Symm, w.dimensions.clone())
-                        .with_quant(scales[0], 0)
-                }
-                .with_name(w.name.clone());
+                let operand = weights_operand(w.dimensions.clone(), scales, options.per_channel)
+                    .with_name(w.name.clone());
                 summary.weight_bytes_float += 4 * values.len() as u64;
                 summary.weight_bytes_int8 += bytes.len() as u64;
                 summary.quantized += 1;
@@ -110,6 +96,25 @@ pub fn quantize_dynamic(
     crate::passes::dead_code::compact(&mut out);
     nnc_formats::nn::validate(&out)?;
     Ok((out, summary))
+}
+
+/// The weights operand of a DYNAMIC_FULLY_CONNECTED, `dims` = `[units, depth]`, for
+/// int8 values with zero point 0: TENSOR_QUANT8_SYMM_PER_CHANNEL along dimension 0 with
+/// one scale per unit, or TENSOR_QUANT8_SYMM with `scales[0]`. Shared with the ONNX
+/// frontend, which lowers models ONNX Runtime quantized to the same operation.
+pub fn weights_operand(dims: Vec<u32>, scales: Vec<f32>, per_channel: bool) -> Operand {
+    if per_channel {
+        Operand {
+            channel_quant: Some(ChannelQuant {
+                scales,
+                channel_dim: 0,
+            }),
+            ..Operand::new(OperandType::TensorQuant8SymmPerChannel, dims)
+        }
+    } else {
+        let scale = scales.first().copied().unwrap_or(1.0);
+        Operand::new(OperandType::TensorQuant8Symm, dims).with_quant(scale, 0)
+    }
 }
 
 /// The float weights of FULLY_CONNECTED `op` (index `i`) when it can run dynamically;

@@ -142,6 +142,37 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// `[..., M, K] x [K, N] -> [..., M, N]` (N dropped when `vector_b`, B then being
+    /// `[K]`), where `product` emits an operation that reads its operand as rows of K
+    /// values and writes `[rows, N]` (FULLY_CONNECTED, DYNAMIC_FULLY_CONNECTED): A is
+    /// given that operation's rank >= 2 and the result A's leading dimensions. Returns
+    /// the result and whether ONNX sees it as rank 0.
+    pub(super) fn rows_product(
+        &mut self,
+        n: &Node,
+        a: TensorValue,
+        units: usize,
+        vector_b: bool,
+        product: impl FnOnce(&mut Self, u32) -> NResult<u32>,
+    ) -> NResult<(u32, bool)> {
+        let a_dims = self.dims(a);
+        // The operation needs rank >= 2: a vector A is one row.
+        let rows = if a_dims.len() == 1 {
+            self.reshape_to(n, a.operand, &[1, a_dims[0]])?
+        } else {
+            a.operand
+        };
+        let y = product(self, rows)?;
+        // Restore the batch dimensions: A's leading dims, then N (dropped for a 1-D B).
+        let mut out_dims: Vec<u32> = a_dims[..a_dims.len().saturating_sub(1)].to_vec();
+        if !vector_b {
+            out_dims.push(units as u32);
+        }
+        let scalar = out_dims.is_empty();
+        let y = self.reshape_to(n, y, if scalar { &[1] } else { &out_dims })?;
+        Ok((y, scalar))
+    }
+
     pub(super) fn matmul(&mut self, n: &Node) -> NResult<()> {
         let a = self.tensor(n, 0)?;
         self.require_float(n, a)?;
@@ -167,25 +198,28 @@ impl Lowerer<'_> {
             if last != 0 && last as usize != k {
                 return invalid(format!("MatMul inner dimensions differ: {last} vs {k}"));
             }
-            // FULLY_CONNECTED needs rank >= 2: a vector A is one row.
-            let rows = if a_dims.len() == 1 {
-                self.reshape_to(n, a.operand, &[1, a_dims[0]])?
-            } else {
-                a.operand
-            };
-            let y = self.fully_connected(n, rows, w, &vec![0.0; n_out])?;
-            // Restore the batch dimensions: A's leading dims, then N (dropped for a 1-D B).
-            let mut out_dims: Vec<u32> = a_dims[..a_dims.len().saturating_sub(1)].to_vec();
-            if b.shape.len() == 2 {
-                out_dims.push(n_out as u32);
-            }
-            let scalar = out_dims.is_empty();
-            let y = self.reshape_to(n, y, if scalar { &[1] } else { &out_dims })?;
+            let (y, scalar) =
+                self.rows_product(n, a, n_out, b.shape.len() == 1, |this, rows| {
+                    this.fully_connected(n, rows, w, &vec![0.0; n_out])
+                })?;
             self.set_tensor(n, 0, y, DataType::F32, scalar);
             return Ok(());
         }
         let b = self.tensor(n, 1)?;
         self.require_float(n, b)?;
+        let (out, scalar) = self.batch_matmul(n, a, b)?;
+        self.set_tensor(n, 0, out, DataType::F32, scalar);
+        Ok(())
+    }
+
+    /// ONNX MatMul of two run-time float operands as BATCH_MATMUL (vectors made
+    /// matrices, batch dimensions broadcast): the result and whether it is rank 0.
+    pub(super) fn batch_matmul(
+        &mut self,
+        n: &Node,
+        a: TensorValue,
+        b: TensorValue,
+    ) -> NResult<(u32, bool)> {
         let (mut ad, mut bd) = (self.known_dims(a)?, self.known_dims(b)?);
         let (mut x, mut y) = (a.operand, b.operand);
         // Vectors become matrices (and lose that dimension again at the end).
@@ -252,7 +286,6 @@ impl Lowerer<'_> {
         if a_vec || b_vec {
             out = self.reshape_to(n, out, if scalar { &[1] } else { &out_dims })?;
         }
-        self.set_tensor(n, 0, out, DataType::F32, scalar);
-        Ok(())
+        Ok((out, scalar))
     }
 }

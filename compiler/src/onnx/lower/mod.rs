@@ -25,6 +25,7 @@ mod activation;
 mod attention;
 mod control;
 mod conv;
+mod dynamic_quant;
 mod einsum;
 mod elementwise;
 mod grid;
@@ -237,6 +238,8 @@ pub struct Lowerer<'e> {
     pub nested_unsupported: crate::error::UnsupportedReport,
     /// What the user should know about how a node was read (printed as warnings).
     pub notes: Vec<String>,
+    /// What the pre-lowering rewrites did (`onnx/fuse.rs`), for the unsupported report.
+    pub rewrites: super::fuse::RewriteNotes,
 }
 
 impl<'e> Lowerer<'e> {
@@ -259,6 +262,7 @@ impl<'e> Lowerer<'e> {
             folded_ifs: Default::default(),
             nested_unsupported: crate::error::UnsupportedReport::new("ONNX"),
             notes: Vec::new(),
+            rewrites: Default::default(),
         }
     }
 

@@ -110,6 +110,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "DequantizeLinear", 10..=28 => dequantize_linear;
     "", "Div", 1..=14 => binary;
     "", "Dropout", 7..=22 => identity;
+    "", "DynamicQuantizeLinear", 11..=11 => dynamic_quantize_linear;
     "", "Einsum", 12..=28 => einsum;
     "", "Elu", 1..=22 => activation;
     "", "Equal", 7..=19 => binary;
@@ -151,6 +152,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Loop", 1..=25 => loop_node;
     "", "LpPool", 1..=22 => lp_pool;
     "", "MatMul", 1..=13 => matmul;
+    "", "MatMulInteger", 10..=10 => matmul_integer;
     "", "Max", 1..=13 => binary;
     "", "MaxPool", 1..=22 => pool;
     "", "Mean", 1..=13 => binary;
@@ -229,6 +231,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     ML, "Scaler", 1..=1 => scaler;
     MICROSOFT, "Attention", 1..=1 => microsoft_attention;
     MICROSOFT, "BiasGelu", 1..=1 => microsoft_gelu;
+    MICROSOFT, "DynamicQuantizeMatMul", 1..=1 => dynamic_quantize_matmul;
     MICROSOFT, "FastGelu", 1..=1 => microsoft_gelu;
     MICROSOFT, "Gelu", 1..=1 => microsoft_gelu;
     MICROSOFT, "MultiHeadAttention", 1..=1 => multi_head_attention;
