@@ -275,6 +275,51 @@ def conv_1d():
     return conv_graph("conv_1d", [1, 3, 8], [4, 3, 3], pads=[1, 1])
 
 
+@case
+def conv_3d():
+    return conv_graph("conv_3d", [1, 3, 4, 5, 5], [4, 3, 3, 3, 3], pads=[1, 1, 1, 1, 1, 1])
+
+
+@case
+def conv_3d_depth_stride_dilation():
+    # Depth stride 2 and dilation 2, asymmetric pads, a 2-sample batch.
+    return conv_graph("conv_3d_depth_stride_dilation", [2, 2, 9, 6, 5], [3, 2, 3, 2, 3],
+                      pads=[2, 0, 1, 1, 1, 0], strides=[2, 1, 2], dilations=[2, 1, 1])
+
+
+@case
+def conv_3d_factorized():
+    # R(2+1)D's pair: a spatial 1x3x3 convolution, then a temporal 3x1x1 one.
+    g = Graph("conv_3d_factorized")
+    x = g.input("x", [1, 3, 6, 7, 7])
+    y = g.node("Conv", [x, g.weight("ws", [5, 3, 1, 3, 3]), g.weight("bs", [5])], name="spatial",
+               pads=[0, 1, 1, 0, 1, 1])
+    y = g.node("Relu", [y])
+    y = g.node("Conv", [y, g.weight("wt", [4, 5, 3, 1, 1]), g.weight("bt", [4])], name="temporal",
+               pads=[1, 0, 0, 1, 0, 0], strides=[2, 1, 1])
+    g.output(y)
+    return g
+
+
+@case
+def conv_3d_depthwise():
+    # MViT's pooling and X3D's channel-wise convolutions.
+    return conv_graph("conv_3d_depthwise", [1, 4, 5, 6, 6], [8, 1, 3, 3, 3], group=4,
+                      pads=[1, 1, 1, 1, 1, 1], strides=[1, 2, 2])
+
+
+@case
+def conv_3d_grouped():
+    return conv_graph("conv_3d_grouped", [1, 4, 6, 5, 5], [6, 2, 2, 1, 3], group=2,
+                      pads=[0, 0, 1, 1, 0, 1], strides=[2, 1, 1])
+
+
+@case
+def conv_3d_same_upper_no_bias():
+    return conv_graph("conv_3d_same_upper_no_bias", [1, 2, 5, 6, 6], [3, 2, 2, 3, 3], bias=False,
+                      auto_pad="SAME_UPPER", strides=[2, 2, 2])
+
+
 def batch_norm_params(g: Graph, prefix: str, c: int) -> list[str]:
     """Non-trivial BatchNormalization parameters: scale, bias, mean, var (var > 0)."""
     return [
@@ -874,6 +919,23 @@ def global_average_pool():
 @case
 def global_max_pool():
     return pool_graph("global_max_pool", "GlobalMaxPool", [1, 3, 4, 4])
+
+
+@case
+def max_pool_3d():
+    # S3D's pools: 3x3x3 stride 1 padded (the branches), then 2x3x3 stride 2 with ceil_mode.
+    g = Graph("max_pool_3d")
+    x = g.input("x", [1, 3, 5, 7, 7])
+    y = g.node("MaxPool", [x], name="branch", kernel_shape=[3, 3, 3], pads=[1, 1, 1, 1, 1, 1])
+    y = g.node("MaxPool", [y], name="reduce", kernel_shape=[2, 3, 3], strides=[2, 2, 2], ceil_mode=1)
+    g.output(y)
+    return g
+
+
+@case
+def max_pool_3d_spatial_only():
+    return pool_graph("max_pool_3d_spatial_only", "MaxPool", [2, 4, 3, 8, 8], kernel_shape=[1, 3, 3],
+                      strides=[1, 2, 2], pads=[0, 1, 1, 0, 1, 1])
 
 
 @case

@@ -245,6 +245,24 @@ def yolo(cfg):
     return build
 
 
+def video(frames, size=112):
+    return {
+        "input": np.random.default_rng(0).standard_normal(
+            (1, 3, frames, size, size), dtype=np.float32
+        )
+    }
+
+
+def tv_video(name, frames=8, size=112):
+    def build():
+        import torchvision
+
+        model = getattr(torchvision.models.video, name)(weights=None)
+        return model, video(frames, size), f"{frames}x{size}x{size} clip"
+
+    return build
+
+
 L4 = "base config, 4 of 12 layers"
 MODELS = [
     # torchvision
@@ -332,6 +350,11 @@ MODELS = [
         "transformers",
         hf("encodec", "encodec_24khz encoder, 1 s 24 kHz"),
     ),
+    # torchvision video (3-D convolutions)
+    ("r3d_18", "torchvision", tv_video("r3d_18")),
+    ("mc3_18", "torchvision", tv_video("mc3_18")),
+    ("r2plus1d_18", "torchvision", tv_video("r2plus1d_18")),
+    ("s3d", "torchvision", tv_video("s3d", frames=16, size=224)),
     # ultralytics (optional)
     ("yolov8n", "ultralytics", yolo("yolov8n.yaml")),
     ("yolo11n", "ultralytics", yolo("yolo11n.yaml")),

@@ -289,6 +289,25 @@ histogram_cases! {
     conv_grouped: [TRANSPOSE: 2, GROUPED_CONV_2D: 1],
     // 1-D runs as 2-D of height 1: a reshape on each side.
     conv_1d: [RESHAPE: 2, TRANSPOSE: 2, CONV_2D: 1],
+    // 3-D convolutions: NDHWC, depth padding, the kD depth-shifted views concatenated
+    // along the channels, depth folded into the batch, one CONV_2D.
+    conv_3d: [TRANSPOSE: 2, PAD: 1, STRIDED_SLICE: 3, CONCATENATION: 1, RESHAPE: 2, CONV_2D: 1],
+    conv_3d_depth_stride_dilation: [
+        TRANSPOSE: 2, PAD: 1, STRIDED_SLICE: 3, CONCATENATION: 1, RESHAPE: 2, CONV_2D: 1,
+    ],
+    // kD = 1 needs no views; a kD x 1 x 1 convolution is a 2-D one over (D, H·W); the
+    // transposes between the two convolutions cancel.
+    conv_3d_factorized: [TRANSPOSE: 2, RESHAPE: 4, CONV_2D: 2, RELU: 1],
+    // Grouped: one convolution per depth tap over its view, summed.
+    conv_3d_depthwise: [
+        TRANSPOSE: 2, PAD: 1, STRIDED_SLICE: 3, RESHAPE: 4, DEPTHWISE_CONV_2D: 3, ADD: 2,
+    ],
+    conv_3d_grouped: [
+        TRANSPOSE: 2, PAD: 1, STRIDED_SLICE: 2, RESHAPE: 3, GROUPED_CONV_2D: 2, ADD: 1,
+    ],
+    conv_3d_same_upper_no_bias: [
+        TRANSPOSE: 2, PAD: 1, STRIDED_SLICE: 2, CONCATENATION: 1, RESHAPE: 2, CONV_2D: 1,
+    ],
     // BatchNormalization (MUL + ADD) folds into the convolution.
     conv_batch_norm: [TRANSPOSE: 2, CONV_2D: 1],
     // The activation fuses into the convolution.
@@ -410,6 +429,12 @@ histogram_cases! {
     global_average_pool: [MEAN: 1],
     global_max_pool: [REDUCE_MAX: 1],
     max_pool_1d: [RESHAPE: 2, TRANSPOSE: 2, MAX_POOL_2D: 1],
+    // 3-D MaxPool: NDHWC, one MAX_POOL_2D over height and width with the depth in the
+    // batch, then the maximum of the depth-shifted views (padded with -inf).
+    max_pool_3d: [
+        TRANSPOSE: 2, PAD_V2: 2, RESHAPE: 4, MAX_POOL_2D: 2, STRIDED_SLICE: 5, MAXIMUM: 3,
+    ],
+    max_pool_3d_spatial_only: [TRANSPOSE: 2, RESHAPE: 2, MAX_POOL_2D: 1],
 
     // Shape and data movement
     concat_axis_1: [CONCATENATION: 1],

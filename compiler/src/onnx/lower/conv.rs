@@ -1,6 +1,7 @@
 //! Conv and ConvTranspose.
 //!
-//! 1-D convolutions run as 2-D ones of height 1. Constant weights are re-laid-out at compile time
+//! 1-D convolutions run as 2-D ones of height 1, 3-D ones as one 2-D convolution over
+//! depth-shifted views (`volume.rs`). Constant weights are re-laid-out at compile time
 //! (OIHW -> OHWI for CONV_2D, -> 1HWO for DEPTHWISE_CONV_2D, IOHW -> OHWI for
 //! TRANSPOSE_CONV_2D); weights computed at run time get the same layout from RESHAPE and
 //! TRANSPOSE operations. The operation itself runs in NHWC between two transposes.
@@ -15,6 +16,8 @@ use nnc_formats::tensor::DataType;
 
 use super::super::constant::{self, ConstTensor};
 use super::{Lowerer, NResult, Node, Value, needs_input_shape, unsupported};
+
+mod volume;
 
 /// Spatial parameters shared by convolutions and pools, for two spatial axes (H, W).
 pub(super) struct Spatial {
@@ -59,18 +62,26 @@ impl Spatial {
     }
 }
 
-/// Reads `strides`, `dilations`, `pads` and `auto_pad` for a 1-D or 2-D window
-/// operation. `spatial_in` are the input's spatial extents (0 when unknown).
-pub(super) fn read_spatial(
+/// A window's attributes over any number of spatial axes, as ONNX gives them.
+pub(super) struct Window {
+    pub strides: Vec<i64>,
+    pub dilations: Vec<i64>,
+    /// All begins, then all ends (ONNX's order), `auto_pad` resolved.
+    pub pads: Vec<i64>,
+}
+
+/// Reads `strides`, `dilations`, `pads` and `auto_pad` for a window of `kernel.len()`
+/// spatial axes (1 to 3). `spatial_in` are the input's spatial extents (0 when unknown).
+pub(super) fn read_window(
     n: &Node,
     kernel: &[i64],
     spatial_in: &[u32],
     allow_dilation: bool,
-) -> NResult<Spatial> {
+) -> NResult<Window> {
     let rank = kernel.len();
-    if !(1..=2).contains(&rank) {
+    if !(1..=3).contains(&rank) {
         return unsupported(format!(
-            "{}-D windows are not supported (only 1-D and 2-D)",
+            "{}-D windows are not supported (only 1-D, 2-D and 3-D)",
             rank
         ));
     }
@@ -138,6 +149,33 @@ pub(super) fn read_spatial(
             )));
         }
     }
+    Ok(Window {
+        strides,
+        dilations,
+        pads,
+    })
+}
+
+/// Reads `strides`, `dilations`, `pads` and `auto_pad` for a 1-D or 2-D window
+/// operation, lifted to the two spatial axes (H, W) of the NN set's windows.
+pub(super) fn read_spatial(
+    n: &Node,
+    kernel: &[i64],
+    spatial_in: &[u32],
+    allow_dilation: bool,
+) -> NResult<Spatial> {
+    if kernel.len() > 2 {
+        return unsupported(format!(
+            "{}-D windows are not supported here (only 1-D and 2-D)",
+            kernel.len()
+        ));
+    }
+    let Window {
+        strides,
+        dilations,
+        pads,
+    } = read_window(n, kernel, spatial_in, allow_dilation)?;
+    let rank = kernel.len();
     // Lift 1-D to 2-D with a unit height.
     let (k, s, d, p) = if rank == 1 {
         (
@@ -159,6 +197,32 @@ pub(super) fn read_spatial(
         strides: s.map(|v| v as u32),
         dilations: d.map(|v| v as u32),
         pads: p.map(|v| v as u32),
+    })
+}
+
+/// The NN operation a convolution of `group` groups is (CONV_2D, DEPTHWISE_CONV_2D or
+/// GROUPED_CONV_2D), and how its `[M, C/g, kH, kW]` weights are permuted for it.
+pub(super) fn conv_kind(
+    group: usize,
+    channels: usize,
+    cg: usize,
+    m: usize,
+    dilations: [u32; 2],
+) -> NResult<(ConvKind, [usize; 4])> {
+    let depthwise = group == channels && group > 1 && cg == 1;
+    Ok(if group == 1 {
+        (ConvKind::Plain, [0, 2, 3, 1])
+    } else if depthwise {
+        let multiplier = (m / channels) as u32;
+        (ConvKind::Depthwise { multiplier }, [1, 2, 3, 0])
+    } else {
+        if dilations != [1, 1] {
+            return unsupported(
+                "dilated grouped convolutions are not supported (GROUPED_CONV_2D has no dilation)",
+            );
+        }
+        let groups = group as u32;
+        (ConvKind::Grouped { groups }, [0, 2, 3, 1])
     })
 }
 
@@ -198,13 +262,15 @@ impl Lowerer<'_> {
         }
     }
 
-    /// The weights viewed as `shape4` and permuted by `perm`, as an operand.
+    /// The weights viewed as `shape`, permuted by `perm` and viewed as `result`, as an
+    /// operand.
     fn filter_operand(
         &mut self,
         n: &Node,
         f: &Filter,
-        shape4: [usize; 4],
-        perm: [usize; 4],
+        shape: &[usize],
+        perm: &[usize],
+        result: &[u32],
     ) -> NResult<u32> {
         match f {
             Filter::Const(w) => {
@@ -215,24 +281,31 @@ impl Lowerer<'_> {
                     cast = constant::cast(w, DataType::F32);
                     &cast
                 };
-                let t = constant::transpose_as(w, &shape4, &perm)?;
+                let mut t = constant::transpose_as(w, shape, perm)?;
+                t.shape = result.iter().map(|&d| d as usize).collect();
                 Ok(self.const_operand_owned(t)?.operand)
             }
             Filter::Run(o) => {
-                let dims: Vec<u32> = shape4.iter().map(|&d| d as u32).collect();
-                let w4 = self.reshape_to(n, *o, &dims)?;
+                let dims: Vec<u32> = shape.iter().map(|&d| d as u32).collect();
+                let viewed = self.reshape_to(n, *o, &dims)?;
                 let p: Vec<i32> = perm.iter().map(|&v| v as i32).collect();
-                self.transpose_op(n, w4, &p)
+                let permuted = self.transpose_op(n, viewed, &p)?;
+                if result.len() == shape.len() {
+                    Ok(permuted)
+                } else {
+                    self.reshape_to(n, permuted, result)
+                }
             }
         }
     }
 
-    /// Rows `[from, from + len)` (axis 0) of convolution weights of shape `shape`.
-    fn filter_rows(
+    /// Entries `[from, from + len)` along `axis` of convolution weights of shape `shape`.
+    fn filter_slice(
         &mut self,
         n: &Node,
         f: &Filter,
         shape: &[usize],
+        axis: usize,
         from: usize,
         len: usize,
     ) -> NResult<Filter> {
@@ -242,7 +315,7 @@ impl Lowerer<'_> {
                     .iter()
                     .enumerate()
                     .map(|(d, &e)| {
-                        if d == 0 {
+                        if d == axis {
                             (from as i64, 1, len)
                         } else {
                             (0, 1, e)
@@ -257,9 +330,9 @@ impl Lowerer<'_> {
             }
             Filter::Run(o) => {
                 let mut begin = vec![0i32; shape.len()];
-                begin[0] = from as i32;
+                begin[axis] = from as i32;
                 let mut size: Vec<i32> = shape.iter().map(|&e| e as i32).collect();
-                size[0] = len as i32;
+                size[axis] = len as i32;
                 let b = self.i32_vector(&begin);
                 let s = self.i32_vector(&size);
                 Ok(Filter::Run(self.emit(
@@ -391,11 +464,14 @@ impl Lowerer<'_> {
         self.require_float(n, x)?;
         let (w, w_shape) = self.filter_input(n, 1)?;
         let rank = self.rank(x);
-        if w_shape.len() != rank || !(3..=4).contains(&rank) {
+        if w_shape.len() != rank || !(3..=5).contains(&rank) {
             return unsupported(format!(
-                "convolution of rank-{rank} input with rank-{} weights is not supported (only 1-D and 2-D)",
+                "convolution of rank-{rank} input with rank-{} weights is not supported (only 1-D, 2-D and 3-D)",
                 w_shape.len()
             ));
+        }
+        if rank == 5 {
+            return self.conv_3d(n, x, &w, &w_shape);
         }
         let group = n.attrs.int_or("group", 1)?;
         let m = w_shape[0];
@@ -429,22 +505,9 @@ impl Lowerer<'_> {
         let shape4 = [m, cg, sp.kernel[0] as usize, sp.kernel[1] as usize];
         let (x4, _) = self.as_4d(n, x)?;
         let xh = self.to_nhwc(n, x4)?;
-        let depthwise = group == channels && group > 1 && cg == 1;
-        let (kind, perm) = if group == 1 {
-            (ConvKind::Plain, [0, 2, 3, 1])
-        } else if depthwise {
-            let multiplier = (m / channels) as u32;
-            (ConvKind::Depthwise { multiplier }, [1, 2, 3, 0])
-        } else {
-            if sp.dilations != [1, 1] {
-                return unsupported(
-                    "dilated grouped convolutions are not supported (GROUPED_CONV_2D has no dilation)",
-                );
-            }
-            let groups = group as u32;
-            (ConvKind::Grouped { groups }, [0, 2, 3, 1])
-        };
-        let filter = self.filter_operand(n, &w, shape4, perm)?;
+        let (kind, perm) = conv_kind(group, channels, cg, m, sp.dilations)?;
+        let permuted = perm.map(|p| shape4[p] as u32);
+        let filter = self.filter_operand(n, &w, &shape4, &perm, &permuted)?;
         let bias = match bias {
             Ok(values) => self.model.add_f32_tensor(vec![m as u32], &values),
             Err(operand) => operand,
@@ -593,10 +656,12 @@ impl Lowerer<'_> {
             let wj = if group == 1 {
                 w.clone_ref()
             } else {
-                self.filter_rows(n, &w, &w_shape, j * cg, cg)?
+                self.filter_slice(n, &w, &w_shape, 0, j * cg, cg)?
             };
             let shape4 = [cg, m, k2[0] as usize, k2[1] as usize];
-            let filter = self.filter_operand(n, &wj, shape4, [1, 2, 3, 0])?;
+            let perm = [1, 2, 3, 0];
+            let permuted = perm.map(|p| shape4[p] as u32);
+            let filter = self.filter_operand(n, &wj, &shape4, &perm, &permuted)?;
             let bias = match (&bias_values, in_bias) {
                 (Ok(v), true) => self.model.add_f32_tensor(vec![m as u32], v),
                 (Err(operand), true) => *operand,

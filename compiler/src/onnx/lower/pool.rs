@@ -1,6 +1,6 @@
 //! MaxPool, AveragePool, LpPool, GlobalAveragePool, GlobalMaxPool, GlobalLpPool.
 
-use nnc_formats::nn::ops::{PadFill, PadValue, Pool2d, StridedSlice, WindowPadding};
+use nnc_formats::nn::ops::{Hw, PadFill, PadValue, Pool2d, StridedSlice, WindowPadding};
 use nnc_formats::nn::{FusedActivation, OperationType};
 
 use super::conv::read_spatial;
@@ -347,6 +347,11 @@ impl Lowerer<'_> {
         {
             let x = self.tensor(n, 0)?;
             self.require_float(n, x)?;
+            if max && k.len() == 3 && !dilated && !self.output_used(n, 1) {
+                let y = self.max_pool_3d(n, &k.clone(), x)?;
+                self.set_tensor(n, 0, y, x.dtype, false);
+                return Ok(());
+            }
             let reduce = if max { Reduce::Max } else { Reduce::Average };
             let y = self.pool_by_slices(n, reduce, &k.clone(), x)?;
             self.set_tensor(n, 0, y, x.dtype, false);
@@ -445,6 +450,93 @@ impl Lowerer<'_> {
         let y = self.back_from_4d(n, y4, rank)?;
         self.set_tensor(n, 0, y, x.dtype, false);
         Ok(())
+    }
+
+    /// MaxPool over three spatial axes on the NN set's 2-D pool, as 3-D convolutions
+    /// run (`conv/volume.rs`): in NDHWC with the depth folded into the batch, one
+    /// MAX_POOL_2D pools height and width, then the maximum of the `kD` depth-shifted
+    /// views (strided slices of the depth, padded with -inf) pools the depth. Staying
+    /// in NDHWC lets the transposes around it cancel against a neighbouring 3-D
+    /// convolution's, which the slice-based N-D pool (NCDHW) does not.
+    fn max_pool_3d(&mut self, n: &Node, kernel: &[i64], x: TensorValue) -> NResult<u32> {
+        let dims = self.known_dims(x)?;
+        if dims.len() != 5 {
+            return super::invalid(format!("3-D pooling of a rank-{} input", dims.len()));
+        }
+        let axes = pool_axes(n, kernel, &dims[2..])?;
+        let [batch, channels, _, height, width] = [0, 1, 2, 3, 4].map(|i| dims[i]);
+        // What each axis's windows read: the begin padding, and at the end whatever the
+        // last window needs (ceil_mode's overhang included), at least the end padding.
+        let end_pad = |a: &Axis| {
+            let needed = (a.output - 1) * a.stride + a.kernel;
+            (needed - a.input - a.pad_begin).max(a.pad_end)
+        };
+        let narrow = |v: i64| u32::try_from(v).ok().filter(|&v| v <= i32::MAX as u32);
+        let (d, h, w) = (&axes[0], &axes[1], &axes[2]);
+        let (Some(front), Some(back), Some(padded_depth), Some(rows)) = (
+            narrow(d.pad_begin),
+            narrow(end_pad(d)),
+            narrow(d.input + d.pad_begin + end_pad(d)),
+            narrow(i64::from(batch) * (d.input + d.pad_begin + end_pad(d))),
+        ) else {
+            return super::invalid("the pooled extent is out of range");
+        };
+        let mut xt = self.transpose_op(n, x.operand, &[0, 2, 3, 4, 1])?;
+        if front > 0 || back > 0 {
+            let p = self.i32_vector(&[0, 0, front as i32, back as i32, 0, 0, 0, 0, 0, 0]);
+            let fill = PadFill::Value(PadValue::Float(f32::NEG_INFINITY));
+            xt = self.pad_op(n, xt, p, fill)?;
+        }
+        let planes = self.reshape_to(n, xt, &[rows, height, width, channels])?;
+        let (out_h, out_w) = (h.output as u32, w.output as u32);
+        let pool = Pool2d {
+            padding: WindowPadding::Explicit {
+                left: w.pad_begin as u32,
+                right: end_pad(w) as u32,
+                top: h.pad_begin as u32,
+                bottom: end_pad(h) as u32,
+            },
+            stride: Hw {
+                h: h.stride as u32,
+                w: w.stride as u32,
+            },
+            filter: Hw {
+                h: h.kernel as u32,
+                w: w.kernel as u32,
+            },
+            activation: FusedActivation::None,
+            nchw: false,
+        };
+        let mut inputs = vec![planes];
+        inputs.extend(pool.encode(&mut self.model));
+        let pooled = self.emit(n, OperationType::MaxPool2d, inputs)?;
+        let pooled = self.reshape_to(n, pooled, &[batch, padded_depth, out_h, out_w, channels])?;
+        let out_depth = d.output as u32;
+        let y = if d.kernel == 1 && d.stride == 1 && out_depth == padded_depth {
+            pooled
+        } else {
+            let mut y: Option<u32> = None;
+            for k in 0..d.kernel {
+                let first = k as i32;
+                let last = first + ((d.output - 1) * d.stride) as i32;
+                let end = [batch, last as u32 + 1, out_h, out_w, channels].map(|v| v as i32);
+                let slice = StridedSlice {
+                    begin: self.i32_vector(&[0, first, 0, 0, 0]),
+                    end: self.i32_vector(&end),
+                    strides: self.i32_vector(&[1, d.stride as i32, 1, 1, 1]),
+                    begin_mask: 0,
+                    end_mask: 0,
+                    shrink_axis_mask: 0,
+                };
+                let view = self.strided_slice_op(n, pooled, &slice)?;
+                y = Some(match y {
+                    None => view,
+                    Some(m) => self.emit(n, OperationType::Maximum, vec![m, view])?,
+                });
+            }
+            y.ok_or_else(|| super::NodeError::Invalid("a window of no depth".into()))?
+        };
+        self.transpose_op(n, y, &[0, 4, 1, 2, 3])
     }
 
     pub(super) fn global_pool(&mut self, n: &Node) -> NResult<()> {
