@@ -296,8 +296,9 @@ histogram_cases! {
         TRANSPOSE: 2, PAD: 1, STRIDED_SLICE: 3, CONCATENATION: 1, RESHAPE: 2, CONV_2D: 1,
     ],
     // kD = 1 needs no views; a kD x 1 x 1 convolution is a 2-D one over (D, H·W); the
-    // transposes between the two convolutions cancel.
-    conv_3d_factorized: [TRANSPOSE: 2, RESHAPE: 4, CONV_2D: 2, RELU: 1],
+    // transposes between the two convolutions cancel and the RELU fuses into the first
+    // across its reshape.
+    conv_3d_factorized: [TRANSPOSE: 2, RESHAPE: 4, CONV_2D: 2],
     // Grouped: one convolution per depth tap over its view, summed.
     conv_3d_depthwise: [
         TRANSPOSE: 2, PAD: 1, STRIDED_SLICE: 3, RESHAPE: 4, DEPTHWISE_CONV_2D: 3, ADD: 2,

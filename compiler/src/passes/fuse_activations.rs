@@ -1,9 +1,10 @@
 //! Fuses RELU, RELU1 and RELU6 into the fused-activation operand of the operation that
-//! produces their input (convolutions, pools, FULLY_CONNECTED, ADD/SUB/MUL/DIV).
+//! produces their input (convolutions, pools, FULLY_CONNECTED, ADD/SUB/MUL/DIV), also
+//! across a reshape between the two.
 
 use std::collections::BTreeMap;
 
-use nnc_formats::nn::{FusedActivation, Lifetime, Model};
+use nnc_formats::nn::{FusedActivation, Lifetime, Model, OperationType};
 
 use super::graph::{self, GraphIndex};
 
@@ -39,7 +40,25 @@ fn try_fuse(
     {
         return None;
     }
-    let p = index.producer(x)?;
+    let mut p = index.producer(x)?;
+    // A reshape between them (a 1-D or 3-D convolution's way back to its rank) moves
+    // the values unchanged, so the activation may go before it: the producer behind
+    // it takes the activation and the reshape writes the activation's output.
+    let mut reshape = None;
+    let moved = &model.main.operations[p];
+    if matches!(
+        moved.op_type,
+        OperationType::Reshape | OperationType::Squeeze | OperationType::ExpandDims
+    ) {
+        let r = moved.inputs[0];
+        if index.single_reader(model, r) != Some(p)
+            || model.main.operands[r as usize].lifetime != Lifetime::TemporaryVariable
+        {
+            return None;
+        }
+        reshape = Some(p);
+        p = index.producer(r)?;
+    }
     let producer = &model.main.operations[p];
     let k = graph::activation_input(producer)?;
     if graph::const_i32(model, producer.inputs[k]) != Some(FusedActivation::None as i32) {
@@ -57,6 +76,6 @@ fn try_fuse(
     let into = model.main.operations[p].op_type.name();
     index.remove(model, i);
     index.set_input(model, p, k, code);
-    index.set_output(model, p, 0, y);
+    index.set_output(model, reshape.unwrap_or(p), 0, y);
     Some((activation.name(), into))
 }
