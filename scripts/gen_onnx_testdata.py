@@ -487,6 +487,24 @@ def conv_transpose_auto_pad_same_upper():
 
 
 @case
+def conv_transpose_3d():
+    # A 3-D UNet's upsampling: kernel 2, stride 2.
+    return conv_transpose_graph("conv_transpose_3d", [1, 4, 3, 4, 4], [4, 3, 2, 2, 2], strides=[2, 2, 2])
+
+
+@case
+def conv_transpose_3d_pads_output_padding():
+    return conv_transpose_graph("conv_transpose_3d_pads_output_padding", [2, 2, 3, 3, 4], [2, 3, 3, 3, 2],
+                                strides=[2, 1, 2], pads=[1, 1, 0, 1, 0, 1], output_padding=[1, 0, 1])
+
+
+@case
+def conv_transpose_3d_dilated_output_shape():
+    return conv_transpose_graph("conv_transpose_3d_dilated_output_shape", [1, 2, 3, 3, 3], [2, 2, 2, 3, 2],
+                                strides=[3, 1, 1], dilations=[2, 1, 2], output_shape=[8, 4, 5])
+
+
+@case
 def conv_transpose_1d():
     return conv_transpose_graph("conv_transpose_1d", [1, 3, 5], [3, 2, 3], strides=[2])
 

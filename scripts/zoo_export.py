@@ -263,6 +263,45 @@ def tv_video(name, frames=8, size=112):
     return build
 
 
+def unet3d():
+    # No package ships a 3-D U-Net without pulling in its own framework (MONAI), so the
+    # architecture of Cicek et al. 2016 is written out here: two 3x3x3 convolutions with
+    # batch norm and ReLU per level, 2x2x2 max pooling, ConvTranspose3d upsampling,
+    # skip connections by concatenation; 3 levels, 16-64 channels.
+    def build():
+        import torch
+        from torch import nn
+
+        def block(cin, cout):
+            return nn.Sequential(
+                nn.Conv3d(cin, cout, 3, padding=1), nn.BatchNorm3d(cout), nn.ReLU(),
+                nn.Conv3d(cout, cout, 3, padding=1), nn.BatchNorm3d(cout), nn.ReLU(),
+            )
+
+        class UNet3d(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.down1, self.down2 = block(1, 16), block(16, 32)
+                self.bottom = block(32, 64)
+                self.pool = nn.MaxPool3d(2)
+                self.up2, self.dec2 = nn.ConvTranspose3d(64, 32, 2, stride=2), block(64, 32)
+                self.up1, self.dec1 = nn.ConvTranspose3d(32, 16, 2, stride=2), block(32, 16)
+                self.head = nn.Conv3d(16, 3, 1)
+
+            def forward(self, x):
+                a = self.down1(x)
+                b = self.down2(self.pool(a))
+                c = self.bottom(self.pool(b))
+                b = self.dec2(torch.cat([self.up2(c), b], 1))
+                a = self.dec1(torch.cat([self.up1(b), a], 1))
+                return self.head(a)
+
+        x = np.random.default_rng(0).standard_normal((1, 1, 32, 64, 64), dtype=np.float32)
+        return UNet3d().eval(), {"input": x}, "3-D U-Net written out, 1x32x64x64 volume"
+
+    return build
+
+
 L4 = "base config, 4 of 12 layers"
 MODELS = [
     # torchvision
@@ -355,6 +394,7 @@ MODELS = [
     ("mc3_18", "torchvision", tv_video("mc3_18")),
     ("r2plus1d_18", "torchvision", tv_video("r2plus1d_18")),
     ("s3d", "torchvision", tv_video("s3d", frames=16, size=224)),
+    ("unet3d", "torch", unet3d()),
     # ultralytics (optional)
     ("yolov8n", "ultralytics", yolo("yolov8n.yaml")),
     ("yolo11n", "ultralytics", yolo("yolo11n.yaml")),

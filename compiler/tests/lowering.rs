@@ -339,6 +339,18 @@ histogram_cases! {
     conv_transpose_output_shape: [TRANSPOSE: 2, TRANSPOSE_CONV_2D: 1],
     conv_transpose_auto_pad_same_upper: [TRANSPOSE: 2, TRANSPOSE_CONV_2D: 1],
     conv_transpose_1d: [RESHAPE: 2, TRANSPOSE: 2, TRANSPOSE_CONV_2D: 1],
+    // 3-D ConvTranspose: one TRANSPOSE_CONV_2D per depth tap (depth in the batch), its
+    // slices spread by the depth stride and shifted by the tap (PAD), summed, cropped
+    // and biased.
+    conv_transpose_3d: [
+        TRANSPOSE: 2, RESHAPE: 6, TRANSPOSE_CONV_2D: 2, PAD: 4, STRIDED_SLICE: 2, ADD: 2,
+    ],
+    conv_transpose_3d_pads_output_padding: [
+        TRANSPOSE: 2, RESHAPE: 8, TRANSPOSE_CONV_2D: 3, PAD: 6, STRIDED_SLICE: 4, ADD: 3,
+    ],
+    conv_transpose_3d_dilated_output_shape: [
+        TRANSPOSE: 2, RESHAPE: 8, TRANSPOSE_CONV_2D: 3, PAD: 6, STRIDED_SLICE: 4, ADD: 3,
+    ],
 
     // Gemm: constant B becomes FULLY_CONNECTED; a row-broadcast C folds into its bias.
     gemm_trans_b: [FULLY_CONNECTED: 1],

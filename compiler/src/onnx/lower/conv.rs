@@ -226,6 +226,81 @@ pub(super) fn conv_kind(
     })
 }
 
+/// A ConvTranspose's window along its spatial axes, with `auto_pad` and `output_shape`
+/// resolved into `pads` (which may be negative: the output is then larger than the
+/// full result, and zeros fill the difference).
+pub(super) struct TransposeWindow {
+    pub strides: Vec<i64>,
+    pub output_padding: Vec<i64>,
+    /// All begins, then all ends.
+    pub pads: Vec<i64>,
+    /// The output extent per axis.
+    pub out: Vec<i64>,
+}
+
+/// Reads a ConvTranspose's `strides`, `output_padding`, `pads`, `auto_pad` and
+/// `output_shape` for a (dilated) kernel of extents `kernel` over an input of spatial
+/// extents `spatial_in`.
+pub(super) fn transpose_window(
+    n: &Node,
+    kernel: &[i64],
+    spatial_in: &[u32],
+) -> NResult<TransposeWindow> {
+    let sr = kernel.len();
+    let strides = n.attrs.ints("strides")?.unwrap_or(vec![1; sr]);
+    let output_padding = n.attrs.ints("output_padding")?.unwrap_or(vec![0; sr]);
+    let mut pads = n.attrs.ints("pads")?.unwrap_or(vec![0; 2 * sr]);
+    if strides.len() != sr || output_padding.len() != sr || pads.len() != 2 * sr {
+        return Err(super::NodeError::Invalid(
+            "strides, dilations, output_padding or pads have the wrong length".into(),
+        ));
+    }
+    if strides.iter().any(|&s| s < 1 || s > i64::from(i32::MAX)) {
+        return Err(super::NodeError::Invalid("strides out of range".into()));
+    }
+    let spatial_in: Vec<i64> = spatial_in.iter().map(|&d| i64::from(d)).collect();
+    let auto_pad = n.attrs.string_or("auto_pad", "NOTSET")?;
+    let output_shape = n.attrs.ints("output_shape")?;
+    // Output extent per axis, and the padding that yields it (may be negative).
+    let mut out = vec![0i64; sr];
+    for i in 0..sr {
+        let full = strides[i] * (spatial_in[i] - 1) + output_padding[i] + kernel[i];
+        let target = match (&output_shape, auto_pad.as_str()) {
+            (Some(os), _) => {
+                let os = &os[os.len().saturating_sub(sr)..];
+                os.get(i).copied().unwrap_or(full)
+            }
+            (None, "SAME_UPPER" | "SAME_LOWER") => spatial_in[i] * strides[i],
+            _ => full - pads[i] - pads[i + sr],
+        };
+        if output_shape.is_some() || auto_pad.starts_with("SAME") {
+            let total = full - target;
+            // ONNX's reference divides with floor (Python's //), which matters when
+            // the requested output is larger than the full one (negative total).
+            let half = total.div_euclid(2);
+            let (begin, end) = if auto_pad == "SAME_UPPER" {
+                (half, total - half)
+            } else {
+                (total - half, half)
+            };
+            pads[i] = begin;
+            pads[i + sr] = end;
+        }
+        out[i] = target;
+        if target < 1 {
+            return Err(super::NodeError::Invalid(format!(
+                "output extent {target} along axis {i} is not positive"
+            )));
+        }
+    }
+    Ok(TransposeWindow {
+        strides,
+        output_padding,
+        pads,
+        out,
+    })
+}
+
 /// Convolution weights: a constant (re-laid-out at compile time) or a tensor computed at
 /// run time (re-laid-out by RESHAPE and TRANSPOSE operations; the kernels take run-time
 /// filters as they are).
@@ -535,10 +610,8 @@ impl Lowerer<'_> {
         self.require_float(n, x)?;
         let (w, w_shape) = self.filter_input(n, 1)?;
         let rank = self.rank(x);
-        if w_shape.len() != rank || !(3..=4).contains(&rank) {
-            return unsupported(
-                "only 1-D and 2-D ConvTranspose is supported (TRANSPOSE_CONV_2D is 2-D)",
-            );
+        if w_shape.len() != rank || !(3..=5).contains(&rank) {
+            return unsupported("only 1-D, 2-D and 3-D ConvTranspose is supported");
         }
         let group = n.attrs.int_or("group", 1)?;
         if group < 1 || w_shape[0] as i64 % group != 0 {
@@ -555,6 +628,9 @@ impl Lowerer<'_> {
             return Err(super::NodeError::Invalid("dilations out of range".into()));
         }
         let (w, w_shape) = self.dilate_filter(n, w, &w_shape, &dilations)?;
+        if rank == 5 {
+            return self.conv_transpose_3d(n, x, &w, &w_shape, group);
+        }
         let c = w_shape[0];
         // Output channels per group.
         let m = w_shape[1];
@@ -567,52 +643,12 @@ impl Lowerer<'_> {
             )));
         }
         let sr = kernel.len();
-        let strides = n.attrs.ints("strides")?.unwrap_or(vec![1; sr]);
-        let output_padding = n.attrs.ints("output_padding")?.unwrap_or(vec![0; sr]);
-        let mut pads = n.attrs.ints("pads")?.unwrap_or(vec![0; 2 * sr]);
-        if strides.len() != sr || output_padding.len() != sr || pads.len() != 2 * sr {
-            return Err(super::NodeError::Invalid(
-                "strides, dilations, output_padding or pads have the wrong length".into(),
-            ));
-        }
-        if strides.iter().any(|&s| s < 1 || s > i64::from(i32::MAX)) {
-            return Err(super::NodeError::Invalid("strides out of range".into()));
-        }
-        let spatial_in: Vec<i64> = in_dims[2..].iter().map(|&d| i64::from(d)).collect();
-        let auto_pad = n.attrs.string_or("auto_pad", "NOTSET")?;
-        let output_shape = n.attrs.ints("output_shape")?;
-        // Output extent per axis, and the padding that yields it (may be negative).
-        let mut out = vec![0i64; sr];
-        for i in 0..sr {
-            let full = strides[i] * (spatial_in[i] - 1) + output_padding[i] + kernel[i];
-            let target = match (&output_shape, auto_pad.as_str()) {
-                (Some(os), _) => {
-                    let os = &os[os.len().saturating_sub(sr)..];
-                    os.get(i).copied().unwrap_or(full)
-                }
-                (None, "SAME_UPPER" | "SAME_LOWER") => spatial_in[i] * strides[i],
-                _ => full - pads[i] - pads[i + sr],
-            };
-            if output_shape.is_some() || auto_pad.starts_with("SAME") {
-                let total = full - target;
-                // ONNX's reference divides with floor (Python's //), which matters when
-                // the requested output is larger than the full one (negative total).
-                let half = total.div_euclid(2);
-                let (begin, end) = if auto_pad == "SAME_UPPER" {
-                    (half, total - half)
-                } else {
-                    (total - half, half)
-                };
-                pads[i] = begin;
-                pads[i + sr] = end;
-            }
-            out[i] = target;
-            if target < 1 {
-                return Err(super::NodeError::Invalid(format!(
-                    "output extent {target} along axis {i} is not positive"
-                )));
-            }
-        }
+        let TransposeWindow {
+            strides,
+            output_padding,
+            pads,
+            out: _,
+        } = transpose_window(n, &kernel, &in_dims[2..])?;
         // TRANSPOSE_CONV_2D computes extent s*(in-1)+k-pb-pe with non-negative pads; the
         // output padding shortens the end pad, and what pads cannot express (negative
         // values) is added afterwards as zeros, with the bias applied last.

@@ -19,11 +19,15 @@
 //!   view and the `kD` results add up (these are memory-bound; the additions cost
 //!   about what the concatenation would).
 
-use nnc_formats::nn::ops::{Conv2d, ConvKind, Hw, PadFill, StridedSlice, WindowPadding};
+use nnc_formats::nn::ops::{
+    Conv2d, ConvKind, Hw, PadFill, StridedSlice, TransposeConv2d, TransposePadding, WindowPadding,
+};
 use nnc_formats::nn::{FusedActivation, OperationType};
 use nnc_formats::tensor::DataType;
 
-use super::super::{Lowerer, NResult, Node, NodeError, TensorValue, needs_input_shape};
+use super::super::{
+    Lowerer, NResult, Node, NodeError, TensorValue, needs_input_shape, unsupported,
+};
 use super::{Filter, Window, conv_kind, read_window};
 
 /// The depth geometry of a 3-D convolution and the NDHWC input its views read.
@@ -277,5 +281,167 @@ impl Lowerer<'_> {
             shrink_axis_mask: 0,
         };
         self.strided_slice_op(n, g.input, &slice)
+    }
+}
+
+impl Lowerer<'_> {
+    /// ConvTranspose of a 5-D input `[N, C, D, H, W]` with (already dilated) weights
+    /// `[C, M, kD, kH, kW]`: per depth tap `k`, one TRANSPOSE_CONV_2D of every input depth
+    /// slice (the depth in the batch) with the tap's `[C, M, kH, kW]` filter gives what
+    /// input slice `d` adds at output depth `d·sD + k`; the slices are spread `sD` apart
+    /// (zeros between, PAD on a unit axis), shifted by `k` (PAD), and the `kD` results
+    /// add up into the full result, which is then cropped by the pads (or padded with
+    /// zeros where the output is larger) and biased.
+    pub(super) fn conv_transpose_3d(
+        &mut self,
+        n: &Node,
+        x: TensorValue,
+        w: &Filter,
+        w_shape: &[usize],
+        group: usize,
+    ) -> NResult<()> {
+        if group != 1 {
+            return unsupported(format!(
+                "grouped 3-D ConvTranspose (group {group}) is not supported"
+            ));
+        }
+        let dims = self.known_dims(x)?;
+        let [batch, channels, depth, height, width] = [0, 1, 2, 3, 4].map(|i| dims[i]);
+        let (c, m) = (w_shape[0], w_shape[1]);
+        if c != channels as usize {
+            return Err(NodeError::Invalid(format!(
+                "input has {channels} channels, weights expect {c}"
+            )));
+        }
+        let kernel: Vec<i64> = w_shape[2..].iter().map(|&d| d as i64).collect();
+        let window = super::transpose_window(n, &kernel, &dims[2..])?;
+        let (sd, sh, sw) = (window.strides[0], window.strides[1], window.strides[2]);
+        // The full result's extents: s·(in - 1) + k per axis.
+        let full: Vec<i64> = (0..3)
+            .map(|i| window.strides[i] * (i64::from(dims[2 + i]) - 1) + kernel[i])
+            .collect();
+        let in_range = |v: i64| u32::try_from(v).ok().filter(|&v| v <= i32::MAX as u32);
+        let sizes: Option<Vec<u32>> = full
+            .iter()
+            .chain(&window.out)
+            .chain(&[i64::from(batch) * i64::from(depth)])
+            .map(|&v| in_range(v))
+            .collect();
+        let Some(sizes) = sizes else {
+            return Err(NodeError::Invalid(
+                "the transposed convolution's extent is out of range".into(),
+            ));
+        };
+        let [full_d, full_h, full_w] = [sizes[0], sizes[1], sizes[2]];
+        let planes = sizes[6];
+        let xt = self.transpose_op(n, x.operand, &[0, 2, 3, 4, 1])?;
+        let x4 = self.reshape_to(n, xt, &[planes, height, width, channels])?;
+        let per_tap = TransposeConv2d {
+            padding: TransposePadding::Explicit {
+                left: 0,
+                right: 0,
+                top: 0,
+                bottom: 0,
+            },
+            stride: Hw {
+                h: sh as u32,
+                w: sw as u32,
+            },
+            activation: FusedActivation::None,
+            nchw: false,
+        };
+        let (kd, kh, kw) = (w_shape[2], w_shape[3], w_shape[4]);
+        let zeros = self.model.add_f32_tensor(vec![m as u32], &vec![0.0; m]);
+        // One output depth slice's values, flattened.
+        let Some(slab) = full_h
+            .checked_mul(full_w)
+            .and_then(|v| v.checked_mul(m as u32))
+        else {
+            return Err(NodeError::Invalid(
+                "the transposed convolution's extent is out of range".into(),
+            ));
+        };
+        let spread = (i64::from(depth) - 1) * sd + 1;
+        let mut sum: Option<u32> = None;
+        for k in 0..kd {
+            let tap = self.filter_slice(n, w, w_shape, 2, k, 1)?;
+            let shape4 = [c, m, kh, kw];
+            let perm = [1, 2, 3, 0];
+            let permuted = perm.map(|p| shape4[p] as u32);
+            let filter = self.filter_operand(n, &tap, &shape4, &perm, &permuted)?;
+            let mut inputs = vec![x4, filter, zeros];
+            inputs.extend(per_tap.encode(&mut self.model, None));
+            let z = self.emit(n, OperationType::TransposeConv2d, inputs)?;
+            // [N·D, Fh, Fw, M] -> [N, D, 1, Fh·Fw·M] -> spread sD apart -> [N, D·sD, ...]
+            // -> the first (D - 1)·sD + 1 slices -> shifted by k into the full depth.
+            let mut z = self.reshape_to(n, z, &[batch, depth, 1, slab])?;
+            if sd > 1 {
+                let p = self.i32_vector(&[0, 0, 0, 0, 0, sd as i32 - 1, 0, 0]);
+                z = self.pad_op(n, z, p, PadFill::Zeros)?;
+                let spaced = depth * sd as u32;
+                z = self.reshape_to(n, z, &[batch, spaced, slab])?;
+                let slice = StridedSlice {
+                    begin: self.i32_vector(&[0, 0, 0]),
+                    end: self.i32_vector(&[batch as i32, spread as i32, slab as i32]),
+                    strides: self.i32_vector(&[1, 1, 1]),
+                    begin_mask: 0,
+                    end_mask: 0,
+                    shrink_axis_mask: 0,
+                };
+                z = self.strided_slice_op(n, z, &slice)?;
+            } else {
+                z = self.reshape_to(n, z, &[batch, depth, slab])?;
+            }
+            let after = i64::from(full_d) - spread - k as i64;
+            if k > 0 || after > 0 {
+                let p = self.i32_vector(&[0, 0, k as i32, after as i32, 0, 0]);
+                z = self.pad_op(n, z, p, PadFill::Zeros)?;
+            }
+            sum = Some(match sum {
+                None => z,
+                Some(s) => self.arith(n, OperationType::Add, s, z)?,
+            });
+        }
+        let sum = sum.ok_or_else(|| NodeError::Invalid("a kernel of no depth".into()))?;
+        let mut y = self.reshape_to(n, sum, &[batch, full_d, full_h, full_w, m as u32])?;
+        // Output position o is full position o + pad_begin; beyond the full result (the
+        // output padding, negative pads) are zeros.
+        let mut extra = vec![0i32; 10];
+        let mut begin = vec![0i32; 5];
+        let mut end = vec![batch as i32, 0, 0, 0, m as i32];
+        for i in 0..3 {
+            let (pad_begin, out) = (window.pads[i], window.out[i]);
+            let before = (-pad_begin).max(0);
+            let beyond = (out + pad_begin - full[i]).max(0);
+            extra[2 * (i + 1)] = before as i32;
+            extra[2 * (i + 1) + 1] = beyond as i32;
+            begin[i + 1] = (pad_begin + before) as i32;
+            end[i + 1] = (pad_begin + before + out) as i32;
+        }
+        if extra.iter().any(|&e| e > 0) {
+            let p = self.i32_vector(&extra);
+            y = self.pad_op(n, y, p, PadFill::Zeros)?;
+        }
+        let cropped =
+            begin[1..4] != [0, 0, 0] || end[1..4] != [full_d as i32, full_h as i32, full_w as i32];
+        if cropped || extra.iter().any(|&e| e > 0) {
+            let slice = StridedSlice {
+                begin: self.i32_vector(&begin),
+                end: self.i32_vector(&end),
+                strides: self.i32_vector(&[1; 5]),
+                begin_mask: 0,
+                end_mask: 0,
+                shrink_axis_mask: 0,
+            };
+            y = self.strided_slice_op(n, y, &slice)?;
+        }
+        let bias = match self.bias_input(n, m)? {
+            Ok(values) => self.model.add_f32_tensor(vec![m as u32], &values),
+            Err(operand) => operand,
+        };
+        y = self.arith(n, OperationType::Add, y, bias)?;
+        let y = self.transpose_op(n, y, &[0, 4, 1, 2, 3])?;
+        self.set_tensor(n, 0, y, DataType::F32, false);
+        Ok(())
     }
 }
