@@ -276,6 +276,40 @@ def conv_1d():
 
 
 @case
+def conv_integer():
+    # What ONNX Runtime's quantize_dynamic writes for a Conv: uint8 data with a zero
+    # point, uint8 weights with their own, int32 sums; grouped, strided and padded.
+    g = Graph("conv_integer", opset=13)
+    x = g.input("x", [1, 4, 7, 7], data=g.rng.integers(0, 256, (1, 4, 7, 7)).astype(np.uint8))
+    w = g.const("w", g.rng.integers(0, 256, (6, 2, 3, 3)).astype(np.uint8))
+    xz, wz = g.const("x_zp", np.uint8(131)), g.const("w_zp", np.uint8(120))
+    g.output(g.node("ConvInteger", [x, w, xz, wz], ["y"], name="conv", group=2,
+                    pads=[1, 0, 1, 2], strides=[2, 1]))
+    return g
+
+
+@case
+def conv_integer_wide():
+    # Sums beyond 2^24 (64 channels x 9 taps x 255 x 255): nnc splits the input channels
+    # into ranges whose float32 sums stay exact and adds their int32 results.
+    g = Graph("conv_integer_wide", opset=13)
+    x = g.input("x", [1, 64, 5, 5], data=g.rng.integers(200, 256, (1, 64, 5, 5)).astype(np.uint8))
+    w = g.const("w", g.rng.integers(200, 256, (4, 64, 3, 3)).astype(np.uint8))
+    g.output(g.node("ConvInteger", [x, w], ["y"], name="conv", pads=[1, 1, 1, 1]))
+    return g
+
+
+@case
+def conv_integer_run_time_weights():
+    g = Graph("conv_integer_run_time_weights", opset=13)
+    x = g.input("x", [1, 3, 5, 5], data=g.rng.integers(0, 256, (1, 3, 5, 5)).astype(np.uint8))
+    w = g.input("w", [2, 3, 3, 3], data=g.rng.integers(0, 256, (2, 3, 3, 3)).astype(np.uint8))
+    xz, wz = g.const("x_zp", np.uint8(128)), g.const("w_zp", np.uint8(100))
+    g.output(g.node("ConvInteger", [x, w, xz, wz], ["y"], name="conv", pads=[1, 1, 1, 1]))
+    return g
+
+
+@case
 def conv_3d():
     return conv_graph("conv_3d", [1, 3, 4, 5, 5], [4, 3, 3, 3, 3], pads=[1, 1, 1, 1, 1, 1])
 

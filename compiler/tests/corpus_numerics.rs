@@ -5,12 +5,13 @@
 //! intermediate, nnc only the outputs); NaN only where ONNX Runtime has NaN; integers and
 //! booleans exactly.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use nnc_compiler::emit::{self, EmitOptions};
 use nnc_compiler::pipeline::{LowerOptions, lower_file};
 use nnc_formats::crypto::Mode;
-use nnc_formats::npy::read_npy_file;
 use nnc_formats::tensor::{DataType, HostTensor};
 use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
 
@@ -27,14 +28,6 @@ fn cases() -> Vec<PathBuf> {
         .collect();
     dirs.sort();
     dirs
-}
-
-fn numbered(dir: &Path, kind: &str) -> Vec<HostTensor> {
-    (0..)
-        .map(|i| dir.join(format!("{kind}_{i}.npy")))
-        .take_while(|p| p.is_file())
-        .map(|p| read_npy_file(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
-        .collect()
 }
 
 /// The elements as f64, whatever their type.
@@ -79,9 +72,9 @@ fn check(dir: &Path) -> Result<(), String> {
     let prepared = PreparedModel::load_bytes(bytes, &npu, &LoadOptions::default())
         .map_err(|e| format!("load: {e}"))?;
     let actual = prepared
-        .run(&numbered(dir, "input"))
+        .run(&common::numbered(dir, "input"))
         .map_err(|e| format!("run: {e}"))?;
-    let expected = numbered(dir, "output");
+    let expected = common::numbered(dir, "output");
     if actual.len() != expected.len() {
         return Err(format!(
             "{} outputs, ONNX Runtime has {}",

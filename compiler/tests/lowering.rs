@@ -289,6 +289,13 @@ histogram_cases! {
     conv_grouped: [TRANSPOSE: 2, GROUPED_CONV_2D: 1],
     // 1-D runs as 2-D of height 1: a reshape on each side.
     conv_1d: [RESHAPE: 2, TRANSPOSE: 2, CONV_2D: 1],
+    // ConvInteger: the differences from the zero points in float32 (exact), cast back.
+    conv_integer: [CAST: 2, SUB: 1, TRANSPOSE: 2, GROUPED_CONV_2D: 1],
+    // Sums that could pass 2^24: three input-channel ranges, their int32 results added.
+    conv_integer_wide: [CAST: 4, SLICE: 3, TRANSPOSE: 4, CONV_2D: 3, ADD: 2],
+    // Run-time weights: their differences from the zero point computed too (the filter's
+    // transpose to OHWI is the third TRANSPOSE).
+    conv_integer_run_time_weights: [CAST: 3, SUB: 2, TRANSPOSE: 3, CONV_2D: 1],
     // 3-D convolutions: NDHWC, depth padding, the kD depth-shifted views concatenated
     // along the channels, depth folded into the batch, one CONV_2D.
     conv_3d: [TRANSPOSE: 2, PAD: 1, STRIDED_SLICE: 3, CONCATENATION: 1, RESHAPE: 2, CONV_2D: 1],

@@ -14,7 +14,6 @@ use nnc_compiler::CompileError;
 use nnc_compiler::onnx::ImportOptions;
 use nnc_compiler::tflite::import_bytes;
 use nnc_formats::nn::{HalVersion, Model, OperationType};
-use nnc_formats::npy::read_npy_file;
 use nnc_formats::tensor::HostTensor;
 
 const OPS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/mediapipe/ops");
@@ -36,14 +35,6 @@ fn name(dir: &Path) -> String {
         .unwrap_or_default()
         .to_string_lossy()
         .into_owned()
-}
-
-fn numbered(dir: &Path, kind: &str) -> Vec<HostTensor> {
-    (0..)
-        .map(|i| dir.join(format!("{kind}_{i}.npy")))
-        .take_while(|p| p.is_file())
-        .map(|p| read_npy_file(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
-        .collect()
 }
 
 fn f32s(t: &HostTensor) -> Vec<f32> {
@@ -70,8 +61,8 @@ fn every_case_matches_the_reference() {
     let mut worst = Vec::new();
     for dir in &cases {
         let case = name(dir);
-        let actual = common::run_on_npu(&model_of(dir), &numbered(dir, "input"));
-        let expected = numbered(dir, "output");
+        let actual = common::run_on_npu(&model_of(dir), &common::numbered(dir, "input"));
+        let expected = common::numbered(dir, "output");
         assert_eq!(actual.len(), expected.len(), "{case}: output count");
         let mut max_err = 0f64;
         for (k, (a, e)) in actual.iter().zip(&expected).enumerate() {

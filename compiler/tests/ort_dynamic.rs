@@ -14,16 +14,14 @@
 //! size, so their difference is of the size of either's error against the float model
 //! (rather than, say, 1e-4, which only a bit-identical scheme could meet).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use nnc_compiler::CompileError;
-use nnc_compiler::emit::{self, EmitOptions};
 use nnc_compiler::pipeline::{LowerOptions, lower_file};
-use nnc_formats::crypto::Mode;
 use nnc_formats::nn::{Model, OperationType};
-use nnc_formats::npy::read_npy_file;
 use nnc_formats::tensor::{DataType, HostTensor};
-use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
 
 const CASES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/ort_dynamic");
 
@@ -36,14 +34,6 @@ const MAX_DB_BELOW_ORT: f64 = 1.0;
 
 fn case(name: &str) -> PathBuf {
     Path::new(CASES).join(name)
-}
-
-fn numbered(dir: &Path, kind: &str) -> Vec<HostTensor> {
-    (0..)
-        .map(|i| dir.join(format!("{kind}_{i}.npy")))
-        .take_while(|p| p.is_file())
-        .map(|p| read_npy_file(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
-        .collect()
 }
 
 fn f32s(t: &HostTensor) -> Vec<f64> {
@@ -71,24 +61,6 @@ fn count(model: &Model, op: OperationType) -> usize {
         .iter()
         .filter(|o| o.op_type == op)
         .count()
-}
-
-fn run(model: &Model, inputs: &[HostTensor]) -> Vec<HostTensor> {
-    let bytes = emit::emit(
-        model,
-        EmitOptions {
-            envelope: Default::default(),
-            key: None,
-            mode: Mode::Ctr,
-            authenticate_only: false,
-            reproducible: true,
-            extra_sections: Vec::new(),
-        },
-    )
-    .expect("emits");
-    let npu = SimulatedNpu::new("npu0");
-    let prepared = PreparedModel::load_bytes(bytes, &npu, &LoadOptions::default()).expect("loads");
-    prepared.run(inputs).expect("runs")
 }
 
 /// Compiles case `name`, checks that its `matmuls` MatMulIntegers are all
@@ -120,8 +92,11 @@ fn check_fused(name: &str, matmuls: usize, fused: usize) -> Vec<HostTensor> {
         matmuls - fused,
         "{name}"
     );
-    let actual = run(&model, &numbered(&dir, "input"));
-    let (ort, float) = (numbered(&dir, "output"), numbered(&dir, "float_output"));
+    let actual = common::run_on_npu(&model, &common::numbered(&dir, "input"));
+    let (ort, float) = (
+        common::numbered(&dir, "output"),
+        common::numbered(&dir, "float_output"),
+    );
     assert_eq!(actual.len(), ort.len(), "{name}");
     for (k, ((a, q), f)) in actual.iter().zip(&ort).zip(&float).enumerate() {
         assert_eq!(a.shape, q.shape, "{name} output {k}");
@@ -193,7 +168,7 @@ fn onnx_runtime_fused_dynamic_quantize_matmul_lowers_the_same() {
 fn unfused_dynamic_quantize_linear_and_matmul_integer_match_onnx_runtime_exactly() {
     for name in ["mlp_unfused", "mlp_unfused_zeros"] {
         let actual = check_fused(name, 2, 1);
-        let ort = numbered(&case(name), "output");
+        let ort = common::numbered(&case(name), "output");
         assert_eq!(actual.len(), 5, "{name}");
         for k in 1..5 {
             assert_eq!(actual[k], ort[k], "{name} output {k}");

@@ -14,6 +14,7 @@ use nnc_compiler::onnx::tensor::ExternalDataContext;
 use nnc_compiler::pipeline::{LowerOptions, SourceFormat, lower_bytes};
 use nnc_formats::crypto::Mode;
 use nnc_formats::nn::Model;
+use nnc_formats::npy::read_npy_file;
 use nnc_formats::tensor::HostTensor;
 use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
 
@@ -103,4 +104,14 @@ pub fn run_on_npu(model: &Model, inputs: &[HostTensor]) -> Vec<HostTensor> {
     let npu = SimulatedNpu::new("npu0");
     let prepared = PreparedModel::load_bytes(bytes, &npu, &LoadOptions::default()).expect("loads");
     prepared.run(inputs).expect("runs")
+}
+
+/// The tensors `dir/{kind}_0.npy`, `dir/{kind}_1.npy`, ... in order, up to the first
+/// missing one.
+pub fn numbered(dir: &std::path::Path, kind: &str) -> Vec<HostTensor> {
+    (0..)
+        .map(|i| dir.join(format!("{kind}_{i}.npy")))
+        .take_while(|p| p.is_file())
+        .map(|p| read_npy_file(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .collect()
 }

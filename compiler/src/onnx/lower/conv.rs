@@ -11,11 +11,11 @@ use std::rc::Rc;
 use nnc_formats::nn::ops::{
     Conv2d, ConvKind, Hw, PadFill, TransposeConv2d, TransposePadding, WindowPadding,
 };
-use nnc_formats::nn::{FusedActivation, OperationType};
+use nnc_formats::nn::{FusedActivation, OperandType, OperationType};
 use nnc_formats::tensor::DataType;
 
 use super::super::constant::{self, ConstTensor};
-use super::{Lowerer, NResult, Node, Value, needs_input_shape, unsupported};
+use super::{Lowerer, NResult, Node, TensorValue, Value, needs_input_shape, unsupported};
 
 mod volume;
 
@@ -301,6 +301,13 @@ pub(super) fn transpose_window(
     })
 }
 
+/// Sums of float32 integers stay exact below this magnitude.
+const EXACT_FLOAT_SUM: f64 = (1u64 << 24) as f64;
+
+/// ConvInteger's weights as float differences from their zero points, their shape, and
+/// the input channel ranges `[from, to)` whose float32 sums stay exact.
+type IntegerFilter = (Filter, Vec<usize>, Vec<(usize, usize)>);
+
 /// Convolution weights: a constant (re-laid-out at compile time) or a tensor computed at
 /// run time (re-laid-out by RESHAPE and TRANSPOSE operations; the kernels take run-time
 /// filters as they are).
@@ -538,6 +545,23 @@ impl Lowerer<'_> {
         let x = self.tensor(n, 0)?;
         self.require_float(n, x)?;
         let (w, w_shape) = self.filter_input(n, 1)?;
+        let m = w_shape.first().copied().unwrap_or(0);
+        let bias = self.bias_input(n, m)?;
+        let y = self.conv_values(n, x, &w, &w_shape, bias)?;
+        self.set_tensor(n, 0, y, DataType::F32, false);
+        Ok(())
+    }
+
+    /// The convolution node `n` describes (its attributes) of float `x` with weights `w`
+    /// of shape `w_shape` and `bias`; returns the output operand, in `x`'s layout.
+    fn conv_values(
+        &mut self,
+        n: &Node,
+        x: TensorValue,
+        w: &Filter,
+        w_shape: &[usize],
+        bias: Result<Vec<f32>, u32>,
+    ) -> NResult<u32> {
         let rank = self.rank(x);
         if w_shape.len() != rank || !(3..=5).contains(&rank) {
             return unsupported(format!(
@@ -546,7 +570,7 @@ impl Lowerer<'_> {
             ));
         }
         if rank == 5 {
-            return self.conv_3d(n, x, &w, &w_shape);
+            return self.conv_3d(n, x, w, w_shape, bias);
         }
         let group = n.attrs.int_or("group", 1)?;
         let m = w_shape[0];
@@ -575,14 +599,13 @@ impl Lowerer<'_> {
         }
         let spatial_in: Vec<u32> = in_dims[2..].to_vec();
         let sp = read_spatial(n, &kernel, &spatial_in, true)?;
-        let bias = self.bias_input(n, m)?;
         // Weights as [M, C/g, kH, kW] regardless of rank.
         let shape4 = [m, cg, sp.kernel[0] as usize, sp.kernel[1] as usize];
         let (x4, _) = self.as_4d(n, x)?;
         let xh = self.to_nhwc(n, x4)?;
         let (kind, perm) = conv_kind(group, channels, cg, m, sp.dilations)?;
         let permuted = perm.map(|p| shape4[p] as u32);
-        let filter = self.filter_operand(n, &w, &shape4, &perm, &permuted)?;
+        let filter = self.filter_operand(n, w, &shape4, &perm, &permuted)?;
         let bias = match bias {
             Ok(values) => self.model.add_f32_tensor(vec![m as u32], &values),
             Err(operand) => operand,
@@ -600,9 +623,195 @@ impl Lowerer<'_> {
         inputs.extend(conv.encode(&mut self.model));
         let yh = self.emit(n, conv.op_type(), inputs)?;
         let y4 = self.to_nchw(n, yh)?;
-        let y = self.back_from_4d(n, y4, rank)?;
-        self.set_tensor(n, 0, y, DataType::F32, false);
+        self.back_from_4d(n, y4, rank)
+    }
+
+    /// ConvInteger(x, w, x_zero_point?, w_zero_point?) -> int32: the convolution of `x -
+    /// x_zp` with `w - w_zp` (padding contributes zero differences), computed in float32
+    /// and cast: every product and partial sum is an integer below 2^24 in magnitude, so
+    /// the float sums are exact in any order. The weights must be constant; where an
+    /// output channel's sums could reach 2^24 (255 times its sum of weight magnitudes),
+    /// the input channels split into ranges that stay below it, one convolution each,
+    /// and their int32 results add exactly.
+    pub(super) fn conv_integer(&mut self, n: &Node) -> NResult<()> {
+        let x = self.tensor(n, 0)?;
+        if !matches!(x.dtype, DataType::U8 | DataType::I8) {
+            return super::invalid(format!("ConvInteger of {} data", x.dtype));
+        }
+        let mut xf = self.cast_op(n, x.operand, OperandType::TensorFloat32)?;
+        if let Some(zp) = self.input(n, 2)? {
+            let z = self.materialize(self.input_name(n, 2).unwrap_or(""), &zp)?;
+            if z.dtype != x.dtype {
+                return super::invalid("x_zero_point's type differs from x's");
+            }
+            if self.dims(z).iter().product::<u32>() != 1 {
+                return unsupported("ConvInteger with an x_zero_point of more than one value");
+            }
+            let zf = self.cast_op(n, z.operand, OperandType::TensorFloat32)?;
+            xf = self.arith(n, OperationType::Sub, xf, zf)?;
+        }
+        let xf = TensorValue {
+            operand: xf,
+            dtype: DataType::F32,
+            scalar: false,
+        };
+        let group = n.attrs.int_or("group", 1)?;
+        let (filter, w_shape, ranges) = match self.required(n, 1)? {
+            Value::Const(w) => self.integer_filter(n, &w)?,
+            Value::Tensor(w) => self.run_time_integer_filter(n, w)?,
+        };
+        if ranges.len() > 1 && group != 1 {
+            return unsupported(
+                "grouped ConvInteger whose sums could reach 2^24, beyond what nnc's float32 \
+                 sums hold exactly",
+            );
+        }
+        let m = w_shape[0];
+        let mut y: Option<u32> = None;
+        for &(from, to) in &ranges {
+            let (xr, wr, shape) = if ranges.len() == 1 {
+                (xf, filter.clone_ref(), w_shape.clone())
+            } else {
+                let dims = self.known_dims(xf)?;
+                let mut begin = vec![0i32; dims.len()];
+                begin[1] = from as i32;
+                let mut size: Vec<i32> = dims.iter().map(|&d| d as i32).collect();
+                size[1] = (to - from) as i32;
+                let b = self.i32_vector(&begin);
+                let sz = self.i32_vector(&size);
+                let operand = self.emit(n, OperationType::Slice, vec![xf.operand, b, sz])?;
+                let wr = self.filter_slice(n, &filter, &w_shape, 1, from, to - from)?;
+                let mut shape = w_shape.clone();
+                shape[1] = to - from;
+                (TensorValue { operand, ..xf }, wr, shape)
+            };
+            let part = self.conv_values(n, xr, &wr, &shape, Ok(vec![0.0; m]))?;
+            let part = self.cast_op(n, part, OperandType::TensorInt32)?;
+            y = Some(match y {
+                None => part,
+                Some(sum) => self.arith(n, OperationType::Add, sum, part)?,
+            });
+        }
+        let y = y.ok_or_else(|| super::NodeError::Invalid("ConvInteger of no channels".into()))?;
+        self.set_tensor(n, 0, y, DataType::I32, false);
         Ok(())
+    }
+
+    /// ConvInteger's constant weights minus their zero points (input 3) as float
+    /// weights, with the input channel ranges whose sums stay below 2^24.
+    fn integer_filter(&mut self, n: &Node, w: &ConstTensor) -> NResult<IntegerFilter> {
+        if !matches!(w.dtype, DataType::U8 | DataType::I8) || w.shape.len() < 3 {
+            return super::invalid(format!(
+                "ConvInteger's weights must be 8-bit integers of rank >= 3, got {} {:?}",
+                w.dtype, w.shape
+            ));
+        }
+        let m = w.shape[0];
+        let per_channel: usize = w.shape[1..].iter().product();
+        let zero_points = match self.const_input(n, 3)? {
+            Some(z) => constant::to_i64s(&z),
+            None => vec![0],
+        };
+        if zero_points.len() != 1 && zero_points.len() != m {
+            return super::invalid(format!(
+                "w_zero_point has {} values for {m} output channels",
+                zero_points.len()
+            ));
+        }
+        let values = constant::to_i64s(w);
+        let (cg, taps) = (w.shape[1], w.shape[2..].iter().product::<usize>());
+        let mut differences = vec![0f64; values.len()];
+        for (channel, row) in values.chunks(per_channel.max(1)).enumerate() {
+            let zp = zero_points[if zero_points.len() == 1 { 0 } else { channel }];
+            for (k, &v) in row.iter().enumerate() {
+                differences[channel * per_channel + k] = (v - zp) as f64;
+            }
+        }
+        // Input channel ranges whose sums stay below 2^24 (each data difference is at
+        // most 255 in magnitude): one range unless the weights are large; each range is
+        // its own float32 convolution, and the ranges' int32 results add exactly.
+        let mut ranges: Vec<(usize, usize)> = Vec::new();
+        let mut sums = vec![0f64; m];
+        let mut start = 0;
+        for c in 0..cg {
+            let channel_sums: Vec<f64> = (0..m)
+                .map(|o| {
+                    let from = o * per_channel + c * taps;
+                    differences[from..from + taps].iter().map(|d| d.abs()).sum()
+                })
+                .collect();
+            if channel_sums.iter().any(|&v| 255.0 * v >= EXACT_FLOAT_SUM) {
+                return unsupported(format!(
+                    "ConvInteger whose sums over one input channel could reach 2^24 or more \
+                     (a window of {taps} taps), beyond what nnc's float32 sums hold exactly"
+                ));
+            }
+            if sums
+                .iter()
+                .zip(&channel_sums)
+                .any(|(a, b)| 255.0 * (a + b) >= EXACT_FLOAT_SUM)
+            {
+                ranges.push((start, c));
+                start = c;
+                sums.iter_mut().for_each(|v| *v = 0.0);
+            }
+            sums.iter_mut()
+                .zip(&channel_sums)
+                .for_each(|(a, b)| *a += b);
+        }
+        ranges.push((start, cg));
+        let wf = constant::from_f64s(DataType::F32, w.shape.clone(), &differences);
+        Ok((Filter::Const(Rc::new(wf)), w.shape.clone(), ranges))
+    }
+
+    /// ConvInteger's run-time weights minus their zero point as float weights, with
+    /// input channel ranges of at most 258 products per output (258 x 255 x 255 < 2^24).
+    fn run_time_integer_filter(&mut self, n: &Node, w: TensorValue) -> NResult<IntegerFilter> {
+        if !matches!(w.dtype, DataType::U8 | DataType::I8) {
+            return super::invalid(format!("ConvInteger of {} weights", w.dtype));
+        }
+        let dims = self.known_dims(w)?;
+        if dims.len() < 3 {
+            return super::invalid(format!("ConvInteger's weights have rank {}", dims.len()));
+        }
+        let w_shape: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+        let (m, cg, taps) = (
+            w_shape[0],
+            w_shape[1],
+            w_shape[2..].iter().product::<usize>(),
+        );
+        let per_range = (1usize << 24) / (255 * 255) / taps.max(1);
+        if per_range == 0 {
+            return unsupported(format!(
+                "ConvInteger with run-time weights over windows of {taps} taps, whose sums \
+                 could reach 2^24"
+            ));
+        }
+        let mut wf = self.cast_op(n, w.operand, OperandType::TensorFloat32)?;
+        if let Some(zp) = self.input(n, 3)? {
+            let z = self.materialize(self.input_name(n, 3).unwrap_or(""), &zp)?;
+            if z.dtype != w.dtype {
+                return super::invalid("w_zero_point's type differs from w's");
+            }
+            let count = self.dims(z).iter().product::<u32>() as usize;
+            let mut zf = self.cast_op(n, z.operand, OperandType::TensorFloat32)?;
+            if count == m && m > 1 {
+                // One per output channel: [M] -> [M, 1, ...] to broadcast.
+                let mut shape = vec![1u32; w_shape.len()];
+                shape[0] = m as u32;
+                zf = self.reshape_to(n, zf, &shape)?;
+            } else if count != 1 {
+                return super::invalid(format!(
+                    "w_zero_point has {count} values for {m} output channels"
+                ));
+            }
+            wf = self.arith(n, OperationType::Sub, wf, zf)?;
+        }
+        let ranges = (0..cg)
+            .step_by(per_range)
+            .map(|from| (from, (from + per_range).min(cg)))
+            .collect();
+        Ok((Filter::Run(wf), w_shape, ranges))
     }
 
     pub(super) fn conv_transpose(&mut self, n: &Node) -> NResult<()> {

@@ -102,6 +102,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Constant", 1..=25 => constant_node;
     "", "ConstantOfShape", 9..=25 => constant_of_shape;
     "", "Conv", 1..=22 => conv;
+    "", "ConvInteger", 10..=10 => conv_integer;
     "", "ConvTranspose", 1..=22 => conv_transpose;
     "", "Cos", 7..=22 => unary;
     "", "Cosh", 9..=22 => math_unary;

@@ -41,14 +41,16 @@ struct Depth {
 }
 
 impl Lowerer<'_> {
-    /// Conv of a 5-D input `[N, C, D, H, W]` with weights `[M, C/group, kD, kH, kW]`.
+    /// Conv of a 5-D input `[N, C, D, H, W]` with weights `[M, C/group, kD, kH, kW]` and
+    /// `bias` (values, or a run-time operand); returns the output operand.
     pub(super) fn conv_3d(
         &mut self,
         n: &Node,
         x: TensorValue,
         w: &Filter,
         w_shape: &[usize],
-    ) -> NResult<()> {
+        bias: Result<Vec<f32>, u32>,
+    ) -> NResult<u32> {
         let dims = self.dims(x);
         if dims.contains(&0) {
             return needs_input_shape(
@@ -97,7 +99,7 @@ impl Lowerer<'_> {
                 "the convolution's extent is out of range".into(),
             ));
         };
-        let bias = match self.bias_input(n, m)? {
+        let bias = match bias {
             Ok(values) => self.model.add_f32_tensor(vec![m as u32], &values),
             Err(operand) => operand,
         };
@@ -199,9 +201,7 @@ impl Lowerer<'_> {
         let y4_dims = self.model.main.operands[y4 as usize].dimensions.clone();
         let (out_h, out_w) = (y4_dims[1], y4_dims[2]);
         let y5 = self.reshape_to(n, y4, &[batch, out_depth, out_h, out_w, m as u32])?;
-        let y = self.transpose_op(n, y5, &[0, 4, 1, 2, 3])?;
-        self.set_tensor(n, 0, y, DataType::F32, false);
-        Ok(())
+        self.transpose_op(n, y5, &[0, 4, 1, 2, 3])
     }
 
     /// A convolution along the depth alone (kernel `kD x 1 x 1`, as R(2+1)D's and S3D's
@@ -220,7 +220,7 @@ impl Lowerer<'_> {
         dilations: &[i64],
         pads: &[i64],
         bias: u32,
-    ) -> NResult<()> {
+    ) -> NResult<u32> {
         let [batch, channels, depth, height, width] = {
             let d = self.dims(x);
             [d[0], d[1], d[2], d[3], d[4]]
@@ -261,9 +261,7 @@ impl Lowerer<'_> {
         let y4 = self.emit(n, conv.op_type(), inputs)?;
         let out_depth = self.model.main.operands[y4 as usize].dimensions[1];
         let y5 = self.reshape_to(n, y4, &[batch, out_depth, height, width, m as u32])?;
-        let y = self.transpose_op(n, y5, &[0, 4, 1, 2, 3])?;
-        self.set_tensor(n, 0, y, DataType::F32, false);
-        Ok(())
+        self.transpose_op(n, y5, &[0, 4, 1, 2, 3])
     }
 
     /// Tap `k`'s view of the depth: slices `k·dD, k·dD + sD, ...`, `D_out` of them.
