@@ -156,10 +156,6 @@ fn prepare(d: &Path) {
             "testdata/tflite/unsupported_ops/model.tflite",
             "unsupported.tflite",
         ),
-        (
-            "testdata/ort_dynamic/mlp_uint8/model.onnx",
-            "ort_uint8.onnx",
-        ),
         ("testdata/devices/dsp-float.json", "dsp-float.json"),
         (
             "testdata/hostile/fold_to_gigabyte_weight.onnx",
@@ -287,19 +283,6 @@ const CASES: &[(&str, &[&str])] = &[
         &[
             "compile",
             "unsupported.tflite",
-            "-o",
-            "out.nnc",
-            "--encrypt",
-            "none",
-        ],
-    ),
-    // ONNX Runtime's dynamic quantization with uint8 weights DYNAMIC_FULLY_CONNECTED
-    // cannot hold exactly.
-    (
-        "unsupported-ort-uint8-weights",
-        &[
-            "compile",
-            "ort_uint8.onnx",
             "-o",
             "out.nnc",
             "--encrypt",

@@ -28,6 +28,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use nnc_formats::tensor::DataType;
+
 use super::lower::registry::{MICROSOFT, is_default_domain};
 use super::node_label;
 use super::proto::{GraphProto, NodeProto, TensorProto, tensor_proto};
@@ -345,6 +347,15 @@ fn match_chain(graph: &GraphProto, uses: &Uses, m: usize) -> Result<Chain, Strin
              weights' scale"
         )
     })?;
+    if let Some((lo, hi)) = weight_span(uses, w_q, input(mm, 3))
+        && (lo < -127 || hi > 127)
+    {
+        return Err(format!(
+            "its weights '{w_q}' minus their zero point span {lo}..={hi}, beyond the \
+             symmetric int8 range -127..=127 of DYNAMIC_FULLY_CONNECTED, so it runs as ONNX \
+             defines it instead, exactly and at float speed"
+        ));
+    }
     let mut nodes = vec![m, cast, mul];
     let mut output = graph.node[mul].output.first().cloned().unwrap_or_default();
     let mut bias = String::new();
@@ -373,6 +384,38 @@ fn match_chain(graph: &GraphProto, uses: &Uses, m: usize) -> Result<Chain, Strin
         scale_mul,
         fused,
     })
+}
+
+/// The range of constant 8-bit weights `w` minus their zero point `zp` (absent: 0; one
+/// value or one per column), when both are initializers held in the model file (`None`
+/// otherwise: the lowering then checks them).
+fn weight_span(uses: &Uses, w: &str, zp: Option<&str>) -> Option<(i64, i64)> {
+    let none = super::tensor::ExternalDataContext::none();
+    let decode = |name: &str| {
+        let t = uses.initializers.get(name)?;
+        super::tensor::tensor_to_host(t, &none).ok()
+    };
+    let weights = decode(w)?;
+    if !matches!(weights.dtype, DataType::U8 | DataType::I8) || weights.shape.len() != 2 {
+        return None;
+    }
+    let zero_points = match zp.filter(|z| !z.is_empty()) {
+        Some(z) => super::constant::to_i64s(&decode(z)?),
+        None => vec![0],
+    };
+    let units = weights.shape[1];
+    if zero_points.len() != 1 && zero_points.len() != units {
+        return None;
+    }
+    let values = super::constant::to_i64s(&weights);
+    let span = values
+        .iter()
+        .enumerate()
+        .fold((i64::MAX, i64::MIN), |(lo, hi), (k, v)| {
+            let z = zero_points[if zero_points.len() == 1 { 0 } else { k % units }];
+            (lo.min(v - z), hi.max(v - z))
+        });
+    Some(span)
 }
 
 /// The operand of binary `node` other than `value` (`value` read once).
