@@ -182,4 +182,19 @@ fn unfused_dynamic_quantize_linear_and_matmul_integer_match_onnx_runtime_exactly
 #[test]
 fn off_centre_uint8_weights_run_unfused_as_onnx_defines_them() {
     check_fused("mlp_uint8", 2, 0);
+    // The user is told which nodes run at float speed, and why.
+    let lowered = lower_file(
+        &case("mlp_uint8").join("model.onnx"),
+        &LowerOptions::default(),
+    )
+    .expect("lowers");
+    let note = lowered
+        .source
+        .notes
+        .iter()
+        .find(|n| n.contains("not fused"))
+        .unwrap_or_else(|| panic!("no note: {:?}", lowered.source.notes));
+    for part in ["fc1_quant", "-127..=127", "float speed"] {
+        assert!(note.contains(part), "{part}: {note}");
+    }
 }

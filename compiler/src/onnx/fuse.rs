@@ -352,8 +352,7 @@ fn match_chain(graph: &GraphProto, uses: &Uses, m: usize) -> Result<Chain, Strin
     {
         return Err(format!(
             "its weights '{w_q}' minus their zero point span {lo}..={hi}, beyond the \
-             symmetric int8 range -127..=127 of DYNAMIC_FULLY_CONNECTED, so it runs as ONNX \
-             defines it instead, exactly and at float speed"
+             symmetric int8 range -127..=127 of DYNAMIC_FULLY_CONNECTED"
         ));
     }
     let mut nodes = vec![m, cast, mul];

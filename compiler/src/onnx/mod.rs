@@ -208,6 +208,30 @@ pub fn import_model(
         );
     }
     source.notes.append(&mut lowerer.notes);
+    if !lowerer.rewrites.not_fused.is_empty() {
+        // Chains of ONNX Runtime's dynamic quantization left unfused ran as ONNX defines
+        // them: exact, but at float speed; say which and why.
+        let mut unfused: Vec<(&String, &String)> = lowerer.rewrites.not_fused.iter().collect();
+        unfused.sort();
+        let shown: Vec<String> = unfused
+            .iter()
+            .take(3)
+            .map(|(node, why)| format!("'{node}': {why}"))
+            .collect();
+        let more = unfused.len().saturating_sub(shown.len());
+        source.notes.push(format!(
+            "{} node(s) of ONNX Runtime's dynamic quantization were not fused into \
+             DYNAMIC_FULLY_CONNECTED and run as ONNX defines them, exactly but at float \
+             speed: {}{}",
+            unfused.len(),
+            shown.join("; "),
+            if more > 0 {
+                format!("; and {more} more")
+            } else {
+                String::new()
+            }
+        ));
+    }
     let folded_ifs = std::mem::take(&mut lowerer.folded_ifs);
     let fused_chains = lowerer.rewrites.reported_as.len();
     let model = lowerer.finish();
