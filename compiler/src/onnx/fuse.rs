@@ -406,11 +406,19 @@ fn weight_span(uses: &Uses, w: &str, zp: Option<&str>) -> Option<(i64, i64)> {
     if zero_points.len() != 1 && zero_points.len() != units {
         return None;
     }
-    let values = super::constant::to_i64s(&weights);
-    let span = values
+    // Read the bytes in place: the weights can be large, and widening them all to i64
+    // would take eight times their size.
+    let signed = weights.dtype == DataType::I8;
+    let span = weights
+        .data
         .iter()
         .enumerate()
-        .fold((i64::MAX, i64::MIN), |(lo, hi), (k, v)| {
+        .fold((i64::MAX, i64::MIN), |(lo, hi), (k, &b)| {
+            let v = if signed {
+                i64::from(b as i8)
+            } else {
+                i64::from(b)
+            };
             let z = zero_points[if zero_points.len() == 1 { 0 } else { k % units }];
             (lo.min(v - z), hi.max(v - z))
         });

@@ -15,6 +15,7 @@ use nnc_formats::nn::{FusedActivation, OperandType, OperationType};
 use nnc_formats::tensor::DataType;
 
 use super::super::constant::{self, ConstTensor};
+use super::dynamic_quant::EXACT_FLOAT_SUM;
 use super::{Lowerer, NResult, Node, TensorValue, Value, needs_input_shape, unsupported};
 
 mod volume;
@@ -300,9 +301,6 @@ pub(super) fn transpose_window(
         out,
     })
 }
-
-/// Sums of float32 integers stay exact below this magnitude.
-const EXACT_FLOAT_SUM: f64 = (1u64 << 24) as f64;
 
 /// ConvInteger's weights as float differences from their zero points, their shape, and
 /// the input channel ranges `[from, to)` whose float32 sums stay exact.

@@ -295,7 +295,7 @@ impl Lowerer<'_> {
 const EXACT_RUNTIME_DEPTH: usize = (1 << 24) / (255 * 255);
 
 /// Sums of float32 integers stay exact below this magnitude.
-const EXACT_FLOAT_SUM: f64 = (1u64 << 24) as f64;
+pub(super) const EXACT_FLOAT_SUM: f64 = (1u64 << 24) as f64;
 
 /// MatMulInteger's constant B (`[depth, units]`, or a `[depth]` vector) minus its zero
 /// point (one value, or one per column), as FULLY_CONNECTED's float weights `[units,

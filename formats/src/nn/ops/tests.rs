@@ -224,19 +224,8 @@ fn window_round_trip<T>(
     encode: impl FnOnce(&mut crate::nn::Model) -> Vec<crate::nn::OperandIndex>,
     decode: impl FnOnce(&[InputView]) -> Result<T>,
 ) -> T {
-    let mut model = crate::nn::Model::default();
-    let mut inputs: Vec<crate::nn::OperandIndex> = (0..tensors)
-        .map(|_| model.add_operand(t(&[1, 8, 8, 4])))
-        .collect();
-    inputs.extend(encode(&mut model));
-    let views: Vec<InputView> = inputs
-        .iter()
-        .map(|&i| InputView {
-            operand: model.operand(i).expect("operand"),
-            value: model.constant_bytes(i),
-        })
-        .collect();
-    decode(&views).expect("decodes")
+    let inputs = vec![t(&[1, 8, 8, 4]); tensors];
+    round_trip_with(inputs, encode, decode).0
 }
 
 #[test]
@@ -687,9 +676,21 @@ fn round_trip_on<T>(
     encode: impl FnOnce(&mut crate::nn::Model) -> Vec<crate::nn::OperandIndex>,
     decode: impl FnOnce(&[InputView]) -> Result<T>,
 ) -> (T, usize) {
+    let mut inputs = vec![input];
+    inputs.extend((1..tensors).map(|_| t(&[4])));
+    round_trip_with(inputs, encode, decode)
+}
+
+/// Adds `tensors` to a model, encodes parameters after them and decodes the whole input
+/// list; returns the decoded parameters and how many operands `encode` wrote.
+fn round_trip_with<T>(
+    tensors: Vec<Operand>,
+    encode: impl FnOnce(&mut crate::nn::Model) -> Vec<crate::nn::OperandIndex>,
+    decode: impl FnOnce(&[InputView]) -> Result<T>,
+) -> (T, usize) {
     let mut model = crate::nn::Model::default();
-    let mut inputs = vec![model.add_operand(input)];
-    inputs.extend((1..tensors).map(|_| model.add_operand(t(&[4]))));
+    let mut inputs: Vec<crate::nn::OperandIndex> =
+        tensors.into_iter().map(|o| model.add_operand(o)).collect();
     let params = encode(&mut model);
     let count = params.len();
     inputs.extend(params);
