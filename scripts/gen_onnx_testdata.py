@@ -142,7 +142,9 @@ class Graph:
         graph = helper.make_graph(self.nodes, self.name, self.inputs, outputs, self.initializers)
         opsets = [helper.make_opsetid("", self.opset)]
         opsets += [helper.make_opsetid(d, v) for d, v in sorted(self.domains.items())]
-        model = helper.make_model(graph, opset_imports=opsets, producer_name=PRODUCER, ir_version=IR_VERSION)
+        # Cases of newer types (float8: IR 9, int4: IR 10) set their own.
+        ir_version = getattr(self, "ir_version", IR_VERSION)
+        model = helper.make_model(graph, opset_imports=opsets, producer_name=PRODUCER, ir_version=ir_version)
         if infer and float_outputs:
             for o, value in zip(model.graph.output, run_reference(model, self.feeds)):
                 o.type.CopyFrom(helper.make_tensor_type_proto(TensorProto.FLOAT, value.shape))
@@ -273,6 +275,71 @@ def conv_grouped():
 @case
 def conv_1d():
     return conv_graph("conv_1d", [1, 3, 8], [4, 3, 3], pads=[1, 1])
+
+
+@case
+def float8_casts():
+    # float32 through each float8 format and back. `x` spans subnormals, ties and
+    # magnitudes beyond every format's range (saturating casts); `y` stays inside the
+    # smallest range (448 is e4m3fnuz's 240 rounded up: kept below 240) for the
+    # non-saturating casts, whose out-of-range results are NaN.
+    g = Graph("float8_casts", opset=19)
+    g.ir_version = 9
+    special = np.array([0.0, -0.0, 1e-3, -2e-3, 0.0009765625, 0.013671875, 17.0, 19.0, 240.0,
+                        250.0, 448.0, 464.0, 500.0, -600.0, 57344.0, 61440.0, 1e6, -1e6],
+                       dtype=np.float32)
+    x = g.input("x", [64], data=np.concatenate([special, (g.rng.standard_normal(46) * 30)
+                                                 .astype(np.float32)]))
+    y = g.input("y", [48], data=np.concatenate([special[:9], (g.rng.standard_normal(39) * 20)
+                                                 .clip(-239, 239).astype(np.float32)]))
+    formats = [TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2,
+               TensorProto.FLOAT8E5M2FNUZ]
+    for t in formats:
+        narrow = g.node("Cast", [x], to=t, saturate=1)
+        g.output(g.node("Cast", [narrow], to=TensorProto.FLOAT))
+    for t in formats:
+        narrow = g.node("Cast", [y], to=t, saturate=0)
+        g.output(g.node("Cast", [narrow], to=TensorProto.FLOAT))
+    return g
+
+
+@case
+def float8_quantize():
+    # QuantizeLinear to float8 with a per-channel scale, then DequantizeLinear back.
+    g = Graph("float8_quantize", opset=19)
+    g.ir_version = 9
+    x = g.input("x", [2, 4, 6])
+    scale = g.floats("scale", [0.01, 0.02, 0.05, 0.1])
+    zp = "zp"
+    g.initializers.append(helper.make_tensor(zp, TensorProto.FLOAT8E4M3FN, [4], [0.0] * 4))
+    q = g.node("QuantizeLinear", [x, scale, zp], axis=1)
+    g.output(g.node("DequantizeLinear", [q, scale, zp], axis=1))
+    return g
+
+
+@case
+def int4_weight_matmul():
+    # 4-bit weight-only quantization as LLM exports write it: int4 and uint4 weights
+    # with one scale (and zero point) per block of 16 input rows, dequantized by
+    # DequantizeLinear and multiplied.
+    g = Graph("int4_weight_matmul", opset=21)
+    g.ir_version = 10
+    x = g.input("x", [3, 64])
+    g.initializers.append(helper.make_tensor(
+        "w4", TensorProto.INT4, [64, 32], g.rng.integers(-8, 8, 64 * 32).tolist()))
+    g.initializers.append(helper.make_tensor(
+        "w4_zp", TensorProto.INT4, [4, 32], g.rng.integers(-2, 3, 4 * 32).tolist()))
+    s4 = g.const("w4_scale", positive(g, (4, 32), 0.01, 0.1))
+    w = g.node("DequantizeLinear", ["w4", s4, "w4_zp"], axis=0, block_size=16)
+    g.output(g.node("MatMul", [x, w]))
+    g.initializers.append(helper.make_tensor(
+        "u4", TensorProto.UINT4, [64, 8], g.rng.integers(0, 16, 64 * 8).tolist()))
+    g.initializers.append(helper.make_tensor(
+        "u4_zp", TensorProto.UINT4, [4, 8], [8] * 32))
+    su = g.const("u4_scale", positive(g, (4, 8), 0.01, 0.1))
+    u = g.node("DequantizeLinear", ["u4", su, "u4_zp"], axis=0, block_size=16)
+    g.output(g.node("MatMul", [x, u]))
+    return g
 
 
 @case

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use nnc_compiler::emit::{self, EmitOptions};
 use nnc_compiler::pipeline::{LowerOptions, lower_file};
 use nnc_formats::crypto::Mode;
-use nnc_formats::tensor::{DataType, HostTensor};
+use nnc_formats::tensor::DataType;
 use nnc_runtime::{LoadOptions, PreparedModel, SimulatedNpu};
 
 const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/onnx");
@@ -28,27 +28,6 @@ fn cases() -> Vec<PathBuf> {
         .collect();
     dirs.sort();
     dirs
-}
-
-/// The elements as f64, whatever their type.
-fn values(t: &HostTensor) -> Vec<f64> {
-    let size = t.dtype.size();
-    t.data
-        .chunks_exact(size)
-        .map(|c| match t.dtype {
-            DataType::F32 => f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-            DataType::F64 => f64::from_le_bytes(c.try_into().expect("8 bytes")),
-            DataType::F16 => f64::from(half::f16::from_le_bytes([c[0], c[1]]).to_f32()),
-            DataType::I8 => f64::from(c[0] as i8),
-            DataType::U8 | DataType::Bool => f64::from(c[0]),
-            DataType::I16 => f64::from(i16::from_le_bytes([c[0], c[1]])),
-            DataType::U16 => f64::from(u16::from_le_bytes([c[0], c[1]])),
-            DataType::I32 => f64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-            DataType::U32 => f64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-            DataType::I64 => i64::from_le_bytes(c.try_into().expect("8 bytes")) as f64,
-            DataType::U64 => u64::from_le_bytes(c.try_into().expect("8 bytes")) as f64,
-        })
-        .collect()
 }
 
 /// Runs one case; `Err` describes the first disagreement.
@@ -89,7 +68,7 @@ fn check(dir: &Path) -> Result<(), String> {
                 a.dtype, a.shape, e.dtype, e.shape
             ));
         }
-        let (av, ev) = (values(a), values(e));
+        let (av, ev) = (a.values_f64(), e.values_f64());
         let exact = !matches!(e.dtype, DataType::F32 | DataType::F16 | DataType::F64);
         let (atol, rtol) = if e.dtype == DataType::F16 {
             (F16_TOL, F16_TOL)

@@ -289,6 +289,13 @@ histogram_cases! {
     conv_grouped: [TRANSPOSE: 2, GROUPED_CONV_2D: 1],
     // 1-D runs as 2-D of height 1: a reshape on each side.
     conv_1d: [RESHAPE: 2, TRANSPOSE: 2, CONV_2D: 1],
+    // Float8 computes as float32: each cast to a format is a MATH_UNARY rounding, each
+    // cast back to float32 only relabels.
+    float8_casts: [MATH_UNARY: 8],
+    float8_quantize: [DIV: 1, MATH_UNARY: 1, MUL: 1],
+    // int4 weights: their blocked dequantization is evaluated at compile time, so the
+    // products read constant float weights.
+    int4_weight_matmul: [FULLY_CONNECTED: 2],
     // ConvInteger: the differences from the zero points in float32 (exact), cast back.
     conv_integer: [CAST: 2, SUB: 1, TRANSPOSE: 2, GROUPED_CONV_2D: 1],
     // Sums that could pass 2^24: three input-channel ranges, their int32 results added.

@@ -14,6 +14,7 @@ pub mod container;
 pub mod crypto;
 pub mod device;
 pub mod limits;
+pub mod minifloat;
 pub mod nn;
 pub mod npy;
 pub mod parallel;

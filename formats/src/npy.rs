@@ -264,11 +264,31 @@ fn descr_of(dtype: DataType) -> &'static str {
         DataType::I64 => "<i8",
         DataType::U64 => "<u8",
         DataType::Bool => "|b1",
+        // Written widened (see `write_npy`): NumPy has no such types ('<V1' to it).
+        DataType::Bf16
+        | DataType::F8E4M3Fn
+        | DataType::F8E4M3Fnuz
+        | DataType::F8E5M2
+        | DataType::F8E5M2Fnuz
+        | DataType::F4E2M1Fn => "<f4",
+        DataType::I4 | DataType::I2 => "|i1",
+        DataType::U4 | DataType::U2 => "|u1",
     }
 }
 
 /// Serializes a tensor as a `.npy` file, byte-identical to what `np.save` writes.
+///
+/// NumPy has no bfloat16, float8, float4 or sub-byte integer types (`ml_dtypes` saves
+/// them as opaque `<V1`/`<V2` records that no reader can interpret), so those tensors
+/// are written widened, exactly: as float32, int8 or uint8.
 pub fn write_npy(t: &HostTensor) -> Vec<u8> {
+    let widened;
+    let t = if t.dtype.float_format().is_some() || t.dtype.narrow_int().is_some() {
+        widened = t.widened();
+        &widened
+    } else {
+        t
+    };
     let shape = match t.shape.as_slice() {
         [] => "()".to_string(),
         [d] => format!("({d},)"),
@@ -666,7 +686,7 @@ mod tests {
 
     #[test]
     fn round_trips_every_dtype_and_rank() {
-        for dtype in DataType::ALL {
+        for dtype in DataType::ALL.into_iter().filter(|t| !t.is_narrow()) {
             for shape in [
                 vec![],
                 vec![0],
@@ -778,8 +798,22 @@ mod tests {
     }
 
     #[test]
+    fn narrow_types_are_written_widened() {
+        let codes = [0x38u8, 0xb8, 0x7f];
+        let t = HostTensor::new(DataType::F8E4M3Fn, vec![3], codes.to_vec()).unwrap();
+        let back = read_npy(&write_npy(&t)).unwrap();
+        assert_eq!(back.dtype, DataType::F32);
+        let v = back.to_f32_vec().unwrap();
+        assert_eq!(&v[..2], &[1.0, -1.0]);
+        assert!(v[2].is_nan());
+        let t = HostTensor::new(DataType::I4, vec![2], vec![0xf8, 7]).unwrap();
+        let back = read_npy(&write_npy(&t)).unwrap();
+        assert_eq!((back.dtype, back.data), (DataType::I8, vec![0xf8, 7]));
+    }
+
+    #[test]
     fn every_descr_maps() {
-        for dtype in DataType::ALL {
+        for dtype in DataType::ALL.into_iter().filter(|t| !t.is_narrow()) {
             assert_eq!(parse_descr(descr_of(dtype)).expect("descr").0, dtype);
             if dtype.size() > 1 {
                 let be = format!(">{}", &descr_of(dtype)[1..]);

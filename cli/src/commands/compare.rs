@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use nnc_formats::tensor::{DataType, HostTensor};
+use nnc_formats::tensor::DataType;
 use serde_json::json;
 
 use crate::exit::{Exit, err};
@@ -30,54 +30,6 @@ pub struct Args {
     pub json: bool,
 }
 
-fn values(t: &HostTensor) -> Vec<f64> {
-    let d = &t.data;
-    match t.dtype {
-        DataType::F32 => d
-            .chunks_exact(4)
-            .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-            .collect(),
-        DataType::F64 => d
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-            .collect(),
-        DataType::F16 => d
-            .chunks_exact(2)
-            .map(|c| {
-                f64::from(nnc_formats::nn::ops::f16_to_f32(u16::from_le_bytes([
-                    c[0], c[1],
-                ])))
-            })
-            .collect(),
-        DataType::I8 => d.iter().map(|&b| f64::from(b as i8)).collect(),
-        DataType::U8 | DataType::Bool => d.iter().map(|&b| f64::from(b)).collect(),
-        DataType::I16 => d
-            .chunks_exact(2)
-            .map(|c| f64::from(i16::from_le_bytes([c[0], c[1]])))
-            .collect(),
-        DataType::U16 => d
-            .chunks_exact(2)
-            .map(|c| f64::from(u16::from_le_bytes([c[0], c[1]])))
-            .collect(),
-        DataType::I32 => d
-            .chunks_exact(4)
-            .map(|c| f64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-            .collect(),
-        DataType::U32 => d
-            .chunks_exact(4)
-            .map(|c| f64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-            .collect(),
-        DataType::I64 => d
-            .chunks_exact(8)
-            .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f64)
-            .collect(),
-        DataType::U64 => d
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f64)
-            .collect(),
-    }
-}
-
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let actual = tensors::read(&args.actual)?;
     let expected = tensors::read(&args.expected)?;
@@ -97,7 +49,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ));
     }
     let float = matches!(actual.dtype, DataType::F32 | DataType::F64 | DataType::F16);
-    let (a, e) = (values(&actual), values(&expected));
+    let (a, e) = (actual.values_f64(), expected.values_f64());
     let mut failures = 0usize;
     let mut worst = (0usize, 0.0f64);
     for (i, (&x, &y)) in a.iter().zip(&e).enumerate() {

@@ -586,13 +586,17 @@ pub fn check_input(k: usize, info: &IoInfo, t: &HostTensor, path: &Path) -> anyh
             .iter()
             .zip(&info.dims)
             .all(|(&a, &d)| d == 0 || a == d as usize);
-    if t.dtype != info.dtype || !fits {
+    // A narrow type (bfloat16, float8, int4, ...) also takes data of the type it
+    // computes in: NumPy has no such types (the runtime rounds or range-checks it).
+    let type_fits =
+        t.dtype == info.dtype || (info.dtype.is_narrow() && t.dtype == info.dtype.wide_type());
+    if !type_fits || !fits {
         let dims: Vec<String> = info
             .dims
             .iter()
             .map(|&d| if d == 0 { "?".into() } else { d.to_string() })
             .collect();
-        let what = match (t.dtype != info.dtype, !fits) {
+        let what = match (!type_fits, !fits) {
             (true, true) => "type and shape",
             (true, false) => "type",
             _ => "shape",

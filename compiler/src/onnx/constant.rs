@@ -8,6 +8,7 @@
 use std::cell::Cell;
 
 use nnc_formats::limits::{LimitError, LimitKind, Limits};
+use nnc_formats::minifloat::FloatFormat;
 use nnc_formats::tensor::{DataType, HostTensor};
 
 /// A tensor whose value is known at compile time (ONNX shape: `[]` is a scalar).
@@ -128,7 +129,7 @@ impl FoldBudget {
 }
 
 pub fn is_float(dtype: DataType) -> bool {
-    matches!(dtype, DataType::F32 | DataType::F64 | DataType::F16)
+    matches!(dtype, DataType::F32 | DataType::F64 | DataType::F16) || dtype.float_format().is_some()
 }
 
 pub fn is_integer(dtype: DataType) -> bool {
@@ -142,6 +143,10 @@ pub fn is_integer(dtype: DataType) -> bool {
             | DataType::U32
             | DataType::I64
             | DataType::U64
+            | DataType::I4
+            | DataType::U4
+            | DataType::I2
+            | DataType::U2
     )
 }
 
@@ -173,32 +178,21 @@ pub fn to_i64s(t: &ConstTensor) -> Vec<i64> {
             .chunks_exact(2)
             .map(|c| i64::from(u16::from_le_bytes([c[0], c[1]])))
             .collect(),
-        DataType::I8 => d.iter().map(|&b| i64::from(b as i8)).collect(),
-        DataType::U8 | DataType::Bool => d.iter().map(|&b| i64::from(b)).collect(),
-        DataType::F32 | DataType::F64 | DataType::F16 => {
-            to_f64s(t).into_iter().map(|v| v as i64).collect()
+        // The sub-byte integers are held one per byte, sign- or zero-extended.
+        DataType::I8 | DataType::I4 | DataType::I2 => {
+            d.iter().map(|&b| i64::from(b as i8)).collect()
         }
+        DataType::U8 | DataType::U4 | DataType::U2 | DataType::Bool => {
+            d.iter().map(|&b| i64::from(b)).collect()
+        }
+        // The floats, truncated.
+        _ => to_f64s(t).into_iter().map(|v| v as i64).collect(),
     }
 }
 
 /// The elements as f64.
 pub fn to_f64s(t: &ConstTensor) -> Vec<f64> {
-    let d = &t.data;
-    match t.dtype {
-        DataType::F32 => d
-            .chunks_exact(4)
-            .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-            .collect(),
-        DataType::F64 => d
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-            .collect(),
-        DataType::F16 => d
-            .chunks_exact(2)
-            .map(|c| f64::from(half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()))
-            .collect(),
-        _ => to_i64s(t).into_iter().map(|v| v as f64).collect(),
-    }
+    t.values_f64()
 }
 
 /// The elements as f32.
@@ -216,6 +210,7 @@ pub fn to_f32s(t: &ConstTensor) -> Vec<f32> {
             .chunks_exact(2)
             .map(|c| half::f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
             .collect(),
+        dtype if dtype.float_format().is_some() => t.widened().to_f32_vec().unwrap_or_default(),
         _ => to_f64s(t).into_iter().map(|v| v as f32).collect(),
     }
 }
@@ -230,7 +225,15 @@ pub fn from_f64s(dtype: DataType, shape: Vec<usize>, values: &[f64]) -> ConstTen
             DataType::F16 => {
                 data.extend_from_slice(&half::f16::from_f64(v).to_bits().to_le_bytes())
             }
-            _ => push_int(&mut data, dtype, v as i64),
+            // ONNX's Cast saturates into the float8 formats by default; bfloat16 has
+            // infinities and keeps them.
+            DataType::Bf16 => {
+                data.extend_from_slice(&FloatFormat::Bfloat16.encode(v as f32, false).to_le_bytes())
+            }
+            _ => match dtype.float_format() {
+                Some(format) => data.push(format.encode(v as f32, true) as u8),
+                None => push_int(&mut data, dtype, v as i64),
+            },
         }
     }
     HostTensor { dtype, shape, data }
@@ -260,7 +263,14 @@ fn push_int(data: &mut Vec<u8>, dtype: DataType, v: i64) {
         DataType::I8 => data.push(v as i8 as u8),
         DataType::U8 => data.push(v as u8),
         DataType::Bool => data.push(u8::from(v != 0)),
-        DataType::F32 | DataType::F64 | DataType::F16 => {}
+        // ONNX saturates into the sub-byte integers (held one per byte).
+        DataType::I4 | DataType::U4 | DataType::I2 | DataType::U2 => {
+            if let Some(n) = dtype.narrow_int() {
+                data.push(v.clamp(i64::from(n.min()), i64::from(n.max())) as i8 as u8);
+            }
+        }
+        // Floats are written by `from_f64s`.
+        _ => {}
     }
 }
 
@@ -502,8 +512,27 @@ pub fn unary(t: &ConstTensor, f: impl Fn(f64) -> f64) -> ConstTensor {
 
 /// Casts a constant to another element type (float -> int truncates toward zero).
 pub fn cast(t: &ConstTensor, to: DataType) -> ConstTensor {
+    cast_with(t, to, true)
+}
+
+/// ONNX's Cast, with its `saturate` attribute (float8 targets only: out-of-range values
+/// become the largest value, or infinity / NaN without it).
+pub fn cast_with(t: &ConstTensor, to: DataType, saturate: bool) -> ConstTensor {
     if t.dtype == to {
         return t.clone();
+    }
+    if let Some(format) = to.float_format() {
+        let saturate = saturate && format != FloatFormat::Bfloat16;
+        let mut data = Vec::with_capacity(t.element_count() * to.size());
+        for v in to_f64s(t) {
+            let code = format.encode(v as f32, saturate);
+            data.extend_from_slice(&code.to_le_bytes()[..to.size()]);
+        }
+        return HostTensor {
+            dtype: to,
+            shape: t.shape.clone(),
+            data,
+        };
     }
     // Floats to float32 directly (every source value converts exactly or rounds once,
     // as through f64), without the f64 detour for the weights of every model.

@@ -798,7 +798,16 @@ pub fn nn_type_for(dtype: DataType) -> nn::OperandType {
         | DataType::U32
         | DataType::U64 => nn::OperandType::TensorInt32,
         DataType::Bool => nn::OperandType::TensorBool8,
-        DataType::U8 => nn::OperandType::TensorQuant8Asymm,
-        DataType::I8 => nn::OperandType::TensorQuant8AsymmSigned,
+        // The narrow floats compute as float32 (every value is exact there); casts to
+        // them round with MATH_UNARY, and outputs are encoded at the boundary.
+        DataType::Bf16
+        | DataType::F8E4M3Fn
+        | DataType::F8E4M3Fnuz
+        | DataType::F8E5M2
+        | DataType::F8E5M2Fnuz
+        | DataType::F4E2M1Fn => nn::OperandType::TensorFloat32,
+        // The sub-byte integers compute as 8-bit ones.
+        DataType::U8 | DataType::U4 | DataType::U2 => nn::OperandType::TensorQuant8Asymm,
+        DataType::I8 | DataType::I4 | DataType::I2 => nn::OperandType::TensorQuant8AsymmSigned,
     }
 }

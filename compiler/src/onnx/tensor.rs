@@ -203,8 +203,28 @@ pub fn host_data_type(code: i32) -> Option<HostDataType> {
         OnnxDataType::Double => HostDataType::F64,
         OnnxDataType::Uint32 => HostDataType::U32,
         OnnxDataType::Uint64 => HostDataType::U64,
+        OnnxDataType::Bfloat16 => HostDataType::Bf16,
+        OnnxDataType::Float8e4m3fn => HostDataType::F8E4M3Fn,
+        OnnxDataType::Float8e4m3fnuz => HostDataType::F8E4M3Fnuz,
+        OnnxDataType::Float8e5m2 => HostDataType::F8E5M2,
+        OnnxDataType::Float8e5m2fnuz => HostDataType::F8E5M2Fnuz,
+        OnnxDataType::Float4e2m1 => HostDataType::F4E2M1Fn,
+        OnnxDataType::Int4 => HostDataType::I4,
+        OnnxDataType::Uint4 => HostDataType::U4,
+        OnnxDataType::Int2 => HostDataType::I2,
+        OnnxDataType::Uint2 => HostDataType::U2,
         _ => return None,
     })
+}
+
+/// Bits per element of the types ONNX packs several to a byte (first element in the low
+/// bits); host tensors hold them one per byte.
+fn packed_bits(t: HostDataType) -> Option<u32> {
+    match t {
+        HostDataType::I4 | HostDataType::U4 | HostDataType::F4E2M1Fn => Some(4),
+        HostDataType::I2 | HostDataType::U2 => Some(2),
+        _ => None,
+    }
 }
 
 /// The ONNX data type of a host element type.
@@ -222,6 +242,16 @@ pub fn onnx_data_type(t: HostDataType) -> OnnxDataType {
         HostDataType::I64 => OnnxDataType::Int64,
         HostDataType::U64 => OnnxDataType::Uint64,
         HostDataType::Bool => OnnxDataType::Bool,
+        HostDataType::Bf16 => OnnxDataType::Bfloat16,
+        HostDataType::F8E4M3Fn => OnnxDataType::Float8e4m3fn,
+        HostDataType::F8E4M3Fnuz => OnnxDataType::Float8e4m3fnuz,
+        HostDataType::F8E5M2 => OnnxDataType::Float8e5m2,
+        HostDataType::F8E5M2Fnuz => OnnxDataType::Float8e5m2fnuz,
+        HostDataType::F4E2M1Fn => OnnxDataType::Float4e2m1,
+        HostDataType::I4 => OnnxDataType::Int4,
+        HostDataType::U4 => OnnxDataType::Uint4,
+        HostDataType::I2 => OnnxDataType::Int2,
+        HostDataType::U2 => OnnxDataType::Uint2,
     }
 }
 
@@ -238,7 +268,17 @@ pub fn typed_field_for(t: HostDataType) -> &'static str {
         | HostDataType::I16
         | HostDataType::U16
         | HostDataType::I32
-        | HostDataType::Bool => "int32_data",
+        | HostDataType::Bool
+        | HostDataType::Bf16
+        | HostDataType::F8E4M3Fn
+        | HostDataType::F8E4M3Fnuz
+        | HostDataType::F8E5M2
+        | HostDataType::F8E5M2Fnuz
+        | HostDataType::F4E2M1Fn
+        | HostDataType::I4
+        | HostDataType::U4
+        | HostDataType::I2
+        | HostDataType::U2 => "int32_data",
     }
 }
 
@@ -274,9 +314,12 @@ fn layout(t: &TensorProto, dtype: HostDataType) -> Result<Layout, OnnxTensorErro
     } else {
         nnc_formats::tensor::element_count(&shape)
     };
-    let bytes = count
-        .and_then(|n| n.checked_mul(dtype.size()))
-        .filter(|&b| b <= isize::MAX as usize);
+    // What the proto stores: packed types take a fraction of a byte per element.
+    let bytes = match packed_bits(dtype) {
+        Some(bits) => count.map(|n| n.div_ceil((8 / bits) as usize)),
+        None => count.and_then(|n| n.checked_mul(dtype.size())),
+    }
+    .filter(|&b| b <= isize::MAX as usize);
     match (count, bytes) {
         (Some(count), Some(bytes)) => Ok(Layout {
             shape,
@@ -363,6 +406,29 @@ pub fn tensor_to_host(
             }
             _ => from_typed_fields(t, dtype, &layout)?,
         },
+    };
+    // Packed types are unpacked to one element per byte (integers sign-extended).
+    let data = match packed_bits(dtype) {
+        Some(bits) => {
+            let fields = nnc_formats::minifloat::unpack_fields(&data, bits, layout.count)
+                .ok_or_else(|| OnnxTensorError::SizeMismatch {
+                    tensor: display_name(t),
+                    source_name: "packed data".to_string(),
+                    dtype,
+                    dims: t.dims.clone(),
+                    expected: layout.bytes,
+                    actual: data.len(),
+                    unit: "bytes",
+                })?;
+            match dtype.narrow_int() {
+                Some(n) => fields
+                    .into_iter()
+                    .map(|f| n.from_field(f) as i8 as u8)
+                    .collect(),
+                None => fields,
+            }
+        }
+        None => data,
     };
     if dtype == HostDataType::Bool
         && let Some((index, &value)) = data.iter().enumerate().find(|&(_, &b)| b > 1)
@@ -519,9 +585,28 @@ fn from_typed_fields(
                 out.extend_from_slice(&v.to_le_bytes());
             }
         }
+        // Packed types travel one packed byte per int32 entry.
+        HostDataType::I4
+        | HostDataType::U4
+        | HostDataType::I2
+        | HostDataType::U2
+        | HostDataType::F4E2M1Fn => {
+            check_bytes(t, dtype, layout, expected, t.int32_data.len())?;
+            out.reserve_exact(layout.bytes);
+            for (index, &v) in t.int32_data.iter().enumerate() {
+                out.push(u8::try_from(v).map_err(|_| out_of_range(t, expected, index, v, dtype))?);
+            }
+        }
         // Narrow types travel one element per int32 entry; values must fit the type
-        // (float16 as its bit pattern, 0..=65535). Truncating silently would hide corruption.
-        HostDataType::I8 | HostDataType::U8 | HostDataType::Bool => {
+        // (float16 and bfloat16 as their bit patterns, 0..=65535; float8 as its code).
+        // Truncating silently would hide corruption.
+        HostDataType::I8
+        | HostDataType::U8
+        | HostDataType::Bool
+        | HostDataType::F8E4M3Fn
+        | HostDataType::F8E4M3Fnuz
+        | HostDataType::F8E5M2
+        | HostDataType::F8E5M2Fnuz => {
             check_count(t, dtype, layout, expected, t.int32_data.len())?;
             out.reserve_exact(layout.bytes);
             for (index, &v) in t.int32_data.iter().enumerate() {
@@ -533,7 +618,7 @@ fn from_typed_fields(
                 out.push(byte.ok_or_else(|| out_of_range(t, expected, index, v, dtype))?);
             }
         }
-        HostDataType::I16 | HostDataType::U16 | HostDataType::F16 => {
+        HostDataType::I16 | HostDataType::U16 | HostDataType::F16 | HostDataType::Bf16 => {
             check_count(t, dtype, layout, expected, t.int32_data.len())?;
             out.reserve_exact(layout.bytes);
             for (index, &v) in t.int32_data.iter().enumerate() {
@@ -696,6 +781,10 @@ fn read_external(
 ///
 /// Dimensions larger than `i64::MAX` (only possible for empty tensors) are saturated.
 pub fn host_to_tensor(t: &HostTensor, name: &str) -> TensorProto {
+    let raw = match packed_bits(t.dtype) {
+        Some(bits) => nnc_formats::minifloat::pack_fields(&t.data, bits),
+        None => t.data.clone(),
+    };
     TensorProto {
         dims: t
             .shape
@@ -704,7 +793,7 @@ pub fn host_to_tensor(t: &HostTensor, name: &str) -> TensorProto {
             .collect(),
         data_type: onnx_data_type(t.dtype) as i32,
         name: name.to_string(),
-        raw_data: Some(Bytes::from(t.data.clone())),
+        raw_data: Some(Bytes::from(raw)),
         ..TensorProto::default()
     }
 }
@@ -1159,9 +1248,7 @@ mod tests {
             (O::String, "STRING"),
             (O::Complex64, "COMPLEX64"),
             (O::Complex128, "COMPLEX128"),
-            (O::Bfloat16, "BFLOAT16"),
-            (O::Float8e4m3fn, "FLOAT8E4M3FN"),
-            (O::Int4, "INT4"),
+            (O::Float8e8m0, "FLOAT8E8M0"),
             (O::Undefined, "UNDEFINED"),
         ] {
             let e = tensor_to_host(&proto("u", dtype, &[1]), &none()).expect_err(name);
@@ -1376,6 +1463,11 @@ mod tests {
                     .map(|i| {
                         if dtype == HostDataType::Bool {
                             (i % 2) as u8
+                        } else if let Some(int) = dtype.narrow_int() {
+                            // In range, held extended as host tensors hold them.
+                            int.from_field((i * 37) as u8) as i8 as u8
+                        } else if dtype == HostDataType::F4E2M1Fn {
+                            (i * 37 % 16) as u8
                         } else {
                             (i * 37) as u8
                         }

@@ -547,6 +547,16 @@ fn dtype_code(t: crate::tensor::DataType) -> u8 {
         D::I64 => 10,
         D::U64 => 11,
         D::Bool => 12,
+        D::Bf16 => 13,
+        D::F8E4M3Fn => 14,
+        D::F8E4M3Fnuz => 15,
+        D::F8E5M2 => 16,
+        D::F8E5M2Fnuz => 17,
+        D::F4E2M1Fn => 18,
+        D::I4 => 19,
+        D::U4 => 20,
+        D::I2 => 21,
+        D::U2 => 22,
     }
 }
 

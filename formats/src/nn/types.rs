@@ -4,6 +4,8 @@
 
 use serde::{Serialize, Serializer};
 
+use crate::minifloat::FloatFormat;
+
 /// Declares a small enumeration that an extension operation takes as an INT32 code
 /// (a function or reduction selector), with every variant in `ALL` and the code lookup.
 macro_rules! coded_enum {
@@ -341,12 +343,65 @@ coded_enum! {
         Asinh = 7,
         Acosh = 8,
         Atanh = 9,
+        /// Round to the nearest bfloat16 (ties to even; beyond its range, infinity).
+        RoundBfloat16 = 10,
+        /// Round to the nearest value of a float8/float4 format, ties to even; values
+        /// beyond the range saturate to the largest value of their sign (ONNX's Cast with
+        /// `saturate = 1`; float4 e2m1 always saturates).
+        RoundFloat8E4M3Fn = 11,
+        RoundFloat8E4M3Fnuz = 12,
+        RoundFloat8E5M2 = 13,
+        RoundFloat8E5M2Fnuz = 14,
+        RoundFloat4E2M1Fn = 15,
+        /// The same without saturation: beyond the range, infinity (e5m2) or NaN.
+        RoundFloat8E4M3FnExact = 16,
+        RoundFloat8E4M3FnuzExact = 17,
+        RoundFloat8E5M2Exact = 18,
+        RoundFloat8E5M2FnuzExact = 19,
     }
 }
 
 impl MathFunction {
+    /// The rounding function to a narrow float format, saturating or not.
+    pub fn rounding(format: FloatFormat, saturate: bool) -> MathFunction {
+        use FloatFormat as F;
+        match (format, saturate) {
+            (F::Bfloat16, _) => MathFunction::RoundBfloat16,
+            (F::Float4E2M1Fn, _) => MathFunction::RoundFloat4E2M1Fn,
+            (F::Float8E4M3Fn, true) => MathFunction::RoundFloat8E4M3Fn,
+            (F::Float8E4M3Fnuz, true) => MathFunction::RoundFloat8E4M3Fnuz,
+            (F::Float8E5M2, true) => MathFunction::RoundFloat8E5M2,
+            (F::Float8E5M2Fnuz, true) => MathFunction::RoundFloat8E5M2Fnuz,
+            (F::Float8E4M3Fn, false) => MathFunction::RoundFloat8E4M3FnExact,
+            (F::Float8E4M3Fnuz, false) => MathFunction::RoundFloat8E4M3FnuzExact,
+            (F::Float8E5M2, false) => MathFunction::RoundFloat8E5M2Exact,
+            (F::Float8E5M2Fnuz, false) => MathFunction::RoundFloat8E5M2FnuzExact,
+        }
+    }
+
+    /// The format and saturation of a rounding function.
+    fn rounding_format(self) -> Option<(FloatFormat, bool)> {
+        use FloatFormat as F;
+        Some(match self {
+            MathFunction::RoundBfloat16 => (F::Bfloat16, false),
+            MathFunction::RoundFloat4E2M1Fn => (F::Float4E2M1Fn, true),
+            MathFunction::RoundFloat8E4M3Fn => (F::Float8E4M3Fn, true),
+            MathFunction::RoundFloat8E4M3Fnuz => (F::Float8E4M3Fnuz, true),
+            MathFunction::RoundFloat8E5M2 => (F::Float8E5M2, true),
+            MathFunction::RoundFloat8E5M2Fnuz => (F::Float8E5M2Fnuz, true),
+            MathFunction::RoundFloat8E4M3FnExact => (F::Float8E4M3Fn, false),
+            MathFunction::RoundFloat8E4M3FnuzExact => (F::Float8E4M3Fnuz, false),
+            MathFunction::RoundFloat8E5M2Exact => (F::Float8E5M2, false),
+            MathFunction::RoundFloat8E5M2FnuzExact => (F::Float8E5M2Fnuz, false),
+            _ => return None,
+        })
+    }
+
     /// The function in single precision.
     pub fn apply(self, x: f32) -> f32 {
+        if let Some((format, saturate)) = self.rounding_format() {
+            return format.round(x, saturate);
+        }
         match self {
             MathFunction::Round => x.round_ties_even(),
             MathFunction::Tan => x.tan(),
@@ -358,6 +413,17 @@ impl MathFunction {
             MathFunction::Asinh => x.asinh(),
             MathFunction::Acosh => x.acosh(),
             MathFunction::Atanh => x.atanh(),
+            // Rounded above, by `rounding_format`.
+            MathFunction::RoundBfloat16
+            | MathFunction::RoundFloat8E4M3Fn
+            | MathFunction::RoundFloat8E4M3Fnuz
+            | MathFunction::RoundFloat8E5M2
+            | MathFunction::RoundFloat8E5M2Fnuz
+            | MathFunction::RoundFloat4E2M1Fn
+            | MathFunction::RoundFloat8E4M3FnExact
+            | MathFunction::RoundFloat8E4M3FnuzExact
+            | MathFunction::RoundFloat8E5M2Exact
+            | MathFunction::RoundFloat8E5M2FnuzExact => x,
         }
     }
 }

@@ -114,6 +114,21 @@ typedef enum NncElementType {
   NNC_ELEMENT_TYPE_UINT64 = 10,
   // One byte per element, 0 or 1.
   NNC_ELEMENT_TYPE_BOOL = 11,
+  // The narrow types, laid out as `ml_dtypes` lays them out in NumPy: bfloat16 in two
+  // bytes, the float8 and float4 formats one code per byte, the 4- and 2-bit
+  // integers one value per byte (sign-extended). The model computes them in float32
+  // or 8-bit integers; inputs may also be given in those types (float32 is rounded
+  // to the format).
+  NNC_ELEMENT_TYPE_BFLOAT16 = 12,
+  NNC_ELEMENT_TYPE_FLOAT8_E4M3_FN = 13,
+  NNC_ELEMENT_TYPE_FLOAT8_E4M3_FNUZ = 14,
+  NNC_ELEMENT_TYPE_FLOAT8_E5M2 = 15,
+  NNC_ELEMENT_TYPE_FLOAT8_E5M2_FNUZ = 16,
+  NNC_ELEMENT_TYPE_FLOAT4_E2M1_FN = 17,
+  NNC_ELEMENT_TYPE_INT4 = 18,
+  NNC_ELEMENT_TYPE_UINT4 = 19,
+  NNC_ELEMENT_TYPE_INT2 = 20,
+  NNC_ELEMENT_TYPE_UINT2 = 21,
 } NncElementType;
 
 // Priorities of a model's executions among those queued for the same workers, valued

@@ -19,7 +19,7 @@ use zeroize::Zeroizing;
 use crate::error::CapiError;
 use crate::{NncElementType, NncKey, NncModel, NncOperandInfo};
 
-const ELEMENT_TYPES: [(NncElementType, DataType); 12] = [
+const ELEMENT_TYPES: [(NncElementType, DataType); 22] = [
     (NncElementType::Float32, DataType::F32),
     (NncElementType::Float16, DataType::F16),
     (NncElementType::Float64, DataType::F64),
@@ -32,6 +32,16 @@ const ELEMENT_TYPES: [(NncElementType, DataType); 12] = [
     (NncElementType::Int64, DataType::I64),
     (NncElementType::Uint64, DataType::U64),
     (NncElementType::Bool, DataType::Bool),
+    (NncElementType::Bfloat16, DataType::Bf16),
+    (NncElementType::Float8E4M3Fn, DataType::F8E4M3Fn),
+    (NncElementType::Float8E4M3Fnuz, DataType::F8E4M3Fnuz),
+    (NncElementType::Float8E5M2, DataType::F8E5M2),
+    (NncElementType::Float8E5M2Fnuz, DataType::F8E5M2Fnuz),
+    (NncElementType::Float4E2M1Fn, DataType::F4E2M1Fn),
+    (NncElementType::Int4, DataType::I4),
+    (NncElementType::Uint4, DataType::U4),
+    (NncElementType::Int2, DataType::I2),
+    (NncElementType::Uint2, DataType::U2),
 ];
 
 pub(crate) fn element_type_from_code(code: i32) -> Option<NncElementType> {

@@ -88,6 +88,21 @@ pub enum NncElementType {
     Uint64 = 10,
     /// One byte per element, 0 or 1.
     Bool = 11,
+    /// The narrow types, laid out as `ml_dtypes` lays them out in NumPy: bfloat16 in two
+    /// bytes, the float8 and float4 formats one code per byte, the 4- and 2-bit
+    /// integers one value per byte (sign-extended). The model computes them in float32
+    /// or 8-bit integers; inputs may also be given in those types (float32 is rounded
+    /// to the format).
+    Bfloat16 = 12,
+    Float8E4M3Fn = 13,
+    Float8E4M3Fnuz = 14,
+    Float8E5M2 = 15,
+    Float8E5M2Fnuz = 16,
+    Float4E2M1Fn = 17,
+    Int4 = 18,
+    Uint4 = 19,
+    Int2 = 20,
+    Uint2 = 21,
 }
 
 /// A key held by the runtime: C code never sees its bytes again after creating it.

@@ -281,7 +281,11 @@ impl Program {
                 operand.operand_type
             ))
         })?;
-        let data = if t.dtype == expected {
+        let narrow = info_dtype.filter(|d| d.is_narrow());
+        let data = if let Some(declared) = narrow {
+            // Bfloat16, float8 and the sub-byte integers compute in a wider type.
+            Cow::Owned(super::narrow::input(declared, t).map_err(err)?)
+        } else if t.dtype == expected {
             Cow::Borrowed(t.data)
         } else if expected == DataType::I32
             && info_dtype == Some(t.dtype)
@@ -343,7 +347,13 @@ impl Program {
         let widened = info
             .map(|i| i.dtype)
             .filter(|t| dtype == DataType::I32 && WIDENED_INTEGERS.contains(t));
-        let (dtype, data) = if let Some(target) = widened {
+        let narrow = info.map(|i| i.dtype).filter(|d| d.is_narrow());
+        let (dtype, data) = if let Some(declared) = narrow {
+            (
+                declared,
+                super::narrow::output(declared, dtype, &bytes).map_err(err)?,
+            )
+        } else if let Some(target) = widened {
             let mut out = Vec::with_capacity(bytes.len() / 4 * target.size());
             for c in bytes.chunks_exact(4) {
                 let v = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);

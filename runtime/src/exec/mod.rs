@@ -8,6 +8,8 @@
 //! - [`execute`]: synchronous execution, static or with run-time shapes.
 //! - [`io`]: the inputs, output buffers, options and results of an execution, and the
 //!   sinks outputs are written to.
+//! - `narrow`: inputs and outputs of types the model computes in a wider one (bfloat16,
+//!   float8, 4- and 2-bit integers).
 //! - [`profile`]: per-operation timing (`nnc bench --profile`).
 //! - [`weights`]: the [`WeightProvider`] seam and [`HostWeights`].
 //! - [`fold`]: [`evaluate_operation`] for the compiler's constant folding.
@@ -20,6 +22,7 @@ pub(crate) mod held;
 pub mod image;
 pub(crate) mod in_place;
 pub mod io;
+mod narrow;
 pub mod plan;
 pub mod profile;
 pub mod program;

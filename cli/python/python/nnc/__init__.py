@@ -337,15 +337,38 @@ class Model:
         arrays = []
         for spec, value in zip(self.inputs, ordered):
             array = np.asarray(value)
-            if array.dtype == np.float64 and spec.dtype == "float32":
+            # float32 data also serves bfloat16 and float8 inputs (rounded to them).
+            if array.dtype == np.float64 and (spec.dtype == "float32"
+                                              or spec.dtype in _NARROW_FLOATS):
                 array = array.astype(np.float32)
             arrays.append(np.ascontiguousarray(array))
         try:
             results = self._native.run(arrays)
         except _native.NativeError as e:
             _raise_native(e)
-        return {name: np.frombuffer(data, dtype=dtype).reshape(shape)
+        return {name: np.frombuffer(data, dtype=_numpy_dtype(dtype)).reshape(shape)
                 for name, dtype, shape, data in results}
+
+
+# The narrow types nnc computes in wider ones; NumPy knows them through `ml_dtypes`.
+_NARROW_FLOATS = ("bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+                  "float8_e5m2fnuz", "float4_e2m1fn")
+
+
+def _numpy_dtype(name: str) -> Any:
+    """The NumPy dtype of an output's element type; bfloat16, float8, float4 and the
+    4- and 2-bit integers come from `ml_dtypes` (the package JAX and ONNX use)."""
+    try:
+        return np.dtype(name)
+    except TypeError:
+        pass
+    try:
+        import ml_dtypes  # noqa: PLC0415 (only models with such outputs need it)
+    except ImportError:
+        raise UnsupportedModel(
+            f"the model has a {name} output, which NumPy represents only with the "
+            "ml_dtypes package: pip install ml_dtypes") from None
+    return np.dtype(getattr(ml_dtypes, name))
 
 
 def load(path: PathLike, *, key_file: Optional[PathLike] = None,

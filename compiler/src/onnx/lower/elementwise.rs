@@ -5,7 +5,7 @@
 
 use std::rc::Rc;
 
-use nnc_formats::nn::{OperandType, OperationType};
+use nnc_formats::nn::{MathFunction, OperandType, OperationType};
 use nnc_formats::tensor::DataType;
 
 use super::super::constant::{self, BinaryOp, ConstTensor};
@@ -320,7 +320,7 @@ impl Lowerer<'_> {
         if op == OperationType::Div && !signed {
             return self.cast_op(n, v, t);
         }
-        self.wrap_to_8bit(n, v, t)
+        self.wrap_to_bits(n, v, 8, t)
     }
 
     /// ONNX's integer division, which truncates toward zero, on int32 operands: the NN
@@ -439,7 +439,7 @@ impl Lowerer<'_> {
             out = self.emit(n, OperationType::Bitwise, vec![out, mask, and])?;
         }
         if quant8 {
-            out = self.wrap_to_8bit(n, out, t)?;
+            out = self.wrap_to_bits(n, out, 8, t)?;
         }
         self.set_tensor(n, 0, out, a.dtype, a.scalar && b.scalar);
         Ok(())
@@ -520,10 +520,12 @@ impl Lowerer<'_> {
         Ok(())
     }
 
-    /// An int32 operand reduced modulo 256 into the range of the 8-bit type `t` (C's and
-    /// NumPy's conversion), then cast to `t`.
-    fn wrap_to_8bit(&mut self, n: &Node, v: u32, t: OperandType) -> NResult<u32> {
+    /// An int32 operand reduced modulo `2^bits` into the range of a `bits`-bit integer,
+    /// signed when `t` is (C's and NumPy's conversion), then cast to the 8-bit type `t`.
+    fn wrap_to_bits(&mut self, n: &Node, v: u32, bits: u32, t: OperandType) -> NResult<u32> {
         let signed = t == OperandType::TensorQuant8AsymmSigned;
+        let modulus = f64::from(1u32 << bits);
+        let half = modulus / 2.0;
         let int = |operand: u32| TensorValue {
             operand,
             dtype: DataType::I32,
@@ -532,15 +534,15 @@ impl Lowerer<'_> {
         let mut v = v;
         if signed {
             v = self
-                .with_scalar(n, OperationType::Add, int(v), 128.0)?
+                .with_scalar(n, OperationType::Add, int(v), half)?
                 .operand;
         }
-        let q = self.with_scalar(n, OperationType::Div, int(v), 256.0)?;
-        let m = self.with_scalar(n, OperationType::Mul, q, 256.0)?;
+        let q = self.with_scalar(n, OperationType::Div, int(v), modulus)?;
+        let m = self.with_scalar(n, OperationType::Mul, q, modulus)?;
         v = self.arith(n, OperationType::Sub, v, m.operand)?;
         if signed {
             v = self
-                .with_scalar(n, OperationType::Sub, int(v), 128.0)?
+                .with_scalar(n, OperationType::Sub, int(v), half)?
                 .operand;
         }
         self.cast_op(n, v, t)
@@ -730,12 +732,61 @@ impl Lowerer<'_> {
                 .int("to")?
                 .ok_or_else(|| super::NodeError::Invalid("Cast needs 'to'".into()))?;
             super::super::tensor::host_data_type(code as i32).ok_or_else(|| {
-                super::NodeError::Unsupported(format!("Cast to type code {code} is not supported"))
+                super::NodeError::Unsupported(format!(
+                    "Cast to {} is not supported",
+                    super::super::proto::tensor_proto::DataType::describe(code as i32)
+                ))
             })?
         };
+        // Float8 targets only: out-of-range values saturate unless told not to.
+        let saturate = n.attrs.int("saturate")?.unwrap_or(1) != 0;
         match self.required(n, 0)? {
             Value::Const(c) => {
-                self.set_const(n, 0, constant::cast(&c, to))?;
+                self.set_const(n, 0, constant::cast_with(&c, to, saturate))?;
+                Ok(())
+            }
+            Value::Tensor(x) if let Some(format) = to.float_format() => {
+                // Bfloat16, float8 and float4 compute as float32: round to the format.
+                if x.dtype == to {
+                    self.set_tensor(n, 0, x.operand, to, x.scalar);
+                    return Ok(());
+                }
+                let mut v = x.operand;
+                if self.operand_type(x) != OperandType::TensorFloat32 {
+                    v = self.cast_op(n, v, OperandType::TensorFloat32)?;
+                }
+                let function = MathFunction::rounding(format, saturate);
+                let code = self.i32_const(function as i32);
+                let out = self.emit(n, OperationType::MathUnary, vec![v, code])?;
+                self.set_tensor(n, 0, out, to, x.scalar);
+                Ok(())
+            }
+            Value::Tensor(x) if let Some(int) = to.narrow_int() => {
+                // 4- and 2-bit integers compute as 8-bit ones. Cast-21 saturates into
+                // them (onnx 1.17's reference); from Cast-25 they wrap, as every other
+                // integer narrowing does.
+                let source = self.operand_type(x);
+                let v = if source == OperandType::TensorInt32 {
+                    x.operand
+                } else {
+                    self.cast_op(n, x.operand, OperandType::TensorInt32)?
+                };
+                let target = super::super::nn_type_for(to);
+                let out = if self.opset >= 25 {
+                    self.wrap_to_bits(n, v, int.bits, target)?
+                } else {
+                    let t = TensorValue {
+                        operand: v,
+                        dtype: DataType::I32,
+                        scalar: false,
+                    };
+                    let low =
+                        self.with_scalar(n, OperationType::Maximum, t, f64::from(int.min()))?;
+                    let high =
+                        self.with_scalar(n, OperationType::Minimum, low, f64::from(int.max()))?;
+                    self.cast_op(n, high.operand, target)?
+                };
+                self.set_tensor(n, 0, out, to, x.scalar);
                 Ok(())
             }
             Value::Tensor(x) if to == DataType::F16 => {
@@ -770,7 +821,7 @@ impl Lowerer<'_> {
                     } else {
                         self.cast_op(n, x.operand, OperandType::TensorInt32)?
                     };
-                    let out = self.wrap_to_8bit(n, v, target)?;
+                    let out = self.wrap_to_bits(n, v, 8, target)?;
                     self.set_tensor(n, 0, out, to, x.scalar);
                     return Ok(());
                 }

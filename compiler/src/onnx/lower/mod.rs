@@ -48,7 +48,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use nnc_formats::nn::ops::{InputView, infer};
-use nnc_formats::nn::{IoInfo, Lifetime, Model, Operand, OperandType, OperationType};
+use nnc_formats::nn::{IoInfo, Lifetime, MathFunction, Model, Operand, OperandType, OperationType};
 use nnc_formats::tensor::DataType;
 
 use super::attrs::Attrs;
@@ -651,7 +651,83 @@ impl<'e> Lowerer<'e> {
             label: node_label(proto),
             version,
         };
-        (op.lower)(self, &node)
+        (op.lower)(self, &node)?;
+        self.round_narrow_outputs(&node)
+    }
+
+    /// Bfloat16, float8 and float4 compute as float32; an operation on them rounds its
+    /// result to the format, as their kernels do (compute wide, store narrow), so that
+    /// values stay what the source model's arithmetic gives. Casts and quantization
+    /// round by themselves; operations that only move values need no rounding.
+    fn round_narrow_outputs(&mut self, n: &Node) -> NResult<()> {
+        const EXACT: &[&str] = &[
+            "Cast",
+            "CastLike",
+            "QuantizeLinear",
+            "DequantizeLinear",
+            "Identity",
+            "Reshape",
+            "Flatten",
+            "Squeeze",
+            "Unsqueeze",
+            "Transpose",
+            "Slice",
+            "Gather",
+            "GatherElements",
+            "GatherND",
+            "Concat",
+            "Split",
+            "Expand",
+            "Tile",
+            "Pad",
+            "Shape",
+            "Size",
+            "DepthToSpace",
+            "SpaceToDepth",
+            "Neg",
+            "Abs",
+            "Relu",
+            "Max",
+            "Min",
+            "ReduceMax",
+            "ReduceMin",
+            "MaxPool",
+            "Where",
+            "Constant",
+            "If",
+            "Loop",
+            "Scan",
+        ];
+        if EXACT.contains(&n.op()) {
+            return Ok(());
+        }
+        for (i, name) in n.proto.output.iter().enumerate() {
+            let Some(Value::Tensor(tv)) = self.values.get(name).cloned() else {
+                continue;
+            };
+            let Some(format) = tv.dtype.float_format() else {
+                continue;
+            };
+            if self.operand_type(tv) != OperandType::TensorFloat32 {
+                continue;
+            }
+            let code = self.i32_const(MathFunction::rounding(format, false) as i32);
+            let rounded = self.emit_raw(
+                OperationType::MathUnary,
+                vec![tv.operand, code],
+                vec![None],
+                &n.label,
+            )?[0];
+            self.set_output(
+                n,
+                i,
+                Value::Tensor(TensorValue {
+                    operand: rounded,
+                    ..tv
+                }),
+            );
+        }
+        Ok(())
     }
 
     // ---- value access -------------------------------------------------------------
@@ -773,21 +849,15 @@ impl<'e> Lowerer<'e> {
                 .collect::<NResult<_>>()?
         };
         let dtype = c.dtype;
-        let (operand_type, bytes) = match c.dtype {
-            DataType::F32 => (OperandType::TensorFloat32, c.data),
-            DataType::F64 | DataType::F16 => (
+        let (operand_type, bytes) = match super::nn_type_for(c.dtype) {
+            _ if c.dtype == DataType::F32 => (OperandType::TensorFloat32, c.data),
+            // Every other float (float16 too: only model inputs and outputs are
+            // TENSOR_FLOAT16) computes as float32.
+            OperandType::TensorFloat32 | OperandType::TensorFloat16 => (
                 OperandType::TensorFloat32,
                 bytemuck::cast_slice(&constant::to_f32s(&c)).to_vec(),
             ),
-            DataType::Bool => (OperandType::TensorBool8, c.data),
-            DataType::U8 => (OperandType::TensorQuant8Asymm, c.data),
-            DataType::I8 => (OperandType::TensorQuant8AsymmSigned, c.data),
-            DataType::I64
-            | DataType::I32
-            | DataType::U32
-            | DataType::I16
-            | DataType::U16
-            | DataType::U64 => {
+            OperandType::TensorInt32 => {
                 let values = constant::to_i64s(&c);
                 let mut out = Vec::with_capacity(values.len() * 4);
                 for v in values {
@@ -800,6 +870,9 @@ impl<'e> Lowerer<'e> {
                 }
                 (OperandType::TensorInt32, out)
             }
+            // Bool and the 8-bit types, whose bytes are the operand's (the sub-byte
+            // integers are held one per byte, extended).
+            t => (t, c.data),
         };
         self.computes_float64_as_float32 |= dtype == DataType::F64;
         let operand = self
@@ -873,10 +946,10 @@ impl<'e> Lowerer<'e> {
     pub fn set_tensor(&mut self, n: &Node, i: usize, operand: u32, dtype: DataType, scalar: bool) {
         // ONNX float16 computes as TENSOR_FLOAT32 (see `add_inputs`): a float result of an
         // operator whose float inputs are float16 is float16 too, except where the
-        // operator chooses its output type.
+        // operator chooses its output type. The same for float64, bfloat16 and float8.
         let dtype = if dtype == DataType::F32
             && !matches!(n.op(), "Cast" | "CastLike" | "DequantizeLinear")
-            && let Some(float @ (DataType::F16 | DataType::F64)) = self.float_input_type(n)
+            && let Some(float) = self.float_input_type(n).filter(|&t| t != DataType::F32)
         {
             float
         } else {
@@ -1113,9 +1186,10 @@ impl<'e> Lowerer<'e> {
 }
 
 /// The ONNX float types nnc computes, all as TENSOR_FLOAT32: float32, float16 (see
-/// `Lowerer::add_inputs`) and float64 (the NN set has none; the import notes it).
+/// `Lowerer::add_inputs`), float64 (the NN set has none; the import notes it), and
+/// bfloat16, float8 and float4 (exact in float32; see `nnc_formats::minifloat`).
 pub fn is_float(dtype: DataType) -> bool {
-    matches!(dtype, DataType::F32 | DataType::F16 | DataType::F64)
+    constant::is_float(dtype)
 }
 
 /// True for the 8-bit quantized tensor types ONNX's uint8 and int8 compute in.

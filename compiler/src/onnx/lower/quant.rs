@@ -24,10 +24,10 @@
 //!   specification says; the NN set saturates.
 
 use nnc_formats::nn::ops::{Conv2d, ConvKind};
-use nnc_formats::nn::{FusedActivation, Operand, OperandType, OperationType};
+use nnc_formats::nn::{FusedActivation, MathFunction, Operand, OperandType, OperationType};
 use nnc_formats::tensor::DataType;
 
-use super::super::constant;
+use super::super::constant::{self, ConstTensor};
 use super::{
     Lowerer, NResult, Node, TensorValue, Value, axis, invalid, is_quant8, needs_input_shape,
     unsupported,
@@ -132,14 +132,20 @@ impl Lowerer<'_> {
     }
 
     pub(super) fn dequantize_linear(&mut self, n: &Node) -> NResult<()> {
+        if let Some(y) = self.dequantize_constant(n)? {
+            return self.set_const(n, 0, y);
+        }
         let x = self.tensor(n, 0)?;
         let t = self.operand_type(x);
-        if !is_quant8(t) && t != OperandType::TensorInt32 {
+        // Float8 values are float32 operands already (exact); 4- and 2-bit integers are
+        // 8-bit ones.
+        let float8 = x.dtype.float_format().is_some();
+        if !is_quant8(t) && t != OperandType::TensorInt32 && !float8 {
             return unsupported(format!("DequantizeLinear of {} tensors", x.dtype));
         }
         let dims = self.known_dims(x)?;
         let (a, block) = self.quant_axis(n, dims.len())?;
-        let xf = self.cast_op(n, x.operand, OperandType::TensorFloat32)?;
+        let xf = self.as_float(n, x)?;
         let mut y = xf;
         if self.input(n, 2)?.is_some() {
             let zp = self.broadcast_param(n, 2, &dims, a, block)?;
@@ -151,9 +157,105 @@ impl Lowerer<'_> {
         }
         let scale = self.broadcast_param(n, 1, &dims, a, block)?;
         self.require_float(n, scale)?;
-        y = self.arith(n, OperationType::Mul, y, scale.operand)?;
-        self.set_tensor(n, 0, y, DataType::F32, x.scalar);
+        let scale_f = self.as_float(n, scale)?;
+        y = self.arith(n, OperationType::Mul, y, scale_f)?;
+        // The output has the scale's type; float16 computes as float32, rounded to it.
+        let out_type = if scale.dtype == DataType::F16 {
+            let half = self.cast_op(n, y, OperandType::TensorFloat16)?;
+            y = self.cast_op(n, half, OperandType::TensorFloat32)?;
+            DataType::F16
+        } else {
+            DataType::F32
+        };
+        self.set_tensor(n, 0, y, out_type, x.scalar);
         Ok(())
+    }
+
+    /// DequantizeLinear of constant weights (what weight-only quantized exports write,
+    /// int4 blocks included), evaluated now: the product that reads them then sees
+    /// constant float weights and lowers as FULLY_CONNECTED. `None` when any input is
+    /// computed at run time.
+    fn dequantize_constant(&mut self, n: &Node) -> NResult<Option<ConstTensor>> {
+        let mut inputs = Vec::with_capacity(3);
+        for i in 0..3 {
+            match self.input(n, i)? {
+                Some(Value::Const(c)) => inputs.push(Some(c)),
+                None if i == 2 => inputs.push(None),
+                _ => return Ok(None),
+            }
+        }
+        let (Some(x), Some(scale)) = (inputs[0].clone(), inputs[1].clone()) else {
+            return Ok(None);
+        };
+        if x.dtype == DataType::I32
+            || !(constant::is_integer(x.dtype) || constant::is_float(x.dtype))
+        {
+            return Ok(None);
+        }
+        let (a, block) = self.quant_axis(n, x.shape.len())?;
+        // Each element's index into the parameters: 0 for per-tensor ones, its position
+        // along `axis` (divided by the block) otherwise.
+        let count = |t: &ConstTensor| t.element_count();
+        let param_index = |p: &ConstTensor| -> NResult<Box<dyn Fn(usize) -> usize>> {
+            if count(p) == 1 && block == 0 {
+                return Ok(Box::new(|_| 0));
+            }
+            let Some(a) = a else {
+                return invalid("axis is out of range for the input");
+            };
+            let inner: usize = x.shape[a + 1..].iter().product();
+            let len = x.shape[a];
+            if block == 0 {
+                if p.shape != [len] {
+                    return invalid(format!(
+                        "a per-axis parameter of shape {:?} for axis {a} of {:?}",
+                        p.shape, x.shape
+                    ));
+                }
+                return Ok(Box::new(move |i| (i / inner) % len));
+            }
+            let blocks = len.div_ceil(block);
+            let mut expected = x.shape.clone();
+            expected[a] = blocks;
+            if p.shape != expected {
+                return invalid(format!(
+                    "a blocked parameter of shape {:?} for {:?} (axis {a}, block {block})",
+                    p.shape, x.shape
+                ));
+            }
+            // Row-major position with the axis coordinate divided by the block.
+            let outer_stride = len * inner;
+            let p_outer_stride = blocks * inner;
+            Ok(Box::new(move |i| {
+                let (outer, rest) = (i / outer_stride, i % outer_stride);
+                let (along, within) = (rest / inner, rest % inner);
+                outer * p_outer_stride + (along / block) * inner + within
+            }))
+        };
+        let xs = constant::to_f64s(&x);
+        let ss = constant::to_f32s(&scale);
+        let scale_at = param_index(&scale)?;
+        let zps = match &inputs[2] {
+            Some(z) => Some((constant::to_f64s(z), param_index(z)?)),
+            None => None,
+        };
+        let values: Vec<f32> = xs
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let zp = zps.as_ref().map_or(0.0, |(z, at)| z[at(i)]);
+                // As the run-time lowering computes it: the difference in float32
+                // (exact for these integers and float8 values), times the scale.
+                (v as f32 - zp as f32) * ss[scale_at(i)]
+            })
+            .collect();
+        let y = constant::f32_tensor(x.shape.clone(), &values);
+        // The output has the scale's type (float16 rounds).
+        Ok(Some(if scale.dtype == DataType::F16 {
+            constant::cast(&y, DataType::F16)
+        } else {
+            y
+        }))
     }
 
     pub(super) fn quantize_linear(&mut self, n: &Node) -> NResult<()> {
@@ -173,8 +275,16 @@ impl Lowerer<'_> {
             }
             (None, None) => DataType::U8,
         };
-        let Some(t) = quant8_type(dtype) else {
-            return unsupported(format!("QuantizeLinear to {dtype} is not supported"));
+        let narrow = dtype.narrow_int();
+        let t = match (quant8_type(dtype), narrow) {
+            (Some(t), _) => t,
+            (None, Some(_)) => super::super::nn_type_for(dtype),
+            (None, None) if dtype.float_format().is_some() => {
+                return self.quantize_to_float(n, x, dtype, &dims);
+            }
+            (None, None) => {
+                return unsupported(format!("QuantizeLinear to {dtype} is not supported"));
+            }
         };
         let scale = self.broadcast_param(n, 1, &dims, a, block)?;
         self.require_float(n, scale)?;
@@ -193,12 +303,48 @@ impl Lowerer<'_> {
             let zf = self.as_float(n, zp)?;
             r = self.arith(n, OperationType::Add, r, zf)?;
         }
+        if let Some(int) = narrow {
+            // QUANTIZE saturates to 8 bits; 4- and 2-bit targets saturate first.
+            let low = self.with_scalar(n, OperationType::Maximum, f(r), f64::from(int.min()))?;
+            r = self
+                .with_scalar(n, OperationType::Minimum, low, f64::from(int.max()))?
+                .operand;
+        }
         let y = self.emit_raw(
             OperationType::Quantize,
             vec![r],
             vec![Some(Operand::new(t, vec![]).with_quant(1.0, 0))],
             &n.label,
         )?[0];
+        self.set_tensor(n, 0, y, dtype, x.scalar);
+        Ok(())
+    }
+
+    /// QuantizeLinear to a float8 type: `x / scale + zero_point` rounded to the format
+    /// (saturating unless `saturate = 0`), computed in float32 like every float8 value.
+    fn quantize_to_float(
+        &mut self,
+        n: &Node,
+        x: TensorValue,
+        dtype: DataType,
+        dims: &[u32],
+    ) -> NResult<()> {
+        let Some(format) = dtype.float_format() else {
+            return unsupported(format!("QuantizeLinear to {dtype} is not supported"));
+        };
+        let (a, block) = self.quant_axis(n, dims.len())?;
+        let scale = self.broadcast_param(n, 1, dims, a, block)?;
+        self.require_float(n, scale)?;
+        let mut v = self.arith(n, OperationType::Div, x.operand, scale.operand)?;
+        if self.input(n, 2)?.is_some() {
+            let zp = self.broadcast_param(n, 2, dims, a, block)?;
+            let zf = self.as_float(n, zp)?;
+            v = self.arith(n, OperationType::Add, v, zf)?;
+        }
+        let saturate = n.attrs.int("saturate")?.unwrap_or(1) != 0;
+        let function = MathFunction::rounding(format, saturate);
+        let code = self.i32_const(function as i32);
+        let y = self.emit(n, OperationType::MathUnary, vec![v, code])?;
         self.set_tensor(n, 0, y, dtype, x.scalar);
         Ok(())
     }
