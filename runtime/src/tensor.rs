@@ -56,6 +56,11 @@ const U8_TYPES: &[OperandType] = &[
     OperandType::TensorQuant8Asymm,
 ];
 
+const Q8_TYPES: &[OperandType] = &[
+    OperandType::TensorQuant8Asymm,
+    OperandType::TensorQuant8AsymmSigned,
+];
+
 /// A read-only tensor (or scalar) value.
 #[derive(Clone, Copy, Debug)]
 pub struct TensorRef<'a> {
@@ -90,6 +95,12 @@ impl<'a> TensorRef<'a> {
     /// Bool8 (0 or non-zero per byte) or unsigned 8-bit quantized data.
     pub fn u8(&self) -> Result<&'a [u8]> {
         expect(self.operand_type, U8_TYPES, "8-bit")?;
+        Ok(self.bytes)
+    }
+
+    /// The stored bytes of an 8-bit quantized tensor of either signedness.
+    pub fn q8(&self) -> Result<&'a [u8]> {
+        expect(self.operand_type, Q8_TYPES, "8-bit quantized")?;
         Ok(self.bytes)
     }
 
@@ -157,6 +168,13 @@ impl<'a> TensorMut<'a> {
     pub fn u8_mut(&mut self) -> Result<&mut [u8]> {
         self.dense()?;
         expect(self.operand_type, U8_TYPES, "8-bit")?;
+        Ok(self.bytes)
+    }
+
+    /// The stored bytes of an 8-bit quantized output of either signedness.
+    pub fn q8_mut(&mut self) -> Result<&mut [u8]> {
+        self.dense()?;
+        expect(self.operand_type, Q8_TYPES, "8-bit quantized")?;
         Ok(self.bytes)
     }
 

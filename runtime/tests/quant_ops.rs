@@ -1,12 +1,12 @@
 //! Quantized FULLY_CONNECTED, BATCH_MATMUL, pools, SOFTMAX, L2_NORMALIZATION, MEAN,
-//! REDUCE_MAX/MIN, ARGMAX/ARGMIN, resizes, CONCATENATION, PAD/PAD_V2 and the
+//! REDUCE_MAX/MIN, ARGMAX/ARGMIN, resizes, CONCATENATION, PAD/PAD_V2, SELECT and the
 //! data-movement operations on 8-bit types, against independent references of
 //! TFLite's arithmetic (bit-exact), or of the real function where TFLite's fixed point
 //! is checked elsewhere (within one unit).
 
 mod quant_common;
 
-use nnc_formats::nn::{OperandType, OperationType};
+use nnc_formats::nn::{Operand, OperandType, OperationType};
 use quant_common::*;
 
 fn ty_of(rng: &mut Rng) -> OperandType {
@@ -878,4 +878,37 @@ fn unsupported_quantized_combinations_are_errors_not_panics() {
         &[out(I8, &[2], 0.5, 0)],
     );
     assert!(r.is_err());
+}
+
+#[test]
+fn select_on_8bit_values_requantizes_into_the_output() {
+    for ty in [
+        OperandType::TensorQuant8Asymm,
+        OperandType::TensorQuant8AsymmSigned,
+    ] {
+        let zp = if ty == OperandType::TensorQuant8Asymm {
+            128
+        } else {
+            0
+        };
+        let cond = input(
+            Operand::new(OperandType::TensorBool8, vec![4]),
+            vec![1, 0, 1, 0],
+        );
+        // Both hold the values 1, 2, -3, 4, at scales 0.5 and 0.25.
+        let a = q_input(ty, &[4], 0.5, zp, &[zp + 2, zp + 4, zp - 6, zp + 8]);
+        let b = q_input(ty, &[4], 0.25, zp, &[zp + 4, zp + 8, zp - 12, zp + 16]);
+        let got = run_q(
+            OperationType::Select,
+            vec![cond, a, b],
+            &[out(ty, &[4], 0.5, zp)],
+        )
+        .unwrap();
+        // a's bytes as they are, b's requantized to the output's scale.
+        assert_eq!(
+            q_values(&got[0]),
+            vec![zp + 2, zp + 4, zp - 6, zp + 8],
+            "{ty}"
+        );
+    }
 }

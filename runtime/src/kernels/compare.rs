@@ -36,7 +36,11 @@ pub(crate) fn build_select(info: &OpInfo) -> Result<Box<dyn Kernel>> {
     let t = info.input_type(1)?;
     if !matches!(
         t,
-        OperandType::TensorFloat32 | OperandType::TensorInt32 | OperandType::TensorBool8
+        OperandType::TensorFloat32
+            | OperandType::TensorInt32
+            | OperandType::TensorBool8
+            | OperandType::TensorQuant8Asymm
+            | OperandType::TensorQuant8AsymmSigned
     ) {
         return Err(info.unsupported(format!("operand type {t}")));
     }
@@ -156,6 +160,44 @@ impl Kernel for Select {
                 so,
                 |c, x: u8, y: u8| u8::from(if c != 0 { x != 0 } else { y != 0 }),
             ),
+            // 8-bit quantized: each chosen value in the output's quantization (the same
+            // bytes when the quantizations agree, as ONNX's integer Where has them).
+            OperandType::TensorQuant8Asymm | OperandType::TensorQuant8AsymmSigned => {
+                let signed = self.operand_type == OperandType::TensorQuant8AsymmSigned;
+                let (s_out, z_out) = (out.scale, out.zero_point);
+                let requantized = |t: &crate::tensor::TensorRef| -> Result<Vec<u8>> {
+                    let bytes = t.q8()?;
+                    if t.scale == s_out && t.zero_point == z_out {
+                        return Ok(bytes.to_vec());
+                    }
+                    let (lo, hi) = if signed { (-128, 127) } else { (0, 255) };
+                    Ok(bytes
+                        .iter()
+                        .map(|&q| {
+                            let v = if signed {
+                                i32::from(q as i8)
+                            } else {
+                                i32::from(q)
+                            };
+                            let real = (v - t.zero_point) as f32 * t.scale;
+                            let q = (real / s_out).round_ties_even() as i32 + z_out;
+                            q.clamp(lo, hi) as u8
+                        })
+                        .collect())
+                };
+                let (qa, qb) = (requantized(&a)?, requantized(&b)?);
+                broadcast_map3(
+                    cond,
+                    c.shape,
+                    &qa,
+                    a.shape,
+                    &qb,
+                    b.shape,
+                    out.q8_mut()?,
+                    so,
+                    pick::<u8>,
+                )
+            }
             t => Err(RuntimeError::kernel(format!(
                 "operand type {t} is not implemented"
             ))),

@@ -983,10 +983,12 @@ impl Lowerer<'_> {
             };
             let span = if step > 0 { end - start } else { start - end };
             let count = (span.max(0) as u64).div_ceil(step.unsigned_abs());
-            if count == 0 {
-                return unsupported("slices producing empty tensors are not supported");
-            }
             ranges[a] = (start, step, count as usize);
+        }
+        // Constants may be empty (shape arithmetic slices them so: a prefix of no
+        // dimensions); operands may not.
+        if matches!(data, Value::Tensor(_)) && ranges.iter().any(|r| r.2 == 0) {
+            return unsupported("slices producing empty tensors are not supported");
         }
         match data {
             Value::Const(c) => {
