@@ -278,6 +278,22 @@ def conv_1d():
 
 
 @case
+def non_zero_gather():
+    # torch.nonzero as detection post-processing writes it: the coordinates of the
+    # positive scores (how many depends on the data), transposed to one row per hit,
+    # and the scores at them gathered. Every shape after NonZero is known only at run
+    # time.
+    g = Graph("non_zero_gather", opset=13)
+    x = g.input("x", [4, 6])
+    scores = g.node("Relu", [x])
+    hits = g.node("NonZero", [scores])
+    rows = g.node("Transpose", [hits], perm=[1, 0])
+    g.output(g.node("GatherND", [scores, rows]))
+    g.output(hits)
+    return g
+
+
+@case
 def float8_casts():
     # float32 through each float8 format and back. `x` spans subnormals, ties and
     # magnitudes beyond every format's range (saturating casts); `y` stays inside the
@@ -2425,7 +2441,7 @@ def unsupported_ops():
         g.node("Det", [x], ["det_a_out"], name="det_a"),
         g.node("Det", [x], ["det_b_out"], name="det_b"),
         g.node("QuickGelu", [x], ["quick_gelu_out"], name="quick_gelu", domain="com.microsoft"),
-        g.node("NonZero", [x], ["nonzero_out"], name="nonzero"),
+        g.node("Unique", [x], ["unique_out"], name="unique"),
     )
     return g
 
@@ -2434,7 +2450,7 @@ UNSUPPORTED_OUTPUT_TYPES = {
     "det_a_out": (TensorProto.FLOAT, []),
     "det_b_out": (TensorProto.FLOAT, []),
     "quick_gelu_out": (TensorProto.FLOAT, [3, 3]),
-    "nonzero_out": (TensorProto.INT64, [2, None]),
+    "unique_out": (TensorProto.FLOAT, [None]),
 }
 
 

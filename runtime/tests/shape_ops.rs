@@ -681,3 +681,26 @@ fn cast_fill_rank() {
     assert_eq!(i32s(&got[0]), vec![3]);
     assert!(got[0].shape.is_empty());
 }
+
+#[test]
+fn non_zero_lists_coordinates_row_by_row() {
+    // [[0, 5, 0], [-2, 0, 7]]: three hits; the output [2, 3] holds their rows, then
+    // their columns. The output is declared [2, 0] (unknown count): the executor sizes
+    // it from the data.
+    let got = run_op(
+        OperationType::NonZero,
+        vec![input_i32(&[2, 3], &[0, 5, 0, -2, 0, 7])],
+        &[(OperandType::TensorInt32, vec![2, 0])],
+    )
+    .unwrap();
+    assert_eq!(got[0].shape, vec![2, 3]);
+    assert_eq!(i32s(&got[0]), vec![0, 1, 1, 1, 0, 2]);
+    let got = run_op(
+        OperationType::NonZero,
+        vec![input_f32(&[4], &[0.0, -0.0, 1e-30, f32::NAN])],
+        &[(OperandType::TensorInt32, vec![1, 0])],
+    )
+    .unwrap();
+    // -0 is zero; a denormal and NaN are not.
+    assert_eq!(i32s(&got[0]), vec![2, 3]);
+}

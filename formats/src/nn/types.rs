@@ -257,6 +257,7 @@ operations! {
     LandmarksToTransformMatrix = 0x1_0012, "LANDMARKS_TO_TRANSFORM_MATRIX", Extension;
     TransformLandmarks = 0x1_0013, "TRANSFORM_LANDMARKS", Extension;
     TransformTensorBilinear = 0x1_0014, "TRANSFORM_TENSOR_BILINEAR", Extension;
+    NonZero = 0x1_0015, "NON_ZERO", Extension;
 }
 
 coded_enum! {

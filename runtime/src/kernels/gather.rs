@@ -9,6 +9,10 @@
 //!
 //! Negative indices count from the end of their axis (ONNX); an index outside its axis
 //! is an execution error naming it, never a read outside the input.
+//!
+//! And NON_ZERO, the coordinates of the non-zero elements (`[rank, count]`): the one
+//! operation here whose output shape depends on its data (the executor sizes the output
+//! from the shape rule, which counts them).
 
 use super::util::{resolve_index, strides_of};
 use super::{Kernel, KernelContext, OpInfo};
@@ -35,6 +39,44 @@ pub(crate) fn build(info: &OpInfo, kind: GatherKind) -> Result<Box<dyn Kernel>> 
             batch_dims: info.usize(2, "batch_dims")?,
             element_size,
         })),
+    }
+}
+
+pub(crate) fn build_non_zero() -> Result<Box<dyn Kernel>> {
+    Ok(Box::new(NonZero))
+}
+
+struct NonZero;
+
+impl Kernel for NonZero {
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        let input = ctx.input(0)?;
+        let mask =
+            nnc_formats::nn::ops::non_zero_mask(input.operand_type, input.zero_point, input.bytes);
+        let shape = input.shape.to_vec();
+        let strides = strides_of(&shape);
+        let out = ctx.output(0)?;
+        let count = out.shape.get(1).copied().unwrap_or(0);
+        let found = mask.iter().filter(|&&m| m).count();
+        if out.shape.len() != 2 || out.shape[0] != shape.len() || count != found {
+            return err(format!(
+                "output shape {:?} does not hold the {found} non-zero elements of {shape:?}",
+                out.shape
+            ));
+        }
+        let values = out.i32_mut()?;
+        for (k, flat) in mask
+            .iter()
+            .enumerate()
+            .filter(|&(_, &m)| m)
+            .map(|(i, _)| i)
+            .enumerate()
+        {
+            for (d, &stride) in strides.iter().enumerate() {
+                values[d * count + k] = ((flat / stride) % shape[d]) as i32;
+            }
+        }
+        Ok(())
     }
 }
 

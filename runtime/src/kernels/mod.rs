@@ -596,6 +596,7 @@ pub fn build_with<'c>(
         O::MathUnary => transformer::build_math_unary(&info),
         O::GatherElements => gather::build(&info, gather::GatherKind::Elements),
         O::GatherNd => gather::build(&info, gather::GatherKind::Nd),
+        O::NonZero => gather::build_non_zero(),
         O::CumSum => scan::build(&info),
         O::Resample => resample::build(&info),
         O::GridSample => grid_sample::build(&info),

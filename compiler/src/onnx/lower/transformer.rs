@@ -417,6 +417,37 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// NonZero: NON_ZERO (int32 coordinates, `[rank, count]`), whose count is known only
+    /// when the data is: the model computes its shapes at run time from there on. A
+    /// constant input is evaluated now.
+    pub(super) fn non_zero(&mut self, n: &Node) -> NResult<()> {
+        if let Value::Const(c) = self.required(n, 0)? {
+            if c.shape.is_empty() {
+                return unsupported("NonZero of a rank-0 value");
+            }
+            let values = constant::to_f64s(&c);
+            let strides: Vec<usize> = (0..c.shape.len())
+                .map(|d| c.shape[d + 1..].iter().product())
+                .collect();
+            let hits: Vec<usize> = (0..values.len()).filter(|&i| values[i] != 0.0).collect();
+            let mut coords = vec![0i64; c.shape.len() * hits.len()];
+            for (k, &flat) in hits.iter().enumerate() {
+                for (d, &stride) in strides.iter().enumerate() {
+                    coords[d * hits.len() + k] = ((flat / stride) % c.shape[d]) as i64;
+                }
+            }
+            let t = constant::i64_tensor(vec![c.shape.len(), hits.len()], &coords);
+            return self.set_const(n, 0, t);
+        }
+        let x = self.tensor(n, 0)?;
+        if self.rank(x) == 0 {
+            return unsupported("NonZero of a rank-0 value");
+        }
+        let y = self.emit(n, OperationType::NonZero, vec![x.operand])?;
+        self.set_tensor(n, 0, y, DataType::I64, false);
+        Ok(())
+    }
+
     /// Trilu: SELECT between the input and zeros with a constant mask over the last two
     /// dimensions (which must be known), so it is exact for every element type.
     pub(super) fn trilu(&mut self, n: &Node) -> NResult<()> {

@@ -244,6 +244,12 @@ impl<'a> Operands<'a> {
     }
 
     /// A TENSOR_INT32 input whose values must be known.
+    /// Input `index`'s bytes, when known: a constant at compile time, every input at run
+    /// time (the rules of operations whose output shape depends on their data read it).
+    pub(super) fn value(&self, index: usize) -> Option<&'a [u8]> {
+        self.inputs.get(index).and_then(|v| v.value)
+    }
+
     pub(super) fn i32_values(&self, index: usize, role: &'static str) -> Result<Vec<i32>> {
         let operand = self.tensor(index, role, INT_VECTOR)?;
         let _ = operand;

@@ -243,3 +243,71 @@ pub(super) fn scatter_nd(
     }
     single(input.operand_type, input.dimensions.clone())
 }
+
+/// NonZero: the coordinates of the input's non-zero elements (for 8-bit quantized data,
+/// stored values other than the zero point), as `[rank, count]` int32. The count depends
+/// on the data: known when the input's value is (always at run time), 0 (unknown)
+/// otherwise.
+pub(super) fn non_zero(
+    _: OperationType,
+    ctx: &Operands,
+    outputs: &[&Operand],
+) -> Result<Vec<OutputShape>> {
+    ctx.count(&[1])?;
+    expect_outputs(outputs, 1)?;
+    let input = ctx.tensor(
+        0,
+        "input",
+        &[
+            OperandType::TensorFloat32,
+            OperandType::TensorInt32,
+            OperandType::TensorBool8,
+            OperandType::TensorQuant8Asymm,
+            OperandType::TensorQuant8AsymmSigned,
+        ],
+    )?;
+    if input.dimensions.is_empty() {
+        return Err(param_err(0, "input", "must have rank 1 or more"));
+    }
+    let known = !input.dimensions.contains(&0);
+    let count = match ctx.value(0) {
+        Some(bytes) if known => non_zero_mask(input.operand_type, input.zero_point, bytes)
+            .into_iter()
+            .filter(|&b| b)
+            .count() as u32,
+        _ => 0,
+    };
+    if count == 0 && known && ctx.value(0).is_some() {
+        return Err(param_err(
+            0,
+            "input",
+            "has no non-zero element: the result would be empty, and empty tensors are \
+             not supported",
+        ));
+    }
+    single(
+        OperandType::TensorInt32,
+        vec![input.dimensions.len() as u32, count],
+    )
+}
+
+/// Which elements of a tensor of `operand_type` (holding `bytes`) NON_ZERO counts: the
+/// non-zero numbers, and for 8-bit quantized data the stored values other than the zero
+/// point. One definition for the shape rule and the kernel.
+pub fn non_zero_mask(operand_type: OperandType, zero_point: i32, bytes: &[u8]) -> Vec<bool> {
+    match operand_type {
+        OperandType::TensorFloat32 => bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) != 0.0)
+            .collect(),
+        OperandType::TensorInt32 => bytes
+            .chunks_exact(4)
+            .map(|c| c.iter().any(|&b| b != 0))
+            .collect(),
+        OperandType::TensorQuant8Asymm | OperandType::TensorQuant8AsymmSigned => {
+            let zero = zero_point as u8;
+            bytes.iter().map(|&b| b != zero).collect()
+        }
+        _ => bytes.iter().map(|&b| b != 0).collect(),
+    }
+}

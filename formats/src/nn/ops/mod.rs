@@ -20,6 +20,7 @@ mod context;
 mod control_flow;
 mod dense;
 pub use dense::DYNAMIC_FULLY_CONNECTED_MAX_DEPTH;
+pub use gather_scatter::non_zero_mask;
 mod elementwise;
 mod gather_scatter;
 mod mediapipe;
@@ -574,6 +575,7 @@ pub fn schema(op: OperationType) -> OpSchema {
             &[R::Input, R::Indices, R::BatchDims],
         )
         .keeps_quantization_of(0),
+        O::NonZero => row(gather_scatter::non_zero, &[R::Input]),
         O::ScatterElements => row(
             gather_scatter::scatter_elements,
             &[R::Input, R::Indices, R::Updates, R::Axis, R::Reduction],
