@@ -294,6 +294,24 @@ def non_zero_gather():
 
 
 @case
+def non_max_suppression_gather():
+    # NMS appended to a detector (as YOLO exports write it): 3 classes over 40 boxes,
+    # thresholds as constants, then the selected boxes gathered. How many are selected
+    # depends on the data; every shape after NMS is known only at run time.
+    g = Graph("non_max_suppression_gather", opset=13)
+    corner = g.rng.uniform(0, 80, (1, 40, 2)).astype(np.float32)
+    size = g.rng.uniform(5, 30, (1, 40, 2)).astype(np.float32)
+    boxes = g.input("boxes", [1, 40, 4], data=np.concatenate([corner, corner + size], axis=2))
+    scores = g.input("scores", [1, 3, 40], data=g.rng.uniform(0, 1, (1, 3, 40)).astype(np.float32))
+    selected = g.node("NonMaxSuppression", [boxes, scores, g.ints("max_out", [6]),
+                                            g.floats("iou", [0.4]), g.floats("score", [0.3])])
+    which = g.node("Gather", [selected, g.ints("box_column", 2)], axis=1)
+    flat = g.node("Squeeze", [boxes, g.ints("batch_axis", [0])])
+    g.output(selected, g.node("Gather", [flat, which], axis=0))
+    return g
+
+
+@case
 def float8_casts():
     # float32 through each float8 format and back. `x` spans subnormals, ties and
     # magnitudes beyond every format's range (saturating casts); `y` stays inside the

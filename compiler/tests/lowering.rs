@@ -292,6 +292,12 @@ histogram_cases! {
     // NonZero's count is known only at run time: everything after it runs with run-time
     // shapes.
     non_zero_gather: [RELU: 1, NON_ZERO: 1, TRANSPOSE: 1, GATHER_ND: 1],
+    // NMS appended to a detector: the selection's length is known only at run time. The
+    // box indices it gathers by are computed, so negative ones are wrapped (LESS, CAST,
+    // MUL, ADD).
+    non_max_suppression_gather: [
+        NON_MAX_SUPPRESSION: 1, GATHER: 2, RESHAPE: 2, LESS: 1, CAST: 1, MUL: 1, ADD: 1,
+    ],
     // Float8 computes as float32: each cast to a format is a MATH_UNARY rounding, each
     // cast back to float32 only relabels.
     float8_casts: [MATH_UNARY: 8],

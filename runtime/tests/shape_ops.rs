@@ -704,3 +704,33 @@ fn non_zero_lists_coordinates_row_by_row() {
     // -0 is zero; a denormal and NaN are not.
     assert_eq!(i32s(&got[0]), vec![2, 3]);
 }
+
+#[test]
+fn non_max_suppression_keeps_the_best_of_overlapping_boxes() {
+    // Three boxes of one class: the first two overlap (IoU 0.81), the third is apart.
+    // Scores 0.9, 0.95, 0.5: box 1 wins its pair, box 2 is kept, box 0 suppressed; with
+    // a limit of 2 per class the selection is [(0, 0, 1), (0, 0, 2)].
+    let boxes = [
+        0.0f32, 0.0, 10.0, 10.0, 0.5, 0.5, 10.0, 10.0, 20.0, 20.0, 30.0, 30.0,
+    ];
+    let scores = [0.9f32, 0.95, 0.5];
+    let args = |limit: i32, score_threshold: f32| {
+        vec![
+            input_f32(&[1, 3, 4], &boxes),
+            input_f32(&[1, 1, 3], &scores),
+            input_i32(&[1], &[limit]),
+            input_f32(&[1], &[0.5]),
+            input_f32(&[1], &[score_threshold]),
+            Arg::Bool(false),
+        ]
+    };
+    let out = [(OperandType::TensorInt32, vec![0, 3])];
+    let got = run_op(OperationType::NonMaxSuppression, args(2, 0.0), &out).unwrap();
+    assert_eq!(got[0].shape, vec![2, 3]);
+    assert_eq!(i32s(&got[0]), vec![0, 0, 1, 0, 0, 2]);
+    // A score threshold of 0.6 leaves box 2 out; a limit of 1 keeps only the best.
+    let got = run_op(OperationType::NonMaxSuppression, args(5, 0.6), &out).unwrap();
+    assert_eq!(i32s(&got[0]), vec![0, 0, 1]);
+    let got = run_op(OperationType::NonMaxSuppression, args(1, 0.0), &out).unwrap();
+    assert_eq!(i32s(&got[0]), vec![0, 0, 1]);
+}

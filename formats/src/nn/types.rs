@@ -258,6 +258,7 @@ operations! {
     TransformLandmarks = 0x1_0013, "TRANSFORM_LANDMARKS", Extension;
     TransformTensorBilinear = 0x1_0014, "TRANSFORM_TENSOR_BILINEAR", Extension;
     NonZero = 0x1_0015, "NON_ZERO", Extension;
+    NonMaxSuppression = 0x1_0016, "NON_MAX_SUPPRESSION", Extension;
 }
 
 coded_enum! {

@@ -29,6 +29,7 @@ pub mod compare;
 pub mod conv;
 mod conv_indirect;
 mod depthwise_f32;
+mod detection;
 pub mod elementwise;
 pub(crate) mod expand_depthwise;
 pub mod fully_connected;
@@ -597,6 +598,7 @@ pub fn build_with<'c>(
         O::GatherElements => gather::build(&info, gather::GatherKind::Elements),
         O::GatherNd => gather::build(&info, gather::GatherKind::Nd),
         O::NonZero => gather::build_non_zero(),
+        O::NonMaxSuppression => detection::build_non_max_suppression(&info),
         O::CumSum => scan::build(&info),
         O::Resample => resample::build(&info),
         O::GridSample => grid_sample::build(&info),

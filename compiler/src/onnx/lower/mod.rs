@@ -25,6 +25,7 @@ mod activation;
 mod attention;
 mod control;
 mod conv;
+mod detection;
 mod dynamic_quant;
 mod einsum;
 mod elementwise;

@@ -164,6 +164,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Mul", 1..=14 => binary;
     "", "Neg", 1..=13 => unary;
     "", "NegativeLogLikelihoodLoss", 12..=22 => nll_loss;
+    "", "NonMaxSuppression", 10..=11 => non_max_suppression;
     "", "NonZero", 9..=13 => non_zero;
     "", "Not", 1..=1 => unary;
     "", "OneHot", 9..=28 => one_hot;

@@ -138,6 +138,12 @@ roles! {
     ForgetLayerNormWeights = "forget_layer_norm_weights",
     CellLayerNormWeights = "cell_layer_norm_weights",
     OutputLayerNormWeights = "output_layer_norm_weights",
+    Boxes = "boxes",
+    Scores = "scores",
+    MaxOutputBoxes = "max_output_boxes",
+    IouThreshold = "iou_threshold",
+    ScoreThreshold = "score_threshold",
+    CenterPointBox = "center_point_box",
 }
 
 impl Role {
