@@ -312,6 +312,19 @@ def non_max_suppression_gather():
 
 
 @case
+def compress_runtime_condition():
+    # The rows whose sum is positive, doubled: Compress's condition is computed, so how
+    # many rows remain (and every shape after) is known only at run time.
+    g = Graph("compress_runtime_condition", opset=13)
+    x = g.input("x", [6, 3])
+    keep = g.node("Greater", [g.node("ReduceSum", [x, g.ints("axes", [1])], keepdims=0),
+                              g.floats("zero", 0.0)])
+    rows = g.node("Compress", [x, keep], axis=0)
+    g.output(g.node("Mul", [rows, g.floats("two", 2.0)]))
+    return g
+
+
+@case
 def float8_casts():
     # float32 through each float8 format and back. `x` spans subnormals, ties and
     # magnitudes beyond every format's range (saturating casts); `y` stays inside the

@@ -292,6 +292,10 @@ histogram_cases! {
     // NonZero's count is known only at run time: everything after it runs with run-time
     // shapes.
     non_zero_gather: [RELU: 1, NON_ZERO: 1, TRANSPOSE: 1, GATHER_ND: 1],
+    // A computed Compress condition: NON_ZERO, then a GATHER of the rows it names.
+    compress_runtime_condition: [
+        REDUCE_SUM: 1, GREATER: 1, NON_ZERO: 1, SQUEEZE: 1, GATHER: 1, MUL: 1,
+    ],
     // NMS appended to a detector: the selection's length is known only at run time. The
     // box indices it gathers by are computed, so negative ones are wrapped (LESS, CAST,
     // MUL, ADD).

@@ -1,5 +1,6 @@
-//! Detection post-processing: NonMaxSuppression (to NON_MAX_SUPPRESSION, whose result's
-//! length the runtime learns from the data).
+//! Selections whose length depends on the data: NonMaxSuppression (to
+//! NON_MAX_SUPPRESSION) and Compress (NON_ZERO of the condition, then GATHER), after
+//! which the runtime computes shapes from the data.
 
 use nnc_formats::nn::{OperandType, OperationType};
 use nnc_formats::tensor::DataType;
@@ -62,6 +63,65 @@ impl Lowerer<'_> {
             vec![boxes.operand, scores.operand, max_out, iou, score, center],
         )?;
         self.set_tensor(n, 0, y, DataType::I64, false);
+        Ok(())
+    }
+
+    /// Compress: the slices along `axis` (of the flattened input when there is none)
+    /// whose condition is true; the condition may be shorter than the axis.
+    pub(super) fn compress(&mut self, n: &Node) -> NResult<()> {
+        let data = self.required(n, 0)?;
+        let name = self.input_name(n, 0).unwrap_or("").to_string();
+        let mut x = self.materialize(&name, &data)?;
+        let mut dims = self.known_dims(x)?;
+        let a = match n.attrs.int("axis")? {
+            Some(a) => super::axis(a, dims.len())?,
+            None => {
+                let count: u32 = dims.iter().product();
+                x.operand = self.reshape_to(n, x.operand, &[count])?;
+                dims = vec![count];
+                0
+            }
+        };
+        let indices = match self.required(n, 1)? {
+            Value::Const(c) => {
+                let picked: Vec<i32> = constant::to_f64s(&c)
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &v)| v != 0.0)
+                    .map(|(i, _)| i as i32)
+                    .collect();
+                if c.element_count() > dims[a] as usize {
+                    return invalid(format!(
+                        "the condition has {} entries for an axis of {}",
+                        c.element_count(),
+                        dims[a]
+                    ));
+                }
+                if picked.is_empty() {
+                    return unsupported("Compress selecting nothing (an empty result)");
+                }
+                self.i32_vector(&picked)
+            }
+            Value::Tensor(cond) => {
+                if cond.dtype != DataType::Bool || self.rank(cond) != 1 {
+                    return invalid("Compress's condition must be a 1-D bool tensor");
+                }
+                let m = self.known_dims(cond)?[0];
+                if m > dims[a] {
+                    return invalid(format!(
+                        "the condition has {m} entries for an axis of {}",
+                        dims[a]
+                    ));
+                }
+                // [1, count] coordinates, then [count].
+                let hits = self.emit(n, OperationType::NonZero, vec![cond.operand])?;
+                let first = self.i32_vector(&[0]);
+                self.emit(n, OperationType::Squeeze, vec![hits, first])?
+            }
+        };
+        let ax = self.i32_const(a as i32);
+        let y = self.emit(n, OperationType::Gather, vec![x.operand, ax, indices])?;
+        self.set_tensor(n, 0, y, x.dtype, false);
         Ok(())
     }
 }

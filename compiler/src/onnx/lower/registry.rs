@@ -98,6 +98,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Ceil", 1..=13 => unary;
     "", "Celu", 12..=28 => activation;
     "", "Clip", 6..=13 => activation;
+    "", "Compress", 9..=28 => compress;
     "", "Concat", 4..=13 => concat;
     "", "Constant", 1..=25 => constant_node;
     "", "ConstantOfShape", 9..=25 => constant_of_shape;
