@@ -325,6 +325,20 @@ def compress_runtime_condition():
 
 
 @case
+def unique_values_and_rows():
+    # Unique over token ids (sorted, all four outputs) and over the rows of a matrix with
+    # repeated rows (first-occurrence order); the counts depend on the data.
+    g = Graph("unique_values_and_rows", opset=13)
+    ids = g.input("ids", [12], data=g.rng.integers(0, 6, 12).astype(np.int64))
+    rows = g.rng.standard_normal((3, 4)).astype(np.float32)
+    m = g.input("m", [5, 4], data=rows[[2, 0, 2, 1, 0]])
+    g.output(*g.node("Unique", [ids], 4, sorted=1))
+    values, first, inverse, counts = g.node("Unique", [m], 4, axis=0, sorted=0)
+    g.output(values, inverse, counts)
+    return g
+
+
+@case
 def float8_casts():
     # float32 through each float8 format and back. `x` spans subnormals, ties and
     # magnitudes beyond every format's range (saturating casts); `y` stays inside the
@@ -2466,13 +2480,13 @@ def if_runtime_condition():
 def unsupported_ops():
     # Independent branches, so that no unsupported node hides another (nnc skips nodes
     # that read an unsupported node's output).
-    g = Graph("unsupported_ops", domains={"com.microsoft": 1})
+    g = Graph("unsupported_ops", opset=15, domains={"com.microsoft": 1})
     x = g.input("x", [3, 3])
     g.output(
         g.node("Det", [x], ["det_a_out"], name="det_a"),
         g.node("Det", [x], ["det_b_out"], name="det_b"),
         g.node("QuickGelu", [x], ["quick_gelu_out"], name="quick_gelu", domain="com.microsoft"),
-        g.node("Unique", [x], ["unique_out"], name="unique"),
+        g.node("Bernoulli", [x], ["bernoulli_out"], name="bernoulli"),
     )
     return g
 
@@ -2481,7 +2495,7 @@ UNSUPPORTED_OUTPUT_TYPES = {
     "det_a_out": (TensorProto.FLOAT, []),
     "det_b_out": (TensorProto.FLOAT, []),
     "quick_gelu_out": (TensorProto.FLOAT, [3, 3]),
-    "unique_out": (TensorProto.FLOAT, [None]),
+    "bernoulli_out": (TensorProto.FLOAT, [3, 3]),
 }
 
 

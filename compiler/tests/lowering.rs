@@ -292,6 +292,8 @@ histogram_cases! {
     // NonZero's count is known only at run time: everything after it runs with run-time
     // shapes.
     non_zero_gather: [RELU: 1, NON_ZERO: 1, TRANSPOSE: 1, GATHER_ND: 1],
+    // Unique: one UNIQUE per node (the counts are known only at run time).
+    unique_values_and_rows: [UNIQUE: 2],
     // A computed Compress condition: NON_ZERO, then a GATHER of the rows it names.
     compress_runtime_condition: [
         REDUCE_SUM: 1, GREATER: 1, NON_ZERO: 1, SQUEEZE: 1, GATHER: 1, MUL: 1,
@@ -1903,7 +1905,7 @@ fn unsupported_operators_are_reported_together() {
         Err(other) => panic!("expected CompileError::Unsupported, got: {other}"),
         Ok(_) => {
             panic!(
-                "the model lowered, but Det, com.microsoft.QuickGelu and Unique have no lowering"
+                "the model lowered, but Det, com.microsoft.QuickGelu and Bernoulli have no lowering"
             )
         }
     };
@@ -1917,7 +1919,7 @@ fn unsupported_operators_are_reported_together() {
         nodes,
         BTreeMap::from([
             ("Det", vec!["det_a", "det_b"]),
-            ("Unique", vec!["unique"]),
+            ("Bernoulli", vec!["bernoulli"]),
             ("com.microsoft.QuickGelu", vec!["quick_gelu"]),
         ])
     );
@@ -1926,11 +1928,11 @@ fn unsupported_operators_are_reported_together() {
     for needle in [
         "Det x2",
         "com.microsoft.QuickGelu x1",
-        "Unique x1",
+        "Bernoulli x1",
         "'det_a'",
         "'det_b'",
         "'quick_gelu'",
-        "'unique'",
+        "'bernoulli'",
         "3 operator types (4 nodes)",
     ] {
         assert!(

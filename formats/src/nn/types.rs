@@ -259,6 +259,7 @@ operations! {
     TransformTensorBilinear = 0x1_0014, "TRANSFORM_TENSOR_BILINEAR", Extension;
     NonZero = 0x1_0015, "NON_ZERO", Extension;
     NonMaxSuppression = 0x1_0016, "NON_MAX_SUPPRESSION", Extension;
+    Unique = 0x1_0017, "UNIQUE", Extension;
 }
 
 coded_enum! {

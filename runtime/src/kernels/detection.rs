@@ -55,3 +55,82 @@ impl Kernel for NonMaxSuppression {
         Ok(())
     }
 }
+
+pub(crate) fn build_unique(info: &OpInfo) -> Result<Box<dyn Kernel>> {
+    let element_size = info
+        .input_type(0)?
+        .element_size()
+        .ok_or_else(|| info.unsupported("an input without a fixed element size"))?;
+    Ok(Box::new(Unique {
+        flatten: info.bool(2, "flatten")?,
+        axis: info.i32(1, "axis")?,
+        sorted: info.bool(3, "sorted")?,
+        element_size,
+    }))
+}
+
+/// UNIQUE: the distinct slices (`nnc_formats::nn::ops::unique_slices`, which the shape
+/// rule also runs to size the outputs), copied in output order, with the first
+/// occurrences, the inverse and the counts.
+struct Unique {
+    flatten: bool,
+    axis: i32,
+    sorted: bool,
+    element_size: usize,
+}
+
+impl Kernel for Unique {
+    fn run(&self, ctx: &mut KernelContext) -> Result<()> {
+        use nnc_formats::nn::ops::{decoded_values, unique_slices, unique_view};
+        let input = ctx.input(0)?;
+        let dims = input.shape.to_vec();
+        let axis = (!self.flatten).then(|| {
+            let r = dims.len() as i32;
+            (if self.axis < 0 {
+                self.axis + r
+            } else {
+                self.axis
+            }) as usize
+        });
+        let (outer, n, inner) = unique_view(&dims, axis);
+        let values = decoded_values(input.operand_type, input.bytes);
+        let found = unique_slices(&values, outer, n, inner, self.sorted);
+        let bytes = input.bytes.to_vec();
+        let u = found.first.len();
+        let size = self.element_size;
+        {
+            let out = ctx.output(0)?;
+            let expected = u * outer * inner * size;
+            if out.bytes.len() != expected {
+                return Err(RuntimeError::kernel(format!(
+                    "output 0 holds {} bytes, the {u} distinct slices need {expected}",
+                    out.bytes.len()
+                )));
+            }
+            // Output [outer, u, inner]: slice k is input slice first[k].
+            for o in 0..outer {
+                for (k, &j) in found.first.iter().enumerate() {
+                    let src = ((o * n + j) * inner) * size;
+                    let dst = ((o * u + k) * inner) * size;
+                    out.bytes[dst..dst + inner * size]
+                        .copy_from_slice(&bytes[src..src + inner * size]);
+                }
+            }
+        }
+        for (k, list) in [(1, &found.first), (2, &found.inverse), (3, &found.counts)] {
+            let out = ctx.output(k)?;
+            let dst = out.i32_mut()?;
+            if dst.len() != list.len() {
+                return Err(RuntimeError::kernel(format!(
+                    "output {k} holds {} values, {} are needed",
+                    dst.len(),
+                    list.len()
+                )));
+            }
+            for (d, &v) in dst.iter_mut().zip(list.iter()) {
+                *d = v as i32;
+            }
+        }
+        Ok(())
+    }
+}

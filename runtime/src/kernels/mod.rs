@@ -599,6 +599,7 @@ pub fn build_with<'c>(
         O::GatherNd => gather::build(&info, gather::GatherKind::Nd),
         O::NonZero => gather::build_non_zero(),
         O::NonMaxSuppression => detection::build_non_max_suppression(&info),
+        O::Unique => detection::build_unique(&info),
         O::CumSum => scan::build(&info),
         O::Resample => resample::build(&info),
         O::GridSample => grid_sample::build(&info),

@@ -124,4 +124,40 @@ impl Lowerer<'_> {
         self.set_tensor(n, 0, y, x.dtype, false);
         Ok(())
     }
+
+    /// Unique: UNIQUE, whose count the runtime learns from the data; its four outputs
+    /// (values, first occurrences, inverse, counts) bound as the node names them.
+    pub(super) fn unique(&mut self, n: &Node) -> NResult<()> {
+        let data = self.required(n, 0)?;
+        let name = self.input_name(n, 0).unwrap_or("").to_string();
+        let x = self.materialize(&name, &data)?;
+        let rank = self.rank(x);
+        let (flatten, axis) = match n.attrs.int("axis")? {
+            None => (true, 0),
+            Some(a) => (false, super::axis(a, rank)? as i32),
+        };
+        let sorted = n.attrs.int_or("sorted", 1)? != 0;
+        let inputs = vec![
+            x.operand,
+            self.i32_const(axis),
+            self.bool_const(flatten),
+            self.bool_const(sorted),
+        ];
+        // The values keep the input's quantization (8-bit types are plain integers here).
+        let values = nnc_formats::nn::Operand::new(self.operand_type(x), vec![]);
+        let values = super::plain_quant8(values);
+        let outs = self.emit_raw(
+            OperationType::Unique,
+            inputs,
+            vec![Some(values), None, None, None],
+            &n.label,
+        )?;
+        for (k, &o) in outs.iter().enumerate() {
+            if self.output_used(n, k) {
+                let dtype = if k == 0 { x.dtype } else { DataType::I64 };
+                self.set_tensor(n, k, o, dtype, false);
+            }
+        }
+        Ok(())
+    }
 }

@@ -224,6 +224,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "TopK", 1..=24 => topk;
     "", "Transpose", 1..=25 => transpose;
     "", "Trilu", 14..=14 => trilu;
+    "", "Unique", 11..=28 => unique;
     "", "Unsqueeze", 1..=25 => squeeze_unsqueeze;
     "", "Upsample", 7..=10 => resize;
     "", "Where", 9..=16 => where_op;

@@ -1,8 +1,9 @@
-//! Detection post-processing: NON_MAX_SUPPRESSION (ONNX's NonMaxSuppression).
+//! Operations whose result's length depends on the data: NON_MAX_SUPPRESSION (ONNX's
+//! NonMaxSuppression) and UNIQUE.
 //!
-//! Its result's length depends on the data. The shape rule runs the selection when the
-//! inputs' values are known (always at run time) to size the output, and the kernel runs
-//! it again to fill it: [`select_boxes`] is the one definition both use.
+//! The shape rule runs the computation when the inputs' values are known (always at run
+//! time) to size the outputs, and the kernel runs it again to fill them:
+//! [`select_boxes`] and [`unique_slices`] are the one definition both use.
 
 use super::context::*;
 use super::roles::Role as R;
@@ -179,4 +180,188 @@ pub(super) fn non_max_suppression(
         _ => 0,
     };
     single(OperandType::TensorInt32, vec![selected, 3])
+}
+
+pub(super) const UNIQUE_ROLES: &[R] = &[R::Input, R::Axis, R::Flatten, R::Sorted];
+
+/// What UNIQUE finds: the distinct slices along the axis (elements when flattened), in
+/// output order, each named by its first occurrence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unique {
+    /// The first occurrence of each output slice, in output order.
+    pub first: Vec<usize>,
+    /// For each input slice, the output slice equal to it.
+    pub inverse: Vec<usize>,
+    /// How many input slices equal each output slice.
+    pub counts: Vec<usize>,
+}
+
+/// The distinct slices of data viewed as `[outer, n, inner]` (slice `j` is every
+/// `(o, j, i)`), sorted ascending (lexicographically, by value; -0 equals 0) or in order
+/// of first occurrence. `values` holds the elements decoded, so every type compares
+/// alike.
+pub fn unique_slices(values: &[f64], outer: usize, n: usize, inner: usize, sorted: bool) -> Unique {
+    let slice = |j: usize| -> Vec<f64> {
+        (0..outer)
+            .flat_map(|o| (0..inner).map(move |i| (o, i)))
+            .map(|(o, i)| values[(o * n + j) * inner + i] + 0.0)
+            .collect()
+    };
+    let slices: Vec<Vec<f64>> = (0..n).map(slice).collect();
+    let cmp = |a: &Vec<f64>, b: &Vec<f64>| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| x.total_cmp(y))
+            .find(|o| o.is_ne())
+            .unwrap_or(std::cmp::Ordering::Equal)
+    };
+    // Sorted by value, equal slices by position: each run of equal slices is one output
+    // slice, first occurrence first.
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| cmp(&slices[a], &slices[b]).then(a.cmp(&b)));
+    let mut groups: Vec<(usize, usize)> = Vec::new(); // (first occurrence, count)
+    let mut group_of = vec![0; n];
+    for (pos, &j) in order.iter().enumerate() {
+        if pos == 0 || cmp(&slices[order[pos - 1]], &slices[j]).is_ne() {
+            groups.push((j, 0));
+        }
+        let g = groups.len() - 1;
+        groups[g].1 += 1;
+        group_of[j] = g;
+    }
+    // Unsorted: the groups in order of first occurrence.
+    let mut rank: Vec<usize> = (0..groups.len()).collect();
+    if !sorted {
+        let mut by_first: Vec<usize> = (0..groups.len()).collect();
+        by_first.sort_by_key(|&g| groups[g].0);
+        for (new, &g) in by_first.iter().enumerate() {
+            rank[g] = new;
+        }
+        groups = by_first.iter().map(|&g| groups[g]).collect();
+    }
+    let first = groups.iter().map(|g| g.0).collect();
+    let counts = groups.iter().map(|g| g.1).collect();
+    let inverse = group_of.iter().map(|&g| rank[g]).collect();
+    Unique {
+        first,
+        inverse,
+        counts,
+    }
+}
+
+/// Elements of a tensor as f64, for UNIQUE's comparisons.
+pub fn decoded_values(operand_type: OperandType, bytes: &[u8]) -> Vec<f64> {
+    match operand_type {
+        OperandType::TensorFloat32 => bytes
+            .chunks_exact(4)
+            .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect(),
+        OperandType::TensorInt32 => bytes
+            .chunks_exact(4)
+            .map(|c| f64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            .collect(),
+        OperandType::TensorQuant8AsymmSigned => bytes.iter().map(|&b| f64::from(b as i8)).collect(),
+        _ => bytes.iter().map(|&b| f64::from(b)).collect(),
+    }
+}
+
+/// The `[outer, n, inner]` view UNIQUE compares slices in.
+pub fn unique_view(dims: &[usize], axis: Option<usize>) -> (usize, usize, usize) {
+    match axis {
+        None => (1, dims.iter().product(), 1),
+        Some(a) => (
+            dims[..a].iter().product(),
+            dims[a],
+            dims[a + 1..].iter().product(),
+        ),
+    }
+}
+
+/// Unique: outputs the distinct slices (input's type; the axis's length is their count,
+/// or `[count]` when flattened), the first occurrence of each, each input slice's output
+/// slice, and the counts (TENSOR_INT32). The count depends on the data: known when the
+/// input's value is (always at run time), 0 (unknown) otherwise.
+pub(super) fn unique(
+    _: OperationType,
+    ctx: &Operands,
+    outputs: &[&Operand],
+) -> Result<Vec<OutputShape>> {
+    ctx.count(&[4])?;
+    expect_outputs(outputs, 4)?;
+    let input = ctx.tensor(
+        0,
+        "input",
+        &[
+            OperandType::TensorFloat32,
+            OperandType::TensorInt32,
+            OperandType::TensorBool8,
+            OperandType::TensorQuant8Asymm,
+            OperandType::TensorQuant8AsymmSigned,
+        ],
+    )?;
+    let rank = input.dimensions.len();
+    let flatten = ctx.bool(2, "flatten")?;
+    let axis = if flatten {
+        None
+    } else {
+        let a = ctx.i32(1, "axis")?;
+        let r = rank as i32;
+        if a < -r || a >= r {
+            return Err(param_err(1, "axis", format!("{a} is outside rank {rank}")));
+        }
+        Some(if a < 0 { a + r } else { a } as usize)
+    };
+    ctx.bool(3, "sorted")?;
+    let known = !input.dimensions.contains(&0);
+    let dims: Vec<usize> = input.dimensions.iter().map(|&d| d as usize).collect();
+    let (outer, n, inner) = unique_view(&dims, axis);
+    let count = match ctx.value(0) {
+        Some(bytes) if known => {
+            let values = decoded_values(input.operand_type, bytes);
+            unique_slices(&values, outer, n, inner, false).first.len() as u32
+        }
+        _ => 0,
+    };
+    let values_dims = match axis {
+        None => vec![count],
+        Some(a) => {
+            let mut d = input.dimensions.clone();
+            d[a] = count;
+            d
+        }
+    };
+    let int = |dims: Vec<u32>| OutputShape {
+        operand_type: OperandType::TensorInt32,
+        dimensions: dims,
+    };
+    Ok(vec![
+        OutputShape {
+            operand_type: input.operand_type,
+            dimensions: values_dims,
+        },
+        int(vec![count]),
+        int(vec![if known { n as u32 } else { 0 }]),
+        int(vec![count]),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unique_finds_values_in_either_order() {
+        // 3, 1, 3, -0, 0, 1: -0 equals 0.
+        let v = [3.0, 1.0, 3.0, -0.0, 0.0, 1.0];
+        let sorted = unique_slices(&v, 1, 6, 1, true);
+        assert_eq!(sorted.first, vec![3, 1, 0]);
+        assert_eq!(sorted.counts, vec![2, 2, 2]);
+        assert_eq!(sorted.inverse, vec![2, 1, 2, 0, 0, 1]);
+        let unsorted = unique_slices(&v, 1, 6, 1, false);
+        assert_eq!(unsorted.first, vec![0, 1, 3]);
+        assert_eq!(unsorted.inverse, vec![0, 1, 0, 2, 2, 1]);
+        // Rows of [[1, 2], [0, 5], [1, 2]] along axis 0 (outer 1, n 3, inner 2).
+        let rows = unique_slices(&[1.0, 2.0, 0.0, 5.0, 1.0, 2.0], 1, 3, 2, true);
+        assert_eq!((rows.first, rows.counts), (vec![1, 0], vec![1, 2]));
+    }
 }

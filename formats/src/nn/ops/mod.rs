@@ -21,7 +21,7 @@ mod control_flow;
 mod dense;
 mod detection;
 pub use dense::DYNAMIC_FULLY_CONNECTED_MAX_DEPTH;
-pub use detection::{NmsBoxes, select_boxes};
+pub use detection::{NmsBoxes, Unique, decoded_values, select_boxes, unique_slices, unique_view};
 pub use gather_scatter::non_zero_mask;
 mod elementwise;
 mod gather_scatter;
@@ -579,6 +579,7 @@ pub fn schema(op: OperationType) -> OpSchema {
         .keeps_quantization_of(0),
         O::NonZero => row(gather_scatter::non_zero, &[R::Input]),
         O::NonMaxSuppression => row(detection::non_max_suppression, detection::NMS_ROLES),
+        O::Unique => row(detection::unique, detection::UNIQUE_ROLES),
         O::ScatterElements => row(
             gather_scatter::scatter_elements,
             &[R::Input, R::Indices, R::Updates, R::Axis, R::Reduction],

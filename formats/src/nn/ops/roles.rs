@@ -144,6 +144,8 @@ roles! {
     IouThreshold = "iou_threshold",
     ScoreThreshold = "score_threshold",
     CenterPointBox = "center_point_box",
+    Flatten = "flatten",
+    Sorted = "sorted",
 }
 
 impl Role {
