@@ -339,6 +339,19 @@ def unique_values_and_rows():
 
 
 @case
+def reverse_sequence_rank3():
+    # Time-major [T, B, C] with run-time lengths, and batch-major with constant ones.
+    g = Graph("reverse_sequence_rank3", opset=13)
+    x = g.input("x", [5, 3, 4])
+    lens = g.input("lens", [3], data=np.array([5, 2, 3], dtype=np.int64))
+    g.output(g.node("ReverseSequence", [x, lens], time_axis=0, batch_axis=1))
+    y = g.input("y", [2, 6, 3])
+    g.output(g.node("ReverseSequence", [y, g.ints("y_lens", [4, 6])], time_axis=1,
+                    batch_axis=0))
+    return g
+
+
+@case
 def float8_casts():
     # float32 through each float8 format and back. `x` spans subnormals, ties and
     # magnitudes beyond every format's range (saturating casts); `y` stays inside the

@@ -292,6 +292,11 @@ histogram_cases! {
     // NonZero's count is known only at run time: everything after it runs with run-time
     // shapes.
     non_zero_gather: [RELU: 1, NON_ZERO: 1, TRANSPOSE: 1, GATHER_ND: 1],
+    // ReverseSequence: a GATHER_ELEMENTS by t < len ? len - 1 - t : t, tiled (the
+    // constant lengths' index folds whole).
+    reverse_sequence_rank3: [
+        LESS: 1, SUB: 2, SELECT: 1, RESHAPE: 2, TILE: 1, GATHER_ELEMENTS: 2,
+    ],
     // Unique: one UNIQUE per node (the counts are known only at run time).
     unique_values_and_rows: [UNIQUE: 2],
     // A computed Compress condition: NON_ZERO, then a GATHER of the rows it names.

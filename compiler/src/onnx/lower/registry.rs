@@ -193,6 +193,7 @@ pub static OPERATORS: &[OnnxOp] = ops! {
     "", "Relu", 1..=14 => activation;
     "", "Reshape", 5..=25 => reshape;
     "", "Resize", 10..=19 => resize;
+    "", "ReverseSequence", 10..=28 => reverse_sequence;
     "", "Round", 11..=22 => math_unary;
     "", "Scan", 8..=25 => scan_node;
     "", "Scatter", 9..=11 => scatter_elements;

@@ -395,6 +395,75 @@ impl Lowerer<'_> {
         Ok(())
     }
 
+    /// ReverseSequence: along the time axis, each batch entry's first `len` steps
+    /// reversed, the rest kept. A GATHER_ELEMENTS along the time axis by the index
+    /// `t < len ? len - 1 - t : t`, computed from the (run-time or constant) lengths and
+    /// tiled over the trailing dimensions.
+    pub(super) fn reverse_sequence(&mut self, n: &Node) -> NResult<()> {
+        let x = self.tensor(n, 0)?;
+        let dims = self.known_dims(x)?;
+        let r = dims.len();
+        if r < 2 {
+            return invalid("ReverseSequence needs an input of rank 2 or more");
+        }
+        let time = axis(n.attrs.int_or("time_axis", 0)?, r)?;
+        let batch = axis(n.attrs.int_or("batch_axis", 1)?, r)?;
+        if !matches!((time, batch), (0, 1) | (1, 0)) {
+            return invalid(format!(
+                "time_axis {time} and batch_axis {batch} must be 0 and 1 in some order"
+            ));
+        }
+        let name = self.input_name(n, 1).unwrap_or("").to_string();
+        let lens_value = self.required(n, 1)?;
+        let lens = self.materialize(&name, &lens_value)?;
+        if self.operand_type(lens) != OperandType::TensorInt32 {
+            return invalid("sequence_lens must be an integer tensor");
+        }
+        let (steps, batches) = (dims[time], dims[batch]);
+        // Steps and lengths laid out as the first two axes: [T, 1] and [1, B] (time
+        // first), or [1, T] and [B, 1].
+        let (t_shape, len_shape) = if time == 0 {
+            (vec![steps, 1], vec![1, batches])
+        } else {
+            (vec![1, steps], vec![batches, 1])
+        };
+        let t_values: Vec<i32> = (0..steps as i32).collect();
+        let t = self.model.add_constant(
+            nnc_formats::nn::Operand::new(OperandType::TensorInt32, t_shape),
+            bytemuck::cast_slice(&t_values),
+        );
+        let lens = self.reshape_to(n, lens.operand, &len_shape)?;
+        let inside = self.emit(n, OperationType::Less, vec![t, lens])?;
+        let one = self.scalar_tensor(OperandType::TensorInt32, 1.0);
+        let act = self.i32_const(0);
+        let last = self.emit(n, OperationType::Sub, vec![lens, one, act])?;
+        let act = self.i32_const(0);
+        let reversed = self.emit(n, OperationType::Sub, vec![last, t, act])?;
+        // The steps repeated across the batch, for the entries past each length.
+        let across: Vec<i32> = if time == 0 {
+            vec![1, batches as i32]
+        } else {
+            vec![batches as i32, 1]
+        };
+        let across = self.i32_vector(&across);
+        let t_full = self.emit(n, OperationType::Tile, vec![t, across])?;
+        let mut idx = self.emit(n, OperationType::Select, vec![inside, reversed, t_full])?;
+        if r > 2 {
+            // Repeated over the trailing dimensions: [d0, d1, 1, ...] tiled to x's shape.
+            let mut shape = dims[..2].to_vec();
+            shape.extend(std::iter::repeat_n(1, r - 2));
+            idx = self.reshape_to(n, idx, &shape)?;
+            let mut multiples = vec![1i32, 1];
+            multiples.extend(dims[2..].iter().map(|&d| d as i32));
+            let multiples = self.i32_vector(&multiples);
+            idx = self.emit(n, OperationType::Tile, vec![idx, multiples])?;
+        }
+        let ax = self.i32_const(time as i32);
+        let y = self.emit(n, OperationType::GatherElements, vec![x.operand, ax, idx])?;
+        self.set_tensor(n, 0, y, x.dtype, false);
+        Ok(())
+    }
+
     pub(super) fn gather_nd(&mut self, n: &Node) -> NResult<()> {
         let data = self.tensor(n, 0)?;
         let idx = self.index_operand(n, 1)?;
