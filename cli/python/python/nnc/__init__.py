@@ -358,6 +358,8 @@ _NARROW_FLOATS = ("bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
 def _numpy_dtype(name: str) -> Any:
     """The NumPy dtype of an output's element type; bfloat16, float8, float4 and the
     4- and 2-bit integers come from `ml_dtypes` (the package JAX and ONNX use)."""
+    import numpy as np  # noqa: PLC0415 (numpy is imported where it is used)
+
     try:
         return np.dtype(name)
     except TypeError:
