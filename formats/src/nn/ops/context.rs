@@ -35,6 +35,14 @@ pub(super) const ANY_DATA: &[OperandType] = &[
     OperandType::TensorQuant16Symm,
     OperandType::TensorQuant16Asymm,
 ];
+/// The types NON_ZERO and UNIQUE compare values of: numbers, bools and 8-bit integers.
+pub(super) const COUNTABLE: &[OperandType] = &[
+    OperandType::TensorFloat32,
+    OperandType::TensorInt32,
+    OperandType::TensorBool8,
+    OperandType::TensorQuant8Asymm,
+    OperandType::TensorQuant8AsymmSigned,
+];
 pub(super) const QUANT8: &[OperandType] = &[
     OperandType::TensorQuant8Asymm,
     OperandType::TensorQuant8AsymmSigned,

@@ -151,6 +151,12 @@ pub(super) fn non_max_suppression(
                     .collect()
             };
             let (boxes_v, scores_v) = (f32s(v[0]), f32s(v[1]));
+            // Values that disagree with their dimensions (a malformed constant) are
+            // refused here, before the selection indexes them.
+            let product = |d: &[u32]| d.iter().map(|&x| x as usize).product::<usize>();
+            if boxes_v.len() != product(bd) || scores_v.len() != product(sd) {
+                return Err(param_err(0, "boxes", "values do not match the dimensions"));
+            }
             let first = |bytes: &[u8]| bytes.get(..4).map(|c| [c[0], c[1], c[2], c[3]]);
             let max_per_class = first(v[2]).map_or(0, i32::from_le_bytes).max(0) as usize;
             let iou_threshold = first(v[3]).map_or(0.0, f32::from_le_bytes);
@@ -288,17 +294,7 @@ pub(super) fn unique(
 ) -> Result<Vec<OutputShape>> {
     ctx.count(&[4])?;
     expect_outputs(outputs, 4)?;
-    let input = ctx.tensor(
-        0,
-        "input",
-        &[
-            OperandType::TensorFloat32,
-            OperandType::TensorInt32,
-            OperandType::TensorBool8,
-            OperandType::TensorQuant8Asymm,
-            OperandType::TensorQuant8AsymmSigned,
-        ],
-    )?;
+    let input = ctx.tensor(0, "input", COUNTABLE)?;
     let rank = input.dimensions.len();
     let flatten = ctx.bool(2, "flatten")?;
     let axis = if flatten {
@@ -318,6 +314,9 @@ pub(super) fn unique(
     let count = match ctx.value(0) {
         Some(bytes) if known => {
             let values = decoded_values(input.operand_type, bytes);
+            if values.len() != outer * n * inner {
+                return Err(param_err(0, "input", "values do not match the dimensions"));
+            }
             unique_slices(&values, outer, n, inner, false).first.len() as u32
         }
         _ => 0,

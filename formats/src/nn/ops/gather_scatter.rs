@@ -255,17 +255,7 @@ pub(super) fn non_zero(
 ) -> Result<Vec<OutputShape>> {
     ctx.count(&[1])?;
     expect_outputs(outputs, 1)?;
-    let input = ctx.tensor(
-        0,
-        "input",
-        &[
-            OperandType::TensorFloat32,
-            OperandType::TensorInt32,
-            OperandType::TensorBool8,
-            OperandType::TensorQuant8Asymm,
-            OperandType::TensorQuant8AsymmSigned,
-        ],
-    )?;
+    let input = ctx.tensor(0, "input", COUNTABLE)?;
     if input.dimensions.is_empty() {
         return Err(param_err(0, "input", "must have rank 1 or more"));
     }
